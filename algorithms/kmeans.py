@@ -1,0 +1,183 @@
+"""K-means as incremental EM (FSP paper Section 2.2), written only against flegel's public API.
+
+Each point keeps its last cluster and its last squared distance as state.  A delta holds the
+signed changes of the per-cluster sums S and counts C caused by points that moved (Eq. 3), so
+the master's statistics stay exact whatever subset of points an iteration processed:
+``S_j -= x, S_j' += x, C_j -= 1, C_j' += 1`` and the M-step sets ``μ_j = S_j / C_j``.  Under
+full-batch BSP this is exactly Lloyd's algorithm.
+
+Kernel: distances through one BLAS product per block, ``‖x‖² − 2x·c + ‖c‖²``, then one numba
+pass that takes the argmin, the loss and accumulates the signed changes of only the points
+whose cluster changed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from flegel import Algorithm, Block, DataInfo
+
+_INITS = ("kmeans++", "random")
+
+
+@numba.njit(cache=True, nogil=True)
+def _assign_accumulate(x, xsq, g, csq, labels, losses, sums, counts):  # pragma: no cover
+    """Assign each point to its nearest centre and accumulate the moves.
+
+    ``g = x @ centers.T``; returns the change of the summed loss.  Only points whose cluster
+    changed touch ``sums``/``counts``, so late iterations cost little beyond the GEMM.
+    """
+    n, k = g.shape
+    d = x.shape[1]
+    dobj = 0.0
+    for i in range(n):
+        best = 0
+        bestv = csq[0] - 2.0 * g[i, 0]
+        for j in range(1, k):
+            v = csq[j] - 2.0 * g[i, j]
+            if v < bestv:
+                bestv = v
+                best = j
+        loss = xsq[i] + bestv
+        if loss < 0.0:
+            loss = 0.0
+        dobj += loss - losses[i]
+        losses[i] = loss
+        old = labels[i]
+        if old != best:
+            for f in range(d):
+                sums[best, f] += x[i, f]
+            counts[best] += 1.0
+            if old >= 0:
+                for f in range(d):
+                    sums[old, f] -= x[i, f]
+                counts[old] -= 1.0
+            labels[i] = best
+    return dobj
+
+
+class KMeans(Algorithm):
+    """K-means clustering by incremental EM.
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+        Number of clusters K.
+    init : {"kmeans++", "random"} or path, default="kmeans++"
+        ``kmeans++`` on the seeded data sample, ``random`` picks K sample points, or the path
+        of a ``.npy`` file of shape (K, d) holding the initial centroids (relative to the job
+        file's folder).
+
+    Notes
+    -----
+    The objective is the sum of squared distances to the nearest centroid, scikit-learn's
+    ``inertia_``, so results compare directly.  A cluster that loses all its points keeps its
+    last centroid.
+    """
+
+    name = "kmeans"
+    objective_name = "inertia"
+
+    def __init__(self, n_clusters: int = 8, init: str = "kmeans++") -> None:
+        super().__init__()
+        if not isinstance(n_clusters, int) or isinstance(n_clusters, bool) or n_clusters < 1:
+            raise ValueError(f"n_clusters must be a positive integer, got {n_clusters!r}")
+        if not isinstance(init, str):
+            raise ValueError(f"init must be 'kmeans++', 'random' or a .npy path, got {init!r}")
+        self.n_clusters = n_clusters
+        self.init = init
+
+    def _init_path(self, base_dir: Path) -> Path | None:
+        if self.init in _INITS:
+            return None
+        return (base_dir / Path(self.init).expanduser()).resolve()
+
+    def validate(self, base_dir: Path) -> None:
+        path = self._init_path(base_dir)
+        if path is None:
+            return
+        if path.suffix != ".npy":
+            raise ValueError(f"init: expected 'kmeans++', 'random' or a .npy file, got {self.init!r}")
+        if not path.is_file():
+            raise ValueError(f"init: centroid file {path} does not exist")
+        shape = np.load(path, mmap_mode="r").shape
+        if len(shape) != 2 or shape[0] != self.n_clusters:
+            raise ValueError(
+                f"init: {path} holds an array of shape {shape}, expected ({self.n_clusters}, d)")
+
+    def init_parameter(self, info: DataInfo) -> dict[str, np.ndarray]:
+        k, d = self.n_clusters, info.n_features
+        path = self._init_path(info.base_dir)
+        if path is not None:
+            centers = np.load(path).astype(np.float64)
+            if centers.shape != (k, d):
+                raise ValueError(f"init: {path} has shape {centers.shape}, expected {(k, d)}")
+        else:
+            sample = np.asarray(info.sample, dtype=np.float64)
+            if len(sample) < k:
+                raise ValueError(f"n_clusters={k} exceeds the {len(sample)} points sampled")
+            rng = np.random.default_rng(info.seed)
+            if self.init == "random":
+                centers = sample[rng.choice(len(sample), k, replace=False)].copy()
+            else:
+                from sklearn.cluster import kmeans_plusplus
+
+                centers, _ = kmeans_plusplus(sample, k, random_state=info.seed)
+        return {"centers": centers, "sums": np.zeros((k, d)), "counts": np.zeros(k)}
+
+    def init_state(self, n: int, n_features: int) -> dict[str, np.ndarray]:
+        return {"label": np.full(n, -1, dtype=np.int64), "loss": np.zeros(n)}
+
+    def zero_aggregator(self, theta: dict[str, np.ndarray]) -> dict:
+        return {"sums": np.zeros_like(theta["sums"]), "counts": np.zeros_like(theta["counts"]),
+                "objective": 0.0}
+
+    def update_data_point(self, point, state, theta, t):
+        c = theta["centers"]
+        dist = ((c - point) ** 2).sum(axis=1)
+        best = int(np.argmin(dist))
+        agg = self.zero_aggregator(theta)
+        old = int(state["label"])
+        if old != best:
+            agg["sums"][best] += point
+            agg["counts"][best] += 1
+            if old >= 0:
+                agg["sums"][old] -= point
+                agg["counts"][old] -= 1
+            state["label"] = best
+        agg["objective"] = float(dist[best] - state["loss"])
+        state["loss"] = dist[best]
+        return agg
+
+    def update_block(self, block: Block, theta, t):
+        x = block.x
+        centers = theta["centers"].astype(x.dtype, copy=False)
+        g = x @ centers.T
+        xsq = np.einsum("ij,ij->i", x, x)
+        csq = np.einsum("ij,ij->i", centers, centers)
+        agg = self.zero_aggregator(theta)
+        agg["objective"] = _assign_accumulate(
+            x, xsq, g, csq, block.state["label"], block.state["loss"],
+            agg["sums"], agg["counts"])
+        return agg
+
+    def update_parameter(self, agg, theta):
+        sums = theta["sums"] + agg["sums"]
+        counts = theta["counts"] + agg["counts"]
+        centers = theta["centers"].copy()
+        nonempty = counts > 0.5
+        centers[nonempty] = sums[nonempty] / counts[nonempty, None]
+        return {"centers": centers, "sums": sums, "counts": counts}
+
+    def evaluate(self, theta, block: Block) -> float:
+        x = block.x
+        centers = theta["centers"].astype(x.dtype, copy=False)
+        d2 = (np.einsum("ij,ij->i", x, x)[:, None] - 2.0 * (x @ centers.T)
+              + np.einsum("ij,ij->i", centers, centers)[None, :])
+        return float(np.maximum(d2.min(axis=1), 0.0).sum())
+
+    def finalize(self, theta):
+        return {"centers": theta["centers"], "counts": theta["counts"]}

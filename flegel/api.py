@@ -1,0 +1,259 @@
+"""The algorithm API: what a user subclasses to run an iterative algorithm on flegel.
+
+The hooks are Flegel's (FSP paper, Section 5.1, Fig. 5) with Python names:
+
+=====================  ======================================  =====================================
+Flegel                 flegel                                  meaning
+=====================  ======================================  =====================================
+initParameter()        ``init_parameter(info)``                θ⁽⁰⁾
+updateDataPoint(...)   ``update_data_point(point, state, θ, t)``  one point's aggregator delta Δ
+aggregate(a, b)        ``aggregate(target, delta)``            accumulate aggregators
+updateParameter(a, θ)  ``update_parameter(agg, θ)``            new θ from an aggregate
+terminationCheck(a,t)  ``termination_check(agg, t)``           stop?
+voteToHalt()           ``vote_to_halt()``                      skip this point from now on
+=====================  ======================================  =====================================
+
+Conventions
+-----------
+* θ (``theta``) is a ``dict`` of NumPy arrays.  Every entry is broadcast to the workers, so an
+  incremental-EM algorithm may keep its sufficient statistics inside θ (Section 2.2, Eq. 3).
+* An aggregator is a ``dict`` of NumPy arrays (or floats) that always holds the key
+  ``"objective"``: the change, caused by the points processed, of the sum of per-point losses
+  (Flegel reports the objective change of what it processed; the runtime sums these changes
+  into the *online objective* used for convergence checks and time-to-target).
+* Objectives are minimized.  Likelihood-based algorithms report the negative log-likelihood.
+* Per-point state (``init_state``) lives beside the points on the worker, survives across
+  iterations and moves with the points when data migrate.
+* The unit the runtime schedules is a :class:`~flegel.block.Block` of points.  The default
+  :meth:`Algorithm.update_block` loops :meth:`Algorithm.update_data_point`, so a new algorithm
+  works at once; built-ins override it with vectorized kernels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flegel.block import Block, PointState
+
+Params = dict[str, np.ndarray]
+Aggregator = dict[str, Any]
+
+__all__ = ["Algorithm", "DataInfo", "Params", "Aggregator"]
+
+
+@dataclass
+class DataInfo:
+    """What ``init_parameter`` may know about the data before training.
+
+    Attributes
+    ----------
+    n_features : int
+        Number of columns of a data point.
+    n_points : int
+        Number of points over all workers.
+    n_workers : int
+        Number of workers.
+    sample : ndarray of shape (m, n_features)
+        A seeded uniform sample of the data gathered from all workers (at most
+        ``sample_size`` rows in total), for data-dependent initialization such as k-means++.
+    sample_y : ndarray of shape (m,) or None
+        Labels of ``sample`` when the data are labelled.
+    n_classes : int or None
+        Number of distinct labels (``max(y) + 1`` over all shards) for labelled data.
+    seed : int
+        The job's seed.
+    dtype : numpy dtype
+        dtype of the data.
+    base_dir : Path
+        Folder of the job file: relative paths in ``params`` resolve against it.
+    """
+
+    n_features: int
+    n_points: int
+    n_workers: int
+    sample: np.ndarray
+    sample_y: np.ndarray | None = None
+    n_classes: int | None = None
+    seed: int = 0
+    dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float64))
+    base_dir: Path = field(default_factory=Path.cwd)
+
+
+class Algorithm:
+    """Base class of every flegel algorithm.
+
+    Subclasses take their hyper-parameters as keyword arguments in ``__init__`` (the job's
+    ``params`` mapping is passed as keywords) and implement at least
+    :meth:`init_parameter`, :meth:`update_data_point` (or :meth:`update_block`),
+    :meth:`update_parameter` and :meth:`evaluate`.
+
+    Class attributes
+    ----------------
+    name : str
+        Short name shown in logs.
+    needs_labels : bool
+        The data must carry a label column (supervised algorithms).
+    objective_name : str
+        What the objective is, for reports (e.g. ``"inertia"``).
+    """
+
+    name: str = "algorithm"
+    needs_labels: bool = False
+    objective_name: str = "objective"
+
+    def __init__(self, **params: Any) -> None:
+        if params:
+            raise TypeError(
+                f"{type(self).__name__} takes no parameters, got {sorted(params)}"
+            )
+        self._halt_flag = False
+
+    # ---------------------------------------------------------------- hooks to implement
+    def init_parameter(self, info: DataInfo) -> Params:
+        """Return θ⁽⁰⁾, a dict of arrays (Flegel's ``initParameter``)."""
+        raise NotImplementedError
+
+    def validate(self, base_dir: Path) -> None:
+        """Check the parameters against the file system before any work starts.
+
+        Raise ``ValueError`` naming the parameter (e.g. a missing ``init`` file); the job
+        validator turns it into a message about the job file.  Default: nothing to check.
+        """
+
+    def init_state(self, n: int, n_features: int) -> dict[str, np.ndarray]:
+        """Return the per-point state of ``n`` new points: arrays whose first axis has length n.
+
+        The default has no state.  Incremental EM keeps each point's last statistics here
+        (FSP paper Section 2.2, Eq. 3).
+        """
+        return {}
+
+    def update_data_point(
+        self, point: Any, state: PointState, theta: Params, t: int
+    ) -> Aggregator:
+        """Process one point and return its aggregator delta (Flegel's ``updateDataPoint``).
+
+        Parameters
+        ----------
+        point : ndarray or tuple
+            The point's features, or ``(features, label)`` for labelled data.
+        state : PointState
+            The point's persistent state; item assignment writes it back.
+        theta : dict
+            The current parameters (read only).
+        t : int
+            The global iteration number (1-based).
+        """
+        raise NotImplementedError
+
+    def update_block(self, block: Block, theta: Params, t: int) -> Aggregator:
+        """Process a block of points and return their summed aggregator delta.
+
+        The default loops :meth:`update_data_point` and accumulates with :meth:`aggregate`;
+        override it with a vectorized kernel for speed (DESIGN §3).  Write per-point state
+        into ``block.state`` and set ``block.halt[i] = True`` to vote a point to halt.
+        """
+        total: Aggregator | None = None
+        for i in range(len(block)):
+            self._halt_flag = False
+            point = block.point(i)
+            delta = self.update_data_point(point, PointState(block.state, i), theta, t)
+            if self._halt_flag:
+                block.halt[i] = True
+            total = delta if total is None else self.aggregate(total, delta)
+        if total is None:
+            total = self.zero_aggregator(theta)
+        return total
+
+    def aggregate(self, target: Aggregator, delta: Aggregator) -> Aggregator:
+        """Accumulate ``delta`` into ``target`` and return it (Flegel's ``aggregate``).
+
+        The default adds entry by entry, which is right for sums of statistics and gradients.
+        """
+        out = dict(target)
+        for key, value in delta.items():
+            out[key] = out[key] + value if key in out else value
+        return out
+
+    def update_parameter(self, agg: Aggregator, theta: Params) -> Params:
+        """Return the new θ from an aggregate of deltas (Flegel's ``updateParameter``)."""
+        raise NotImplementedError
+
+    def termination_check(self, agg: Aggregator, t: int) -> bool:
+        """Return True to stop training (Flegel's ``terminationCheck``); default never."""
+        return False
+
+    def evaluate(self, theta: Params, block: Block) -> float:
+        """Return the exact objective of θ on ``block``, as a sum over its points.
+
+        Must be additive over points: the runtime sums it over the shards.  Used for the final
+        objective and by reports, so sync models are compared on the true f(θ).
+        """
+        raise NotImplementedError
+
+    def finalize(self, theta: Params) -> dict[str, np.ndarray]:
+        """Return the arrays saved as the model (default: all of θ)."""
+        return dict(theta)
+
+    # ---------------------------------------------------------------- helpers
+    def vote_to_halt(self) -> None:
+        """Exclude the point being processed from later iterations (Flegel's ``voteToHalt``)."""
+        self._halt_flag = True
+
+    def zero_aggregator(self, theta: Params) -> Aggregator:
+        """Return an aggregator of zeros with the layout of this algorithm's deltas.
+
+        The runtime needs the layout before training to pre-allocate message buffers.  The
+        default derives it from :meth:`update_block` on an empty block of one point taken from
+        ``self._layout_point`` (set by the runtime to a sample point); override it when that is
+        not possible or too costly.
+        """
+        point = getattr(self, "_layout_point", None)
+        if point is None:
+            raise NotImplementedError(
+                f"{type(self).__name__}: cannot derive the aggregator layout; "
+                "override zero_aggregator(theta)"
+            )
+        x, y = point
+        block = Block.from_arrays(x[None, :], None if y is None else np.asarray([y]),
+                                  self.init_state(1, x.shape[0]))
+        halt = self._halt_flag
+        total = self.update_block(block, theta, 1)
+        self._halt_flag = halt
+        return {k: np.zeros_like(np.asarray(v, dtype=np.float64)) if np.ndim(v) else 0.0
+                for k, v in total.items()}
+
+    # camelCase aliases, so algorithms ported from Flegel (Java) read the same
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for camel, snake in _CAMEL.items():
+            if camel in cls.__dict__ and snake not in cls.__dict__:
+                setattr(cls, snake, cls.__dict__[camel])
+
+    def initParameter(self, info: DataInfo) -> Params:  # noqa: N802 - Flegel's name
+        return self.init_parameter(info)
+
+    def updateDataPoint(self, point, state, theta, t):  # noqa: N802
+        return self.update_data_point(point, state, theta, t)
+
+    def updateParameter(self, agg, theta):  # noqa: N802
+        return self.update_parameter(agg, theta)
+
+    def terminationCheck(self, agg, t):  # noqa: N802
+        return self.termination_check(agg, t)
+
+    def voteToHalt(self) -> None:  # noqa: N802
+        self.vote_to_halt()
+
+
+_CAMEL = {
+    "initParameter": "init_parameter",
+    "updateDataPoint": "update_data_point",
+    "updateParameter": "update_parameter",
+    "terminationCheck": "termination_check",
+    "voteToHalt": "vote_to_halt",
+}

@@ -1,0 +1,114 @@
+"""The run directory (DESIGN §6): resolved job, event log, model, summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+CONVERGED = ("converged", "target", "algorithm", "halted")
+
+
+def default_run_dir(job: Any) -> Path:
+    """``output.dir/<name or algorithm>-<sync>-<timestamp>``."""
+    name = job["name"] or job["algorithm"].split(":")[-1].split(".")[-1].lower()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path(job["output"]["dir"]).expanduser()
+    if not base.is_absolute():
+        base = Path.cwd() / base
+    path = base / f"{name}-{job['sync']['model']}-{stamp}"
+    i = 1
+    while path.exists():
+        i += 1
+        path = base / f"{name}-{job['sync']['model']}-{stamp}-{i}"
+    return path
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON through a temporary file and a rename, so readers never see half a file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=_jsonable) + "\n")
+    os.replace(tmp, path)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, Path):
+        return str(v)
+    raise TypeError(f"cannot write {type(v).__name__} as JSON")
+
+
+class RunWriter:
+    """Writes one run's directory from the master.
+
+    Files: ``job.yaml`` (the resolved job), ``events.jsonl`` (one JSON object per barrier or
+    push), ``model.npz`` + ``model.json`` (arrays and metadata, no pickle), ``summary.json``.
+    """
+
+    def __init__(self, out_dir: Path, job: Any) -> None:
+        self.dir = Path(out_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.job = job
+        doc = dict(job.doc)
+        (self.dir / "job.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        self._events = open(self.dir / "events.jsonl", "w", buffering=1 << 16)  # noqa: SIM115
+        self._flushed = time.monotonic()
+
+    def event(self, record: dict[str, Any]) -> None:
+        """Append one event; flushed about once a second so a crash loses little."""
+        self._events.write(json.dumps(record, default=_jsonable) + "\n")
+        now = time.monotonic()
+        if now - self._flushed > 1.0:
+            self._events.flush()
+            self._flushed = now
+
+    def finish(self, server: Any, policy: Any, algorithm: Any, info: Any,
+               results: list[dict], infos: dict[int, dict]) -> dict[str, Any]:
+        """Write model and summary; return the summary."""
+        self._events.close()
+        job = self.job
+        final = float(sum(r["objective"] for r in results))
+        summary: dict[str, Any] = {
+            "algorithm": job["algorithm"],
+            "objective_name": algorithm.objective_name,
+            "sync": job["sync"],
+            "workers": len(results),
+            "n_points": info.n_points,
+            "n_features": info.n_features,
+            "iterations": server.version,
+            "final_objective": final,
+            "online_objective": server.objective,
+            "wall_time_s": server.train_s,
+            "converged": server.reason in CONVERGED,
+            "stop_reason": server.reason,
+            "load_s": max(i["load_s"] for i in infos.values()),
+        }
+        if job["stop"]["target_objective"] is not None:
+            summary["target_objective"] = job["stop"]["target_objective"]
+            summary["time_to_target_s"] = server.time_to_target
+        summary["per_worker"] = [
+            {k: r[k] for k in ("rank", "n_points", "points", "passes", "compute_s", "wait_s",
+                               "slowed_s", "commits", "aborted_points")} for r in results]
+        summary["stragglers"] = [s for r in results for s in r["stragglers"]]
+        summary.update(policy.summary())
+        extra = getattr(algorithm, "report", None)
+        if callable(extra):
+            summary.update(extra(server.theta))
+        if job["output"]["save_model"]:
+            arrays = {k: np.asarray(v) for k, v in algorithm.finalize(server.theta).items()}
+            np.savez(self.dir / "model.npz", **arrays)
+            write_json_atomic(self.dir / "model.json", {
+                "algorithm": job["algorithm"], "params": job["params"],
+                "arrays": {k: {"shape": list(a.shape), "dtype": a.dtype.str}
+                           for k, a in arrays.items()},
+                "theta_version": server.version, "final_objective": final})
+        write_json_atomic(self.dir / "summary.json", summary)
+        return summary

@@ -1,0 +1,155 @@
+"""Run one validated job on an MPI communicator: start-up, training, results.
+
+Start-up: each worker loads only its own shard and sends the master its size and a seeded
+sample; the master builds :class:`~flegel.api.DataInfo`, computes θ⁽⁰⁾ and announces the
+buffer layouts.  Training: the master serves the sync model's policy while workers run the
+generic loop.  End: workers evaluate the final θ on their shards; the master writes the run
+directory.  An exception on any rank aborts the whole job with that rank's traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from flegel.api import DataInfo
+from flegel.block import Block
+from flegel.config import Job
+from flegel.runtime import comm as msg
+from flegel.runtime.layout import Layout
+from flegel.runtime.master import Server
+from flegel.runtime.worker import Worker
+from flegel.stopping import StopCriteria
+from flegel.store import ShardStore
+from flegel.stragglers import Stragglers
+from flegel.sync import policy_class
+
+
+def abort_on_error(comm: MPI.Comm, fn: Any, *args: Any) -> Any:
+    """Run ``fn``; on any exception print the rank and traceback, then abort every rank.
+
+    ``MPI_Abort`` ends all processes of the job at once, so a failing rank can never leave
+    the others waiting for it (DESIGN §7).
+    """
+    try:
+        return fn(*args)
+    except BaseException as exc:  # noqa: BLE001 - every failure must end the job
+        if isinstance(exc, SystemExit) and not exc.code:
+            raise
+        role = "master" if comm.rank == 0 else "worker"
+        sys.stderr.write(f"\nflegel: rank {comm.rank} ({role}) failed:\n"
+                         + "".join(traceback.format_exception(exc)))
+        sys.stderr.flush()
+        comm.Abort(1)
+
+
+def _limit_threads(n: int) -> None:
+    """One BLAS/numba thread per rank by default: two per rank on shared cores made a GMM
+    pass 11x slower (DESIGN §4)."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(n)
+    try:
+        import numba
+
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    except Exception:  # noqa: BLE001 - numba threading layer may be unavailable
+        pass
+
+
+# ------------------------------------------------------------------------------- worker side
+def _warm_up(algorithm: Any, x: np.ndarray, y: np.ndarray | None, theta: dict) -> None:
+    """Run the kernel once on a copy of a few points, so JIT compilation (numba) happens
+    before the training clock starts, not inside the first iteration."""
+    n = min(len(x), 8)
+    block = Block.from_arrays(x[:n].copy(), None if y is None else y[:n].copy(),
+                              algorithm.init_state(n, x.shape[1]))
+    algorithm.aggregate(algorithm.zero_aggregator(theta),
+                        algorithm.update_block(block, theta, 1))
+
+
+def run_worker(comm: MPI.Comm, job: Job) -> None:
+    from flegel.data import load_shard, sample_shard
+
+    _limit_threads(job["runtime"]["threads"])
+    n_workers = comm.size - 1
+    shard = comm.rank - 1
+    t0 = time.perf_counter()
+    x, y = load_shard(job["data"], shard, n_workers, job.base_dir)
+    algorithm = job.make_algorithm()
+    k = max(1, job["runtime"]["sample_size"] // n_workers)
+    sx, sy = sample_shard(x, y, k, job["seed"] + shard)
+    msg.send_object(comm, {"n": len(x), "d": x.shape[1], "dtype": x.dtype.str,
+                           "sample": sx, "sample_y": sy,
+                           "n_classes": None if y is None else int(np.max(y)) + 1,
+                           "load_s": time.perf_counter() - t0}, dest=0)
+    layouts = msg.recv_object(comm, source=0)[0]
+    _warm_up(algorithm, x, y, layouts["theta0"])
+    msg.send_object(comm, "ready", dest=0)
+    store = ShardStore(x, y, algorithm.init_state(len(x), x.shape[1]))
+    stragglers = Stragglers.for_rank(job["stragglers"], comm.rank, job["seed"])
+    worker = Worker(comm, algorithm, store, layouts["theta"], layouts["agg"], stragglers,
+                    block_ms=job["runtime"]["block_ms"])
+    report = worker.run()
+    report["load_s"] = time.perf_counter() - t0 - report["compute_s"] - report["wait_s"]
+    msg.send_object(comm, report, dest=0)
+
+
+# ------------------------------------------------------------------------------- master side
+def run_master(comm: MPI.Comm, job: Job, out_dir: Path) -> dict[str, Any]:
+    from flegel.output import RunWriter
+    from flegel.progress import Progress
+
+    _limit_threads(job["runtime"]["threads"])
+    n_workers = comm.size - 1
+    infos = {}
+    for _ in range(n_workers):
+        info, src = msg.recv_object(comm)
+        infos[src] = info
+    ranks = sorted(infos)
+    sample = np.concatenate([infos[r]["sample"] for r in ranks])
+    labelled = infos[ranks[0]]["sample_y"] is not None
+    sample_y = np.concatenate([infos[r]["sample_y"] for r in ranks]) if labelled else None
+    n_classes = max(infos[r]["n_classes"] for r in ranks) if labelled else None
+    info = DataInfo(n_features=infos[ranks[0]]["d"], n_points=sum(i["n"] for i in infos.values()),
+                    n_workers=n_workers, sample=sample, sample_y=sample_y, n_classes=n_classes,
+                    seed=job["seed"], dtype=np.dtype(infos[ranks[0]]["dtype"]),
+                    base_dir=job.base_dir)
+    algorithm = job.make_algorithm()
+    algorithm._layout_point = (sample[0], None if sample_y is None else sample_y[0])
+    theta = algorithm.init_parameter(info)
+    layouts = {"theta": Layout.of(theta), "agg": Layout.of(algorithm.zero_aggregator(theta)),
+               "theta0": theta}
+    msg.bcast_object(comm, layouts)
+    for _ in range(n_workers):
+        msg.recv_object(comm)  # every worker is loaded and warmed up: the clock may start
+
+    writer = RunWriter(out_dir, job)
+    stop = StopCriteria(**job["stop"])
+    progress = Progress(job["output"]["progress"], algorithm.objective_name)
+    server = Server(comm, algorithm, theta, layouts["theta"], layouts["agg"], stop,
+                    events=writer.event, progress=progress)
+    policy = policy_class(job["sync"]["model"])(server, job["sync"])
+    server.serve(policy)
+    results = server.collect_results()
+    progress.close(server.version, server.objective, server.train_s)
+    summary = writer.finish(server, policy, algorithm, info, results, infos)
+    return summary
+
+
+def run(comm: MPI.Comm, job: Job, out_dir: Path) -> dict[str, Any] | None:
+    """Run ``job`` on ``comm`` (rank 0 master, others workers); the master returns the
+    summary."""
+    if comm.size < 2:
+        raise SystemExit("flegel: needs at least 2 MPI ranks (a master and a worker); "
+                         "run 'flegel run JOB.yaml' without mpirun to start them itself")
+    if comm.rank == 0:
+        return abort_on_error(comm, run_master, comm, job, out_dir)
+    abort_on_error(comm, run_worker, comm, job)
+    return None

@@ -1,0 +1,208 @@
+"""The worker loop: process blocks, commit when the sync model says, wait for θ.
+
+One loop serves every synchronization model.  The master drives it through the header of each
+θ it sends (see :data:`flegel.runtime.comm.PARAMS`): a batch of points (BSP, ASP and the SSP
+family), an interval η with a per-worker offset (FSP, semi-centralized coordination), pause and
+abort signals (FSP centralized coordination, SpecSync), snapshot and roll-back (FSPV probes).
+Between blocks the worker polls for signals with a non-blocking ``Test``, and it commits right
+after the block it is on (FSP paper Section 3.1).  A completed traversal pass since the
+iteration began always ends the iteration: θ is fixed within an iteration, so a second pass
+would only repeat work (Section 3.3).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from mpi4py import MPI
+
+from flegel.api import Algorithm
+from flegel.blocksize import BlockSizer
+from flegel.runtime import comm as msg
+from flegel.runtime.layout import Layout
+from flegel.store import ShardStore
+from flegel.stragglers import Stragglers
+from flegel.sync.base import Reason
+
+
+@dataclass
+class WorkerStats:
+    """Totals a worker reports at the end of the run."""
+
+    points: int = 0
+    compute_s: float = 0.0
+    wait_s: float = 0.0
+    slowed_s: float = 0.0
+    commits: int = 0
+    aborted_points: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class Worker:
+    """One worker rank.
+
+    Parameters
+    ----------
+    comm : MPI.Comm
+        The job's communicator; rank 0 is the master.
+    algorithm : Algorithm
+    store : ShardStore
+        This worker's shard.
+    theta_layout, agg_layout : Layout
+        Buffer layouts announced by the master.
+    stragglers : Stragglers
+        Patterns that slow this worker (possibly none).
+    block_ms : float
+        Target compute time of one block.
+    """
+
+    def __init__(self, comm: MPI.Comm, algorithm: Algorithm, store: ShardStore,
+                 theta_layout: Layout, agg_layout: Layout, stragglers: Stragglers,
+                 block_ms: float = 1.0) -> None:
+        self.comm = comm
+        self.algorithm = algorithm
+        self.store = store
+        self.theta_layout = theta_layout
+        self.agg_layout = agg_layout
+        self.stragglers = stragglers
+        self.sizer = BlockSizer(target_s=block_ms / 1000.0)
+        self.stats = WorkerStats()
+        self._params_buf = np.empty(msg.Header.SIZE + theta_layout.size)
+        self._commit_buf = np.empty(msg.Header.SIZE + agg_layout.size)
+        self._signal_buf = np.empty(msg.Header.SIZE)
+        self._params_req = comm.Irecv(self._params_buf, source=0, tag=msg.TAG_PARAMS)
+        self._signal_req = comm.Irecv(self._signal_buf, source=0, tag=msg.TAG_SIGNAL)
+        self._commit_req: MPI.Request | None = None
+        self._snapshot: dict | None = None
+        self.clock = 0
+
+    # -------------------------------------------------------------- messaging
+    def _receive_params(self) -> tuple[dict, dict]:
+        """Wait (without spinning) for the next θ; return its header and θ."""
+        t0 = time.perf_counter()
+        msg.wait(self._params_req)
+        header = msg.PARAMS.read(self._params_buf)
+        theta = self.theta_layout.unpack(self._params_buf[msg.Header.SIZE:])
+        self._params_req = self.comm.Irecv(self._params_buf, source=0, tag=msg.TAG_PARAMS)
+        self._last_wait = time.perf_counter() - t0
+        self.stats.wait_s += self._last_wait
+        return header, theta
+
+    def _poll_signal(self, version: float) -> float:
+        """Return the kind of a signal meant for θ version ``version`` (0.0 if none).
+
+        Signals for an older version arrive after this worker already committed for it
+        (e.g. it finished a pass just as the master paused everyone) and are dropped.
+        """
+        kind = 0.0
+        while self._signal_req.Test():
+            sig = msg.SIGNAL.read(self._signal_buf)
+            self._signal_req = self.comm.Irecv(self._signal_buf, source=0, tag=msg.TAG_SIGNAL)
+            if sig["version"] == version:
+                kind = max(kind, sig["kind"])
+        return kind
+
+    def _commit(self, agg: dict, **header: float) -> None:
+        if self._commit_req is not None:
+            msg.wait(self._commit_req)
+        msg.COMMIT.write(self._commit_buf, sent_at=time.time(), **header)
+        self.agg_layout.pack(agg, self._commit_buf[msg.Header.SIZE:])
+        self._commit_req = self.comm.Isend(self._commit_buf, dest=0, tag=msg.TAG_COMMIT)
+        self.stats.commits += 1
+
+    # -------------------------------------------------------------- one iteration
+    def _iterate(self, header: dict, theta: dict) -> tuple[dict, dict]:
+        """Process blocks until the commit condition; return the aggregate and its header."""
+        algo, store = self.algorithm, self.store
+        version = header["version"]
+        batch = int(header["batch"])
+        eta = header["eta_s"]
+        start = time.perf_counter()
+        deadline = start + max(eta - header["offset_s"], 0.0) if eta > 0 else None
+        scanned0 = store.scanned
+        t = int(version) + 1
+        agg = algo.zero_aggregator(theta)
+        points = 0
+        compute = slowed = 0.0
+        reason = Reason.BATCH
+        while True:
+            if batch > 0 and points >= batch:
+                reason = Reason.BATCH
+                break
+            if store.scanned - scanned0 >= len(store):
+                reason = Reason.PASS
+                break
+            signal = self._poll_signal(version)
+            if signal == msg.SIGNAL_PAUSE:
+                reason = Reason.SIGNAL
+                break
+            if signal == msg.SIGNAL_ABORT:
+                reason = Reason.ABORT
+                break
+            if deadline is not None and time.perf_counter() >= deadline:
+                reason = Reason.TIMER
+                break
+            n = self.sizer.size
+            if batch > 0:
+                n = min(n, batch - points)
+            n = min(n, len(store) - (store.scanned - scanned0))
+            t0 = time.perf_counter()
+            block, sel = store.next_block(n)
+            if len(block):
+                agg = algo.aggregate(agg, algo.update_block(block, theta, t))
+            store.commit_block(block, sel)
+            dt = time.perf_counter() - t0
+            self.sizer.observe(len(block), dt)
+            points += len(block)
+            compute += dt
+            slowed += self.stragglers.after_block(len(block), dt)
+        elapsed = time.perf_counter() - start
+        self.stats.points += points
+        self.stats.compute_s += compute
+        self.stats.slowed_s += slowed
+        rate = points / compute if compute > 0 else 0.0
+        meta = {"points": points, "compute_s": elapsed, "reason": float(reason),
+                "passes": store.passes, "block_s": self.sizer.block_s, "rate": rate,
+                "slowed_s": slowed, "n_active": store.n_active}
+        return agg, meta
+
+    def _close(self) -> None:
+        """Cancel the receives still posted, so MPI finalizes cleanly."""
+        for req in (self._params_req, self._signal_req):
+            req.Cancel()
+        MPI.Request.Waitall([self._params_req, self._signal_req])
+
+    # -------------------------------------------------------------- main loop
+    def run(self) -> dict:
+        """Train until the master says stop; return this worker's end-of-run report."""
+        self.stragglers.reset_clock()
+        header, theta = self._receive_params()
+        while not header["stop"]:
+            if header["rollback"] and self._snapshot is not None:
+                self.store.restore(self._snapshot)
+            if header["mark"]:
+                self._snapshot = self.store.snapshot()
+            agg, meta = self._iterate(header, theta)
+            if meta["reason"] == float(Reason.ABORT) and self._snapshot is not None:
+                # SpecSync: throw the partial work away and restart from a fresher θ.
+                self.stats.aborted_points += meta["points"]
+                self.store.restore(self._snapshot)
+                agg = self.algorithm.zero_aggregator(theta)
+                meta["aborted"] = meta.pop("points")
+                meta["points"] = 0
+            self.clock += 1
+            self._commit(agg, clock=self.clock, version=header["version"],
+                         wait_s=self._last_wait, **meta)
+            header, theta = self._receive_params()
+        if self._commit_req is not None:
+            msg.wait(self._commit_req)
+        self._close()
+        objective = self.algorithm.evaluate(theta, self.store.full_block())
+        s = self.stats
+        return {"rank": self.comm.rank, "objective": float(objective), "n_points": len(self.store),
+                "passes": self.store.passes, "points": s.points, "compute_s": s.compute_s,
+                "wait_s": s.wait_s, "slowed_s": s.slowed_s, "commits": s.commits,
+                "aborted_points": s.aborted_points, "stragglers": self.stragglers.record(),
+                "theta_version": header["version"], **s.extra}

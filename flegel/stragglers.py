@@ -1,0 +1,138 @@
+"""Straggler patterns injected into workers (FSP paper Section 6.1; DESIGN §5).
+
+Each pattern slows a list of worker ranks (1..n) by sleeping after a block, so a slowed worker
+answers barriers late exactly as a real straggler would; sleeping never burns a core.
+
+* ``injected``: suspend ``tau_ms`` every ``every`` points processed, counted cumulatively
+  over the whole run (not per iteration), as in Section 6.1.
+* ``persistent``: a slowdown factor: after a block that took t, wait (factor − 1)·t.
+* ``transient``: random on/off periods (exponential durations, seeded per rank); during an
+  "on" period the worker is slowed by ``factor``.
+* ``pause``: the worker stops for ``seconds`` at ``at_s`` seconds into training (preemption).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+PATTERNS = ("injected", "persistent", "transient", "pause")
+
+
+def parse_workers(value: Any) -> list[int]:
+    """Parse ``[1, 2]``, ``3``, ``"1-4"`` or ``"1,3,5-6"`` into a sorted list of ranks."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected worker ranks, found {value!r}")
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        out: set[int] = set()
+        for v in value:
+            out.update(parse_workers(v))
+        return sorted(out)
+    if isinstance(value, str):
+        out = set()
+        for part in value.replace(" ", "").split(","):
+            if not part:
+                continue
+            lo, _, hi = part.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()):
+                raise ValueError(f"expected ranks like '1-4' or '1,3', found {value!r}")
+            out.update(range(int(lo), int(hi or lo) + 1))
+        return sorted(out)
+    raise ValueError(f"expected worker ranks, found {value!r}")
+
+
+@dataclass
+class Pattern:
+    """One straggler pattern acting on one worker."""
+
+    kind: str
+    options: dict[str, Any]
+    rng: np.random.Generator
+    lost_s: float = 0.0
+    _count: int = 0
+    _done: int = 0
+    _next_switch: float | None = None
+    _on: bool = False
+    _paused: bool = False
+
+    def delay(self, points: int, compute_s: float, elapsed_s: float) -> float:
+        """Seconds to sleep after a block of ``points`` that took ``compute_s``."""
+        o = self.options
+        if self.kind == "injected":
+            self._count += points
+            due = self._count // o["every"] - self._done
+            self._done += due
+            return due * o["tau_ms"] / 1000.0
+        if self.kind == "persistent":
+            return (o["factor"] - 1.0) * compute_s
+        if self.kind == "transient":
+            if self._next_switch is None:
+                self._next_switch = elapsed_s + self.rng.exponential(o["off_s"])
+            while elapsed_s >= self._next_switch:
+                self._on = not self._on
+                mean = o["on_s"] if self._on else o["off_s"]
+                self._next_switch += self.rng.exponential(mean)
+            return (o["factor"] - 1.0) * compute_s if self._on else 0.0
+        if self.kind == "pause":
+            if not self._paused and elapsed_s >= o["at_s"]:
+                self._paused = True
+                return float(o["seconds"])
+            return 0.0
+        raise ValueError(f"unknown straggler pattern {self.kind!r}")
+
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "injected": {"tau_ms": 32.0, "every": 1000},
+    "persistent": {"factor": 2.0},
+    "transient": {"factor": 4.0, "on_s": 1.0, "off_s": 2.0},
+    "pause": {"at_s": 1.0, "seconds": 1.0},
+}
+
+
+@dataclass
+class Stragglers:
+    """The patterns acting on this worker; :meth:`after_block` sleeps as they say."""
+
+    rank: int
+    patterns: list[Pattern] = field(default_factory=list)
+    start: float = field(default_factory=time.perf_counter)
+
+    @classmethod
+    def for_rank(cls, specs: list[dict[str, Any]], rank: int, seed: int) -> Stragglers:
+        """Build the patterns of ``specs`` (validated job entries) that name ``rank``."""
+        pats = []
+        for i, spec in enumerate(specs):
+            if rank in parse_workers(spec["workers"]):
+                opts = {**DEFAULTS[spec["pattern"]],
+                        **{k: v for k, v in spec.items() if k not in ("pattern", "workers")}}
+                rng = np.random.default_rng([seed, rank, i])
+                pats.append(Pattern(spec["pattern"], opts, rng))
+        return cls(rank, pats)
+
+    def reset_clock(self) -> None:
+        """Start the pattern clock (``pause.at_s``, transient periods) when training starts."""
+        self.start = time.perf_counter()
+
+    def after_block(self, points: int, compute_s: float) -> float:
+        """Sleep as the patterns demand after a block; return the seconds slept."""
+        if not self.patterns:
+            return 0.0
+        elapsed = time.perf_counter() - self.start
+        total = 0.0
+        for p in self.patterns:
+            d = p.delay(points, compute_s, elapsed)
+            p.lost_s += d
+            total += d
+        if total > 0:
+            time.sleep(total)
+        return total
+
+    def record(self) -> list[dict[str, Any]]:
+        """What slowed this worker and how much time it lost, for the run's summary."""
+        return [{"rank": self.rank, "pattern": p.kind, **p.options, "lost_s": round(p.lost_s, 6)}
+                for p in self.patterns]

@@ -1,0 +1,33 @@
+"""Synchronization models, one module each, found by the job's ``sync.model``.
+
+The registry maps a model name to ``"module:Class"`` so validation can read a model's options
+without importing MPI, and adding a model touches no other model.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: model name -> "module:Class" of its master policy.
+MODELS: dict[str, str] = {
+    "bsp": "flegel.sync.bsp:BSP",
+}
+
+#: Short names used by ``flegel compare``: name -> the ``sync`` section it stands for.
+PRESETS: dict[str, dict[str, Any]] = {
+    "bspb": {"model": "bsp", "batch": "full"},
+    "bspv": {"model": "bsp", "batch": "auto"},
+}
+
+
+def policy_class(model: str) -> type:
+    """Import and return the master policy class of ``model``."""
+    module, _, name = MODELS[model].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def register(model: str, target: str, presets: dict[str, dict[str, Any]] | None = None) -> None:
+    """Add a model (``target`` is ``"module:Class"``), e.g. from a user's plugin."""
+    MODELS[model] = target
+    PRESETS.update(presets or {})
