@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,20 +210,29 @@ def apply_overrides(doc: dict[str, Any], sets: list[str], file: Path) -> dict[st
 
 
 # --------------------------------------------------------------------------- validation
-def resolve_algorithm(name: str) -> type:
-    """Return the Algorithm class of a built-in name or ``"package.module:Class"``."""
+def resolve_algorithm(name: str, base_dir: Path | None = None) -> type:
+    """Return the Algorithm class of a built-in name or ``"package.module:Class"``.
+
+    A user's module is looked up on ``sys.path`` and, failing that, beside the job file
+    (``base_dir``), so an algorithm can live next to its job.
+    """
+    from flegel.api import Algorithm
+
     target = BUILTIN_ALGORITHMS.get(name, name)
     module, colon, cls = target.partition(":")
     if not colon:
         raise LookupError(f"unknown algorithm {name!r}: not a built-in "
                           f"({', '.join(BUILTIN_ALGORITHMS)}) nor 'package.module:Class'")
+    if base_dir is not None and importlib.util.find_spec(module.split(".")[0]) is None:
+        sys.path.insert(0, str(base_dir))
     try:
         mod = importlib.import_module(module)
     except ImportError as exc:
         raise LookupError(f"cannot import module {module!r}: {exc}") from None
-    if not hasattr(mod, cls):
-        raise LookupError(f"module {module!r} has no class {cls!r}")
-    return getattr(mod, cls)
+    found = getattr(mod, cls, None)
+    if not (isinstance(found, type) and issubclass(found, Algorithm)):
+        raise LookupError(f"module {module!r} has no flegel.Algorithm subclass {cls!r}")
+    return found
 
 
 def _validate_sync(file: Path, given: Any) -> dict[str, Any]:
@@ -322,7 +333,7 @@ def validate(doc: dict[str, Any], file: Path, workers: int | None = None) -> Job
     job["sync"] = _validate_sync(file, job["sync"])
     job["stragglers"] = _validate_stragglers(file, job["stragglers"], job["workers"])
     try:
-        cls = resolve_algorithm(job["algorithm"])
+        cls = resolve_algorithm(job["algorithm"], file.parent)
     except LookupError as exc:
         raise JobError(file, "algorithm", "", detail=str(exc)) from None
     try:

@@ -90,13 +90,16 @@ class RunWriter:
             "converged": server.reason in CONVERGED,
             "stop_reason": server.reason,
             "load_s": max(i["load_s"] for i in infos.values()),
+            "master_cpu_fraction": server.cpu_fraction,
+            "master_idle_fraction": server.idle_fraction,
+            "master_idle_cpu_fraction": server.idle_cpu_fraction,
         }
         if job["stop"]["target_objective"] is not None:
             summary["target_objective"] = job["stop"]["target_objective"]
             summary["time_to_target_s"] = server.time_to_target
         summary["per_worker"] = [
             {k: r[k] for k in ("rank", "n_points", "points", "passes", "compute_s", "wait_s",
-                               "slowed_s", "commits", "aborted_points")} for r in results]
+                               "wait_cpu_fraction", "slowed_s", "commits", "aborted_points")} for r in results]
         summary["stragglers"] = [s for r in results for s in r["stragglers"]]
         summary.update(policy.summary())
         extra = getattr(algorithm, "report", None)

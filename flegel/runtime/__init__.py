@@ -1,6 +1,26 @@
 """The MPI master/worker runtime: rank 0 is the master (coordinator and parameter server),
 ranks 1..n are workers holding data shards (DESIGN §4)."""
 
-#: Seconds slept between polls while waiting.  0.5 ms keeps a waiting rank near 1% of a core
-#: while a signal is still noticed well within the ~1 ms block time.
-POLL_S = 5e-4
+#: Shortest and longest sleep between polls while waiting.  A wait starts polling every
+#: 0.1 ms (a reply right after a commit is seen at once) and backs off to 2 ms (a long wait at a
+#: straggler's barrier costs ~1% of a core instead of the full core a blocking MPICH call burns).
+POLL_S = 1e-4
+POLL_MAX_S = 2e-3
+
+
+class Backoff:
+    """Sleep between polls, growing from :data:`POLL_S` to :data:`POLL_MAX_S`."""
+
+    __slots__ = ("delay",)
+
+    def __init__(self) -> None:
+        self.delay = POLL_S
+
+    def sleep(self) -> None:
+        import time
+
+        time.sleep(self.delay)
+        self.delay = min(self.delay * 1.5, POLL_MAX_S)
+
+    def reset(self) -> None:
+        self.delay = POLL_S

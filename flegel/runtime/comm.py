@@ -7,13 +7,12 @@ wait here is ``Test`` plus a short ``sleep`` instead (1-3% of a core).
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
-from flegel.runtime import POLL_S
+from flegel.runtime import Backoff
 
 # Message tags.
 TAG_PARAMS = 11   # master -> worker: header + θ
@@ -23,24 +22,27 @@ TAG_OBJECT = 14   # pickled start-up and end-of-run messages
 
 
 
-def wait(req: MPI.Request, poll_s: float = POLL_S) -> None:
+def wait(req: MPI.Request) -> None:
     """Complete ``req`` without spinning."""
+    backoff = Backoff()
     while not req.Test():
-        time.sleep(poll_s)
+        backoff.sleep()
 
 
-def wait_all(reqs: list[MPI.Request], poll_s: float = POLL_S) -> None:
+def wait_all(reqs: list[MPI.Request]) -> None:
     """Complete every request in ``reqs`` without spinning."""
+    backoff = Backoff()
     while not MPI.Request.Testall(reqs):
-        time.sleep(poll_s)
+        backoff.sleep()
 
 
-def recv_object(comm: MPI.Comm, source: int = MPI.ANY_SOURCE, tag: int = TAG_OBJECT,
-                poll_s: float = POLL_S) -> tuple[Any, int]:
+def recv_object(comm: MPI.Comm, source: int = MPI.ANY_SOURCE,
+                tag: int = TAG_OBJECT) -> tuple[Any, int]:
     """Receive a pickled object without spinning; return it and its source rank."""
     status = MPI.Status()
+    backoff = Backoff()
     while not comm.Iprobe(source=source, tag=tag, status=status):
-        time.sleep(poll_s)
+        backoff.sleep()
     src = status.Get_source()
     return comm.recv(source=src, tag=tag), src
 

@@ -46,6 +46,8 @@ def abort_on_error(comm: MPI.Comm, fn: Any, *args: Any) -> Any:
         sys.stderr.write(f"\nflegel: rank {comm.rank} ({role}) failed:\n"
                          + "".join(traceback.format_exception(exc)))
         sys.stderr.flush()
+        # Give the launcher a moment to forward the traceback before every rank is killed.
+        time.sleep(0.5)
         comm.Abort(1)
 
 
@@ -64,14 +66,14 @@ def _limit_threads(n: int) -> None:
 
 
 # ------------------------------------------------------------------------------- worker side
-def _warm_up(algorithm: Any, x: np.ndarray, y: np.ndarray | None, theta: dict) -> None:
+def _warm_up(algorithm: Any, x: np.ndarray, y: np.ndarray | None, theta: dict,
+             zero: dict) -> None:
     """Run the kernel once on a copy of a few points, so JIT compilation (numba) happens
     before the training clock starts, not inside the first iteration."""
     n = min(len(x), 8)
     block = Block.from_arrays(x[:n].copy(), None if y is None else y[:n].copy(),
                               algorithm.init_state(n, x.shape[1]))
-    algorithm.aggregate(algorithm.zero_aggregator(theta),
-                        algorithm.update_block(block, theta, 1))
+    algorithm.aggregate(zero, algorithm.update_block(block, theta, 1))
 
 
 def run_worker(comm: MPI.Comm, job: Job) -> None:
@@ -90,7 +92,7 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
                            "n_classes": None if y is None else int(np.max(y)) + 1,
                            "load_s": time.perf_counter() - t0}, dest=0)
     layouts = msg.recv_object(comm, source=0)[0]
-    _warm_up(algorithm, x, y, layouts["theta0"])
+    _warm_up(algorithm, x, y, layouts["theta0"], layouts["agg"].zeros())
     msg.send_object(comm, "ready", dest=0)
     store = ShardStore(x, y, algorithm.init_state(len(x), x.shape[1]))
     stragglers = Stragglers.for_rank(job["stragglers"], comm.rank, job["seed"])

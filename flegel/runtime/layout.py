@@ -49,3 +49,7 @@ class Layout:
             a = buf[off:off + n].reshape(shape).astype(dt)
             out[k] = float(a) if shape == () else a
         return out
+
+    def zeros(self) -> dict:
+        """A dict of zeros with this layout (an empty aggregator)."""
+        return self.unpack(np.zeros(self.size))

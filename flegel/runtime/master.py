@@ -16,6 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 from flegel.api import Algorithm
+from flegel.runtime import Backoff
 from flegel.runtime import comm as msg
 from flegel.runtime.layout import Layout
 from flegel.stopping import StopCriteria
@@ -154,10 +155,14 @@ class Server:
     def serve(self, policy: Any) -> None:
         """Run ``policy`` until every worker has been told to stop."""
         self.start = time.perf_counter()
+        cpu0 = time.process_time()
         policy.start()
+        backoff = Backoff()
+        idle_wall = idle_cpu = 0.0
         while not self.done:
             idx = MPI.Request.Testsome(self._reqs)
             if idx:
+                backoff.reset()
                 now = time.perf_counter()
                 for i in idx:
                     rank = self.ranks[i]
@@ -176,10 +181,17 @@ class Server:
                     else:
                         policy.on_commit(rank, header, agg)
             else:
-                policy.on_tick(time.perf_counter())
+                w0, c0 = time.perf_counter(), time.process_time()
+                policy.on_tick(w0)
                 if self.progress is not None:
                     self.progress(self.version, self.objective, self.elapsed())
-                time.sleep(msg.POLL_S)
+                backoff.sleep()
+                idle_wall += time.perf_counter() - w0
+                idle_cpu += time.process_time() - c0
+        self.cpu_fraction = (time.process_time() - cpu0) / max(self.elapsed(), 1e-9)
+        # CPU used while nothing arrived: what waiting costs (the rest is barrier work).
+        self.idle_cpu_fraction = idle_cpu / max(idle_wall, 1e-9)
+        self.idle_fraction = idle_wall / max(self.elapsed(), 1e-9)
         for req in self._reqs:
             req.Cancel()
         MPI.Request.Waitall(self._reqs)  # cancelled receives complete at once

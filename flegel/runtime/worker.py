@@ -34,6 +34,7 @@ class WorkerStats:
     points: int = 0
     compute_s: float = 0.0
     wait_s: float = 0.0
+    wait_cpu_s: float = 0.0  # CPU time used while waiting: shows that waiting does not spin
     slowed_s: float = 0.0
     commits: int = 0
     aborted_points: int = 0
@@ -81,13 +82,14 @@ class Worker:
     # -------------------------------------------------------------- messaging
     def _receive_params(self) -> tuple[dict, dict]:
         """Wait (without spinning) for the next θ; return its header and θ."""
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         msg.wait(self._params_req)
         header = msg.PARAMS.read(self._params_buf)
         theta = self.theta_layout.unpack(self._params_buf[msg.Header.SIZE:])
         self._params_req = self.comm.Irecv(self._params_buf, source=0, tag=msg.TAG_PARAMS)
         self._last_wait = time.perf_counter() - t0
         self.stats.wait_s += self._last_wait
+        self.stats.wait_cpu_s += time.process_time() - c0
         return header, theta
 
     def _poll_signal(self, version: float) -> float:
@@ -123,7 +125,7 @@ class Worker:
         deadline = start + max(eta - header["offset_s"], 0.0) if eta > 0 else None
         scanned0 = store.scanned
         t = int(version) + 1
-        agg = algo.zero_aggregator(theta)
+        agg = self.agg_layout.zeros()
         points = 0
         compute = slowed = 0.0
         reason = Reason.BATCH
@@ -189,7 +191,7 @@ class Worker:
                 # SpecSync: throw the partial work away and restart from a fresher θ.
                 self.stats.aborted_points += meta["points"]
                 self.store.restore(self._snapshot)
-                agg = self.algorithm.zero_aggregator(theta)
+                agg = self.agg_layout.zeros()
                 meta["aborted"] = meta.pop("points")
                 meta["points"] = 0
             self.clock += 1
@@ -203,6 +205,7 @@ class Worker:
         s = self.stats
         return {"rank": self.comm.rank, "objective": float(objective), "n_points": len(self.store),
                 "passes": self.store.passes, "points": s.points, "compute_s": s.compute_s,
-                "wait_s": s.wait_s, "slowed_s": s.slowed_s, "commits": s.commits,
+                "wait_s": s.wait_s, "wait_cpu_fraction": s.wait_cpu_s / max(s.wait_s, 1e-9),
+                "slowed_s": s.slowed_s, "commits": s.commits,
                 "aborted_points": s.aborted_points, "stragglers": self.stragglers.record(),
                 "theta_version": header["version"], **s.extra}

@@ -1,0 +1,144 @@
+"""Bad job files fail before any work with one clear message and exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from flegel.cli import main
+from flegel.config import JobError, apply_overrides, load_job
+from tests.conftest import ROOT, child_env, write_job
+
+GOOD = {"algorithm": "kmeans", "params": {"n_clusters": 3},
+        "data": {"source": "synthetic", "kind": "blobs", "n_points": 1000, "n_features": 4,
+                 "centers": 3, "seed": 0},
+        "workers": 2, "sync": {"model": "bsp", "batch": "full"}}
+
+
+def _bad(tmp_path, capsys, doc=None, text=None, sets=()):
+    path = tmp_path / "job.yaml"
+    if text is not None:
+        path.write_text(text)
+    else:
+        write_job(path, **doc)
+    code = main(["validate", str(path), *[a for s in sets for a in ("--set", s)]])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert str(path) in err or "job.yaml" in err
+    assert "Traceback" not in err
+    return err
+
+
+def test_good_job_validates(tmp_path, capsys):
+    path = write_job(tmp_path / "job.yaml", **GOOD)
+    assert main(["validate", str(path)]) == 0
+    assert "ok" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("change, key, words", [
+    ({"algorithm": "kmeens"}, "algorithm", "unknown algorithm"),
+    ({"algorithm": "nosuchmodule:Thing"}, "algorithm", "cannot import"),
+    ({"workers": 0}, "workers", "positive integer"),
+    ({"workers": "four"}, "workers", "'four'"),
+    ({"sync": {"model": "bspp"}}, "sync.model", "one of"),
+    ({"sync": {"model": "bsp", "batchsize": 10}}, "sync.batchsize", "did you mean 'batch'"),
+    ({"stop": {"max_iterations": -3}}, "stop.max_iterations", "positive integer"),
+    ({"stop": {"tolerance": "small"}}, "stop.tolerance", "non-negative number"),
+    ({"colour": "red"}, "colour", "unknown key"),
+    ({"data": {"path": "missing.npy"}}, "data", "missing.npy"),
+    ({"params": {"n_clusters": 0}}, "params", "n_clusters"),
+    ({"params": {"n_clustrs": 3}}, "params", "n_clustrs"),
+    ({"params": {"n_clusters": 3, "init": "nofile.npy"}}, "params", "nofile.npy"),
+    ({"stragglers": [{"pattern": "injected", "workers": [7]}]}, "stragglers[0].workers",
+     "between 1 and 2"),
+    ({"stragglers": [{"pattern": "sleepy", "workers": [1]}]}, "stragglers[0].pattern",
+     "one of"),
+    ({"output": {"progress": "loud"}}, "output.progress", "'auto', 'plain' or 'none'"),
+])
+def test_bad_values(tmp_path, capsys, change, key, words):
+    err = _bad(tmp_path, capsys, {**GOOD, **change})
+    assert key in err and words in err
+
+
+def test_missing_required_key(tmp_path, capsys):
+    doc = dict(GOOD)
+    del doc["data"]
+    err = _bad(tmp_path, capsys, doc)
+    assert "data" in err and "missing" in err
+
+
+def test_bad_yaml_syntax(tmp_path, capsys):
+    err = _bad(tmp_path, capsys, text="algorithm: kmeans\nparams: {n_clusters: 3\n")
+    assert "invalid YAML" in err and "line" in err
+
+
+def test_top_level_not_mapping(tmp_path, capsys):
+    err = _bad(tmp_path, capsys, text="- just\n- a list\n")
+    assert "mapping" in err
+
+
+def test_missing_job_file(tmp_path, capsys):
+    assert main(["validate", str(tmp_path / "nope.yaml")]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+def test_wrong_data_shape(tmp_path, capsys):
+    np.save(tmp_path / "x.npy", np.zeros(10))
+    err = _bad(tmp_path, capsys, {**GOOD, "data": {"path": "x.npy"}})
+    assert "x.npy" in err
+
+
+def test_ragged_csv(tmp_path, capsys):
+    (tmp_path / "x.csv").write_text("1,2,3\n4,5,6\n7,8\n")
+    err = _bad(tmp_path, capsys, {**GOOD, "data": {"path": "x.csv"}})
+    assert "x.csv" in err
+
+
+def test_labels_required(tmp_path, capsys):
+    np.save(tmp_path / "x.npy", np.zeros((10, 3)))
+    err = _bad(tmp_path, capsys, {**GOOD, "algorithm": "logreg", "params": {},
+                                   "data": {"path": "x.npy"}})
+    assert "labelled" in err
+
+
+def test_init_file_wrong_shape(tmp_path, capsys):
+    np.save(tmp_path / "c.npy", np.zeros((5, 4)))
+    err = _bad(tmp_path, capsys, {**GOOD, "params": {"n_clusters": 3, "init": "c.npy"}})
+    assert "(5, 4)" in err
+
+
+def test_bad_override(tmp_path, capsys):
+    err = _bad(tmp_path, capsys, GOOD, sets=["sync.batch=-5"])
+    assert "sync.batch" in err
+
+
+def test_overrides_parse_yaml_values(tmp_path):
+    doc = apply_overrides({"sync": {"model": "bsp"}, "stragglers": [{"tau_ms": 1}]},
+                          ["sync.batch=500", "stop.tolerance=1e-3", "stragglers.0.tau_ms=32",
+                           "params.init=random"], tmp_path / "j.yaml")
+    assert doc["sync"]["batch"] == 500 and doc["stop"]["tolerance"] == 1e-3
+    assert doc["stragglers"][0]["tau_ms"] == 32 and doc["params"]["init"] == "random"
+
+
+def test_overrides_reach_the_job(tmp_path):
+    path = write_job(tmp_path / "job.yaml", **GOOD)
+    job = load_job(path, ["workers=3", "sync.batch=auto", "stop.max_iterations=7"])
+    assert job["workers"] == 3 and job["sync"]["batch"] == "auto"
+    assert job["stop"]["max_iterations"] == 7
+
+
+def test_run_cli_bad_job_exits_2_without_traceback(tmp_path):
+    path = write_job(tmp_path / "job.yaml", **{**GOOD, "workers": -1})
+    proc = subprocess.run([sys.executable, "-m", "flegel", "run", str(path)],
+                          capture_output=True, text=True, timeout=60, env=child_env(),
+                          cwd=ROOT)
+    assert proc.returncode == 2
+    assert "workers" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_job_error_message_format(tmp_path):
+    err = JobError(tmp_path / "j.yaml", "sync.batch", "a positive integer", -1)
+    assert str(err).endswith("sync.batch: expected a positive integer, found -1")
