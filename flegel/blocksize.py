@@ -35,7 +35,8 @@ class BlockSizer:
             return
         cost = seconds / points
         a = self.smoothing
-        self.per_point_s = cost if self.per_point_s is None else (1 - a) * self.per_point_s + a * cost
+        prev = self.per_point_s
+        self.per_point_s = cost if prev is None else (1 - a) * prev + a * cost
         # Grow at most 4x per block so one badly timed small block cannot jump to a huge size.
         want = self.target_s / self.per_point_s
         self.size = int(max(self.min_size, min(self.max_size, want, 4 * self.size)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.util
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -160,12 +161,31 @@ def _section(file: Path, prefix: str, given: Any, schema: dict[str, Key]) -> dic
 
 
 # --------------------------------------------------------------------------- loading
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads ``1e-4`` as a string; users mean a number, as in YAML 1.2."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                 |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                 |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                 |[-+]?\.(?:inf|Inf|INF)
+                 |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+
+
+def parse_yaml(text: str):
+    """Parse YAML text with :class:`_Loader`."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
 def load_yaml(path: Path) -> dict[str, Any]:
     """Read a job file; a missing file or bad YAML becomes a :class:`JobError`."""
     if not path.is_file():
         raise JobError(path, "(file)", "", detail="job file not found")
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = parse_yaml(path.read_text())
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(parse)"
@@ -183,7 +203,7 @@ def apply_overrides(doc: dict[str, Any], sets: list[str], file: Path) -> dict[st
         if not eq or not key:
             raise JobError(file, f"--set {item}", "key.path=value", item)
         try:
-            value = yaml.safe_load(raw)
+            value = parse_yaml(raw)
         except yaml.YAMLError:
             value = raw
         node: Any = doc
@@ -241,9 +261,9 @@ def _validate_sync(file: Path, given: Any) -> dict[str, Any]:
     if model in sync_models.PRESETS:
         given = {**sync_models.PRESETS[model], **{k: v for k, v in given.items() if k != "model"}}
         model = given["model"]
-    if model not in sync_models.MODELS:
+    if model not in sync_models.available():
         raise JobError(file, "sync.model", "one of " + ", ".join(
-            list(sync_models.MODELS) + list(sync_models.PRESETS)), model)
+            sync_models.available() + list(sync_models.PRESETS)), model)
     cls = sync_models.policy_class(model)
     schema = {"model": Key("a sync model", _str)}
     for k, (default, expected) in cls.OPTIONS.items():

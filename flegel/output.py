@@ -97,9 +97,9 @@ class RunWriter:
         if job["stop"]["target_objective"] is not None:
             summary["target_objective"] = job["stop"]["target_objective"]
             summary["time_to_target_s"] = server.time_to_target
-        summary["per_worker"] = [
-            {k: r[k] for k in ("rank", "n_points", "points", "passes", "compute_s", "wait_s",
-                               "wait_cpu_fraction", "slowed_s", "commits", "aborted_points")} for r in results]
+        keys = ("rank", "n_points", "points", "passes", "compute_s", "wait_s",
+                "wait_cpu_fraction", "slowed_s", "commits", "aborted_points")
+        summary["per_worker"] = [{k: r[k] for k in keys} for r in results]
         summary["stragglers"] = [s for r in results for s in r["stragglers"]]
         summary.update(policy.summary())
         extra = getattr(algorithm, "report", None)

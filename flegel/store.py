@@ -31,6 +31,8 @@ class ShardStore:
         self.halted = np.zeros(len(self.x), dtype=bool)
         self.n_halted = 0
         self.cursor = 0
+        self._mark: tuple | None = None
+        self._journal: list | None = None
         self.visited = 0  # points processed, over all passes
         self.scanned = 0  # rows the cursor has moved over (halted ones included)
 
@@ -61,6 +63,7 @@ class ShardStore:
         if self.n_halted:
             idx = np.flatnonzero(~self.halted[start:stop]) + start
             sel = idx
+        self._journal_rows(sel)
         x = self.x[sel]
         y = None if self.y is None else self.y[sel]
         state = {k: v[sel] for k, v in self.state.items()}
@@ -83,16 +86,29 @@ class ShardStore:
         """All points (halted ones included) as one block, for exact evaluation."""
         return Block(self.x, self.y, self.state, np.zeros(len(self), dtype=bool))
 
-    def snapshot(self) -> dict:
-        """Copy the traversal position and all per-point state, to roll back to later."""
-        return {"cursor": self.cursor, "visited": self.visited, "scanned": self.scanned,
-                "halted": self.halted.copy(),
-                "state": {k: v.copy() for k, v in self.state.items()}}
+    def mark(self) -> None:
+        """Remember the traversal position; from now on journal the state of visited rows.
 
-    def restore(self, snap: dict) -> None:
-        """Return to a :meth:`snapshot` (FSPV probes, SpecSync aborts)."""
-        self.cursor, self.visited, self.scanned = snap["cursor"], snap["visited"], snap["scanned"]
-        self.halted[:] = snap["halted"]
+        :meth:`rollback` returns to this point.  Only the rows processed after the mark are
+        copied (lazily, just before their first update), so marking every iteration (SpecSync)
+        or every probe (FSPV) costs memory in proportion to the work since the mark.
+        """
+        self._mark = (self.cursor, self.visited, self.scanned, self.halted.copy()
+                      if self.n_halted else None)
+        self._journal = []
+
+    def rollback(self) -> None:
+        """Return to the last :meth:`mark`: traversal position, state and halt votes."""
+        if self._mark is None:
+            raise RuntimeError("rollback() without a mark()")
+        for sel, saved in reversed(self._journal):
+            for k, v in saved.items():
+                self.state[k][sel] = v
+        self.cursor, self.visited, self.scanned, halted = self._mark
+        self.halted[:] = False if halted is None else halted
         self.n_halted = int(self.halted.sum())
-        for k, v in snap["state"].items():
-            self.state[k][...] = v
+        self._journal = []
+
+    def _journal_rows(self, sel: slice | np.ndarray) -> None:
+        if self._journal is not None and self.state:
+            self._journal.append((sel, {k: v[sel].copy() for k, v in self.state.items()}))

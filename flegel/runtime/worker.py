@@ -76,7 +76,6 @@ class Worker:
         self._params_req = comm.Irecv(self._params_buf, source=0, tag=msg.TAG_PARAMS)
         self._signal_req = comm.Irecv(self._signal_buf, source=0, tag=msg.TAG_SIGNAL)
         self._commit_req: MPI.Request | None = None
-        self._snapshot: dict | None = None
         self.clock = 0
 
     # -------------------------------------------------------------- messaging
@@ -182,15 +181,15 @@ class Worker:
         self.stragglers.reset_clock()
         header, theta = self._receive_params()
         while not header["stop"]:
-            if header["rollback"] and self._snapshot is not None:
-                self.store.restore(self._snapshot)
+            if header["rollback"]:
+                self.store.rollback()
             if header["mark"]:
-                self._snapshot = self.store.snapshot()
+                self.store.mark()
             agg, meta = self._iterate(header, theta)
-            if meta["reason"] == float(Reason.ABORT) and self._snapshot is not None:
+            if meta["reason"] == float(Reason.ABORT):
                 # SpecSync: throw the partial work away and restart from a fresher θ.
                 self.stats.aborted_points += meta["points"]
-                self.store.restore(self._snapshot)
+                self.store.rollback()
                 agg = self.agg_layout.zeros()
                 meta["aborted"] = meta.pop("points")
                 meta["points"] = 0

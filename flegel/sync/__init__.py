@@ -7,18 +7,32 @@ without importing MPI, and adding a model touches no other model.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any
 
 #: model name -> "module:Class" of its master policy.
 MODELS: dict[str, str] = {
     "bsp": "flegel.sync.bsp:BSP",
+    "fsp": "flegel.sync.fsp:FSP",
+    "asp": "flegel.sync.asp:ASP",
+    "ssp": "flegel.sync.ssp:SSP",
+    "dssp": "flegel.sync.dssp:DSSP",
+    "specsync": "flegel.sync.specsync:SpecSync",
+    "elastic": "flegel.sync.elastic:ElasticBSP",
 }
 
 #: Short names used by ``flegel compare``: name -> the ``sync`` section it stands for.
 PRESETS: dict[str, dict[str, Any]] = {
     "bspb": {"model": "bsp", "batch": "full"},
     "bspv": {"model": "bsp", "batch": "auto"},
+    "fspb": {"model": "fsp", "interval": "binary"},
+    "fspv": {"model": "fsp", "interval": "multistage"},
 }
+
+
+def available() -> list[str]:
+    """Names of the models whose module is installed."""
+    return [m for m in MODELS if importlib.util.find_spec(MODELS[m].partition(":")[0])]
 
 
 def policy_class(model: str) -> type:

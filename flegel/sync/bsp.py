@@ -50,6 +50,18 @@ class BSP(BarrierPolicy):
     OPTIONS = {"batch": ("full", "'full', 'auto' or a positive number of points per worker"),
                "overhead": (0.1, "largest barrier share of an iteration for batch: auto")}
 
+    @staticmethod
+    def check_options(options: dict[str, Any]) -> tuple[str, str] | None:
+        """Return ``(key, expected)`` for the first bad option, or None."""
+        b = options["batch"]
+        if b not in ("full", "auto") and not (isinstance(b, int) and not isinstance(b, bool)
+                                              and b > 0):
+            return "batch", BSP.OPTIONS["batch"][1]
+        rho = options["overhead"]
+        if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not 0 < rho < 1:
+            return "overhead", "a number between 0 and 1"
+        return None
+
     def __init__(self, server, options: dict[str, Any]) -> None:
         super().__init__(server, options)
         b = options.get("batch", "full")
