@@ -1,7 +1,7 @@
 """Straggler patterns injected into workers (FSP paper Section 6.1; DESIGN §5).
 
-Each pattern slows a list of worker ranks (1..n) by sleeping after a block, so a slowed worker
-answers barriers late exactly as a real straggler would; sleeping never burns a core.
+Each pattern slows a list of worker ranks (1..n) by suspending it after a block (sleeping, which
+never burns a core); the worker loop serves the suspension (see :meth:`Stragglers.after_block`).
 
 * ``injected``: suspend ``tau_ms`` every ``every`` points processed, counted cumulatively
   over the whole run (not per iteration), as in Section 6.1.
@@ -119,7 +119,13 @@ class Stragglers:
         self.start = time.perf_counter()
 
     def after_block(self, points: int, compute_s: float) -> float:
-        """Sleep as the patterns demand after a block; return the seconds slept."""
+        """Return the seconds the patterns suspend this worker after a block.
+
+        The worker sleeps them itself, in slices, so a barrier signal that arrives while it is
+        suspended is answered at once with the work done so far (the suspended training
+        thread holds no half-processed point); the rest of the suspension is served before
+        it computes again, so the worker loses exactly the time the pattern says.
+        """
         if not self.patterns:
             return 0.0
         elapsed = time.perf_counter() - self.start
@@ -128,8 +134,6 @@ class Stragglers:
             d = p.delay(points, compute_s, elapsed)
             p.lost_s += d
             total += d
-        if total > 0:
-            time.sleep(total)
         return total
 
     def record(self) -> list[dict[str, Any]]:

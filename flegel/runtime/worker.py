@@ -77,6 +77,7 @@ class Worker:
         self._signal_req = comm.Irecv(self._signal_buf, source=0, tag=msg.TAG_SIGNAL)
         self._commit_req: MPI.Request | None = None
         self.clock = 0
+        self.debt_s = 0.0  # straggler suspension still to serve
 
     # -------------------------------------------------------------- messaging
     def _receive_params(self) -> tuple[dict, dict]:
@@ -113,6 +114,23 @@ class Worker:
         self._commit_req = self.comm.Isend(self._commit_buf, dest=0, tag=msg.TAG_COMMIT)
         self.stats.commits += 1
 
+    def _suspend(self, version: float, deadline: float | None) -> float:
+        """Serve the straggler suspension in slices; stop early for a signal or the timer.
+
+        Returns the signal kind that interrupted it (0.0 if none).  What is left of the
+        suspension stays in :attr:`debt_s` for the next iteration.
+        """
+        while self.debt_s > 0:
+            step = min(self.debt_s, 1e-3)
+            time.sleep(step)
+            self.debt_s -= step
+            signal = self._poll_signal(version)
+            if signal:
+                return signal
+            if deadline is not None and time.perf_counter() >= deadline:
+                return 0.0
+        return 0.0
+
     # -------------------------------------------------------------- one iteration
     def _iterate(self, header: dict, theta: dict) -> tuple[dict, dict]:
         """Process blocks until the commit condition; return the aggregate and its header."""
@@ -126,21 +144,24 @@ class Worker:
         t = int(version) + 1
         agg = self.agg_layout.zeros()
         points = 0
-        compute = slowed = 0.0
+        compute = 0.0
         reason = Reason.BATCH
+        slowed = -self.debt_s
+        pending = self._suspend(version, deadline)
         while True:
-            if batch > 0 and points >= batch:
-                reason = Reason.BATCH
-                break
-            if store.scanned - scanned0 >= len(store):
-                reason = Reason.PASS
-                break
-            signal = self._poll_signal(version)
+            signal = pending or self._poll_signal(version)
+            pending = 0.0
             if signal == msg.SIGNAL_PAUSE:
                 reason = Reason.SIGNAL
                 break
             if signal == msg.SIGNAL_ABORT:
                 reason = Reason.ABORT
+                break
+            if batch > 0 and points >= batch:
+                reason = Reason.BATCH
+                break
+            if store.scanned - scanned0 >= len(store):
+                reason = Reason.PASS
                 break
             if deadline is not None and time.perf_counter() >= deadline:
                 reason = Reason.TIMER
@@ -158,7 +179,12 @@ class Worker:
             self.sizer.observe(len(block), dt)
             points += len(block)
             compute += dt
-            slowed += self.stragglers.after_block(len(block), dt)
+            delay = self.stragglers.after_block(len(block), dt)
+            if delay:
+                self.debt_s += delay
+                slowed += delay
+                pending = self._suspend(version, deadline)
+        slowed -= self.debt_s  # what is left is served (and counted) next iteration
         elapsed = time.perf_counter() - start
         self.stats.points += points
         self.stats.compute_s += compute

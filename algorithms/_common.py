@@ -1,0 +1,223 @@
+"""Small shared helpers of the built-in algorithms: parameter checks, stable log-sum-exp and
+softmax, k-means++ seeding on the data sample, initialization files and the per-point path.
+
+Everything here uses only flegel's public API, as a user-written algorithm would.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flegel import Algorithm, Block
+
+__all__ = [
+    "check_choice", "check_float", "check_int", "check_init_spec", "chunks",
+    "kmeans_plusplus_sample", "learning_rate_at", "load_init_arrays", "logsumexp_rows",
+    "point_via_block", "resolve_init_path", "softmax_rows", "squared_distances",
+    "validate_init_file",
+]
+
+#: ``log(2π)``, used by Gaussian log-densities.
+LOG_2PI = float(np.log(2.0 * np.pi))
+
+
+# ------------------------------------------------------------------ parameter validation
+def check_int(name: str, value: Any, *, min_value: int = 1) -> int:
+    """Return ``value`` as an int, or raise ``ValueError`` naming the parameter."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < min_value:
+        raise ValueError(f"{name} must be an integer >= {min_value}, got {value!r}")
+    return int(value)
+
+
+def check_float(name: str, value: Any, *, low: float | None = None, high: float | None = None,
+                low_open: bool = False, high_open: bool = False) -> float:
+    """Return ``value`` as a finite float inside the given bounds, or raise ``ValueError``."""
+    ok = (isinstance(value, numbers.Real) and not isinstance(value, bool)
+          and np.isfinite(float(value)))
+    if ok and low is not None:
+        ok = float(value) > low if low_open else float(value) >= low
+    if ok and high is not None:
+        ok = float(value) < high if high_open else float(value) <= high
+    if not ok:
+        lo = "" if low is None else f"{'>' if low_open else '>='} {low}"
+        hi = "" if high is None else f"{'<' if high_open else '<='} {high}"
+        bounds = " and ".join(b for b in (lo, hi) if b)
+        raise ValueError(f"{name} must be a finite number{' ' + bounds if bounds else ''}, "
+                         f"got {value!r}")
+    return float(value)
+
+
+def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
+    """Return ``value`` if it is one of ``choices``, or raise ``ValueError`` listing them."""
+    if not isinstance(value, str) or value not in choices:
+        options = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"{name} must be one of {options}, got {value!r}")
+    return value
+
+
+# ------------------------------------------------------------------ numerics
+def logsumexp_rows(a: np.ndarray) -> np.ndarray:
+    """Return ``log(sum(exp(a), axis=1))`` of a 2-D array, stably (rows of -inf give -inf)."""
+    xp = _namespace(a)
+    amax = a.max(axis=1, keepdims=True)
+    amax = xp.where(xp.isfinite(amax), amax, 0.0)
+    with np.errstate(divide="ignore", under="ignore"):
+        out = xp.log(xp.exp(a - amax).sum(axis=1))
+    return out + amax[:, 0]
+
+
+def softmax_rows(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Return the row-wise softmax of a 2-D array (in ``out`` if given; may be ``a``)."""
+    xp = _namespace(a)
+    if out is None:
+        out = a.copy()
+    elif out is not a:
+        out[...] = a
+    out -= out.max(axis=1, keepdims=True)
+    xp.exp(out, out=out)
+    out /= out.sum(axis=1, keepdims=True)
+    return out
+
+
+def squared_distances(x: np.ndarray, centers: np.ndarray) -> np.ndarray:
+    """Return the (n, k) squared Euclidean distances through one GEMM, clipped at zero."""
+    d2 = x @ centers.T
+    d2 *= -2.0
+    d2 += np.einsum("ij,ij->i", x, x)[:, None]
+    d2 += np.einsum("ij,ij->i", centers, centers)[None, :]
+    return np.maximum(d2, 0.0, out=d2)
+
+
+def chunks(n: int, size: int = 8192):
+    """Yield slices covering ``range(n)`` in pieces of at most ``size`` (bounded temporaries)."""
+    for start in range(0, n, size):
+        yield slice(start, min(n, start + size))
+
+
+def learning_rate_at(rate: float, schedule: str, power_t: float, step: float) -> float:
+    """Step size of update number ``step`` (1-based): ``rate`` or ``rate / step**power_t``."""
+    if schedule == "invscaling":
+        return rate / max(step, 1.0) ** power_t
+    return rate
+
+
+def _namespace(a: Any):
+    """NumPy, or CuPy for CuPy arrays (without importing CuPy otherwise)."""
+    mod = type(a).__module__
+    if mod.startswith("cupy"):
+        import cupy
+
+        return cupy
+    return np
+
+
+# ------------------------------------------------------------------ initialization
+def kmeans_plusplus_sample(sample: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """Return k centres chosen by k-means++ on the data sample (a seeded, deterministic pick).
+
+    Raises
+    ------
+    ValueError
+        If the sample has fewer than ``k`` points.
+    """
+    from sklearn.cluster import kmeans_plusplus
+
+    sample = np.asarray(sample, dtype=np.float64)
+    if len(sample) < k:
+        raise ValueError(f"{k} clusters/components requested but the data sample holds only "
+                         f"{len(sample)} points")
+    centers, _ = kmeans_plusplus(sample, k, random_state=seed)
+    return np.ascontiguousarray(centers, dtype=np.float64)
+
+
+def check_init_spec(init: Any, keywords: Sequence[str]) -> str:
+    """Check that ``init`` is one of ``keywords`` or a string/path naming a file."""
+    if isinstance(init, Path):
+        init = str(init)
+    if not isinstance(init, str) or not init:
+        kws = ", ".join(repr(k) for k in keywords)
+        raise ValueError(f"init must be one of {kws} or the path of a .npy/.npz file, "
+                         f"got {init!r}")
+    return init
+
+
+def resolve_init_path(init: str, base_dir: Path, keywords: Sequence[str]) -> Path | None:
+    """Return the file named by ``init`` resolved against ``base_dir``, or None for a keyword."""
+    if init in keywords:
+        return None
+    return (Path(base_dir) / Path(init).expanduser()).resolve()
+
+
+def load_init_arrays(path: Path, main_key: str) -> dict[str, np.ndarray]:
+    """Load an initialization file: a ``.npy`` array (returned under ``main_key``) or a ``.npz``
+    archive (all its arrays; a single unnamed array is taken as ``main_key``).
+
+    Raises
+    ------
+    ValueError
+        If the file is missing, has another suffix, or an ``.npz`` lacks ``main_key``.
+    """
+    if path.suffix not in (".npy", ".npz"):
+        raise ValueError(f"init: expected a .npy or .npz file, got {path}")
+    if not path.is_file():
+        raise ValueError(f"init: file {path} does not exist")
+    if path.suffix == ".npy":
+        return {main_key: np.load(path, allow_pickle=False)}
+    with np.load(path, allow_pickle=False) as archive:
+        arrays = {k: archive[k] for k in archive.files}
+    if main_key not in arrays:
+        if len(arrays) == 1:
+            arrays = {main_key: next(iter(arrays.values()))}
+        else:
+            raise ValueError(f"init: {path} must hold an array named {main_key!r}, "
+                             f"found {sorted(arrays)}")
+    return arrays
+
+
+def validate_init_file(init: str, base_dir: Path, keywords: Sequence[str], main_key: str,
+                       n_rows: int) -> None:
+    """``validate`` helper: check that an init file exists and holds an (n_rows, d) array."""
+    path = resolve_init_path(init, base_dir, keywords)
+    if path is None:
+        return
+    if path.suffix not in (".npy", ".npz"):
+        kws = ", ".join(repr(k) for k in keywords)
+        raise ValueError(f"init: expected one of {kws} or a .npy/.npz file, got {init!r}")
+    if path.suffix == ".npy" and path.is_file():
+        shape = np.load(path, mmap_mode="r").shape
+    else:
+        shape = load_init_arrays(path, main_key)[main_key].shape
+    if len(shape) != 2 or shape[0] != n_rows:
+        raise ValueError(f"init: {path} holds {main_key} of shape {shape}, "
+                         f"expected ({n_rows}, n_features)")
+
+
+# ------------------------------------------------------------------ the per-point path
+def point_via_block(algorithm: Algorithm, kernel: Callable[[Block, dict, int], dict],
+                    point: Any, state: Any, theta: dict, t: int) -> dict:
+    """Run a block kernel on a block of one point (the per-point hook).
+
+    The built-ins implement :meth:`~flegel.Algorithm.update_data_point` through their
+    vectorized kernel on a one-row block so that both hooks share one piece of math; the
+    point's state is copied in and written back through ``state`` (a
+    :class:`flegel.PointState`).  ``kernel`` must be the algorithm's own kernel, not
+    ``update_block``, which a subclass may route back through ``update_data_point``.
+    """
+    if isinstance(point, tuple):
+        x, y = point
+        y = np.asarray([y])
+    else:
+        x, y = point, None
+    rows = {k: np.array(state[k])[None, ...] for k in state.keys()}
+    block = Block.from_arrays(np.asarray(x)[None, :], y, rows)
+    agg = kernel(block, theta, t)
+    for k, v in rows.items():
+        state[k] = v[0]
+    if block.halt[0]:
+        algorithm.vote_to_halt()
+    return agg

@@ -1,0 +1,324 @@
+"""Gaussian mixture model by incremental EM (FSP paper Section 2.2, Eq. 2-3; Table 1: GMM).
+
+Each point keeps its responsibilities r_i (a row of K numbers) and its loss
+``-log p(x_i | θ)`` as state.  A delta holds the signed changes of the sufficient statistics
+caused by the points processed, ``Δs_i = s_i(new r_i) - s_i(old r_i)`` (Eq. 3):
+
+* ``nk``  = Σ_i r_ik,
+* ``sx``  = Σ_i r_ik x_i,
+* ``sxx`` = Σ_i r_ik x_i²  (diagonal) or Σ_i r_ik x_i x_iᵀ (full),
+
+which are kept inside θ, so the M-step sees the statistics of the *current* responsibilities of
+every point however few points an iteration processed.  Under full-batch BSP this is exactly the
+classic EM iteration of scikit-learn's :class:`sklearn.mixture.GaussianMixture`.
+
+Kernel (diagonal): the block is laid out once as ``z = [x², x]`` (b × 2d); the log-densities of
+all components are one GEMM ``z @ [-½P; μP]`` and the changes of ``sxx`` and ``sx`` are one GEMM
+``Δrᵀ z``; a numba pass in between does the log-sum-exp, the new responsibilities, their changes
+and the loss.  Full covariance does one (b × d) · (d × d) GEMM per component each way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numba
+import numpy as np
+from scipy.linalg import solve_triangular
+
+from flegel import Algorithm, Block, DataInfo
+
+from ._common import (
+    LOG_2PI,
+    check_choice,
+    check_float,
+    check_init_spec,
+    check_int,
+    chunks,
+    kmeans_plusplus_sample,
+    load_init_arrays,
+    logsumexp_rows,
+    point_via_block,
+    resolve_init_path,
+    validate_init_file,
+)
+
+_INITS = ("kmeans++",)
+_COVARIANCE_TYPES = ("diag", "full")
+_EPS = 10.0 * np.finfo(np.float64).eps  # added to nk, as scikit-learn does
+_DEGENERATE = 1e-9  # a component with nk below this fraction of the total keeps its shape
+
+
+@numba.njit(cache=True, nogil=True)
+def _responsibilities(logp, resp, loss, dresp):  # pragma: no cover - compiled
+    """E-step of a block from its weighted log-densities ``logp`` (b × K).
+
+    Writes the new responsibilities into ``resp`` and their changes into ``dresp``, the new
+    loss ``-log p(x_i)`` into ``loss``, and returns the change of the summed loss.
+    """
+    n, k = logp.shape
+    dobj = 0.0
+    for i in range(n):
+        m = logp[i, 0]
+        for j in range(1, k):
+            if logp[i, j] > m:
+                m = logp[i, j]
+        s = 0.0
+        for j in range(k):
+            e = np.exp(logp[i, j] - m)
+            dresp[i, j] = e
+            s += e
+        inv = 1.0 / s
+        for j in range(k):
+            r = dresp[i, j] * inv
+            dresp[i, j] = r - resp[i, j]
+            resp[i, j] = r
+        new = -(m + np.log(s))
+        dobj += new - loss[i]
+        loss[i] = new
+    return dobj
+
+
+def _precisions_cholesky_full(cov: np.ndarray) -> np.ndarray:
+    """Cholesky factors L_k of the precisions (P_k = L_k L_kᵀ), as scikit-learn computes them."""
+    k, d, _ = cov.shape
+    out = np.empty_like(cov)
+    eye = np.eye(d)
+    for j in range(k):
+        try:
+            chol = np.linalg.cholesky(cov[j])
+        except np.linalg.LinAlgError as err:
+            raise ValueError(
+                "GaussianMixture: a component's covariance is not positive definite "
+                "(singleton or collapsed component); increase reg_covar") from err
+        out[j] = solve_triangular(chol, eye, lower=True).T
+    return out
+
+
+class GaussianMixture(Algorithm):
+    """Gaussian mixture model fitted by incremental EM.
+
+    FSP paper Section 2.2 (Eq. 3) and Table 1 (GMM).  The objective is the negative
+    log-likelihood ``-Σ_i log Σ_k w_k N(x_i | μ_k, Σ_k)``, minimized.
+
+    Parameters
+    ----------
+    n_components : int, default=8
+        Number of mixture components K.
+    covariance_type : {"diag", "full"}, default="diag"
+        Diagonal covariance per component, or a full (d × d) covariance per component.
+    reg_covar : float, default=1e-6
+        Non-negative value added to the diagonal of every covariance (scikit-learn's
+        ``reg_covar``); it is also the floor of each variance.
+    init : "kmeans++" or path, default="kmeans++"
+        ``"kmeans++"``: means by k-means++ on the seeded data sample, uniform weights and, for
+        every component, the variance (or covariance) of the sample.  Otherwise the path of a
+        ``.npy`` file of initial means (K, d) or of a ``.npz`` archive holding ``means`` and
+        optionally ``weights`` (K,) and ``covariances`` ((K, d) diag, (K, d, d) full);
+        relative paths resolve against the job file's folder.
+
+    Notes
+    -----
+    θ holds ``weights``, ``means``, ``precisions_cholesky`` (scikit-learn's convention: for
+    ``diag`` the (K, d) array ``1/σ``, for ``full`` the (K, d, d) factors L with
+    ``Σ⁻¹ = L Lᵀ``) and the statistics ``nk``, ``sx``, ``sxx``.  :meth:`finalize` adds
+    ``covariances``.  As in scikit-learn, ``10·eps`` is added to ``nk`` in the M-step; a
+    component whose ``nk`` falls below 1e-9 of the total keeps its previous mean and covariance.
+    Per-point state is ``resp`` (K floats) and ``loss``, i.e. 8(K+1) bytes per point.
+    """
+
+    name = "gmm"
+    objective_name = "negative log-likelihood"
+
+    def __init__(self, n_components: int = 8, covariance_type: str = "diag",
+                 reg_covar: float = 1e-6, init: str = "kmeans++") -> None:
+        super().__init__()
+        self.n_components = check_int("n_components", n_components)
+        self.covariance_type = check_choice("covariance_type", covariance_type,
+                                            _COVARIANCE_TYPES)
+        self.reg_covar = check_float("reg_covar", reg_covar, low=0.0)
+        self.init = check_init_spec(init, _INITS)
+
+    # ------------------------------------------------------------------ set-up
+    def validate(self, base_dir: Path) -> None:
+        validate_init_file(self.init, base_dir, _INITS, "means", self.n_components)
+
+    def init_parameter(self, info: DataInfo) -> dict[str, np.ndarray]:
+        k, d = self.n_components, info.n_features
+        full = self.covariance_type == "full"
+        sample = np.asarray(info.sample, dtype=np.float64)
+        path = resolve_init_path(self.init, info.base_dir, _INITS)
+        arrays: dict[str, np.ndarray] = {}
+        if path is not None:
+            arrays = load_init_arrays(path, "means")
+            means = np.array(arrays["means"], dtype=np.float64)
+            if means.shape != (k, d):
+                raise ValueError(f"init: means in {path} have shape {means.shape}, "
+                                 f"expected {(k, d)}")
+        else:
+            means = kmeans_plusplus_sample(sample, k, info.seed)
+        weights = np.array(arrays.get("weights", np.full(k, 1.0 / k)), dtype=np.float64)
+        if weights.shape != (k,) or np.any(weights < 0) or weights.sum() <= 0:
+            raise ValueError(f"init: weights must be {k} non-negative numbers, "
+                             f"got shape {weights.shape}")
+        weights /= weights.sum()
+        if "covariances" in arrays:
+            cov = np.array(arrays["covariances"], dtype=np.float64)
+            want = (k, d, d) if full else (k, d)
+            if cov.shape != want:
+                raise ValueError(f"init: covariances have shape {cov.shape}, expected {want}")
+        elif full:
+            cov = np.cov(sample, rowvar=False, bias=True).reshape(d, d) if len(sample) > 1 \
+                else np.zeros((d, d))
+            cov = np.repeat((cov + self.reg_covar * np.eye(d))[None], k, axis=0)
+        else:
+            var = sample.var(axis=0) if len(sample) > 1 else np.zeros(d)
+            cov = np.repeat((var + self.reg_covar)[None], k, axis=0)
+        if full:
+            pchol = _precisions_cholesky_full(cov)
+            sxx = np.zeros((k, d, d))
+        else:
+            if np.any(cov <= 0):
+                raise ValueError("GaussianMixture: initial variances must be positive; "
+                                 "increase reg_covar")
+            pchol = 1.0 / np.sqrt(cov)
+            sxx = np.zeros((k, d))
+        return {"weights": weights, "means": means, "precisions_cholesky": pchol,
+                "nk": np.zeros(k), "sx": np.zeros((k, d)), "sxx": sxx}
+
+    def init_state(self, n: int, n_features: int) -> dict[str, np.ndarray]:
+        return {"resp": np.zeros((n, self.n_components)), "loss": np.zeros(n)}
+
+    def zero_aggregator(self, theta: dict[str, np.ndarray]) -> dict:
+        return {"nk": np.zeros_like(theta["nk"]), "sx": np.zeros_like(theta["sx"]),
+                "sxx": np.zeros_like(theta["sxx"]), "objective": 0.0}
+
+    # ------------------------------------------------------------------ kernels
+    @staticmethod
+    def _diag_weights(theta: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """GEMM operand (2d × K) and constant (K,) of the diagonal log-densities of z=[x², x]."""
+        mu, pchol, w = theta["means"], theta["precisions_cholesky"], theta["weights"]
+        prec = pchol * pchol
+        d = mu.shape[1]
+        with np.errstate(divide="ignore"):
+            const = (np.log(w) - 0.5 * d * LOG_2PI + np.log(pchol).sum(axis=1)
+                     - 0.5 * np.einsum("kj,kj->k", mu * mu, prec))
+        gemm = np.concatenate([-0.5 * prec.T, (mu * prec).T], axis=0)
+        return gemm, const
+
+    @staticmethod
+    def _stack(x: np.ndarray) -> np.ndarray:
+        """z = [x², x] in float64 (b × 2d)."""
+        b, d = x.shape
+        z = np.empty((b, 2 * d))
+        np.multiply(x, x, out=z[:, :d])
+        z[:, d:] = x
+        return z
+
+    @staticmethod
+    def _log_prob_full(x: np.ndarray, theta: dict[str, np.ndarray]) -> np.ndarray:
+        """Weighted log-densities log w_k + log N(x | μ_k, Σ_k), full covariance (b × K)."""
+        mu, pchol, w = theta["means"], theta["precisions_cholesky"], theta["weights"]
+        k, d = mu.shape
+        logp = np.empty((x.shape[0], k))
+        for j in range(k):  # one GEMM per component
+            y = x @ pchol[j]
+            y -= mu[j] @ pchol[j]
+            logp[:, j] = np.einsum("ij,ij->i", y, y)
+        logdet = np.log(np.diagonal(pchol, axis1=1, axis2=2)).sum(axis=1)
+        with np.errstate(divide="ignore"):
+            logp *= -0.5
+            logp += np.log(w) - 0.5 * d * LOG_2PI + logdet
+        return logp
+
+    def _log_prob(self, x: np.ndarray, theta: dict[str, np.ndarray]) -> np.ndarray:
+        if self.covariance_type == "full":
+            return self._log_prob_full(np.asarray(x, dtype=np.float64), theta)
+        gemm, const = self._diag_weights(theta)
+        return self._stack(x) @ gemm + const
+
+    def update_data_point(self, point, state, theta, t):
+        return point_via_block(self, self._update_rows, point, state, theta, t)
+
+    def update_block(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
+        return self._update_rows(block, theta, t)
+
+    def _update_rows(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
+        """The vectorized kernel of a block; both hooks run it (one piece of math)."""
+        b, d = block.x.shape
+        resp, loss = block.state["resp"], block.state["loss"]
+        dresp = np.empty_like(resp)
+        if self.covariance_type == "diag":
+            gemm, const = self._diag_weights(theta)
+            z = self._stack(block.x)
+            logp = z @ gemm
+            logp += const
+            dobj = _responsibilities(logp, resp, loss, dresp)
+            stats = dresp.T @ z
+            return {"nk": dresp.sum(axis=0), "sx": stats[:, d:].copy(),
+                    "sxx": stats[:, :d].copy(), "objective": float(dobj)}
+        x = np.asarray(block.x, dtype=np.float64)
+        logp = self._log_prob_full(x, theta)
+        dobj = _responsibilities(logp, resp, loss, dresp)
+        sxx = np.empty((self.n_components, d, d))
+        for j in range(self.n_components):
+            sxx[j] = (x * dresp[:, j:j + 1]).T @ x
+        return {"nk": dresp.sum(axis=0), "sx": dresp.T @ x, "sxx": sxx,
+                "objective": float(dobj)}
+
+    def update_parameter(self, agg: dict, theta: dict[str, np.ndarray]) -> dict:
+        nk = theta["nk"] + agg["nk"]
+        sx = theta["sx"] + agg["sx"]
+        sxx = theta["sxx"] + agg["sxx"]
+        total = float(np.maximum(nk, 0.0).sum())
+        new = {"weights": theta["weights"], "means": theta["means"],
+               "precisions_cholesky": theta["precisions_cholesky"],
+               "nk": nk, "sx": sx, "sxx": sxx}
+        if total <= 0.0:
+            return new
+        nkc = np.maximum(nk, 0.0) + _EPS
+        ok = nk >= _DEGENERATE * total
+        weights = nkc / nkc.sum()
+        means = theta["means"].copy()
+        means[ok] = sx[ok] / nkc[ok, None]
+        pchol = theta["precisions_cholesky"].copy()
+        if ok.any():
+            if self.covariance_type == "diag":
+                var = np.maximum(sxx[ok] / nkc[ok, None] - means[ok] ** 2, 0.0) + self.reg_covar
+                if not np.all(var > 0.0):
+                    raise ValueError("GaussianMixture: a component has zero variance "
+                                     "(collapsed on identical points); set reg_covar > 0")
+                pchol[ok] = 1.0 / np.sqrt(var)
+            else:
+                m = means[ok]
+                cov = sxx[ok] / nkc[ok, None, None] - m[:, :, None] * m[:, None, :]
+                cov = 0.5 * (cov + cov.transpose(0, 2, 1))
+                cov += self.reg_covar * np.eye(cov.shape[1])
+                pchol[ok] = _precisions_cholesky_full(cov)
+        new.update(weights=weights, means=means, precisions_cholesky=pchol)
+        return new
+
+    def evaluate(self, theta: dict[str, np.ndarray], block: Block) -> float:
+        total = 0.0
+        for sl in chunks(len(block)):
+            total -= float(logsumexp_rows(self._log_prob(block.x[sl], theta)).sum())
+        return total
+
+    # ------------------------------------------------------------------ results
+    def covariances(self, theta: dict[str, np.ndarray]) -> np.ndarray:
+        """Return the covariances ((K, d) diag or (K, d, d) full) of θ."""
+        pchol = theta["precisions_cholesky"]
+        if self.covariance_type == "diag":
+            return 1.0 / (pchol * pchol)
+        prec = pchol @ pchol.transpose(0, 2, 1)
+        return np.linalg.inv(prec)
+
+    def predict_proba(self, theta: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+        """Return the responsibilities (n × K) of the rows of ``x`` under θ."""
+        logp = self._log_prob(np.asarray(x), theta)
+        return np.exp(logp - logsumexp_rows(logp)[:, None])
+
+    def finalize(self, theta: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {"weights": theta["weights"], "means": theta["means"],
+                "covariances": self.covariances(theta),
+                "precisions_cholesky": theta["precisions_cholesky"]}

@@ -1,0 +1,260 @@
+"""Logistic regression by mini-batch gradient descent (FSP paper Section 2.1, Eq. 1; Table 1: LR).
+
+The points processed between two barriers form the mini-batch B of Eq. (1): a delta holds the
+summed gradient of their losses and their count, and the M-step takes one step
+``θ ← θ − η_t (Σ_B ∇F_i / |B| + α θ)``.  Under full-batch BSP this is plain gradient descent.
+
+Binary labels (0/1) use the sigmoid loss of Section 2.1; with more than two classes
+(``info.n_classes > 2``) the model is multinomial (softmax) with one weight column per class.
+Kernel: one GEMM (GEMV for binary) forward, stable log-loss, one GEMM for the gradient.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from flegel import Algorithm, Block, DataInfo
+
+from ._common import (
+    check_choice,
+    check_float,
+    chunks,
+    learning_rate_at,
+    point_via_block,
+    softmax_rows,
+)
+
+_SCHEDULES = ("constant", "invscaling")
+
+
+@numba.njit(cache=True, nogil=True)
+def _first_bad_label(y, n_classes):  # pragma: no cover - compiled
+    """Index of the first label that is not an integer in [0, n_classes), or -1."""
+    for i in range(y.shape[0]):
+        yi = y[i]
+        if yi < 0 or yi >= n_classes or yi != int(yi):
+            return i
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _binary_kernel(z, y, penalty, loss):  # pragma: no cover - compiled
+    """Binary log-loss of margins ``z`` (overwritten by the residual σ(z) − y); writes each
+    point's loss (+ ``penalty``) into ``loss`` and returns the change of the summed loss.
+    Labels must have been checked (0/1)."""
+    dobj = 0.0
+    for i in range(z.shape[0]):
+        zi = z[i]
+        yi = float(y[i])
+        e = np.exp(-abs(zi))
+        new = max(zi, 0.0) - yi * zi + np.log1p(e) + penalty
+        p = 1.0 / (1.0 + e) if zi >= 0.0 else e / (1.0 + e)
+        z[i] = p - yi
+        dobj += new - loss[i]
+        loss[i] = new
+    return dobj
+
+
+@numba.njit(cache=True, nogil=True)
+def _multinomial_kernel(z, y, penalty, loss):  # pragma: no cover - compiled
+    """Softmax cross-entropy of logits ``z`` (b × C, overwritten by the residual
+    softmax − onehot); writes each point's loss (+ ``penalty``) into ``loss`` and returns the
+    change of the summed loss.  Labels must have been checked (integers in [0, C))."""
+    n, c = z.shape
+    dobj = 0.0
+    for i in range(n):
+        yi = int(y[i])
+        m = z[i, 0]
+        for j in range(1, c):
+            if z[i, j] > m:
+                m = z[i, j]
+        zy = z[i, yi]
+        s = 0.0
+        for j in range(c):
+            e = np.exp(z[i, j] - m)
+            z[i, j] = e
+            s += e
+        new = m + np.log(s) - zy + penalty
+        inv = 1.0 / s
+        for j in range(c):
+            z[i, j] *= inv
+        z[i, yi] -= 1.0
+        dobj += new - loss[i]
+        loss[i] = new
+    return dobj
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    """Logistic function, overflow-free."""
+    return 0.5 * (1.0 + np.tanh(0.5 * z))
+
+
+class LogisticRegression(Algorithm):
+    """L2-regularized logistic regression (binary or multinomial) by mini-batch GD.
+
+    FSP paper Section 2.1 (Eq. 1) and Table 1 (LR).
+
+    Parameters
+    ----------
+    learning_rate : float, default=0.1
+        Step size η₀ (> 0).
+    schedule : {"constant", "invscaling"}, default="constant"
+        ``constant``: η_t = η₀; ``invscaling``: η_t = η₀ / t^power_t, t the number of
+        parameter updates so far (1-based, kept in θ as ``step``).
+    power_t : float, default=0.5
+        Exponent of the ``invscaling`` schedule (>= 0).
+    alpha : float, default=1e-4
+        L2 penalty strength (>= 0) on the weights (not the intercept), with scikit-learn's
+        ``SGDClassifier`` meaning: the minimized function is
+        ``(1/n) Σ_i logloss_i + (α/2) ‖w‖²``.  scikit-learn's ``LogisticRegression(C=C)``
+        minimizes ``C Σ_i logloss_i + ½ ‖w‖²``, the same function up to a factor when
+        **α = 1 / (C · n)** (n the number of training points).
+    fit_intercept : bool, default=True
+        Learn an intercept (θ always holds ``intercept``; it stays 0 when False).
+
+    Notes
+    -----
+    θ: ``coef`` of shape (d,) for binary or (d, C) for C > 2 classes, ``intercept`` of shape
+    (1,) or (C,), and ``step`` (1,).  The per-point loss, kept in state so that the
+    ``"objective"`` deltas are exact changes, is ``F_i = logloss_i + (α/2) ‖w‖²`` -- every point
+    carries its share of the penalty, so ``Σ_i F_i = n · [(1/n) Σ logloss + (α/2)‖w‖²]`` is
+    exactly n times the function the gradient steps minimize (and 1/C times scikit-learn's
+    objective).  :meth:`evaluate` returns the same sum for a θ; :meth:`log_loss` returns the
+    unpenalized part.  Labels must be 0/1 (binary) or 0..C−1 (multinomial).
+    """
+
+    name = "logreg"
+    needs_labels = True
+    objective_name = "log-loss"
+
+    def __init__(self, learning_rate: float = 0.1, schedule: str = "constant",
+                 power_t: float = 0.5, alpha: float = 1e-4, fit_intercept: bool = True) -> None:
+        super().__init__()
+        self.learning_rate = check_float("learning_rate", learning_rate, low=0.0, low_open=True)
+        self.schedule = check_choice("schedule", schedule, _SCHEDULES)
+        self.power_t = check_float("power_t", power_t, low=0.0)
+        self.alpha = check_float("alpha", alpha, low=0.0)
+        if not isinstance(fit_intercept, (bool, np.bool_)):
+            raise ValueError(f"fit_intercept must be True or False, got {fit_intercept!r}")
+        self.fit_intercept = bool(fit_intercept)
+
+    # ------------------------------------------------------------------ set-up
+    def init_parameter(self, info: DataInfo) -> dict[str, np.ndarray]:
+        if info.n_classes is None:
+            raise ValueError("LogisticRegression needs labelled data (a label column)")
+        n_classes = int(info.n_classes)
+        if info.sample_y is not None and len(info.sample_y):
+            self._check_labels(np.asarray(info.sample_y), 2 if n_classes <= 2 else n_classes)
+        d = info.n_features
+        if n_classes <= 2:
+            coef, intercept = np.zeros(d), np.zeros(1)
+        else:
+            coef, intercept = np.zeros((d, n_classes)), np.zeros(n_classes)
+        return {"coef": coef, "intercept": intercept, "step": np.zeros(1)}
+
+    def init_state(self, n: int, n_features: int) -> dict[str, np.ndarray]:
+        return {"loss": np.zeros(n)}
+
+    def zero_aggregator(self, theta: dict[str, np.ndarray]) -> dict:
+        return {"grad_coef": np.zeros_like(theta["coef"]),
+                "grad_intercept": np.zeros_like(theta["intercept"]),
+                "count": 0.0, "objective": 0.0}
+
+    @staticmethod
+    def _check_labels(y: np.ndarray, n_classes: int) -> None:
+        """Raise ``ValueError`` unless every label is an integer in [0, n_classes)."""
+        y = np.ascontiguousarray(y)
+        if y.dtype.kind not in "iuf":
+            raise ValueError(f"LogisticRegression: labels must be numbers, got dtype {y.dtype}")
+        bad = _first_bad_label(y, n_classes) if len(y) else -1
+        if bad >= 0:
+            what = "0 or 1" if n_classes == 2 else f"integers in [0, {n_classes - 1}]"
+            raise ValueError(f"LogisticRegression: labels must be {what}, found {y[bad].item()}")
+
+    # ------------------------------------------------------------------ kernels
+    @staticmethod
+    def _loss_kernel(theta: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray,
+                     penalty: float, loss: np.ndarray) -> tuple[float, np.ndarray]:
+        """Forward GEMM + fused loss kernel: checks the labels, writes per-point losses
+        (+ ``penalty``) into ``loss``; returns the change of their sum and the residual
+        ∂loss/∂z ((b,) binary, (b, C) multinomial)."""
+        coef, intercept = theta["coef"], theta["intercept"]
+        y = np.ascontiguousarray(y)
+        LogisticRegression._check_labels(y, coef.shape[1] if coef.ndim == 2 else 2)
+        res = x @ coef
+        if coef.ndim == 2:
+            res += intercept
+            return _multinomial_kernel(res, y, penalty, loss), res
+        res += intercept[0]
+        return _binary_kernel(res, y, penalty, loss), res
+
+    def _penalty(self, theta: dict[str, np.ndarray]) -> float:
+        coef = theta["coef"]
+        return 0.5 * self.alpha * float(np.vdot(coef, coef))
+
+    def update_data_point(self, point, state, theta, t):
+        return point_via_block(self, self._update_rows, point, state, theta, t)
+
+    def update_block(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
+        return self._update_rows(block, theta, t)
+
+    def _update_rows(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
+        """The vectorized kernel of a block; both hooks run it (one piece of math)."""
+        if block.y is None:
+            raise ValueError("LogisticRegression needs labelled data (a label column)")
+        x = np.asarray(block.x, dtype=np.float64)
+        multi = theta["coef"].ndim == 2
+        dobj, res = self._loss_kernel(theta, x, np.asarray(block.y), self._penalty(theta),
+                                      block.state["loss"])
+        grad_intercept = res.sum(axis=0) if multi else np.array([res.sum()])
+        if not self.fit_intercept:
+            grad_intercept[...] = 0.0
+        return {"grad_coef": x.T @ res, "grad_intercept": grad_intercept,
+                "count": float(len(x)), "objective": float(dobj)}
+
+    def update_parameter(self, agg: dict, theta: dict[str, np.ndarray]) -> dict:
+        count = float(agg["count"])
+        if count <= 0.0:
+            return dict(theta)
+        step = theta["step"] + 1.0
+        eta = learning_rate_at(self.learning_rate, self.schedule, self.power_t, float(step[0]))
+        coef = theta["coef"] - eta * (agg["grad_coef"] / count + self.alpha * theta["coef"])
+        intercept = theta["intercept"]
+        if self.fit_intercept:
+            intercept = intercept - eta * (agg["grad_intercept"] / count)
+        return {"coef": coef, "intercept": intercept, "step": step}
+
+    def evaluate(self, theta: dict[str, np.ndarray], block: Block) -> float:
+        return self.log_loss(theta, block.x, block.y) + len(block) * self._penalty(theta)
+
+    # ------------------------------------------------------------------ helpers
+    def log_loss(self, theta: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> float:
+        """Return the summed log-loss (no penalty) of θ on ``x``, ``y``."""
+        total = 0.0
+        for sl in chunks(len(x)):
+            xx = np.asarray(x[sl], dtype=np.float64)
+            total += self._loss_kernel(theta, xx, np.asarray(y[sl]), 0.0, np.zeros(len(xx)))[0]
+        return float(total)
+
+    def predict_proba(self, theta: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+        """Class probabilities (n × C; C = 2 for binary) of the rows of ``x``."""
+        coef, intercept = theta["coef"], theta["intercept"]
+        z = np.asarray(x, dtype=np.float64) @ coef
+        if coef.ndim == 1:
+            p = _sigmoid(z + intercept[0])
+            return np.column_stack([1.0 - p, p])
+        z += intercept
+        return softmax_rows(z, out=z)
+
+    def predict(self, theta: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+        """Most probable label of each row of ``x``."""
+        return np.argmax(self.predict_proba(theta, x), axis=1)
+
+    def evaluate_accuracy(self, theta: dict[str, np.ndarray], x: np.ndarray,
+                          y: np.ndarray) -> float:
+        """Fraction of the rows of ``x`` whose predicted label equals ``y``."""
+        return float(np.mean(self.predict(theta, x) == np.asarray(y).astype(np.int64)))
+
+    def finalize(self, theta: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {"coef": theta["coef"], "intercept": theta["intercept"]}

@@ -1,0 +1,262 @@
+"""Non-negative matrix factorization X ≈ W H by alternating updates with incremental statistics
+(FSP paper Section 2.1 and Table 1: NMF, trained like a GD algorithm, with the statistics of
+Section 2.2, Eq. 3).
+
+The rows of X are the data points.  Row i's factor w_i (rank r) is that point's state; H (r × d)
+is global.  Processing a block updates the w_i of its rows given H (a few HALS / projected
+coordinate sweeps, or multiplicative updates), then its delta holds the changes of the two
+statistics that H's update needs, ``A = Σ_i w_iᵀ w_i`` (r × r) and ``B = Σ_i w_iᵀ x_i`` (r × d):
+``ΔA = W_newᵀ W_new − W_oldᵀ W_old`` and ``ΔB = (W_new − W_old)ᵀ X``.  θ keeps A and B, so they
+always describe the current w_i of every point whichever rows an iteration processed, and the
+M-step updates H from them alone, since ``‖X − WH‖² = tr(Hᵀ A H) − 2 tr(Bᵀ H) + ‖X‖²``.
+Under full-batch BSP this is scikit-learn's coordinate-descent (HALS) NMF iteration.
+
+Kernel: ``X Hᵀ`` (one GEMM) serves both the W sweeps (numba, per row, r² per sweep) and the
+loss; ``ΔWᵀ X`` is the second GEMM.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from flegel import Algorithm, Block, DataInfo
+
+from ._common import (
+    check_choice,
+    check_init_spec,
+    check_int,
+    chunks,
+    load_init_arrays,
+    point_via_block,
+    resolve_init_path,
+    validate_init_file,
+)
+
+_INITS = ("nndsvda", "random")
+_SOLVERS = ("hals", "mu")
+_EPS = float(np.finfo(np.float32).eps)  # denominator floor of multiplicative updates (sklearn)
+
+
+@numba.njit(cache=True, nogil=True)
+def _hals_rows(W, XHt, G, n_iter):  # pragma: no cover - compiled
+    """HALS sweeps on each row of W given H: minimize ‖x_i − w_i H‖² over w_i ≥ 0.
+
+    ``XHt = X Hᵀ`` (b × r), ``G = H Hᵀ`` (r × r).  Each coordinate step is exact.
+    """
+    n, r = W.shape
+    for i in range(n):
+        for _ in range(n_iter):
+            for k in range(r):
+                gkk = G[k, k]
+                if gkk <= 0.0:
+                    continue
+                num = XHt[i, k]
+                for j in range(r):
+                    num -= W[i, j] * G[j, k]
+                v = W[i, k] + num / gkk
+                W[i, k] = v if v > 0.0 else 0.0
+
+
+def _nndsvda(sample: np.ndarray, r: int, seed: int) -> np.ndarray:
+    """H of the NNDSVD-a initialization (Boutsidis & Gallopoulos) computed on the sample;
+    zeros are filled with the sample mean (scikit-learn's ``init="nndsvda"``)."""
+    from sklearn.utils.extmath import randomized_svd
+
+    U, S, Vt = randomized_svd(sample, r, random_state=seed)
+    H = np.zeros((r, sample.shape[1]))
+    H[0] = np.sqrt(S[0]) * np.abs(Vt[0])
+    for j in range(1, r):
+        x, y = U[:, j], Vt[j]
+        xp, yp = np.maximum(x, 0), np.maximum(y, 0)
+        xn, yn = np.abs(np.minimum(x, 0)), np.abs(np.minimum(y, 0))
+        xpn, ypn = np.linalg.norm(xp), np.linalg.norm(yp)
+        xnn, ynn = np.linalg.norm(xn), np.linalg.norm(yn)
+        mp, mn = xpn * ypn, xnn * ynn
+        if mp > mn:
+            v, sigma, norm = yp, mp, ypn
+        else:
+            v, sigma, norm = yn, mn, ynn
+        if norm > 0:
+            H[j] = np.sqrt(S[j] * sigma) * v / norm
+    H[H == 0] = sample.mean()
+    return H
+
+
+class NMF(Algorithm):
+    """Non-negative matrix factorization, rows as data points.
+
+    FSP paper Section 2.1 (gradient-type training, Eq. 1) with the incremental statistics of
+    Section 2.2 (Eq. 3); Table 1 (NMF).  Minimizes the squared Frobenius error
+    ``Σ_i ‖x_i − w_i H‖²`` over W ≥ 0, H ≥ 0.
+
+    Parameters
+    ----------
+    n_components : int, default=10
+        Rank r.
+    solver : {"hals", "mu"}, default="hals"
+        ``hals``: exact projected coordinate steps (scikit-learn's ``solver="cd"``) for W rows
+        and H rows; ``mu``: Lee-Seung multiplicative updates.
+    w_iter : int, default=5
+        Sweeps over a row's w_i each time the row is processed (cheap: r² per sweep).
+    h_iter : int, default=5
+        Sweeps over H in each M-step (cheap: r² d per sweep).
+    init : {"nndsvda", "random"} or path, default="nndsvda"
+        H⁽⁰⁾: NNDSVD-a on the seeded data sample, scikit-learn's scaled ``|N(0,1)|`` random
+        init, or a ``.npy`` file (r, d) (or ``.npz`` holding ``components``) relative to the
+        job file's folder.  A row's w_i starts, on its first visit, at the best constant vector
+        ``c·1`` given H and is then refined by the sweeps.
+
+    Notes
+    -----
+    The objective is the squared Frobenius error **without** the ½: ``sqrt(objective)`` is
+    scikit-learn's ``reconstruction_err_``.  θ holds ``components`` (H) and the statistics
+    ``wtw`` (A) and ``wtx`` (B); per-point state is ``w`` (r floats) and ``loss``.  The data
+    must be non-negative.  The online objective (the sum of the losses kept in state) is the
+    error of each row's w_i at its last visit; :meth:`evaluate` gives the error of H with every
+    row's w_i re-optimized (50 HALS sweeps from its state), ≤ the online value.  Use
+    :meth:`transform` for the W of new rows.
+    """
+
+    name = "nmf"
+    objective_name = "squared Frobenius error"
+
+    def __init__(self, n_components: int = 10, solver: str = "hals", w_iter: int = 5,
+                 h_iter: int = 5, init: str = "nndsvda") -> None:
+        super().__init__()
+        self.n_components = check_int("n_components", n_components)
+        self.solver = check_choice("solver", solver, _SOLVERS)
+        self.w_iter = check_int("w_iter", w_iter)
+        self.h_iter = check_int("h_iter", h_iter)
+        self.init = check_init_spec(init, _INITS)
+
+    # ------------------------------------------------------------------ set-up
+    def validate(self, base_dir: Path) -> None:
+        validate_init_file(self.init, base_dir, _INITS, "components", self.n_components)
+
+    def init_parameter(self, info: DataInfo) -> dict[str, np.ndarray]:
+        r, d = self.n_components, info.n_features
+        sample = np.asarray(info.sample, dtype=np.float64)
+        self._check_nonnegative(sample)
+        path = resolve_init_path(self.init, info.base_dir, _INITS)
+        if path is not None:
+            H = np.array(load_init_arrays(path, "components")["components"], dtype=np.float64)
+            if H.shape != (r, d) or np.any(H < 0):
+                raise ValueError(f"init: components in {path} must be a non-negative array of "
+                                 f"shape {(r, d)}, got shape {H.shape}")
+        elif self.init == "nndsvda":
+            if r > min(sample.shape):
+                raise ValueError(f"init='nndsvda' needs n_components <= min(sample rows, "
+                                 f"n_features) = {min(sample.shape)}; use init='random'")
+            H = _nndsvda(sample, r, info.seed)
+        else:
+            rng = np.random.default_rng(info.seed)
+            scale = np.sqrt(max(sample.mean(), 0.0) / r) if len(sample) else 1.0
+            H = scale * np.abs(rng.standard_normal((r, d)))
+        return {"components": H, "wtw": np.zeros((r, r)), "wtx": np.zeros((r, d))}
+
+    def init_state(self, n: int, n_features: int) -> dict[str, np.ndarray]:
+        return {"w": np.zeros((n, self.n_components)), "loss": np.zeros(n)}
+
+    def zero_aggregator(self, theta: dict[str, np.ndarray]) -> dict:
+        return {"wtw": np.zeros_like(theta["wtw"]), "wtx": np.zeros_like(theta["wtx"]),
+                "objective": 0.0}
+
+    @staticmethod
+    def _check_nonnegative(x: np.ndarray) -> None:
+        if x.size and float(x.min()) < 0.0:
+            raise ValueError("NMF needs non-negative data, found negative values")
+
+    # ------------------------------------------------------------------ kernels
+    def _solve_rows(self, W: np.ndarray, XHt: np.ndarray, G: np.ndarray, n_iter: int,
+                    solver: str | None = None) -> None:
+        """Refine the rows of W in place given H (through XHt = X Hᵀ and G = H Hᵀ)."""
+        fresh = ~W.any(axis=1)
+        if fresh.any():
+            gsum = float(G.sum())
+            c = XHt[fresh].sum(axis=1) / gsum if gsum > 0 else np.zeros(int(fresh.sum()))
+            W[fresh] = np.maximum(c, 0.0)[:, None]
+        if (solver or self.solver) == "hals":
+            _hals_rows(W, XHt, G, n_iter)
+        else:
+            for _ in range(n_iter):
+                W *= XHt / np.maximum(W @ G, _EPS)
+
+    @staticmethod
+    def _row_losses(x: np.ndarray, W: np.ndarray, XHt: np.ndarray, G: np.ndarray) -> np.ndarray:
+        """‖x_i − w_i H‖² = ‖x_i‖² − 2 w_i·(x_i Hᵀ) + w_i G w_iᵀ, clipped at 0."""
+        loss = np.einsum("ij,ij->i", x, x)
+        loss -= 2.0 * np.einsum("ij,ij->i", W, XHt)
+        loss += np.einsum("ij,ij->i", W @ G, W)
+        return np.maximum(loss, 0.0, out=loss)
+
+    def update_data_point(self, point, state, theta, t):
+        return point_via_block(self, self._update_rows, point, state, theta, t)
+
+    def update_block(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
+        return self._update_rows(block, theta, t)
+
+    def _update_rows(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
+        """The vectorized kernel of a block; both hooks run it (one piece of math)."""
+        x = np.asarray(block.x, dtype=np.float64)
+        self._check_nonnegative(x)
+        H = theta["components"]
+        G = H @ H.T
+        XHt = x @ H.T
+        w_old = block.state["w"]
+        W = w_old.copy()
+        self._solve_rows(W, XHt, G, self.w_iter)
+        loss = self._row_losses(x, W, XHt, G)
+        old_loss = block.state["loss"]
+        dobj = float(loss.sum() - old_loss.sum())
+        agg = {"wtw": W.T @ W - w_old.T @ w_old, "wtx": (W - w_old).T @ x,
+               "objective": dobj}
+        w_old[...] = W
+        old_loss[...] = loss
+        return agg
+
+    def update_parameter(self, agg: dict, theta: dict[str, np.ndarray]) -> dict:
+        A = theta["wtw"] + agg["wtw"]
+        B = theta["wtx"] + agg["wtx"]
+        H = theta["components"].copy()
+        if self.solver == "hals":
+            for _ in range(self.h_iter):
+                for k in range(H.shape[0]):
+                    if A[k, k] > 0.0:
+                        row = H[k] + (B[k] - A[k] @ H) / A[k, k]
+                        H[k] = np.maximum(row, 0.0)
+        else:
+            for _ in range(self.h_iter):
+                H *= np.maximum(B, 0.0) / np.maximum(A @ H, _EPS)
+        return {"components": H, "wtw": A, "wtx": B}
+
+    def transform(self, theta: dict[str, np.ndarray], x: np.ndarray,
+                  n_iter: int = 50) -> np.ndarray:
+        """Return W ≥ 0 (n × r) for the rows of ``x`` given θ's H (``n_iter`` HALS sweeps)."""
+        x = np.asarray(x, dtype=np.float64)
+        H = theta["components"]
+        G = H @ H.T
+        XHt = x @ H.T
+        W = np.zeros((len(x), H.shape[0]))
+        self._solve_rows(W, XHt, G, n_iter, "hals")
+        return W
+
+    def evaluate(self, theta: dict[str, np.ndarray], block: Block) -> float:
+        """Squared Frobenius error of θ's H with each row's best w_i given H: 50 HALS sweeps
+        (whatever the solver) from the row's state, or from scratch for a block without it."""
+        H = theta["components"]
+        G = H @ H.T
+        total = 0.0
+        have = "w" in block.state
+        for sl in chunks(len(block)):
+            x = np.asarray(block.x[sl], dtype=np.float64)
+            XHt = x @ H.T
+            W = block.state["w"][sl].copy() if have else np.zeros((len(x), H.shape[0]))
+            self._solve_rows(W, XHt, G, 50, "hals")
+            total += float(self._row_losses(x, W, XHt, G).sum())
+        return total
+
+    def finalize(self, theta: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {"components": theta["components"]}

@@ -1,0 +1,429 @@
+"""Built-in algorithms (GMM, FCM, logistic regression, NMF, CNN) against scikit-learn / NumPy
+references, run in-process with :func:`flegel.local.fit_local`."""
+
+from __future__ import annotations
+
+import copy
+import sys
+import types
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits, load_iris, make_blobs, make_classification
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+
+from algorithms import cnn as cnn_module
+from algorithms.cnn import CNN
+from algorithms.fcm import FuzzyCMeans
+from algorithms.gmm import GaussianMixture
+from algorithms.logreg import LogisticRegression
+from algorithms.nmf import NMF
+from flegel import Algorithm, Block, PointState
+from flegel.local import fit_local, make_info
+
+
+# ---------------------------------------------------------------------------- helpers
+@pytest.fixture(scope="module")
+def blobs() -> np.ndarray:
+    x, _ = make_blobs(4000, 6, centers=4, cluster_std=[1.0, 2.0, 0.5, 1.5], random_state=0)
+    return x
+
+
+@pytest.fixture(scope="module")
+def binary_data() -> tuple[np.ndarray, np.ndarray]:
+    x, y = make_classification(2000, 12, n_informative=6, random_state=0)
+    return StandardScaler().fit_transform(x), y
+
+
+@pytest.fixture(scope="module")
+def nonneg_matrix() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    return rng.random((600, 6)) @ rng.random((6, 50)) + 0.1 * rng.random((600, 50))
+
+
+def _assert_same_aggregate(a: dict, b: dict, rtol: float = 1e-9, atol: float = 1e-9) -> None:
+    assert set(a) == set(b)
+    for key in a:
+        np.testing.assert_allclose(np.asarray(a[key], dtype=float),
+                                   np.asarray(b[key], dtype=float), rtol=rtol, atol=atol,
+                                   err_msg=key)
+
+
+def _check_point_path(alg, x: np.ndarray, y: np.ndarray | None, *, rtol: float = 1e-9,
+                      atol: float = 1e-9) -> None:
+    """update_data_point over a tiny block == update_block on it (two passes, so the second
+    pass has non-trivial old state), aggregators and states alike."""
+    theta = alg.init_parameter(make_info(x, y))
+    n, d = x.shape
+    sa = alg.init_state(n, d)
+    sb = {k: v.copy() for k, v in sa.items()}
+    for t in (1, 2):
+        agg_block = alg.update_block(Block.from_arrays(x, y, sa), theta, t)
+        agg_point = alg.zero_aggregator(theta)
+        for i in range(n):
+            point = x[i] if y is None else (x[i], y[i])
+            agg_point = alg.aggregate(agg_point,
+                                      alg.update_data_point(point, PointState(sb, i), theta, t))
+        _assert_same_aggregate(agg_block, agg_point, rtol, atol)
+        for key in sa:
+            np.testing.assert_allclose(sa[key], sb[key], rtol=rtol, atol=atol, err_msg=key)
+        theta = alg.update_parameter(agg_block, theta)
+
+
+def _non_increasing(values, rel: float = 1e-9) -> bool:
+    v = np.asarray(values, dtype=float)
+    return bool(np.all(np.diff(v) <= rel * np.abs(v[:-1]) + 1e-12))
+
+
+# ---------------------------------------------------------------------------- GMM
+@pytest.mark.parametrize("covariance_type", ["diag", "full"])
+def test_gmm_matches_sklearn(blobs, covariance_type):
+    from sklearn.mixture import GaussianMixture as SkGMM
+
+    alg = GaussianMixture(n_components=4, covariance_type=covariance_type)
+    theta0 = alg.init_parameter(make_info(blobs, None))
+    res = fit_local(alg, blobs, max_iterations=40, tolerance=None, block_size=1000)
+    cov0 = alg.covariances(theta0)
+    precisions = 1.0 / cov0 if covariance_type == "diag" else np.linalg.inv(cov0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sk = SkGMM(4, covariance_type=covariance_type, weights_init=theta0["weights"],
+                   means_init=theta0["means"], precisions_init=precisions, reg_covar=1e-6,
+                   max_iter=40, tol=0.0).fit(blobs)
+    sk_nll = -sk.score(blobs) * len(blobs)
+    assert res.objective_ == pytest.approx(sk_nll, rel=5e-3)
+    # the online objective of the last full pass is the NLL of the previous θ: close, not above
+    assert _non_increasing(res.history_, rel=1e-9)
+    np.testing.assert_allclose(res.theta_["means"], sk.means_, atol=1e-6)
+    out = alg.finalize(res.theta_)
+    np.testing.assert_allclose(out["covariances"], sk.covariances_, rtol=1e-5, atol=1e-8)
+
+
+def test_gmm_minibatch_reaches_full_batch(blobs):
+    alg = GaussianMixture(n_components=4)
+    full = fit_local(alg, blobs, max_iterations=60, tolerance=1e-9)
+    mini = fit_local(alg, blobs, batch=500, block_size=250, max_iterations=200, tolerance=None)
+    assert mini.objective_ == pytest.approx(full.objective_, rel=1e-3)
+
+
+def test_gmm_init_file_and_validate(tmp_path, blobs):
+    means = blobs[:3].copy()
+    np.save(tmp_path / "means.npy", means)
+    np.savez(tmp_path / "init.npz", means=means, weights=np.array([0.2, 0.3, 0.5]),
+             covariances=np.ones((3, 6)))
+    for name in ("means.npy", "init.npz"):
+        alg = GaussianMixture(n_components=3, init=name)
+        alg.validate(tmp_path)
+        theta = alg.init_parameter(make_info(blobs, None, base_dir=tmp_path))
+        np.testing.assert_array_equal(theta["means"], means)
+    assert theta["weights"] == pytest.approx([0.2, 0.3, 0.5])
+    with pytest.raises(ValueError, match="does not exist"):
+        GaussianMixture(n_components=3, init="missing.npy").validate(tmp_path)
+    with pytest.raises(ValueError, match="shape"):
+        GaussianMixture(n_components=4, init="means.npy").validate(tmp_path)
+    with pytest.raises(ValueError, match="npy"):
+        GaussianMixture(n_components=3, init="means.txt").validate(tmp_path)
+
+
+def test_gmm_point_path(blobs):
+    _check_point_path(GaussianMixture(n_components=3), blobs[:9], None)
+    _check_point_path(GaussianMixture(n_components=3, covariance_type="full"), blobs[:9], None)
+
+
+# ---------------------------------------------------------------------------- FCM
+def _numpy_fcm(x: np.ndarray, centers: np.ndarray, m: float, n_iter: int):
+    """Textbook FCM (Bezdek): alternate memberships and centres; returns centres and J per
+    iteration (J of the memberships computed from the previous centres)."""
+    c = centers.copy()
+    objectives = []
+    for _ in range(n_iter):
+        d2 = np.maximum(((x[:, None, :] - c[None, :, :]) ** 2).sum(axis=2), 1e-100)
+        u = d2 ** (-1.0 / (m - 1.0))
+        u /= u.sum(axis=1, keepdims=True)
+        um = u ** m
+        objectives.append(float((um * d2).sum()))
+        c = (um.T @ x) / um.sum(axis=0)[:, None]
+    return c, objectives
+
+
+@pytest.mark.parametrize("m", [2.0, 1.5])
+def test_fcm_matches_numpy_and_decreases(blobs, m):
+    alg = FuzzyCMeans(n_clusters=4, m=m)
+    theta0 = alg.init_parameter(make_info(blobs, None))
+    res = fit_local(alg, blobs, max_iterations=25, tolerance=None, block_size=700)
+    centers, objectives = _numpy_fcm(blobs, theta0["centers"], m, 25)
+    np.testing.assert_allclose(res.theta_["centers"], centers, rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(res.history_, objectives, rtol=1e-8)
+    assert _non_increasing(res.history_)
+    # evaluate(θ) is J with optimal memberships: at most the last online objective
+    assert res.objective_ <= res.history_[-1] * (1 + 1e-12)
+
+
+def test_fcm_point_path(blobs):
+    _check_point_path(FuzzyCMeans(n_clusters=3, m=1.7), blobs[:8], None)
+
+
+# ---------------------------------------------------------------------------- logistic regression
+def test_logreg_binary_matches_sklearn(binary_data):
+    from sklearn.linear_model import LogisticRegression as SkLR
+
+    x, y = binary_data
+    c = 1.0
+    sk = SkLR(C=c, tol=1e-10, max_iter=1000).fit(x, y)
+    alg = LogisticRegression(learning_rate=2.0, alpha=1.0 / (c * len(x)))
+    res = fit_local(alg, x, y, max_iterations=150, tolerance=None)
+    sk_theta = {"coef": sk.coef_[0], "intercept": sk.intercept_, "step": np.zeros(1)}
+    ours, ref = alg.log_loss(res.theta_, x, y), alg.log_loss(sk_theta, x, y)
+    assert ours == pytest.approx(ref, rel=5e-3)
+    # the penalized objective: ours minimizes the same function (sklearn's objective / C)
+    assert res.objective_ <= alg.evaluate(sk_theta, Block.from_arrays(x, y)) * (1 + 1e-3)
+    assert alg.evaluate_accuracy(res.theta_, x, y) == pytest.approx(sk.score(x, y), abs=0.01)
+
+
+def test_logreg_multinomial_iris():
+    from sklearn.linear_model import LogisticRegression as SkLR
+
+    x, y = load_iris(return_X_y=True)
+    x = StandardScaler().fit_transform(x)
+    sk = SkLR(C=1.0, tol=1e-10, max_iter=2000).fit(x, y)
+    alg = LogisticRegression(learning_rate=1.0, alpha=1.0 / len(x))
+    res = fit_local(alg, x, y, max_iterations=800, tolerance=None)
+    assert res.theta_["coef"].shape == (4, 3)
+    sk_theta = {"coef": sk.coef_.T, "intercept": sk.intercept_, "step": np.zeros(1)}
+    assert alg.log_loss(res.theta_, x, y) == pytest.approx(alg.log_loss(sk_theta, x, y),
+                                                           rel=2e-2)
+    assert alg.evaluate_accuracy(res.theta_, x, y) >= 0.95
+    # mini-batch with a decaying step also trains
+    mini = LogisticRegression(learning_rate=0.5, schedule="invscaling", alpha=1e-3)
+    res = fit_local(mini, x, y, batch=16, max_iterations=300, tolerance=None)
+    assert mini.evaluate_accuracy(res.theta_, x, y) >= 0.9
+
+
+def test_logreg_point_path(binary_data):
+    x, y = binary_data
+    _check_point_path(LogisticRegression(alpha=0.01), x[:7], y[:7])
+    xi, yi = load_iris(return_X_y=True)
+    _check_point_path(LogisticRegression(fit_intercept=False), xi[::30], yi[::30])
+
+
+def test_logreg_rejects_bad_labels(binary_data):
+    x, y = binary_data
+    with pytest.raises(ValueError, match="labels"):
+        LogisticRegression().init_parameter(make_info(x, np.where(y == 0, -1, 1)))
+
+
+# ---------------------------------------------------------------------------- NMF
+def test_nmf_matches_sklearn(nonneg_matrix):
+    from sklearn.decomposition import NMF as SkNMF  # noqa: N811
+
+    x = nonneg_matrix
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sk = SkNMF(n_components=6, max_iter=1000, tol=1e-6, random_state=0).fit(x)
+    alg = NMF(n_components=6)
+    res = fit_local(alg, x, max_iterations=200, tolerance=None, block_size=256)
+    assert np.sqrt(res.objective_) == pytest.approx(sk.reconstruction_err_, rel=2e-2)
+    assert _non_increasing(res.history_)
+    assert np.all(res.theta_["components"] >= 0)
+    # the statistics in θ describe the current W of every row
+    w = np.zeros((len(x), 6))
+    theta = alg.init_parameter(make_info(x, None))
+    state = alg.init_state(len(x), x.shape[1])
+    for _ in range(3):
+        agg = alg.update_block(Block.from_arrays(x, None, state), theta, 1)
+        theta = alg.update_parameter(agg, theta)
+    w = state["w"]
+    np.testing.assert_allclose(theta["wtw"], w.T @ w, rtol=1e-9)
+    np.testing.assert_allclose(theta["wtx"], w.T @ x, rtol=1e-9)
+
+
+def test_nmf_mu_and_minibatch(nonneg_matrix):
+    x = nonneg_matrix
+    mu = NMF(n_components=6, solver="mu", init="random")
+    res = fit_local(mu, x, max_iterations=100, tolerance=None)
+    assert _non_increasing(res.history_)
+    full = fit_local(NMF(n_components=6), x, max_iterations=100, tolerance=None)
+    mini = fit_local(NMF(n_components=6), x, batch=150, max_iterations=400, tolerance=None)
+    assert mini.objective_ <= full.objective_ * 1.05
+
+
+def test_nmf_point_path(nonneg_matrix):
+    _check_point_path(NMF(n_components=3), nonneg_matrix[:6], None)
+    _check_point_path(NMF(n_components=3, solver="mu"), nonneg_matrix[:6], None)
+
+
+# ---------------------------------------------------------------------------- CNN
+@pytest.fixture(scope="module")
+def digits():
+    x, y = load_digits(return_X_y=True)
+    return train_test_split(x, y, test_size=0.25, random_state=0, stratify=y)
+
+
+def test_cnn_digits_accuracy(digits):
+    xtr, xte, ytr, yte = digits
+    # 8×8 digits: the paper's 5×5 kernels with padding 2 (8×8 → pool 4×4 → pool 2×2)
+    alg = CNN(image_shape=(8, 8), kernel_size=5, padding=2, input_scale=1 / 16,
+              learning_rate=0.05, momentum=0.9)
+    batch = 32
+    res = fit_local(alg, xtr, ytr, batch=batch, max_iterations=20 * len(xtr) // batch,
+                    tolerance=None)
+    assert alg.evaluate_accuracy(res.theta_, xte, yte) >= 0.95
+
+
+def test_cnn_gradient_matches_finite_differences():
+    rng = np.random.default_rng(1)
+    alg = CNN(image_shape=(9, 9), kernel_size=3, padding=1, pooling="avg", dtype="float64",
+              alpha=0.01)
+    x, y = rng.random((5, 81)), rng.integers(0, 3, 5)
+    theta = alg.init_parameter(make_info(x, y))
+    block = Block.from_arrays(x, y, alg.init_state(5, 81))
+    agg = alg.update_block(block, theta, 1)
+    for key in ("conv1_w", "conv2_w", "conv2_b", "dense_w"):
+        for _ in range(3):
+            idx = tuple(int(rng.integers(0, s)) for s in theta[key].shape)
+            plus = {k: v.copy() for k, v in theta.items()}
+            minus = {k: v.copy() for k, v in theta.items()}
+            plus[key][idx] += 1e-6
+            minus[key][idx] -= 1e-6
+            numeric = (alg.evaluate(plus, block) - alg.evaluate(minus, block)) / 2e-6
+            analytic = agg[f"grad_{key}"][idx] + 5 * alg.alpha * theta[key][idx] * (
+                key.endswith("_w"))
+            assert analytic == pytest.approx(numeric, rel=1e-5, abs=1e-7)
+
+
+def test_cnn_point_path(digits):
+    xtr, _, ytr, _ = digits
+    _check_point_path(CNN(image_shape=(8, 8), kernel_size=3, padding=1, dtype="float64"),
+                      xtr[:5], ytr[:5])
+    _check_point_path(CNN(image_shape=(8, 8), kernel_size=3, padding=1), xtr[:5], ytr[:5],
+                      rtol=1e-4, atol=1e-5)
+
+
+def _fake_cupy(n_devices: int) -> types.ModuleType:
+    """A stand-in CuPy module backed by NumPy, to drive the xp code path without a GPU."""
+    fake = types.ModuleType("cupy")
+    fake.__getattr__ = lambda name: getattr(np, name)  # type: ignore[attr-defined]
+    runtime = types.SimpleNamespace(getDeviceCount=lambda: n_devices)
+    fake.cuda = types.SimpleNamespace(runtime=runtime)  # type: ignore[attr-defined]
+    return fake
+
+
+def test_cnn_device_switch(monkeypatch, digits):
+    xtr, _, ytr, _ = digits
+    kwargs = dict(image_shape=(8, 8), kernel_size=3, padding=1, dtype="float64")
+    try:
+        cnn_module.resolve_device.cache_clear()
+        monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy -> ImportError
+        with pytest.raises(RuntimeError, match=r"flegel\[gpu\]"):
+            _ = CNN(device="gpu", **kwargs).xp
+        assert CNN(device="auto", **kwargs).xp is np
+
+        cnn_module.resolve_device.cache_clear()
+        monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(0))
+        with pytest.raises(RuntimeError, match="no CUDA device"):
+            _ = CNN(device="gpu", **kwargs).xp
+
+        cnn_module.resolve_device.cache_clear()
+        fake = _fake_cupy(1)
+        monkeypatch.setitem(sys.modules, "cupy", fake)
+        gpu, cpu = CNN(device="gpu", **kwargs), CNN(device="cpu", **kwargs)
+        assert gpu.xp is fake
+        theta = cpu.init_parameter(make_info(xtr[:20], ytr[:20]))
+        a = gpu.update_block(Block.from_arrays(xtr[:20], ytr[:20], gpu.init_state(20, 64)),
+                             theta, 1)
+        b = cpu.update_block(Block.from_arrays(xtr[:20], ytr[:20], cpu.init_state(20, 64)),
+                             theta, 1)
+        _assert_same_aggregate(a, b, rtol=1e-12)
+        assert all(isinstance(v, np.ndarray) and v.dtype == np.float64
+                   for k, v in a.items() if k.startswith("grad_"))
+    finally:
+        cnn_module.resolve_device.cache_clear()
+
+
+@pytest.mark.gpu
+def test_cnn_gpu_matches_cpu(digits):
+    pytest.importorskip("cupy")
+    xtr, _, ytr, _ = digits
+    kwargs = dict(image_shape=(8, 8), kernel_size=5, padding=2, dtype="float64")
+    try:
+        gpu = CNN(device="gpu", **kwargs)
+        _ = gpu.xp  # raises without a device
+    except RuntimeError as err:
+        pytest.skip(str(err))
+    cpu = CNN(device="cpu", **kwargs)
+    theta = cpu.init_parameter(make_info(xtr, ytr))
+    a = gpu.update_block(Block.from_arrays(xtr, ytr, gpu.init_state(len(xtr), 64)), theta, 1)
+    b = cpu.update_block(Block.from_arrays(xtr, ytr, cpu.init_state(len(xtr), 64)), theta, 1)
+    _assert_same_aggregate(a, b, rtol=1e-8, atol=1e-8)
+
+
+# ---------------------------------------------------------------------------- per-point only
+def _iris():
+    x, y = load_iris(return_X_y=True)
+    return StandardScaler().fit_transform(x)[::3], y[::3]
+
+
+@pytest.mark.parametrize("factory, data", [
+    (lambda: GaussianMixture(n_components=3), lambda: (make_blobs(60, 4, random_state=0)[0],
+                                                       None)),
+    (lambda: GaussianMixture(n_components=2, covariance_type="full"),
+     lambda: (make_blobs(60, 3, random_state=1)[0], None)),
+    (lambda: FuzzyCMeans(n_clusters=3, m=1.8), lambda: (make_blobs(60, 4, random_state=2)[0],
+                                                        None)),
+    (lambda: LogisticRegression(alpha=0.01, learning_rate=0.5), _iris),
+    (lambda: NMF(n_components=3), lambda: (np.random.default_rng(3).random((60, 8)), None)),
+    (lambda: CNN(image_shape=(8, 8), kernel_size=3, padding=1, dtype="float64",
+                 momentum=0.5),
+     lambda: (load_digits().data[:60], load_digits().target[:60])),
+], ids=["gmm-diag", "gmm-full", "fcm", "logreg", "nmf", "cnn"])
+def test_per_point_path_alone_fits_the_same(factory, data):
+    """An instance whose update_block is the base class's loop over update_data_point (the
+    per-point path only) trains exactly like the vectorized kernel, mini-batch included."""
+    x, y = data()
+    alg = factory()
+    point_only = copy.copy(alg)
+    point_only.__class__ = type("PointOnly", (type(alg),),
+                                {"update_block": Algorithm.update_block})
+    a = fit_local(alg, x, y, batch=25, block_size=10, max_iterations=5, tolerance=None)
+    b = fit_local(point_only, x, y, batch=25, block_size=10, max_iterations=5, tolerance=None)
+    assert set(a.theta_) == set(b.theta_)
+    for key in a.theta_:
+        np.testing.assert_allclose(a.theta_[key], b.theta_[key], rtol=1e-8, atol=1e-10,
+                                   err_msg=key)
+    np.testing.assert_allclose(a.history_, b.history_, rtol=1e-8, atol=1e-8)
+
+
+# ---------------------------------------------------------------------------- parameters
+@pytest.mark.parametrize("factory, match", [
+    (lambda: GaussianMixture(n_components=0), "n_components"),
+    (lambda: GaussianMixture(covariance_type="spherical"), "covariance_type"),
+    (lambda: GaussianMixture(reg_covar=-1.0), "reg_covar"),
+    (lambda: GaussianMixture(init=3), "init"),
+    (lambda: FuzzyCMeans(m=1.0), "m must"),
+    (lambda: FuzzyCMeans(n_clusters=2.5), "n_clusters"),
+    (lambda: LogisticRegression(learning_rate=0.0), "learning_rate"),
+    (lambda: LogisticRegression(schedule="optimal"), "schedule"),
+    (lambda: LogisticRegression(alpha=-1e-3), "alpha"),
+    (lambda: LogisticRegression(fit_intercept="yes"), "fit_intercept"),
+    (lambda: NMF(n_components=True), "n_components"),
+    (lambda: NMF(solver="cd"), "solver"),
+    (lambda: NMF(w_iter=0), "w_iter"),
+    (lambda: CNN(device="tpu"), "device"),
+    (lambda: CNN(n_filters=()), "n_filters"),
+    (lambda: CNN(image_shape=(28,)), "image_shape"),
+    (lambda: CNN(momentum=1.0), "momentum"),
+    (lambda: CNN(padding=-1), "padding"),
+])
+def test_parameter_validation(factory, match):
+    with pytest.raises(ValueError, match=match):
+        factory()
+
+
+def test_cnn_geometry_errors():
+    x = np.zeros((4, 50))
+    with pytest.raises(ValueError, match="square"):
+        CNN().init_parameter(make_info(x, np.zeros(4, dtype=int)))
+    with pytest.raises(ValueError, match="too small"):
+        CNN(image_shape=(5, 10)).init_parameter(make_info(x, np.zeros(4, dtype=int)))
