@@ -195,6 +195,18 @@ class Algorithm:
         """
         raise NotImplementedError
 
+    def test_metrics(self, theta: Params, block: Block) -> dict[str, float]:
+        """Metrics of θ on the job's held-out ``test_data`` (reported in ``summary.json``).
+
+        The default reports the mean objective, and the accuracy when the algorithm has an
+        ``evaluate_accuracy(theta, x, y)`` method and the test data are labelled.
+        """
+        out = {"objective_per_point": self.evaluate(theta, block) / max(len(block), 1)}
+        acc = getattr(self, "evaluate_accuracy", None)
+        if callable(acc) and block.y is not None:
+            out["accuracy"] = float(acc(theta, block.x, block.y))
+        return out
+
     def finalize(self, theta: Params) -> dict[str, np.ndarray]:
         """Return the arrays saved as the model (default: all of θ)."""
         return dict(theta)

@@ -309,7 +309,7 @@ def _validate_data(file: Path, key: str, spec: dict[str, Any], base_dir: Path,
     from flegel.data import DataError, inspect_source
 
     try:
-        info = inspect_source(spec, base_dir)
+        info = inspect_source(spec, base_dir, key=key)
     except DataError as exc:
         raise JobError(file, key, "", detail=str(exc)) from None
     if info.n_rows < workers:

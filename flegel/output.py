@@ -70,6 +70,15 @@ class RunWriter:
             self._events.flush()
             self._flushed = now
 
+    def _test_metrics(self, algorithm: Any, theta: dict) -> dict[str, float]:
+        """Evaluate the final θ on the held-out ``test_data`` (loaded whole, on the master)."""
+        from flegel.block import Block
+        from flegel.data import load_shard
+
+        x, y = load_shard(self.job["test_data"], 0, 1, self.job.base_dir, key="test_data")
+        block = Block.from_arrays(x, y, algorithm.init_state(len(x), x.shape[1]))
+        return {"n_points": len(x), **algorithm.test_metrics(theta, block)}
+
     def finish(self, server: Any, policy: Any, algorithm: Any, info: Any,
                results: list[dict], infos: dict[int, dict]) -> dict[str, Any]:
         """Write model and summary; return the summary."""
@@ -102,9 +111,8 @@ class RunWriter:
         summary["per_worker"] = [{k: r[k] for k in keys} for r in results]
         summary["stragglers"] = [s for r in results for s in r["stragglers"]]
         summary.update(policy.summary())
-        extra = getattr(algorithm, "report", None)
-        if callable(extra):
-            summary.update(extra(server.theta))
+        if job["test_data"] is not None:
+            summary["test"] = self._test_metrics(algorithm, server.theta)
         if job["output"]["save_model"]:
             arrays = {k: np.asarray(v) for k, v in algorithm.finalize(server.theta).items()}
             np.savez(self.dir / "model.npz", **arrays)

@@ -118,7 +118,9 @@ def run_master(comm: MPI.Comm, job: Job, out_dir: Path) -> dict[str, Any]:
     sample = np.concatenate([infos[r]["sample"] for r in ranks])
     labelled = infos[ranks[0]]["sample_y"] is not None
     sample_y = np.concatenate([infos[r]["sample_y"] for r in ranks]) if labelled else None
-    n_classes = max(infos[r]["n_classes"] for r in ranks) if labelled else None
+    # The source may know the classes of the whole data set; shards only see their own labels.
+    n_classes = job.data_info.n_classes or (
+        max(infos[r]["n_classes"] for r in ranks) if labelled else None)
     info = DataInfo(n_features=infos[ranks[0]]["d"], n_points=sum(i["n"] for i in infos.values()),
                     n_workers=n_workers, sample=sample, sample_y=sample_y, n_classes=n_classes,
                     seed=job["seed"], dtype=np.dtype(infos[ranks[0]]["dtype"]),
