@@ -111,6 +111,8 @@ OUTPUT = {
     "progress": Key("'auto', 'plain' or 'none'", lambda v: v in ("auto", "plain", "none"),
                     "auto"),
     "save_model": Key("true or false", lambda v: isinstance(v, bool), True),
+    "trace_points": Key("a non-negative integer (θ snapshots evaluated exactly after training)",
+                        _int(0), 100),
 }
 
 RUNTIME = {

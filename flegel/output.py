@@ -103,9 +103,16 @@ class RunWriter:
             "master_idle_fraction": server.idle_fraction,
             "master_idle_cpu_fraction": server.idle_cpu_fraction,
         }
-        if job["stop"]["target_objective"] is not None:
-            summary["target_objective"] = job["stop"]["target_objective"]
-            summary["time_to_target_s"] = server.time_to_target
+        trace = [(t, float(sum(r["trace"][i] for r in results)))
+                 for i, t in enumerate(server.trace.times)] + [(server.train_s, final)]
+        summary["objective_trace"] = [[round(t, 6), f] for t, f in trace]
+        target = job["stop"]["target_objective"]
+        if target is not None:
+            summary["target_objective"] = target
+            # Time to target on the exact objective of the θ snapshots (comparable across
+            # sync models); the online objective's time is kept beside it.
+            summary["time_to_target_s"] = next((t for t, f in trace if f <= target), None)
+            summary["time_to_target_online_s"] = server.time_to_target
         keys = ("rank", "n_points", "points", "passes", "compute_s", "wait_s",
                 "wait_cpu_fraction", "slowed_s", "commits", "aborted_points")
         summary["per_worker"] = [{k: r[k] for k in keys} for r in results]

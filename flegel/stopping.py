@@ -35,14 +35,20 @@ class StopCriteria:
     _last_check_objective: float | None = field(default=None, repr=False)
     checks: int = field(default=0, repr=False)
 
-    def reached_target(self, objective: float) -> bool:
-        return self.target_objective is not None and objective <= self.target_objective
+    def reached_target(self, objective: float, min_passes: float) -> bool:
+        """True once the online objective is at the target.
+
+        Only after every worker has visited all its points once: before that, the online
+        objective (the sum of each point's last loss) misses the points not yet visited.
+        """
+        return (self.target_objective is not None and min_passes >= 1.0 - 1e-9
+                and objective <= self.target_objective)
 
     def check(self, iteration: int, objective: float, min_passes: float,
               elapsed_s: float) -> str | None:
         """Return why training should stop now (``"converged"``, ``"target"``,
         ``"max_iterations"``, ``"max_time"``) or None to go on."""
-        if self.reached_target(objective):
+        if self.reached_target(objective, min_passes):
             return "target"
         if self.tolerance is not None and min_passes >= self._last_check_passes + 1.0 - 1e-9:
             prev = self._last_check_objective

@@ -109,6 +109,11 @@ class ShardStore:
         self.n_halted = int(self.halted.sum())
         self._journal = []
 
+    def unmark(self) -> None:
+        """Forget the mark and stop journaling."""
+        self._mark = None
+        self._journal = None
+
     def _journal_rows(self, sel: slice | np.ndarray) -> None:
         if self._journal is not None and self.state:
             self._journal.append((sel, {k: v[sel].copy() for k, v in self.state.items()}))

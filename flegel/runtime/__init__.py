@@ -24,3 +24,8 @@ class Backoff:
 
     def reset(self) -> None:
         self.delay = POLL_S
+
+
+#: Kinds of control signals the master sends to a computing worker.
+SIGNAL_PAUSE = 1.0  # commit now (flexible barrier, centralized coordination)
+SIGNAL_ABORT = 2.0  # drop the current work and restart from a fresher θ (SpecSync)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from flegel import runtime
 from flegel.runtime import Backoff
 
 # Message tags.
@@ -105,12 +106,12 @@ PARAMS = Header((
     "eta_s",        # flexible-barrier interval for the next iteration
     "offset_s",     # this worker's semi-centralized offset δ_i
     "budget",       # iterations the worker may run before the next barrier (-1: none)
-    "rollback",     # 1: restore the snapshot taken at the last mark (FSPV probes)
-    "mark",         # 1: take a snapshot of store cursor and state before going on
+    "rollback",     # 1: return to the last mark (FSPV probes)
+    "mark",         # 1: mark position and journal state from here; -1: drop the mark
     "sent_at",
 ))
 
 #: Master -> worker control signal.
 SIGNAL = Header(("kind", "version", "sent_at"))
-SIGNAL_PAUSE = 1.0
-SIGNAL_ABORT = 2.0
+SIGNAL_PAUSE = runtime.SIGNAL_PAUSE
+SIGNAL_ABORT = runtime.SIGNAL_ABORT

@@ -99,6 +99,10 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     worker = Worker(comm, algorithm, store, layouts["theta"], layouts["agg"], stragglers,
                     block_ms=job["runtime"]["block_ms"])
     report = worker.run()
+    # The exact objective of every θ snapshot of the run, on this shard (see master.Trace).
+    thetas = msg.recv_object(comm, source=0)[0]
+    full = store.full_block()
+    report["trace"] = [float(algorithm.evaluate(th, full)) for th in thetas]
     report["load_s"] = time.perf_counter() - t0 - report["compute_s"] - report["wait_s"]
     msg.send_object(comm, report, dest=0)
 
@@ -138,9 +142,11 @@ def run_master(comm: MPI.Comm, job: Job, out_dir: Path) -> dict[str, Any]:
     stop = StopCriteria(**job["stop"])
     progress = Progress(job["output"]["progress"], algorithm.objective_name)
     server = Server(comm, algorithm, theta, layouts["theta"], layouts["agg"], stop,
-                    events=writer.event, progress=progress)
+                    events=writer.event, progress=progress,
+                    trace_points=job["output"]["trace_points"])
     policy = policy_class(job["sync"]["model"])(server, job["sync"])
     server.serve(policy)
+    msg.bcast_object(comm, server.trace.thetas)
     results = server.collect_results()
     progress.close(server.version, server.objective, server.train_s)
     summary = writer.finish(server, policy, algorithm, info, results, infos)

@@ -22,6 +22,34 @@ from flegel.runtime.layout import Layout
 from flegel.stopping import StopCriteria
 
 
+class Trace:
+    """θ snapshots spread over the run, evaluated exactly on every shard after training.
+
+    Sync models are compared on the true f(θ) (DESIGN §3): the online objective mixes losses
+    computed under different θ and, before a full pass, misses unvisited points.  Every new
+    θ is kept until twice ``limit`` are held; then every other one is dropped and snapshots
+    are taken at most every ``spacing`` seconds (doubling at each thinning), so any run keeps
+    between ``limit`` and ``2 * limit`` snapshots spread over its whole length.
+    """
+
+    def __init__(self, limit: int, spacing_s: float = 0.0) -> None:
+        self.limit = limit
+        self.spacing_s = spacing_s
+        self.times: list[float] = []
+        self.thetas: list[dict] = []
+
+    def record(self, t: float, theta: dict) -> None:
+        if self.limit <= 0 or (self.times and t - self.times[-1] < self.spacing_s):
+            return
+        self.times.append(t)
+        # Copies: an algorithm may update θ's arrays in place.
+        self.thetas.append({k: np.array(v, copy=True) for k, v in theta.items()})
+        if len(self.times) >= 2 * self.limit:
+            span = self.times[-1] - self.times[0]
+            self.times, self.thetas = self.times[1::2], self.thetas[1::2]
+            self.spacing_s = max(2 * self.spacing_s, span / self.limit)
+
+
 @dataclass
 class WorkerRecord:
     """What the master knows of one worker."""
@@ -49,11 +77,13 @@ class Server:
         Receives one dict per event (written to ``events.jsonl``).
     progress : callable or None
         Receives ``(iteration, objective, elapsed_s)`` to display progress.
+    trace_points : int
+        At most this many θ snapshots are kept for the exact objective trace (0: none).
     """
 
     def __init__(self, comm: MPI.Comm, algorithm: Algorithm, theta: dict,
                  theta_layout: Layout, agg_layout: Layout, stop: StopCriteria,
-                 events: Any, progress: Any = None) -> None:
+                 events: Any, progress: Any = None, trace_points: int = 100) -> None:
         self.comm = comm
         self.algorithm = algorithm
         self.theta = theta
@@ -69,6 +99,7 @@ class Server:
         self.reason: str | None = None
         self.time_to_target: float | None = None
         self.start = time.perf_counter()
+        self.trace = Trace(trace_points)
         size = msg.Header.SIZE
         self._recv = {r: np.empty(size + agg_layout.size) for r in self.ranks}
         self._send = {r: np.empty(size + theta_layout.size) for r in self.ranks}
@@ -88,15 +119,18 @@ class Server:
         self.theta = self.algorithm.update_parameter(agg, self.theta)
         self.version += 1
         self.objective += float(agg["objective"])
-        if self.time_to_target is None and self.stop.reached_target(self.objective):
-            self.time_to_target = self.elapsed()
+        now = self.elapsed()
+        if self.time_to_target is None and self.stop.reached_target(self.objective,
+                                                                     self.min_passes()):
+            self.time_to_target = now
+        self.trace.record(now, self.theta)
 
     def zero(self) -> dict:
         return self.algorithm.zero_aggregator(self.theta)
 
     # -------------------------------------------------------------- messages out
     def send_params(self, rank: int, *, batch: int = 0, eta_s: float = 0.0,
-                    offset_s: float = 0.0, budget: int = -1, mark: bool = False,
+                    offset_s: float = 0.0, budget: int = -1, mark: int = 0,
                     rollback: bool = False, stop: bool = False,
                     theta: dict | None = None) -> None:
         """Send θ (or ``theta``) and the control header to one worker."""
@@ -105,7 +139,7 @@ class Server:
             msg.wait(req)
         buf = self._send[rank]
         msg.PARAMS.write(buf, version=self.version, stop=float(stop), batch=batch, eta_s=eta_s,
-                       offset_s=offset_s, budget=budget, mark=float(mark),
+                       offset_s=offset_s, budget=budget, mark=mark,
                        rollback=float(rollback), sent_at=time.time())
         self.theta_layout.pack(self.theta if theta is None else theta, buf[msg.Header.SIZE:])
         self._send_req[rank] = self.comm.Isend(buf, dest=rank, tag=msg.TAG_PARAMS)

@@ -209,8 +209,10 @@ class Worker:
         while not header["stop"]:
             if header["rollback"]:
                 self.store.rollback()
-            if header["mark"]:
+            if header["mark"] > 0:
                 self.store.mark()
+            elif header["mark"] < 0:
+                self.store.unmark()
             agg, meta = self._iterate(header, theta)
             if meta["reason"] == float(Reason.ABORT):
                 # SpecSync: throw the partial work away and restart from a fresher θ.

@@ -1,0 +1,242 @@
+"""Immediate pushes: the mechanism shared by ASP, SSP, DSSP, SpecSync and ElasticBSP.
+
+Every commit of a worker is one *push* (a mini-batch's aggregator).  The master applies it at
+once (θ ← update_parameter, one new θ version per push) and answers the worker with the fresh
+θ, unless the model's :meth:`PushPolicy.hold` says the worker must wait; a held worker is
+answered later, as soon as :meth:`PushPolicy.release` finds the condition gone (SSP: the slowest
+worker caught up; ElasticBSP: every worker reached the barrier).  The models differ only in
+``hold`` and in what they learn from each push (:meth:`PushPolicy.after_push`).
+
+What every model records
+------------------------
+* per worker: its clock (pushes so far), pushes, and time held by the master;
+* the *staleness* of every update: the number of θ versions applied between the θ the worker
+  computed from and this update (``server.version`` just before applying − header
+  ``version``); 0 means the worker saw every earlier update;
+* the *clock gap* of every iteration: how many pushes the worker is ahead of the slowest worker
+  when it starts the iteration (its clock − the smallest clock).  This is the iteration
+  difference the SSP family bounds (SSP: ≤ s; DSSP: ≤ s_U);
+* one ``events.jsonl`` line per push: ``t`` (θ version after the push), ``time_s``,
+  ``objective`` (online), ``rank``, ``points``, ``compute_s``, ``wait_s``, ``staleness``,
+  ``version`` (the θ version it was computed from) and ``gap``.
+
+Iterations
+----------
+There is no global iteration without barriers.  For the stop criteria (``max_iterations``)
+and the summary's ``iterations``, one iteration is **n pushes** (n = number of workers): the
+same amount of work as one BSP iteration with the same batch.  ``theta_versions`` in the
+summary is the number of θ updates (= pushes).
+
+Mini-batch size
+---------------
+``batch: auto`` (default) uses BSP's cost-benefit rule (:func:`flegel.sync.bsp.auto_batch`):
+each worker's first push is a calibration push over its whole shard; the first one to arrive
+(the fastest worker's) fixes the batch so that the push round trip φ costs at most a fraction
+ρ (``overhead``) of an iteration on that worker, hence on every slower one too.  Until then
+the other workers finish their calibration pass.  ``batch: full`` pushes once per pass; an
+integer fixes the batch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+from flegel.runtime import POLL_S
+from flegel.sync.base import MasterPolicy, Reason
+from flegel.sync.bsp import auto_batch
+
+
+def is_int(v: Any, lo: int = 0) -> bool:
+    """True for an integer (not a bool) at least ``lo``."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+
+def is_num(v: Any) -> bool:
+    """True for an int or float (not a bool)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+class RunningStat:
+    """Count, mean and maximum of a stream of numbers, in constant memory."""
+
+    __slots__ = ("n", "total", "max")
+
+    def __init__(self) -> None:
+        self.n, self.total, self.max = 0, 0.0, 0.0
+
+    def add(self, x: float) -> None:
+        self.n += 1
+        self.total += x
+        self.max = max(self.max, x) if self.n > 1 else x
+
+    def as_dict(self) -> dict[str, float]:
+        return {"max": self.max, "mean": self.total / self.n if self.n else 0.0}
+
+
+class PushPolicy(MasterPolicy):
+    """Apply every push at once; answer at once unless :meth:`hold` says to wait.
+
+    Options
+    -------
+    batch : "auto", "full" or int
+        Points per push (see the module docstring).
+    overhead : float
+        ρ of :func:`flegel.sync.bsp.auto_batch` for ``batch: auto``.
+    """
+
+    OPTIONS: dict[str, tuple[Any, str]] = {
+        "batch": ("auto", "'auto', 'full' or a positive number of points per push"),
+        "overhead": (0.1, "a number between 0 and 1 (largest push round-trip share of an "
+                          "iteration for batch: auto)"),
+    }
+
+    @staticmethod
+    def check_options(options: dict[str, Any]) -> tuple[str, str] | None:
+        """Return ``(key, expected)`` for the first bad option, or None."""
+        b = options["batch"]
+        if b not in ("auto", "full") and not is_int(b, 1):
+            return "batch", PushPolicy.OPTIONS["batch"][1]
+        rho = options["overhead"]
+        if not is_num(rho) or not 0 < rho < 1:
+            return "overhead", "a number between 0 and 1"
+        return None
+
+    def __init__(self, server, options: dict[str, Any]) -> None:
+        super().__init__(server, options)
+        ranks = server.ranks
+        self.n = len(ranks)
+        b = options.get("batch", "auto")
+        #: Points per push; 0 = a full pass.  None while ``auto`` waits for its calibration.
+        self.batch: int | None = None if b == "auto" else (0 if b == "full" else int(b))
+        self.per_point_s: float | None = None
+        self.phi_s: float | None = None
+        self.clock = {r: 0 for r in ranks}
+        self.pushes = 0
+        self.held: set[int] = set()
+        self._held_at: dict[int, float] = {}
+        self.held_s = {r: 0.0 for r in ranks}
+        self.started = {r: 0.0 for r in ranks}      # when its current iteration began
+        self.start_gap = {r: 0 for r in ranks}      # its clock gap then
+        #: The two latest push times of every worker, newest last (DSSP's table A).
+        self.recent = {r: deque([0.0], maxlen=2) for r in ranks}
+        self.staleness = RunningStat()
+        self.staleness_of = {r: RunningStat() for r in ranks}
+        self.gap_stat = RunningStat()
+
+    # ------------------------------------------------------------------ clocks
+    def now(self) -> float:
+        """Seconds since training began (the time base of every record)."""
+        return time.perf_counter() - self.server.start
+
+    def gap(self, rank: int) -> int:
+        """How many pushes ``rank`` is ahead of the slowest worker."""
+        return self.clock[rank] - min(self.clock.values())
+
+    def slowest(self) -> int:
+        """The worker with the fewest pushes (ties: the one that pushed least recently)."""
+        return min(self.clock, key=lambda r: (self.clock[r], self.recent[r][-1]))
+
+    # ------------------------------------------------------------------ model hooks
+    def hold(self, rank: int) -> bool:
+        """True while ``rank``, which just pushed, must wait before its next iteration."""
+        return False
+
+    def after_push(self, rank: int, header: dict, t: float) -> None:
+        """Learn from a push of ``rank`` that arrived at ``t`` (already applied and counted)."""
+
+    def instructions(self, rank: int) -> dict[str, Any]:
+        """Keyword arguments of :meth:`Server.send_params` for ``rank``'s next iteration."""
+        return {"batch": self.batch or 0}
+
+    def on_answer(self, rank: int, t: float) -> None:
+        """``rank`` was just sent θ at ``t``: its next iteration begins."""
+
+    def on_abort(self, rank: int, header: dict, t: float) -> None:
+        """``rank`` threw its iteration away (SpecSync) and restarts from the current θ."""
+
+    # ------------------------------------------------------------------ mechanism
+    def start(self) -> None:
+        for r in self.server.ranks:
+            self.answer(r)
+
+    def answer(self, rank: int) -> None:
+        """Send ``rank`` the current θ: its next iteration starts now."""
+        t = self.now()
+        if rank in self.held:
+            self.held.discard(rank)
+            self.held_s[rank] += t - self._held_at.pop(rank)
+        gap = self.gap(rank)
+        self.gap_stat.add(gap)
+        self.start_gap[rank] = gap
+        self.started[rank] = t
+        self.server.send_params(rank, **self.instructions(rank))
+        self.on_answer(rank, t)
+
+    def release(self) -> None:
+        """Answer every held worker whose hold condition is gone."""
+        for r in sorted(self.held):
+            if not self.hold(r):
+                self.answer(r)
+
+    def on_commit(self, rank: int, header: dict, agg: dict) -> None:
+        srv = self.server
+        t = srv.workers[rank].arrived_at - srv.start
+        self.held.add(rank)
+        self._held_at[rank] = t
+        if int(header["reason"]) == Reason.ABORT:
+            # Nothing to apply and no clock tick: the worker restarts the same iteration.
+            self.on_abort(rank, header, t)
+            self.release()
+            return
+        stale = srv.version - int(header["version"])
+        t0 = time.perf_counter()
+        srv.apply(agg)
+        apply_s = time.perf_counter() - t0
+        self.pushes += 1
+        self.clock[rank] += 1
+        self.recent[rank].append(t)
+        self.staleness.add(stale)
+        self.staleness_of[rank].add(stale)
+        if self.batch is None:
+            self._calibrate(header, apply_s)
+        self.after_push(rank, header, t)
+        srv.events({"t": srv.version, "time_s": round(t, 6), "objective": srv.objective,
+                    "rank": rank, "points": int(header["points"]),
+                    "compute_s": round(header["compute_s"], 6),
+                    "wait_s": round(header["wait_s"], 6), "staleness": stale,
+                    "version": int(header["version"]), "gap": self.start_gap[rank]})
+        reason = srv.check_stop(agg, self.pushes // self.n)
+        if reason is not None:
+            srv.finish(reason)  # held workers wait for θ, so they get the stop flag too
+            return
+        self.release()
+
+    def _calibrate(self, header: dict, apply_s: float) -> None:
+        """``batch: auto`` from the first calibration push (a full pass on that worker)."""
+        self.per_point_s = header["compute_s"] / max(header["points"], 1)
+        # One push round trip: commit and reply messages, the update, a poll on each side.
+        self.phi_s = 2 * header["latency_s"] + apply_s + 2 * POLL_S
+        self.batch = auto_batch(self.per_point_s, self.phi_s,
+                                self.options.get("overhead", 0.1),
+                                max(int(header["n_active"]), 1))
+
+    # ------------------------------------------------------------------ results
+    def summary(self) -> dict[str, Any]:
+        srv = self.server
+        out: dict[str, Any] = {
+            "iterations": self.pushes // self.n,  # n pushes = one iteration (module docstring)
+            "pushes": self.pushes,
+            "theta_versions": srv.version,
+            "batch": "full" if self.batch in (None, 0) else self.batch,
+            "staleness": self.staleness.as_dict(),
+            "clock_gap": self.gap_stat.as_dict(),
+            "push_stats": [{"rank": r, "pushes": self.clock[r],
+                            "staleness_max": self.staleness_of[r].max,
+                            "staleness_mean": self.staleness_of[r].as_dict()["mean"],
+                            "held_s": self.held_s[r]} for r in srv.ranks],
+        }
+        if self.phi_s is not None:
+            out.update(per_point_s=self.per_point_s, push_cost_s=self.phi_s)
+        return out
