@@ -28,17 +28,27 @@ class BlockSizer:
         self.min_size = min_size
         self.max_size = max_size
         self.per_point_s: float | None = None
+        self._delay_s = 0.0
+        self._points = 0
 
-    def observe(self, points: int, seconds: float) -> None:
-        """Record that ``points`` took ``seconds`` of pure compute; update :attr:`size`."""
+    def observe(self, points: int, seconds: float, delay_s: float = 0.0) -> None:
+        """Record that ``points`` took ``seconds`` of compute and caused ``delay_s`` of
+        straggler suspension; update :attr:`size`.
+
+        A slowed worker's blocks shrink with its long-run suspension per point, so its
+        blocks too take about ``target_s`` in all and it answers barriers as promptly.
+        """
         if points <= 0 or seconds <= 0:
             return
         cost = seconds / points
         a = self.smoothing
         prev = self.per_point_s
         self.per_point_s = cost if prev is None else (1 - a) * prev + a * cost
+        self._delay_s += delay_s
+        self._points += points
+        per_point = self.per_point_s + self._delay_s / self._points
         # Grow at most 4x per block so one badly timed small block cannot jump to a huge size.
-        want = self.target_s / self.per_point_s
+        want = self.target_s / per_point
         self.size = int(max(self.min_size, min(self.max_size, want, 4 * self.size)))
 
     @property

@@ -1,7 +1,7 @@
 """Straggler patterns injected into workers (FSP paper Section 6.1; DESIGN §5).
 
-Each pattern slows a list of worker ranks (1..n) by suspending it after a block (sleeping, which
-never burns a core); the worker loop serves the suspension (see :meth:`Stragglers.after_block`).
+Each pattern slows a list of worker ranks (1..n) after a block, by sleeping (which never burns
+a core); see :meth:`Stragglers.after_block` for which patterns a barrier signal interrupts.
 
 * ``injected``: suspend ``tau_ms`` every ``every`` points processed, counted cumulatively
   over the whole run (not per iteration), as in Section 6.1.
@@ -118,23 +118,28 @@ class Stragglers:
         """Start the pattern clock (``pause.at_s``, transient periods) when training starts."""
         self.start = time.perf_counter()
 
-    def after_block(self, points: int, compute_s: float) -> float:
-        """Return the seconds the patterns suspend this worker after a block.
+    def after_block(self, points: int, compute_s: float) -> tuple[float, float]:
+        """Return the seconds this worker is slowed after a block: ``(suspended, blocked)``.
 
-        The worker sleeps them itself, in slices, so a barrier signal that arrives while it is
-        suspended is answered at once with the work done so far (the suspended training
-        thread holds no half-processed point); the rest of the suspension is served before
-        it computes again, so the worker loses exactly the time the pattern says.
+        ``injected`` *suspends* the training thread (Section 6.1): the worker sleeps it in
+        slices and answers a barrier signal at once with the work done so far (a suspended
+        thread holds no half-processed point), serving the rest before it computes again, so
+        it loses exactly the time the pattern says.  ``persistent`` and ``transient`` model a
+        slower CPU and ``pause`` a stopped process: the worker cannot answer during those,
+        so it sleeps them in one piece (*blocked*).
         """
         if not self.patterns:
-            return 0.0
+            return 0.0, 0.0
         elapsed = time.perf_counter() - self.start
-        total = 0.0
+        suspended = blocked = 0.0
         for p in self.patterns:
             d = p.delay(points, compute_s, elapsed)
             p.lost_s += d
-            total += d
-        return total
+            if p.kind == "injected":
+                suspended += d
+            else:
+                blocked += d
+        return suspended, blocked
 
     def record(self) -> list[dict[str, Any]]:
         """What slowed this worker and how much time it lost, for the run's summary."""

@@ -39,6 +39,7 @@ class BinarySearch(IntervalAdjustor):
         self._trial_progress = 0.0
         self._trial_wall = 0.0
         self._trial_left = 0
+        self._coarser = 0.0
 
     def _trial_iterations(self) -> int:
         return max(int(round(self.factor)), 1)
@@ -57,12 +58,12 @@ class BinarySearch(IntervalAdjustor):
         if self._trial_left > 0:
             return Plan(self.eta_s, phase="trial")
         trial_rate = self._trial_progress / max(self._trial_wall, 1e-12)
-        if trial_rate > self.base_rate and self.eta_s > self.eta_min_s:
+        if trial_rate > self.base_rate:
             # The finer interval wins: adopt it and compare it with the next finer one.
             self.base_rate = trial_rate
             return self._begin_trial(obs)
         # Reversed: go back to the coarser interval and hold it.
-        self.eta_s = self.clamp(self.eta_s * self.factor, obs.eta_max_s)
+        self.eta_s = self._coarser
         self.state = "hold"
         self.history.append(self.eta_s)
         return Plan(self.eta_s)
@@ -72,6 +73,7 @@ class BinarySearch(IntervalAdjustor):
         if finer >= self.eta_s:  # cannot go finer
             self.state = "hold"
             return Plan(self.eta_s)
+        self._coarser = self.eta_s
         self.eta_s = finer
         self.history.append(finer)
         self.state = "trial"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flegel.interval import IntervalAdjustor
+from flegel.interval import IntervalAdjustor, Plan
 
 
 class FixedInterval(IntervalAdjustor):
@@ -10,3 +10,9 @@ class FixedInterval(IntervalAdjustor):
     barrier (Section 3.3), so η longer than a pass behaves as full batch."""
 
     name = "fixed"
+
+    def start(self, eta0_s: float, eta_max_s: float) -> Plan:
+        # The user's η as given: longer than a pass simply means full-batch iterations.
+        self.eta_s = max(eta0_s, self.eta_min_s)
+        self.history.append(self.eta_s)
+        return Plan(self.eta_s)

@@ -237,3 +237,18 @@ class Server:
         """Receive every worker's end-of-run report (evaluated objective, totals)."""
         results = [msg.recv_object(self.comm, source=r)[0] for r in self.ranks]
         return sorted(results, key=lambda d: d["rank"])
+
+    # -------------------------------------------------------------- asynchronous models
+    def signal_version(self, ranks: list[int], kind: float, version: int) -> None:
+        """Send a control signal about θ version ``version`` (not the current one).
+
+        Under asynchronous models (SpecSync's abort) a worker computes from an older θ than
+        the server's current version, and a worker drops signals for any version other than
+        the one it computes from (so a signal that crosses its commit is harmless).
+        """
+        for r in ranks:
+            req = self._sig_req[r]
+            if req is not None:
+                msg.wait(req)
+            msg.SIGNAL.write(self._sig[r], kind=kind, version=version, sent_at=time.time())
+            self._sig_req[r] = self.comm.Isend(self._sig[r], dest=r, tag=msg.TAG_SIGNAL)

@@ -146,7 +146,7 @@ class Worker:
         points = 0
         compute = 0.0
         reason = Reason.BATCH
-        slowed = -self.debt_s
+        slowed = self.debt_s  # served now (or carried on: subtracted at the end)
         pending = self._suspend(version, deadline)
         while True:
             signal = pending or self._poll_signal(version)
@@ -176,13 +176,16 @@ class Worker:
                 agg = algo.aggregate(agg, algo.update_block(block, theta, t))
             store.commit_block(block, sel)
             dt = time.perf_counter() - t0
-            self.sizer.observe(len(block), dt)
             points += len(block)
             compute += dt
-            delay = self.stragglers.after_block(len(block), dt)
-            if delay:
-                self.debt_s += delay
-                slowed += delay
+            suspended, blocked = self.stragglers.after_block(len(block), dt)
+            self.sizer.observe(len(block), dt, suspended + blocked)
+            if blocked:
+                time.sleep(blocked)
+                slowed += blocked
+            if suspended:
+                self.debt_s += suspended
+                slowed += suspended
                 pending = self._suspend(version, deadline)
         slowed -= self.debt_s  # what is left is served (and counted) next iteration
         elapsed = time.perf_counter() - start

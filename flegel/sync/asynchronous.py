@@ -118,6 +118,7 @@ class PushPolicy(MasterPolicy):
         self._held_at: dict[int, float] = {}
         self.held_s = {r: 0.0 for r in ranks}
         self.started = {r: 0.0 for r in ranks}      # when its current iteration began
+        self.computing = {r: 0 for r in ranks}      # the θ version it computes from
         self.start_gap = {r: 0 for r in ranks}      # its clock gap then
         #: The two latest push times of every worker, newest last (DSSP's table A).
         self.recent = {r: deque([0.0], maxlen=2) for r in ranks}
@@ -171,6 +172,7 @@ class PushPolicy(MasterPolicy):
         self.gap_stat.add(gap)
         self.start_gap[rank] = gap
         self.started[rank] = t
+        self.computing[rank] = self.server.version
         self.server.send_params(rank, **self.instructions(rank))
         self.on_answer(rank, t)
 

@@ -1,0 +1,219 @@
+"""Speculative Synchronization (SpecSync paper: Zhang et al., ICDCS 2018, Sections IV-V).
+
+Workers run ASP (or SSP) pushes.  After a worker starts an iteration, the master -- in the role
+of the paper's centralized scheduler (Section V-A) -- counts the pushes other workers make
+within ABORT_TIME of that start; if they are more than ``m · ABORT_RATE`` (m workers), θ has
+changed enough that the iteration is worth restarting: the worker aborts it, rolls its shard
+back, and starts over from the fresher θ (Section IV-A, Algorithm 2).
+
+Implementation:
+
+* Every θ is sent with ``mark = 1``, so the worker journals its per-point state and can roll
+  back (:meth:`flegel.store.ShardStore.mark`); the abort is :data:`SIGNAL_ABORT` for the θ
+  version the worker computes from.
+* The paper checks the count when the timer expires; the count only grows within the window,
+  so we decide at the push that makes it exceed the threshold -- the same decision, earlier,
+  with less work thrown away.
+* As in Algorithm 2, only an iteration started after a push is speculated on; a restarted one
+  is not (no abort storms).
+* ``adaptive: true`` retunes ABORT_TIME and ABORT_RATE at the start of every epoch (an epoch
+  ends when every worker has pushed once more, Section II-B) with Algorithm 1 on the pushes of
+  the epoch just ended: the freshness gain ``ũ_i(Δ)`` is the number of pushes by others within
+  Δ after the start of worker i's last iteration of that epoch (Eq. 5), the loss is
+  ``(m − 1)·Δ / T_i`` (Eq. 6) with ``T_i`` its mean iteration span there; Δ* maximizes Eq. 7
+  over the candidates where the gain steps up (a push right-aligned with an iteration start),
+  and ABORT_RATE = Δ*(m − 1) / (T m) with T the mean span.  When no Δ gains more than it
+  loses, Δ* = 0: no speculation in that epoch.  Until the first epoch ends, the configured
+  ``abort_time_ms`` / ``abort_rate`` are used (none: no speculation).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from flegel.runtime import SIGNAL_ABORT
+from flegel.sync.asynchronous import is_num
+from flegel.sync.ssp import SSP
+
+#: Pushes kept for the adaptive tuning (one epoch is at most this many).
+HISTORY = 4096
+
+
+def tune(pushes: list[tuple[float, int]], starts: dict[int, float], spans: dict[int, float],
+         m: int) -> tuple[float, float, float]:
+    """Algorithm 1 (Adaptive Tuning): ABORT_TIME Δ* and ABORT_RATE from a push history.
+
+    Parameters
+    ----------
+    pushes : list of (time, rank)
+        Pushes from the start of the epoch just ended until now, in time order.
+    starts : dict
+        rank -> start time of its last iteration completed in that epoch (ranks without one
+        are left out).
+    spans : dict
+        rank -> its mean iteration span ``T_i`` in that epoch (seconds, > 0).
+    m : int
+        Number of workers.
+
+    Returns
+    -------
+    (abort_time_s, abort_rate, F)
+        Δ* (0.0 when no Δ improves freshness), Γ = Δ*(m − 1)/(T m), and the estimate F(Δ*)
+        of Eq. 7.
+    """
+    if not starts:
+        return 0.0, 0.0, 0.0
+    times = np.array([p[0] for p in pushes])
+    ranks = np.array([p[1] for p in pushes])
+    others = {i: np.sort(times[ranks != i]) for i in starts}
+    loss_rate = sum((m - 1) / spans[i] for i in starts)  # d(loss)/dΔ summed over workers
+    candidates = sorted({float(t - s) for i, s in starts.items() for t in others[i] if t > s})
+    best, best_f = 0.0, 0.0
+    for delta in candidates:
+        gain = 0
+        for i, s in starts.items():
+            o = others[i]
+            gain += bisect.bisect_right(o, s + delta) - bisect.bisect_right(o, s)
+        f = gain - loss_rate * delta
+        if f > best_f:
+            best, best_f = delta, f
+    mean_span = float(np.mean([spans[i] for i in starts]))
+    return best, best * (m - 1) / (mean_span * m), best_f
+
+
+class SpecSync(SSP):
+    """Master policy of SpecSync on ASP (``base: asp``) or SSP (``base: ssp`` with ``s``).
+
+    Options
+    -------
+    base : {"asp", "ssp"}
+        The model SpecSync runs on (Section IV-A, "Benefits" 2).
+    s : int
+        SSP's staleness threshold (``base: ssp`` only).
+    adaptive : bool
+        Retune ABORT_TIME and ABORT_RATE every epoch (Algorithm 1).
+    abort_time_ms : float or None
+        ABORT_TIME; with ``adaptive`` its value until the first retuning.
+    abort_rate : float
+        ABORT_RATE Γ: abort when more than Γ·m others pushed within ABORT_TIME.
+    batch, overhead
+        See :class:`~flegel.sync.asynchronous.PushPolicy`.
+    """
+
+    OPTIONS = {**SSP.OPTIONS,
+               "base": ("asp", "'asp' or 'ssp'"),
+               "adaptive": (True, "true or false (tune ABORT_TIME and ABORT_RATE every epoch)"),
+               "abort_time_ms": (None, "a positive number of milliseconds or null"),
+               "abort_rate": (0.0, "a non-negative number (ABORT_RATE)")}
+
+    @staticmethod
+    def check_options(options: dict[str, Any]) -> tuple[str, str] | None:
+        problem = SSP.check_options(options)
+        if problem is not None:
+            return problem
+        if options["base"] not in ("asp", "ssp"):
+            return "base", SpecSync.OPTIONS["base"][1]
+        if not isinstance(options["adaptive"], bool):
+            return "adaptive", SpecSync.OPTIONS["adaptive"][1]
+        t = options["abort_time_ms"]
+        if t is not None and not (is_num(t) and t > 0):
+            return "abort_time_ms", SpecSync.OPTIONS["abort_time_ms"][1]
+        if t is None and not options["adaptive"]:
+            return "abort_time_ms", "a positive number of milliseconds (adaptive: false needs it)"
+        if not (is_num(options["abort_rate"]) and options["abort_rate"] >= 0):
+            return "abort_rate", SpecSync.OPTIONS["abort_rate"][1]
+        return None
+
+    def __init__(self, server, options: dict[str, Any]) -> None:
+        super().__init__(server, options)
+        self.base = options.get("base", "asp")
+        self.adaptive = bool(options.get("adaptive", True))
+        t_ms = options.get("abort_time_ms")
+        self.abort_time = 0.0 if t_ms is None else t_ms / 1e3
+        self.abort_rate = float(options.get("abort_rate", 0.0))
+        ranks = server.ranks
+        self.speculating = {r: False for r in ranks}  # its current iteration is speculated on
+        self.seen = {r: 0 for r in ranks}             # pushes by others in its window so far
+        self._restart = {r: False for r in ranks}
+        self.aborts = {r: 0 for r in ranks}
+        self.aborted_points = {r: 0 for r in ranks}
+        self.aborted_s = {r: 0.0 for r in ranks}
+        # Adaptive tuning: (time, rank, start of that iteration) of recent pushes, and epochs.
+        self.log: deque[tuple[float, int, float]] = deque(maxlen=HISTORY)
+        self.epoch = 0
+        self.epoch_start = 0.0
+        self.tunings: list[dict[str, float]] = []
+
+    def hold(self, rank: int) -> bool:
+        return self.base == "ssp" and super().hold(rank)
+
+    def instructions(self, rank: int) -> dict[str, Any]:
+        return {**super().instructions(rank), "mark": 1}  # journal, so an abort can roll back
+
+    # ---------------------------------------------------------------- speculation
+    def on_answer(self, rank: int, t: float) -> None:
+        # Algorithm 2: speculation starts with an iteration begun after a push, not a restart.
+        self.speculating[rank] = not self._restart[rank] and self.abort_time > 0
+        self._restart[rank] = False
+        self.seen[rank] = 0
+
+    def after_push(self, rank: int, header: dict, t: float) -> None:
+        self.log.append((t, rank, self.started[rank]))
+        threshold = self.n * self.abort_rate
+        for r in self.server.ranks:
+            if r == rank or not self.speculating[r] or r in self.held:
+                continue
+            if t - self.started[r] > self.abort_time:
+                self.speculating[r] = False  # its window closed without enough pushes
+                continue
+            self.seen[r] += 1
+            if self.seen[r] > threshold:
+                self.speculating[r] = False
+                self.server.signal_version([r], SIGNAL_ABORT, self.computing[r])
+        if self.adaptive and min(self.clock.values()) > self.epoch:
+            self._retune(t)
+
+    def on_abort(self, rank: int, header: dict, t: float) -> None:
+        self._restart[rank] = True
+        self.aborts[rank] += 1
+        self.aborted_points[rank] += int(header["aborted"])
+        self.aborted_s[rank] += header["compute_s"]
+
+    # ---------------------------------------------------------------- Algorithm 1
+    def _retune(self, t: float) -> None:
+        """A new epoch began: tune ABORT_TIME and ABORT_RATE on the epoch just ended."""
+        start = self.epoch_start
+        self.epoch = min(self.clock.values())
+        self.epoch_start = t
+        window = [p for p in self.log if p[0] >= start]
+        starts: dict[int, float] = {}
+        spans: dict[int, list[float]] = {}
+        for when, r, began in window:
+            starts[r] = began
+            spans.setdefault(r, []).append(when - began)
+        mean_spans = {r: max(float(np.mean(v)), 1e-9) for r, v in spans.items()}
+        delta, rate, f = tune([(p[0], p[1]) for p in window], starts, mean_spans, self.n)
+        self.abort_time, self.abort_rate = delta, rate
+        self.tunings.append({"epoch": self.epoch, "time_s": round(t, 6),
+                             "abort_time_ms": round(delta * 1e3, 4),
+                             "abort_rate": round(rate, 6), "F": round(f, 4)})
+
+    def summary(self) -> dict[str, Any]:
+        out = super().summary()
+        if self.base == "asp":
+            out.pop("s", None)
+        ranks = self.server.ranks
+        out.update(base=self.base, adaptive=self.adaptive,
+                   aborts=sum(self.aborts.values()),
+                   aborted_points=sum(self.aborted_points.values()),
+                   aborted_s=sum(self.aborted_s.values()),
+                   aborted_per_worker=[{"rank": r, "aborts": self.aborts[r],
+                                        "points": self.aborted_points[r],
+                                        "seconds": self.aborted_s[r]} for r in ranks],
+                   abort_time_ms=self.abort_time * 1e3, abort_rate=self.abort_rate,
+                   tunings=len(self.tunings), tuning_log=self.tunings[-200:])
+        return out
