@@ -119,6 +119,7 @@ RUNTIME = {
     "block_ms": Key("a positive number of milliseconds", _num(0, strict=True), 1.0),
     "threads": Key("a positive integer (BLAS/numba threads per rank)", _int(1), 1),
     "sample_size": Key("a positive integer", _int(1), 10_000),
+    "stall_warning_s": Key("a positive number of seconds", _num(0, strict=True), 10.0),
 }
 
 STRAGGLER_COMMON = {

@@ -100,6 +100,8 @@ class Server:
         self.time_to_target: float | None = None
         self.start = time.perf_counter()
         self.trace = Trace(trace_points)
+        #: Seconds a barrier may wait for its last reports before a warning names the workers.
+        self.stall_warning_s = 10.0
         size = msg.Header.SIZE
         self._recv = {r: np.empty(size + agg_layout.size) for r in self.ranks}
         self._send = {r: np.empty(size + theta_layout.size) for r in self.ranks}

@@ -9,6 +9,7 @@ snapshot / roll-back).  Adding a model means adding a module here, not touching 
 from __future__ import annotations
 
 import enum
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +75,20 @@ class BarrierPolicy(MasterPolicy):
         self.iteration = 0
         self.barrier_s: list[float] = []
         self.spread_s: list[float] = []
+        self._warned = 0
+
+    def on_tick(self, now: float) -> None:
+        """Name the workers a barrier has waited on for long (DESIGN §7)."""
+        if not self.pending or len(self.pending) == len(self.server.ranks):
+            return
+        first = min(self.server.workers[r].arrived_at for r in self.pending)
+        late = now - first
+        if late >= self.server.stall_warning_s * (1 + self._warned):
+            self._warned += 1
+            missing = [r for r in self.server.ranks if r not in self.pending]
+            sys.stderr.write(f"flegel: warning: barrier {self.iteration + 1} has waited "
+                             f"{late:.1f} s for worker(s) {missing}\n")
+            sys.stderr.flush()
 
     def instructions(self, rank: int) -> dict[str, Any]:
         """Keyword arguments of :meth:`Server.send_params` for ``rank``'s next iteration."""
@@ -106,6 +121,7 @@ class BarrierPolicy(MasterPolicy):
         self.iteration += 1
         commits = {r: h for r, (h, _) in self.pending.items()}
         self.pending = {}
+        self._warned = 0
         self.after_barrier(commits, total)
         reason = srv.check_stop(total, self.iteration)
         cost = time.perf_counter() - min(arrivals)

@@ -139,6 +139,7 @@ class FSP(BarrierPolicy):
         super().on_commit(rank, header, agg)
 
     def on_tick(self, now: float) -> None:
+        super().on_tick(now)
         eta = self.plan.eta_s
         if not self.semi and eta > 0 and not self.signalled and now - self.iter_start >= eta:
             self._pause_all()
