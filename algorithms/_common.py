@@ -221,3 +221,17 @@ def point_via_block(algorithm: Algorithm, kernel: Callable[[Block, dict, int], d
     if block.halt[0]:
         algorithm.vote_to_halt()
     return agg
+
+
+class RowKernel:
+    """Mixin for algorithms whose two hooks run one vectorized kernel, ``_update_rows``.
+
+    ``update_block`` calls it on the block; ``update_data_point`` calls it on a block of one
+    point (:func:`point_via_block`), so both hooks share one piece of math.
+    """
+
+    def update_data_point(self, point: Any, state: Any, theta: dict, t: int) -> dict:
+        return point_via_block(self, self._update_rows, point, state, theta, t)
+
+    def update_block(self, block: Block, theta: dict, t: int) -> dict:
+        return self._update_rows(block, theta, t)

@@ -28,12 +28,12 @@ import numpy as np
 from flegel import Algorithm, Block, DataInfo
 
 from ._common import (
+    RowKernel,
     check_choice,
     check_float,
     check_int,
     learning_rate_at,
     logsumexp_rows,
-    point_via_block,
 )
 
 _DEVICES = ("cpu", "gpu", "auto")
@@ -143,7 +143,7 @@ def _pool_backward(xp: Any, dout: Any, a: Any, out: Any, p: int, mode: str) -> A
     return grad
 
 
-class CNN(Algorithm):
+class CNN(RowKernel, Algorithm):
     """Convolutional network classifier (conv-ReLU-pool layers + softmax) by mini-batch SGD.
 
     FSP paper Section 2.1 (Eq. 1) and Table 1 (CNN; footnote 3 gives the default layers).
@@ -368,12 +368,6 @@ class CNN(Algorithm):
                 if pad:
                     da = da[:, pad:-pad, pad:-pad, :]
         return loss, logits
-
-    def update_data_point(self, point, state, theta, t):
-        return point_via_block(self, self._update_rows, point, state, theta, t)
-
-    def update_block(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
-        return self._update_rows(block, theta, t)
 
     def _update_rows(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
         """The vectorized kernel of a block; both hooks run it (one piece of math)."""

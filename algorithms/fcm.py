@@ -21,6 +21,7 @@ import numpy as np
 from flegel import Algorithm, Block, DataInfo
 
 from ._common import (
+    RowKernel,
     check_float,
     check_init_spec,
     check_int,
@@ -28,7 +29,6 @@ from ._common import (
     kmeans_plusplus_sample,
     load_init_arrays,
     logsumexp_rows,
-    point_via_block,
     resolve_init_path,
     squared_distances,
     validate_init_file,
@@ -96,7 +96,7 @@ def _memberships_m2(d2, um, loss, dum):  # pragma: no cover - compiled
     return dobj
 
 
-class FuzzyCMeans(Algorithm):
+class FuzzyCMeans(RowKernel, Algorithm):
     """Fuzzy c-means clustering by incremental alternation.
 
     FSP paper Section 2.2 (EM-style alternation with incremental statistics, Eq. 3) and
@@ -154,12 +154,6 @@ class FuzzyCMeans(Algorithm):
                 "objective": 0.0}
 
     # ------------------------------------------------------------------ kernels
-    def update_data_point(self, point, state, theta, t):
-        return point_via_block(self, self._update_rows, point, state, theta, t)
-
-    def update_block(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
-        return self._update_rows(block, theta, t)
-
     def _update_rows(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
         """The vectorized kernel of a block; both hooks run it (one piece of math)."""
         x = np.asarray(block.x, dtype=np.float64)

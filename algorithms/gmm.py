@@ -30,6 +30,7 @@ from flegel import Algorithm, Block, DataInfo
 
 from ._common import (
     LOG_2PI,
+    RowKernel,
     check_choice,
     check_float,
     check_init_spec,
@@ -38,7 +39,6 @@ from ._common import (
     kmeans_plusplus_sample,
     load_init_arrays,
     logsumexp_rows,
-    point_via_block,
     resolve_init_path,
     validate_init_file,
 )
@@ -95,7 +95,7 @@ def _precisions_cholesky_full(cov: np.ndarray) -> np.ndarray:
     return out
 
 
-class GaussianMixture(Algorithm):
+class GaussianMixture(RowKernel, Algorithm):
     """Gaussian mixture model fitted by incremental EM.
 
     FSP paper Section 2.2 (Eq. 3) and Table 1 (GMM).  The objective is the negative
@@ -236,12 +236,6 @@ class GaussianMixture(Algorithm):
             return self._log_prob_full(np.asarray(x, dtype=np.float64), theta)
         gemm, const = self._diag_weights(theta)
         return self._stack(x) @ gemm + const
-
-    def update_data_point(self, point, state, theta, t):
-        return point_via_block(self, self._update_rows, point, state, theta, t)
-
-    def update_block(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
-        return self._update_rows(block, theta, t)
 
     def _update_rows(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
         """The vectorized kernel of a block; both hooks run it (one piece of math)."""

@@ -17,11 +17,11 @@ import numpy as np
 from flegel import Algorithm, Block, DataInfo
 
 from ._common import (
+    RowKernel,
     check_choice,
     check_float,
     chunks,
     learning_rate_at,
-    point_via_block,
     softmax_rows,
 )
 
@@ -90,7 +90,7 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * z))
 
 
-class LogisticRegression(Algorithm):
+class LogisticRegression(RowKernel, Algorithm):
     """L2-regularized logistic regression (binary or multinomial) by mini-batch GD.
 
     FSP paper Section 2.1 (Eq. 1) and Table 1 (LR).
@@ -192,12 +192,6 @@ class LogisticRegression(Algorithm):
     def _penalty(self, theta: dict[str, np.ndarray]) -> float:
         coef = theta["coef"]
         return 0.5 * self.alpha * float(np.vdot(coef, coef))
-
-    def update_data_point(self, point, state, theta, t):
-        return point_via_block(self, self._update_rows, point, state, theta, t)
-
-    def update_block(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
-        return self._update_rows(block, theta, t)
 
     def _update_rows(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
         """The vectorized kernel of a block; both hooks run it (one piece of math)."""

@@ -25,12 +25,12 @@ import numpy as np
 from flegel import Algorithm, Block, DataInfo
 
 from ._common import (
+    RowKernel,
     check_choice,
     check_init_spec,
     check_int,
     chunks,
     load_init_arrays,
-    point_via_block,
     resolve_init_path,
     validate_init_file,
 )
@@ -85,7 +85,7 @@ def _nndsvda(sample: np.ndarray, r: int, seed: int) -> np.ndarray:
     return H
 
 
-class NMF(Algorithm):
+class NMF(RowKernel, Algorithm):
     """Non-negative matrix factorization, rows as data points.
 
     FSP paper Section 2.1 (gradient-type training, Eq. 1) with the incremental statistics of
@@ -191,12 +191,6 @@ class NMF(Algorithm):
         loss -= 2.0 * np.einsum("ij,ij->i", W, XHt)
         loss += np.einsum("ij,ij->i", W @ G, W)
         return np.maximum(loss, 0.0, out=loss)
-
-    def update_data_point(self, point, state, theta, t):
-        return point_via_block(self, self._update_rows, point, state, theta, t)
-
-    def update_block(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
-        return self._update_rows(block, theta, t)
 
     def _update_rows(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
         """The vectorized kernel of a block; both hooks run it (one piece of math)."""
