@@ -20,9 +20,10 @@ Choices where the paper is vague, all documented here:
 * η* is found on a log-spaced grid of 256 intervals between ``eta_min_s`` and the fastest
   worker's full-pass time (robust whatever the signs of a and b; the analytic maximizer for
   a < 0 is ``−φ + sqrt(φ² − bφ/a)``); if the fit predicts no progress anywhere, η_p is kept;
-* a stage is judged after at least ``min_stage_iterations`` iterations and 4·(η* + φ) of wall
-  time; it is "behind" when its measured rate is below (1 − ``stage_tolerance``) times the
-  predicted one.
+* a stage is judged after at least ``min_stage_iterations`` iterations and after it has run
+  ``stage_factor`` times as long as its probes took (so re-probing, which throws one probe's
+  work away, costs at most about 1/``stage_factor`` of the run); it is "behind" when its
+  measured rate is below (1 − ``stage_tolerance``) times the predicted one.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ class MultiStage(IntervalAdjustor):
         Relative shortfall against the prediction that opens a new stage.
     min_stage_iterations : int
         Iterations a stage runs before it can be judged.
+    stage_factor : float
+        A stage runs at least this many times as long as its probes before it is judged.
     eta_min_s : float
         Smallest interval considered.
     """
@@ -71,11 +74,14 @@ class MultiStage(IntervalAdjustor):
     name = "multistage"
 
     def __init__(self, probe_s: float = 0.2, stage_tolerance: float = 0.5,
-                 min_stage_iterations: int = 5, eta_min_s: float = 1e-3) -> None:
+                 min_stage_iterations: int = 5, stage_factor: float = 5.0,
+                 eta_min_s: float = 1e-3) -> None:
         super().__init__(eta_min_s)
         self.probe_s = probe_s
         self.stage_tolerance = stage_tolerance
         self.min_stage_iterations = min_stage_iterations
+        self.stage_factor = stage_factor
+        self._probe_wall = 0.0
         self.phase = "probe1"
         self.step = 0
         self.eta_p = probe_s
@@ -97,7 +103,7 @@ class MultiStage(IntervalAdjustor):
     def _new_stage(self, eta_max: float) -> Plan:
         self.eta_p = self._probe_eta(eta_max)
         self.phase, self.step, self.g = "probe1", 0, []
-        self._progress = self._valid = 0.0
+        self._progress = self._valid = self._probe_wall = 0.0
         self.eta_s = self.eta_p
         return Plan(self.eta_p, mark=True, phase="probe1")
 
@@ -106,6 +112,7 @@ class MultiStage(IntervalAdjustor):
         if self.phase in ("probe1", "probe2"):
             self._progress += obs.progress
             self._valid += obs.valid_s
+            self._probe_wall += obs.wall_s
             self.step += 1
             if self.step < 2:
                 return Plan(self.eta_s, phase=self.phase)
@@ -123,7 +130,7 @@ class MultiStage(IntervalAdjustor):
         self._stage_wall += obs.wall_s
         self._stage_iters += 1
         long_enough = (self._stage_iters >= self.min_stage_iterations
-                       and self._stage_wall >= 4 * (self.eta_s + self.phi))
+                       and self._stage_wall >= self.stage_factor * self._probe_wall)
         if long_enough:
             rate = self._stage_progress / max(self._stage_wall, 1e-12)
             if rate < (1.0 - self.stage_tolerance) * self.predicted_rate:
