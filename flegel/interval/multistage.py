@@ -15,8 +15,10 @@ from where training is (self-correction of the fitting error).
 
 Choices where the paper is vague, all documented here:
 
-* probes last 200 ms (the paper's default η_i, footnote 1), shortened to half of the fastest
-  worker's full pass when that is shorter, so that 2η_p is still a useful interval;
+* probes last 200 ms (the paper's default η_i, footnote 1), shortened to an eighth of the
+  fastest worker's full pass when that is shorter: the linear fit is local, so the probes
+  must sit where the optimum can be (on data whose passes take tens of milliseconds, probes
+  at half a pass fitted a line that extrapolated to 4x too long an η);
 * η* is found on a log-spaced grid of 256 intervals between ``eta_min_s`` and the fastest
   worker's full-pass time (robust whatever the signs of a and b; the analytic maximizer for
   a < 0 is ``−φ + sqrt(φ² − bφ/a)``); if the fit predicts no progress anywhere, η_p is kept;
@@ -95,7 +97,7 @@ class MultiStage(IntervalAdjustor):
 
     # ------------------------------------------------------------------ probes
     def _probe_eta(self, eta_max: float) -> float:
-        return self.clamp(min(self.probe_s, eta_max / 2.0), eta_max)
+        return self.clamp(min(self.probe_s, eta_max / 8.0), eta_max)
 
     def start(self, eta0_s: float, eta_max_s: float) -> Plan:
         return self._new_stage(eta_max_s)

@@ -145,6 +145,7 @@ def run_master(comm: MPI.Comm, job: Job, out_dir: Path) -> dict[str, Any]:
                     events=writer.event, progress=progress,
                     trace_points=job["output"]["trace_points"])
     server.stall_warning_s = job["runtime"]["stall_warning_s"]
+    server.shard_sizes = {r: infos[r]["n"] for r in ranks}
     policy = policy_class(job["sync"]["model"])(server, job["sync"])
     server.serve(policy)
     msg.bcast_object(comm, server.trace.thetas)

@@ -93,6 +93,7 @@ class Server:
         self.events = events
         self.progress = progress
         self.ranks = list(range(1, comm.size))
+        self.shard_sizes: dict[int, int] = {}  # points of each worker's shard
         self.workers = {r: WorkerRecord(r) for r in self.ranks}
         self.version = 0
         self.objective = 0.0  # online objective: sum of every committed objective change
@@ -159,6 +160,21 @@ class Server:
             self._sig_req[r] = self.comm.Isend(self._sig[r], dest=r, tag=msg.TAG_SIGNAL)
 
     # -------------------------------------------------------------- stopping
+    def estimated_objective(self) -> float:
+        """The online objective scaled up to the points not visited yet.
+
+        Before every point has been visited once, the online objective (the sum of each
+        point's last loss) lacks the unvisited points, and a first visit adds a whole loss.
+        Scaling by ``N / visited`` gives a stable estimate from the start, which is what
+        interval adjustors need to measure progress.
+        """
+        visited = sum(min(w.header.get("passes", 0.0), 1.0) * self.shard_sizes.get(r, 0)
+                      for r, w in self.workers.items())
+        total = sum(self.shard_sizes.values())
+        if visited <= 0 or total <= 0:
+            return self.objective
+        return self.objective * total / visited
+
     def min_passes(self) -> float:
         return min(w.header.get("passes", 0.0) for w in self.workers.values())
 

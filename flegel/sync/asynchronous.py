@@ -4,8 +4,11 @@ Every commit of a worker is one *push* (a mini-batch's aggregator).  The master 
 once (θ ← update_parameter, one new θ version per push) and answers the worker with the fresh
 θ, unless the model's :meth:`PushPolicy.hold` says the worker must wait; a held worker is
 answered later, as soon as :meth:`PushPolicy.release` finds the condition gone (SSP: the slowest
-worker caught up; ElasticBSP: every worker reached the barrier).  The models differ only in
-``hold`` and in what they learn from each push (:meth:`PushPolicy.after_push`).
+worker caught up; ElasticBSP: every worker reached the barrier).  A model is a few hooks:
+:meth:`~PushPolicy.hold`, what it learns from each push (:meth:`~PushPolicy.after_push`),
+what it tells a worker with θ (:meth:`~PushPolicy.instructions`) and, for SpecSync, what
+happens when a worker starts (:meth:`~PushPolicy.on_answer`) or aborts an iteration
+(:meth:`~PushPolicy.on_abort`).
 
 What every model records
 ------------------------
@@ -18,7 +21,11 @@ What every model records
   difference the SSP family bounds (SSP: ≤ s; DSSP: ≤ s_U);
 * one ``events.jsonl`` line per push: ``t`` (θ version after the push), ``time_s``,
   ``objective`` (online), ``rank``, ``points``, ``compute_s``, ``wait_s``, ``staleness``,
-  ``version`` (the θ version it was computed from) and ``gap``.
+  ``version`` (the θ version it was computed from), ``gap`` and ``passes`` (the worker's
+  traversal passes so far).
+
+The target objective counts only once every worker has completed a pass: before that the
+online objective, a sum over the points visited so far, misses points and looks too good.
 
 Iterations
 ----------
@@ -32,15 +39,15 @@ Mini-batch size
 ``batch: auto`` (default) uses BSP's cost-benefit rule (:func:`flegel.sync.bsp.auto_batch`):
 each worker's first push is a calibration push over its whole shard; the first one to arrive
 (the fastest worker's) fixes the batch so that the push round trip φ costs at most a fraction
-ρ (``overhead``) of an iteration on that worker, hence on every slower one too.  Until then
-the other workers finish their calibration pass.  ``batch: full`` pushes once per pass; an
+ρ (``overhead``) of an iteration on that worker, hence on every slower one too (BSP sizes
+its batch on the slowest worker because the barrier waits for it; here nobody waits).  The
+other calibration passes are ordinary pushes.  ``batch: full`` pushes once per pass; an
 integer fixes the batch.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from typing import Any
 
 from flegel.runtime import POLL_S
@@ -120,8 +127,9 @@ class PushPolicy(MasterPolicy):
         self.started = {r: 0.0 for r in ranks}      # when its current iteration began
         self.computing = {r: 0 for r in ranks}      # the θ version it computes from
         self.start_gap = {r: 0 for r in ranks}      # its clock gap then
-        #: The two latest push times of every worker, newest last (DSSP's table A).
-        self.recent = {r: deque([0.0], maxlen=2) for r in ranks}
+        self.last_push = {r: 0.0 for r in ranks}   # arrival of its latest push
+        #: Span of its latest iteration: from θ sent to push arrived, time held excluded.
+        self.span: dict[int, float | None] = {r: None for r in ranks}
         self.staleness = RunningStat()
         self.staleness_of = {r: RunningStat() for r in ranks}
         self.gap_stat = RunningStat()
@@ -137,7 +145,7 @@ class PushPolicy(MasterPolicy):
 
     def slowest(self) -> int:
         """The worker with the fewest pushes (ties: the one that pushed least recently)."""
-        return min(self.clock, key=lambda r: (self.clock[r], self.recent[r][-1]))
+        return min(self.clock, key=lambda r: (self.clock[r], self.last_push[r]))
 
     # ------------------------------------------------------------------ model hooks
     def hold(self, rank: int) -> bool:
@@ -198,7 +206,8 @@ class PushPolicy(MasterPolicy):
         apply_s = time.perf_counter() - t0
         self.pushes += 1
         self.clock[rank] += 1
-        self.recent[rank].append(t)
+        self.last_push[rank] = t
+        self.span[rank] = t - self.started[rank]
         self.staleness.add(stale)
         self.staleness_of[rank].add(stale)
         if self.batch is None:
@@ -208,12 +217,31 @@ class PushPolicy(MasterPolicy):
                     "rank": rank, "points": int(header["points"]),
                     "compute_s": round(header["compute_s"], 6),
                     "wait_s": round(header["wait_s"], 6), "staleness": stale,
-                    "version": int(header["version"]), "gap": self.start_gap[rank]})
-        reason = srv.check_stop(agg, self.pushes // self.n)
+                    "version": int(header["version"]), "gap": self.start_gap[rank],
+                    "passes": round(header["passes"], 4)})
+        reason = self._check_stop(agg)
         if reason is not None:
             srv.finish(reason)  # held workers wait for θ, so they get the stop flag too
             return
         self.release()
+
+    def _check_stop(self, agg: dict) -> str | None:
+        """The stop criteria, with one iteration = n pushes.
+
+        Until every worker has completed a pass, the online objective (a sum over the points
+        visited so far) misses points and looks better than it is, so the target objective
+        does not count yet -- neither for stopping nor for ``time_to_target``.
+        """
+        srv = self.server
+        iteration = self.pushes // self.n
+        if srv.min_passes() >= 1.0 - 1e-9:
+            return srv.check_stop(agg, iteration)
+        srv.time_to_target = None
+        target, srv.stop.target_objective = srv.stop.target_objective, None
+        try:
+            return srv.check_stop(agg, iteration)
+        finally:
+            srv.stop.target_objective = target
 
     def _calibrate(self, header: dict, apply_s: float) -> None:
         """``batch: auto`` from the first calibration push (a full pass on that worker)."""

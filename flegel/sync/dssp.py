@@ -20,8 +20,13 @@ Choices where the paper's pseudo-code is loose, so that the bound ``s_U`` of The
 * A held worker resumes as soon as its gap is back within its current threshold
   ``s_L + r*`` -- with ``r* = 0`` that is line 17 (back to ``s_L``), and otherwise it is the
   end of the wait Fig. 2 plans for (the slowest worker's next push).
-* A worker with a single recorded push uses the start of training as its previous push; one
-  with none uses the time its current iteration has lasted as its interval.
+* Iteration intervals exclude the time the server held a worker (Fig. 1: an interval is
+  communication plus computation): a held worker's push-to-push time is the slowest worker's
+  pace, not its own, and would make the controller grant nothing.  So ``I_p`` is the span of
+  p's latest iteration (θ sent to push received), ``Sim_p[0]`` its push now, and the slowest
+  worker's next push is simulated from the start of its current iteration plus its latest
+  span (at least what its current iteration has lasted so far) -- without holds these are the
+  paper's push timestamps.
 """
 
 from __future__ import annotations
@@ -42,7 +47,8 @@ def synchronization_controller(latest_p: float, interval_p: float, latest_slow: 
     latest_p, interval_p : float
         Worker p's latest push time ``A[p][0]`` and latest interval ``I_p``.
     latest_slow, interval_slow : float
-        The same for the slowest worker.
+        The same for the slowest worker (the policy passes the start of its current
+        iteration, see the module docstring).
     r_max : int
         Largest number of extra iterations allowed.
 
@@ -95,12 +101,12 @@ class DSSP(PushPolicy):
         self.bound = {r: self.s_lower for r in server.ranks}
         self.decisions: list[tuple[float, int, int, int]] = []  # (time, rank, gap, r*)
 
-    def _interval(self, rank: int, t: float) -> tuple[float, float]:
-        """Latest push time and latest push interval of ``rank`` (table A of Algorithm 2)."""
-        recent = self.recent[rank]
-        if len(recent) < 2 or self.clock[rank] < 1:
-            return recent[-1], t - recent[-1]
-        return recent[-1], recent[-1] - recent[-2]
+    def _span(self, rank: int, t: float) -> float:
+        """Latest iteration span of ``rank``; for one still computing, at least its current
+        iteration's duration so far."""
+        span = self.span[rank]
+        running = t - self.started[rank] if rank not in self.held else 0.0
+        return running if span is None else max(span, running)
 
     def after_push(self, rank: int, header: dict, t: float) -> None:
         gap = self.gap(rank)
@@ -111,10 +117,13 @@ class DSSP(PushPolicy):
             return  # an extra iteration granted earlier (Algorithm 1, lines 3-5)
         if self.clock[rank] < max(self.clock.values()):
             return  # not the fastest: wait for the slowest (line 17)
-        latest_p, interval_p = self._interval(rank, t)
-        latest_s, interval_s = self._interval(self.slowest(), t)
         r_max = self.s_upper - gap + 1
-        r = synchronization_controller(latest_p, interval_p, latest_s, interval_s, r_max)
+        if r_max <= 0:
+            self.bound[rank] = self.s_upper  # at s_U already: nothing to decide, it waits
+            return
+        slow = self.slowest()
+        r = synchronization_controller(t, self._span(rank, t), self.started[slow],
+                                       self._span(slow, t), r_max)
         self.bound[rank] = gap - 1 + r  # starts iterations at gaps gap .. gap + r - 1
         self.decisions.append((round(t, 6), rank, gap, r))
 

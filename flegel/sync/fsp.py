@@ -109,6 +109,7 @@ class FSP(BarrierPolicy):
         self._mark_theta: tuple[dict, float] | None = None
         self.eta_log: list[float] = []
         self.plan_phase_done = "calibration"
+        self._start_estimate = 0.0
 
     # ---------------------------------------------------------------- sending
     def instructions(self, rank: int) -> dict[str, Any]:
@@ -127,6 +128,7 @@ class FSP(BarrierPolicy):
             srv.theta, srv.objective = self._mark_theta
         self.signalled = False
         self.first_arrival = None
+        self._start_estimate = srv.estimated_objective()
         super().broadcast()
         self.iter_start = time.perf_counter()
 
@@ -159,7 +161,10 @@ class FSP(BarrierPolicy):
         self._update_eta_max(commits)
         if self.semi and self.plan.eta_s > 0:
             self._update_offsets(commits, arrivals)
-        obs = Observation(eta_s=self.plan.eta_s, progress=-float(agg["objective"]),
+        # Progress on the estimated objective: a first visit of a point adds its whole loss
+        # to the online objective, which is not a step backwards (Server.estimated_objective).
+        progress = self._start_estimate - srv.estimated_objective()
+        obs = Observation(eta_s=self.plan.eta_s, progress=progress,
                           valid_s=first - self.iter_start, wall_s=now - self.iter_start,
                           barrier_s=now - first, eta_max_s=self.eta_max_s)
         self.eta_log.append(self.plan.eta_s)

@@ -21,10 +21,14 @@ Implementation:
   the epoch just ended: the freshness gain ``ũ_i(Δ)`` is the number of pushes by others within
   Δ after the start of worker i's last iteration of that epoch (Eq. 5), the loss is
   ``(m − 1)·Δ / T_i`` (Eq. 6) with ``T_i`` its mean iteration span there; Δ* maximizes Eq. 7
-  over the candidates where the gain steps up (a push right-aligned with an iteration start),
-  and ABORT_RATE = Δ*(m − 1) / (T m) with T the mean span.  When no Δ gains more than it
-  loses, Δ* = 0: no speculation in that epoch.  Until the first epoch ends, the configured
-  ``abort_time_ms`` / ``abort_rate`` are used (none: no speculation).
+  over the candidates where the gain steps up (a push right-aligned with an iteration start).
+  ABORT_RATE is set per worker, Γ_i = l̃_i(Δ*)/m = Δ*(m − 1)/(T_i m), as Section IV-B derives
+  it "to ensure that re-execution always makes a positive contribution"; Algorithm 1's line 8
+  writes it with the mean span T, which makes a fast worker (small T_i) abort for gains
+  smaller than its loss while a straggler hardly ever does.  When no Δ gains more than it
+  loses, Δ* = 0: no speculation in that epoch.  A worker without a push in the epoch keeps
+  its rate.  Until the first epoch ends, the configured ``abort_time_ms`` / ``abort_rate``
+  are used (none: no speculation).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ HISTORY = 4096
 
 
 def tune(pushes: list[tuple[float, int]], starts: dict[int, float], spans: dict[int, float],
-         m: int) -> tuple[float, float, float]:
+         m: int) -> tuple[float, dict[int, float], float]:
     """Algorithm 1 (Adaptive Tuning): ABORT_TIME Δ* and ABORT_RATE from a push history.
 
     Parameters
@@ -61,12 +65,12 @@ def tune(pushes: list[tuple[float, int]], starts: dict[int, float], spans: dict[
 
     Returns
     -------
-    (abort_time_s, abort_rate, F)
-        Δ* (0.0 when no Δ improves freshness), Γ = Δ*(m − 1)/(T m), and the estimate F(Δ*)
-        of Eq. 7.
+    (abort_time_s, abort_rates, F)
+        Δ* (0.0 when no Δ improves freshness), Γ_i = Δ*(m − 1)/(T_i m) per rank of ``starts``,
+        and the estimate F(Δ*) of Eq. 7.
     """
     if not starts:
-        return 0.0, 0.0, 0.0
+        return 0.0, {}, 0.0
     times = np.array([p[0] for p in pushes])
     ranks = np.array([p[1] for p in pushes])
     others = {i: np.sort(times[ranks != i]) for i in starts}
@@ -81,8 +85,7 @@ def tune(pushes: list[tuple[float, int]], starts: dict[int, float], spans: dict[
         f = gain - loss_rate * delta
         if f > best_f:
             best, best_f = delta, f
-    mean_span = float(np.mean([spans[i] for i in starts]))
-    return best, best * (m - 1) / (mean_span * m), best_f
+    return best, {i: best * (m - 1) / (spans[i] * m) for i in starts}, best_f
 
 
 class SpecSync(SSP):
@@ -134,8 +137,8 @@ class SpecSync(SSP):
         self.adaptive = bool(options.get("adaptive", True))
         t_ms = options.get("abort_time_ms")
         self.abort_time = 0.0 if t_ms is None else t_ms / 1e3
-        self.abort_rate = float(options.get("abort_rate", 0.0))
         ranks = server.ranks
+        self.abort_rate = {r: float(options.get("abort_rate", 0.0)) for r in ranks}
         self.speculating = {r: False for r in ranks}  # its current iteration is speculated on
         self.seen = {r: 0 for r in ranks}             # pushes by others in its window so far
         self._restart = {r: False for r in ranks}
@@ -163,7 +166,6 @@ class SpecSync(SSP):
 
     def after_push(self, rank: int, header: dict, t: float) -> None:
         self.log.append((t, rank, self.started[rank]))
-        threshold = self.n * self.abort_rate
         for r in self.server.ranks:
             if r == rank or not self.speculating[r] or r in self.held:
                 continue
@@ -171,7 +173,7 @@ class SpecSync(SSP):
                 self.speculating[r] = False  # its window closed without enough pushes
                 continue
             self.seen[r] += 1
-            if self.seen[r] > threshold:
+            if self.seen[r] > self.n * self.abort_rate[r]:
                 self.speculating[r] = False
                 self.server.signal_version([r], SIGNAL_ABORT, self.computing[r])
         if self.adaptive and min(self.clock.values()) > self.epoch:
@@ -196,11 +198,12 @@ class SpecSync(SSP):
             starts[r] = began
             spans.setdefault(r, []).append(when - began)
         mean_spans = {r: max(float(np.mean(v)), 1e-9) for r, v in spans.items()}
-        delta, rate, f = tune([(p[0], p[1]) for p in window], starts, mean_spans, self.n)
-        self.abort_time, self.abort_rate = delta, rate
+        delta, rates, f = tune([(p[0], p[1]) for p in window], starts, mean_spans, self.n)
+        self.abort_time = delta
+        self.abort_rate.update(rates)
         self.tunings.append({"epoch": self.epoch, "time_s": round(t, 6),
-                             "abort_time_ms": round(delta * 1e3, 4),
-                             "abort_rate": round(rate, 6), "F": round(f, 4)})
+                             "abort_time_ms": round(delta * 1e3, 4), "F": round(f, 4),
+                             "abort_rate": {r: round(g, 6) for r, g in rates.items()}})
 
     def summary(self) -> dict[str, Any]:
         out = super().summary()
@@ -214,6 +217,7 @@ class SpecSync(SSP):
                    aborted_per_worker=[{"rank": r, "aborts": self.aborts[r],
                                         "points": self.aborted_points[r],
                                         "seconds": self.aborted_s[r]} for r in ranks],
-                   abort_time_ms=self.abort_time * 1e3, abort_rate=self.abort_rate,
+                   abort_time_ms=self.abort_time * 1e3,
+                   abort_rate=[self.abort_rate[r] for r in ranks],
                    tunings=len(self.tunings), tuning_log=self.tunings[-200:])
         return out
