@@ -24,9 +24,6 @@ What every model records
   ``version`` (the θ version it was computed from), ``gap`` and ``passes`` (the worker's
   traversal passes so far).
 
-The target objective counts only once every worker has completed a pass: before that the
-online objective, a sum over the points visited so far, misses points and looks too good.
-
 Iterations
 ----------
 There is no global iteration without barriers.  For the stop criteria (``max_iterations``)
@@ -47,6 +44,7 @@ integer fixes the batch.
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -133,6 +131,7 @@ class PushPolicy(MasterPolicy):
         self.staleness = RunningStat()
         self.staleness_of = {r: RunningStat() for r in ranks}
         self.gap_stat = RunningStat()
+        self._warned = {r: 0 for r in ranks}
 
     # ------------------------------------------------------------------ clocks
     def now(self) -> float:
@@ -166,6 +165,23 @@ class PushPolicy(MasterPolicy):
         """``rank`` threw its iteration away (SpecSync) and restarts from the current θ."""
 
     # ------------------------------------------------------------------ mechanism
+    def on_tick(self, now: float) -> None:
+        """Name a worker whose iteration has lasted long (DESIGN §7), again at each multiple
+        of ``server.stall_warning_s``."""
+        srv = self.server
+        t = now - srv.start
+        for r in srv.ranks:
+            if r in self.held or srv.workers[r].stopped:
+                continue
+            late = t - self.started[r]
+            if late >= srv.stall_warning_s * (1 + self._warned[r]):
+                self._warned[r] += 1
+                waiting = sorted(self.held)
+                who = f"; worker(s) {waiting} wait" if waiting else ""
+                sys.stderr.write(f"flegel: warning: worker {r} has not pushed for {late:.1f} s"
+                                 f"{who}\n")
+                sys.stderr.flush()
+
     def start(self) -> None:
         for r in self.server.ranks:
             self.answer(r)
@@ -180,6 +196,7 @@ class PushPolicy(MasterPolicy):
         self.gap_stat.add(gap)
         self.start_gap[rank] = gap
         self.started[rank] = t
+        self._warned[rank] = 0
         self.computing[rank] = self.server.version
         self.server.send_params(rank, **self.instructions(rank))
         self.on_answer(rank, t)
@@ -219,29 +236,11 @@ class PushPolicy(MasterPolicy):
                     "wait_s": round(header["wait_s"], 6), "staleness": stale,
                     "version": int(header["version"]), "gap": self.start_gap[rank],
                     "passes": round(header["passes"], 4)})
-        reason = self._check_stop(agg)
+        reason = srv.check_stop(agg, self.pushes // self.n)
         if reason is not None:
             srv.finish(reason)  # held workers wait for θ, so they get the stop flag too
             return
         self.release()
-
-    def _check_stop(self, agg: dict) -> str | None:
-        """The stop criteria, with one iteration = n pushes.
-
-        Until every worker has completed a pass, the online objective (a sum over the points
-        visited so far) misses points and looks better than it is, so the target objective
-        does not count yet -- neither for stopping nor for ``time_to_target``.
-        """
-        srv = self.server
-        iteration = self.pushes // self.n
-        if srv.min_passes() >= 1.0 - 1e-9:
-            return srv.check_stop(agg, iteration)
-        srv.time_to_target = None
-        target, srv.stop.target_objective = srv.stop.target_objective, None
-        try:
-            return srv.check_stop(agg, iteration)
-        finally:
-            srv.stop.target_objective = target
 
     def _calibrate(self, header: dict, apply_s: float) -> None:
         """``batch: auto`` from the first calibration push (a full pass on that worker)."""

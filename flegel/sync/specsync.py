@@ -19,9 +19,12 @@ Implementation:
 * ``adaptive: true`` retunes ABORT_TIME and ABORT_RATE at the start of every epoch (an epoch
   ends when every worker has pushed once more, Section II-B) with Algorithm 1 on the pushes of
   the epoch just ended: the freshness gain ``ũ_i(Δ)`` is the number of pushes by others within
-  Δ after the start of worker i's last iteration of that epoch (Eq. 5), the loss is
-  ``(m − 1)·Δ / T_i`` (Eq. 6) with ``T_i`` its mean iteration span there; Δ* maximizes Eq. 7
-  over the candidates where the gain steps up (a push right-aligned with an iteration start).
+  Δ after the start of one of worker i's iterations of that epoch (Eq. 5).  The paper takes
+  its last one; we take its first one begun in the epoch, since the pushes after a fast
+  worker's last iteration are mostly still to come when the epoch ends (its gain would read
+  as 0).  The loss is ``(m − 1)·Δ / T_i`` (Eq. 6) with ``T_i`` its mean iteration span
+  there; Δ* maximizes Eq. 7 over the candidates where the gain steps up (a push right-aligned
+  with an iteration start).
   ABORT_RATE is set per worker, Γ_i = l̃_i(Δ*)/m = Δ*(m − 1)/(T_i m), as Section IV-B derives
   it "to ensure that re-execution always makes a positive contribution"; Algorithm 1's line 8
   writes it with the mean span T, which makes a fast worker (small T_i) abort for gains
@@ -33,7 +36,6 @@ Implementation:
 
 from __future__ import annotations
 
-import bisect
 from collections import deque
 from typing import Any
 
@@ -43,7 +45,7 @@ from flegel.runtime import SIGNAL_ABORT
 from flegel.sync.asynchronous import is_num
 from flegel.sync.ssp import SSP
 
-#: Pushes kept for the adaptive tuning (one epoch is at most this many).
+#: Pushes kept for the adaptive tuning (a longer epoch is tuned on its latest pushes).
 HISTORY = 4096
 
 
@@ -54,10 +56,10 @@ def tune(pushes: list[tuple[float, int]], starts: dict[int, float], spans: dict[
     Parameters
     ----------
     pushes : list of (time, rank)
-        Pushes from the start of the epoch just ended until now, in time order.
+        Pushes from the earliest of ``starts`` until now.
     starts : dict
-        rank -> start time of its last iteration completed in that epoch (ranks without one
-        are left out).
+        rank -> start time of the iteration of that epoch whose deferral is evaluated (the
+        module docstring says which); ranks without one are left out.
     spans : dict
         rank -> its mean iteration span ``T_i`` in that epoch (seconds, > 0).
     m : int
@@ -71,20 +73,23 @@ def tune(pushes: list[tuple[float, int]], starts: dict[int, float], spans: dict[
     """
     if not starts:
         return 0.0, {}, 0.0
-    times = np.array([p[0] for p in pushes])
+    times = np.array([p[0] for p in pushes], dtype=np.float64)
     ranks = np.array([p[1] for p in pushes])
     others = {i: np.sort(times[ranks != i]) for i in starts}
     loss_rate = sum((m - 1) / spans[i] for i in starts)  # d(loss)/dΔ summed over workers
-    candidates = sorted({float(t - s) for i, s in starts.items() for t in others[i] if t > s})
-    best, best_f = 0.0, 0.0
-    for delta in candidates:
-        gain = 0
-        for i, s in starts.items():
-            o = others[i]
-            gain += bisect.bisect_right(o, s + delta) - bisect.bisect_right(o, s)
-        f = gain - loss_rate * delta
-        if f > best_f:
-            best, best_f = delta, f
+    # Candidates: Δ where some ũ_i steps up (a push right-aligned with an iteration start).
+    deltas = np.unique(np.concatenate([others[i] - s for i, s in starts.items()] + [[]]))
+    deltas = deltas[deltas > 0]
+    if deltas.size == 0:
+        return 0.0, {i: 0.0 for i in starts}, 0.0
+    gain = np.zeros(deltas.size)
+    for i, s in starts.items():
+        o = others[i]
+        # + 1 ns: s + (t - s) may round just below t, and the push at t must count.
+        gain += np.searchsorted(o, s + deltas + 1e-9, "right") - np.searchsorted(o, s, "right")
+    f = gain - loss_rate * deltas
+    k = int(np.argmax(f))  # the smallest Δ on ties
+    best, best_f = (float(deltas[k]), float(f[k])) if f[k] > 0 else (0.0, 0.0)
     return best, {i: best * (m - 1) / (spans[i] * m) for i in starts}, best_f
 
 
@@ -149,7 +154,7 @@ class SpecSync(SSP):
         self.log: deque[tuple[float, int, float]] = deque(maxlen=HISTORY)
         self.epoch = 0
         self.epoch_start = 0.0
-        self.tunings: list[dict[str, float]] = []
+        self.tunings: list[dict[str, Any]] = []
 
     def hold(self, rank: int) -> bool:
         return self.base == "ssp" and super().hold(rank)
@@ -165,6 +170,9 @@ class SpecSync(SSP):
         self.seen[rank] = 0
 
     def after_push(self, rank: int, header: dict, t: float) -> None:
+        # Time of the update, not of the arrival: a push that arrived with others in one
+        # poll but is applied after r was sent θ is one r's θ misses (Section III-A).
+        t = self.now()
         self.log.append((t, rank, self.started[rank]))
         for r in self.server.ranks:
             if r == rank or not self.speculating[r] or r in self.held:
@@ -191,14 +199,18 @@ class SpecSync(SSP):
         start = self.epoch_start
         self.epoch = min(self.clock.values())
         self.epoch_start = t
-        window = [p for p in self.log if p[0] >= start]
         starts: dict[int, float] = {}
         spans: dict[int, list[float]] = {}
-        for when, r, began in window:
-            starts[r] = began
+        for when, r, began in self.log:
+            if when < start:
+                continue
             spans.setdefault(r, []).append(when - began)
+            if r not in starts or starts[r] < start <= began:
+                starts[r] = began  # its first iteration begun in the epoch
         mean_spans = {r: max(float(np.mean(v)), 1e-9) for r, v in spans.items()}
-        delta, rates, f = tune([(p[0], p[1]) for p in window], starts, mean_spans, self.n)
+        since = min(starts.values(), default=start)
+        pushes = [(when, r) for when, r, _ in self.log if when >= since]
+        delta, rates, f = tune(pushes, starts, mean_spans, self.n)
         self.abort_time = delta
         self.abort_rate.update(rates)
         self.tunings.append({"epoch": self.epoch, "time_s": round(t, 6),

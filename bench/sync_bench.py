@@ -1,0 +1,162 @@
+"""Synchronization models under a straggler: K-means, 4 workers, time to a common target.
+
+Runs one K-means job (synthetic blobs, 4 workers) under BSP (full batch and ``batch: auto``),
+ASP, SSP, DSSP, ElasticBSP (R = 15 and 60) and SpecSync (adaptive, on ASP), without
+stragglers (1,000,000 points) and with 1 of the 4 workers injected (τ = 32 ms per 1,000
+points, FSP paper Section 6.1; 100,000 points, since the straggler is ~100x slower per
+point), and prints per setting:
+
+* time to the target: the first event whose online objective is at or below ``1.01 ×`` the
+  final objective of BSP full batch without stragglers on the same data (the reference run),
+  once every worker has completed a pass;
+* the final objective (exact, evaluated on every shard), relative to the reference;
+* wall time, iterations (barriers, or pushes / workers), mean / max staleness (θ versions
+  missed by an update) and the largest clock gap to the slowest worker at the start of an
+  iteration, plus each model's own figure: DSSP's mean r*, SpecSync's aborted work,
+  ElasticBSP's barriers and their predicted vs actual wait.
+
+Each run stops at convergence (relative change ≤ 1e-5 per pass of the slowest worker) or at
+the time limit.  Usage: ``python bench/sync_bench.py [--quick] [--out DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: (label, sync section) of every configuration compared.
+MODELS: list[tuple[str, dict[str, Any]]] = [
+    ("bsp-full", {"model": "bsp", "batch": "full"}),
+    ("bsp-auto", {"model": "bsp", "batch": "auto"}),
+    ("asp", {"model": "asp"}),
+    ("ssp s=3", {"model": "ssp", "s": 3}),
+    ("dssp 3..15", {"model": "dssp", "s_lower": 3, "s_upper": 15}),
+    ("elastic R=15", {"model": "elastic", "r": 15}),
+    ("elastic R=60", {"model": "elastic", "r": 60}),
+    ("specsync", {"model": "specsync", "adaptive": True}),
+]
+
+#: (label, stragglers, points, quick points).  The straggler serves 32 µs per point, ~100x a
+#: K-means point here, so its setting uses less data to keep each run within ~5-25 s.
+SETTINGS: list[tuple[str, list[dict[str, Any]], int, int]] = [
+    ("no stragglers", [], 1_000_000, 200_000),
+    ("1 of 4 injected (tau 32 ms / 1,000 points)",
+     [{"pattern": "injected", "tau_ms": 32, "every": 1000, "workers": [1]}], 100_000, 40_000),
+]
+
+
+def job_doc(points: int, max_time_s: float) -> dict[str, Any]:
+    """The K-means job every configuration runs (sync and stragglers added per run)."""
+    return {"name": "sync-bench", "algorithm": "kmeans",
+            "params": {"n_clusters": 16, "init": "kmeans++"},
+            "data": {"source": "synthetic", "kind": "blobs", "n_points": points,
+                     "n_features": 8, "centers": 16, "cluster_std": 5.0, "seed": 11},
+            "workers": 4, "seed": 0,
+            "stop": {"max_iterations": 100_000, "tolerance": 1e-5, "max_time_s": max_time_s},
+            "output": {"progress": "none", "save_model": False}}
+
+
+def run(doc: dict[str, Any], out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Run one job through ``flegel run`` (it starts its own MPI job)."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "job.in.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "flegel", "run", str(path), "--out",
+                           str(out / "run")], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{doc['sync']} failed:\n{proc.stderr[-3000:]}")
+    summary = json.loads((out / "run" / "summary.json").read_text())
+    events = [json.loads(line) for line in (out / "run" / "events.jsonl").open()]
+    return summary, events
+
+
+def time_to(events: list[dict[str, Any]], target: float, workers: int = 4) -> float | None:
+    """Time of the first event whose online objective is at or below ``target``, once every
+    worker has completed a pass (before, the online objective misses unvisited points)."""
+    passes: dict[int, float] = {}
+    for e in events:
+        if "workers" in e:  # a barrier of BSP: every worker's passes
+            passes = dict(zip(e["workers"]["rank"], e["workers"]["passes"]))
+        elif "rank" in e:  # a push
+            passes[e["rank"]] = e["passes"]
+        if len(passes) == workers and min(passes.values()) >= 1 and e["objective"] <= target:
+            return e["time_s"]
+    return None
+
+
+def extra(s: dict[str, Any]) -> str:
+    """The model's own figure for the table."""
+    model = s["sync"]["model"]
+    if model == "bsp":
+        return f"batch {s['batch']}"
+    if model == "dssp":
+        return f"r* mean {s['r_star']['mean']:.1f} ({s['r_star']['decisions']} decisions)"
+    if model == "specsync":
+        return (f"{s['aborts']} aborts, {s['aborted_points']:,} pts / "
+                f"{s['aborted_s']:.2f} s thrown away")
+    if model == "elastic":
+        return (f"{s['barriers']} barriers, wait {1e3 * s['mean_predicted_wait_s']:.1f} pred / "
+                f"{1e3 * s['mean_barrier_wait_s']:.1f} ms actual")
+    return f"batch {s['batch']}"
+
+
+def row(label: str, s: dict[str, Any], events: list[dict[str, Any]], target: float,
+        reference: float) -> str:
+    t = time_to(events, target)
+    t_txt = f"{t:9.2f}" if t is not None else f"{'-':>9}"
+    push = "staleness" in s
+    stale = (f"{s['staleness']['mean']:5.1f} {s['staleness']['max']:4.0f} "
+             f"{s['clock_gap']['max']:4.0f}") if push else f"{'-':>5} {'-':>4} {'-':>4}"
+    return (f"  {label:<13} {t_txt} {s['final_objective'] / reference:9.4f} "
+            f"{s['wall_time_s']:7.2f} {s['iterations']:6d} {stale}  {s['stop_reason']:<9} "
+            f"{extra(s)}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="less data (200,000 / 40,000 points), 10 s limit per run")
+    ap.add_argument("--max-time", type=float, default=None, help="seconds per run")
+    ap.add_argument("--out", type=Path, default=None, help="keep the run directories here")
+    args = ap.parse_args()
+    max_time = args.max_time or (10.0 if args.quick else 25.0)
+    head = (f"  {'sync':<13} {'to target':>9} {'final/ref':>9} {'wall s':>7} {'iters':>6} "
+            f"{'stale':>5} {'max':>4} {'gap':>4}  {'stop':<9} model")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.out or Path(tmp)
+        for name, stragglers, full_points, quick_points in SETTINGS:
+            points = quick_points if args.quick else full_points
+            base = job_doc(points, max_time)
+            tag = name.split(" (")[0].replace(" ", "_")
+            ref_s, ref_ev = run({**base, "sync": MODELS[0][1], "stragglers": []},
+                                root / f"reference-{tag}")
+            reference = ref_s["final_objective"]
+            target = 1.01 * reference
+            print(f"\n{name}: K-means, {points:,} x 8 blobs (16 centres, std 5), K = 16, "
+                  f"4 workers; target = 1.01 x BSP-full final objective = {target:.6g}")
+            print(head)
+            for label, sync in MODELS:
+                if label == MODELS[0][0] and not stragglers:
+                    s, events = ref_s, ref_ev  # the reference run is this row
+                else:
+                    key = f"{label}-{tag}".replace(" ", "_")
+                    s, events = run({**base, "sync": sync, "stragglers": stragglers},
+                                    root / key)
+                print(row(label, s, events, target, reference), flush=True)
+
+
+if __name__ == "__main__":
+    main()
