@@ -77,8 +77,8 @@ def main() -> None:
             return f"{t:8.2f}" if t is not None else f"{'>' + format(args.max_time, 'g'):>8}"
 
         results: dict[str, dict[str, dict]] = {}
-        for label, st in (("no stragglers", []),
-                          (f"{n_slow} of {args.workers} injected, tau={args.tau_ms:g} ms", straggle)):
+        slowed = f"{n_slow} of {args.workers} injected, tau={args.tau_ms:g} ms"
+        for label, st in (("no stragglers", []), (slowed, straggle)):
             rows = {}
             for name in ("bspb", "bspv", "fspb", "fspv"):
                 rows[name] = run(f"{name}-{len(st)}", [f"sync.model={name}"], st)
