@@ -194,10 +194,14 @@ class KMeans(Algorithm):
 
     def evaluate(self, theta, block: Block) -> float:
         x = block.x
-        centers = theta["centers"].astype(x.dtype, copy=False)
-        d2 = (np.einsum("ij,ij->i", x, x)[:, None] - 2.0 * (x @ centers.T)
-              + np.einsum("ij,ij->i", centers, centers)[None, :])
-        return float(np.maximum(d2.min(axis=1), 0.0).sum())
+        ct = np.ascontiguousarray(theta["centers"].T, dtype=x.dtype)
+        csq = np.einsum("ij,ij->j", ct, ct)
+        total = 0.0
+        for s in range(0, len(x), _TILE):  # tiles: the distance block stays in cache
+            xs = x[s:s + _TILE]
+            score = (csq[None, :] - 2.0 * (xs @ ct)).min(axis=1)
+            total += float(np.maximum(np.einsum("ij,ij->i", xs, xs) + score, 0.0).sum())
+        return total
 
     def finalize(self, theta):
         return {"centers": theta["centers"], "counts": theta["counts"]}

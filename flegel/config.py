@@ -111,8 +111,9 @@ OUTPUT = {
     "progress": Key("'auto', 'plain' or 'none'", lambda v: v in ("auto", "plain", "none"),
                     "auto"),
     "save_model": Key("true or false", lambda v: isinstance(v, bool), True),
-    "trace_points": Key("a non-negative integer (θ snapshots evaluated exactly after training)",
-                        _int(0), 100),
+    "trace_points": Key("a non-negative integer or null (θ snapshots evaluated exactly after "
+                        "training; null: 50 when a target objective is set, else 0)",
+                        _opt(_int(0)), None),
 }
 
 RUNTIME = {
@@ -200,8 +201,20 @@ def load_yaml(path: Path) -> dict[str, Any]:
 
 
 def apply_overrides(doc: dict[str, Any], sets: list[str], file: Path) -> dict[str, Any]:
-    """Apply ``key.path=value`` overrides; values are parsed as YAML (numbers, lists...)."""
+    """Apply ``key.path=value`` overrides; values are parsed as YAML (numbers, lists...).
+
+    ``sync.model=M`` naming another model than the job's replaces the whole ``sync`` section
+    (the old model's options mean nothing to the new one); it is applied before the other
+    overrides, so ``--set sync.model=fsp --set sync.eta_ms=5`` works in any order.
+    """
+    sets = sorted(sets, key=lambda item: not item.startswith("sync.model="))
     for item in sets:
+        if item.startswith("sync.model="):
+            model = parse_yaml(item.partition("=")[2])
+            sync = doc.get("sync")
+            if not isinstance(sync, dict) or sync.get("model") != model:
+                doc["sync"] = {"model": model}
+                continue
         key, eq, raw = item.partition("=")
         if not eq or not key:
             raise JobError(file, f"--set {item}", "key.path=value", item)
@@ -355,6 +368,10 @@ def validate(doc: dict[str, Any], file: Path, workers: int | None = None) -> Job
     job["runtime"] = _section(file, "runtime", job["runtime"], RUNTIME)
     job["sync"] = _validate_sync(file, job["sync"])
     job["stragglers"] = _validate_stragglers(file, job["stragglers"], job["workers"])
+    if job["output"]["trace_points"] is None:
+        # The exact trace costs one evaluation pass per snapshot after training; it is what
+        # time to target is measured on, so take it by default only when there is a target.
+        job["output"]["trace_points"] = 50 if job["stop"]["target_objective"] is not None else 0
     try:
         cls = resolve_algorithm(job["algorithm"], file.parent)
     except LookupError as exc:

@@ -142,3 +142,12 @@ def test_run_cli_bad_job_exits_2_without_traceback(tmp_path):
 def test_job_error_message_format(tmp_path):
     err = JobError(tmp_path / "j.yaml", "sync.batch", "a positive integer", -1)
     assert str(err).endswith("sync.batch: expected a positive integer, found -1")
+
+
+def test_switching_sync_model_drops_the_old_options(tmp_path):
+    path = write_job(tmp_path / "job.yaml", **{**GOOD, "sync": {"model": "bsp", "batch": 50}})
+    job = load_job(path, ["sync.eta_ms=5", "sync.model=fsp", "sync.interval=fixed"])
+    assert job["sync"]["model"] == "fsp" and job["sync"]["eta_ms"] == 5
+    assert "batch" not in job["sync"]
+    job = load_job(path, ["sync.model=bsp"])  # same model: its options stay
+    assert job["sync"]["batch"] == 50

@@ -74,7 +74,7 @@ def test_multistage_probes_rolls_back_and_picks_eq7_maximizer():
                            wall_s=eta + phi, barrier_s=phi, eta_max_s=1.0)
 
     adj = make_adjustor("multistage", probe_s=0.2)
-    plan = adj.start(0.5, 1.0)
+    plan = adj.start(0.5, 2.0)  # passes of 2 s: the 200 ms probe fits (at most 1/8 pass)
     assert plan.mark and plan.eta_s == pytest.approx(0.2) and plan.phase == "probe1"
     plan = adj.observe(obs(plan.eta_s))
     assert not plan.rollback and plan.eta_s == pytest.approx(0.2)
@@ -107,3 +107,8 @@ def test_multistage_opens_new_stage_when_behind_prediction():
 def test_fixed_holds():
     adj = make_adjustor("fixed")
     assert _drive(adj, lambda e: 1.0, eta0=0.3).eta_s == pytest.approx(0.3)
+
+
+def test_multistage_probes_short_passes_at_an_eighth():
+    adj = make_adjustor("multistage", probe_s=0.2)
+    assert adj.start(0.01, 0.08).eta_s == pytest.approx(0.01)

@@ -127,6 +127,7 @@ SYNTHETIC_KEYS = frozenset(
         "centers",
         "cluster_std",
         "seed",
+        "model_seed",
         "dtype",
         "rank",
         "noise",
@@ -418,6 +419,8 @@ def _synthetic_spec(spec: Mapping[str, Any], key: str) -> syn.SyntheticSpec:
         cluster_std=_float(merged, "cluster_std", key, 1.0, positive=True),
         rank=_int(merged, "rank", key, 10, 1),
         noise=_float(merged, "noise", key, 0.1, positive=False),
+        model_seed=(None if merged.get("model_seed") is None
+                    else _int(merged, "model_seed", key, 0, 0)),
     )
 
 

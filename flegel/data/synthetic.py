@@ -108,6 +108,8 @@ class SyntheticSpec:
     noise : float
         Classification: std of the margin noise; regression: std of the target noise;
         nonnegative: std of the additive noise; images: std of the pixel noise.
+    model_seed : int or None
+        Seed of the shared model only (default: ``seed``); see :attr:`problem_seed`.
     """
 
     kind: str
@@ -119,6 +121,14 @@ class SyntheticSpec:
     cluster_std: float = 1.0
     rank: int = 10
     noise: float = 0.1
+    model_seed: int | None = None
+
+    @property
+    def problem_seed(self) -> int:
+        """Seed of the shared model (centers, hyperplane, templates, basis): ``model_seed``,
+        or ``seed``.  A held-out split keeps ``model_seed`` and changes ``seed``, so it draws
+        new rows of the same problem."""
+        return self.seed if self.model_seed is None else self.model_seed
 
 
 def synthetic_shape(s: SyntheticSpec) -> tuple[int, int, bool, int | None]:
@@ -154,7 +164,7 @@ class _Model:
 class _Blobs(_Model):
     def __init__(self, s: SyntheticSpec) -> None:
         super().__init__(s)
-        self.centers = np.random.default_rng(s.seed).uniform(-10.0, 10.0, (s.centers, s.n_features))
+        self.centers = np.random.default_rng(s.problem_seed).uniform(-10.0, 10.0, (s.centers, s.n_features))
 
     def draw(self, rng: np.random.Generator, m: int) -> tuple[np.ndarray, np.ndarray | None]:
         y = rng.integers(0, self.s.centers, m)
@@ -165,7 +175,7 @@ class _Blobs(_Model):
 class _Classification(_Model):
     def __init__(self, s: SyntheticSpec) -> None:
         super().__init__(s)
-        w = np.random.default_rng(s.seed).standard_normal(s.n_features)
+        w = np.random.default_rng(s.problem_seed).standard_normal(s.n_features)
         self.w = w / np.linalg.norm(w)
 
     def draw(self, rng: np.random.Generator, m: int) -> tuple[np.ndarray, np.ndarray | None]:
@@ -179,7 +189,7 @@ class _Regression(_Model):
 
     def __init__(self, s: SyntheticSpec) -> None:
         super().__init__(s)
-        self.w = np.random.default_rng(s.seed).standard_normal(s.n_features)
+        self.w = np.random.default_rng(s.problem_seed).standard_normal(s.n_features)
 
     def draw(self, rng: np.random.Generator, m: int) -> tuple[np.ndarray, np.ndarray | None]:
         X = rng.standard_normal((m, self.s.n_features))
@@ -189,7 +199,7 @@ class _Regression(_Model):
 class _Nonnegative(_Model):
     def __init__(self, s: SyntheticSpec) -> None:
         super().__init__(s)
-        self.basis = np.random.default_rng(s.seed).random((s.rank, s.n_features))
+        self.basis = np.random.default_rng(s.problem_seed).random((s.rank, s.n_features))
 
     def draw(self, rng: np.random.Generator, m: int) -> tuple[np.ndarray, np.ndarray | None]:
         H = rng.random((m, self.s.rank))
@@ -226,7 +236,7 @@ def digit_templates(seed: int) -> np.ndarray:
 class _Images(_Model):
     def __init__(self, s: SyntheticSpec) -> None:
         super().__init__(s)
-        base = digit_templates(s.seed)
+        base = digit_templates(s.problem_seed)
         # Every template under every shift of up to _MAX_SHIFT pixels, precomputed so that a
         # batch of images is one fancy-indexing gather (no per-image Python).
         shifts = range(-_MAX_SHIFT, _MAX_SHIFT + 1)
