@@ -164,7 +164,8 @@ class _Model:
 class _Blobs(_Model):
     def __init__(self, s: SyntheticSpec) -> None:
         super().__init__(s)
-        self.centers = np.random.default_rng(s.problem_seed).uniform(-10.0, 10.0, (s.centers, s.n_features))
+        rng = np.random.default_rng(s.problem_seed)
+        self.centers = rng.uniform(-10.0, 10.0, (s.centers, s.n_features))
 
     def draw(self, rng: np.random.Generator, m: int) -> tuple[np.ndarray, np.ndarray | None]:
         y = rng.integers(0, self.s.centers, m)
