@@ -2,10 +2,10 @@
 ranks 1..n are workers holding data shards (DESIGN §4)."""
 
 #: Shortest and longest sleep between polls while waiting.  A wait starts polling every
-#: 0.1 ms (a reply right after a commit is seen at once) and backs off to 2 ms (a long wait at a
-#: straggler's barrier costs ~1% of a core instead of the full core a blocking MPICH call burns).
+#: 0.1 ms (a reply right after a commit is seen at once) and backs off to 1 ms (a long wait at a
+#: straggler's barrier costs ~2% of a core instead of the full core a blocking MPICH call burns).
 POLL_S = 1e-4
-POLL_MAX_S = 2e-3
+POLL_MAX_S = 1e-3
 
 
 class Backoff:
