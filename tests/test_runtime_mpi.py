@@ -158,7 +158,7 @@ def test_outputs_and_time_to_target(tmp_path):
 
 def test_idle_master_and_waiting_workers_do_not_spin(tmp_path):
     job = write_job(tmp_path / "job.yaml", algorithm="kmeans", params={"n_clusters": 8},
-                    data={"source": "synthetic", "kind": "blobs", "n_points": 200000,
+                    data={"source": "synthetic", "kind": "blobs", "n_points": 500000,
                           "n_features": 16, "centers": 8, "seed": 3},
                     workers=2, sync={"model": "bsp", "batch": "full"},
                     stop={"max_iterations": 30, "tolerance": None},
