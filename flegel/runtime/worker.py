@@ -139,7 +139,15 @@ class Worker:
         batch = int(header["batch"])
         eta = header["eta_s"]
         start = time.perf_counter()
-        deadline = start + max(eta - header["offset_s"], 0.0) if eta > 0 else None
+        deadline = None
+        if eta > 0:
+            # Semi-centralized timers start when the master sent θ, not when this worker
+            # noticed it (its poll may lag by up to a poll interval), so all workers time the
+            # same interval.  A lag outside [0, 50 ms) means clocks disagree across hosts:
+            # then the local receipt time is used.
+            lag = time.time() - header["sent_at"]
+            anchor = start - lag if 0.0 <= lag < 0.05 else start
+            deadline = anchor + max(eta - header["offset_s"], 0.0)
         scanned0 = store.scanned
         t = int(version) + 1
         agg = self.agg_layout.zeros()
@@ -167,6 +175,11 @@ class Worker:
                 reason = Reason.TIMER
                 break
             n = self.sizer.size
+            if deadline is not None and self.sizer.per_point_s:
+                # A self-timed worker knows its deadline ahead: it shrinks the last block to
+                # end on it instead of overrunning it by up to a block (Section 5.2).
+                left = deadline - time.perf_counter()
+                n = min(n, max(1, int(left / self.sizer.per_point_s)))
             if batch > 0:
                 n = min(n, batch - points)
             n = min(n, len(store) - (store.scanned - scanned0))
