@@ -16,7 +16,9 @@ Coordination (Section 5.2, Fig. 6):
   block it finishes, a suspension it serves, messaging).  With δᵢ = eᵢ − minⱼ eⱼ (smoothed),
   slow responders commit earlier and reports reach the master together.  The master, which
   sees every arrival, computes δᵢ and sends it with θ and η (a choice: the paper has each
-  worker monitor itself; the estimate is the same and needs no extra messages).
+  worker monitor itself; the estimate is the same and needs no extra messages).  Knowing its
+  deadline ahead, a worker also shrinks its last block to end on it, and its timer starts at
+  the master's send time when the clocks agree (see :mod:`flegel.runtime.worker`).
 
 Every barrier records η, its cost (first report to broadcast, Fig. 10), the spread between
 the first and the last report, and each worker's offset.
