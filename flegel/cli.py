@@ -80,11 +80,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     from flegel.runtime.job import run
 
     comm = MPI.COMM_WORLD
+    error: JobError | None = None
     try:
         job = load_job(args.job, args.set, workers=max(comm.size - 1, 1))
     except JobError as exc:
-        # Every rank validates the same job and fails the same way; one rank speaks.
-        return _error(exc) if comm.rank == 0 else EXIT_BAD_JOB
+        error = exc
+    # Ranks may see different file systems on a cluster: agree before any work, so a rank
+    # that cannot run stops everyone (a brief collective at start-up, before any waiting).
+    failed = comm.allgather(error is not None)
+    if any(failed):
+        if comm.rank == failed.index(True):
+            where = "" if comm.rank == 0 else f"(on rank {comm.rank}) "
+            sys.stderr.write(f"flegel: error: {where}{error}\n")
+        return EXIT_BAD_JOB
     out = Path(args.out) if args.out else None
     if comm.rank == 0:
         out = out or default_run_dir(job)

@@ -40,7 +40,9 @@ class JobError(ValueError):
     def __init__(self, file: str | Path, key: str, expected: str, found: Any = _REQUIRED,
                  detail: str | None = None) -> None:
         self.file, self.key = str(file), key
-        if detail is not None:
+        if detail is not None and detail.startswith(f"{key}"):
+            msg = f"{file}: {detail}"  # the detail names the key path itself
+        elif detail is not None:
             msg = f"{file}: {key}: {detail}"
         elif found is _REQUIRED:
             msg = f"{file}: {key}: expected {expected}, but the key is missing"
