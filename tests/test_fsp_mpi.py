@@ -79,8 +79,8 @@ def test_flexible_barrier_is_prompt_with_a_straggler(blob_job, tmp_path, coordin
     assert s["stragglers"][0]["rank"] == 2
     assert s["per_worker"][1]["slowed_s"] > 0.3 * s["wall_time_s"]
     assert s["per_worker"][0]["slowed_s"] == 0 and s["per_worker"][2]["slowed_s"] == 0
-    # The straggler keeps contributing points at every barrier.
-    assert all(e["workers"]["points"][1] >= 0 for e in ev)
+    # The straggler still contributes: its points reach the barriers.
+    assert sum(e["workers"]["points"][1] for e in ev) > 0
 
 
 def test_semi_centralized_narrows_spread(blob_job, tmp_path):
