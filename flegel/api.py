@@ -104,6 +104,9 @@ class Algorithm:
     name: str = "algorithm"
     needs_labels: bool = False
     objective_name: str = "objective"
+    #: Set by :meth:`vote_to_halt` for the point being processed (a class default, so a
+    #: subclass that does not call ``super().__init__()`` still works).
+    _halt_flag: bool = False
 
     def __init__(self, **params: Any) -> None:
         if params:

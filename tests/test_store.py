@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from algorithms.kmeans import KMeans
 from flegel.block import Block
@@ -83,8 +84,7 @@ def test_default_update_block_equals_vectorized_kernel():
                                   theta, 1)
     for k in ("sums", "counts"):
         np.testing.assert_allclose(fast[k], slow[k], atol=1e-9)
-    assert fast["objective"] == np.float64(slow["objective"]) or abs(
-        fast["objective"] - slow["objective"]) < 1e-9 * abs(slow["objective"])
+    assert fast["objective"] == pytest.approx(slow["objective"], rel=1e-9)
 
 
 def test_camelcase_subclass_works():

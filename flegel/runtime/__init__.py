@@ -1,6 +1,8 @@
 """The MPI master/worker runtime: rank 0 is the master (coordinator and parameter server),
 ranks 1..n are workers holding data shards (DESIGN §4)."""
 
+import time
+
 #: Shortest and longest sleep between polls while waiting.  A wait starts polling every
 #: 0.1 ms (a reply right after a commit is seen at once) and backs off to 1 ms (a long wait at a
 #: straggler's barrier costs ~2% of a core instead of the full core a blocking MPICH call burns).
@@ -17,8 +19,6 @@ class Backoff:
         self.delay = POLL_S
 
     def sleep(self) -> None:
-        import time
-
         time.sleep(self.delay)
         self.delay = min(self.delay * 1.5, POLL_MAX_S)
 

@@ -105,7 +105,6 @@ PARAMS = Header((
     "batch",        # points to process before the next commit (0: until signalled)
     "eta_s",        # flexible-barrier interval for the next iteration
     "offset_s",     # this worker's semi-centralized offset δ_i
-    "budget",       # iterations the worker may run before the next barrier (-1: none)
     "rollback",     # 1: return to the last mark (FSPV probes)
     "mark",         # 1: mark position and journal state from here; -1: drop the mark
     "sent_at",

@@ -133,7 +133,7 @@ class Server:
 
     # -------------------------------------------------------------- messages out
     def send_params(self, rank: int, *, batch: int = 0, eta_s: float = 0.0,
-                    offset_s: float = 0.0, budget: int = -1, mark: int = 0,
+                    offset_s: float = 0.0, mark: int = 0,
                     rollback: bool = False, stop: bool = False,
                     theta: dict | None = None) -> None:
         """Send θ (or ``theta``) and the control header to one worker."""
@@ -142,7 +142,7 @@ class Server:
             msg.wait(req)
         buf = self._send[rank]
         msg.PARAMS.write(buf, version=self.version, stop=float(stop), batch=batch, eta_s=eta_s,
-                       offset_s=offset_s, budget=budget, mark=mark,
+                       offset_s=offset_s, mark=mark,
                        rollback=float(rollback), sent_at=time.time())
         self.theta_layout.pack(self.theta if theta is None else theta, buf[msg.Header.SIZE:])
         self._send_req[rank] = self.comm.Isend(buf, dest=rank, tag=msg.TAG_PARAMS)

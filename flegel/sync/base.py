@@ -2,7 +2,7 @@
 the two mechanisms the models are built from -- barriers and immediate (asynchronous) pushes.
 
 A sync model is a master policy plugged into :meth:`flegel.runtime.master.Server.serve`; the
-worker loop is generic and follows the header of each θ it receives (batch, η, offset, budget,
+worker loop is generic and follows the header of each θ it receives (batch, η, offset,
 snapshot / roll-back).  Adding a model means adding a module here, not touching the others.
 """
 
