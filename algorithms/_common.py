@@ -7,7 +7,7 @@ Everything here uses only flegel's public API, as a user-written algorithm would
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +93,7 @@ def squared_distances(x: np.ndarray, centers: np.ndarray) -> np.ndarray:
     return np.maximum(d2, 0.0, out=d2)
 
 
-def chunks(n: int, size: int = 8192):
+def chunks(n: int, size: int = 8192) -> Iterator[slice]:
     """Yield slices covering ``range(n)`` in pieces of at most ``size`` (bounded temporaries)."""
     for start in range(0, n, size):
         yield slice(start, min(n, start + size))
@@ -106,7 +106,7 @@ def learning_rate_at(rate: float, schedule: str, power_t: float, step: float) ->
     return rate
 
 
-def _namespace(a: Any):
+def _namespace(a: Any) -> Any:
     """NumPy, or CuPy for CuPy arrays (without importing CuPy otherwise)."""
     mod = type(a).__module__
     if mod.startswith("cupy"):
@@ -223,12 +223,16 @@ def point_via_block(algorithm: Algorithm, kernel: Callable[[Block, dict, int], d
     return agg
 
 
-class RowKernel:
-    """Mixin for algorithms whose two hooks run one vectorized kernel, ``_update_rows``.
+class RowKernel(Algorithm):
+    """Base of algorithms whose two hooks run one vectorized kernel, ``_update_rows``.
 
     ``update_block`` calls it on the block; ``update_data_point`` calls it on a block of one
     point (:func:`point_via_block`), so both hooks share one piece of math.
     """
+
+    def _update_rows(self, block: Block, theta: dict, t: int) -> dict:
+        """The kernel: process ``block`` and return its aggregator delta."""
+        raise NotImplementedError
 
     def update_data_point(self, point: Any, state: Any, theta: dict, t: int) -> dict:
         return point_via_block(self, self._update_rows, point, state, theta, t)

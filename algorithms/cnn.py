@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -115,7 +115,7 @@ def _pool_forward(xp: Any, a: Any, p: int, mode: str) -> Any:
     """p×p pooling with stride p of an NHWC batch (trailing rows/columns dropped): an
     elementwise max (or sum) of the p² strided sub-grids."""
     hp, wp = a.shape[1] // p, a.shape[2] // p
-    out = None
+    out: Any = None
     for di in range(p):
         for dj in range(p):
             v = a[:, di:hp * p:p, dj:wp * p:p, :]
@@ -236,7 +236,7 @@ class CNN(RowKernel, Algorithm):
         """The array module the kernels use (resolved on first use, where the data are)."""
         return resolve_device(self.device)
 
-    def _chunks(self, xp: Any, n: int):
+    def _chunks(self, xp: Any, n: int) -> Iterator[slice]:
         size = self.chunk_size or (256 if xp is np else 4096)
         for start in range(0, n, size):
             yield slice(start, min(n, start + size))
@@ -417,6 +417,7 @@ class CNN(RowKernel, Algorithm):
     def evaluate(self, theta: dict[str, np.ndarray], block: Block) -> float:
         xp = self.xp
         params = self._device_params(xp, theta)
+        assert block.y is not None  # needs_labels: the job check guarantees labelled data
         total = 0.0
         for sl in self._chunks(xp, len(block)):
             x = xp.asarray(block.x[sl], dtype=self.dtype)

@@ -40,7 +40,8 @@ _DEGENERATE = 1e-12  # a centre whose Σ u^m falls below this fraction of the to
 
 
 @numba.njit(cache=True, nogil=True)
-def _memberships(d2, m, um, loss, dum):  # pragma: no cover - compiled
+def _memberships(d2: np.ndarray, m: float, um: np.ndarray, loss: np.ndarray,
+                 dum: np.ndarray) -> float:  # pragma: no cover - compiled
     """E-step of a block from its squared distances ``d2`` (b × K), any fuzzifier m.
 
     Writes ``u^m`` into ``um`` and its change into ``dum``, the loss Σ_k u^m d² into ``loss``;
@@ -73,7 +74,8 @@ def _memberships(d2, m, um, loss, dum):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _memberships_m2(d2, um, loss, dum):  # pragma: no cover - compiled
+def _memberships_m2(d2: np.ndarray, um: np.ndarray, loss: np.ndarray,
+                    dum: np.ndarray) -> float:  # pragma: no cover - compiled
     """:func:`_memberships` for m = 2 (the default): ``u_k ∝ 1/d²_k``, no transcendentals."""
     n, k = d2.shape
     w = np.empty(k)

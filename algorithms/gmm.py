@@ -50,7 +50,8 @@ _DEGENERATE = 1e-9  # a component with nk below this fraction of the total keeps
 
 
 @numba.njit(cache=True, nogil=True)
-def _responsibilities(logp, resp, loss, dresp):  # pragma: no cover - compiled
+def _responsibilities(logp: np.ndarray, resp: np.ndarray, loss: np.ndarray,
+                      dresp: np.ndarray) -> float:  # pragma: no cover - compiled
     """E-step of a block from its weighted log-densities ``logp`` (b × K).
 
     Writes the new responsibilities into ``resp`` and their changes into ``dresp``, the new

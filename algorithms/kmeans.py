@@ -18,7 +18,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from flegel import Algorithm, Block, DataInfo
+from flegel import Algorithm, Block, DataInfo, PointState
 
 _INITS = ("kmeans++", "random")
 
@@ -28,7 +28,9 @@ _TILE = 2048
 
 
 @numba.njit(cache=True, nogil=True, fastmath=True)
-def _assign_accumulate(x, ct, csq, labels, scores, sums, counts, tile):  # pragma: no cover
+def _assign_accumulate(x: np.ndarray, ct: np.ndarray, csq: np.ndarray, labels: np.ndarray,
+                       scores: np.ndarray, sums: np.ndarray, counts: np.ndarray,
+                       tile: int) -> float:  # pragma: no cover
     """Assign each point to its nearest centre and accumulate the moves; return the change
     of the summed loss.
 
@@ -157,7 +159,8 @@ class KMeans(Algorithm):
         return {"sums": np.zeros_like(theta["sums"]), "counts": np.zeros_like(theta["counts"]),
                 "objective": 0.0}
 
-    def update_data_point(self, point, state, theta, t):
+    def update_data_point(self, point: np.ndarray, state: PointState,
+                          theta: dict[str, np.ndarray], t: int) -> dict:
         c = theta["centers"]
         dist = ((c - point) ** 2).sum(axis=1)
         best = int(np.argmin(dist))
@@ -175,7 +178,7 @@ class KMeans(Algorithm):
         state["score"] = score
         return agg
 
-    def update_block(self, block: Block, theta, t):
+    def update_block(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
         x = np.ascontiguousarray(block.x)
         ct = np.ascontiguousarray(theta["centers"].T, dtype=x.dtype)
         csq = np.einsum("ij,ij->j", ct, ct)
@@ -185,7 +188,7 @@ class KMeans(Algorithm):
             agg["counts"], _TILE))
         return agg
 
-    def update_parameter(self, agg, theta):
+    def update_parameter(self, agg: dict, theta: dict[str, np.ndarray]) -> dict:
         sums = theta["sums"] + agg["sums"]
         counts = theta["counts"] + agg["counts"]
         centers = theta["centers"].copy()
@@ -193,7 +196,7 @@ class KMeans(Algorithm):
         centers[nonempty] = sums[nonempty] / counts[nonempty, None]
         return {"centers": centers, "sums": sums, "counts": counts}
 
-    def evaluate(self, theta, block: Block) -> float:
+    def evaluate(self, theta: dict[str, np.ndarray], block: Block) -> float:
         x = block.x
         ct = np.ascontiguousarray(theta["centers"].T, dtype=x.dtype)
         csq = np.einsum("ij,ij->j", ct, ct)
@@ -204,5 +207,5 @@ class KMeans(Algorithm):
             total += float(np.maximum(np.einsum("ij,ij->i", xs, xs) + score, 0.0).sum())
         return total
 
-    def finalize(self, theta):
+    def finalize(self, theta: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return {"centers": theta["centers"], "counts": theta["counts"]}

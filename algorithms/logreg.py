@@ -29,7 +29,7 @@ _SCHEDULES = ("constant", "invscaling")
 
 
 @numba.njit(cache=True, nogil=True)
-def _first_bad_label(y, n_classes):  # pragma: no cover - compiled
+def _first_bad_label(y: np.ndarray, n_classes: int) -> int:  # pragma: no cover - compiled
     """Index of the first label that is not an integer in [0, n_classes), or -1."""
     for i in range(y.shape[0]):
         yi = y[i]
@@ -39,7 +39,8 @@ def _first_bad_label(y, n_classes):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _binary_kernel(z, y, penalty, loss):  # pragma: no cover - compiled
+def _binary_kernel(z: np.ndarray, y: np.ndarray, penalty: float,
+                   loss: np.ndarray) -> float:  # pragma: no cover - compiled
     """Binary log-loss of margins ``z`` (overwritten by the residual σ(z) − y); writes each
     point's loss (+ ``penalty``) into ``loss`` and returns the change of the summed loss.
     Labels must have been checked (0/1)."""
@@ -57,7 +58,8 @@ def _binary_kernel(z, y, penalty, loss):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _multinomial_kernel(z, y, penalty, loss):  # pragma: no cover - compiled
+def _multinomial_kernel(z: np.ndarray, y: np.ndarray, penalty: float,
+                        loss: np.ndarray) -> float:  # pragma: no cover - compiled
     """Softmax cross-entropy of logits ``z`` (b × C, overwritten by the residual
     softmax − onehot); writes each point's loss (+ ``penalty``) into ``loss`` and returns the
     change of the summed loss.  Labels must have been checked (integers in [0, C))."""
@@ -220,6 +222,7 @@ class LogisticRegression(RowKernel, Algorithm):
         return {"coef": coef, "intercept": intercept, "step": step}
 
     def evaluate(self, theta: dict[str, np.ndarray], block: Block) -> float:
+        assert block.y is not None  # needs_labels: the job check guarantees labelled data
         return self.log_loss(theta, block.x, block.y) + len(block) * self._penalty(theta)
 
     # ------------------------------------------------------------------ helpers

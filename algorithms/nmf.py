@@ -41,7 +41,8 @@ _EPS = float(np.finfo(np.float32).eps)  # denominator floor of multiplicative up
 
 
 @numba.njit(cache=True, nogil=True)
-def _hals_rows(W, XHt, G, n_iter):  # pragma: no cover - compiled
+def _hals_rows(W: np.ndarray, XHt: np.ndarray, G: np.ndarray,
+               n_iter: int) -> None:  # pragma: no cover - compiled
     """HALS sweeps on each row of W given H: minimize ‖x_i − w_i H‖² over w_i ≥ 0.
 
     ``XHt = X Hᵀ`` (b × r), ``G = H Hᵀ`` (r × r).  Each coordinate step is exact.

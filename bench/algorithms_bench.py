@@ -17,24 +17,20 @@ is faster).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from algorithms.cnn import CNN  # noqa: E402
-from algorithms.fcm import FuzzyCMeans  # noqa: E402
-from algorithms.gmm import GaussianMixture  # noqa: E402
-from algorithms.logreg import LogisticRegression  # noqa: E402
-from algorithms.nmf import NMF  # noqa: E402
-from flegel import Block  # noqa: E402
-from flegel.local import make_info  # noqa: E402
+from flegel import Block
+from flegel.algorithms.cnn import CNN
+from flegel.algorithms.fcm import FuzzyCMeans
+from flegel.algorithms.gmm import GaussianMixture
+from flegel.algorithms.logreg import LogisticRegression
+from flegel.algorithms.nmf import NMF
+from flegel.local import make_info
 
 
 def timed(fn: Callable[[], object]) -> float:

@@ -14,16 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from flegel.compare import run_one  # noqa: E402
+from flegel.compare import run_one
 
 
 def main() -> None:

@@ -29,12 +29,11 @@ import numpy as np
 import yaml
 from threadpoolctl import threadpool_limits
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from flegel.algorithms.kmeans import KMeans
+from flegel.block import Block
+from flegel.data import load_shard
 
-from algorithms.kmeans import KMeans  # noqa: E402
-from flegel.block import Block  # noqa: E402
-from flegel.data import load_shard  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def best_of(fn, repeats: int) -> float:

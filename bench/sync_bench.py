@@ -71,8 +71,7 @@ def run(doc: dict[str, Any], out: Path) -> tuple[dict[str, Any], list[dict[str, 
     out.mkdir(parents=True, exist_ok=True)
     path = out / "job.in.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-m", "flegel", "run", str(path), "--out",
                            str(out / "run")], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=600)

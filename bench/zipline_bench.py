@@ -19,16 +19,12 @@ import math
 import os
 import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numba
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from flegel.zipline import EXACT_METHODS, METHODS, generate, solve  # noqa: E402
+from flegel.zipline import EXACT_METHODS, METHODS, generate, solve
 
 CELLS: list[tuple[int, int]] = [(10, 15), (10, 150), (100, 15), (100, 150), (1000, 15), (1000, 150)]
 

@@ -222,25 +222,15 @@ class Algorithm:
     def zero_aggregator(self, theta: Params) -> Aggregator:
         """Return an aggregator of zeros with the layout of this algorithm's deltas.
 
-        The runtime needs the layout before training to pre-allocate message buffers.  The
-        default derives it from :meth:`update_block` on an empty block of one point taken from
-        ``self._layout_point`` (set by the runtime to a sample point); override it when that is
-        not possible or too costly.
+        The runtime needs the layout before training to pre-allocate message buffers.  When
+        this method is not overridden, :func:`zero_aggregator` derives it from
+        :meth:`update_block` on one sample point; override it when that is not possible or
+        too costly.
         """
-        point = getattr(self, "_layout_point", None)
-        if point is None:
-            raise NotImplementedError(
-                f"{type(self).__name__}: cannot derive the aggregator layout; "
-                "override zero_aggregator(theta)"
-            )
-        x, y = point
-        block = Block.from_arrays(x[None, :], None if y is None else np.asarray([y]),
-                                  self.init_state(1, x.shape[0]))
-        halt = self._halt_flag
-        total = self.update_block(block, theta, 1)
-        self._halt_flag = halt
-        return {k: np.zeros_like(np.asarray(v, dtype=np.float64)) if np.ndim(v) else 0.0
-                for k, v in total.items()}
+        raise NotImplementedError(
+            f"{type(self).__name__}: the aggregator layout is derived from a sample point by "
+            "flegel.api.zero_aggregator(algorithm, theta, x0, y0); override "
+            "zero_aggregator(theta) to give it directly")
 
     # camelCase aliases, so algorithms ported from Flegel (Java) read the same
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -252,13 +242,15 @@ class Algorithm:
     def initParameter(self, info: DataInfo) -> Params:  # noqa: N802 - Flegel's name
         return self.init_parameter(info)
 
-    def updateDataPoint(self, point, state, theta, t):  # noqa: N802
+    def updateDataPoint(  # noqa: N802
+        self, point: Any, state: PointState, theta: Params, t: int
+    ) -> Aggregator:
         return self.update_data_point(point, state, theta, t)
 
-    def updateParameter(self, agg, theta):  # noqa: N802
+    def updateParameter(self, agg: Aggregator, theta: Params) -> Params:  # noqa: N802
         return self.update_parameter(agg, theta)
 
-    def terminationCheck(self, agg, t):  # noqa: N802
+    def terminationCheck(self, agg: Aggregator, t: int) -> bool:  # noqa: N802
         return self.termination_check(agg, t)
 
     def voteToHalt(self) -> None:  # noqa: N802
@@ -272,3 +264,24 @@ _CAMEL = {
     "terminationCheck": "termination_check",
     "voteToHalt": "vote_to_halt",
 }
+
+
+def zero_aggregator(algorithm: Algorithm, theta: Params, x0: np.ndarray,
+                    y0: Any = None) -> Aggregator:
+    """The one way flegel builds an aggregator of zeros for ``algorithm``.
+
+    Uses :meth:`Algorithm.zero_aggregator` when the algorithm overrides it; otherwise runs
+    :meth:`Algorithm.update_block` on a block of the one point ``x0`` (label ``y0``) and
+    zeroes what it returns.  The runtime calls this once, before training, to fix the wire
+    layout of aggregators; every later zero aggregator is a copy of that layout's zeros.
+    """
+    if type(algorithm).zero_aggregator is not Algorithm.zero_aggregator:
+        total = algorithm.zero_aggregator(theta)
+    else:
+        block = Block.from_arrays(x0[None, :], None if y0 is None else np.asarray([y0]),
+                                  algorithm.init_state(1, x0.shape[0]))
+        halt = algorithm._halt_flag
+        total = algorithm.update_block(block, theta, 1)
+        algorithm._halt_flag = halt
+    return {k: np.zeros_like(np.asarray(v, dtype=np.float64)) if np.ndim(v) else 0.0
+            for k, v in total.items()}

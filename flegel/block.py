@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import KeysView
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,5 +65,5 @@ class PointState:
     def __contains__(self, key: str) -> bool:
         return key in self._arrays
 
-    def keys(self):
+    def keys(self) -> KeysView[str]:
         return self._arrays.keys()

@@ -77,7 +77,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from mpi4py import MPI
 
-    from flegel.runtime.job import run
+    from flegel.run import run
 
     comm = MPI.COMM_WORLD
     error: JobError | None = None
@@ -93,10 +93,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             where = "" if comm.rank == 0 else f"(on rank {comm.rank}) "
             sys.stderr.write(f"flegel: error: {where}{error}\n")
         return EXIT_BAD_JOB
-    out = Path(args.out) if args.out else None
     if comm.rank == 0:
-        out = out or default_run_dir(job)
+        out = Path(args.out) if args.out else default_run_dir(job)
         summary = run(comm, job, out)
+        assert summary is not None  # the master returns the summary
         print(f"run directory: {out}")
         brief = {k: summary[k] for k in ("iterations", "final_objective", "wall_time_s",
                                          "converged", "stop_reason")}

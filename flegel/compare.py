@@ -6,10 +6,19 @@ barrier cost and per-worker traversal passes (FSP paper Figs. 7-9 and 14).  Resu
 ``compare.json`` in the output folder, with an overlaid objective-vs-time plot when
 matplotlib is installed.
 
+For FSP runs with data migration (Section 4) the table also shows the points moved and the
+fraction of the data's bytes they weigh; for every run it shows the spread of the workers'
+traversal passes (max - min) and the range of passes per point.  The migration modes are
+sync presets: ``fspv-async``, ``fspv-sync`` (and ``fspb-…``), see ``flegel.sync.PRESETS``.
+With matplotlib, ``passes_time.png``, ``delta_f.png`` and ``held.png`` of every run are drawn
+beside ``objective.png`` (see :mod:`flegel.report`).
+
 Example::
 
     flegel compare jobs/kmeans.yaml --sync bspb,bspv,fspb,fspv \\
         --stragglers none --stragglers "injected:tau=32,workers=1"
+    flegel compare jobs/kmeans.yaml --sync fspv,fspv-async,fspv-sync \\
+        --stragglers "injected:tau=32,workers=1"
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from typing import Any
 import yaml
 
 from flegel.config import JobError, load_job
+from flegel.sync import PRESETS
 
 #: Short keys accepted on the command line for straggler options.
 ALIASES = {"tau": "tau_ms", "at": "at_s", "on": "on_s", "off": "off_s"}
@@ -64,6 +74,53 @@ def _label(stragglers: list[dict[str, Any]]) -> str:
                       for s in stragglers)
 
 
+def model_sets(sync: str) -> list[str]:
+    """The ``--set`` options that select the sync model or preset ``sync``.
+
+    A preset's nested sections (``migration: {mode: async}``) are also given key by key, so
+    that the user's own ``--set sync.migration.window=…`` adds to them instead of replacing
+    the preset's whole section.
+
+    Parameters
+    ----------
+    sync : str
+        A sync model or a preset of :data:`flegel.sync.PRESETS`.
+
+    Returns
+    -------
+    list of str
+        ``key.path=value`` items, ``sync.model=…`` first.
+    """
+    out = [f"sync.model={sync}"]
+    for section, value in PRESETS.get(sync, {}).items():
+        if isinstance(value, dict):
+            out += [f"sync.{section}.{k}={json.dumps(v)}" for k, v in value.items()]
+    return out
+
+
+def row_figures(summary: dict[str, Any]) -> dict[str, Any]:
+    """A run's per-worker and migration figures for the table, from its ``summary.json``.
+
+    Returns
+    -------
+    dict
+        ``passes`` (per worker), ``pass_spread`` (max - min of them), ``point_passes``
+        (min and max traversals of a point, when recorded) and ``migration`` (mode, rounds,
+        points moved, bytes fraction; None when the run migrated nothing or had no
+        migration).
+    """
+    passes = [float(w["passes"]) for w in summary.get("per_worker", [])]
+    mig = summary.get("migration")
+    pp = summary.get("point_passes")
+    return {"passes": passes,
+            "pass_spread": max(passes) - min(passes) if passes else 0.0,
+            "point_passes": [pp["min"], pp["max"]] if pp else None,
+            "migration": None if not mig else {
+                "mode": mig.get("mode"), "rounds": mig.get("rounds", 0),
+                "points_moved": int(mig.get("points_moved", 0)),
+                "bytes_fraction": float(mig.get("bytes_fraction", 0.0))}}
+
+
 def run_one(job_file: Path, out: Path, sets: list[str], timeout: float | None) -> dict:
     """Run one setting through ``flegel run`` (it launches its own MPI job)."""
     cmd = [sys.executable, "-m", "flegel", "run", str(job_file), "--out", str(out),
@@ -80,13 +137,21 @@ def run_one(job_file: Path, out: Path, sets: list[str], timeout: float | None) -
 
 
 def table(rows: list[dict[str, Any]], baselines: list[str]) -> str:
-    """The comparison table, one block per straggler setting."""
+    """The comparison table, one block per straggler setting.
+
+    Columns: time to target, final exact objective, iterations, mean barrier cost, speedups
+    against every baseline, points migrated and their share of the data's bytes, the spread
+    of the workers' passes (max - min), the range of passes per point, passes per worker.
+    """
     lines = []
+    width = max([10] + [len(r["sync"]) for r in rows])
     for label in dict.fromkeys(r["stragglers"] for r in rows):
         group = [r for r in rows if r["stragglers"] == label]
         lines.append(f"\n{label}")
-        head = (f"  {'sync':<10} {'to target s':>11} {'final obj':>12} {'iters':>6} "
-                f"{'barrier ms':>10}  " + "  ".join(f"{'vs ' + b:>9}" for b in baselines)
+        head = (f"  {'sync':<{width}} {'to target s':>11} {'final obj':>12} {'iters':>6} "
+                f"{'barrier ms':>10}  "
+                + "  ".join(f"{'vs ' + b:>{max(9, len(b) + 3)}}" for b in baselines)
+                + f"  {'moved':>8} {'bytes %':>7} {'spread':>6} {'pt passes':>9}"
                 + "  passes per worker")
         lines.append(head)
         times = {r["sync"]: r["time_to_target_s"] for r in group}
@@ -95,12 +160,20 @@ def table(rows: list[dict[str, Any]], baselines: list[str]) -> str:
             speed = []
             for b in baselines:
                 tb = times.get(b)
-                speed.append(f"{tb / t:8.2f}x" if t and tb else f"{'-':>9}")
+                w = max(9, len(b) + 3)
+                speed.append(f"{f'{tb / t:.2f}x' if t and tb else '-':>{w}}")
             passes = " ".join(f"{p:.1f}" for p in r["passes"])
             t_txt = f"{t:11.2f}" if t is not None else f"{'not reached':>11}"
-            lines.append(f"  {r['sync']:<10} {t_txt} {r['final_objective']:12.6g} "
+            mig = r.get("migration")
+            mig_txt = (f"{mig['points_moved']:8d} {100 * mig['bytes_fraction']:7.1f}" if mig
+                       else f"{'-':>8} {'-':>7}")
+            pp = r.get("point_passes")
+            pp_txt = f"{pp[0]}-{pp[1]}" if pp else "-"
+            lines.append(f"  {r['sync']:<{width}} {t_txt} {r['final_objective']:12.6g} "
                          f"{r['iterations']:6d} {r['barrier_ms']:10.2f}  "
-                         + "  ".join(speed) + f"  {passes}")
+                         + "  ".join(speed)
+                         + f"  {mig_txt} {r.get('pass_spread', 0.0):6.1f} {pp_txt:>9}"
+                         + f"  {passes}")
     return "\n".join(lines)
 
 
@@ -134,8 +207,7 @@ def main(args: argparse.Namespace) -> int:
                     else [job["stragglers"]])
         for st in settings:  # validate every combination before running anything
             for sy in syncs:
-                load_job(args.job, args.set + [f"sync.model={sy}",
-                                               f"stragglers={json.dumps(st)}"])
+                load_job(args.job, args.set + model_sets(sy) + [f"stragglers={json.dumps(st)}"])
     except (JobError, ValueError) as exc:
         sys.stderr.write(f"flegel: error: {exc}\n")
         return 2
@@ -145,8 +217,8 @@ def main(args: argparse.Namespace) -> int:
     if args.target != "auto":
         target = float(args.target)
     if target is None:
-        ref = run_one(job.file, out / "reference", args.set + [f"sync.model={syncs[0]}",
-                                                               "stragglers=[]"], args.timeout)
+        ref = run_one(job.file, out / "reference",
+                      args.set + model_sets(syncs[0]) + ["stragglers=[]"], args.timeout)
         f = ref["online_objective"]
         target = f + args.slack * abs(f)
         print(f"target objective: {target:.8g} (reference run {syncs[0]}, no stragglers, "
@@ -154,8 +226,8 @@ def main(args: argparse.Namespace) -> int:
     rows = []
     for i, st in enumerate(settings):
         for sy in syncs:
-            sets = args.set + [f"sync.model={sy}", f"stragglers={json.dumps(st)}",
-                               f"stop.target_objective={target!r}"]
+            sets = args.set + model_sets(sy) + [f"stragglers={json.dumps(st)}",
+                                                f"stop.target_objective={target!r}"]
             s = run_one(job.file, out / f"{i}-{sy}", sets, args.timeout)
             rows.append({"sync": sy, "stragglers": _label(st), "dir": str(out / f"{i}-{sy}"),
                          "time_to_target_s": s.get("time_to_target_s"),
@@ -163,19 +235,19 @@ def main(args: argparse.Namespace) -> int:
                          "iterations": s["iterations"],
                          "barrier_ms": 1e3 * s.get("mean_barrier_s", 0.0),
                          "spread_ms": 1e3 * s.get("mean_spread_s", 0.0),
-                         "passes": [w["passes"] for w in s["per_worker"]]})
+                         **row_figures(s)})
             print(f"  done: {_label(st)} / {sy}: {rows[-1]['time_to_target_s']} s to target",
                   flush=True)
     text = table(rows, syncs)
     print(text)
     (out / "compare.json").write_text(json.dumps({"target": target, "runs": rows}, indent=2))
     try:
-        from flegel.report import plot_objectives
+        from flegel.report import draw
 
-        plot_objectives([Path(r["dir"]) for r in rows], out / "objective.png",
-                        labels=[f"{r['sync']} / {r['stragglers']}" for r in rows])
-        print(f"plot: {out / 'objective.png'}")
-    except ImportError:
-        pass
+        for made in draw([Path(r["dir"]) for r in rows], out,
+                         labels=[f"{r['sync']} / {r['stragglers']}" for r in rows]):
+            print(f"plot: {made}")
+    except ImportError as err:  # no matplotlib: the table and compare.json are enough
+        print(f"no plot: {err}")
     print(f"results: {out / 'compare.json'}")
     return 0

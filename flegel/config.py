@@ -6,7 +6,6 @@ expected and what was found; the CLI prints it and exits with code 2, without a 
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
 import re
@@ -14,156 +13,152 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import yaml
 
+from flegel import schema
 from flegel import sync as sync_models
-from flegel.stragglers import DEFAULTS as STRAGGLER_DEFAULTS
+from flegel.schema import Key, SchemaError
+from flegel.stragglers import COMMON_KEYS as STRAGGLER_COMMON
+from flegel.stragglers import PATTERN_KEYS as STRAGGLER_KEYS
 from flegel.stragglers import parse_workers
 
+if TYPE_CHECKING:
+    from flegel.api import Algorithm
+    from flegel.data import SourceInfo
+
 BUILTIN_ALGORITHMS = {
-    "kmeans": "algorithms.kmeans:KMeans",
-    "gmm": "algorithms.gmm:GaussianMixture",
-    "fcm": "algorithms.fcm:FuzzyCMeans",
-    "logreg": "algorithms.logreg:LogisticRegression",
-    "nmf": "algorithms.nmf:NMF",
-    "cnn": "algorithms.cnn:CNN",
+    "kmeans": "flegel.algorithms.kmeans:KMeans",
+    "gmm": "flegel.algorithms.gmm:GaussianMixture",
+    "fcm": "flegel.algorithms.fcm:FuzzyCMeans",
+    "logreg": "flegel.algorithms.logreg:LogisticRegression",
+    "nmf": "flegel.algorithms.nmf:NMF",
+    "cnn": "flegel.algorithms.cnn:CNN",
 }
-
-_REQUIRED = object()
-
 
 class JobError(ValueError):
     """A problem with a job file, reported before any work starts."""
 
-    def __init__(self, file: str | Path, key: str, expected: str, found: Any = _REQUIRED,
+    def __init__(self, file: str | Path, key: str, expected: str, found: Any = schema.MISSING,
                  detail: str | None = None) -> None:
         self.file, self.key = str(file), key
-        if detail is not None and detail.startswith(f"{key}"):
-            msg = f"{file}: {detail}"  # the detail names the key path itself
-        elif detail is not None:
-            msg = f"{file}: {key}: {detail}"
-        elif found is _REQUIRED:
-            msg = f"{file}: {key}: expected {expected}, but the key is missing"
+        super().__init__(f"{file}: {schema.describe(key, expected, found, detail)}")
+
+    @classmethod
+    def from_schema(cls, file: str | Path, exc: SchemaError) -> JobError:
+        """The :class:`JobError` of a :class:`flegel.schema.SchemaError` in ``file``."""
+        return cls(file, exc.key, exc.expected, exc.found, exc.detail)
+
+
+# --------------------------------------------------------------------------- the schema
+TOP: dict[str, Key] = {
+    "name": schema.text("a name for the run (shown in reports; defaults to the file name)",
+                        None, null=True),
+    "algorithm": schema.text(
+        "a built-in algorithm or your own 'package.module:Class' (looked up on sys.path, then "
+        "beside the job file)",
+        expected="a built-in name (" + ", ".join(BUILTIN_ALGORITHMS)
+        + ") or 'package.module:Class'"),
+    "params": schema.mapping("keyword arguments of the algorithm's constructor (see below)",
+                             None, null=True, expected="a mapping of algorithm parameters"),
+    "data": schema.mapping("the training data: a file or a synthetic generator (see below)",
+                           expected="a mapping (source: synthetic, or path: FILE)"),
+    "test_data": schema.mapping("held-out data with the keys of `data`, evaluated after "
+                                "training (same number of features)", None, null=True,
+                                expected="a mapping like data"),
+    "workers": schema.integer("number of worker processes (MPI ranks 1..workers; rank 0 is "
+                              "the master); under mpirun, the world size minus one", 2, lo=1),
+    "seed": schema.integer("seed of the algorithm's initialization and of straggler "
+                           "randomness", 0),
+    "sync": schema.mapping("the synchronization model and its options (see below)", None,
+                           null=True, expected="a mapping with 'model'"),
+    "stop": schema.mapping("when training stops (see below)", None, null=True),
+    "output": schema.mapping("where results go and what is shown (see below)", None,
+                             null=True),
+    "stragglers": Key("a list of straggler patterns", schema.optional(schema.is_list), None,
+                      "patterns that slow some workers down (see below)"),
+    "runtime": schema.mapping("runtime tuning (see below)", None, null=True),
+}
+
+STOP: dict[str, Key] = {
+    "max_iterations": schema.integer("stop after this many iterations (barriers, or pushes "
+                                     "per worker for asynchronous models)", 100, lo=1,
+                                     null=True),
+    "target_objective": schema.number("stop once the online objective is at or below this",
+                                      None, null=True),
+    "tolerance": schema.number("stop when the relative objective change between two checks "
+                               "(one more full pass by every worker) is below this", 1e-4,
+                               lo=0, null=True),
+    "max_time_s": schema.number("stop after this many seconds of training", None, lo=0,
+                                lo_open=True, null=True),
+}
+
+OUTPUT: dict[str, Key] = {
+    "dir": schema.text("folder under which each run gets its own directory", "runs",
+                       expected="a folder path"),
+    "progress": schema.choice("progress display: a live line, plain log lines, or nothing",
+                              ("auto", "plain", "none"), "auto"),
+    "save_model": schema.boolean("write model.npz and model.json", True),
+    "trace_points": schema.integer(
+        "θ snapshots evaluated exactly after training, for the exact objective trace and "
+        "time to target; null: 50 when a target objective is set, else 0", None, lo=0,
+        null=True),
+}
+
+RUNTIME: dict[str, Key] = {
+    "block_ms": schema.number("target duration of one block of points, between polls for "
+                              "the master's signals", 1.0, lo=0, lo_open=True,
+                              unit="milliseconds"),
+    "threads": schema.integer("BLAS/numba threads per rank", 1, lo=1),
+    "sample_size": schema.integer("rows sampled from the data for the algorithm's "
+                                  "initialization (info.sample)", 10_000, lo=1),
+    "stall_warning_s": schema.number("warn when no worker has reported for this long",
+                                     10.0, lo=0, lo_open=True, unit="seconds"),
+}
+
+#: The sections checked by :func:`flegel.schema.check_section` directly.
+SECTIONS: dict[str, dict[str, Key]] = {"stop": STOP, "output": OUTPUT, "runtime": RUNTIME}
+
+
+def _model_key() -> Key:
+    names = sync_models.available() + list(sync_models.PRESETS)
+    return schema.choice("the synchronization model, or a preset standing for a model and "
+                         "options", names, "bsp", expected="one of " + ", ".join(names))
+
+
+def sync_keys(cls: type) -> dict[str, Key]:
+    """The keys of a ``sync`` section for the policy class ``cls``.
+
+    Parameters
+    ----------
+    cls : type
+        A master policy class; its ``OPTIONS`` maps option names to :class:`Key`, or to
+        ``(default, expected)`` pairs for models written before the schema (checked only by
+        their ``check_options``).
+
+    Returns
+    -------
+    dict of str to Key
+        ``model`` followed by the model's options.
+    """
+    keys = {"model": _model_key()}
+    options: dict[str, Any] = getattr(cls, "OPTIONS", {})
+    for name, decl in options.items():
+        if isinstance(decl, Key):
+            keys[name] = decl
         else:
-            msg = f"{file}: {key}: expected {expected}, found {found!r}"
-        super().__init__(msg)
+            default, expected = decl
+            keys[name] = Key(expected, schema.anything, default, expected)
+    return keys
 
 
-@dataclass(frozen=True)
-class Key:
-    """One key of a section: its check, its default and what it must be (for messages)."""
-
-    expected: str
-    check: Callable[[Any], bool]
-    default: Any = _REQUIRED
-
-
-def _int(lo: int | None = None) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and (lo is None or v >= lo)
-
-
-def _num(lo: float | None = None, strict: bool = False) -> Callable[[Any], bool]:
-    def ok(v: Any) -> bool:
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            return False
-        return lo is None or (v > lo if strict else v >= lo)
-    return ok
-
-
-def _opt(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    return lambda v: v is None or check(v)
-
-
-def _str(v: Any) -> bool:
-    return isinstance(v, str) and bool(v)
-
-
-def _dict(v: Any) -> bool:
-    return isinstance(v, dict)
-
-
-TOP = {
-    "name": Key("a string", _opt(_str), None),
-    "algorithm": Key("a built-in name (" + ", ".join(BUILTIN_ALGORITHMS)
-                     + ") or 'package.module:Class'", _str),
-    "params": Key("a mapping of algorithm parameters", _opt(_dict), None),
-    "data": Key("a mapping (source: synthetic, or path: FILE)", _dict),
-    "test_data": Key("a mapping like data, or null", _opt(_dict), None),
-    "workers": Key("a positive integer", _int(1), 2),
-    "seed": Key("an integer", _int(), 0),
-    "sync": Key("a mapping with 'model'", _dict, None),
-    "stop": Key("a mapping", _dict, None),
-    "output": Key("a mapping", _dict, None),
-    "stragglers": Key("a list of straggler patterns", lambda v: v is None or isinstance(v, list),
-                      None),
-    "runtime": Key("a mapping", _dict, None),
-}
-
-STOP = {
-    "max_iterations": Key("a positive integer or null", _opt(_int(1)), 100),
-    "target_objective": Key("a number or null", _opt(_num()), None),
-    "tolerance": Key("a non-negative number or null", _opt(_num(0)), 1e-4),
-    "max_time_s": Key("a positive number or null", _opt(_num(0, strict=True)), None),
-}
-
-OUTPUT = {
-    "dir": Key("a folder path", _str, "runs"),
-    "progress": Key("'auto', 'plain' or 'none'", lambda v: v in ("auto", "plain", "none"),
-                    "auto"),
-    "save_model": Key("true or false", lambda v: isinstance(v, bool), True),
-    "trace_points": Key("a non-negative integer or null (θ snapshots evaluated exactly after "
-                        "training; null: 50 when a target objective is set, else 0)",
-                        _opt(_int(0)), None),
-}
-
-RUNTIME = {
-    "block_ms": Key("a positive number of milliseconds", _num(0, strict=True), 1.0),
-    "threads": Key("a positive integer (BLAS/numba threads per rank)", _int(1), 1),
-    "sample_size": Key("a positive integer", _int(1), 10_000),
-    "stall_warning_s": Key("a positive number of seconds", _num(0, strict=True), 10.0),
-}
-
-STRAGGLER_COMMON = {
-    "pattern": Key("one of " + ", ".join(STRAGGLER_DEFAULTS), lambda v: v in STRAGGLER_DEFAULTS),
-    "workers": Key("worker ranks such as [1, 2] or '1-4'", lambda v: v is not None),
-}
-STRAGGLER_KEYS = {
-    "injected": {"tau_ms": Key("a non-negative number", _num(0)),
-                 "every": Key("a positive integer", _int(1))},
-    "persistent": {"factor": Key("a number >= 1", _num(1))},
-    "transient": {"factor": Key("a number >= 1", _num(1)),
-                  "on_s": Key("a positive number", _num(0, strict=True)),
-                  "off_s": Key("a positive number", _num(0, strict=True))},
-    "pause": {"at_s": Key("a non-negative number", _num(0)),
-              "seconds": Key("a non-negative number", _num(0))},
-}
-
-
-def _section(file: Path, prefix: str, given: Any, schema: dict[str, Key]) -> dict[str, Any]:
-    """Check ``given`` against ``schema``; return it completed with defaults."""
-    given = {} if given is None else given
-    if not isinstance(given, dict):
-        raise JobError(file, prefix, "a mapping", given)
-    for k in given:
-        if k not in schema:
-            close = difflib.get_close_matches(str(k), schema, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise JobError(file, f"{prefix}.{k}" if prefix else str(k), "", detail=(
-                f"unknown key{hint}; expected one of: {', '.join(schema)}"))
-    out = {}
-    for k, key in schema.items():
-        path = f"{prefix}.{k}" if prefix else k
-        if k not in given:
-            if key.default is _REQUIRED:
-                raise JobError(file, path, key.expected)
-            out[k] = key.default
-            continue
-        if not key.check(given[k]):
-            raise JobError(file, path, key.expected, given[k])
-        out[k] = given[k]
-    return out
+def _check(file: Path, prefix: str, given: Any, keys: dict[str, Key]) -> dict[str, Any]:
+    try:
+        return schema.check_section(prefix, given, keys)
+    except SchemaError as exc:
+        raise JobError.from_schema(file, exc) from None
 
 
 # --------------------------------------------------------------------------- loading
@@ -181,7 +176,7 @@ _Loader.add_implicit_resolver(
     list("-+0123456789."))
 
 
-def parse_yaml(text: str):
+def parse_yaml(text: str) -> Any:
     """Parse YAML text with :class:`_Loader`."""
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
 
@@ -200,6 +195,51 @@ def load_yaml(path: Path) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise JobError(path, "(top level)", "a mapping of job keys", doc)
     return doc
+
+
+def key_at(doc: dict[str, Any], parts: list[str]) -> Key | None:
+    """The declared :class:`Key` at a ``--set`` key path of ``doc``, or None.
+
+    Parameters
+    ----------
+    doc : dict
+        The job as loaded (``sync.model`` and straggler patterns select their keys).
+    parts : list of str
+        The key path split on dots (``["sync", "eta_ms"]``, ``["stragglers", "0", "every"]``).
+
+    Returns
+    -------
+    Key or None
+        None for paths the schema leaves to others (``params``, ``data``) or does not know.
+    """
+    if len(parts) == 1:
+        return TOP.get(parts[0])
+    head = parts[0]
+    if len(parts) == 2 and head in SECTIONS:
+        return SECTIONS[head].get(parts[1])
+    if len(parts) == 2 and head == "sync":
+        sync = doc.get("sync")
+        model = _expand_preset(dict(sync) if isinstance(sync, dict) else {}).get("model", "bsp")
+        if not isinstance(model, str) or model not in sync_models.available():
+            return None
+        return sync_keys(sync_models.policy_class(model)).get(parts[1])
+    if len(parts) == 3 and head == "sync":
+        sync = doc.get("sync")
+        model = _expand_preset(dict(sync) if isinstance(sync, dict) else {}).get("model", "bsp")
+        if not isinstance(model, str) or model not in sync_models.available():
+            return None
+        subs = getattr(sync_models.policy_class(model), "SUBSECTIONS", {})
+        return subs.get(parts[1], {}).get(parts[2])
+    if len(parts) == 3 and head == "stragglers" and parts[1].isdigit():
+        entries = doc.get("stragglers")
+        if not isinstance(entries, list) or int(parts[1]) >= len(entries):
+            return None
+        entry = entries[int(parts[1])]
+        pattern = entry.get("pattern") if isinstance(entry, dict) else None
+        if pattern not in STRAGGLER_KEYS:
+            return STRAGGLER_COMMON.get(parts[2])
+        return straggler_keys(pattern).get(parts[2])
+    return None
 
 
 def apply_overrides(doc: dict[str, Any], sets: list[str], file: Path) -> dict[str, Any]:
@@ -224,6 +264,9 @@ def apply_overrides(doc: dict[str, Any], sets: list[str], file: Path) -> dict[st
             value = parse_yaml(raw)
         except yaml.YAMLError:
             value = raw
+        declared = key_at(doc, key.split("."))
+        if declared is not None and not declared.check(value) and declared.check(raw):
+            value = raw  # e.g. name=2024 or output.dir=1: the key wants the text as written
         node: Any = doc
         parts = key.split(".")
         for i, part in enumerate(parts):
@@ -248,45 +291,93 @@ def apply_overrides(doc: dict[str, Any], sets: list[str], file: Path) -> dict[st
 
 
 # --------------------------------------------------------------------------- validation
+def _beside_job(top: str, base_dir: Path) -> bool:
+    """Whether ``base_dir`` holds a module or package named ``top``."""
+    return (base_dir / f"{top}.py").is_file() or (base_dir / top).is_dir()
+
+
 def resolve_algorithm(name: str, base_dir: Path | None = None) -> type:
     """Return the Algorithm class of a built-in name or ``"package.module:Class"``.
 
-    A user's module is looked up on ``sys.path`` and, failing that, beside the job file
-    (``base_dir``), so an algorithm can live next to its job.
+    A user's module is looked up on ``sys.path``; the job's folder (``base_dir``) is appended
+    to ``sys.path`` (last, so a ``numpy.py`` or ``yaml.py`` beside a job shadows nothing), so
+    an algorithm can live next to its job, e.g. ``algorithms.mine:Mine`` for
+    ``algorithms/mine.py`` beside the job file.
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`BUILTIN_ALGORITHMS` or ``"package.module:Class"``.
+    base_dir : Path or None
+        The job file's folder.
+
+    Returns
+    -------
+    type
+        The :class:`flegel.Algorithm` subclass.
+
+    Raises
+    ------
+    LookupError
+        When the name is neither, the module cannot be imported or holds no such class.
     """
     from flegel.api import Algorithm
 
     target = BUILTIN_ALGORITHMS.get(name, name)
     module, colon, cls = target.partition(":")
-    if not colon:
+    if not colon or not module or not cls:
         raise LookupError(f"unknown algorithm {name!r}: not a built-in "
                           f"({', '.join(BUILTIN_ALGORITHMS)}) nor 'package.module:Class'")
-    if base_dir is not None and importlib.util.find_spec(module.split(".")[0]) is None:
-        sys.path.insert(0, str(base_dir))
+    if base_dir is not None and str(base_dir) not in sys.path:
+        sys.path.append(str(base_dir))
     try:
         mod = importlib.import_module(module)
     except ImportError as exc:
-        raise LookupError(f"cannot import module {module!r}: {exc}") from None
+        msg = f"cannot import module {module!r}: {exc}"
+        top = module.split(".")[0]
+        other = getattr(sys.modules.get(top), "__file__", None) or ""
+        if base_dir is not None and _beside_job(top, base_dir) and other and \
+                not Path(other).resolve().is_relative_to(base_dir.resolve()):
+            msg += (f" (the {top!r} found first on sys.path is {other}, not the one beside "
+                    "the job: rename your package)")
+        raise LookupError(msg) from None
     found = getattr(mod, cls, None)
     if not (isinstance(found, type) and issubclass(found, Algorithm)):
         raise LookupError(f"module {module!r} has no flegel.Algorithm subclass {cls!r}")
     return found
 
 
-def _validate_sync(file: Path, given: Any) -> dict[str, Any]:
-    given = {"model": "bsp"} if given is None else dict(given)
-    model = given.get("model", "bsp")
-    if model in sync_models.PRESETS:
-        given = {**sync_models.PRESETS[model], **{k: v for k, v in given.items() if k != "model"}}
-        model = given["model"]
+def _sync_class(file: Path, model: Any) -> type:
     if model not in sync_models.available():
         raise JobError(file, "sync.model", "one of " + ", ".join(
             sync_models.available() + list(sync_models.PRESETS)), model)
-    cls = sync_models.policy_class(model)
-    schema = {"model": Key("a sync model", _str)}
-    for k, (default, expected) in cls.OPTIONS.items():
-        schema[k] = Key(expected, lambda v: True, default)
-    out = _section(file, "sync", given, schema)
+    return sync_models.policy_class(model)
+
+
+def _expand_preset(given: dict[str, Any]) -> dict[str, Any]:
+    model = given.get("model", "bsp")
+    if isinstance(model, str) and model in sync_models.PRESETS:
+        out = dict(sync_models.PRESETS[model])
+        for k, v in given.items():
+            if k == "model":
+                continue
+            # Nested sections merge key by key: ``fspv-sync`` plus ``migration.window``
+            # keeps the preset's mode.
+            both = isinstance(v, dict) and isinstance(out.get(k), dict)
+            out[k] = {**out[k], **v} if both else v
+        return out
+    return given
+
+
+def _validate_sync(file: Path, given: Any) -> dict[str, Any]:
+    if given is not None and not isinstance(given, dict):
+        raise JobError(file, "sync", "a mapping with 'model'", given)
+    given = _expand_preset({"model": "bsp"} if given is None else dict(given))
+    cls = _sync_class(file, given.get("model", "bsp"))
+    out = _check(file, "sync", given, sync_keys(cls))
+    # A model's nested sections (FSP's ``migration``) are declared as Keys of their own.
+    for name, keys in getattr(cls, "SUBSECTIONS", {}).items():
+        out[name] = _check(file, f"sync.{name}", out[name], keys)
     check = getattr(cls, "check_options", None)
     if check is not None:
         problem = check(out)
@@ -296,6 +387,22 @@ def _validate_sync(file: Path, given: Any) -> dict[str, Any]:
     return out
 
 
+def straggler_keys(pattern: str) -> dict[str, Key]:
+    """The keys of a ``stragglers`` entry of ``pattern``: the common keys, then its options.
+
+    Parameters
+    ----------
+    pattern : str
+        A key of :data:`flegel.stragglers.PATTERN_KEYS`.
+
+    Returns
+    -------
+    dict of str to Key
+        ``pattern``, ``workers`` and the pattern's options.
+    """
+    return {**STRAGGLER_COMMON, **STRAGGLER_KEYS[pattern]}
+
+
 def _validate_stragglers(file: Path, given: Any, workers: int) -> list[dict[str, Any]]:
     out = []
     for i, spec in enumerate(given or []):
@@ -303,19 +410,12 @@ def _validate_stragglers(file: Path, given: Any, workers: int) -> list[dict[str,
         if not isinstance(spec, dict):
             raise JobError(file, prefix, "a mapping with 'pattern' and 'workers'", spec)
         pattern = spec.get("pattern")
-        if pattern not in STRAGGLER_KEYS:
-            raise JobError(file, f"{prefix}.pattern", "one of " + ", ".join(STRAGGLER_KEYS),
+        if not STRAGGLER_COMMON["pattern"].check(pattern):
+            raise JobError(file, f"{prefix}.pattern", STRAGGLER_COMMON["pattern"].expected,
                            pattern)
-        schema = dict(STRAGGLER_COMMON)
-        for k, key in STRAGGLER_KEYS[pattern].items():
-            schema[k] = Key(key.expected, key.check, STRAGGLER_DEFAULTS[pattern][k])
-        entry = _section(file, prefix, spec, schema)
-        try:
-            ranks = parse_workers(entry["workers"])
-        except ValueError as exc:
-            raise JobError(file, f"{prefix}.workers", "", detail=str(exc)) from None
-        bad = [r for r in ranks if not 1 <= r <= workers]
-        if bad or not ranks:
+        entry = _check(file, prefix, spec, straggler_keys(str(pattern)))
+        ranks = parse_workers(entry["workers"])
+        if any(not 1 <= r <= workers for r in ranks):
             raise JobError(file, f"{prefix}.workers", f"worker ranks between 1 and {workers}",
                            entry["workers"])
         out.append(entry)
@@ -323,7 +423,7 @@ def _validate_stragglers(file: Path, given: Any, workers: int) -> list[dict[str,
 
 
 def _validate_data(file: Path, key: str, spec: dict[str, Any], base_dir: Path,
-                   workers: int):
+                   workers: int) -> SourceInfo:
     from flegel.data import DataError, inspect_source
 
     try:
@@ -352,7 +452,7 @@ class Job:
     def __getitem__(self, key: str) -> Any:
         return self.doc[key]
 
-    def make_algorithm(self):
+    def make_algorithm(self) -> Algorithm:
         return self.algorithm_cls(**(self.doc["params"] or {}))
 
 
@@ -361,13 +461,12 @@ def validate(doc: dict[str, Any], file: Path, workers: int | None = None) -> Job
 
     ``workers`` overrides the job's worker count (the world size under ``mpirun``).
     """
-    job = _section(file, "", doc, TOP)
+    job = _check(file, "", doc, TOP)
     if workers is not None:
         job["workers"] = workers
     job["params"] = job["params"] or {}
-    job["stop"] = _section(file, "stop", job["stop"], STOP)
-    job["output"] = _section(file, "output", job["output"], OUTPUT)
-    job["runtime"] = _section(file, "runtime", job["runtime"], RUNTIME)
+    for section, keys in SECTIONS.items():
+        job[section] = _check(file, section, job[section], keys)
     job["sync"] = _validate_sync(file, job["sync"])
     job["stragglers"] = _validate_stragglers(file, job["stragglers"], job["workers"])
     if job["output"]["trace_points"] is None:
@@ -388,12 +487,27 @@ def validate(doc: dict[str, Any], file: Path, workers: int | None = None) -> Job
         raise JobError(file, "data", "", detail=(
             f"algorithm {job['algorithm']!r} needs labelled data, but the data have no labels "
             "(set data.label_column, or use a labelled synthetic kind)"))
+    migration = job["sync"].get("migration") or {}
+    if migration.get("mode", "off") != "off":
+        _check_movable_state(file, job["algorithm"], algo, info.n_features)
     if job["test_data"] is not None:
         test = _validate_data(file, "test_data", job["test_data"], file.parent, 1)
         if test.n_features != info.n_features:
             raise JobError(file, "test_data", f"{info.n_features} features like data",
                            f"{test.n_features} features")
     return Job(file=file, doc=job, algorithm_cls=cls, data_info=info)
+
+
+def _check_movable_state(file: Path, name: str, algo: Any, n_features: int) -> None:
+    """Migration moves each point's state with it: the state must be arrays over points."""
+    state = algo.init_state(2, n_features)
+    bad = [k for k, v in (state.items() if isinstance(state, dict) else [("(state)", state)])
+           if not (isinstance(v, np.ndarray) and v.ndim >= 1 and len(v) == 2)]
+    if bad or not isinstance(state, dict):
+        raise JobError(file, "sync.migration.mode", "", detail=(
+            f"algorithm {name!r} keeps per-point state that cannot move with its points "
+            f"({', '.join(map(str, bad))}: init_state(n, d) must return a dict of arrays "
+            "whose first dimension is n); set sync.migration.mode: off"))
 
 
 def load_job(path: str | Path, sets: list[str] | None = None,
@@ -403,3 +517,141 @@ def load_job(path: str | Path, sets: list[str] | None = None,
     doc = load_yaml(file)
     doc = apply_overrides(doc, list(sets or []), file)
     return validate(doc, file, workers)
+
+
+# --------------------------------------------------------------------------- the reference
+REFERENCE_PATH = "docs/job-reference.md"
+
+_REFERENCE_INTRO = """\
+Every key a job file accepts, generated from the declarations in the code (`flegel/config.py`,
+`flegel/stragglers.py`, each sync model's `OPTIONS`, the data specs in `flegel/data` and the
+built-in algorithms' docstrings).  Do not edit by hand: regenerate with
+
+```bash
+python -m flegel.config > docs/job-reference.md
+```
+
+(`tests/test_schema.py` fails when this file is stale).  Any key can be overridden on the
+command line with `--set key.path=value` (values are read as YAML); `flegel validate job.yaml`
+checks a job without running it."""
+
+
+def _data_sections() -> list[schema.Section]:
+    import flegel.data as data
+
+    intro_file = ("A file (`path:` given): `.npy`, `.npz`, CSV or CSV.gz, LIBSVM, MovieLens "
+                  "ratings, MNIST idx.  Relative paths are relative to the job file's folder.")
+    intro_syn = ("Deterministic synthetic data (`source: synthetic`), identical whatever the "
+                 "number of workers.")
+    out = []
+    for title, intro, spec_name, names_name in (
+            ("`data`: a file", intro_file, "FILE_SPEC", "FILE_KEYS"),
+            ("`data`: synthetic", intro_syn, "SYNTHETIC_SPEC", "SYNTHETIC_KEYS")):
+        spec = getattr(data, spec_name, None)
+        if spec is None:  # data keys not declared as Keys yet: list their names
+            spec = {k: Key("see flegel.data", schema.anything, None)
+                    for k in sorted(getattr(data, names_name))}
+        out.append(schema.Section(title, "data.", spec, intro, level=3))
+    return out
+
+
+def _param_keys(cls: type) -> dict[str, Key]:
+    """Keys of an algorithm's ``params`` from its ``__init__`` and its numpydoc docstring."""
+    import inspect
+
+    docs: dict[str, tuple[str, str]] = {}
+    lines = (inspect.getdoc(cls) or "").splitlines()
+    in_params, name = False, ""
+    for i, line in enumerate(lines):
+        if line.strip() == "Parameters" and i + 1 < len(lines) and set(lines[i + 1]) == {"-"}:
+            in_params = True
+            continue
+        if not in_params or set(line) == {"-"}:
+            continue
+        if line and not line.startswith(" "):
+            if i + 1 < len(lines) and set(lines[i + 1]) == {"-"}:
+                break  # the next section
+            name, _, kind = line.partition(" : ")
+            docs[name.strip()] = (re.sub(r",?\s*default=.*$", "", kind).strip(), "")
+        elif line.strip() and name in docs:
+            kind, desc = docs[name]
+            docs[name] = (kind, f"{desc} {line.strip()}".strip())
+    keys = {}
+    init: Callable[..., Any] = cls.__init__  # type: ignore[misc]
+    for p in list(inspect.signature(init).parameters.values())[1:]:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        kind, desc = docs.get(p.name, ("", ""))
+        first = re.split(r"(?<=\.)\s+(?=[A-Z`])", desc, maxsplit=1)[0].rstrip(".")
+        default = schema.REQUIRED if p.default is p.empty else p.default
+        keys[p.name] = Key(kind or "see the algorithm", schema.anything, default, first)
+    return keys
+
+
+def reference_sections() -> list[schema.Section]:
+    """Every table of the job reference, read from the declarations.
+
+    Returns
+    -------
+    list of Section
+        Top level, ``stop``, ``output``, ``runtime``, ``sync`` (each model), ``stragglers``
+        (each pattern), ``data`` (file and synthetic) and ``params`` (each built-in
+        algorithm).
+    """
+    S = schema.Section
+    out = [
+        S("Top level", "", TOP),
+        S("`stop`", "stop.", STOP, "Training stops at the first of these that is met (FSP "
+          "paper Section 5.3) or when the algorithm's `termination_check` says so."),
+        S("`output`", "output.", OUTPUT),
+        S("`runtime`", "runtime.", RUNTIME),
+    ]
+    presets = ", ".join(f"`{name}` = `{schema.describe_default(v)}`"
+                        for name, v in sync_models.PRESETS.items())
+    out.append(S("`sync`", "sync.", {"model": _model_key()},
+                 "The synchronization model; the other keys depend on it (tables below).  "
+                 f"Presets: {presets}; keys given beside a preset override it."))
+    for model in sync_models.MODELS:
+        cls = sync_models.policy_class(model)
+        keys = {k: v for k, v in sync_keys(cls).items() if k != "model"}
+        module_doc = sys.modules[cls.__module__].__doc__ or cls.__doc__ or ""
+        intro = " ".join(module_doc.strip().split("\n\n")[0].split())
+        out.append(S(f"`sync` with `model: {model}`", "sync.", keys, intro, level=3))
+        for name, sub in getattr(cls, "SUBSECTIONS", {}).items():
+            out.append(S(f"`sync.{name}` (model `{model}`)", f"sync.{name}.", sub,
+                         level=4))
+    out.append(S("`stragglers`", "stragglers[].", STRAGGLER_COMMON,
+                 "A list of entries; each slows the listed workers with one pattern (FSP "
+                 "paper Section 6.1).  Every entry has these keys, and the options of its "
+                 "pattern (tables below)."))
+    for pattern, keys in STRAGGLER_KEYS.items():
+        out.append(S(f"`stragglers` with `pattern: {pattern}`", "stragglers[].", keys,
+                     level=3))
+    data_intro = S("`data` and `test_data`", "data.", {}, "`data` is required; `test_data` "
+                   "takes the same keys.  A spec is a file or a synthetic generator.")
+    out.append(data_intro)
+    out += _data_sections()
+    out.append(S("`params`", "params.", {}, "Keyword arguments of the algorithm's "
+                 "constructor; a built-in algorithm checks them itself.  Your own "
+                 "algorithm's `__init__` defines its own."))
+    for name in BUILTIN_ALGORITHMS:
+        cls = resolve_algorithm(name)
+        out.append(S(f"`params` with `algorithm: {name}`", "params.", _param_keys(cls),
+                     f"`{BUILTIN_ALGORITHMS[name]}`", level=3))
+    return out
+
+
+def job_reference() -> str:
+    """The job reference, ``docs/job-reference.md``, as Markdown text.
+
+    Returns
+    -------
+    str
+        The whole document.
+    """
+    return schema.render_reference(reference_sections(), "Job file reference",
+                                   _REFERENCE_INTRO)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(job_reference())

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from flegel.api import Algorithm, DataInfo, Params
+from flegel.api import Algorithm, DataInfo, Params, zero_aggregator
+from flegel.runtime.layout import Layout
 from flegel.stopping import StopCriteria
 from flegel.store import ShardStore
 
@@ -62,8 +63,8 @@ def fit_local(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None = None, 
     """
     x = np.ascontiguousarray(x)
     info = make_info(x, y, seed=seed)
-    algorithm._layout_point = (x[0], None if y is None else y[0])
     theta = algorithm.init_parameter(info) if theta is None else theta
+    layout = Layout.of(zero_aggregator(algorithm, theta, x[0], None if y is None else y[0]))
     store = ShardStore(x, y, algorithm.init_state(len(x), x.shape[1]))
     stop = StopCriteria(max_iterations=max_iterations, tolerance=tolerance)
     history: list[float] = []
@@ -74,7 +75,7 @@ def fit_local(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None = None, 
     while reason is None:
         t += 1
         todo = store.n_active if batch is None else min(batch, store.n_active)
-        agg = algorithm.zero_aggregator(theta)
+        agg = layout.zeros()
         while todo > 0:
             block, sel = store.next_block(min(block_size, todo))
             if len(block) == 0:

@@ -115,14 +115,31 @@ class RunWriter:
             summary["time_to_target_online_s"] = server.time_to_target
         keys = ("rank", "n_points", "points", "passes", "compute_s", "wait_s",
                 "wait_cpu_fraction", "slowed_s", "commits", "aborted_points")
-        summary["per_worker"] = [{k: r[k] for k in keys} for r in results]
+        summary["per_worker"] = [{**{k: r[k] for k in keys},
+                                  "point_passes": {"min": r["visits"]["min"],
+                                                   "max": r["visits"]["max"]}}
+                                 for r in results]
         summary["stragglers"] = [s for r in results for s in r["stragglers"]]
+        # Traversals of every point over the run, wherever it was trained (Section 4).
+        visits = [r["visits"] for r in results]
+        count = sum(v["count"] for v in visits)
+        summary["point_passes"] = {"min": min(v["min"] for v in visits),
+                                   "mean": sum(v["sum"] for v in visits) / max(count, 1),
+                                   "max": max(v["max"] for v in visits)}
         summary.update(policy.summary())
+        if any("migration" in r for r in results):
+            moved = summary.setdefault("migration", {})
+            for key in ("points_moved", "bytes_moved", "state_bytes", "reactivated"):
+                moved[key] = sum(r["migration"][key] for r in results if "migration" in r)
+            data_bytes = sum(r["data_bytes"] for r in results)
+            moved["bytes_fraction"] = moved["bytes_moved"] / max(data_bytes, 1)
         if job["test_data"] is not None:
             summary["test"] = self._test_metrics(algorithm, server.theta)
         if job["output"]["save_model"]:
-            arrays = {k: np.asarray(v) for k, v in algorithm.finalize(server.theta).items()}
-            np.savez(self.dir / "model.npz", **arrays)
+            arrays: dict[str, np.ndarray] = {
+                k: np.asarray(v) for k, v in algorithm.finalize(server.theta).items()}
+            # numpy's stub types **kwds against allow_pickle (bool) too
+            np.savez(self.dir / "model.npz", **arrays)  # type: ignore[arg-type]
             write_json_atomic(self.dir / "model.json", {
                 "algorithm": job["algorithm"], "params": job["params"],
                 "arrays": {k: {"shape": list(a.shape), "dtype": a.dtype.str}

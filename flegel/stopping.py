@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -9,10 +10,22 @@ from dataclasses import dataclass, field
 class StopCriteria:
     """When training ends: iteration limit, target objective, relative change, time limit.
 
-    The relative-change check is decoupled from iterations (Section 5.3): it compares the
-    online objective between *checks*, and a check happens only once every worker has completed
-    one more full traversal pass since the previous one -- the time of a full pass on the
-    slowest worker.  A short flexible-barrier interval therefore cannot stop training early.
+    The relative-change check is decoupled from iterations (Section 5.3: "the check interval
+    is set to the runtime of performing a full pass computation over data on the slowest
+    worker").  It compares the online objective between *checks*, and a check happens once
+    the slowest worker has completed one more full pass over **the data it holds now** since
+    the previous check.  Each worker's passes since the last check are counted as the points
+    it processed since then over the points it holds now (``n_active``: held, not halted, not
+    migrated away); the slowest worker is the one with the fewest such passes.  When data
+    migration shrinks a straggler's shard, its passes, and so the checks, come faster; a
+    worker that received data counts passes over its larger shard.
+
+    The check stays honest: every worker has processed at least as many points as it holds
+    since the previous check, so the online objective (the sum of each point's last loss)
+    compared at the two checks is made of losses recomputed in between, and a short
+    flexible-barrier interval cannot stop training early.  (Points of an FSPV probe that is
+    rolled back count although their work was undone: at most two short probe iterations
+    per stage.)
 
     Parameters
     ----------
@@ -25,6 +38,11 @@ class StopCriteria:
         Stop when ``|f_prev - f| <= tolerance * |f_prev|`` between two checks.
     max_time_s : float or None
         Stop after this much training time.
+
+    Attributes
+    ----------
+    checks : int
+        Relative-change checks made so far.
     """
 
     max_iterations: int | None = 100
@@ -32,6 +50,7 @@ class StopCriteria:
     tolerance: float | None = 1e-4
     max_time_s: float | None = None
     _last_check_passes: float = field(default=0.0, repr=False)
+    _last_check_points: dict[int, float] = field(default_factory=dict, repr=False)
     _last_check_objective: float | None = field(default=None, repr=False)
     checks: int = field(default=0, repr=False)
 
@@ -44,15 +63,51 @@ class StopCriteria:
         return (self.target_objective is not None and min_passes >= 1.0 - 1e-9
                 and objective <= self.target_objective)
 
-    def check(self, iteration: int, objective: float, min_passes: float,
-              elapsed_s: float) -> str | None:
+    def passes_since_check(self, work: Mapping[int, tuple[float, float]]) -> float:
+        """Passes the slowest worker completed over the data it holds now since the last
+        check (since the start before the first).
+
+        Parameters
+        ----------
+        work : mapping of int to (float, float)
+            Per worker: points processed so far (cumulative), points it holds now.  A worker
+            that holds no point counts as done.
+        """
+        fewest = float("inf")
+        for rank, (points, held) in work.items():
+            if held <= 0:
+                continue
+            done = points - self._last_check_points.get(rank, 0.0)
+            fewest = min(fewest, done / held)
+        return fewest
+
+    def check(self, iteration: int, objective: float, min_passes: float, elapsed_s: float,
+              work: Mapping[int, tuple[float, float]] | None = None) -> str | None:
         """Return why training should stop now (``"converged"``, ``"target"``,
-        ``"max_iterations"``, ``"max_time"``) or None to go on."""
+        ``"max_iterations"``, ``"max_time"``) or None to go on.
+
+        Parameters
+        ----------
+        iteration : int
+        objective : float
+            The online objective.
+        min_passes : float
+            The fewest traversal passes any worker completed (for the target check, and for
+            the convergence check when ``work`` is not given).
+        elapsed_s : float
+        work : mapping of int to (float, float), optional
+            Per worker: points processed so far, points it holds now.  Given, the convergence
+            check fires once the slowest worker did one more pass over its current data
+            (:meth:`passes_since_check`); without it (one process, one shard that does not
+            change), once ``min_passes`` grew by one.
+        """
         if self.reached_target(objective, min_passes):
             return "target"
-        if self.tolerance is not None and min_passes >= self._last_check_passes + 1.0 - 1e-9:
+        if self.tolerance is not None and self._check_due(min_passes, work):
             prev = self._last_check_objective
             self._last_check_passes = float(min_passes)
+            if work is not None:
+                self._last_check_points = {r: float(p) for r, (p, _) in work.items()}
             self._last_check_objective = objective
             self.checks += 1
             if prev is not None and abs(prev - objective) <= self.tolerance * abs(prev):
@@ -62,3 +117,9 @@ class StopCriteria:
         if self.max_time_s is not None and elapsed_s >= self.max_time_s:
             return "max_time"
         return None
+
+    def _check_due(self, min_passes: float,
+                   work: Mapping[int, tuple[float, float]] | None) -> bool:
+        if work is not None:
+            return self.passes_since_check(work) >= 1.0 - 1e-9
+        return min_passes >= self._last_check_passes + 1.0 - 1e-9

@@ -14,10 +14,13 @@ a core); see :meth:`Stragglers.after_block` for which patterns a barrier signal 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from flegel.schema import Key, choice, defaults, integer, number
 
 PATTERNS = ("injected", "persistent", "transient", "pause")
 
@@ -86,12 +89,48 @@ class Pattern:
         raise ValueError(f"unknown straggler pattern {self.kind!r}")
 
 
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "injected": {"tau_ms": 32.0, "every": 1000},
-    "persistent": {"factor": 2.0},
-    "transient": {"factor": 4.0, "on_s": 1.0, "off_s": 2.0},
-    "pause": {"at_s": 1.0, "seconds": 1.0},
+def _ranks_given(value: Any) -> bool:
+    try:
+        return bool(parse_workers(value))
+    except ValueError:
+        return False
+
+
+#: Keys every straggler entry has (the range check against the job's workers is in config).
+COMMON_KEYS: dict[str, Key] = {
+    "pattern": choice("which pattern slows the workers", PATTERNS,
+                      expected="one of " + ", ".join(PATTERNS)),
+    "workers": Key("worker ranks such as [1, 2] or '1-4'", _ranks_given,
+                   doc="the worker ranks (1..workers) it slows: a rank, a list or '1-4,6'"),
 }
+
+#: Options of each pattern, declared once: validation, defaults and the job reference.
+PATTERN_KEYS: dict[str, dict[str, Key]] = {
+    "injected": {
+        "tau_ms": number("suspension per `every` points", 32.0, lo=0, unit="milliseconds"),
+        "every": integer("points processed between suspensions, counted over the whole run",
+                         1000, lo=1),
+    },
+    "persistent": {
+        "factor": number("slowdown: a block that took t is followed by (factor - 1)·t of sleep",
+                         2.0, lo=1),
+    },
+    "transient": {
+        "factor": number("slowdown during an 'on' period", 4.0, lo=1),
+        "on_s": number("mean length of an 'on' (slow) period, exponentially distributed",
+                       1.0, lo=0, lo_open=True, unit="seconds"),
+        "off_s": number("mean length of an 'off' (normal) period, exponentially distributed",
+                        2.0, lo=0, lo_open=True, unit="seconds"),
+    },
+    "pause": {
+        "at_s": number("when the worker stops, in seconds after training starts", 1.0, lo=0,
+                       unit="seconds"),
+        "seconds": number("how long it stops", 1.0, lo=0, unit="seconds"),
+    },
+}
+
+#: Pattern -> option -> default, derived from :data:`PATTERN_KEYS`.
+DEFAULTS: dict[str, dict[str, Any]] = {p: defaults(keys) for p, keys in PATTERN_KEYS.items()}
 
 
 @dataclass
@@ -100,7 +139,12 @@ class Stragglers:
 
     rank: int
     patterns: list[Pattern] = field(default_factory=list)
-    start: float = field(default_factory=time.perf_counter)
+    #: Monotonic seconds the patterns' time runs on (a simulated clock in tests).
+    clock: Callable[[], float] = time.perf_counter
+    start: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.start = self.clock()
 
     @classmethod
     def for_rank(cls, specs: list[dict[str, Any]], rank: int, seed: int) -> Stragglers:
@@ -116,7 +160,7 @@ class Stragglers:
 
     def reset_clock(self) -> None:
         """Start the pattern clock (``pause.at_s``, transient periods) when training starts."""
-        self.start = time.perf_counter()
+        self.start = self.clock()
 
     def after_block(self, points: int, compute_s: float) -> tuple[float, float]:
         """Return the seconds this worker is slowed after a block: ``(suspended, blocked)``.
@@ -130,7 +174,7 @@ class Stragglers:
         """
         if not self.patterns:
             return 0.0, 0.0
-        elapsed = time.perf_counter() - self.start
+        elapsed = self.clock() - self.start
         suspended = blocked = 0.0
         for p in self.patterns:
             d = p.delay(points, compute_s, elapsed)

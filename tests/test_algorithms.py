@@ -14,13 +14,13 @@ from sklearn.datasets import load_digits, load_iris, make_blobs, make_classifica
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
-from algorithms import cnn as cnn_module
-from algorithms.cnn import CNN
-from algorithms.fcm import FuzzyCMeans
-from algorithms.gmm import GaussianMixture
-from algorithms.logreg import LogisticRegression
-from algorithms.nmf import NMF
 from flegel import Algorithm, Block, PointState
+from flegel.algorithms import cnn as cnn_module
+from flegel.algorithms.cnn import CNN
+from flegel.algorithms.fcm import FuzzyCMeans
+from flegel.algorithms.gmm import GaussianMixture
+from flegel.algorithms.logreg import LogisticRegression
+from flegel.algorithms.nmf import NMF
 from flegel.local import fit_local, make_info
 
 

@@ -11,16 +11,27 @@ import numpy as np
 import pytest
 
 from flegel.data import (
+    FILE_KEYS,
+    FILE_SPEC,
+    SYNTHETIC_KEYS,
+    SYNTHETIC_SPEC,
     TABLE1,
     DataError,
     SourceInfo,
+    files,
+    formats,
     inspect_source,
     load_shard,
-    loaders,
     partition_rows,
     sample_shard,
 )
 from flegel.data import synthetic as syn
+from flegel.data.formats import csv as csv_format
+from flegel.data.formats.base import FileReader, Reader
+from flegel.data.formats.npy import npz_member
+from flegel.data.partition import take
+from flegel.data.sources import file_spec
+from flegel.schema import REQUIRED
 
 SHARDINGS = [(n, p) for n in (1, 2, 3) for p in ("strided", "contiguous")]
 
@@ -83,7 +94,7 @@ def test_partition_covers_every_row_once(partition: str) -> None:
 def test_take_matches_naive_selection() -> None:
     for rows in (range(1, 50, 3), range(5, 17), range(0, 0), range(2, 10**9, 4)):
         for lo, hi in ((0, 10), (7, 30), (40, 60), (100, 101)):
-            picked = list(range(lo, hi))[loaders.take(rows, lo, hi)]
+            picked = list(range(lo, hi))[take(rows, lo, hi)]
             assert picked == [r for r in range(lo, hi) if r in rows]
 
 
@@ -168,11 +179,13 @@ def test_npz_round_trip(
 def test_npz_stored_member_is_memory_mapped(tmp_path: Path, data: tuple) -> None:
     X, _ = data
     np.savez(tmp_path / "d.npz", X=X)
-    fs = loaders.FileSpec(path=tmp_path / "d.npz", fmt="npz")
-    assert loaders.npz_member(fs, "X", "npz_key").offset is not None
+    fs = file_spec({"path": "d.npz"}, tmp_path)
+    member = npz_member(fs, "X", "npz_key")
+    assert member is not None and member.offset is not None
     np.savez_compressed(tmp_path / "c.npz", X=X)
-    fs = loaders.FileSpec(path=tmp_path / "c.npz", fmt="npz")
-    assert loaders.npz_member(fs, "X", "npz_key").offset is None
+    fs = file_spec({"path": "c.npz"}, tmp_path)
+    member = npz_member(fs, "X", "npz_key")
+    assert member is not None and member.offset is None
 
 
 # --------------------------------------------------------------------------------------------
@@ -245,17 +258,17 @@ def test_csv_header_blank_lines_crlf_whitespace_limit(tmp_path: Path, data: tupl
 
 def test_csv_contiguous_shard_stops_early(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Small blocks so the file spans many; shard 0 of 4 must not parse the rest.
-    monkeypatch.setattr(loaders, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(files, "BLOCK_BYTES", 64)
     X = np.arange(400.0).reshape(100, 4)
     write_text(tmp_path / "big.csv", csv_text(X))
     parsed: list[int] = []
-    real = loaders._parse_csv
+    real = csv_format.parse_block
 
-    def spy(fs: Any, lines: list, ids: range, lay: Any) -> np.ndarray:
+    def spy(fs: Any, lines: list, ids: range, dialect: Any) -> np.ndarray:
         parsed.extend(ids)
-        return real(fs, lines, ids, lay)
+        return real(fs, lines, ids, dialect)
 
-    monkeypatch.setattr(loaders, "_parse_csv", spy)
+    monkeypatch.setattr(csv_format, "parse_block", spy)
     X0, _ = load_shard({"path": "big.csv", "partition": "contiguous"}, 0, 4, tmp_path)
     np.testing.assert_array_equal(X0, X[:25])
     assert parsed == list(range(25))
@@ -525,9 +538,33 @@ def test_auto_detection(tmp_path: Path, data: tuple, digits: tuple) -> None:
         "blob.bin": "mnist",
     }
     for name, fmt in expected.items():
-        assert loaders.detect_format(tmp_path / name) == fmt, name
+        assert formats.detect_format(tmp_path / name) == fmt, name
     info = inspect_source({"path": "d.txt"}, tmp_path)
     assert isinstance(info, SourceInfo) and (info.n_rows, info.n_features) == (2, 3)
+
+
+def test_keys_are_declared_once(tmp_path: Path, data: tuple) -> None:
+    assert FILE_KEYS == frozenset(FILE_SPEC) and SYNTHETIC_KEYS == frozenset(SYNTHETIC_SPEC)
+    for table in (FILE_SPEC, SYNTHETIC_SPEC):
+        for name, key in table.items():
+            assert key.doc and "\n" not in key.doc and key.expected, name
+            assert key.default is REQUIRED or key.check(key.default), (name, key.default)
+    # The loaders use the declared defaults: the generator's parameters are the keys'.
+    s = syn.SyntheticSpec("blobs", 1, 1)
+    for name in ("seed", "centers", "cluster_std", "rank", "noise", "model_seed"):
+        assert SYNTHETIC_SPEC[name].default == getattr(s, name), name
+    np.savez(tmp_path / "d.npz", X=data[0])
+    fs = file_spec({"path": "d.npz"}, tmp_path)
+    for name in ("npz_key", "npz_label_key", "delimiter", "normalize", "n_features"):
+        assert getattr(fs, name) == FILE_SPEC[name].default, name
+
+
+def test_one_reader_interface() -> None:
+    assert formats.FORMATS == ("npy", "npz", "csv", "libsvm", "movielens", "mnist")
+    for name, reader in formats.READERS.items():
+        assert isinstance(reader, FileReader) and reader.name == name
+    assert isinstance(formats.SYNTHETIC, Reader) and formats.SYNTHETIC.partition == "contiguous"
+    assert formats.ALIASES == {"svmlight": "libsvm", "idx": "mnist"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -762,7 +799,7 @@ def test_tiny_blocks_give_the_same_shards(
         {"path": "f.npz"},
     ]
     want = [[gather(s, tmp_path, n, p) for n, p in SHARDINGS] for s in specs]
-    monkeypatch.setattr(loaders, "BLOCK_BYTES", 7)
+    monkeypatch.setattr(files, "BLOCK_BYTES", 7)
     for spec, expected in zip(specs, want, strict=True):
         for (n, p), (X_ref, y_ref) in zip(SHARDINGS, expected, strict=True):
             got, labels = gather(spec, tmp_path, n, p)

@@ -1,4 +1,5 @@
-"""Interval adjustors on synthetic objective curves (FSP paper Section 3.3)."""
+"""Interval adjustors on synthetic objective curves (FSP paper Section 3.3), and the
+semi-centralized offsets η ± δᵢ (Section 5.2)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,14 @@ import numpy as np
 import pytest
 
 from flegel.interval import Observation, make_adjustor
-from flegel.interval.multistage import best_interval, eq7_gain
+from flegel.interval.multistage import (
+    PROBE_PASS_FRACTION,
+    STAGE_CONFIRM,
+    STAGE_WINDOW,
+    best_interval,
+    eq7_gain,
+)
+from flegel.sync.fsp import OFFSET_BOUND, center_offsets
 
 
 def _obs(eta, progress_rate, phi=0.01, eta_max=10.0):
@@ -89,9 +97,9 @@ def test_multistage_probes_rolls_back_and_picks_eq7_maximizer():
 
 
 def test_multistage_opens_new_stage_when_behind_prediction():
-    adj = make_adjustor("multistage", probe_s=0.1, min_stage_iterations=3)
+    adj = make_adjustor("multistage", probe_s=0.1, window=3)
     plan = adj.start(0.1, 1.0)
-    for _ in range(4):  # probes: strong progress
+    for _ in range(4 + 6):  # probes, then two windows of the stage: strong progress
         plan = adj.observe(Observation(plan.eta_s, 10 * plan.eta_s, plan.eta_s,
                                        plan.eta_s + 0.01, 0.01, 1.0))
     assert plan.phase == "run"
@@ -102,6 +110,7 @@ def test_multistage_opens_new_stage_when_behind_prediction():
             break
     assert plan.phase == "probe1" and plan.mark
     assert len(adj.stages) == 1 and "measured_rate" in adj.stages[0]
+    assert adj.refits == 1 and adj.summary()["stage_refits"] == 1
 
 
 def test_fixed_holds():
@@ -110,5 +119,171 @@ def test_fixed_holds():
 
 
 def test_multistage_probes_short_passes_at_an_eighth():
+    assert PROBE_PASS_FRACTION == pytest.approx(1 / 8)
     adj = make_adjustor("multistage", probe_s=0.2)
     assert adj.start(0.01, 0.08).eta_s == pytest.approx(0.01)
+    # Passes longer than 8 η_p: the paper's 200 ms.
+    assert make_adjustor("multistage", probe_s=0.2).start(0.01, 4.0).eta_s == pytest.approx(0.2)
+
+
+# --------------------------------------------------------------------------- FSPB, decaying
+def _decaying(eta_star, phi=0.01, tau=float("inf"), noise=0.0, seed=0):
+    """A progress model with a known optimal interval, whose progress decays over time.
+
+    Per valid second, progress is ``g(η) = 1 − η/η_z`` (finer barriers give fresher θ); an
+    iteration of η costs η + φ of wall time, so progress per wall second is
+    ``g(η)·η/(η + φ)``, maximal at ``η* = −φ + sqrt(φ² + φ·η_z)`` (Eq. 7) -- η_z is chosen to
+    put η* at ``eta_star``.  Everything decays as ``exp(−t/τ)`` (training slows down as it
+    converges, the paper's reason why Δf and Δf' are not comparable), with multiplicative
+    noise.  Returns ``observe(eta) -> Observation``.
+    """
+    eta_z = ((eta_star + phi) ** 2 - phi ** 2) / phi
+    rng = np.random.default_rng(seed)
+    clock = [0.0]
+
+    def observe(eta):
+        wall = eta + phi
+        rate = (1 - eta / eta_z) * eta / (eta + phi)
+        decay = np.exp(-(clock[0] + wall / 2) / tau)
+        clock[0] += wall
+        progress = rate * wall * decay * (1 + noise * rng.standard_normal())
+        return Observation(eta_s=eta, progress=progress, valid_s=eta, wall_s=wall,
+                           barrier_s=phi, eta_max_s=10.0)
+
+    return observe
+
+
+@pytest.mark.parametrize("eta_star", [0.03, 0.06, 0.13, 0.3])
+@pytest.mark.parametrize("tau", [float("inf"), 5.0, 1.0])
+def test_binary_settles_within_lambda_of_the_optimum_while_progress_decays(eta_star, tau):
+    """FSPB keeps halving while η/λ's progress per unit time beats η's, then holds, even
+    though progress decays over time (τ = 1 s is a few rounds of the search): each trial
+    is bracketed by two iterations of η (Section 3.3)."""
+    observe = _decaying(eta_star, tau=tau)
+    adj = make_adjustor("binary", factor=2.0)
+    plan = adj.start(1.0, 10.0)
+    for _ in range(100):
+        plan = adj.observe(observe(plan.eta_s))
+    assert adj.state == "hold"
+    assert eta_star / 2 <= plan.eta_s <= eta_star * 2, adj.history
+    # It halved at every round until a trial lost, then went back one step and held.
+    rounds = adj.summary()["search_rounds"]
+    assert [r["finer_wins"] for r in rounds] == [True] * (len(rounds) - 1) + [False]
+    assert adj.history[-1] == pytest.approx(adj.history[-3])
+    assert len(rounds) >= 3
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_binary_with_noise_settles_within_lambda(seed):
+    observe = _decaying(0.1, tau=2.0, noise=0.02, seed=seed)
+    adj = make_adjustor("binary", factor=2.0)
+    plan = adj.start(1.0, 10.0)
+    for _ in range(100):
+        plan = adj.observe(observe(plan.eta_s))
+    assert adj.state == "hold" and 0.05 <= plan.eta_s <= 0.2, adj.history
+
+
+def test_binary_round_brackets_the_trial():
+    """One round: η, λ iterations of η/λ, η again; a win starts the next round at η/λ."""
+    observe = _decaying(0.1)
+    adj = make_adjustor("binary", factor=2.0)
+    plan = adj.start(1.0, 10.0)
+    seen = [(plan.phase, plan.eta_s)]
+    for _ in range(8):
+        plan = adj.observe(observe(plan.eta_s))
+        seen.append((plan.phase, plan.eta_s))
+    assert seen == [("base", 1.0), ("trial", 0.5), ("trial", 0.5), ("base", 1.0),
+                    ("base", 0.5), ("trial", 0.25), ("trial", 0.25), ("base", 0.5),
+                    ("base", 0.25)]
+
+
+# --------------------------------------------------------------------------- FSPV stages
+def _stage_run(noise, seed, steps, drop_at=None, drop=0.2):
+    """FSPV on g(η) = 2 − 1.5η per valid second (positive on the whole range), with
+    multiplicative noise per iteration; from iteration ``drop_at`` progress is ``drop``
+    times as large (a real change of rate)."""
+    rng = np.random.default_rng(seed)
+    phi = 0.02
+    adj = make_adjustor("multistage", probe_s=0.05)
+    plan = adj.start(0.5, 1.0)
+    first = None
+    for k in range(steps):
+        eta = plan.eta_s
+        scale = drop if drop_at is not None and k >= drop_at else 1.0
+        progress = scale * (2 - 1.5 * eta) * eta * (1 + noise * rng.standard_normal())
+        plan = adj.observe(Observation(eta, progress, eta, eta + phi, phi, 1.0))
+        if adj.refits and first is None:
+            first = k
+    return adj, first
+
+
+@pytest.mark.parametrize("noise", [0.3, 1.0, 3.0])
+@pytest.mark.parametrize("seed", range(3))
+def test_multistage_stationary_noisy_rate_never_opens_a_stage(noise, seed):
+    """Per-iteration noise up to three times the rate, 2000 iterations: one stage."""
+    adj, _ = _stage_run(noise, seed, 2000)
+    assert adj.refits == 0 and len(adj.stages) == 1
+    assert adj.summary()["stage_refits"] == 0
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.3, 1.0])
+@pytest.mark.parametrize("seed", range(3))
+def test_multistage_real_change_of_rate_opens_a_stage(noise, seed):
+    """The rate drops to a fifth at iteration 300: a new stage within a few windows."""
+    adj, first = _stage_run(noise, seed, 500, drop_at=300)
+    assert adj.refits >= 1 and first is not None
+    assert 300 <= first < 300 + (STAGE_CONFIRM + 2) * STAGE_WINDOW
+    stage = adj.stages[0]
+    assert stage["left_at_rate"] < 0.5 * stage["measured_rate"]
+    assert adj.stages[1]["refit"] and not stage["refit"]
+
+
+def test_multistage_one_bad_iteration_does_not_open_a_stage():
+    adj, _ = _stage_run(0.1, 0, 100)
+    plan = adj.observe(Observation(adj.eta_s, -50.0, adj.eta_s, adj.eta_s + 0.02, 0.02, 1.0))
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        eta = plan.eta_s
+        progress = (2 - 1.5 * eta) * eta * (1 + 0.1 * rng.standard_normal())
+        plan = adj.observe(Observation(eta, progress, eta, eta + 0.02, 0.02, 1.0))
+    assert adj.refits == 0
+
+
+# --------------------------------------------------------------------------- δᵢ (Section 5.2)
+def test_center_offsets_mean_zero_bounded_order_kept():
+    bound = 0.25
+    offsets = center_offsets({1: 0.1, 2: 0.1, 3: 0.1, 4: 2.0}, bound)
+    values = np.array(list(offsets.values()))
+    assert values.sum() == pytest.approx(0.0, abs=1e-12)
+    assert np.all(np.abs(values) <= bound + 1e-15)
+    # The late responder keeps the largest offset (shortest interval); the early ones get
+    # a longer interval than η.
+    assert offsets[4] == pytest.approx(bound)
+    assert all(offsets[r] == pytest.approx(-bound / 3) for r in (1, 2, 3))
+    # Inside the bound it is a plain shift to mean 0.
+    inner = center_offsets({1: 0.0, 2: 0.02, 3: 0.04}, bound)
+    assert [inner[r] for r in (1, 2, 3)] == pytest.approx([-0.02, 0.0, 0.02])
+    assert center_offsets({1: 0.3}, 0.0) == {1: 0.0}
+
+
+def test_semi_offsets_are_signed_both_ways_in_process():
+    """Section 5.2's η ± δᵢ on the simulated clock: with worker 3 persistently 4x slower,
+    it learns a positive offset (a shorter interval, its report arrives late otherwise) and
+    the fast workers negative ones (a longer interval); the offsets average 0 at every
+    barrier and stay within ±OFFSET_BOUND·η; the workers were told them."""
+    from tests.fakes import Simulation
+
+    eta = 2e-3
+    sim = Simulation("fsp", {"interval": "fixed", "eta_ms": 2, "coordination": "semi"},
+                     points=3000, block_ms=1.0, jitter=0.3,
+                     stragglers=[{"pattern": "persistent", "factor": 4, "workers": [3]}],
+                     latency_s=50e-6, stop={"max_iterations": 60}).run()
+    ev = sim.barrier_events()[10:]
+    offsets = np.array([e["offsets_ms"] for e in ev]) / 1e3
+    assert np.abs(offsets).max() <= OFFSET_BOUND * eta + 1e-9
+    assert np.abs(offsets.mean(axis=1)).max() <= 1e-6
+    last = sim.policy.offsets
+    assert last[3] > 0 > max(last[1], last[2])
+    sent = [p.instructions.offset_s for p in sim.transport.params
+            if p.rank == 1 and p.time > 0 and not p.stop]
+    assert min(sent) < 0  # a fast worker was told to compute longer than η

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from algorithms.kmeans import KMeans
+from flegel.algorithms.kmeans import KMeans
 from flegel.block import Block
 from flegel.blocksize import BlockSizer
 from flegel.local import fit_local

@@ -1,12 +1,14 @@
-"""Straggler patterns: their arithmetic in-process, and their effect under real mpirun."""
+"""Straggler patterns: their arithmetic in-process.  Their effect on a run (each pattern
+slows exactly its ranks, by exactly its amount) is in
+tests/test_models_inprocess.py::test_each_pattern_slows_exactly_its_ranks; under real mpirun
+the injected, persistent and pause patterns run in tests/test_fsp_mpi.py,
+tests/test_runtime_mpi.py and tests/test_sync_async.py."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from flegel.stragglers import Stragglers, parse_workers
-from tests.conftest import mpirun, summary, write_job
 
 
 def test_parse_workers():
@@ -42,37 +44,3 @@ def test_pause_once_and_transient_is_seeded():
              "workers": [1]}]
     a, b = (Stragglers.for_rank(spec, rank=1, seed=3) for _ in range(2))
     assert [p._next_switch for p in a.patterns] == [p._next_switch for p in b.patterns]
-
-
-@pytest.mark.mpi
-def test_each_pattern_slows_exactly_its_ranks(tmp_path):
-    n = 40_000
-    job = write_job(tmp_path / "job.yaml", algorithm="kmeans", params={"n_clusters": 4},
-                    data={"source": "synthetic", "kind": "blobs", "n_points": n,
-                          "n_features": 4, "centers": 4, "seed": 1},
-                    workers=4, sync={"model": "bsp", "batch": "full"},
-                    stop={"max_iterations": 3, "tolerance": None},
-                    output={"progress": "none"},
-                    stragglers=[
-                        {"pattern": "injected", "tau_ms": 2, "every": 1000, "workers": [1]},
-                        {"pattern": "persistent", "factor": 3, "workers": [2]},
-                        {"pattern": "pause", "at_s": 0.0, "seconds": 0.5, "workers": [3]},
-                    ])
-    out = tmp_path / "run"
-    mpirun(job, 4, out)
-    s = summary(out)
-    w = {r["rank"]: r for r in s["per_worker"]}
-    lost = {x["rank"]: x for x in s["stragglers"]}
-    assert set(lost) == {1, 2, 3}
-    # injected: 2 ms per 1,000 points processed, counted over the whole run
-    assert lost[1]["lost_s"] == pytest.approx(w[1]["points"] // 1000 * 0.002, rel=1e-6)
-    # persistent: after each block of compute t, (factor - 1) t more
-    assert w[2]["slowed_s"] == pytest.approx(2 * w[2]["compute_s"], rel=1e-6)
-    # pause: exactly once, for its seconds
-    assert lost[3]["lost_s"] == pytest.approx(0.5)
-    assert w[4]["slowed_s"] == 0.0
-    for r in (1, 2, 3):
-        assert w[r]["slowed_s"] == pytest.approx(lost[r]["lost_s"], rel=1e-6, abs=1e-6)
-    # Everyone else waited for them at the barriers.
-    assert w[4]["wait_s"] >= 0.45
-    assert np.isfinite(s["final_objective"])

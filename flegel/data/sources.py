@@ -1,62 +1,16 @@
 """Spec-driven entry points of the data layer: inspect a source, load one shard of it.
 
-A job's ``data:`` section is a *spec*, a plain dict.  :func:`inspect_source` validates it and
-reads only what is cheap (a ``.npy`` header, a line count, the first line) so that a job
-fails before any work starts; :func:`load_shard` is called by every worker for its own shard
-and never holds more than that shard (see :mod:`flegel.data.loaders`).
+A job's ``data:`` section is a *spec*, a plain dict whose keys are declared in
+:mod:`flegel.data.keys` (:data:`~flegel.data.keys.FILE_SPEC` for files,
+:data:`~flegel.data.keys.SYNTHETIC_SPEC` for generated data).  :func:`inspect_source`
+validates it and reads only what is cheap (a ``.npy`` header, a line count, the first line)
+so that a job fails before any work starts; :func:`load_shard` is called by every worker for
+its own shard and never holds more than that shard.  Both hand the validated spec to the
+format's reader (:mod:`flegel.data.formats`).
 
-File specs
-----------
-``path`` (required)
-    The file; relative paths resolve against ``base_dir`` (the job file's folder), ``~`` is
-    expanded.  A MovieLens folder holding ``ratings.csv`` / ``ratings.dat`` is accepted.
-``format``
-    ``"auto"`` (default: by name, then by content), ``"npy"``, ``"npz"``, ``"csv"``,
-    ``"libsvm"``, ``"movielens"`` or ``"mnist"``.  Text formats may be gzipped (detected by
-    content).
-``dtype``
-    ``"float64"`` (default) or ``"float32"``: the dtype of X.
-``label_column``
-    npy / npz / csv: the column holding the label (``0`` / ``"first"``, ``-1`` / ``"last"``,
-    any index); the other columns are X.  Default None: no labels.
-``label_dtype``
-    ``"auto"`` (default), ``"int64"`` or ``"float64"``.  ``auto`` means int64 for every file
-    format (class labels; a non-integer label is an error that says to set float64) and float64
-    for synthetic regression.  Use ``float64`` for regression targets.
-``label_path``
-    npy: a separate ``.npy`` of labels; mnist: the ``*-labels-idx1-ubyte[.gz]`` file (found
-    next to ``*-images-idx3-ubyte`` automatically when the key is absent; ``null`` for none).
-``delimiter``
-    csv: field separator (one character); ``null`` or ``"whitespace"`` for runs of blanks.
-    Default ``"auto"``: ``","`` if the first data line has a comma, else tab, ``";"``, else
-    blanks.
-``skip_header``
-    csv: physical lines to skip.  Absent (or ``"auto"``): a non-numeric first line is a header.
-``npz_key`` / ``npz_label_key``
-    npz: array names of X (default ``"X"``) and labels (default ``"y"``, used if present;
-    required if given explicitly; ``null`` for none).
-``n_features`` / ``zero_based``
-    libsvm: number of features (default: the largest index) and index base (default
-    ``"auto"``: 0-based iff index 0 occurs).  Without both, every load first scans the file;
-    ``SourceInfo.resolved`` carries them.  For other formats ``n_features`` is only checked
-    against the file.
-``n_items``
-    movielens: keep only the ``n_items`` most-rated items as columns (default: all).
-``normalize``
-    mnist: scale ubyte pixels to [0, 1] (default true).
-``limit``
-    Use only the first ``limit`` rows of the source (MovieLens: users).
-``partition``
-    ``"strided"`` (default) or ``"contiguous"``, see :func:`partition_rows`.
-
-Synthetic specs
----------------
-``{"source": "synthetic", "kind": ..., "n_points": ..., "n_features": ..., "seed": 0, ...}``
-with ``kind`` one of :data:`flegel.data.synthetic.KINDS` and the generator parameters
-``centers`` (8), ``cluster_std`` (1.0), ``rank`` (10), ``noise`` (0.1); or
-``{"source": "synthetic", "like": "higgs", "scale": 0.01}`` to take ``kind``, ``n_points``
-and ``n_features`` from :data:`flegel.data.synthetic.TABLE1` (explicit keys win; ``scale``
-multiplies ``n_points``).  Synthetic sources are always partitioned contiguously.
+Synthetic sources take ``kind``, ``n_points`` and ``n_features`` from
+:data:`flegel.data.synthetic.TABLE1` with ``like`` (explicit keys win; ``scale`` multiplies
+``n_points``) and are always partitioned contiguously.
 
 Labels
 ------
@@ -77,67 +31,32 @@ from typing import Any
 
 import numpy as np
 
-from flegel.data import loaders
+from flegel.data import formats
 from flegel.data import synthetic as syn
 from flegel.data.errors import DataError
-from flegel.data.loaders import FileSpec, Shard, partition_rows
+from flegel.data.files import FileSpec
+from flegel.data.keys import (
+    FILE_KEYS,
+    FILE_SPEC,
+    SYNTHETIC_KEYS,
+    SYNTHETIC_SPEC,
+    float_dtype,
+    is_int,
+)
+from flegel.data.partition import Shard, partition_rows
+from flegel.schema import Key
 
 __all__ = [
     "FILE_KEYS",
     "SYNTHETIC_KEYS",
     "SourceInfo",
+    "file_spec",
     "inspect_source",
     "load_shard",
     "partition_rows",
     "sample_shard",
+    "synthetic_spec",
 ]
-
-#: Keys a file spec may hold.
-FILE_KEYS = frozenset(
-    {
-        "source",
-        "path",
-        "format",
-        "dtype",
-        "label_column",
-        "label_dtype",
-        "label_path",
-        "delimiter",
-        "skip_header",
-        "npz_key",
-        "npz_label_key",
-        "n_features",
-        "zero_based",
-        "n_items",
-        "normalize",
-        "limit",
-        "partition",
-    }
-)
-
-#: Keys a synthetic spec may hold.
-SYNTHETIC_KEYS = frozenset(
-    {
-        "source",
-        "kind",
-        "like",
-        "scale",
-        "n_points",
-        "n_features",
-        "centers",
-        "cluster_std",
-        "seed",
-        "model_seed",
-        "dtype",
-        "rank",
-        "noise",
-        "limit",
-        "partition",
-    }
-)
-
-_FORMAT_ALIASES = {"svmlight": "libsvm", "idx": "mnist"}
-_PARTITIONS = ("strided", "contiguous")
 
 
 @dataclass
@@ -177,7 +96,7 @@ class SourceInfo:
 
 
 # --------------------------------------------------------------------------------------------
-# Spec validation
+# Spec validation: every check and default comes from the Key declarations
 # --------------------------------------------------------------------------------------------
 
 
@@ -185,34 +104,21 @@ def _err(key: str, name: str, problem: str) -> DataError:
     return DataError(problem, key=f"{key}.{name}")
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def _int(spec: Mapping[str, Any], name: str, key: str, default: int | None, minimum: int) -> Any:
-    value = spec.get(name, default)
-    if value is None:
-        return None
-    if not _is_int(value) or value < minimum:
-        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise _err(key, name, f"expected {what}, found {value!r}")
-    return int(value)
-
-
-def _float(spec: Mapping[str, Any], name: str, key: str, default: float, positive: bool) -> float:
-    value = spec.get(name, default)
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if not ok or not np.isfinite(value) or value < 0 or (positive and value == 0):
-        what = "a positive number" if positive else "a number >= 0"
-        raise _err(key, name, f"expected {what}, found {value!r}")
-    return float(value)
-
-
-def _choice(spec: Mapping[str, Any], name: str, key: str, default: str, allowed: Sequence[str]):
-    value = spec.get(name, default)
-    if value not in allowed:
-        raise _err(key, name, f"expected one of {', '.join(map(repr, allowed))}, found {value!r}")
+def _checked(keys: Mapping[str, Key], name: str, key: str, value: Any) -> Any:
+    """``value`` if it passes the check of key ``name``, else the DataError that says why."""
+    if not keys[name].check(value):
+        raise _err(key, name, f"expected {keys[name].expected}, found {value!r}")
     return value
+
+
+def _get(spec: Mapping[str, Any], keys: Mapping[str, Key], name: str, key: str) -> Any:
+    """The checked value of key ``name``, or its declared default when absent."""
+    return _checked(keys, name, key, spec.get(name, keys[name].default))
+
+
+def _int(spec: Mapping[str, Any], keys: Mapping[str, Key], name: str, key: str) -> int | None:
+    value = _get(spec, keys, name, key)
+    return None if value is None else int(value)
 
 
 def _check_keys(spec: Mapping[str, Any], allowed: frozenset[str], key: str, what: str) -> None:
@@ -226,215 +132,197 @@ def _check_keys(spec: Mapping[str, Any], allowed: frozenset[str], key: str, what
             )
 
 
-def _dtype(spec: Mapping[str, Any], key: str) -> np.dtype:
-    value = spec.get("dtype", "float64")
-    try:
-        dt = np.dtype(value)
-    except TypeError:
-        dt = None
-    if dt not in (np.dtype(np.float64), np.dtype(np.float32)):
-        raise _err(key, "dtype", f"expected 'float64' or 'float32', found {value!r}")
+def _dtype(spec: Mapping[str, Any], keys: Mapping[str, Key], key: str) -> np.dtype:
+    dt = float_dtype(_get(spec, keys, "dtype", key))
+    assert dt is not None  # the check passed
     return dt
 
 
 def _path(value: Any, base_dir: Path, key: str, name: str) -> Path:
-    if not isinstance(value, (str, os.PathLike)) or not str(value).strip():
-        raise _err(key, name, f"expected a file path, found {value!r}")
+    """An absolute path (whatever the working folder) that exists."""
+    _checked(FILE_SPEC, name, key, value)
     p = Path(os.path.expanduser(os.fspath(value)))
     if not p.is_absolute():
         p = Path(base_dir).expanduser() / p
-    return Path(os.path.abspath(p))  # absolute in messages, whatever the working folder
-
-
-def _exists(p: Path, key: str, name: str) -> None:
+    p = Path(os.path.abspath(p))
     if not p.exists():
         raise DataError("file not found, expected an existing file", key=f"{key}.{name}", path=p)
+    return p
 
 
 def _label_column(spec: Mapping[str, Any], key: str) -> int | None:
-    value = spec.get("label_column")
+    value = _get(spec, FILE_SPEC, "label_column", key)
     if value is None:
         return None
-    if value == "first":
-        return 0
-    if value == "last":
-        return -1
-    if not _is_int(value):
-        raise _err(
-            key,
-            "label_column",
-            f"expected a column index, 'first', 'last' or null, found {value!r}",
-        )
-    return int(value)
+    return {"first": 0, "last": -1}[value] if isinstance(value, str) else int(value)
 
 
-def _file_spec(spec: Mapping[str, Any], base_dir: Path, key: str) -> FileSpec:
-    """Validate a file spec and resolve its path and format."""
+def file_spec(spec: Mapping[str, Any], base_dir: Path | str, key: str = "data") -> FileSpec:
+    """Validate a file spec, resolve its path and format, and fill the declared defaults.
+
+    Parameters
+    ----------
+    spec : mapping
+        The data spec (keys: :data:`flegel.data.keys.FILE_SPEC`).
+    base_dir : Path or str
+        Folder relative paths resolve against.
+    key : str, optional
+        Key path of the spec in the job, used in error messages.
+
+    Returns
+    -------
+    FileSpec
+        What the format's reader is given.
+
+    Raises
+    ------
+    DataError
+        An unknown key, a value its declaration rejects, a missing file, a format that
+        cannot be told, a key the format does not use.
+    """
     _check_keys(spec, FILE_KEYS, key, "file")
-    if "path" not in spec or spec["path"] is None:
+    if spec.get("path") is None:
         raise _err(key, "path", "missing, expected a file path (or source: synthetic)")
-    path = _path(spec["path"], base_dir, key, "path")
-    _exists(path, key, "path")
+    path = _path(spec["path"], Path(base_dir), key, "path")
 
-    fmt = spec.get("format", "auto")
-    fmt = _FORMAT_ALIASES.get(fmt, fmt) if isinstance(fmt, str) else fmt
-    if fmt not in ("auto", *loaders.FORMATS):
-        raise _err(
-            key,
-            "format",
-            f"expected one of 'auto', {', '.join(map(repr, loaders.FORMATS))}, found "
-            f"{spec.get('format')!r}",
-        )
+    fmt = _get(spec, FILE_SPEC, "format", key)
+    fmt = formats.ALIASES.get(fmt, fmt)
     if path.is_dir():
-        ratings = loaders.movielens_file(path)
-        if ratings is None or fmt not in ("auto", "movielens"):
+        found = formats.find_in_folder(path, fmt)
+        if found is None:
             raise DataError("is a directory, expected a file", key=f"{key}.path", path=path)
-        path, fmt = ratings, "movielens"
+        path, fmt = found
     if fmt == "auto":
-        fmt = loaders.detect_format(path)
+        fmt = formats.detect_format(path)
         if fmt is None:
             raise DataError(
                 "format cannot be told from the name or content, expected one of "
-                f"{', '.join(loaders.FORMATS)} (set format)",
+                f"{', '.join(formats.FORMATS)} (set format)",
                 key=f"{key}.format",
                 path=path,
             )
+    reader = formats.READERS[fmt]
 
     label_column = _label_column(spec, key)
-    if label_column is not None and fmt in ("movielens", "mnist"):
-        raise _err(
-            key,
-            "label_column",
-            f"not used by format {fmt!r}, expected null"
-            + (" (labels come from label_path)" if fmt == "mnist" else ""),
-        )
-    if fmt == "libsvm":
-        if label_column not in (None, 0):
-            raise _err(
-                key,
-                "label_column",
-                f"expected null or 0 for format 'libsvm' (the label is the first token), "
-                f"found {spec.get('label_column')!r}",
-            )
-        label_column = None
-
-    label_dtype = _choice(spec, "label_dtype", key, "auto", ("auto", "int64", "float64"))
-    delimiter = spec.get("delimiter", "auto")
+    label_dtype = _get(spec, FILE_SPEC, "label_dtype", key)
+    delimiter = _get(spec, FILE_SPEC, "delimiter", key)
     if delimiter in (None, "whitespace", " "):
         delimiter = None
-    elif delimiter != "auto" and (not isinstance(delimiter, str) or len(delimiter) != 1):
-        raise _err(
-            key, "delimiter", f"expected one character, 'whitespace' or 'auto', found {delimiter!r}"
-        )
-    skip_header = spec.get("skip_header")
-    skip_header = None if skip_header == "auto" else _int(spec, "skip_header", key, None, 0)
-
-    npz_key = spec.get("npz_key", "X")
-    if not isinstance(npz_key, str) or not npz_key:
-        raise _err(key, "npz_key", f"expected an array name, found {npz_key!r}")
-    npz_label_key = spec.get("npz_label_key", "y")
-    if npz_label_key is not None and (not isinstance(npz_label_key, str) or not npz_label_key):
-        raise _err(key, "npz_label_key", f"expected an array name or null, found {npz_label_key!r}")
+    skip_header = _get(spec, FILE_SPEC, "skip_header", key)
+    npz_key = _get(spec, FILE_SPEC, "npz_key", key)
+    npz_label_key = _get(spec, FILE_SPEC, "npz_label_key", key)
     if label_column is not None and spec.get("npz_label_key") is not None:
         raise _err(
             key, "npz_label_key", "expected either label_column or npz_label_key, found both"
         )
+    zero_based = _get(spec, FILE_SPEC, "zero_based", key)
 
-    zero_based = spec.get("zero_based", "auto")
-    if zero_based == "auto":
-        zero_based = None
-    elif zero_based is not None and not isinstance(zero_based, bool):
-        raise _err(key, "zero_based", f"expected true, false or 'auto', found {zero_based!r}")
-
-    label_path = None
+    label_path: Path | None
     if spec.get("label_path") is not None:
-        label_path = _path(spec["label_path"], base_dir, key, "label_path")
-        _exists(label_path, key, "label_path")
-    elif fmt == "mnist" and "label_path" not in spec:
-        # MNIST ships train-images-idx3-ubyte next to train-labels-idx1-ubyte.
-        for images, labels in (("images-idx3", "labels-idx1"), ("images.idx3", "labels.idx1")):
-            guess = path.with_name(path.name.replace(images, labels))
-            if guess != path and guess.is_file():
-                label_path = guess
-                break
-    if label_path is not None and fmt not in ("npy", "mnist"):
-        raise _err(key, "label_path", f"not used by format {fmt!r}, expected null")
-    if label_path is not None and label_column is not None:
-        raise _err(key, "label_path", "expected either label_column or label_path, found both")
+        label_path = _path(spec["label_path"], Path(base_dir), key, "label_path")
+    elif "label_path" not in spec:
+        label_path = reader.label_file_next_to(path)
+    else:
+        label_path = None
 
-    normalize = spec.get("normalize", True)
-    if not isinstance(normalize, bool):
-        raise _err(key, "normalize", f"expected true or false, found {normalize!r}")
-
-    return FileSpec(
+    fs = FileSpec(
         path=path,
         fmt=fmt,
         key=key,
-        dtype=_dtype(spec, key),
+        dtype=_dtype(spec, FILE_SPEC, key),
         label_column=label_column,
         label_dtype=np.dtype(np.float64 if label_dtype == "float64" else np.int64),
         delimiter=delimiter,
-        skip_header=skip_header,
+        skip_header=None if skip_header in (None, "auto") else int(skip_header),
         npz_key=npz_key,
         npz_label_key=npz_label_key,
         npz_label_required=spec.get("npz_label_key") is not None,
-        n_features=_int(spec, "n_features", key, None, 1),
-        zero_based=zero_based,
+        n_features=_int(spec, FILE_SPEC, "n_features", key),
+        zero_based=None if zero_based == "auto" else zero_based,
         label_path=label_path,
-        n_items=_int(spec, "n_items", key, None, 1),
-        normalize=normalize,
+        n_items=_int(spec, FILE_SPEC, "n_items", key),
+        normalize=_get(spec, FILE_SPEC, "normalize", key),
     )
+    fs = reader.check(fs, spec)
+    if fs.label_path is not None and fs.label_column is not None:
+        raise _err(key, "label_path", "expected either label_column or label_path, found both")
+    return fs
 
 
-def _synthetic_spec(spec: Mapping[str, Any], key: str) -> syn.SyntheticSpec:
-    """Validate a synthetic spec, filling shape keys from TABLE1 for ``like``."""
+def synthetic_spec(spec: Mapping[str, Any], key: str = "data") -> syn.SyntheticSpec:
+    """Validate a synthetic spec, filling shape keys from TABLE1 for ``like``.
+
+    Parameters
+    ----------
+    spec : mapping
+        The data spec (keys: :data:`flegel.data.keys.SYNTHETIC_SPEC`).
+    key : str, optional
+        Key path of the spec in the job, used in error messages.
+
+    Returns
+    -------
+    SyntheticSpec
+
+    Raises
+    ------
+    DataError
+        An unknown key, a value its declaration rejects, a missing ``kind`` or ``n_points``.
+    """
     _check_keys(spec, SYNTHETIC_KEYS, key, "synthetic")
+    keys = SYNTHETIC_SPEC
     merged: dict[str, Any] = {}
-    like = spec.get("like")
+    like = _get(spec, keys, "like", key)
     if like is not None:
-        entry = syn.TABLE1.get(str(like).lower())
-        if entry is None:
-            raise _err(
-                key, "like", f"expected one of {', '.join(map(repr, syn.TABLE1))}, found {like!r}"
-            )
-        merged.update(entry)
+        merged.update(syn.TABLE1[str(like).lower()])
     merged.update({k: v for k, v in spec.items() if v is not None})
-    kind = _choice(merged, "kind", key, None, syn.KINDS)
+    kind = _checked(keys, "kind", key, merged.get("kind"))
     if "n_points" not in merged:
         raise _err(key, "n_points", "missing, expected the number of points (or like: <name>)")
-    n_points = _int(merged, "n_points", key, None, 1)
-    scale = _float(merged, "scale", key, 1.0, positive=True)
+    n_points = _int(merged, keys, "n_points", key)
+    assert n_points is not None
+    scale = float(_get(merged, keys, "scale", key))
     n_points = max(1, round(n_points * scale))
-    n_features = _int(merged, "n_features", key, syn.DEFAULT_FEATURES[kind], 1)
+    n_features = _int(merged, keys, "n_features", key) or syn.DEFAULT_FEATURES[kind]
     if kind == "images" and n_features != 784:
         raise _err(key, "n_features", f"expected 784 (28 x 28 images), found {n_features}")
-    _choice(merged, "partition", key, "strided", _PARTITIONS)  # checked, then ignored
+    _get(merged, keys, "partition", key)  # checked, then ignored
+    model_seed = _int(merged, keys, "model_seed", key)
     return syn.SyntheticSpec(
         kind=kind,
         n_points=n_points,
         n_features=n_features,
-        seed=_int(merged, "seed", key, 0, 0),
-        dtype=_dtype(merged, key),
-        centers=_int(merged, "centers", key, 8, 1),
-        cluster_std=_float(merged, "cluster_std", key, 1.0, positive=True),
-        rank=_int(merged, "rank", key, 10, 1),
-        noise=_float(merged, "noise", key, 0.1, positive=False),
-        model_seed=(None if merged.get("model_seed") is None
-                    else _int(merged, "model_seed", key, 0, 0)),
+        seed=int(_get(merged, keys, "seed", key)),
+        dtype=_dtype(merged, keys, key),
+        centers=int(_get(merged, keys, "centers", key)),
+        cluster_std=float(_get(merged, keys, "cluster_std", key)),
+        rank=int(_get(merged, keys, "rank", key)),
+        noise=float(_get(merged, keys, "noise", key)),
+        model_seed=model_seed,
     )
 
 
 def _resolve(
     spec: Mapping[str, Any], base_dir: Path | str, key: str
-) -> FileSpec | syn.SyntheticSpec:
+) -> tuple[FileSpec | syn.SyntheticSpec, Mapping[str, Key]]:
+    """The validated spec and the key declarations it was checked against."""
     if not isinstance(spec, Mapping):
         raise DataError(f"expected a mapping of data keys, found {type(spec).__name__}", key=key)
-    source = spec.get("source", "file")
+    source = spec.get("source", FILE_SPEC["source"].default)
     if source == "synthetic":
-        return _synthetic_spec(spec, key)
-    if source != "file":
-        raise _err(key, "source", f"expected 'file' or 'synthetic', found {source!r}")
-    return _file_spec(spec, Path(base_dir), key)
+        return synthetic_spec(spec, key), SYNTHETIC_SPEC
+    _checked(FILE_SPEC, "source", key, source)
+    return file_spec(spec, base_dir, key), FILE_SPEC
+
+
+def _request(
+    spec: Mapping[str, Any], base_dir: Path | str, key: str
+) -> tuple[FileSpec | syn.SyntheticSpec, formats.Reader[Any], int | None, str]:
+    """Validated spec, its reader, ``limit`` and the partition the reader will use."""
+    src, keys = _resolve(spec, base_dir, key)
+    limit = _int(spec, keys, "limit", key)
+    partition = _get(spec, keys, "partition", key)
+    reader = formats.reader_for(src)
+    return src, reader, limit, reader.partition or partition
 
 
 # --------------------------------------------------------------------------------------------
@@ -450,7 +338,8 @@ def inspect_source(
     Parameters
     ----------
     spec : mapping
-        The data spec (see the module docstring).
+        The data spec (keys: :data:`flegel.data.FILE_SPEC` or
+        :data:`flegel.data.SYNTHETIC_SPEC`).
     base_dir : Path or str
         Folder relative paths resolve against (the job file's folder).
     key : str, optional
@@ -471,28 +360,25 @@ def inspect_source(
     Cost: headers only for npy / npz / mnist; one pass counting lines for csv (no parsing);
     one pass for libsvm (index range and labels) and movielens (id sets).
     """
-    src = _resolve(spec, base_dir, key)
-    limit = _int(spec, "limit", key, None, 1)
-    partition = _choice(spec, "partition", key, "strided", _PARTITIONS)
-    if isinstance(src, syn.SyntheticSpec):
-        partition = "contiguous"
-        n, d, has_labels, n_classes = syn.synthetic_shape(src)
-        resolved: dict[str, Any] = {}
-        dtype = src.dtype
-    else:
-        lay = loaders.inspect_file(src)
-        n, d, has_labels, n_classes = lay.n_rows, lay.n_features, lay.has_labels, lay.n_classes
-        resolved = dict(lay.resolved)
-        dtype = src.dtype
-        if src.n_features is not None and src.n_features != d:
+    src, reader, limit, partition = _request(spec, base_dir, key)
+    shape = reader.inspect(src)
+    if isinstance(src, FileSpec) and src.n_features is not None:
+        if src.n_features != shape.n_features:
             raise DataError(
-                f"has {d} features, expected n_features {src.n_features}",
+                f"has {shape.n_features} features, expected n_features {src.n_features}",
                 key=f"{key}.n_features",
                 path=src.path,
             )
-    if limit is not None:
-        n = min(n, limit)
-    return SourceInfo(n, d, has_labels, dtype, n_classes, resolved, partition)
+    n = shape.n_rows if limit is None else min(shape.n_rows, limit)
+    return SourceInfo(
+        n,
+        shape.n_features,
+        shape.has_labels,
+        src.dtype,
+        shape.n_classes,
+        dict(shape.resolved),
+        partition,
+    )
 
 
 def load_shard(
@@ -508,7 +394,8 @@ def load_shard(
     Parameters
     ----------
     spec : mapping
-        The data spec (see the module docstring).
+        The data spec (keys: :data:`flegel.data.FILE_SPEC` or
+        :data:`flegel.data.SYNTHETIC_SPEC`).
     shard : int
         This worker's shard index, ``0 <= shard < n_shards``.
     n_shards : int
@@ -534,18 +421,12 @@ def load_shard(
     ValueError
         ``shard`` / ``n_shards`` out of range.
     """
-    if not _is_int(n_shards) or n_shards < 1:
+    if not is_int(n_shards) or n_shards < 1:
         raise ValueError(f"n_shards must be a positive integer, found {n_shards!r}")
-    if not _is_int(shard) or not 0 <= shard < n_shards:
+    if not is_int(shard) or not 0 <= shard < n_shards:
         raise ValueError(f"shard must be in 0 .. {n_shards - 1}, found {shard!r}")
-    src = _resolve(spec, base_dir, key)
-    limit = _int(spec, "limit", key, None, 1)
-    partition = _choice(spec, "partition", key, "strided", _PARTITIONS)
-    if isinstance(src, syn.SyntheticSpec):
-        # Chunks are i.i.d.: contiguous shards generate only their own chunks.
-        n = src.n_points if limit is None else min(src.n_points, limit)
-        return syn.generate_rows(src, partition_rows(n, shard, n_shards, "contiguous"))
-    return loaders.load_file(src, Shard(int(shard), int(n_shards), partition, limit))
+    src, reader, limit, partition = _request(spec, base_dir, key)
+    return reader.read(src, Shard(int(shard), int(n_shards), partition, limit))
 
 
 def sample_shard(
@@ -574,7 +455,7 @@ def sample_shard(
     Xs, ys : numpy.ndarray, numpy.ndarray or None
         Copies of the sampled rows, in shard order.
     """
-    if not _is_int(k) or k < 0:
+    if not is_int(k) or k < 0:
         raise ValueError(f"k must be a non-negative integer, found {k!r}")
     n = len(X)
     rng = np.random.default_rng(seed)

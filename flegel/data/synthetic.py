@@ -296,7 +296,9 @@ def generate_rows(s: SyntheticSpec, rows: range) -> tuple[np.ndarray, np.ndarray
     model = _MODELS[s.kind](s)
     n_out = max(stop - start, 0)
     X = np.empty((n_out, s.n_features), dtype=s.dtype)
-    y = None if s.kind == "nonnegative" else np.empty(n_out, dtype=model.label_dtype)
+    y: np.ndarray | None = None
+    if s.kind != "nonnegative":
+        y = np.empty(n_out, dtype=model.label_dtype)
     if n_out == 0:
         return X, y
     sub = _sub_rows(s.n_features)

@@ -8,6 +8,7 @@ is FSPV's multi-stage self-corrected linear fit (Eq. 7).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,20 @@ class Plan:
 
 
 class IntervalAdjustor:
-    """Base class: hold the interval given at start."""
+    """Base class: hold the interval given at start.
+
+    Parameters
+    ----------
+    eta_min_s : float
+        Smallest interval an adjustor may choose.
+
+    Attributes
+    ----------
+    eta_s : float
+        The current interval.
+    history : list of float
+        The intervals adopted or tried, in order.
+    """
 
     name = "fixed"
 
@@ -60,6 +74,7 @@ class IntervalAdjustor:
         self.history: list[float] = []
 
     def clamp(self, eta: float, eta_max: float) -> float:
+        """``eta`` within [``eta_min_s``, ``eta_max``]."""
         return float(min(max(eta, self.eta_min_s), max(eta_max, self.eta_min_s)))
 
     def start(self, eta0_s: float, eta_max_s: float) -> Plan:
@@ -72,8 +87,12 @@ class IntervalAdjustor:
         """Take one iteration's outcome; return the next plan."""
         return Plan(self.eta_s)
 
+    def summary(self) -> dict[str, object]:
+        """What the adjustor adds to the run's ``summary.json`` (nothing by default)."""
+        return {}
 
-def make_adjustor(kind: str, **options) -> IntervalAdjustor:
+
+def make_adjustor(kind: str, **options: Any) -> IntervalAdjustor:
     """Build the adjustor named by the job's ``sync.interval``."""
     if kind == "fixed":
         from flegel.interval.fixed import FixedInterval

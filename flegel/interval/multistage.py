@@ -9,23 +9,46 @@ point.  The stage then runs with
     η* = argmax_η gain(η) = (T − φ·T/(η + φ)) · g(η)        (Eq. 7)
 
 where φ is the measured barrier cost (T, the stage length, only scales the gain).  The
-master keeps monitoring: when the progress rate falls behind the stage's prediction
-``g(η*)·η*/(η* + φ)`` by more than ``stage_tolerance``, a new stage starts and probes again
-from where training is (self-correction of the fitting error).
+master keeps monitoring the stage against its prediction, the progress per wall second
+``g(η*)·η*/(η* + φ)``; when training falls behind it ("the algorithm does not converge as
+predicted"), a new stage starts and probes again from where training is (self-correction of
+the fitting error).
 
 Choices where the paper is vague, all documented here:
 
-* probes last 200 ms (the paper's default η_i, footnote 1), shortened to an eighth of the
-  fastest worker's full pass when that is shorter: the linear fit is local, so the probes
-  must sit where the optimum can be (on data whose passes take tens of milliseconds, probes
-  at half a pass fitted a line that extrapolated to 4x too long an η);
+* probes last 200 ms (the paper's default η_i, footnote 1), shortened to
+  :data:`PROBE_PASS_FRACTION` (an eighth) of the fastest worker's full pass when that is
+  shorter.  The paper wants η_i "usually very small" (the probes are partly redone after the
+  roll-back) and the linear fit of g is local, so the probes η_p and 2η_p must sit where the
+  optimum can be: on data whose passes take tens of milliseconds, probes at half a pass (and
+  a full pass for the second) fitted a line that extrapolated to 4x too long an η;
+* φ, the cost of a barrier in Eq. 7, is what an iteration costs beyond its interval, so
+  that an iteration of η takes η + φ of wall time as Eq. 7 has it: ``wall_s − eta_s`` (at
+  least the barrier itself, first report to next broadcast), the median of the last five
+  iterations.  The barrier alone misses the messages' round trip and the last block's
+  overrun, and an η* fitted on it can be shorter than the round trip (no work at all);
 * η* is found on a log-spaced grid of 256 intervals between ``eta_min_s`` and the fastest
   worker's full-pass time (robust whatever the signs of a and b; the analytic maximizer for
   a < 0 is ``−φ + sqrt(φ² − bφ/a)``); if the fit predicts no progress anywhere, η_p is kept;
-* a stage is judged after at least ``min_stage_iterations`` iterations and after it has run
-  ``stage_factor`` times as long as its probes took (so re-probing, which throws one probe's
-  work away, costs at most about 1/``stage_factor`` of the run); it is "behind" when its
-  measured rate is below (1 − ``stage_tolerance``) times the predicted one.
+* **when a new stage opens.**  Within a stage f falls linearly in t (the paper's premise);
+  the stage's line is fitted on the stage itself: its rate (:attr:`MultiStage.stage_rate`)
+  is the progress over wall time of its iterations so far.  (The probes' extrapolation
+  ``g(η*)·η*/(η* + φ)`` is kept as ``predicted_rate`` but not judged against: fitted on two
+  points of two iterations each, it carries the probes' noise, and with 30% noise per
+  iteration a stationary rate fell "behind" it within 20 iterations in 2 of 5 seeds.)
+  Per-iteration progress is noisy (block boundaries, the order of points, stragglers), so
+  the stage is judged on windows of ``window`` iterations (default :data:`STAGE_WINDOW`),
+  never on one iteration, and only once it has run at least ``stage_factor`` times as long
+  as its probes took (so re-probing, which throws one probe's work away, costs at most about
+  1/``stage_factor`` of the run).  A window is *behind* when its rate falls short of the
+  stage's rate by more than ``stage_tolerance`` of it **and** by more than
+  :data:`STAGE_SIGNIFICANCE` standard errors of the difference (estimated from the spread of
+  the per-iteration rates, so noise large against the rate -- near convergence -- never opens
+  a stage).  Windows on the line refine the stage's rate; :data:`STAGE_CONFIRM` consecutive
+  windows behind open a new stage.  A stationary rate, even with per-iteration noise as large
+  as the rate itself, thus does not open stages, while a real drop of the rate below
+  ``1 − stage_tolerance`` of the stage's opens one within ``STAGE_CONFIRM + 1`` windows.
+  Each re-fit is counted (:attr:`MultiStage.refits`, ``stage_refits`` in ``summary.json``).
 """
 
 from __future__ import annotations
@@ -33,6 +56,16 @@ from __future__ import annotations
 import numpy as np
 
 from flegel.interval import IntervalAdjustor, Observation, Plan
+
+#: FSPV's probes η_p last at most this fraction of the fastest worker's full pass (and the
+#: second probe, 2η_p, twice that): small probes, where the optimum can be (see above).
+PROBE_PASS_FRACTION = 1.0 / 8.0
+#: Iterations per window a stage is judged on.
+STAGE_WINDOW = 8
+#: A window is behind only if its shortfall exceeds this many standard errors of its rates.
+STAGE_SIGNIFICANCE = 3.0
+#: Consecutive windows behind the prediction that open a new stage.
+STAGE_CONFIRM = 2
 
 
 def eq7_gain(eta: np.ndarray, a: float, b: float, phi: float) -> np.ndarray:
@@ -57,31 +90,45 @@ def best_interval(a: float, b: float, phi: float, eta_min: float, eta_max: float
 
 
 class MultiStage(IntervalAdjustor):
-    """FSPV's adjustor.
+    """FSPV's adjustor (Section 3.3, Eq. 7).
 
     Parameters
     ----------
     probe_s : float
-        η_p of the first probe (paper default 200 ms).
+        η_p of the first probe (paper default 200 ms), at most :data:`PROBE_PASS_FRACTION`
+        of the fastest worker's full pass.
     stage_tolerance : float
-        Relative shortfall against the prediction that opens a new stage.
-    min_stage_iterations : int
-        Iterations a stage runs before it can be judged.
+        Relative shortfall of a window's progress rate against the stage's rate beyond
+        which the window is behind (it also needs :data:`STAGE_SIGNIFICANCE`).
+    window : int
+        Iterations per window a stage is judged on.
     stage_factor : float
         A stage runs at least this many times as long as its probes before it is judged.
     eta_min_s : float
         Smallest interval considered.
+
+    Attributes
+    ----------
+    stages : list of dict
+        One per fitted stage: the probes, the fit (a, b, φ), η*, the probes' predicted rate,
+        whether it was a re-fit, and, for a stage that was left, its measured rate and the
+        rate of the window that left it behind.
+    refits : int
+        Stages opened because training fell behind the prediction (every stage but the
+        first).
     """
 
     name = "multistage"
 
     def __init__(self, probe_s: float = 0.2, stage_tolerance: float = 0.5,
-                 min_stage_iterations: int = 5, stage_factor: float = 5.0,
+                 window: int = STAGE_WINDOW, stage_factor: float = 5.0,
                  eta_min_s: float = 1e-3) -> None:
         super().__init__(eta_min_s)
+        if window < 2:
+            raise ValueError(f"window must be at least 2 iterations, got {window}")
         self.probe_s = probe_s
         self.stage_tolerance = stage_tolerance
-        self.min_stage_iterations = min_stage_iterations
+        self.window = window
         self.stage_factor = stage_factor
         self._probe_wall = 0.0
         self.phase = "probe1"
@@ -90,14 +137,19 @@ class MultiStage(IntervalAdjustor):
         self._progress = self._valid = 0.0
         self.g: list[float] = []
         self.phis: list[float] = []
-        self.stages: list[dict] = []
+        self.stages: list[dict[str, object]] = []
+        self.refits = 0
         self.predicted_rate = 0.0
-        self._stage_progress = self._stage_wall = 0.0
-        self._stage_iters = 0
+        self._stage_wall = 0.0
+        self._win_progress: list[float] = []
+        self._win_wall: list[float] = []
+        self._base_progress = self._base_wall = 0.0
+        self._base_rates: list[float] = []
+        self._behind = 0
 
     # ------------------------------------------------------------------ probes
     def _probe_eta(self, eta_max: float) -> float:
-        return self.clamp(min(self.probe_s, eta_max / 8.0), eta_max)
+        return self.clamp(min(self.probe_s, eta_max * PROBE_PASS_FRACTION), eta_max)
 
     def start(self, eta0_s: float, eta_max_s: float) -> Plan:
         return self._new_stage(eta_max_s)
@@ -110,7 +162,10 @@ class MultiStage(IntervalAdjustor):
         return Plan(self.eta_p, mark=True, phase="probe1")
 
     def observe(self, obs: Observation) -> Plan:
-        self.phis.append(obs.barrier_s)
+        # φ: what an iteration costs beyond its interval (Eq. 7's wall time per iteration is
+        # η + φ): the barrier, and the messaging and overrun that the barrier alone misses.
+        overhead = obs.wall_s - obs.eta_s if obs.eta_s > 0 else 0.0
+        self.phis.append(max(obs.barrier_s, overhead))
         if self.phase in ("probe1", "probe2"):
             self._progress += obs.progress
             self._valid += obs.valid_s
@@ -127,22 +182,60 @@ class MultiStage(IntervalAdjustor):
                 self.eta_s = self.clamp(2 * self.eta_p, max(obs.eta_max_s, 2 * self.eta_p))
                 return Plan(self.eta_s, rollback=True, drop_mark=True, phase="probe2")
             return self._fit(obs)
-        # running a stage: monitor progress against the prediction
-        self._stage_progress += obs.progress
+        # Running a stage: judge it window by window against the prediction.
         self._stage_wall += obs.wall_s
-        self._stage_iters += 1
-        long_enough = (self._stage_iters >= self.min_stage_iterations
-                       and self._stage_wall >= self.stage_factor * self._probe_wall)
-        if long_enough:
-            rate = self._stage_progress / max(self._stage_wall, 1e-12)
-            if rate < (1.0 - self.stage_tolerance) * self.predicted_rate:
-                self.stages[-1]["measured_rate"] = rate
-                return self._new_stage(obs.eta_max_s)
+        self._win_progress.append(obs.progress)
+        self._win_wall.append(obs.wall_s)
+        if len(self._win_progress) < self.window:
+            return Plan(self.eta_s)
+        progress, wall = np.asarray(self._win_progress), np.asarray(self._win_wall)
+        self._win_progress, self._win_wall = [], []
+        judged = (len(self._base_rates) > 0
+                  and self._stage_wall >= self.stage_factor * self._probe_wall)
+        behind, rate = self._window_behind(progress, wall) if judged else (False, 0.0)
+        if not behind:
+            # On the stage's line: the window refines the stage's rate (its fit of f on t).
+            self._base_progress += float(progress.sum())
+            self._base_wall += float(wall.sum())
+            self._base_rates.extend((progress / np.maximum(wall, 1e-12)).tolist())
+        if not judged:
+            return Plan(self.eta_s)
+        self._behind = self._behind + 1 if behind else 0
+        if self._behind >= STAGE_CONFIRM:
+            self.stages[-1].update(measured_rate=self.stage_rate, left_at_rate=rate)
+            self.refits += 1
+            return self._new_stage(obs.eta_max_s)
         return Plan(self.eta_s)
 
     @property
+    def stage_rate(self) -> float:
+        """The current stage's measured rate: progress over wall time of its windows that
+        were on its line (the slope of the stage's linear fit of f on t)."""
+        return self._base_progress / max(self._base_wall, 1e-12)
+
+    def _window_behind(self, progress: np.ndarray, wall: np.ndarray) -> tuple[bool, float]:
+        """Whether a completed window fell behind the stage's line, and the window's rate.
+
+        Behind: its rate (progress over wall time) is short of :attr:`stage_rate` by more
+        than ``stage_tolerance`` of it and by more than :data:`STAGE_SIGNIFICANCE` standard
+        errors of the difference (from the spread of the per-iteration rates of both).
+        """
+        per_iter = progress / np.maximum(wall, 1e-12)
+        rate = float(progress.sum() / max(float(wall.sum()), 1e-12))
+        base = np.asarray(self._base_rates)
+        var = float(per_iter.var(ddof=1)) / len(per_iter)
+        if len(base) > 1:
+            var += float(base.var(ddof=1)) / len(base)
+        reference = self.stage_rate
+        shortfall = reference - rate
+        behind = (shortfall > self.stage_tolerance * abs(reference)
+                  and shortfall > STAGE_SIGNIFICANCE * np.sqrt(var))
+        return behind, rate
+
+    @property
     def phi(self) -> float:
-        """The barrier cost: median of the last few barriers."""
+        """The barrier cost φ: median over the last few iterations of what each cost beyond
+        its interval (``wall_s − eta_s``; at least the barrier itself, ``barrier_s``)."""
         recent = self.phis[-5:]
         return float(np.median(recent)) if recent else 0.0
 
@@ -156,9 +249,17 @@ class MultiStage(IntervalAdjustor):
         self.eta_s = self.eta_p if best is None else best
         self.predicted_rate = max(a * self.eta_s + b, 0.0) * self.eta_s / (self.eta_s + phi)
         self.stages.append({"eta_p_s": eta1, "g": [g1, g2], "a": a, "b": b, "phi_s": phi,
-                            "eta_s": self.eta_s, "predicted_rate": self.predicted_rate})
+                            "eta_s": self.eta_s, "predicted_rate": self.predicted_rate,
+                            "refit": bool(self.stages)})
         self.history.append(self.eta_s)
         self.phase = "run"
-        self._stage_progress = self._stage_wall = 0.0
-        self._stage_iters = 0
+        self._stage_wall = 0.0
+        self._win_progress, self._win_wall = [], []
+        self._base_progress = self._base_wall = 0.0
+        self._base_rates = []
+        self._behind = 0
         return Plan(self.eta_s)
+
+    def summary(self) -> dict[str, object]:
+        """``stages`` (the fits) and ``stage_refits`` (stages opened by a shortfall)."""
+        return {"stages": self.stages, "stage_refits": self.refits}

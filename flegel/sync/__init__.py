@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from flegel.sync.base import MasterPolicy
 
 #: model name -> "module:Class" of its master policy.
 MODELS: dict[str, str] = {
@@ -27,6 +30,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     "bspv": {"model": "bsp", "batch": "auto"},
     "fspb": {"model": "fsp", "interval": "binary"},
     "fspv": {"model": "fsp", "interval": "multistage"},
+    # FSP with data migration (Section 4.3): asynchronous windows, or all at the barrier.
+    "fspb-async": {"model": "fsp", "interval": "binary", "migration": {"mode": "async"}},
+    "fspb-sync": {"model": "fsp", "interval": "binary", "migration": {"mode": "sync"}},
+    "fspv-async": {"model": "fsp", "interval": "multistage", "migration": {"mode": "async"}},
+    "fspv-sync": {"model": "fsp", "interval": "multistage", "migration": {"mode": "sync"}},
 }
 
 
@@ -35,10 +43,12 @@ def available() -> list[str]:
     return [m for m in MODELS if importlib.util.find_spec(MODELS[m].partition(":")[0])]
 
 
-def policy_class(model: str) -> type:
-    """Import and return the master policy class of ``model``."""
+def policy_class(model: str) -> type[MasterPolicy]:
+    """Import and return the master policy class of ``model`` (its ``WORKER`` attribute is the
+    worker policy class)."""
     module, _, name = MODELS[model].partition(":")
-    return getattr(importlib.import_module(module), name)
+    cls: type[MasterPolicy] = getattr(importlib.import_module(module), name)
+    return cls
 
 
 def register(model: str, target: str, presets: dict[str, dict[str, Any]] | None = None) -> None:

@@ -44,12 +44,13 @@ integer fixes the batch.
 
 from __future__ import annotations
 
-import sys
-import time
-from typing import Any
+from typing import Any, ClassVar
 
-from flegel.runtime import POLL_S
-from flegel.sync.base import MasterPolicy, Reason
+from flegel import schema
+from flegel.ports import Arrays, ServerPort
+from flegel.protocol import Instructions, Reason
+from flegel.schema import Key, any_of, number, one_of
+from flegel.sync.base import MasterPolicy, round_trip_s
 from flegel.sync.bsp import auto_batch
 
 
@@ -91,28 +92,20 @@ class PushPolicy(MasterPolicy):
         ρ of :func:`flegel.sync.bsp.auto_batch` for ``batch: auto``.
     """
 
-    OPTIONS: dict[str, tuple[Any, str]] = {
-        "batch": ("auto", "'auto', 'full' or a positive number of points per push"),
-        "overhead": (0.1, "a number between 0 and 1 (largest push round-trip share of an "
-                          "iteration for batch: auto)"),
+    OPTIONS: ClassVar[dict[str, Key]] = {
+        "batch": Key("'auto', 'full' or a positive number of points per push",
+                     any_of(one_of("auto", "full"), schema.is_int(1)), "auto",
+                     "points per push: chosen after a calibration pass, a full pass, or a "
+                     "fixed number"),
+        "overhead": number("largest share of an iteration a push round trip may take, for "
+                           "batch: auto (ρ)", 0.1, lo=0, hi=1, lo_open=True, hi_open=True),
     }
 
-    @staticmethod
-    def check_options(options: dict[str, Any]) -> tuple[str, str] | None:
-        """Return ``(key, expected)`` for the first bad option, or None."""
-        b = options["batch"]
-        if b not in ("auto", "full") and not is_int(b, 1):
-            return "batch", PushPolicy.OPTIONS["batch"][1]
-        rho = options["overhead"]
-        if not is_num(rho) or not 0 < rho < 1:
-            return "overhead", "a number between 0 and 1"
-        return None
-
-    def __init__(self, server, options: dict[str, Any]) -> None:
+    def __init__(self, server: ServerPort, options: dict[str, Any]) -> None:
         super().__init__(server, options)
         ranks = server.ranks
         self.n = len(ranks)
-        b = options.get("batch", "auto")
+        b = options["batch"]
         #: Points per push; 0 = a full pass.  None while ``auto`` waits for its calibration.
         self.batch: int | None = None if b == "auto" else (0 if b == "full" else int(b))
         self.per_point_s: float | None = None
@@ -131,12 +124,11 @@ class PushPolicy(MasterPolicy):
         self.staleness = RunningStat()
         self.staleness_of = {r: RunningStat() for r in ranks}
         self.gap_stat = RunningStat()
-        self._warned = {r: 0 for r in ranks}
 
     # ------------------------------------------------------------------ clocks
     def now(self) -> float:
         """Seconds since training began (the time base of every record)."""
-        return time.perf_counter() - self.server.start
+        return self.server.now()
 
     def gap(self, rank: int) -> int:
         """How many pushes ``rank`` is ahead of the slowest worker."""
@@ -151,37 +143,20 @@ class PushPolicy(MasterPolicy):
         """True while ``rank``, which just pushed, must wait before its next iteration."""
         return False
 
-    def after_push(self, rank: int, header: dict, t: float) -> None:
+    def after_push(self, rank: int, header: dict[str, float], t: float) -> None:
         """Learn from a push of ``rank`` that arrived at ``t`` (already applied and counted)."""
 
-    def instructions(self, rank: int) -> dict[str, Any]:
-        """Keyword arguments of :meth:`Server.send_params` for ``rank``'s next iteration."""
-        return {"batch": self.batch or 0}
+    def instructions(self, rank: int) -> Instructions:
+        """What ``rank`` does in its next iteration."""
+        return Instructions(batch=self.batch or 0)
 
     def on_answer(self, rank: int, t: float) -> None:
         """``rank`` was just sent θ at ``t``: its next iteration begins."""
 
-    def on_abort(self, rank: int, header: dict, t: float) -> None:
+    def on_abort(self, rank: int, header: dict[str, float], t: float) -> None:
         """``rank`` threw its iteration away (SpecSync) and restarts from the current θ."""
 
     # ------------------------------------------------------------------ mechanism
-    def on_tick(self, now: float) -> None:
-        """Name a worker whose iteration has lasted long (DESIGN §7), again at each multiple
-        of ``server.stall_warning_s``."""
-        srv = self.server
-        t = now - srv.start
-        for r in srv.ranks:
-            if r in self.held or srv.workers[r].stopped:
-                continue
-            late = t - self.started[r]
-            if late >= srv.stall_warning_s * (1 + self._warned[r]):
-                self._warned[r] += 1
-                waiting = sorted(self.held)
-                who = f"; worker(s) {waiting} wait" if waiting else ""
-                sys.stderr.write(f"flegel: warning: worker {r} has not pushed for {late:.1f} s"
-                                 f"{who}\n")
-                sys.stderr.flush()
-
     def start(self) -> None:
         for r in self.server.ranks:
             self.answer(r)
@@ -196,9 +171,8 @@ class PushPolicy(MasterPolicy):
         self.gap_stat.add(gap)
         self.start_gap[rank] = gap
         self.started[rank] = t
-        self._warned[rank] = 0
         self.computing[rank] = self.server.version
-        self.server.send_params(rank, **self.instructions(rank))
+        self.server.send(rank, self.instructions(rank))
         self.on_answer(rank, t)
 
     def release(self) -> None:
@@ -207,9 +181,9 @@ class PushPolicy(MasterPolicy):
             if not self.hold(r):
                 self.answer(r)
 
-    def on_commit(self, rank: int, header: dict, agg: dict) -> None:
+    def on_commit(self, rank: int, header: dict[str, float], agg: Arrays) -> None:
         srv = self.server
-        t = srv.workers[rank].arrived_at - srv.start
+        t = srv.worker(rank).arrived_at
         self.held.add(rank)
         self._held_at[rank] = t
         if int(header["reason"]) == Reason.ABORT:
@@ -218,9 +192,7 @@ class PushPolicy(MasterPolicy):
             self.release()
             return
         stale = srv.version - int(header["version"])
-        t0 = time.perf_counter()
-        srv.apply(agg)
-        apply_s = time.perf_counter() - t0
+        apply_s = srv.apply(agg)
         self.pushes += 1
         self.clock[rank] += 1
         self.last_push[rank] = t
@@ -230,7 +202,7 @@ class PushPolicy(MasterPolicy):
         if self.batch is None:
             self._calibrate(header, apply_s)
         self.after_push(rank, header, t)
-        srv.events({"t": srv.version, "time_s": round(t, 6), "objective": srv.objective,
+        srv.record({"t": srv.version, "time_s": round(t, 6), "objective": srv.objective,
                     "rank": rank, "points": int(header["points"]),
                     "compute_s": round(header["compute_s"], 6),
                     "wait_s": round(header["wait_s"], 6), "staleness": stale,
@@ -242,13 +214,13 @@ class PushPolicy(MasterPolicy):
             return
         self.release()
 
-    def _calibrate(self, header: dict, apply_s: float) -> None:
+    def _calibrate(self, header: dict[str, float], apply_s: float) -> None:
         """``batch: auto`` from the first calibration push (a full pass on that worker)."""
         self.per_point_s = header["compute_s"] / max(header["points"], 1)
         # One push round trip: commit and reply messages, the update, a poll on each side.
-        self.phi_s = 2 * header["latency_s"] + apply_s + 2 * POLL_S
+        self.phi_s = round_trip_s(header["latency_s"], apply_s)
         self.batch = auto_batch(self.per_point_s, self.phi_s,
-                                self.options.get("overhead", 0.1),
+                                self.options["overhead"],
                                 max(int(header["n_active"]), 1))
 
     # ------------------------------------------------------------------ results

@@ -8,10 +8,12 @@ Section 6.1, "Frameworks for Comparison").
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
-from flegel.runtime import POLL_S
-from flegel.sync.base import BarrierPolicy
+from flegel.ports import ServerPort
+from flegel.protocol import Instructions
+from flegel.schema import Key, any_of, is_int, number, one_of
+from flegel.sync.base import BarrierPolicy, round_trip_s
 
 
 def auto_batch(per_point_s: float, barrier_s: float, overhead: float,
@@ -47,41 +49,35 @@ class BSP(BarrierPolicy):
         ρ of :func:`auto_batch` (default 0.1).
     """
 
-    OPTIONS = {"batch": ("full", "'full', 'auto' or a positive number of points per worker"),
-               "overhead": (0.1, "largest barrier share of an iteration for batch: auto")}
+    OPTIONS: ClassVar[dict[str, Key]] = {
+        "batch": Key("'full', 'auto' or a positive number of points per worker",
+                     any_of(one_of("full", "auto"), is_int(1)), "full",
+                     "points per worker per iteration: all of them (BSPB), chosen after a "
+                     "calibration iteration (BSPV), or a fixed number"),
+        "overhead": number("largest share of an iteration the barrier may take, for batch: "
+                           "auto (ρ)", 0.1, lo=0, hi=1, lo_open=True, hi_open=True),
+    }
 
-    @staticmethod
-    def check_options(options: dict[str, Any]) -> tuple[str, str] | None:
-        """Return ``(key, expected)`` for the first bad option, or None."""
-        b = options["batch"]
-        if b not in ("full", "auto") and not (isinstance(b, int) and not isinstance(b, bool)
-                                              and b > 0):
-            return "batch", BSP.OPTIONS["batch"][1]
-        rho = options["overhead"]
-        if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not 0 < rho < 1:
-            return "overhead", "a number between 0 and 1"
-        return None
-
-    def __init__(self, server, options: dict[str, Any]) -> None:
+    def __init__(self, server: ServerPort, options: dict[str, Any]) -> None:
         super().__init__(server, options)
-        b = options.get("batch", "full")
+        b = options["batch"]
         self.batch = 0 if b in ("full", "auto") else int(b)
         self.per_point_s: float | None = None
         self.phi_s: float | None = None
 
-    def instructions(self, rank: int) -> dict[str, Any]:
-        return {"batch": self.batch}
+    def instructions(self, rank: int) -> Instructions:
+        return Instructions(batch=self.batch)
 
-    def after_barrier(self, commits: dict[int, dict], agg: dict) -> None:
-        if self.options.get("batch") != "auto" or self.phi_s is not None:
+    def after_barrier(self, commits: dict[int, dict[str, float]], agg: dict[str, Any]) -> None:
+        if self.options["batch"] != "auto" or self.phi_s is not None:
             return
         # Calibration: the slowest worker's cost per point (stragglers included: it sets the
         # pace of every barrier) and one barrier's pure messaging and update cost.
         self.per_point_s = max(h["compute_s"] / max(h["points"], 1) for h in commits.values())
         latency = sorted(h["latency_s"] for h in commits.values())[len(commits) // 2]
-        self.phi_s = 2 * latency + self.apply_s + 2 * POLL_S
+        self.phi_s = round_trip_s(latency, self.apply_s)
         smallest = min(int(h["n_active"]) for h in commits.values())
-        self.batch = auto_batch(self.per_point_s, self.phi_s, self.options.get("overhead", 0.1),
+        self.batch = auto_batch(self.per_point_s, self.phi_s, self.options["overhead"],
                                 max(smallest, 1))
 
     def summary(self) -> dict[str, Any]:

@@ -31,11 +31,13 @@ Choices where the paper's pseudo-code is loose, so that the bound ``s_U`` of The
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from flegel.sync.asynchronous import PushPolicy, is_int
+from flegel.ports import ServerPort
+from flegel.schema import Key, integer
+from flegel.sync.asynchronous import PushPolicy
 
 
 def synchronization_controller(latest_p: float, interval_p: float, latest_slow: float,
@@ -77,26 +79,25 @@ class DSSP(PushPolicy):
         See :class:`~flegel.sync.asynchronous.PushPolicy`.
     """
 
-    OPTIONS = {**PushPolicy.OPTIONS,
-               "s_lower": (3, "a non-negative integer (s_L)"),
-               "s_upper": (15, "an integer >= s_lower (s_U)")}
+    OPTIONS: ClassVar[dict[str, Key]] = {
+        **PushPolicy.OPTIONS,
+        "s_lower": integer("s_L: the staleness threshold every worker may always reach", 3,
+                           lo=0),
+        "s_upper": integer("s_U: the largest threshold the controller may grant the fastest "
+                           "worker (>= s_lower)", 15, lo=0),
+    }
 
     @staticmethod
     def check_options(options: dict[str, Any]) -> tuple[str, str] | None:
-        problem = PushPolicy.check_options(options)
-        if problem is not None:
-            return problem
-        if not is_int(options["s_lower"], 0):
-            return "s_lower", DSSP.OPTIONS["s_lower"][1]
-        s_lower = options["s_lower"]
-        if not is_int(options["s_upper"], s_lower):
-            return "s_upper", f"an integer >= s_lower ({s_lower})"
+        """Cross-key rule: ``(key, expected)`` when it is broken, else None."""
+        if options["s_upper"] < options["s_lower"]:
+            return "s_upper", f"an integer >= s_lower ({options['s_lower']})"
         return None
 
-    def __init__(self, server, options: dict[str, Any]) -> None:
+    def __init__(self, server: ServerPort, options: dict[str, Any]) -> None:
         super().__init__(server, options)
-        self.s_lower = int(options.get("s_lower", 3))
-        self.s_upper = int(options.get("s_upper", 15))
+        self.s_lower = int(options["s_lower"])
+        self.s_upper = int(options["s_upper"])
         #: Threshold in force per worker: s_L, or s_L + r* while extra iterations are granted.
         self.bound = {r: self.s_lower for r in server.ranks}
         self.decisions: list[tuple[float, int, int, int]] = []  # (time, rank, gap, r*)
@@ -108,7 +109,7 @@ class DSSP(PushPolicy):
         running = t - self.started[rank] if rank not in self.held else 0.0
         return running if span is None else max(span, running)
 
-    def after_push(self, rank: int, header: dict, t: float) -> None:
+    def after_push(self, rank: int, header: dict[str, float], t: float) -> None:
         gap = self.gap(rank)
         if gap <= self.s_lower:
             self.bound[rank] = self.s_lower  # back within s_L: extra iterations end

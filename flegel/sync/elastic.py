@@ -30,11 +30,13 @@ Details:
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from flegel.sync.asynchronous import PushPolicy, is_int
+from flegel.ports import ServerPort
+from flegel.schema import Key, choice, integer
+from flegel.sync.asynchronous import PushPolicy
 from flegel.zipline import METHODS, predict, solve
 
 
@@ -51,25 +53,17 @@ class ElasticBSP(PushPolicy):
         See :class:`~flegel.sync.asynchronous.PushPolicy`.
     """
 
-    OPTIONS = {**PushPolicy.OPTIONS,
-               "r": (15, "a positive integer (lookahead R)"),
-               "method": ("fast", "one of " + ", ".join(METHODS))}
+    OPTIONS: ClassVar[dict[str, Key]] = {
+        **PushPolicy.OPTIONS,
+        "r": integer("lookahead R: predicted iteration ends per worker", 15, lo=1),
+        "method": choice("the barrier solver of flegel.zipline.solve ('fast' is exact)",
+                         METHODS, "fast", expected="one of " + ", ".join(METHODS)),
+    }
 
-    @staticmethod
-    def check_options(options: dict[str, Any]) -> tuple[str, str] | None:
-        problem = PushPolicy.check_options(options)
-        if problem is not None:
-            return problem
-        if not is_int(options["r"], 1):
-            return "r", ElasticBSP.OPTIONS["r"][1]
-        if options["method"] not in METHODS:
-            return "method", ElasticBSP.OPTIONS["method"][1]
-        return None
-
-    def __init__(self, server, options: dict[str, Any]) -> None:
+    def __init__(self, server: ServerPort, options: dict[str, Any]) -> None:
         super().__init__(server, options)
-        self.R = int(options.get("r", 15))
-        self.method = options.get("method", "fast")
+        self.R = int(options["r"])
+        self.method = options["method"]
         self.since: dict[int, list[float]] = {r: [] for r in server.ranks}  # push times
         self.target: dict[int, int] | None = None  # pushes since the barrier before stopping
         self.plan: dict[str, Any] = {}
@@ -80,7 +74,7 @@ class ElasticBSP(PushPolicy):
         solve(predict([np.arange(2.0)] * 2, 2), self.method)
 
     # ---------------------------------------------------------------- phases
-    def after_push(self, rank: int, header: dict, t: float) -> None:
+    def after_push(self, rank: int, header: dict[str, float], t: float) -> None:
         self.since[rank].append(t)
         if self.target is None and all(len(v) >= 2 for v in self.since.values()):
             self._predict(rank, t)
@@ -122,7 +116,7 @@ class ElasticBSP(PushPolicy):
                   "wait_s": round(max(ends) - min(ends), 6),
                   "iterations": [len(self.since[r]) for r in ranks]}
         self.barriers.append(record)
-        srv.events(record)
+        srv.record(record)
         self.target = None
         self.since = {r: [] for r in ranks}
         for r in ranks:

@@ -11,14 +11,19 @@ Coordination (Section 5.2, Fig. 6):
 
 * ``centralized``: two-phase -- the master broadcasts a pause signal after η, workers report,
   the master broadcasts θ and η.
-* ``semi``: each worker times its own interval η − δᵢ.  δᵢ is estimated from worker i's
-  measured response delay: how late, after its own timer, its report reaches the master (the
-  block it finishes, a suspension it serves, messaging).  With δᵢ = eᵢ − minⱼ eⱼ (smoothed),
-  slow responders commit earlier and reports reach the master together.  The master, which
-  sees every arrival, computes δᵢ and sends it with θ and η (a choice: the paper has each
-  worker monitor itself; the estimate is the same and needs no extra messages).  Knowing its
+* ``semi``: each worker times its own interval η − δᵢ, the paper's η ± δᵢ: δᵢ is signed.
+  It is estimated from worker i's measured response delay eᵢ: how late, after its own timer,
+  its report reaches the master (the block it finishes, a suspension it serves, messaging).
+  Reports reach the master together when δᵢ − eᵢ is the same for every worker, so δᵢ
+  follows eᵢ − mean(e) (smoothed, :data:`OFFSET_SMOOTHING`); the offsets are then centred
+  so that their mean over the workers is 0 and bounded to ±:data:`OFFSET_BOUND` · η.  A
+  worker whose reports arrive early (δᵢ < 0) thus computes longer than η, one whose reports
+  arrive late (δᵢ > 0) shorter, and the workers' mean interval is η, the η the adjustor
+  chose ("transfer extra wait to extra update").  The master, which sees every arrival,
+  computes δᵢ and sends it with θ and η (a choice: the paper has each worker monitor
+  itself; the estimate is the same and needs no extra messages).  Knowing its
   deadline ahead, a worker also shrinks its last block to end on it, and its timer starts at
-  the master's send time when the clocks agree (see :mod:`flegel.runtime.worker`).
+  the master's send time when the clocks agree (see :class:`FSPWorker`).
 
 Every barrier records η, its cost (first report to broadcast, Fig. 10), the spread between
 the first and the last report, and each worker's offset.
@@ -26,17 +31,119 @@ the first and the last report, and each worker's offset.
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from flegel.balance.migration import KEYS as MIGRATION_KEYS
+from flegel.balance.migration import Balancer, MigrationOptions, Migrator
 from flegel.interval import Observation, Plan, make_adjustor
-from flegel.runtime import SIGNAL_PAUSE
-from flegel.sync.base import BarrierPolicy, Reason
+from flegel.interval.multistage import STAGE_CONFIRM, STAGE_SIGNIFICANCE, STAGE_WINDOW
+from flegel.ports import ServerPort, WorkerPolicy, WorkerPort
+from flegel.protocol import Instructions, Reason, Signal
+from flegel.schema import Key, choice, mapping, number
+from flegel.sync.base import BarrierPolicy
 
 #: Weight of the newest measurement when smoothing the semi-centralized offsets δᵢ.
 OFFSET_SMOOTHING = 0.5
+#: Bound on a semi-centralized offset, as a fraction of η: |δᵢ| ≤ OFFSET_BOUND · η, so each
+#: worker's interval η − δᵢ lies in [0.75 η, 1.25 η].  The spread of intervals it allows
+#: (η/2) is what one-sided offsets in [0, η/2] allowed; beyond it a wrong estimate (one
+#: straggler's suspension) would hold the barrier back or waste most of an iteration.
+OFFSET_BOUND = 0.25
+#: A timer anchored at the master's send time only when the measured lag is in [0, this):
+#: a lag outside means the clocks of the two hosts disagree.
+MAX_CLOCK_LAG_S = 0.05
+
+
+class FSPWorker(WorkerPolicy):
+    """The worker side of FSP: commit on the master's pause signal (centralized) or when
+    its own timer η − δᵢ expires (semi-centralized, Section 5.2), and on a full pass.
+
+    Semi-centralized timers start when the master sent θ, not when this worker noticed it
+    (its poll may lag by up to a poll interval), so all workers time the same interval; a
+    lag outside [0, :data:`MAX_CLOCK_LAG_S`) means the clocks disagree across hosts, and the
+    local receipt time is used instead.  Knowing its deadline ahead, the worker shrinks its
+    last block to end on it instead of overrunning it by up to a block.
+    """
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        super().__init__(options)
+        self._deadline: float | None = None
+        mig = MigrationOptions.of(self.options.get("migration"))
+        self.migrator = Migrator(mig) if mig.mode != "off" else None
+        self.sync_migration = mig.mode == "sync"
+
+    @property
+    def in_flight(self) -> int:
+        return 0 if self.migrator is None else self.migrator.in_flight
+
+    def between_blocks(self, port: WorkerPort) -> None:
+        if self.migrator is not None and not self.sync_migration:
+            self.migrator.step(port)
+
+    def while_waiting(self, port: WorkerPort) -> None:
+        if self.migrator is not None and self.sync_migration:
+            # At the barrier: take what peers send now, so no sender waits on this worker.
+            self.migrator.take_messages(port)
+        else:
+            self.between_blocks(port)
+
+    def on_stop(self, port: WorkerPort) -> dict[str, Any]:
+        if self.migrator is None:
+            return {}
+        return self.migrator.drain(port, port.peers)
+
+    def begin(self, port: WorkerPort, instructions: Instructions, sent_lag_s: float) -> None:
+        super().begin(port, instructions, sent_lag_s)
+        if self.migrator is not None and self.sync_migration:
+            # Synchronous migration: the points move before the iteration starts.
+            self.migrator.transfer_now(port, instructions.orders)
+        self._deadline = None
+        if instructions.eta_s > 0:
+            now = port.now()
+            anchor = now - sent_lag_s if 0.0 <= sent_lag_s < MAX_CLOCK_LAG_S else now
+            self._deadline = anchor + max(instructions.eta_s - instructions.offset_s, 0.0)
+
+    def deadline(self) -> float | None:
+        return self._deadline
+
+    def commit_reason(self, port: WorkerPort, points: int) -> Reason | None:
+        if self._deadline is not None and port.now() >= self._deadline:
+            return Reason.TIMER
+        return None
+
+    def block_limit(self, port: WorkerPort, points: int) -> int | None:
+        per_point = port.per_point_s
+        if self._deadline is None or not per_point:
+            return None
+        return max(1, int((self._deadline - port.now()) / per_point))
+
+
+def center_offsets(offsets: dict[int, float], bound: float) -> dict[int, float]:
+    """Shift and clip semi-centralized offsets: ``δᵢ ← clip(δᵢ − c, −bound, bound)`` with the
+    shift c chosen so that the clipped offsets sum to 0 (Section 5.2's η ± δᵢ).
+
+    The clipped sum falls monotonically from ``+n·bound`` to ``−n·bound`` as c grows, so c
+    exists; it is found by bisection.  Order is kept: the latest responder keeps the largest
+    offset (the shortest interval).
+    """
+    if not offsets or bound <= 0:
+        return {r: 0.0 for r in offsets}
+    x = np.array(list(offsets.values()), dtype=float)
+
+    def total(c: float) -> float:
+        return float(np.clip(x - c, -bound, bound).sum())
+
+    lo, hi = float(x.min()) - bound, float(x.max()) + bound
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if total(mid) > 0:
+            lo = mid
+        else:
+            hi = mid
+    c = 0.5 * (lo + hi)
+    return {r: float(np.clip(v - c, -bound, bound)) for r, v in offsets.items()}
 
 
 class FSP(BarrierPolicy):
@@ -54,44 +161,51 @@ class FSP(BarrierPolicy):
     probe_ms : float
         η_p of the multi-stage probes (paper: 200 ms).
     stage_tolerance : float
-        Shortfall against the prediction that opens a new FSPV stage.
+        Relative shortfall of progress against the stage's own rate that opens a new FSPV
+        stage (see :mod:`flegel.interval.multistage`).
     eta_min_ms : float
         Smallest interval an adjustor may choose.
     """
 
-    OPTIONS = {
-        "interval": ("multistage", "'fixed', 'binary' or 'multistage'"),
-        "eta_ms": (None, "a positive number of milliseconds or null"),
-        "coordination": ("semi", "'semi' or 'centralized'"),
-        "factor": (2.0, "a number > 1 (FSPB's λ)"),
-        "probe_ms": (200.0, "a positive number of milliseconds (FSPV's probe η)"),
-        "stage_tolerance": (0.5, "a number between 0 and 1"),
-        "eta_min_ms": (1.0, "a positive number of milliseconds"),
+    OPTIONS: ClassVar[dict[str, Key]] = {
+        "interval": choice("the interval adjustor: fixed η (FSP), binary search (FSPB) or "
+                           "multi-stage probes (FSPV)", ("fixed", "binary", "multistage"),
+                           "multistage"),
+        "eta_ms": number("η for interval: fixed (required there), or η⁰ for binary (null: "
+                         "the calibration iteration's)", None, lo=0, lo_open=True, null=True,
+                         unit="milliseconds"),
+        "coordination": choice("who times η: each worker itself, from when the master sent "
+                               "θ (semi), or the master, which pauses everyone (centralized)",
+                               ("semi", "centralized"), "semi"),
+        "factor": number("λ of the binary search (FSPB; paper: 2)", 2.0, lo=1, lo_open=True),
+        "probe_ms": number("η_p of FSPV's probes (paper: 200 ms; at most an eighth of the "
+                           "fastest worker's full pass)", 200.0, lo=0, lo_open=True,
+                           unit="milliseconds"),
+        "stage_tolerance": number("relative shortfall of FSPV's progress rate against the "
+                                  "stage's own rate (its line f(t)) that opens a new stage "
+                                  f"(judged on windows of {STAGE_WINDOW} iterations, beyond "
+                                  f"{STAGE_SIGNIFICANCE:g} standard errors, {STAGE_CONFIRM} "
+                                  "windows in a row)", 0.5, lo=0, hi=1, lo_open=True,
+                                  hi_open=True),
+        "eta_min_ms": number("smallest interval an adjustor may choose", 1.0, lo=0,
+                             lo_open=True, unit="milliseconds"),
+        "migration": mapping("data migration between workers (keys in the table "
+                             "`sync.migration` below)", None, null=True),
     }
+
+    #: Nested sections of ``sync``, each declared as Keys of its own.
+    SUBSECTIONS: ClassVar[dict[str, dict[str, Key]]] = {"migration": MIGRATION_KEYS}
 
     @staticmethod
     def check_options(o: dict[str, Any]) -> tuple[str, str] | None:
-        def pos(v: Any) -> bool:
-            return not isinstance(v, bool) and isinstance(v, (int, float)) and v > 0
-
-        if o["interval"] not in ("fixed", "binary", "multistage"):
-            return "interval", FSP.OPTIONS["interval"][1]
-        if o["coordination"] not in ("semi", "centralized"):
-            return "coordination", FSP.OPTIONS["coordination"][1]
-        if o["eta_ms"] is not None and not pos(o["eta_ms"]):
-            return "eta_ms", FSP.OPTIONS["eta_ms"][1]
+        """Cross-key rule: ``(key, expected)`` when it is broken, else None."""
         if o["interval"] == "fixed" and o["eta_ms"] is None:
             return "eta_ms", "a positive number of milliseconds (interval: fixed needs η)"
-        if not pos(o["factor"]) or o["factor"] <= 1:
-            return "factor", FSP.OPTIONS["factor"][1]
-        for key in ("probe_ms", "eta_min_ms"):
-            if not pos(o[key]):
-                return key, FSP.OPTIONS[key][1]
-        if not pos(o["stage_tolerance"]) or o["stage_tolerance"] >= 1:
-            return "stage_tolerance", FSP.OPTIONS["stage_tolerance"][1]
         return None
 
-    def __init__(self, server, options: dict[str, Any]) -> None:
+    WORKER = FSPWorker
+
+    def __init__(self, server: ServerPort, options: dict[str, Any]) -> None:
         super().__init__(server, options)
         kind = options["interval"]
         extra: dict[str, Any] = {"eta_min_s": options["eta_min_ms"] / 1e3}
@@ -108,42 +222,61 @@ class FSP(BarrierPolicy):
         self.iter_start = 0.0
         self.first_arrival: float | None = None
         self.eta_max_s = float("inf")
-        self._mark_theta: tuple[dict, float] | None = None
+        self._mark_theta: object | None = None
         self.eta_log: list[float] = []
         self.plan_phase_done = "calibration"
         self._start_estimate = 0.0
+        mig = MigrationOptions.of(options.get("migration"))
+        self.balancer = Balancer(mig) if mig.mode != "off" else None
+        self._orders: dict[int, int] = {}
 
     # ---------------------------------------------------------------- sending
-    def instructions(self, rank: int) -> dict[str, Any]:
+    def instructions(self, rank: int) -> Instructions:
         eta = self.plan.eta_s
         mark = 1 if self.plan.mark else (-1 if self.plan.drop_mark else 0)
-        return {"batch": 0, "eta_s": eta if self.semi else 0.0,
-                "offset_s": self.offsets[rank] if self.semi else 0.0,
-                "mark": mark, "rollback": self.plan.rollback}
+        bound = OFFSET_BOUND * eta  # η may have changed since the offsets were learnt
+        offset = float(min(max(self.offsets[rank], -bound), bound))
+        return Instructions(eta_s=eta if self.semi else 0.0,
+                            offset_s=offset if self.semi else 0.0,
+                            mark=mark, rollback=self.plan.rollback,
+                            orders=self._orders.get(rank, 0))
 
     def broadcast(self) -> None:
         srv = self.server
         if self.plan.mark:
-            self._mark_theta = (srv.theta, srv.objective)
+            self._mark_theta = srv.mark()
         if self.plan.rollback and self._mark_theta is not None:
             # FSPV's second probe restarts from the same θ as the first (Section 3.3).
-            srv.theta, srv.objective = self._mark_theta
+            srv.rollback(self._mark_theta)
         self.signalled = False
         self.first_arrival = None
         self._start_estimate = srv.estimated_objective()
         super().broadcast()
-        self.iter_start = time.perf_counter()
+        self._orders = {}
+        self.iter_start = srv.now()
+
+    def before_broadcast(self, commits: dict[int, dict[str, float]]) -> None:
+        """Migration (Section 4): balance passes at barriers outside FSPV's probes, whose
+        roll-back must find the data where they were."""
+        if self.balancer is None or self.plan.mark or self.plan.rollback:
+            return
+        srv = self.server
+        orders = self.balancer.at_barrier(srv.now(), commits, srv.estimated_objective(),
+                                          srv.target_objective, srv.time_left_s)
+        for rank, messages in orders.items():
+            for message in messages:
+                srv.order(rank, message)
+            self._orders[rank] = len(messages)
 
     # ---------------------------------------------------------------- receiving
-    def on_commit(self, rank: int, header: dict, agg: dict) -> None:
+    def on_commit(self, rank: int, header: dict[str, float], agg: dict[str, Any]) -> None:
         if self.first_arrival is None:
-            self.first_arrival = self.server.workers[rank].arrived_at
+            self.first_arrival = self.server.worker(rank).arrived_at
         if int(header["reason"]) == Reason.PASS and not self.signalled:
             self._pause_all(rank)  # a full pass: barrier at once (Section 3.3)
         super().on_commit(rank, header, agg)
 
     def on_tick(self, now: float) -> None:
-        super().on_tick(now)
         eta = self.plan.eta_s
         if not self.semi and eta > 0 and not self.signalled and now - self.iter_start >= eta:
             self._pause_all()
@@ -152,13 +285,13 @@ class FSP(BarrierPolicy):
         """Signal every worker still computing (not ``reporting``, which just committed)."""
         self.signalled = True
         running = [r for r in self.server.ranks if r not in self.pending and r != reporting]
-        self.server.signal(running, SIGNAL_PAUSE)
+        self.server.signal(running, Signal.PAUSE)
 
     # ---------------------------------------------------------------- the barrier
-    def after_barrier(self, commits: dict[int, dict], agg: dict) -> None:
+    def after_barrier(self, commits: dict[int, dict[str, float]], agg: dict[str, Any]) -> None:
         srv = self.server
-        now = time.perf_counter()
-        arrivals = {r: srv.workers[r].arrived_at for r in commits}
+        now = srv.now()
+        arrivals = {r: srv.worker(r).arrived_at for r in commits}
         first = min(arrivals.values())
         self._update_eta_max(commits)
         if self.semi and self.plan.eta_s > 0:
@@ -177,31 +310,43 @@ class FSP(BarrierPolicy):
         else:
             self.plan = self.adjustor.observe(obs)
 
-    def _update_eta_max(self, commits: dict[int, dict]) -> None:
+    def _update_eta_max(self, commits: dict[int, dict[str, float]]) -> None:
         """The longest useful η: a full pass of the fastest worker (Section 3.3)."""
-        passes = [h["n_active"] / h["rate"] for h in commits.values() if h["rate"] > 0]
+        passes = [h["n_active"] / h["rate"] for h in commits.values()
+                  if h["rate"] > 0 and h["n_active"] > 0]
         if passes:
             self.eta_max_s = float(min(passes))
 
-    def _update_offsets(self, commits: dict[int, dict], arrivals: dict[int, float]) -> None:
-        """δᵢ from each worker's response delay after its own timer (Section 5.2)."""
-        timed = {r for r, h in commits.items() if int(h["reason"]) == Reason.TIMER}
+    def _update_offsets(self, commits: dict[int, dict[str, float]],
+                        arrivals: dict[int, float]) -> None:
+        """Signed δᵢ from each worker's response delay after its own timer (Section 5.2).
+
+        Worker i's delay is ``eᵢ = arrival − start − (η − δᵢ)``; among the workers that
+        committed on their timer δᵢ moves (by :data:`OFFSET_SMOOTHING`) towards
+        ``eᵢ − mean(e)``, then all offsets are centred and bounded by :func:`center_offsets`.
+        """
+        timed = sorted(r for r, h in commits.items() if int(h["reason"]) == Reason.TIMER)
         if len(timed) < 2:
             return
         eta = self.plan.eta_s
         delay = {r: arrivals[r] - self.iter_start - (eta - self.offsets[r]) for r in timed}
-        base = min(delay.values())
+        mean = float(np.mean(list(delay.values())))
         a = OFFSET_SMOOTHING
         for r, e in delay.items():
-            new = (1 - a) * self.offsets[r] + a * (e - base)
-            self.offsets[r] = float(min(max(new, 0.0), eta / 2))
+            self.offsets[r] = (1 - a) * self.offsets[r] + a * (e - mean)
+        self.offsets = center_offsets(self.offsets, OFFSET_BOUND * eta)
 
-    def event(self, commits: dict[int, dict], cost: float, spread: float) -> dict[str, Any]:
+    def event(self, commits: dict[int, dict[str, float]], cost: float,
+              spread: float) -> dict[str, Any]:
         ev = super().event(commits, cost, spread)
         ev["eta_ms"] = round(self.eta_log[-1] * 1e3, 4) if self.eta_log else None
         ev["phase"] = self.plan_phase_done
         if self.semi:
             ev["offsets_ms"] = [round(self.offsets[r] * 1e3, 4) for r in sorted(commits)]
+        if self.balancer is not None:
+            ranks = sorted(commits)
+            ev["workers"]["held"] = [int(commits[r]["n_held"]) for r in ranks]
+            ev["workers"]["in_flight"] = [int(commits[r]["in_flight"]) for r in ranks]
         return ev
 
     def barrier(self) -> None:
@@ -214,7 +359,9 @@ class FSP(BarrierPolicy):
         out.update(interval=self.options["interval"], coordination=self.options["coordination"],
                    final_eta_ms=self.plan.eta_s * 1e3, mean_eta_ms=float(etas.mean() * 1e3),
                    eta_history_ms=[e * 1e3 for e in self.adjustor.history])
-        stages = getattr(self.adjustor, "stages", None)
-        if stages is not None:
-            out["stages"] = stages
+        out.update(self.adjustor.summary())  # FSPV: stages, stage_refits; FSPB: search_rounds
+        if self.balancer is not None:
+            out["migration"] = {"mode": self.balancer.options.mode,
+                                "virtual": self.balancer.options.virtual,
+                                **self.balancer.summary()}
         return out

@@ -9,7 +9,7 @@ back, and starts over from the fresher θ (Section IV-A, Algorithm 2).
 Implementation:
 
 * Every θ is sent with ``mark = 1``, so the worker journals its per-point state and can roll
-  back (:meth:`flegel.store.ShardStore.mark`); the abort is :data:`SIGNAL_ABORT` for the θ
+  back (:meth:`flegel.store.ShardStore.mark`); the abort is ``Signal.ABORT`` for the θ
   version the worker computes from.
 * The paper checks the count when the timer expires; the count only grows within the window,
   so we decide at the push that makes it exceed the threshold -- the same decision, earlier,
@@ -37,12 +37,13 @@ Implementation:
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from flegel.runtime import SIGNAL_ABORT
-from flegel.sync.asynchronous import is_num
+from flegel.ports import ServerPort, WorkerPolicy, WorkerPort
+from flegel.protocol import Instructions, Reason, Signal
+from flegel.schema import Key, boolean, choice, number
 from flegel.sync.ssp import SSP
 
 #: Pushes kept for the adaptive tuning (a longer epoch is tuned on its latest pushes).
@@ -93,6 +94,21 @@ def tune(pushes: list[tuple[float, int]], starts: dict[int, float], spans: dict[
     return best, {i: best * (m - 1) / (spans[i] * m) for i in starts}, best_f
 
 
+class SpecSyncWorker(WorkerPolicy):
+    """The worker side of SpecSync: on an abort signal, throw the iteration's work away and
+    roll the shard back to where it began (every θ comes with ``mark = 1``), so the restart
+    from the fresher θ redoes the same points (Section IV-A, Algorithm 2)."""
+
+    def on_signal(self, port: WorkerPort, kind: Signal) -> Reason | None:
+        return Reason.ABORT if kind == Signal.ABORT else super().on_signal(port, kind)
+
+    def finish(self, port: WorkerPort, reason: Reason) -> bool:
+        if reason == Reason.ABORT:
+            port.rollback()
+            return False
+        return True
+
+
 class SpecSync(SSP):
     """Master policy of SpecSync on ASP (``base: asp``) or SSP (``base: ssp`` with ``s``).
 
@@ -112,38 +128,36 @@ class SpecSync(SSP):
         See :class:`~flegel.sync.asynchronous.PushPolicy`.
     """
 
-    OPTIONS = {**SSP.OPTIONS,
-               "base": ("asp", "'asp' or 'ssp'"),
-               "adaptive": (True, "true or false (tune ABORT_TIME and ABORT_RATE every epoch)"),
-               "abort_time_ms": (None, "a positive number of milliseconds or null"),
-               "abort_rate": (0.0, "a non-negative number (ABORT_RATE)")}
+    OPTIONS: ClassVar[dict[str, Key]] = {
+        **SSP.OPTIONS,
+        "base": choice("the model SpecSync runs on (s applies to ssp only)", ("asp", "ssp"),
+                       "asp"),
+        "adaptive": boolean("retune ABORT_TIME and ABORT_RATE every epoch (Algorithm 1)",
+                            True),
+        "abort_time_ms": number("ABORT_TIME; with adaptive, its value until the first "
+                                "retuning (required when adaptive is false)", None, lo=0,
+                                lo_open=True, null=True, unit="milliseconds"),
+        "abort_rate": number("ABORT_RATE Γ: abort when more than Γ·m others pushed within "
+                             "ABORT_TIME", 0.0, lo=0),
+    }
 
     @staticmethod
     def check_options(options: dict[str, Any]) -> tuple[str, str] | None:
-        problem = SSP.check_options(options)
-        if problem is not None:
-            return problem
-        if options["base"] not in ("asp", "ssp"):
-            return "base", SpecSync.OPTIONS["base"][1]
-        if not isinstance(options["adaptive"], bool):
-            return "adaptive", SpecSync.OPTIONS["adaptive"][1]
-        t = options["abort_time_ms"]
-        if t is not None and not (is_num(t) and t > 0):
-            return "abort_time_ms", SpecSync.OPTIONS["abort_time_ms"][1]
-        if t is None and not options["adaptive"]:
+        """Cross-key rule: ``(key, expected)`` when it is broken, else None."""
+        if options["abort_time_ms"] is None and not options["adaptive"]:
             return "abort_time_ms", "a positive number of milliseconds (adaptive: false needs it)"
-        if not (is_num(options["abort_rate"]) and options["abort_rate"] >= 0):
-            return "abort_rate", SpecSync.OPTIONS["abort_rate"][1]
         return None
 
-    def __init__(self, server, options: dict[str, Any]) -> None:
+    WORKER = SpecSyncWorker
+
+    def __init__(self, server: ServerPort, options: dict[str, Any]) -> None:
         super().__init__(server, options)
-        self.base = options.get("base", "asp")
-        self.adaptive = bool(options.get("adaptive", True))
-        t_ms = options.get("abort_time_ms")
+        self.base = options["base"]
+        self.adaptive = bool(options["adaptive"])
+        t_ms = options["abort_time_ms"]
         self.abort_time = 0.0 if t_ms is None else t_ms / 1e3
         ranks = server.ranks
-        self.abort_rate = {r: float(options.get("abort_rate", 0.0)) for r in ranks}
+        self.abort_rate = {r: float(options["abort_rate"]) for r in ranks}
         self.speculating = {r: False for r in ranks}  # its current iteration is speculated on
         self.seen = {r: 0 for r in ranks}             # pushes by others in its window so far
         self._restart = {r: False for r in ranks}
@@ -159,8 +173,9 @@ class SpecSync(SSP):
     def hold(self, rank: int) -> bool:
         return self.base == "ssp" and super().hold(rank)
 
-    def instructions(self, rank: int) -> dict[str, Any]:
-        return {**super().instructions(rank), "mark": 1}  # journal, so an abort can roll back
+    def instructions(self, rank: int) -> Instructions:
+        # Journal every iteration, so an abort can roll back.
+        return Instructions(batch=super().instructions(rank).batch, mark=1)
 
     # ---------------------------------------------------------------- speculation
     def on_answer(self, rank: int, t: float) -> None:
@@ -169,7 +184,7 @@ class SpecSync(SSP):
         self._restart[rank] = False
         self.seen[rank] = 0
 
-    def after_push(self, rank: int, header: dict, t: float) -> None:
+    def after_push(self, rank: int, header: dict[str, float], t: float) -> None:
         # Time of the update, not of the arrival: a push that arrived with others in one
         # poll but is applied after r was sent θ is one r's θ misses (Section III-A).
         t = self.now()
@@ -183,11 +198,11 @@ class SpecSync(SSP):
             self.seen[r] += 1
             if self.seen[r] > self.n * self.abort_rate[r]:
                 self.speculating[r] = False
-                self.server.signal_version([r], SIGNAL_ABORT, self.computing[r])
+                self.server.signal([r], Signal.ABORT, self.computing[r])
         if self.adaptive and min(self.clock.values()) > self.epoch:
             self._retune(t)
 
-    def on_abort(self, rank: int, header: dict, t: float) -> None:
+    def on_abort(self, rank: int, header: dict[str, float], t: float) -> None:
         self._restart[rank] = True
         self.aborts[rank] += 1
         self.aborted_points[rank] += int(header["aborted"])

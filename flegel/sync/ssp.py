@@ -10,9 +10,11 @@ updates).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
-from flegel.sync.asynchronous import PushPolicy, is_int
+from flegel.ports import ServerPort
+from flegel.schema import Key, integer
+from flegel.sync.asynchronous import PushPolicy
 
 
 class SSP(PushPolicy):
@@ -27,19 +29,14 @@ class SSP(PushPolicy):
         See :class:`~flegel.sync.asynchronous.PushPolicy`.
     """
 
-    OPTIONS = {**PushPolicy.OPTIONS,
-               "s": (3, "a non-negative integer (largest clock gap to the slowest worker)")}
+    OPTIONS: ClassVar[dict[str, Key]] = {
+        **PushPolicy.OPTIONS,
+        "s": integer("staleness threshold: largest clock gap to the slowest worker", 3, lo=0),
+    }
 
-    @staticmethod
-    def check_options(options: dict[str, Any]) -> tuple[str, str] | None:
-        problem = PushPolicy.check_options(options)
-        if problem is None and not is_int(options["s"], 0):
-            return "s", SSP.OPTIONS["s"][1]
-        return problem
-
-    def __init__(self, server, options: dict[str, Any]) -> None:
+    def __init__(self, server: ServerPort, options: dict[str, Any]) -> None:
         super().__init__(server, options)
-        self.s = int(options.get("s", 3))
+        self.s = int(options["s"])
 
     def hold(self, rank: int) -> bool:
         return self.gap(rank) > self.s

@@ -1,10 +1,16 @@
-"""Run one validated job on an MPI communicator: start-up, training, results.
+"""The wiring: one validated job on an MPI communicator -> server, policies and runtime.
+
+This module sits above the runtime and the sync models (``docs/architecture.md``): it is the
+one place that picks the job's sync model and hands its master policy to the server and its
+worker policy to the worker loop.
 
 Start-up: each worker loads only its own shard and sends the master its size and a seeded
-sample; the master builds :class:`~flegel.api.DataInfo`, computes θ⁽⁰⁾ and announces the
-buffer layouts.  Training: the master serves the sync model's policy while workers run the
-generic loop.  End: workers evaluate the final θ on their shards; the master writes the run
-directory.  An exception on any rank aborts the whole job with that rank's traceback.
+sample; the master builds :class:`~flegel.api.DataInfo`, computes θ⁽⁰⁾ and the buffer layouts,
+announces the layouts and sends θ⁽⁰⁾ once, as a buffer.  Workers compile their kernels on it
+(JIT warm-up) and report ready; then the training clock starts.  Training: the master serves
+the master policy while workers run the generic loop with the worker policy.  End: workers
+evaluate the final θ on their shards; the master writes the run directory.  An exception on
+any rank aborts the whole job with that rank's traceback.
 """
 
 from __future__ import annotations
@@ -18,15 +24,16 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from flegel.api import DataInfo
+from flegel.api import Algorithm, DataInfo, zero_aggregator
 from flegel.block import Block
 from flegel.config import Job
 from flegel.runtime import comm as msg
 from flegel.runtime.layout import Layout
-from flegel.runtime.master import Server
+from flegel.runtime.server import Server
+from flegel.runtime.transport import MpiTransport
 from flegel.runtime.worker import Worker
 from flegel.stopping import StopCriteria
-from flegel.store import ShardStore
+from flegel.store import ID_SHIFT, ShardStore
 from flegel.stragglers import Stragglers
 from flegel.sync import policy_class
 
@@ -60,14 +67,14 @@ def _limit_threads(n: int) -> None:
     try:
         import numba
 
-        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001 - numba threading layer may be unavailable
         pass
 
 
 # ------------------------------------------------------------------------------- worker side
-def _warm_up(algorithm: Any, x: np.ndarray, y: np.ndarray | None, theta: dict,
-             zero: dict) -> None:
+def _warm_up(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None, theta: dict[str, Any],
+             zero: dict[str, Any]) -> None:
     """Run the kernel once on a copy of a few points, so JIT compilation (numba) happens
     before the training clock starts, not inside the first iteration."""
     n = min(len(x), 8)
@@ -92,16 +99,21 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
                            "n_classes": None if y is None else int(np.max(y)) + 1,
                            "load_s": time.perf_counter() - t0}, dest=0)
     layouts = msg.recv_object(comm, source=0)[0]
-    _warm_up(algorithm, x, y, layouts["theta0"], layouts["agg"].zeros())
-    msg.send_object(comm, "ready", dest=0)
-    store = ShardStore(x, y, algorithm.init_state(len(x), x.shape[1]))
+    ids = (np.int64(comm.rank) << ID_SHIFT) | np.arange(len(x), dtype=np.int64)
+    store = ShardStore(x, y, algorithm.init_state(len(x), x.shape[1]), ids=ids)
     stragglers = Stragglers.for_rank(job["stragglers"], comm.rank, job["seed"])
-    worker = Worker(comm, algorithm, store, layouts["theta"], layouts["agg"], stragglers,
-                    block_ms=job["runtime"]["block_ms"])
+    policy = policy_class(job["sync"]["model"]).WORKER(job["sync"])
+    worker = Worker(comm, algorithm, store, layouts["theta"], layouts["agg"], policy,
+                    stragglers, block_ms=job["runtime"]["block_ms"])
+    worker.receive_params()  # θ⁽⁰⁾, sent once
+    _warm_up(algorithm, x, y, worker.theta, layouts["agg"].zeros())
+    msg.send_object(comm, "ready", dest=0)
     report = worker.run()
-    # The exact objective of every θ snapshot of the run, on this shard (see master.Trace).
+    # The exact objective of the final θ and of every θ snapshot of the run, on this shard
+    # (see flegel.runtime.server.Trace).
     thetas = msg.recv_object(comm, source=0)[0]
     full = store.full_block()
+    report["objective"] = float(algorithm.evaluate(worker.theta, full))
     report["trace"] = [float(algorithm.evaluate(th, full)) for th in thetas]
     report["load_s"] = time.perf_counter() - t0 - report["compute_s"] - report["wait_s"]
     msg.send_object(comm, report, dest=0)
@@ -130,26 +142,27 @@ def run_master(comm: MPI.Comm, job: Job, out_dir: Path) -> dict[str, Any]:
                     seed=job["seed"], dtype=np.dtype(infos[ranks[0]]["dtype"]),
                     base_dir=job.base_dir)
     algorithm = job.make_algorithm()
-    algorithm._layout_point = (sample[0], None if sample_y is None else sample_y[0])
     theta = algorithm.init_parameter(info)
-    layouts = {"theta": Layout.of(theta), "agg": Layout.of(algorithm.zero_aggregator(theta)),
-               "theta0": theta}
-    msg.bcast_object(comm, layouts)
-    for _ in range(n_workers):
-        msg.recv_object(comm)  # every worker is loaded and warmed up: the clock may start
+    agg_layout = Layout.of(zero_aggregator(algorithm, theta, sample[0],
+                                           None if sample_y is None else sample_y[0]))
+    theta_layout = Layout.of(theta)
+    msg.bcast_object(comm, {"theta": theta_layout, "agg": agg_layout})
 
     writer = RunWriter(out_dir, job)
-    stop = StopCriteria(**job["stop"])
     progress = Progress(job["output"]["progress"], algorithm.objective_name)
-    server = Server(comm, algorithm, theta, layouts["theta"], layouts["agg"], stop,
-                    events=writer.event, progress=progress,
-                    trace_points=job["output"]["trace_points"])
-    server.stall_warning_s = job["runtime"]["stall_warning_s"]
+    server = Server(MpiTransport(comm, theta_layout, agg_layout), ranks, algorithm, theta,
+                    agg_layout.zeros, StopCriteria(**job["stop"]), events=writer.event,
+                    progress=progress, trace_points=job["output"]["trace_points"],
+                    stall_warning_s=job["runtime"]["stall_warning_s"])
     server.shard_sizes = {r: infos[r]["n"] for r in ranks}
+    server.preload()
+    for _ in range(n_workers):
+        msg.recv_object(comm)  # every worker is loaded and warmed up: the clock may start
     policy = policy_class(job["sync"]["model"])(server, job["sync"])
     server.serve(policy)
     msg.bcast_object(comm, server.trace.thetas)
-    results = server.collect_results()
+    # Every worker's end-of-run report (evaluated objective, totals), in rank order.
+    results = [msg.recv_object(comm, source=r)[0] for r in ranks]
     progress.close(server.version, server.objective, server.train_s)
     summary = writer.finish(server, policy, algorithm, info, results, infos)
     return summary

@@ -1,0 +1,430 @@
+"""FSP data migration (FSP paper Section 4.3): the master's balancer and the worker's migrator.
+
+Under FSP fast workers no longer wait, so a straggler's data lag behind in traversal passes
+(Section 4.1).  Migration moves data from workers behind to workers ahead so that every
+point is trained about as often.
+
+Master side, :class:`Balancer` (called by the FSP master policy at every barrier):
+
+* record every worker's points N, speed V (seconds per point, straggler delays included:
+  they are what makes it slow) and passes P (:class:`~flegel.balance.monitor.WorkerStat`);
+* when Eq. 8 fails (some |Pᵢ − mean P| > ε), start a balancing cycle of ``rounds`` = d
+  rounds, each lasting T/d; before each round plan the moves with Eq. 9
+  (:func:`~flegel.balance.planner.plan_round`) and send each source an order;
+* the remaining time T (Section 3.3) is ``|f − f_target| / g`` when the job has a target
+  objective, g being the slope of the estimated objective over the last barriers; without a
+  target (the paper's case is a convergence test whose end is unknown) we take T = the
+  training time so far (the run is assumed to last as long again), capped by
+  ``stop.max_time_s`` when set.  A cycle ends after d rounds or once Eq. 8 holds.
+* virtual migration (last paragraph of Section 4.3): when a move would send points from j to
+  i while i still holds inactive copies of points it sent to j, j is told to *return* them:
+  it deactivates its copies and sends i their ids, per-point state and visits -- never the
+  features -- and i takes them up again.  ``bytes_moved`` counts only features and labels;
+  the state sent back is counted apart (``state_bytes``).
+
+Worker side, :class:`Migrator` (called by the FSP worker policy between blocks, while
+waiting for θ, and at stop):
+
+* ``async`` (the paper's): a source selects its points bottom-up just behind its traversal
+  cursor (Fig. 3), one window of ``window`` points at a time; only the current window is
+  locked out of local training; windows travel with their per-point state as nonblocking
+  point-to-point messages, polled between blocks, never spun on.  The target admits each
+  window into its priority queue (:meth:`flegel.store.ShardStore.admit`): migrated points
+  are trained first until their passes caught up, then count as native.
+* ``sync`` (the paper's comparison, Section 6 "up to 35.9% worse"): the orders come with the
+  barrier's θ and both sides move all the points before the next iteration starts.
+* At stop, every worker tells every other how many windows it sent; each drains what is
+  still in flight, so every point ends on exactly one worker before the final evaluation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from flegel import schema
+from flegel.balance.monitor import DEFAULT_EPSILON, WorkerStat, group, needs_migration
+from flegel.balance.planner import DEFAULT_ROUNDS, Move, plan_round
+
+#: Migration modes of ``sync.migration.mode``.
+MODES = ("off", "async", "sync")
+#: Points per window by default: about 220 KiB of 28 float64 features, sent in well under a
+#: millisecond on a local network, small enough that little is locked out of training.
+DEFAULT_WINDOW = 1024
+
+#: The keys of ``sync.migration`` (FSP only), declared once.
+KEYS: dict[str, schema.Key] = {
+    "mode": schema.choice("data migration (FSP paper Section 4): off; async, windows sent "
+                          "while training goes on (Section 4.3); sync, every point moved at "
+                          "the barrier before the next iteration", MODES, "off"),
+    "virtual": schema.boolean("the source keeps the points it sent, inactive, and takes "
+                              "them up again when balance needs them back (no data sent "
+                              "back)", True),
+    "epsilon": schema.number("ε of Eq. 8: migrate when some worker's passes differ from "
+                             "the mean by more than this", DEFAULT_EPSILON, lo=0, hi=1),
+    "rounds": schema.integer("d: the remaining time T is split into d rounds, re-planned "
+                             "before each (Section 4.2)", DEFAULT_ROUNDS, lo=1),
+    "window": schema.integer("points per window of asynchronous migration (only the "
+                             "window being sent is locked out of training)", DEFAULT_WINDOW,
+                             lo=1),
+}
+#: Barriers of objective samples the progress slope g is fitted on.
+SLOPE_SAMPLES = 8
+#: Barriers a worker's speed V is measured over.
+SPEED_BARRIERS = 16
+#: Barriers of speed history before the first plan: one flexible-barrier iteration's speed is
+#: noise (the calibration iteration even ends at the fastest worker's first pass).
+MIN_HISTORY = 4
+#: Once passes are many, Eq. 8's threshold grows to this fraction of the mean passes: the
+#: timing noise of shared cores grows with the passes, and moving data to chase it costs more
+#: than it gives (measured: without stragglers, a fixed ε = 1 moved 40% of the data for a run
+#: 1.9x slower).  The issue's balance target reads the same way (ε, or 10% of the mean).
+RELATIVE_EPSILON = 0.1
+#: Migration also needs one worker's pass (V·N seconds) to take this many times another's:
+#: with passes of about equal length, a gap in passes does not grow, and moving data to close
+#: it cost more than it gave (measured without stragglers on 2 shared cores).  A recovered
+#: straggler holding few points has a short pass, so data flow back to it.
+PASS_TIME_RATIO = 1.5
+
+
+@dataclass
+class MigrationOptions:
+    """The validated ``sync.migration`` section (its defaults are :data:`KEYS`' only)."""
+
+    mode: str
+    virtual: bool
+    epsilon: float
+    rounds: int
+    window: int
+
+    @classmethod
+    def of(cls, section: dict[str, Any] | None) -> MigrationOptions:
+        """From the validated section (its defaults filled by :data:`KEYS`)."""
+        return cls(**{**schema.defaults(KEYS), **(section or {})})
+
+
+def payload_bytes(payload: dict[str, Any]) -> int:
+    """Bytes of features and labels in a window (what migration costs the network)."""
+    y = payload.get("y")
+    return int(np.asarray(payload["x"]).nbytes + (0 if y is None else np.asarray(y).nbytes))
+
+
+def state_bytes(payload: dict[str, Any]) -> int:
+    """Bytes of per-point state, ids and visits travelling with points."""
+    arrays = [payload["ids"], payload["visits"], *payload["state"].values()]
+    return int(sum(np.asarray(a).nbytes for a in arrays))
+
+
+# =============================================================================== master side
+@dataclass
+class Balancer:
+    """The FSP master's side of migration: monitor at every barrier, plan rounds, send orders.
+
+    Parameters
+    ----------
+    options : MigrationOptions
+    """
+
+    options: MigrationOptions
+    round_end: float | None = None   # server time the current round ends (None: no cycle)
+    round_k: int = 0
+    rounds: int = 0                  # rounds planned over the run
+    ordered: int = 0                 # points ordered to move
+    returned: int = 0                # points ordered back by virtual migration
+    parked: dict[tuple[int, int], int] = field(default_factory=dict)  # (origin, holder)
+    samples: list[tuple[float, float]] = field(default_factory=list)
+    speed: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
+    log: list[dict[str, Any]] = field(default_factory=list)
+
+    def stats(self, commits: dict[int, dict[str, float]]) -> list[WorkerStat]:
+        """Eq. 8's statistics from the commits of one barrier.
+
+        V is smoothed: seconds over points summed over the last :data:`SPEED_BARRIERS`
+        barriers, since one flexible-barrier iteration holds few blocks and its time is
+        noisy.
+        """
+        out = []
+        for r, h in sorted(commits.items()):
+            hist = self.speed.setdefault(r, [])
+            hist.append((h["compute_s"], h["points"]))
+            del hist[:-SPEED_BARRIERS]
+            seconds = sum(c for c, _ in hist)
+            points = sum(p for _, p in hist)
+            v = max(seconds, 1e-9) / max(points, 1.0)  # no points yet: as slow as it gets
+            out.append(WorkerStat(rank=r, n=int(h["n_active"]), v=v, p=float(h["passes"])))
+        return out
+
+    def remaining_time(self, now: float, objective: float, target: float | None,
+                       time_left: float | None) -> float:
+        """T of Section 3.3 (see the module docstring for the choice without a target)."""
+        self.samples = (self.samples + [(now, objective)])[-SLOPE_SAMPLES:]
+        t_rem = now
+        if target is not None and len(self.samples) >= 2:
+            ts, fs = np.array(self.samples).T
+            slope = float(np.polyfit(ts - ts[0], fs, 1)[0]) if np.ptp(ts) > 0 else 0.0
+            if slope < 0 and objective > target:
+                t_rem = (objective - target) / -slope
+        if time_left is not None:
+            t_rem = min(t_rem, time_left)
+        return max(t_rem, 0.0)
+
+    def at_barrier(self, now: float, commits: dict[int, dict[str, float]], objective: float,
+                   target: float | None, time_left: float | None
+                   ) -> dict[int, list[dict[str, Any]]]:
+        """Plan at a barrier; return the orders for each rank (empty: nothing to do)."""
+        opts = self.options
+        T = self.remaining_time(now, objective, target, time_left)
+        stats = self.stats(commits)
+        if self.round_end is not None and now < self.round_end:
+            return {}
+        if min(len(h) for h in self.speed.values()) < MIN_HISTORY:
+            return {}
+        if any(h["in_flight"] > 0 or h["queued"] > 0 for h in commits.values()):
+            # The last round's points are still moving or catching up: a worker's passes
+            # say little until they settle, and planning on them moves data back and forth.
+            return {}
+        mean_p = sum(s.p for s in stats) / len(stats)
+        if mean_p > 0 and RELATIVE_EPSILON * mean_p > opts.epsilon:
+            # Compare relative to the mean (RELATIVE_EPSILON): scale passes down instead of
+            # the threshold up, so Eq. 8's test itself stays as printed.
+            scale = opts.epsilon / (RELATIVE_EPSILON * mean_p)
+            check = [WorkerStat(s.rank, s.n, s.v, s.p * scale) for s in stats]
+        else:
+            check = stats
+        pass_s = [s.v * s.n for s in stats if s.n > 0]
+        uneven = bool(pass_s) and max(pass_s) >= PASS_TIME_RATIO * min(pass_s)
+        if not uneven or not needs_migration(check, opts.epsilon):
+            self.round_end, self.round_k = None, 0  # balanced (Eq. 8): the cycle ends
+            return {}
+        if self.round_k >= opts.rounds:
+            self.round_k = 0  # a new cycle
+        if T <= 0 or not math.isfinite(T):
+            return {}
+        moves = self.keep_some(plan_round(group(stats), T, opts.rounds), stats)
+        self.round_k += 1
+        self.rounds += 1
+        self.round_end = now + T / opts.rounds
+        orders = self.orders(moves)
+        self.log.append({"time_s": round(now, 6), "round": self.rounds, "T_s": round(T, 6),
+                         "moves": [[m.source, m.target, m.points] for m in moves],
+                         "passes": [round(s.p, 4) for s in stats]})
+        return orders
+
+    def keep_some(self, moves: list[Move], stats: list[WorkerStat]) -> list[Move]:
+        """Leave every source at least one window of points.
+
+        Eq. 9 may hand nearly all of a straggler's points away; a worker with none has no
+        measurable speed, and could never be given work back when it recovers (a transient
+        straggler).  One window keeps both possible at a negligible cost.
+        """
+        left = {s.rank: s.n for s in stats}
+        out = []
+        for m in moves:
+            points = min(m.points, left[m.source] - self.options.window)
+            if points >= self.options.window // 4:  # smaller moves cost more than they give
+                left[m.source] -= points
+                out.append(Move(m.source, m.target, points))
+        return out
+
+    def orders(self, moves: list[Move]) -> dict[int, list[dict[str, Any]]]:
+        """Orders for each rank: ``send`` to move points, ``return`` to give back points
+        the target still holds copies of (virtual migration)."""
+        out: dict[int, list[dict[str, Any]]] = {}
+        for m in moves:
+            points = m.points
+            if self.options.virtual:
+                # Points the target sent to the source earlier are still parked at the
+                # target: the source returns them, and no data travel.
+                back = min(points, self.parked.get((m.target, m.source), 0))
+                if back:
+                    self.parked[(m.target, m.source)] -= back
+                    self.returned += back
+                    points -= back
+                    out.setdefault(m.source, []).append(
+                        {"kind": "return", "to": m.target, "points": back,
+                         "round": self.rounds})
+                    # The origin expects them back: synchronous migration waits for every
+                    # expected point before training (without this its reactivations sat in
+                    # its queue, taken one per barrier, the points trained by no one).
+                    out.setdefault(m.target, []).append(
+                        {"kind": "expect", "from": m.source, "points": back,
+                         "round": self.rounds})
+            if points:
+                if self.options.virtual:
+                    key = (m.source, m.target)
+                    self.parked[key] = self.parked.get(key, 0) + points
+                self.ordered += points
+                out.setdefault(m.source, []).append(
+                    {"kind": "send", "to": m.target, "points": points,
+                     "round": self.rounds})
+                out.setdefault(m.target, []).append(
+                    {"kind": "expect", "from": m.source, "points": points,
+                     "round": self.rounds})
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        return {"rounds": self.rounds, "points_ordered": self.ordered,
+                "points_returned": self.returned, "round_log": self.log[-200:]}
+
+
+# =============================================================================== worker side
+class Migrator:
+    """A worker's side of migration (see the module docstring).
+
+    Parameters
+    ----------
+    options : MigrationOptions
+    """
+
+    def __init__(self, options: MigrationOptions) -> None:
+        self.options = options
+        self.quota: dict[int, int] = {}      # points still to send, per target
+        self.expected: dict[int, int] = {}   # points ordered to arrive, per source
+        self.arrived: dict[int, int] = {}    # points that arrived, per source
+        self.returns: dict[int, int] = {}    # points to return, per origin (virtual)
+        self.window: tuple[int, np.ndarray] | None = None  # (target, rows) in flight
+        self.sent: dict[int, int] = {}       # messages sent, per peer
+        self.received: dict[int, int] = {}   # messages received, per peer
+        self._fins: dict[int, int] = {}      # peer -> messages it says it sent (at stop)
+        self.round = 0                       # the planning round of the orders in force
+        self.points_moved = 0
+        self.bytes_moved = 0
+        self.state_bytes = 0
+        self.reactivated = 0
+
+    @property
+    def in_flight(self) -> int:
+        return 0 if self.window is None else len(self.window[1])
+
+    # ------------------------------------------------------------------ messages
+    def take_orders(self, port: Any) -> int:
+        """Book the orders that arrived; return how many.
+
+        Each round's orders replace what is left of the previous round's: the planner saw
+        the points still to send as the source's own, and re-planned them.
+        """
+        orders = port.orders()
+        for order in orders:
+            if order["round"] != self.round:
+                self.round = order["round"]
+                self.quota.clear()
+            book = {"send": self.quota, "expect": self.expected, "return": self.returns}
+            peer = order["to"] if "to" in order else order["from"]
+            book[order["kind"]][peer] = book[order["kind"]].get(peer, 0) + order["points"]
+        return len(orders)
+
+    def _post(self, port: Any, dest: int, message: dict[str, Any]) -> None:
+        port.post(dest, message)
+        self.sent[dest] = self.sent.get(dest, 0) + 1
+
+    def take_messages(self, port: Any, limit: int | None = None) -> None:
+        """Admit windows and reactivations that arrived (at most ``limit``: a step between
+        blocks takes one, so a flood of windows cannot hold training up)."""
+        shard = port.shard
+        for src, message in port.receive(limit):
+            kind = message["kind"]
+            if kind == "fin":
+                self._fins[src] = message["sent"]
+                continue
+            self.received[src] = self.received.get(src, 0) + 1
+            if kind == "window":
+                shard.admit(message["points"])
+                n = len(message["points"]["ids"])
+                self.arrived[src] = self.arrived.get(src, 0) + n
+            elif kind == "shortfall":
+                self.arrived[src] = self.arrived.get(src, 0) + int(message["points"])
+            elif kind == "reactivate":
+                rows = shard.reactivate(message["points"])
+                self.reactivated += len(rows)
+                # Count what was ordered back, not what came: a holder may find fewer points
+                # to retire, and a synchronous origin must not wait for them forever.
+                n = int(message.get("ordered", len(rows)))
+                self.arrived[src] = self.arrived.get(src, 0) + n
+
+    # ------------------------------------------------------------------ async work
+    def step(self, port: Any) -> None:
+        """Nonblocking progress: orders, arrivals, the window in flight, the next window."""
+        self.take_orders(port)
+        shard = port.shard
+        if shard.marked:
+            # FSPV's probes roll θ and the shard back to the mark: a point whose state came
+            # or went since would disagree with the θ it is rolled back to.  Everything
+            # waits for the unmark (senders' requests just stay pending meanwhile).
+            return
+        self.take_messages(port, limit=1)
+        for origin, count in list(self.returns.items()):
+            taken = shard.retire(origin, count)
+            del self.returns[origin]
+            # Posted even when empty: the origin expects ``count`` points back (sync mode).
+            self.state_bytes += state_bytes(taken)
+            self._post(port, origin, {"kind": "reactivate", "points": taken,
+                                      "ordered": count})
+        if self.window is not None and port.sends_pending() == 0:
+            self.window = None  # sent: its rows stay inactive here (kept for virtual)
+        if self.window is None:
+            self._next_window(port, self.options.window)
+
+    def _next_window(self, port: Any, size: int) -> None:
+        shard = port.shard
+        for target, left in list(self.quota.items()):
+            if left <= 0:
+                del self.quota[target]
+                continue
+            # Keep one window here whatever the orders: see Balancer.keep_some.
+            room = shard.n_active - self.options.window
+            rows = shard.select_behind_cursor(min(size, left, room))
+            if len(rows) == 0:
+                # Nothing left to give: say so, or a synchronous target would wait forever
+                # for the rest of what was ordered.
+                del self.quota[target]
+                self._post(port, target, {"kind": "shortfall", "points": left})
+                return
+            shard.lock(rows)
+            payload = shard.export(rows)
+            self.quota[target] = left - len(rows)
+            self.points_moved += len(rows)
+            self.bytes_moved += payload_bytes(payload)
+            self.state_bytes += state_bytes(payload)
+            self._post(port, target, {"kind": "window", "points": payload})
+            self.window = (target, rows)
+            return
+
+    # ------------------------------------------------------------------ sync work
+    def transfer_now(self, port: Any, orders: int) -> None:
+        """Synchronous migration at the barrier: take the ``orders`` announced with θ, send
+        every point at once, and wait until every expected point arrived and every send
+        completed (no training meanwhile)."""
+        got = 0
+        while got < orders:
+            got += self.take_orders(port)
+            if got < orders:
+                port.pause()
+        self.step(port)
+        while self.quota:
+            self._next_window(port, max(self.quota.values()))
+        while (any(self.arrived.get(p, 0) < n for p, n in self.expected.items())
+               or port.sends_pending()):
+            self.take_messages(port)
+            port.pause()
+        self.window = None
+
+    # ------------------------------------------------------------------ the end
+    def drain(self, port: Any, peers: list[int]) -> dict[str, Any]:
+        """At stop: tell every peer what was sent to it, receive everything still in flight,
+        wait for every send to complete.  Every point then sits on exactly one worker."""
+        for p in peers:
+            port.post(p, {"kind": "fin", "sent": self.sent.get(p, 0)})
+        while True:
+            self.take_messages(port)
+            done = all(p in self._fins and self.received.get(p, 0) >= self._fins[p]
+                       for p in peers)
+            if done and port.sends_pending() == 0:
+                break
+            port.pause()
+        return {"migration": {"points_moved": self.points_moved,
+                              "bytes_moved": self.bytes_moved,
+                              "state_bytes": self.state_bytes,
+                              "reactivated": self.reactivated}}

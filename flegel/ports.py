@@ -1,0 +1,294 @@
+"""The typed seams between the runtime and the sync models.
+
+A sync model is a pair of policies (DESIGN §2): a *master policy* that decides when to apply
+what and whom to answer, and a *worker policy* that decides when a worker's iteration ends.
+Each acts on the runtime only through a port defined here:
+
+* :class:`ServerPort` -- what a master policy may do with the parameter server: apply an
+  aggregator, answer or signal a worker, mark and roll back θ, read the clock, the online
+  objective and what it knows of each worker, check the stop criteria, record an event.
+* :class:`WorkerPort` -- what a worker policy may do with the worker loop: read the clock and
+  the block sizer's estimate, mark, roll back or unmark the shard, reach the shard's
+  migration operations (:class:`MigratingShard`) and exchange migration messages.
+
+The runtime implements the ports (:class:`flegel.runtime.server.Server`,
+:class:`flegel.runtime.worker.Worker`); in-process tests implement them with a fake transport
+and a simulated clock (``tests/fakes.py``).  This module imports only :mod:`flegel.protocol`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from flegel.protocol import Instructions, Reason, Signal, StopReason
+
+#: An aggregator or θ: a dict of arrays (and floats).
+Arrays = dict[str, Any]
+
+
+@dataclass
+class WorkerRecord:
+    """What the master knows of one worker.
+
+    Attributes
+    ----------
+    rank : int
+    header : dict
+        The COMMIT header of its latest commit (plus ``latency_s``, the commit's transit).
+    commits, points : int
+        Commits and points processed so far.
+    stopped : bool
+        It has been told to stop.
+    waiting : bool
+        It has committed and waits for θ.
+    arrived_at : float
+        Server clock (seconds since training began) when its latest commit arrived.
+    started_at : float
+        Server clock when it was last sent θ (its current iteration began).
+    """
+
+    rank: int
+    header: dict[str, float] = field(default_factory=dict)
+    commits: int = 0
+    points: int = 0
+    stopped: bool = False
+    waiting: bool = False
+    arrived_at: float = 0.0
+    started_at: float = 0.0
+
+    @property
+    def passes(self) -> float:
+        """Traversal passes over its shard completed so far."""
+        return self.header.get("passes", 0.0)
+
+    @property
+    def n_active(self) -> int:
+        """Points of its shard that have not voted to halt (its shard size before a commit)."""
+        return int(self.header.get("n_active", 1))
+
+
+class ServerPort(Protocol):
+    """The parameter server as a master policy sees it."""
+
+    #: Worker ranks, in order.
+    ranks: list[int]
+    #: Number of θ updates applied so far.
+    version: int
+    #: Online objective: the sum of every committed objective change (labelled as such).
+    objective: float
+
+    def now(self) -> float:
+        """Seconds since training began (the time base of every record)."""
+        ...
+
+    def worker(self, rank: int) -> WorkerRecord:
+        """What the server knows of ``rank``."""
+        ...
+
+    def total(self, aggs: Iterable[Arrays]) -> Arrays:
+        """The sum of ``aggs`` (``aggregate`` over a zero aggregator)."""
+        ...
+
+    def apply(self, agg: Arrays) -> float:
+        """θ ← update_parameter(agg, θ); return the seconds the update took."""
+        ...
+
+    def send(self, rank: int, instructions: Instructions) -> None:
+        """Answer ``rank`` (which waits) with the current θ and ``instructions``."""
+        ...
+
+    def signal(self, ranks: Iterable[int], kind: Signal, version: int | None = None) -> None:
+        """Send ``kind`` to computing workers about θ ``version`` (default: the current)."""
+        ...
+
+    def mark(self) -> object:
+        """A token of the current θ and online objective, for :meth:`rollback`."""
+        ...
+
+    def rollback(self, token: object) -> None:
+        """Return θ and the online objective to what :meth:`mark` saw."""
+        ...
+
+    def estimated_objective(self) -> float:
+        """The online objective scaled up to points not visited yet."""
+        ...
+
+    def check_stop(self, agg: Arrays, iteration: int) -> StopReason | None:
+        """The algorithm's and the built-in stop criteria after ``iteration``."""
+        ...
+
+    def finish(self, reason: StopReason) -> None:
+        """End training: every waiting worker gets the final θ with the stop flag."""
+        ...
+
+    def record(self, event: dict[str, Any]) -> None:
+        """Append one record to ``events.jsonl``."""
+        ...
+
+    def order(self, rank: int, message: dict[str, Any]) -> None:
+        """Send a migration order to ``rank`` (it arrives before the next instructions)."""
+        ...
+
+    @property
+    def target_objective(self) -> float | None:
+        """The job's target objective (``stop.target_objective``), if any."""
+        ...
+
+    @property
+    def time_left_s(self) -> float | None:
+        """Training time left before ``stop.max_time_s``, if set."""
+        ...
+
+
+class MigratingShard(Protocol):
+    """What migration may do to a worker's shard (:class:`flegel.store.ShardStore`)."""
+
+    @property
+    def marked(self) -> bool: ...
+
+    @property
+    def n_held(self) -> int: ...
+
+    def select_behind_cursor(self, count: int) -> Any: ...
+
+    def lock(self, rows: Any) -> None: ...
+
+    def export(self, rows: Any) -> dict[str, Any]: ...
+
+    def admit(self, payload: dict[str, Any]) -> Any: ...
+
+    def retire(self, origin: int, count: int) -> dict[str, Any]: ...
+
+    def reactivate(self, taken: dict[str, Any]) -> Any: ...
+
+
+class WorkerPort(Protocol):
+    """The worker loop as a worker policy sees it."""
+
+    def now(self) -> float:
+        """A monotonic clock in seconds."""
+        ...
+
+    @property
+    def per_point_s(self) -> float | None:
+        """The block sizer's estimate of one point's compute time (None before any block)."""
+        ...
+
+    def mark(self) -> None:
+        """Remember the traversal position; journal per-point state from here."""
+        ...
+
+    def unmark(self) -> None:
+        """Forget the mark."""
+        ...
+
+    def rollback(self) -> None:
+        """Return to the mark: traversal position, per-point state and halt votes."""
+        ...
+
+    @property
+    def shard(self) -> MigratingShard:
+        """The worker's shard, for migration."""
+        ...
+
+    @property
+    def rank(self) -> int:
+        """This worker's rank."""
+        ...
+
+    @property
+    def peers(self) -> list[int]:
+        """The other workers' ranks."""
+        ...
+
+    def post(self, dest: int, message: dict[str, Any]) -> None:
+        """Send ``message`` to worker ``dest`` without blocking (``Tag.MIGRATE``)."""
+        ...
+
+    def sends_pending(self) -> int:
+        """Messages :meth:`post` sent that have not completed yet."""
+        ...
+
+    def receive(self, limit: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+        """``(source, message)`` of the worker messages that arrived, at most ``limit``
+        (never blocks)."""
+        ...
+
+    def orders(self) -> list[dict[str, Any]]:
+        """Migration orders from the master that arrived (never blocks)."""
+        ...
+
+    def pause(self) -> None:
+        """Sleep one poll interval (waiting without spinning a core)."""
+        ...
+
+
+class WorkerPolicy:
+    """The worker side of a sync model: when one iteration ends.
+
+    The worker loop (:class:`flegel.runtime.worker.Worker`) is the same for every model.  It
+    calls :meth:`begin` with each θ's instructions, asks :meth:`commit_reason` between blocks
+    and :meth:`block_limit` before each block, hands a signal to :meth:`on_signal`, and calls
+    :meth:`finish` with the aggregator when the iteration ends.  A completed traversal pass
+    always ends an iteration (θ is fixed within one, so a second pass would repeat work; FSP
+    paper Section 3.3); everything else a model wants is here.
+
+    This base class ends an iteration after ``batch`` points (0: a full pass): BSP and the
+    push models.
+    """
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        self.options = options or {}
+        self.instructions = Instructions()
+
+    def begin(self, port: WorkerPort, instructions: Instructions, sent_lag_s: float) -> None:
+        """An iteration begins with ``instructions``; θ was sent ``sent_lag_s`` ago."""
+        self.instructions = instructions
+        if instructions.rollback:
+            port.rollback()
+        if instructions.mark > 0:
+            port.mark()
+        elif instructions.mark < 0:
+            port.unmark()
+
+    def commit_reason(self, port: WorkerPort, points: int) -> Reason | None:
+        """Why to commit now, after ``points`` points this iteration; None to go on."""
+        batch = self.instructions.batch
+        if batch > 0 and points >= batch:
+            return Reason.BATCH
+        return None
+
+    def block_limit(self, port: WorkerPort, points: int) -> int | None:
+        """The most points the next block may hold (None: no limit beyond the sizer's)."""
+        batch = self.instructions.batch
+        return batch - points if batch > 0 else None
+
+    def on_signal(self, port: WorkerPort, kind: Signal) -> Reason | None:
+        """A signal arrived for the θ this worker computes from; return why it commits."""
+        return Reason.SIGNAL if kind == Signal.PAUSE else None
+
+    def deadline(self) -> float | None:
+        """The clock time by which the current iteration must end (None: none)."""
+        return None
+
+    def finish(self, port: WorkerPort, reason: Reason) -> bool:
+        """The iteration ended for ``reason``; return False to throw its work away."""
+        return True
+
+    @property
+    def in_flight(self) -> int:
+        """Points locked in migration windows being sent (reported at each commit)."""
+        return 0
+
+    def between_blocks(self, port: WorkerPort) -> None:
+        """Called before every block: cheap, nonblocking work beside training (migration)."""
+
+    def while_waiting(self, port: WorkerPort) -> None:
+        """Called at every poll while the worker waits for θ."""
+
+    def on_stop(self, port: WorkerPort) -> dict[str, Any]:
+        """Training is over: finish side work (drain migration); return figures for the
+        worker's report."""
+        return {}

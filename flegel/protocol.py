@@ -1,0 +1,186 @@
+"""What the master and the workers say to each other: tags, reasons, signals, header fields.
+
+The bottom of flegel's layers (``docs/architecture.md``): the runtime, the sync models and
+the run wiring import this module, and it imports nothing from flegel.  Everything that
+crosses the wire is named here once:
+
+* :class:`Tag` -- MPI message tags;
+* :class:`Reason` -- why a worker committed;
+* :class:`Signal` -- control signals from the master to a computing worker;
+* :class:`StopReason` -- why training ended;
+* :class:`Header` and its three instances :data:`COMMIT`, :data:`PARAMS`, :data:`SIGNAL` --
+  the named float64 fields at the front of every buffer message;
+* :class:`Instructions` -- what a master policy tells one worker together with θ.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+#: Shortest and longest sleep between polls while waiting.  A wait starts polling every
+#: 0.1 ms (a reply right after a commit is seen at once) and backs off to 1 ms (a long wait at a
+#: straggler's barrier costs ~2% of a core instead of the full core a blocking MPICH call burns,
+#: DESIGN §4).
+POLL_S = 1e-4
+POLL_MAX_S = 1e-3
+
+
+class Tag(enum.IntEnum):
+    """MPI message tags."""
+
+    PARAMS = 11   # master -> worker: PARAMS header (+ θ unless the worker already holds it)
+    COMMIT = 12   # worker -> master: COMMIT header + aggregator
+    SIGNAL = 13   # master -> worker: SIGNAL header (pause, abort)
+    OBJECT = 14   # pickled start-up and end-of-run messages
+    ORDER = 15    # master -> worker: a migration order (pickled, small)
+    MIGRATE = 16  # worker -> worker: a window of points, a reactivation, or a final count
+
+
+class Reason(enum.IntEnum):
+    """Why a worker committed."""
+
+    BATCH = 1   # processed the batch it was given
+    PASS = 2    # completed a traversal pass since the iteration began
+    SIGNAL = 3  # the master's pause signal (flexible barrier, centralized)
+    TIMER = 4   # its own interval η − δ expired (flexible barrier, semi-centralized)
+    ABORT = 5   # told to abort and restart from a fresher θ (SpecSync)
+
+
+class Signal(enum.IntEnum):
+    """Control signals the master sends to a computing worker."""
+
+    NONE = 0
+    PAUSE = 1  # commit now (flexible barrier, centralized coordination)
+    ABORT = 2  # drop the current work and restart from a fresher θ (SpecSync)
+
+
+class StopReason(str, enum.Enum):
+    """Why training ended (``summary.json``'s ``stop_reason``)."""
+
+    CONVERGED = "converged"            # relative change below the tolerance (Section 5.3)
+    TARGET = "target"                  # objective at or below stop.target_objective
+    MAX_ITERATIONS = "max_iterations"
+    MAX_TIME = "max_time"
+    ALGORITHM = "algorithm"            # the algorithm's termination_check said stop
+    HALTED = "halted"                  # every point voted to halt
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: Stop reasons that mean the model converged.
+CONVERGED = frozenset({StopReason.CONVERGED, StopReason.TARGET, StopReason.ALGORITHM,
+                       StopReason.HALTED})
+
+
+class Header:
+    """Named float64 fields at the front of a message buffer.
+
+    Parameters
+    ----------
+    fields : tuple of str
+        Field names, in buffer order (at most :attr:`SIZE`).
+    """
+
+    SIZE = 24
+
+    def __init__(self, fields: tuple[str, ...]) -> None:
+        if len(fields) > self.SIZE:
+            raise ValueError("too many header fields")
+        self.fields = fields
+        self.index = {name: i for i, name in enumerate(fields)}
+
+    def write(self, buf: np.ndarray, **values: float) -> None:
+        """Zero the header of ``buf`` and write ``values`` (unknown names raise KeyError)."""
+        buf[: self.SIZE] = 0.0
+        for k, v in values.items():
+            buf[self.index[k]] = v
+
+    def read(self, buf: np.ndarray) -> dict[str, float]:
+        """The header fields of ``buf`` as a dict."""
+        return {k: float(buf[i]) for k, i in self.index.items()}
+
+
+#: Worker -> master, in front of an aggregator.
+COMMIT = Header((
+    "clock",        # the worker's own iteration count (1-based)
+    "version",      # θ version the work was computed from
+    "points",       # points processed in this commit
+    "compute_s",    # time spent computing (injected straggler sleeps included)
+    "wait_s",       # time waited for θ before this iteration began
+    "passes",       # traversal passes completed, cumulative
+    "reason",       # why the worker committed (Reason)
+    "sent_at",      # time.time() when sent
+    "block_s",      # current estimate of one block's compute time
+    "rate",         # points per second of pure compute (no injected delay)
+    "slowed_s",     # time lost to injected stragglers in this commit
+    "n_active",     # points of the shard that have not voted to halt
+    "aborted",      # points whose work was thrown away (SpecSync)
+    "n_held",       # points the worker holds (migrated-away ones excluded)
+    "in_flight",    # points locked in windows being sent (migration)
+    "seen",         # points held that were trained at least once
+    "queued",       # points migrated in that still catch up on passes
+))
+
+#: Master -> worker, in front of θ.
+PARAMS = Header((
+    "version",      # θ version (global iteration count under barrier models)
+    "stop",         # 1: training is over, evaluate θ and report
+    "batch",        # points to process before the next commit (0: no batch limit)
+    "eta_s",        # flexible-barrier interval for the next iteration (0: none)
+    "offset_s",     # this worker's semi-centralized offset δ_i
+    "rollback",     # 1: return to the last mark (FSPV probes)
+    "mark",         # 1: mark position and journal state from here; -1: drop the mark
+    "sent_at",      # time.time() when sent
+    "has_theta",    # 1: θ follows the header; 0: θ is the one the worker holds already
+    "orders",       # migration orders sent with this θ (Tag.ORDER messages)
+))
+
+#: Master -> worker control signal.
+SIGNAL = Header(("kind", "version", "sent_at"))
+
+
+@dataclass(frozen=True)
+class Instructions:
+    """What a master policy tells one worker with θ: how its next iteration ends.
+
+    Attributes
+    ----------
+    batch : int
+        Points to process before committing (0: no batch limit).
+    eta_s : float
+        Interval of a self-timed flexible barrier (0: none; FSP semi-centralized).
+    offset_s : float
+        The worker's offset δᵢ: it commits after η − δᵢ (FSP paper Section 5.2).
+    mark : int
+        1: mark the traversal position and journal state from here; -1: drop the mark.
+    rollback : bool
+        Return to the last mark before starting (FSPV's second probe).
+    stop : bool
+        Training is over: evaluate θ and report.
+    orders : int
+        Migration orders (``Tag.ORDER`` messages) sent just before these instructions.
+    """
+
+    batch: int = 0
+    eta_s: float = 0.0
+    offset_s: float = 0.0
+    mark: int = 0
+    rollback: bool = False
+    stop: bool = False
+    orders: int = 0
+
+    def fields(self) -> dict[str, float]:
+        """The :data:`PARAMS` header fields these instructions fill."""
+        return {k: float(v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_header(cls, header: dict[str, float]) -> Instructions:
+        """Read instructions back from a :data:`PARAMS` header."""
+        return cls(batch=int(header["batch"]), eta_s=header["eta_s"],
+                   offset_s=header["offset_s"], mark=int(header["mark"]),
+                   rollback=bool(header["rollback"]), stop=bool(header["stop"]),
+                   orders=int(header["orders"]))

@@ -1,0 +1,315 @@
+"""The master: parameter server and coordinator (rank 0).
+
+:class:`Server` owns θ, the online objective, the stop criteria, the event log and what it
+knows of each worker, and implements :class:`flegel.ports.ServerPort` for the sync model's
+master policy, which decides when to apply what and whom to answer.  It talks to the workers
+through a :class:`~flegel.runtime.transport.Transport` and reads time from an injected clock,
+so in-process tests run it with a fake transport and a simulated clock.  Every wait polls and
+sleeps, so the idle master uses ~1% of a core (DESIGN §4).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+import numpy as np
+
+from flegel.ports import Arrays, WorkerRecord
+from flegel.protocol import Instructions, Signal, StopReason
+from flegel.runtime import Backoff
+from flegel.runtime.transport import Transport
+from flegel.stopping import StopCriteria
+
+
+class MasterPolicy(Protocol):
+    """What the server calls on a sync model's master policy."""
+
+    def start(self) -> None: ...
+
+    def on_commit(self, rank: int, header: dict[str, float], agg: Arrays) -> None: ...
+
+    def on_tick(self, now: float) -> None: ...
+
+
+class Trace:
+    """θ snapshots spread over the run, evaluated exactly on every shard after training.
+
+    Sync models are compared on the true f(θ) (DESIGN §3): the online objective mixes losses
+    computed under different θ and, before a full pass, misses unvisited points.  Every new
+    θ is kept until twice ``limit`` are held; then every other one is dropped and snapshots
+    are taken at most every ``spacing`` seconds (doubling at each thinning), so any run keeps
+    between ``limit`` and ``2 * limit`` snapshots spread over its whole length.
+    """
+
+    def __init__(self, limit: int, spacing_s: float = 0.0) -> None:
+        self.limit = limit
+        self.spacing_s = spacing_s
+        self.times: list[float] = []
+        self.thetas: list[Arrays] = []
+
+    def record(self, t: float, theta: Arrays) -> None:
+        if self.limit <= 0 or (self.times and t - self.times[-1] < self.spacing_s):
+            return
+        self.times.append(t)
+        # Copies: an algorithm may update θ's arrays in place.
+        self.thetas.append({k: np.array(v, copy=True) for k, v in theta.items()})
+        if len(self.times) >= 2 * self.limit:
+            span = self.times[-1] - self.times[0]
+            self.times, self.thetas = self.times[1::2], self.thetas[1::2]
+            self.spacing_s = max(2 * self.spacing_s, span / self.limit)
+
+
+class Server:
+    """Rank 0's state; implements :class:`flegel.ports.ServerPort`.
+
+    Parameters
+    ----------
+    transport : Transport
+        Messaging with the workers.
+    ranks : list of int
+        Worker ranks.
+    algorithm : Algorithm
+    theta : dict
+        θ⁽⁰⁾ (the workers hold it already: it was sent once, before training).
+    zero : callable
+        Returns a fresh aggregator of zeros (the wire layout's ``Layout.zeros``).
+    stop : StopCriteria
+    events : callable
+        Receives one dict per event (written to ``events.jsonl``).
+    progress : callable or None
+        Receives ``(iteration, objective, elapsed_s)`` to display progress.
+    trace_points : int
+        At most this many θ snapshots are kept for the exact objective trace (0: none).
+    stall_warning_s : float
+        A worker silent this long while others wait is named on stderr, again at every
+        multiple (DESIGN §7).
+    clock : callable
+        Monotonic seconds (a simulated clock in tests).
+    """
+
+    def __init__(self, transport: Transport, ranks: list[int], algorithm: Any, theta: Arrays,
+                 zero: Callable[[], Arrays], stop: StopCriteria,
+                 events: Callable[[dict[str, Any]], None],
+                 progress: Callable[[int, float, float], None] | None = None,
+                 trace_points: int = 100, stall_warning_s: float = 10.0,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.transport = transport
+        self.ranks = list(ranks)
+        self.algorithm = algorithm
+        self.theta = theta
+        self.zero = zero
+        self.stop = stop
+        self.events = events
+        self.progress = progress
+        self.stall_warning_s = stall_warning_s
+        self.clock = clock
+        self.shard_sizes: dict[int, int] = {}  # points of each worker's shard
+        self.workers = {r: WorkerRecord(r) for r in self.ranks}
+        self.version = 0
+        self.objective = 0.0
+        self.reason: StopReason | None = None
+        self.time_to_target: float | None = None
+        self.train_s = 0.0
+        self.start = clock()
+        self.trace = Trace(trace_points)
+        # θ changes with every update and every roll-back; a worker that holds the current
+        # one gets instructions without θ (θ⁰ is sent once, before training).
+        self._theta_serial = 0
+        self._held_serial = {r: 0 for r in self.ranks}
+        self._warned = {r: 0 for r in self.ranks}
+
+    # -------------------------------------------------------------- ServerPort
+    def now(self) -> float:
+        return self.clock() - self.start
+
+    def worker(self, rank: int) -> WorkerRecord:
+        return self.workers[rank]
+
+    def total(self, aggs: Iterable[Arrays]) -> Arrays:
+        out = self.zero()
+        for agg in aggs:
+            out = self.algorithm.aggregate(out, agg)
+        return out
+
+    def apply(self, agg: Arrays) -> float:
+        t0 = self.clock()
+        self.theta = self.algorithm.update_parameter(agg, self.theta)
+        self._theta_serial += 1
+        self.version += 1
+        self.objective += float(agg["objective"])
+        now = self.now()
+        if self.time_to_target is None and self.stop.reached_target(self.objective,
+                                                                     self.min_passes()):
+            self.time_to_target = now
+        self.trace.record(now, self.theta)
+        return self.clock() - t0
+
+    def send(self, rank: int, instructions: Instructions) -> None:
+        w = self.workers[rank]
+        fresh = self._held_serial[rank] != self._theta_serial
+        self._held_serial[rank] = self._theta_serial
+        self.transport.send_params(rank, {"version": self.version, **instructions.fields()},
+                                   self.theta if fresh else None)
+        w.waiting = False
+        w.started_at = self.now()
+        self._warned[rank] = 0
+        if instructions.stop:
+            w.stopped = True
+
+    def signal(self, ranks: Iterable[int], kind: Signal, version: int | None = None) -> None:
+        v = self.version if version is None else version
+        for r in ranks:
+            self.transport.send_signal(r, kind, v)
+
+    def mark(self) -> object:
+        return (self.theta, self.objective)
+
+    def rollback(self, token: object) -> None:
+        self.theta, self.objective = token  # type: ignore[misc]
+        self._theta_serial += 1
+
+    def estimated_objective(self) -> float:
+        """The online objective scaled up to the points not visited yet.
+
+        Before every point has been visited once, the online objective (the sum of each
+        point's last loss) lacks the unvisited points, and a first visit adds a whole loss.
+        Scaling by ``N / visited`` gives a stable estimate from the start, which is what
+        interval adjustors need to measure progress.
+        """
+        # Points trained at least once, wherever they are now (they migrate under FSP).
+        visited = sum(w.header.get("seen", 0.0) for w in self.workers.values())
+        total = sum(self.shard_sizes.values())
+        if visited <= 0 or total <= 0:
+            return self.objective
+        return self.objective * total / visited
+
+    def min_passes(self) -> float:
+        """The fewest passes any worker completed; 0 while some point of the data set has
+        never been trained.  Under migration a worker's passes count its native points only:
+        a source that gave its untrained points away "completes a pass" over what it kept,
+        while those points wait in a target's queue, and the online objective still lacks
+        their loss."""
+        fewest = min(w.passes for w in self.workers.values())
+        seen = sum(w.header.get("seen", -1.0) for w in self.workers.values())
+        total = sum(self.shard_sizes.values())
+        if seen >= 0 and total and seen < total:
+            return min(fewest, seen / total)
+        return fewest
+
+    def check_stop(self, agg: Arrays, iteration: int) -> StopReason | None:
+        """Apply the algorithm's and the built-in criteria (Section 5.3)."""
+        if self.algorithm.termination_check(agg, iteration):
+            return StopReason.ALGORITHM
+        if all(w.n_active == 0 for w in self.workers.values()):
+            return StopReason.HALTED
+        # The convergence check's pass: the slowest worker's, over the data it holds now.
+        work = {r: (float(w.points), float(w.n_active)) for r, w in self.workers.items()}
+        found = self.stop.check(iteration, self.objective, self.min_passes(), self.now(),
+                                work)
+        return None if found is None else StopReason(found)
+
+    def finish(self, reason: StopReason) -> None:
+        if self.reason is None:
+            self.reason = reason
+            self.train_s = self.now()
+        for r, w in self.workers.items():
+            if not w.stopped and w.waiting:
+                self.send(r, Instructions(stop=True))
+
+    def record(self, event: dict[str, Any]) -> None:
+        self.events(event)
+
+    def order(self, rank: int, message: dict[str, Any]) -> None:
+        self.transport.send_order(rank, message)
+
+    @property
+    def target_objective(self) -> float | None:
+        return self.stop.target_objective
+
+    @property
+    def time_left_s(self) -> float | None:
+        limit = self.stop.max_time_s
+        return None if limit is None else max(limit - self.now(), 0.0)
+
+    # -------------------------------------------------------------- the loop
+    def preload(self) -> None:
+        """Send θ⁽⁰⁾ to every worker before training: the one time it travels (workers
+        compile their kernels on it, and the first instructions come without θ)."""
+        for r in self.ranks:
+            self.transport.send_params(r, {"version": self.version}, self.theta)
+            self._held_serial[r] = self._theta_serial
+
+    @property
+    def done(self) -> bool:
+        return all(w.stopped for w in self.workers.values())
+
+    def dispatch(self, rank: int, header: dict[str, float], agg: Arrays, policy: MasterPolicy,
+                 latency_s: float = 0.0) -> None:
+        """Record a commit of ``rank`` and hand it to ``policy`` (or stop the worker)."""
+        w = self.workers[rank]
+        header["latency_s"] = latency_s
+        w.header, w.arrived_at, w.waiting = header, self.now(), True
+        w.commits += 1
+        w.points += int(header["points"])
+        if self.reason is not None:
+            self.send(rank, Instructions(stop=True))
+        else:
+            policy.on_commit(rank, header, agg)
+
+    def tick(self, policy: MasterPolicy) -> None:
+        """Nothing arrived: let ``policy`` act on timers; warn about silent workers."""
+        now = self.now()
+        policy.on_tick(now)
+        self.warn_stalls(now)
+        if self.progress is not None:
+            self.progress(self.version, self.objective, now)
+
+    def warn_stalls(self, now: float) -> None:
+        """Name a worker that has computed for long while others wait on the server.
+
+        The one stall-warning mechanism for every model: a worker is late once it has been
+        silent (since it was sent θ) for ``stall_warning_s`` while at least one other worker
+        waits, and it is named again at every further multiple (DESIGN §7).
+        """
+        waiting = [r for r, w in self.workers.items() if w.waiting and not w.stopped]
+        if not waiting or self.reason is not None:
+            return
+        for r, w in self.workers.items():
+            if w.waiting or w.stopped:
+                continue
+            late = now - w.started_at
+            if late >= self.stall_warning_s * (1 + self._warned[r]):
+                self._warned[r] += 1
+                sys.stderr.write(f"flegel: warning: worker {r} has not reported for "
+                                 f"{late:.1f} s; worker(s) {waiting} wait\n")
+                sys.stderr.flush()
+
+    def serve(self, policy: MasterPolicy) -> None:
+        """Run ``policy`` until every worker has been told to stop."""
+        self.start = self.clock()
+        cpu0 = time.process_time()
+        policy.start()
+        backoff = Backoff()
+        idle_wall = idle_cpu = 0.0
+        while not self.done:
+            commits = self.transport.poll()
+            if commits:
+                backoff.reset()
+                for rank, header, agg in commits:
+                    latency = max(time.time() - header["sent_at"], 0.0)
+                    self.dispatch(rank, header, agg, policy, latency)
+            else:
+                w0, c0 = time.perf_counter(), time.process_time()
+                self.tick(policy)
+                backoff.sleep()
+                idle_wall += time.perf_counter() - w0
+                idle_cpu += time.process_time() - c0
+        elapsed = max(self.now(), 1e-9)
+        self.cpu_fraction = (time.process_time() - cpu0) / elapsed
+        # CPU used while nothing arrived: what waiting costs (the rest is barrier work).
+        self.idle_cpu_fraction = idle_cpu / max(idle_wall, 1e-9)
+        self.idle_fraction = idle_wall / elapsed
+        self.transport.close()

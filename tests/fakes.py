@@ -1,0 +1,1113 @@
+"""In-process fakes for testing the sync models: a simulated clock, a fake transport, and a
+deterministic discrete-event simulation of the master and its workers.
+
+:class:`Simulation` runs the *real* parameter server (:class:`flegel.runtime.server.Server`),
+the *real* master policy of a sync model and, on every simulated worker, the *real* worker
+policy (``cls.WORKER``), a real :class:`flegel.store.ShardStore`, a real
+:class:`flegel.blocksize.BlockSizer`, real straggler patterns (:mod:`flegel.stragglers`) and a
+real algorithm (K-means by default), so aggregators, θ and convergence are real.  Only time and
+messaging are simulated:
+
+* time is a :class:`SimClock` that jumps from event to event (a heap ordered by time); a block
+  of ``n`` points "takes" ``n · cost_s · slowdown(t)`` seconds (optionally with seeded
+  relative noise, ``jitter``), straggler patterns add their delays to the simulated clock, and
+  the master's poll loop is a tick every ``poll_s``;
+* messages (:class:`FakeTransport`) arrive after a constant ``latency_s``; θ and aggregators
+  cross the "wire" through their real :class:`flegel.runtime.layout.Layout` and headers
+  through the real :data:`flegel.protocol.PARAMS` / :data:`~flegel.protocol.COMMIT` /
+  :data:`~flegel.protocol.SIGNAL` layouts, so a misspelt field fails as it would on MPI;
+  migration orders (``send_order``) arrive after the same latency, before any PARAMS sent
+  after them;
+* data migration (FSP paper Section 4.3): every worker implements the whole
+  :class:`flegel.ports.WorkerPort`, migration members included, and holds its points with the
+  real run's global ids (``rank << ID_SHIFT | row``).  Worker-to-worker messages
+  (:class:`Network`) leave each worker's link one after the other at ``bandwidth_Bps`` and
+  arrive ``latency_s`` after their last byte left, so a window is really in flight for a
+  while; a send is complete (``sends_pending``) once it arrived.  ``pause()`` (the
+  migrator's waits: synchronous migration, the drain at stop) advances simulated time by
+  one poll interval while the rest of the simulation goes on.
+
+The simulated worker (:class:`SimWorker`) runs the runtime's own iteration loop,
+:func:`flegel.runtime.loop.iterate` -- the generator the MPI worker drives in real time -- on
+the simulated clock: the kernel runs for real and its time is the cost model's, and what takes
+time is yielded (:class:`Sleep`, the loop's ``Wait``), as are sends (:class:`Send`) and waits
+(:class:`Recv`).  Its ``run`` mirrors :meth:`flegel.runtime.worker.Worker.run`:
+``while_waiting`` runs at every poll while the worker waits for θ (with the real back-off from
+``POLL_S`` to ``POLL_MAX_S``), ``on_stop`` after the stop flag (its report is kept in
+:attr:`SimWorker.side`).
+
+What is *not* modelled: MPI itself (buffers, request completion, message ordering beyond
+"FIFO per send time"), wall-clock effects (scheduling, CPU contention, the master's back-off
+between polls -- it ticks at a fixed ``poll_s``), the time the master spends applying an update
+(``apply`` is instantaneous on the simulated clock), clock skew between hosts, MPI's rendezvous
+(a worker-to-worker send completes when it arrives, taken or not), checkpoints and the run
+directory.  ``pause()`` runs the rest of the simulation inline (the pausing worker's frame
+stays on the stack), so a worker pausing while another pauses resumes at the later of the
+two ends: waits may end up to one poll late.  No threads, no wall clock, no randomness beyond seeded
+generators: two runs with the same arguments give identical results.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flegel.api import Algorithm, DataInfo, zero_aggregator
+from flegel.block import Block
+from flegel.blocksize import BlockSizer
+from flegel.ports import Arrays, WorkerPolicy
+from flegel.protocol import (
+    COMMIT,
+    PARAMS,
+    POLL_MAX_S,
+    POLL_S,
+    SIGNAL,
+    Header,
+    Instructions,
+    Reason,
+    Signal,
+)
+from flegel.runtime.layout import Layout
+from flegel.runtime.loop import Wait, iterate
+from flegel.runtime.server import Server
+from flegel.stopping import StopCriteria
+from flegel.store import ID_SHIFT, ShardStore, origin_of
+from flegel.stragglers import Stragglers
+from flegel.sync import policy_class
+
+
+# --------------------------------------------------------------------------- options
+def sync_options(model: str, **given: Any) -> dict[str, Any]:
+    """A complete, validated ``sync`` section for ``model``: ``given`` plus every default.
+
+    Goes through the job schema as ``flegel.config`` does (``config.sync_keys`` and
+    ``schema.check_section``, then the model's ``check_options`` when it has one); if that
+    API is not there, reads the defaults from the class's ``OPTIONS`` directly, whether they
+    are :class:`flegel.schema.Key` declarations or ``(default, expected)`` pairs.
+
+    Raises
+    ------
+    ValueError
+        For an unknown or invalid option.
+    """
+    cls = policy_class(model)
+    section = {"model": model, **given}
+    try:
+        from flegel import config, schema
+
+        out = schema.check_section("sync", section, config.sync_keys(cls))
+    except (ImportError, AttributeError):
+        out = {"model": model}
+        for name, decl in getattr(cls, "OPTIONS", {}).items():
+            default = getattr(decl, "default", None) if not isinstance(decl, tuple) else decl[0]
+            out[name] = given.get(name, default)
+        unknown = set(given) - set(out)
+        if unknown:
+            raise ValueError(f"unknown sync options for {model}: {sorted(unknown)}") from None
+    check = getattr(cls, "check_options", None)
+    if check is not None:
+        problem = check(out)
+        if problem is not None:
+            raise ValueError(f"sync.{problem[0]}: expected {problem[1]}, found "
+                             f"{out.get(problem[0])!r}")
+    return out
+
+
+# --------------------------------------------------------------------------- data
+def blobs(n: int = 600, k: int = 4, d: int = 3, seed: int = 0,
+          std: float = 0.6) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` points in ``k`` well-separated Gaussian blobs, shuffled so that every shard sees
+    every blob, and K-means starting centres near the true ones (every sync model then finds
+    the same optimum).  Returns ``(x, centres0)``."""
+    rng = np.random.default_rng(seed)
+    centers = rng.uniform(-10.0, 10.0, size=(k, d))
+    labels = rng.integers(0, k, size=n)
+    x = centers[labels] + rng.normal(0.0, std, size=(n, d))
+    return x, centers + rng.normal(0.0, 1.5, size=(k, d))
+
+
+def kmeans_theta0(centres: np.ndarray) -> Arrays:
+    """θ⁽⁰⁾ of :class:`flegel.algorithms.kmeans.KMeans` with the given centres."""
+    k, d = centres.shape
+    return {"centers": np.array(centres, dtype=np.float64), "sums": np.zeros((k, d)),
+            "counts": np.zeros(k)}
+
+
+# --------------------------------------------------------------------------- clock
+class SimClock:
+    """Simulated seconds: a float that only the simulation advances.  Call it to read it
+    (the ``clock`` argument of :class:`~flegel.runtime.server.Server`)."""
+
+    def __init__(self, t: float = 0.0) -> None:
+        self.t = float(t)
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance_to(self, t: float) -> None:
+        """Move the clock to ``t`` (never backwards)."""
+        if t < self.t:
+            raise ValueError(f"the clock cannot go back from {self.t} to {t}")
+        self.t = float(t)
+
+
+# --------------------------------------------------------------------------- transport
+@dataclass(frozen=True)
+class SentParams:
+    """One PARAMS message: the full wire header and θ (None: the worker holds it)."""
+
+    time: float
+    rank: int
+    header: dict[str, float]
+    theta: Arrays | None
+
+    @property
+    def version(self) -> int:
+        return int(self.header["version"])
+
+    @property
+    def instructions(self) -> Instructions:
+        return Instructions.from_header(self.header)
+
+    @property
+    def stop(self) -> bool:
+        return bool(self.header["stop"])
+
+
+@dataclass(frozen=True)
+class SentOrder:
+    """One migration order (``Tag.ORDER``)."""
+
+    time: float
+    rank: int
+    message: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SentSignal:
+    """One SIGNAL message."""
+
+    time: float
+    rank: int
+    kind: Signal
+    version: int
+
+
+class FakeTransport:
+    """:class:`flegel.runtime.transport.Transport` on a simulated clock.
+
+    Records every send with its simulated time, and hands each message to ``deliver`` with
+    its arrival time (send time + ``latency_s``).  :meth:`poll` returns nothing: the
+    simulation hands each commit to :meth:`Server.dispatch` at its arrival time.  Headers
+    are written and read back through the real wire headers, θ through its real
+    :class:`~flegel.runtime.layout.Layout`.
+
+    Parameters
+    ----------
+    clock : SimClock
+    latency_s : float
+        One-way messaging latency.
+    theta_layout : Layout
+        Layout of θ on the wire.
+    deliver : callable
+        ``deliver(at, rank, kind, message)`` with kind ``"params"`` (message: (header, θ or
+        None)), ``"signal"`` (message: the SIGNAL header) or ``"order"`` (message: the
+        migration order).
+    """
+
+    def __init__(self, clock: SimClock, latency_s: float, theta_layout: Layout,
+                 deliver: Callable[[float, int, str, Any], None]) -> None:
+        self.clock = clock
+        self.latency_s = latency_s
+        self.theta_layout = theta_layout
+        self.deliver = deliver
+        self.params: list[SentParams] = []
+        self.signals: list[SentSignal] = []
+        self.orders: list[SentOrder] = []
+        self.inbox: list[tuple[int, dict[str, float], Arrays]] = []
+        self.closed = False
+
+    def send_params(self, rank: int, fields: dict[str, float], theta: dict | None) -> None:
+        if self.closed:
+            raise RuntimeError("send_params after close")
+        now = self.clock()
+        buf = np.empty(Header.SIZE + self.theta_layout.size)
+        PARAMS.write(buf, sent_at=now, has_theta=float(theta is not None), **fields)
+        header = PARAMS.read(buf)
+        wire = None
+        if theta is not None:
+            wire = self.theta_layout.unpack(self.theta_layout.pack(theta, buf[Header.SIZE:]))
+        self.params.append(SentParams(now, rank, header, wire))
+        self.deliver(now + self.latency_s, rank, "params", (header, wire))
+
+    def send_signal(self, rank: int, kind: Signal, version: int) -> None:
+        if self.closed:
+            raise RuntimeError("send_signal after close")
+        now = self.clock()
+        buf = np.empty(Header.SIZE)
+        SIGNAL.write(buf, kind=float(kind), version=version, sent_at=now)
+        self.signals.append(SentSignal(now, rank, Signal(int(kind)), int(version)))
+        self.deliver(now + self.latency_s, rank, "signal", SIGNAL.read(buf))
+
+    def send_order(self, rank: int, message: dict[str, Any]) -> None:
+        """A migration order; it arrives after the latency, before any PARAMS sent after it
+        (the simulation delivers orders before PARAMS of the same instant)."""
+        if self.closed:
+            raise RuntimeError("send_order after close")
+        now = self.clock()
+        self.orders.append(SentOrder(now, rank, dict(message)))
+        self.deliver(now + self.latency_s, rank, "order", dict(message))
+
+    def poll(self) -> list[tuple[int, dict[str, float], Arrays]]:
+        out, self.inbox = self.inbox, []
+        return out
+
+    def close(self) -> None:
+        self.closed = True
+
+    # ------------------------------------------------------------------ queries
+    def params_to(self, rank: int) -> list[SentParams]:
+        """Every PARAMS message sent to ``rank``, in order (θ⁰'s preload first)."""
+        return [p for p in self.params if p.rank == rank]
+
+    def signals_of(self, kind: Signal) -> list[SentSignal]:
+        """Every signal of ``kind``, in order."""
+        return [s for s in self.signals if s.kind == kind]
+
+
+# --------------------------------------------------------------------------- network
+def message_bytes(message: Any) -> int:
+    """Bytes a worker-to-worker message puts on the wire: its arrays' bytes, 8 per scalar
+    (dict keys and pickling overhead are not counted)."""
+    if isinstance(message, dict):
+        return sum(message_bytes(v) for v in message.values())
+    if isinstance(message, (list, tuple)):
+        return sum(message_bytes(v) for v in message)
+    if isinstance(message, np.ndarray):
+        return int(message.nbytes)
+    return 0 if message is None or isinstance(message, str) else 8
+
+
+@dataclass(frozen=True)
+class Post:
+    """One worker-to-worker message (``WorkerPort.post``).
+
+    ``bytes`` is everything on the wire (:func:`message_bytes`); ``data_bytes`` the features
+    and labels it carries (what ``Migrator.bytes_moved`` counts); ``ids`` the points it
+    moves (empty for a ``fin``).
+    """
+
+    time: float
+    src: int
+    dest: int
+    kind: str
+    bytes: int
+    data_bytes: int
+    ids: np.ndarray = field(repr=False)
+    arrival: float
+    message: dict[str, Any] = field(repr=False)
+
+
+class Network:
+    """Worker-to-worker messaging on the simulated clock.
+
+    A worker's messages leave its link one after the other at ``bandwidth_Bps`` (a window's
+    bytes take ``bytes / bandwidth_Bps`` to leave) and arrive ``latency_s`` after their last
+    byte left; messages between two workers therefore arrive in the order they were posted
+    (MPI's non-overtaking rule).  A send is complete once its message arrived.
+
+    Parameters
+    ----------
+    clock : SimClock
+    latency_s : float
+    bandwidth_Bps : float
+        Bytes per second of each worker's link.
+    """
+
+    def __init__(self, clock: SimClock, latency_s: float, bandwidth_Bps: float) -> None:
+        if bandwidth_Bps <= 0:
+            raise ValueError(f"bandwidth must be positive, found {bandwidth_Bps}")
+        self.clock = clock
+        self.latency_s = latency_s
+        self.bandwidth_Bps = bandwidth_Bps
+        self.posts: list[Post] = []
+        self._link_free: dict[int, float] = {}            # rank -> its link's next free time
+        self._mail: dict[int, list[tuple[float, int, Post]]] = {}  # dest -> (arrival, seq, post)
+        self._pending: dict[int, list[float]] = {}        # src -> arrival times of its sends
+        self._seq = 0
+
+    def post(self, src: int, dest: int, message: dict[str, Any]) -> Post:
+        """Send ``message`` from ``src`` to ``dest``; return its record."""
+        now = self.clock()
+        size = message_bytes(message)
+        start = max(now, self._link_free.get(src, now))
+        done = start + size / self.bandwidth_Bps
+        self._link_free[src] = done
+        points = message.get("points")
+        data = 0
+        ids = np.empty(0, dtype=np.int64)
+        if isinstance(points, dict):
+            ids = np.asarray(points["ids"], dtype=np.int64)
+            if "x" in points:
+                y = points.get("y")
+                data = int(np.asarray(points["x"]).nbytes
+                           + (0 if y is None else np.asarray(y).nbytes))
+        record = Post(now, src, dest, str(message.get("kind")), size, data, ids,
+                      done + self.latency_s, message)
+        self.posts.append(record)
+        self._seq += 1
+        heapq.heappush(self._mail.setdefault(dest, []), (record.arrival, self._seq, record))
+        self._pending.setdefault(src, []).append(record.arrival)
+        return record
+
+    def sends_pending(self, src: int) -> int:
+        """Messages ``src`` posted that have not arrived yet."""
+        now = self.clock()
+        left = [t for t in self._pending.get(src, []) if t > now]
+        self._pending[src] = left
+        return len(left)
+
+    def receive(self, dest: int, limit: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+        """``(source, message)`` of the messages that arrived at ``dest``, in arrival order,
+        at most ``limit``."""
+        now = self.clock()
+        box = self._mail.get(dest, [])
+        out: list[tuple[int, dict[str, Any]]] = []
+        while box and box[0][0] <= now and (limit is None or len(out) < limit):
+            _, _, record = heapq.heappop(box)
+            out.append((record.src, record.message))
+        return out
+
+    def untaken(self) -> list[Post]:
+        """Messages posted and not received yet (in flight or waiting in a mailbox)."""
+        return [rec for box in self._mail.values() for _, _, rec in box]
+
+    def sent(self, src: int, dest: int, kind: str | None = None) -> list[Post]:
+        """What ``src`` posted to ``dest`` (of ``kind``), in order."""
+        return [p for p in self.posts
+                if p.src == src and p.dest == dest and (kind is None or p.kind == kind)]
+
+
+# --------------------------------------------------------------------------- worker
+#: The worker is busy (computing or slowed) for ``seconds``: the loop's own :class:`Wait`.
+Sleep = Wait
+
+
+@dataclass(frozen=True)
+class Recv:
+    """The worker waits for the next PARAMS message; with ``timeout_s`` it is also resumed
+    (with None) after that long if none came (one poll of a waiting worker)."""
+
+    timeout_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Send:
+    """The worker sends a commit (nonblocking: it goes on at once)."""
+
+    header: dict[str, float]
+    agg: Arrays
+
+
+@dataclass(frozen=True)
+class Hang:
+    """The worker never does anything again (a silent worker)."""
+
+
+Command = Sleep | Recv | Send | Hang
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A shard's traversal position and per-point state at one moment."""
+
+    cursor: int
+    scanned: int
+    visited: int
+    state: dict[str, np.ndarray]
+
+    @classmethod
+    def of(cls, store: ShardStore) -> Snapshot:
+        return cls(store.cursor, store.scanned, store.visited,
+                   {k: v.copy() for k, v in store.state.items()})
+
+    def same_as(self, other: Snapshot) -> bool:
+        """Same position and the same per-point state."""
+        return ((self.cursor, self.scanned, self.visited)
+                == (other.cursor, other.scanned, other.visited)
+                and self.state.keys() == other.state.keys()
+                and all(np.array_equal(self.state[k], other.state[k]) for k in self.state))
+
+
+@dataclass
+class Iteration:
+    """One iteration of a simulated worker, from θ received to commit sent."""
+
+    rank: int
+    version: int
+    instructions: Instructions
+    began: float
+    start: Snapshot                # shard right after the policy's begin (mark/rollback done)
+    ended: float = float("nan")
+    reason: Reason | None = None
+    header: dict[str, float] = field(default_factory=dict)
+    end: Snapshot | None = None    # shard after the policy's finish (an abort rolled back)
+    signals: list[tuple[float, Signal]] = field(default_factory=list)  # seen, when
+
+
+def _const(value: float) -> Callable[[float], float]:
+    return lambda t: value
+
+
+class SimWorker:
+    """One simulated worker; implements :class:`flegel.ports.WorkerPort` on the sim clock.
+
+    Its :meth:`run` generator mirrors :meth:`flegel.runtime.worker.Worker.run` and runs the
+    runtime's loop (:func:`flegel.runtime.loop.iterate`); what takes wall time there yields a
+    :class:`Sleep` here.
+
+    Parameters
+    ----------
+    rank : int
+    clock : SimClock
+    algorithm : Algorithm
+    store : ShardStore
+    policy : WorkerPolicy
+    agg_layout : Layout
+        Layout of aggregators on the wire.
+    cost_s : float
+        Compute time of one point.
+    slowdown : callable
+        Sim time -> factor multiplying ``cost_s`` (a slower CPU; the block sizer sees it).
+    stragglers : Stragglers
+        Real straggler patterns, driven by simulated time.
+    block_ms : float
+        The block sizer's target.
+    block_points : int or None
+        A fixed block size instead of the sizer's.
+    silent : bool
+        Receive the first instructions, then never answer again.
+    jitter : float
+        Each block's duration is scaled by ``1 + jitter·u``, u uniform in [-1, 1] from
+        ``rng`` (noise that puts workers' blocks out of phase, as on a real machine).
+    rng : numpy Generator, optional
+        Seeded source of the jitter.
+    peers : sequence of int
+        The other workers' ranks (``WorkerPort.peers``).
+    network : Network, optional
+        Worker-to-worker messaging (``post``, ``receive``, ``sends_pending``).
+    sleep : callable, optional
+        ``sleep(seconds)``: let simulated time pass inline, the rest of the simulation going
+        on (``WorkerPort.pause``; :meth:`Simulation._sleep_inline`).
+    """
+
+    def __init__(self, rank: int, clock: SimClock, algorithm: Algorithm, store: ShardStore,
+                 policy: WorkerPolicy, agg_layout: Layout, cost_s: float,
+                 slowdown: Callable[[float], float], stragglers: Stragglers,
+                 block_ms: float = 1.0, block_points: int | None = None,
+                 silent: bool = False, jitter: float = 0.0,
+                 rng: np.random.Generator | None = None, peers: Sequence[int] = (),
+                 network: Network | None = None,
+                 sleep: Callable[[float], None] | None = None) -> None:
+        self._rank = rank
+        self.clock = clock
+        self.algorithm = algorithm
+        self.store = store
+        self.policy = policy
+        self.agg_layout = agg_layout
+        self.cost_s = cost_s
+        self.slowdown = slowdown
+        self.stragglers = stragglers
+        self.sizer = BlockSizer(target_s=block_ms / 1000.0)
+        self.block_points = block_points
+        self.silent = silent
+        self.jitter = jitter
+        self.rng = rng if rng is not None else np.random.default_rng(rank)
+        self.theta: Arrays = {}
+        self.iteration_clock = 0
+        self.debt_s = 0.0
+        self._peers = [int(r) for r in peers]
+        self.network = network
+        self._sleep = sleep
+        self.order_inbox: list[dict[str, Any]] = []
+        self.side: dict[str, Any] = {}  # what policy.on_stop returned
+        # Poll while waiting for θ only when the policy does work there (as the real loop
+        # does; skipping the no-op polls keeps the other models' event counts down).
+        self.polls_while_waiting = (type(policy).while_waiting
+                                    is not WorkerPolicy.while_waiting)
+        self.signal_inbox: list[tuple[float, dict[str, float]]] = []
+        self.params_inbox: list[tuple[dict[str, float], Arrays | None]] = []
+        self.iterations: list[Iteration] = []
+        self.final_header: dict[str, float] | None = None
+        self.points = 0
+        self.aborted_points = 0
+        self.slowed_s = 0.0
+        self.wait_s = 0.0
+        self._last_wait = 0.0
+        self.stragglers.clock = self.now
+        self._current: Iteration | None = None
+
+    # ------------------------------------------------------------------ WorkerPort
+    def now(self) -> float:
+        return self.clock()
+
+    @property
+    def per_point_s(self) -> float | None:
+        return self.sizer.per_point_s
+
+    def mark(self) -> None:
+        self.store.mark()
+
+    def unmark(self) -> None:
+        self.store.unmark()
+
+    def rollback(self) -> None:
+        self.store.rollback()
+
+    @property
+    def shard(self) -> ShardStore:
+        return self.store
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def peers(self) -> list[int]:
+        return list(self._peers)
+
+    def _net(self) -> Network:
+        if self.network is None:
+            raise RuntimeError(f"worker {self.rank} has no network (migration needs one)")
+        return self.network
+
+    def post(self, dest: int, message: dict[str, Any]) -> None:
+        self._net().post(self.rank, dest, message)
+
+    def sends_pending(self) -> int:
+        return 0 if self.network is None else self.network.sends_pending(self.rank)
+
+    def receive(self, limit: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+        return [] if self.network is None else self.network.receive(self.rank, limit)
+
+    def orders(self) -> list[dict[str, Any]]:
+        out, self.order_inbox = self.order_inbox, []
+        return out
+
+    def pause(self) -> None:
+        """Sleep one poll interval (``POLL_MAX_S``) of simulated time; the rest of the
+        simulation goes on meanwhile."""
+        if self._sleep is None:
+            raise RuntimeError(f"worker {self.rank} cannot pause outside a Simulation")
+        self._sleep(POLL_MAX_S)
+
+    # ------------------------------------------------------------------ state
+    @property
+    def finished(self) -> bool:
+        """It received the stop flag and left its loop."""
+        return self.final_header is not None
+
+    def slow(self, points: int, compute_s: float) -> tuple[float, float]:
+        """:meth:`flegel.stragglers.Stragglers.after_block`, on the simulated clock."""
+        return self.stragglers.after_block(points, compute_s)
+
+    def poll_signal(self, version: float) -> Signal:
+        """Signals delivered by now, for ``version``: the strongest (older ones dropped)."""
+        now = self.now()
+        kind = Signal.NONE
+        keep = []
+        for at, sig in self.signal_inbox:
+            if at > now:
+                keep.append((at, sig))
+            elif sig["version"] == version:
+                kind = max(kind, Signal(int(sig["kind"])))
+        self.signal_inbox = keep
+        if kind and self._current is not None:
+            self._current.signals.append((now, kind))
+        return kind
+
+    # ------------------------------------------------------------------ the loop
+    def _receive(self, poll: bool = True) -> Generator[Command, Any, dict[str, float]]:
+        """:meth:`Worker.receive_params`: the policy's ``while_waiting`` at every poll, the
+        polls backing off from ``POLL_S`` to ``POLL_MAX_S`` (θ⁰'s receipt, in ``run.py``,
+        has no policy: ``poll=False``)."""
+        t0 = self.now()
+        delay = POLL_S
+        got = None
+        while got is None:
+            if poll and self.polls_while_waiting:
+                self.policy.while_waiting(self)
+                got = yield Recv(timeout_s=delay)
+                delay = min(delay * 1.5, POLL_MAX_S)
+            else:
+                got = yield Recv()
+        header, theta = got
+        if header["has_theta"]:
+            assert theta is not None
+            self.theta = theta
+        self._last_wait = self.now() - t0
+        self.wait_s += self._last_wait
+        return header
+
+    def block_size(self) -> int:
+        return self.block_points or self.sizer.size
+
+    def compute(self, block: Block, t: int) -> Generator[Command, Any, tuple[Arrays, float]]:
+        """The kernel, real; its time, simulated (per-point cost, slowdown, jitter)."""
+        delta = self.algorithm.update_block(block, self.theta, t)
+        dt = len(block) * self.cost_s * self.slowdown(self.now())
+        if self.jitter:
+            dt *= 1.0 + self.jitter * self.rng.uniform(-1.0, 1.0)
+        if dt > 0:
+            yield Sleep(dt)
+        return delta, dt
+
+    def _iterate(self, version: float) -> Generator[Command, Any,
+                                                    tuple[Arrays, dict[str, float]]]:
+        """The runtime's own loop (:func:`flegel.runtime.loop.iterate`) on the sim clock."""
+        agg, meta, totals = yield from iterate(self, version)
+        self.points += totals.points
+        self.slowed_s += totals.slowed_s
+        self.aborted_points += totals.aborted
+        assert self._current is not None
+        self._current.reason = Reason(int(meta["reason"]))
+        return agg, meta
+
+    def run(self) -> Generator[Command, Any, None]:
+        """The worker's life: θ⁰, then iterations until the stop flag."""
+        yield from self._receive(poll=False)  # θ⁰, preloaded once
+        self.stragglers.reset_clock()
+        header = yield from self._receive()
+        while not header["stop"]:
+            lag = self.now() - header["sent_at"]
+            instructions = Instructions.from_header(header)
+            self.policy.begin(self, instructions, lag)
+            self._current = Iteration(self.rank, int(header["version"]), instructions,
+                                      self.now(), Snapshot.of(self.store))
+            self.iterations.append(self._current)
+            if self.silent:
+                yield Hang()
+            agg, meta = yield from self._iterate(header["version"])
+            self.iteration_clock += 1
+            buf = np.empty(Header.SIZE + self.agg_layout.size)
+            COMMIT.write(buf, clock=self.iteration_clock, version=header["version"],
+                         wait_s=self._last_wait, sent_at=self.now(), **meta)
+            wire = self.agg_layout.unpack(self.agg_layout.pack(agg, buf[Header.SIZE:]))
+            commit = COMMIT.read(buf)
+            self._current.ended = self.now()
+            self._current.header = commit
+            self._current.end = Snapshot.of(self.store)
+            self._current = None
+            yield Send(commit, wire)
+            header = yield from self._receive()
+        self.side = self.policy.on_stop(self)
+        self.final_header = header
+
+
+# --------------------------------------------------------------------------- simulation
+class SimulationCapError(RuntimeError):
+    """The simulation reached its cap on simulated time or events before the server was
+    done: a policy that never finishes fails a test instead of hanging it."""
+
+
+@dataclass
+class Arrival:
+    """One commit as the server received it."""
+
+    time: float
+    rank: int
+    header: dict[str, float]
+    version_before: int
+    version_after: int
+    sent_from: int   # index of the first PARAMS message sent while it was dispatched
+    late: bool       # it arrived after training ended (answered with the stop flag)
+    agg: Arrays = field(repr=False, default_factory=dict)
+
+
+#: Event kinds, in the order they are processed at one instant: commits first (the server
+#: polls before it ticks), then deliveries to workers (migration orders before the PARAMS
+#: they precede), then workers resuming, then the tick.
+_COMMIT, _ORDER, _PARAMS, _SIGNAL, _RESUME, _TICK = range(6)
+
+
+def slow_then_fast(factor: float, until_s: float) -> Callable[[float], float]:
+    """A transient slowdown: ``factor`` times slower until ``until_s``, normal afterwards."""
+    return lambda t: factor if t < until_s else 1.0
+
+
+class Simulation:
+    """The real server, master policy and worker policies of one sync model, on simulated
+    time (see the module docstring for what is and is not modelled).
+
+    Parameters
+    ----------
+    model : str
+        A key of :data:`flegel.sync.MODELS`.
+    options : mapping, optional
+        The ``sync`` options given (completed with defaults by :func:`sync_options`).
+    workers : int
+        Number of workers (ranks 1..workers).
+    points : int
+        Size of the default data set (:func:`blobs`).
+    data : ndarray, optional
+        All points, split into ``workers`` contiguous shards (default: ``points`` points of
+        :func:`blobs`).
+    shards : sequence of ndarray, optional
+        The shards themselves (overrides ``data``).
+    algorithm : Algorithm, optional
+        Default: K-means (4 clusters, or as many as ``theta0`` has).
+    theta0 : dict, optional
+        θ⁽⁰⁾ (default: for the default data and algorithm, centres near the true ones
+        (:func:`blobs`); otherwise ``algorithm.init_parameter`` on the data).
+    cost_s : float or sequence
+        Compute time per point, one for all or one per worker.
+    slowdown : mapping
+        rank -> a factor, or a function of sim time returning one, multiplying its cost.
+    stragglers : list of dict
+        Job-style straggler entries (``pattern``, ``workers`` and options; defaults filled
+        from :mod:`flegel.stragglers`), applied on the simulated clock.
+    silent : iterable of int
+        Ranks that receive their first instructions and then never answer.
+    latency_s : float
+        One-way message latency.
+    bandwidth_Bps : float
+        Bytes per second of each worker's link for worker-to-worker (migration) messages
+        (:class:`Network`).
+    on_barrier : callable, optional
+        ``on_barrier(sim, event)`` right after each barrier's event is recorded (every worker
+        has committed and waits; the next θ and orders are not sent yet): where tests check
+        invariants over every worker's shard.
+    poll_s : float
+        The master's tick interval (its poll loop).
+    block_ms, block_points
+        The workers' block sizer target, or a fixed block size.
+    jitter : float
+        Relative noise of every block's duration (seeded, see :class:`SimWorker`).
+    stop : mapping
+        :class:`flegel.stopping.StopCriteria` arguments.
+    stall_warning_s, trace_points
+        As for :class:`~flegel.runtime.server.Server`.
+    seed : int
+    max_sim_s, max_events : float, int
+        Caps: past either, :meth:`run` raises :class:`SimulationCapError`.
+    """
+
+    def __init__(self, model: str, options: Mapping[str, Any] | None = None, *,
+                 workers: int = 3, points: int = 600, data: np.ndarray | None = None,
+                 shards: Sequence[np.ndarray] | None = None,
+                 algorithm: Algorithm | None = None, theta0: Arrays | None = None,
+                 cost_s: float | Sequence[float] = 10e-6,
+                 slowdown: Mapping[int, float | Callable[[float], float]] | None = None,
+                 stragglers: Sequence[Mapping[str, Any]] = (), silent: Iterable[int] = (),
+                 latency_s: float = 50e-6, bandwidth_Bps: float = 1e8,
+                 on_barrier: Callable[[Simulation, dict[str, Any]], None] | None = None,
+                 poll_s: float = POLL_S, block_ms: float = 0.2,
+                 block_points: int | None = None, jitter: float = 0.0,
+                 stop: Mapping[str, Any] | None = None, stall_warning_s: float = 10.0,
+                 trace_points: int = 0, seed: int = 0, max_sim_s: float = 60.0,
+                 max_events: int = 2_000_000) -> None:
+        self.model = model
+        self.options = sync_options(model, **dict(options or {}))
+        self.clock = SimClock()
+        self.latency_s = latency_s
+        self.poll_s = poll_s
+        self.max_sim_s = max_sim_s
+        self.max_events = max_events
+        self.ranks = list(range(1, workers + 1))
+        default = algorithm is None and data is None and shards is None
+        if shards is None:
+            if data is None:
+                data, centres0 = blobs(n=points, seed=seed)
+                if default and theta0 is None:
+                    theta0 = kmeans_theta0(centres0)
+            shards = np.array_split(np.asarray(data), workers)
+        if len(shards) != workers:
+            raise ValueError(f"{len(shards)} shards for {workers} workers")
+        self.shards = [np.ascontiguousarray(s) for s in shards]
+        x_all = np.concatenate(self.shards)
+        if algorithm is None:
+            from flegel.algorithms.kmeans import KMeans
+
+            algorithm = KMeans(n_clusters=4 if theta0 is None else len(theta0["centers"]))
+        self.algorithm = algorithm
+        if theta0 is None:
+            info = DataInfo(n_features=x_all.shape[1], n_points=len(x_all), n_workers=workers,
+                            sample=x_all, seed=seed, dtype=x_all.dtype, base_dir=Path.cwd())
+            theta0 = algorithm.init_parameter(info)
+        self.theta0 = theta0
+        agg_layout = Layout.of(zero_aggregator(algorithm, theta0, x_all[0]))
+        theta_layout = Layout.of(theta0)
+        self.transport = FakeTransport(self.clock, latency_s, theta_layout, self._deliver)
+        self.network = Network(self.clock, latency_s, bandwidth_Bps)
+        self.on_barrier = on_barrier
+        self.events: list[dict[str, Any]] = []
+        self.stop_criteria = StopCriteria(**{"max_iterations": 30, "tolerance": None,
+                                             **dict(stop or {})})
+        self.server = Server(self.transport, self.ranks, algorithm, theta0, agg_layout.zeros,
+                             self.stop_criteria, self._record, progress=None,
+                             trace_points=trace_points, stall_warning_s=stall_warning_s,
+                             clock=self.clock)
+        self.server.shard_sizes = {r: len(s) for r, s in zip(self.ranks, self.shards)}
+        cls = policy_class(model)
+        costs = ([float(cost_s)] * workers if isinstance(cost_s, (int, float))
+                 else [float(c) for c in cost_s])
+        if len(costs) != workers:
+            raise ValueError(f"{len(costs)} costs for {workers} workers")
+        slow = dict(slowdown or {})
+        specs = [dict(s) for s in stragglers]
+        silent = set(silent)
+        self.workers: dict[int, SimWorker] = {}
+        for i, r in enumerate(self.ranks):
+            f = slow.get(r, 1.0)
+            n = len(self.shards[i])
+            # Global ids as in the real run (flegel/run.py): rank << ID_SHIFT | row.
+            ids = (np.int64(r) << ID_SHIFT) | np.arange(n, dtype=np.int64)
+            store = ShardStore(self.shards[i], None,
+                               algorithm.init_state(n, x_all.shape[1]), ids=ids)
+            self.workers[r] = SimWorker(
+                r, self.clock, algorithm, store, cls.WORKER(self.options), agg_layout,
+                costs[i], f if callable(f) else _const(float(f)),
+                Stragglers.for_rank(specs, r, seed), block_ms=block_ms,
+                block_points=block_points, silent=r in silent, jitter=jitter,
+                rng=np.random.default_rng([seed, r]),
+                peers=[p for p in self.ranks if p != r], network=self.network,
+                sleep=self._sleep_inline)
+        self.policy = cls(self.server, self.options)
+        self.arrivals: list[Arrival] = []
+        self.n_events = 0
+        self._heap: list[tuple[float, int, int, Any]] = []
+        self._seq = 0
+        self._gens: dict[int, Generator[Command, Any, None]] = {}
+        self._waiting: set[int] = set()
+        self._tokens = {r: 0 for r in self.ranks}  # a resume is valid for one step only
+        self._active: list[int] = []  # ranks whose generator is running (nested by pause)
+        self._started = False
+        self._t0 = 0.0
+
+    # ------------------------------------------------------------------ events
+    def _push(self, at: float, kind: int, payload: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (at, kind, self._seq, payload))
+
+    def _deliver(self, at: float, rank: int, kind: str, message: Any) -> None:
+        kinds = {"params": _PARAMS, "signal": _SIGNAL, "order": _ORDER}
+        self._push(at, kinds[kind], (rank, message))
+
+    def _record(self, event: dict[str, Any]) -> None:
+        """The server's event sink: keep the event; after a barrier's, call ``on_barrier``."""
+        self.events.append(event)
+        if self.on_barrier is not None and "workers" in event:
+            self.on_barrier(self, event)
+
+    def _step(self, rank: int, value: Any = None) -> None:
+        """Resume ``rank``'s generator with ``value`` until it sleeps, waits or ends."""
+        if rank in self._active:
+            raise RuntimeError(f"worker {rank} resumed while it runs (a pause re-entered it)")
+        gen = self._gens[rank]
+        w = self.workers[rank]
+        self._tokens[rank] += 1  # any resume scheduled before is stale now
+        self._active.append(rank)
+        try:
+            while True:
+                try:
+                    cmd = gen.send(value)
+                except StopIteration:
+                    return
+                value = None
+                if isinstance(cmd, Sleep):
+                    self._push(self.clock() + cmd.seconds, _RESUME, (rank, self._tokens[rank]))
+                    return
+                if isinstance(cmd, Send):
+                    self._push(self.clock() + self.latency_s, _COMMIT,
+                               (rank, cmd.header, cmd.agg))
+                    continue
+                if isinstance(cmd, Recv):
+                    if w.params_inbox:
+                        value = w.params_inbox.pop(0)
+                        continue
+                    self._waiting.add(rank)
+                    if cmd.timeout_s is not None:
+                        self._push(self.clock() + cmd.timeout_s, _RESUME,
+                                   (rank, self._tokens[rank]))
+                    return
+                if isinstance(cmd, Hang):
+                    return
+                raise TypeError(f"unknown command {cmd!r}")
+        finally:
+            self._active.remove(rank)
+
+    def _sleep_inline(self, seconds: float) -> None:
+        """``WorkerPort.pause`` of the running worker: process every event due within
+        ``seconds`` (other workers train, messages arrive, barriers happen), then move the
+        clock there.  A worker resumed meanwhile that pauses too nests another such loop; the
+        outer one then resumes at the later end (at most one poll late)."""
+        until = self.clock() + seconds
+        if until - self._t0 > self.max_sim_s:  # a wait that never ends must not hang a test
+            raise SimulationCapError(f"{self.model}: a worker still pauses after "
+                                     f"{self.max_sim_s} simulated s")
+        self._run_events(until)
+        if self.clock() < until:
+            self.clock.advance_to(until)
+
+    def _handle(self, kind: int, payload: Any) -> None:
+        srv = self.server
+        if kind == _COMMIT:
+            rank, header, agg = payload
+            before, sent, late = srv.version, len(self.transport.params), srv.reason is not None
+            srv.dispatch(rank, dict(header), agg, self.policy, self.latency_s)
+            self.arrivals.append(Arrival(self.clock(), rank, header, before, srv.version, sent,
+                                         late, agg))
+        elif kind == _ORDER:
+            rank, message = payload
+            self.workers[rank].order_inbox.append(message)
+        elif kind == _PARAMS:
+            rank, message = payload
+            w = self.workers[rank]
+            w.params_inbox.append(message)
+            if rank in self._waiting:
+                self._waiting.discard(rank)
+                self._step(rank, w.params_inbox.pop(0))
+        elif kind == _SIGNAL:
+            rank, sig = payload
+            self.workers[rank].signal_inbox.append((self.clock(), sig))
+        elif kind == _RESUME:
+            rank, token = payload
+            if token == self._tokens[rank]:  # else: params woke it before this poll's end
+                self._waiting.discard(rank)
+                self._step(rank)
+        elif kind == _TICK:
+            if not srv.done:
+                srv.tick(self.policy)
+                self._push(self._tick_time(payload + 1), _TICK, payload + 1)
+
+    def _tick_time(self, k: int) -> float:
+        return self._t0 + k * self.poll_s
+
+    # ------------------------------------------------------------------ running
+    def start(self) -> None:
+        """Preload θ⁰, let it arrive, start the training clock and the master policy."""
+        if self._started:
+            return
+        self._started = True
+        for r in self.ranks:
+            self._gens[r] = self.workers[r].run()
+            self._step(r)
+        self.server.preload()
+        self._drain(until=self.latency_s)
+        self._t0 = self.clock()
+        self.server.start = self._t0
+        self.policy.start()
+        self._push(self._tick_time(1), _TICK, 1)
+
+    def _drain(self, until: float) -> None:
+        while self._heap and self._heap[0][0] <= until:
+            at, kind, _, payload = heapq.heappop(self._heap)
+            self.clock.advance_to(at)
+            self._handle(kind, payload)
+
+    def run(self, strict: bool = True) -> Simulation:
+        """Run until every worker has been told to stop and has left its loop.
+
+        With ``strict`` (default), reaching ``max_sim_s`` or ``max_events`` first raises
+        :class:`SimulationCapError`; otherwise the run just ends there.
+        """
+        self.start()
+        try:
+            if not self._run_events(None, strict):
+                return self
+        except SimulationCapError:
+            if strict:
+                raise
+            return self  # a cap hit inside a worker's pause
+        if self.server.done:
+            self.transport.close()
+        return self
+
+    def _run_events(self, until: float | None, strict: bool = True) -> bool:
+        """Process events in time order (up to ``until``, or all); False if a cap was hit
+        without ``strict`` (with it, :class:`SimulationCapError`)."""
+        srv = self.server
+        while self._heap and (until is None or self._heap[0][0] <= until):
+            at, kind, _, payload = heapq.heappop(self._heap)
+            self.n_events += 1
+            if at - self._t0 > self.max_sim_s or self.n_events > self.max_events:
+                if strict:
+                    raise SimulationCapError(
+                        f"{self.model}: not done after {self.n_events} events and "
+                        f"{self.clock() - self._t0:.3f} simulated s (version {srv.version}, "
+                        f"stopped {[r for r, w in srv.workers.items() if w.stopped]})")
+                return False
+            self.clock.advance_to(at)
+            self._handle(kind, payload)
+        return True
+
+    # ------------------------------------------------------------------ results
+    @property
+    def now(self) -> float:
+        """Simulated seconds since training began."""
+        return self.server.now()
+
+    def objective(self, theta: Arrays | None = None) -> float:
+        """The exact objective of ``theta`` (default: the server's) on all the data."""
+        th = self.server.theta if theta is None else theta
+        return float(sum(self.algorithm.evaluate(th, Block.from_arrays(s))
+                         for s in self.shards))
+
+    def iterations(self, rank: int) -> list[Iteration]:
+        """``rank``'s iterations, in order."""
+        return self.workers[rank].iterations
+
+    # ------------------------------------------------------------------ migration
+    @property
+    def n_points(self) -> int:
+        """Points of the whole data set."""
+        return sum(len(s) for s in self.shards)
+
+    def global_index(self, ids: np.ndarray) -> np.ndarray:
+        """Positions in the concatenated data (:attr:`shards` in rank order) of point ids."""
+        ids = np.asarray(ids, dtype=np.int64)
+        starts = np.cumsum([0] + [len(s) for s in self.shards])
+        origin = origin_of(ids)
+        return starts[origin - 1] + (ids - (origin << ID_SHIFT))
+
+    def in_transit(self) -> list[Post]:
+        """Worker messages that move points (windows, reactivations) and were not received
+        yet: their points are held by no worker at the moment."""
+        return [p for p in self.network.untaken() if len(p.ids)]
+
+    def census(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per point of the data set (:meth:`global_index` order): on how many workers it is
+        active (held: not sent away), and in how many messages it travels."""
+        active = np.zeros(self.n_points, dtype=np.int64)
+        moving = np.zeros(self.n_points, dtype=np.int64)
+        for w in self.workers.values():
+            st = w.store
+            np.add.at(active, self.global_index(st.ids[~st.inactive]), 1)
+        for p in self.in_transit():
+            np.add.at(moving, self.global_index(p.ids), 1)
+        return active, moving
+
+    def point_visits(self) -> np.ndarray:
+        """Traversals of every point, wherever it is trained now (the active copy's count;
+        a point in transit counts what it carries)."""
+        out = np.full(self.n_points, -1, dtype=np.int64)
+        for w in self.workers.values():
+            st = w.store
+            keep = ~st.inactive
+            out[self.global_index(st.ids[keep])] = st.visits[keep]
+        for p in self.in_transit():
+            out[self.global_index(p.ids)] = p.message["points"]["visits"]
+        return out
+
+    def barrier_events(self) -> list[dict[str, Any]]:
+        """Events of barrier models (one per barrier, with per-worker columns)."""
+        return [e for e in self.events if "workers" in e]
+
+    def push_events(self) -> list[dict[str, Any]]:
+        """Events of push models (one per push)."""
+        return [e for e in self.events if "rank" in e and "staleness" in e]

@@ -1,0 +1,149 @@
+"""Migration at the level of a worker's shard (FSP paper Section 4.3): windows behind the
+cursor, the target's priority queue, virtual migration; per-point traversals counted."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flegel.store import ID_SHIFT, ShardStore, origin_of
+
+
+def _store(rank: int, n: int) -> ShardStore:
+    x = np.arange(n * 2, dtype=float).reshape(n, 2) + 1000 * rank
+    ids = (np.int64(rank) << ID_SHIFT) | np.arange(n, dtype=np.int64)
+    return ShardStore(x, None, {"v": np.zeros(n)}, ids=ids)
+
+
+def _train(s: ShardStore, points: int, block: int = 4) -> list[np.ndarray]:
+    """Process about ``points`` points; return the ids of every block."""
+    done, seen = 0, []
+    while done < points:
+        b, sel = s.next_block(block)
+        b.state["v"][:] += 1
+        s.commit_block(b, sel)
+        seen.append(s.ids[sel])
+        done += max(len(b), 1)
+    return seen
+
+
+def _active_ids(*stores: ShardStore) -> np.ndarray:
+    return np.concatenate([s.ids[~s.inactive] for s in stores])
+
+
+def test_window_is_taken_bottom_up_behind_the_cursor():
+    s = _store(1, 10)
+    _train(s, 6, block=3)
+    assert s.cursor == 6
+    assert list(s.select_behind_cursor(4)) == [5, 4, 3, 2]
+    s.lock(np.array([5, 4]))
+    assert list(s.select_behind_cursor(3)) == [3, 2, 1]
+    # Wraps around the end: the rows of the previous pass come last.
+    assert list(s.select_behind_cursor(8)) == [3, 2, 1, 0, 9, 8, 7, 6]
+
+
+def test_points_move_once_and_the_target_trains_them_first():
+    a, b = _store(1, 40), _store(2, 40)
+    _train(a, 20)
+    _train(b, 120)  # b is three passes ahead
+    rows = a.select_behind_cursor(8)
+    a.lock(rows)
+    payload = a.export(rows)
+    new = b.admit(payload)
+    ids = _active_ids(a, b)
+    assert len(ids) == 80 and len(np.unique(ids)) == 80  # every point active exactly once
+    assert b.queued[new].all()
+    first = _train(b, 4)[0]
+    assert set(first) <= set(payload["ids"])  # migrated points are trained first
+    # They catch up with b's passes, then join its round robin as native points.
+    _train(b, 8 * b.cycles)
+    assert not b.queued.any()
+    assert b.visits[new].min() >= b.cycles
+
+
+def test_no_point_is_skipped_or_trained_twice_within_a_pass_while_migrating():
+    a, b = _store(1, 64), _store(2, 64)
+    rng = np.random.default_rng(0)
+    for step in range(60):
+        _train(a, 4)
+        _train(b, 16)
+        if step % 5 == 0:
+            rows = a.select_behind_cursor(int(rng.integers(1, 6)))
+            a.lock(rows)
+            b.admit(a.export(rows))
+        ids = _active_ids(a, b)
+        assert len(ids) == 128 and len(np.unique(ids)) == 128
+    # Visits never run ahead of a worker's passes: a point is never trained twice in one.
+    for s_ in (a, b):
+        held = ~s_.inactive
+        assert s_.visits[held].max() <= s_.cycles + 1
+
+
+def test_one_pass_visits_each_native_point_exactly_once():
+    b = _store(2, 50)
+    _train(b, 50, block=7)
+    a = _store(1, 30)
+    rows = a.select_behind_cursor(10)
+    a.lock(rows)
+    b.admit(a.export(rows))
+    start_cycles = b.cycles
+    before = b.visits.copy()
+    while b.cycles == start_cycles:
+        _train(b, 1, block=5)
+    # Every native point: one visit this pass; migrated ones caught up to the pass count.
+    delta = b.visits - before
+    native = np.arange(50)
+    assert (delta[native] == 1).all()
+    assert (b.visits[50:] >= start_cycles).all()
+
+
+def test_virtual_migration_reactivates_without_data():
+    a, b = _store(1, 20), _store(2, 20)
+    _train(a, 10)
+    rows = a.select_behind_cursor(6)
+    a.lock(rows)
+    b.admit(a.export(rows))
+    _train(b, 80)
+    assert a.n_held == 14 and b.n_held == 26
+    # Balance needs them back: b retires its copies (ids, state, visits; no features) ...
+    taken = b.retire(origin=1, count=4)
+    assert set(taken) == {"ids", "state", "visits"} and len(taken["ids"]) == 4
+    assert (origin_of(taken["ids"]) == 1).all()
+    # ... and a takes them up again with the state they reached on b.
+    back = a.reactivate(taken)
+    assert (a.state["v"][back] == taken["state"]["v"]).all()
+    ids = _active_ids(a, b)
+    assert len(ids) == 40 and len(np.unique(ids)) == 40
+    assert a.n_held == 18 and b.n_held == 22
+
+
+def test_full_block_holds_only_points_held_here():
+    a, b = _store(1, 12), _store(2, 12)
+    rows = a.select_behind_cursor(0) if a.cursor else np.array([11, 10, 9])
+    a.lock(rows)
+    b.admit(a.export(rows))
+    assert len(a.full_block()) == 9 and len(b.full_block()) == 15
+
+
+def test_counters_kept_per_window_match_a_full_recount():
+    """Locks, admissions and reactivations update the shard's counters in time proportional
+    to the window; they must equal a recount from scratch at every step."""
+    rng = np.random.default_rng(1)
+    a, b = _store(1, 3000), _store(2, 3000)
+
+    def counters(s: ShardStore) -> tuple[int, ...]:
+        return (s.n_active, s.n_held, s._visits_sum, s.n_seen, s._skip, s._n_queued)
+
+    for i in range(300):
+        _train(a, 100, block=100)
+        _train(b, 400, block=100)
+        if i % 7 == 0:
+            rows = a.select_behind_cursor(int(rng.integers(1, 200)))
+            a.lock(rows)
+            b.admit(a.export(rows))
+        if i % 23 == 0 and i:
+            a.reactivate(b.retire(origin=1, count=50))
+        for s in (a, b):
+            kept = counters(s)
+            s._recount()
+            assert kept == counters(s), i
+    assert a.n_held + b.n_held == 6000

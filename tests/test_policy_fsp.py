@@ -1,0 +1,228 @@
+"""FSP in-process (FSP paper Sections 3, 5.2): the real server, master policy, interval
+adjustors and worker policy on a simulated clock (tests/fakes.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flegel.protocol import POLL_S, Signal
+from flegel.sync.fsp import OFFSET_BOUND
+from tests.fakes import Simulation, slow_then_fast
+
+LAT = 50e-6
+
+
+def broadcasts(sim: Simulation) -> dict[int, float]:
+    """θ version -> server time it was broadcast (the iteration computing from it began)."""
+    out: dict[int, float] = {}
+    for p in sim.transport.params:
+        if p.time > 0 and not p.stop:
+            out.setdefault(p.version, p.time - sim.server.start)
+    return out
+
+
+@pytest.mark.parametrize("coordination", ["centralized", "semi"])
+def test_fsp_fixed_barriers_every_eta_with_a_straggler(coordination):
+    eta = 0.5e-3
+    block = 0.1e-3
+    sim = Simulation("fsp", {"interval": "fixed", "eta_ms": eta * 1e3, "eta_min_ms": 0.1,
+                             "coordination": coordination},
+                     slowdown={3: 4.0}, block_ms=block * 1e3, latency_s=LAT,
+                     stop={"max_iterations": 30}).run()
+    bars = sim.barrier_events()
+    assert len(bars) == 30
+    # Iteration 1 calibrates: it ends when the fast workers complete a pass.
+    assert bars[0]["workers"]["reason"][:2] == ["pass", "pass"]
+    timed = "signal" if coordination == "centralized" else "timer"
+    sizes = [len(s) for s in sim.shards]
+    for e in bars[1:]:
+        assert e["eta_ms"] == pytest.approx(eta * 1e3)
+        assert e["workers"]["reason"] == [timed] * 3
+        pts = e["workers"]["points"]
+        # The straggler's partial work reaches every barrier; nobody does a full pass.
+        assert 0 < pts[2] < sizes[2] and max(pts) < min(sizes)
+        # The fast workers did not wait for it: about 4x its points in the same interval.
+        assert pts[0] >= 3 * pts[2] and pts[1] >= 3 * pts[2]
+    times = [e["time_s"] for e in bars]
+    gaps = np.diff(times[1:])
+    # A barrier every η, plus at most a poll, one block and the messages (the straggler's
+    # pass, 8 ms, is far away).
+    assert gaps.min() >= eta - 1e-9
+    assert gaps.max() <= eta + POLL_S + block + 4 * LAT, gaps
+    for r in sim.ranks:
+        its = sim.iterations(r)[2:]
+        assert max(it.header["wait_s"] for it in its) < block + 4 * LAT
+        sent = [p.instructions for p in sim.transport.params_to(r) if p.time > 0][1:]
+        if coordination == "semi":
+            assert {i.eta_s for i in sent[:-1]} == {eta}  # the worker times η itself
+        else:
+            assert {i.eta_s for i in sent} == {0.0}       # the master does
+    pauses = sim.transport.signals_of(Signal.PAUSE)
+    later = [s for s in pauses if s.version >= 1]
+    if coordination == "centralized":
+        start = broadcasts(sim)
+        assert len(later) == 3 * 29  # one per worker per timed iteration
+        for s in later:
+            after = s.time - sim.server.start - start[s.version]
+            assert eta <= after <= eta + POLL_S + 1e-12
+    else:
+        assert later == []  # semi-centralized: no signal at all after calibration
+
+
+@pytest.mark.parametrize("coordination", ["centralized", "semi"])
+def test_fsp_full_pass_triggers_early_barrier(coordination):
+    sim = Simulation("fsp", {"interval": "fixed", "eta_ms": 1e5, "coordination": coordination},
+                     cost_s=[10e-6, 15e-6, 40e-6], latency_s=LAT,
+                     stop={"max_iterations": 10}).run()
+    bars = sim.barrier_events()
+    assert len(bars) == 10
+    arrivals = {(a.rank, int(a.header["version"])): a.time for a in sim.arrivals}
+    pauses = sim.transport.signals_of(Signal.PAUSE)
+    for v, e in enumerate(bars):
+        # The fastest worker's full pass ends every iteration, long before η = 100 s.
+        assert e["workers"]["reason"] == ["pass", "signal", "signal"]
+        sent = [s for s in pauses if s.version == v]
+        # ... and the master pauses the others the moment that commit arrives.
+        assert sorted(s.rank for s in sent) == [2, 3]
+        assert {s.time for s in sent} == {arrivals[(1, v)]}
+    passes = [it.header["passes"] for it in sim.iterations(1)]
+    assert passes == pytest.approx(list(range(1, 11)))
+    assert sim.now < 10 * (2e-3 + 0.5e-3)  # ~ one fast pass per barrier
+
+
+def _spread_run(coordination: str) -> Simulation:
+    return Simulation("fsp", {"interval": "fixed", "eta_ms": 2, "coordination": coordination},
+                      points=3000, block_ms=1.0, jitter=0.3,
+                      stragglers=[{"pattern": "persistent", "factor": 4, "workers": [3]}],
+                      latency_s=LAT, stop={"max_iterations": 60}).run()
+
+
+def test_semi_centralized_narrows_spread():
+    """Section 5.2: with worker 3 persistently 4x slower (it sleeps after each block, so it
+    cannot answer during that sleep) and noisy block times, semi-centralized workers commit
+    on their own timers η − δᵢ, cutting their last block to the deadline; the offsets δᵢ learn
+    the straggler's late response.  Reports reach the master much closer together than under
+    the centralized pause signal, which every worker answers after the block it is on.
+    (Simulated with seeded noise, so the margin is deterministic; with blocks longer than η
+    -- block_ms 3, η 2 ms -- the straggler's first block alone overruns its deadline and semi
+    does not narrow the spread.)"""
+    eta = 2e-3
+    spread = {}
+    for coordination in ("centralized", "semi"):
+        sim = _spread_run(coordination)
+        ev = sim.barrier_events()[10:]
+        spread[coordination] = float(np.median([e["spread_s"] for e in ev]))
+        if coordination == "semi":
+            offsets = np.array([e["offsets_ms"] for e in ev]) / 1e3
+            # δᵢ both ways (Section 5.2): bounded by OFFSET_BOUND·η either side.
+            assert np.abs(offsets).max() <= OFFSET_BOUND * eta + 1e-12
+            assert all(e["workers"]["reason"] == ["timer"] * 3 for e in ev)
+            # The straggler learned the largest offset: it starts its last block earlier.
+            last = sim.policy.offsets
+            assert last[3] > 5 * max(last[1], last[2])
+    assert spread["semi"] < 0.5 * spread["centralized"], spread
+
+
+def test_fsp_suspended_straggler_answers_the_pause_promptly():
+    """Injected suspension (τ per 1000 points): the suspended worker answers a pause
+    within a 1 ms slice with the work done so far; barriers stay prompt."""
+    eta, block = 1e-3, 0.1e-3
+    sim = Simulation("fsp", {"interval": "fixed", "eta_ms": 1, "coordination": "centralized"},
+                     stragglers=[{"pattern": "injected", "tau_ms": 5, "every": 100,
+                                  "workers": [3]}],
+                     block_ms=block * 1e3, latency_s=LAT, stop={"max_iterations": 40}).run()
+    bars = sim.barrier_events()[1:]
+    assert max(e["spread_s"] for e in bars) <= 1e-3 + block + 2 * LAT
+    assert sim.workers[3].slowed_s > 0.5 * sim.now
+    assert sim.workers[1].slowed_s == 0
+    assert sum(e["workers"]["points"][2] for e in bars) > 0
+    gaps = np.diff([e["time_s"] for e in bars])
+    assert gaps.max() <= eta + POLL_S + 1e-3 + block + 4 * LAT
+
+
+def test_fsp_work_follows_the_current_speed():
+    """No workload is pre-assigned: a worker slowed 4x for the first 20 ms contributes a
+    quarter of the points while slow and as much as the others afterwards."""
+    sim = Simulation("fsp", {"interval": "fixed", "eta_ms": 1, "coordination": "centralized"},
+                     slowdown={3: slow_then_fast(4.0, 0.02)}, block_ms=0.1, latency_s=LAT,
+                     stop={"max_iterations": 40}).run()
+    bars = sim.barrier_events()[1:]
+    slow = [e["workers"]["points"] for e in bars if e["time_s"] < 0.018]
+    fast = [e["workers"]["points"] for e in bars if e["time_s"] > 0.024]
+    assert len(slow) >= 5 and len(fast) >= 5
+    ratio_slow = np.mean([p[2] / p[0] for p in slow])
+    ratio_fast = np.mean([p[2] / p[0] for p in fast])
+    assert 0.15 < ratio_slow < 0.35
+    assert 0.85 < ratio_fast < 1.15
+
+
+def test_fsp_binary_search_adjusts_eta():
+    sim = Simulation("fsp", {"interval": "binary", "coordination": "semi",
+                             "eta_min_ms": 0.05},
+                     points=1500, slowdown={3: 2.0}, latency_s=LAT,
+                     stop={"max_iterations": 10}).run()
+    adj = sim.policy.adjustor
+    hist = adj.history
+    assert len(set(hist)) >= 2
+    # η⁰ is the calibration iteration (up to the fastest full pass); each trial halves it.
+    first_pass = sim.barrier_events()[0]["time_s"]
+    assert hist[0] == pytest.approx(first_pass, rel=0.2)
+    for a, b in zip(hist, hist[1:]):
+        assert b == pytest.approx(a / 2) or b == pytest.approx(2 * a)  # trial or back
+    # Every iteration after calibration ran with the η the adjustor chose, and the workers
+    # were told that η.
+    etas = [e["eta_ms"] / 1e3 for e in sim.barrier_events()[1:]]
+    assert set(np.round(etas, 9)) <= set(np.round(hist, 9))
+    sent = {round(p.instructions.eta_s, 9) for p in sim.transport.params
+            if p.time > 0 and not p.stop and p.version >= 1}
+    assert sent == set(np.round(etas, 9))
+    # Trials run in runs of λ = 2 iterations, each at half the η before them.
+    events = sim.barrier_events()
+    trial = [i for i, e in enumerate(events) if e["phase"] == "trial"]
+    assert trial and len(trial) % 2 == 0
+    for i, j in zip(trial[::2], trial[1::2]):
+        assert j == i + 1
+        eta = events[i]["eta_ms"]
+        assert events[j]["eta_ms"] == pytest.approx(eta)
+        assert events[i - 1]["eta_ms"] == pytest.approx(2 * eta)
+
+
+def test_fsp_multistage_probes_mark_then_roll_back():
+    sim = Simulation("fsp", {"interval": "multistage", "coordination": "centralized",
+                             "probe_ms": 0.4, "eta_min_ms": 0.05},
+                     points=1500, slowdown={3: 2.0}, latency_s=LAT, jitter=0.2,
+                     stop={"max_iterations": 30}).run()
+    params = [p for p in sim.transport.params if p.time > 0 and not p.stop]
+    marks = [p for p in params if p.instructions.mark == 1]
+    rollbacks = [p for p in params if p.instructions.rollback]
+    assert marks and rollbacks
+    v_mark, v_roll = marks[0].version, rollbacks[0].version
+    assert sorted(p.rank for p in marks if p.version == v_mark) == sim.ranks
+    # Two probe iterations with η_p, then every worker returns to the mark (and drops it).
+    assert v_roll == v_mark + 2
+    for p in rollbacks:
+        assert p.instructions.mark == -1
+    # The master rolled θ back: the θ sent with the roll-back is the θ sent with the mark.
+    for r in sim.ranks:
+        m = next(p for p in marks if p.rank == r and p.version == v_mark)
+        b = next(p for p in rollbacks if p.rank == r and p.version == v_roll)
+        assert m.theta is not None and b.theta is not None
+        for k in m.theta:
+            np.testing.assert_array_equal(m.theta[k], b.theta[k])
+        # ... and every worker's shard went back to where the first probe began.
+        it_m = next(it for it in sim.iterations(r) if it.version == v_mark)
+        it_b = next(it for it in sim.iterations(r) if it.version == v_roll)
+        assert it_m.instructions.mark == 1 and it_b.instructions.rollback
+        assert it_b.start.same_as(it_m.start)
+        # (The probe did move the shard on: the roll-back undid real work.)
+        assert not sim.iterations(r)[sim.iterations(r).index(it_b) - 1].end.same_as(
+            it_m.start)
+    # The second probe runs 2η_p; then a stage with the fitted η.
+    adj = sim.policy.adjustor
+    assert adj.stages, "no stage was fitted"
+    ev = {e["t"]: e for e in sim.barrier_events()}
+    assert adj.stages[0]["eta_p_s"] == pytest.approx(0.4e-3)
+    assert ev[v_mark + 1]["eta_ms"] == pytest.approx(adj.stages[0]["eta_p_s"] * 1e3)
+    assert ev[v_roll + 1]["eta_ms"] == pytest.approx(2 * adj.stages[0]["eta_p_s"] * 1e3)
+    assert adj.history and adj.history[0] == pytest.approx(adj.stages[0]["eta_s"])

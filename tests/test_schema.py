@@ -1,0 +1,181 @@
+"""The job schema: one declaration per key, and a job reference generated from them."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import flegel.data as data
+from flegel import schema
+from flegel import sync as sync_models
+from flegel.config import (
+    OUTPUT,
+    REFERENCE_PATH,
+    RUNTIME,
+    STOP,
+    TOP,
+    apply_overrides,
+    job_reference,
+    load_job,
+    straggler_keys,
+    sync_keys,
+)
+from flegel.schema import Key, SchemaError, check_section
+from flegel.stragglers import COMMON_KEYS, DEFAULTS, PATTERN_KEYS, PATTERNS
+from tests.conftest import ROOT, write_job
+
+REGENERATE = "python -m flegel.config > docs/job-reference.md"
+
+
+def _tables(text: str) -> dict[str, dict[str, str]]:
+    """Heading -> {key as written in the table: description} of the reference."""
+    out: dict[str, dict[str, str]] = {}
+    heading = ""
+    for line in text.splitlines():
+        if line.startswith("#"):
+            heading = line.lstrip("#").strip()
+            out[heading] = {}
+        m = re.match(r"\| `([^`]+)` \|.*\| ([^|]*) \|$", line)
+        if m:
+            out[heading][m.group(1)] = m.group(2).strip()
+    return out
+
+
+def _data_specs() -> tuple[dict[str, Key] | None, dict[str, Key] | None]:
+    return getattr(data, "FILE_SPEC", None), getattr(data, "SYNTHETIC_SPEC", None)
+
+
+# --------------------------------------------------------------------------- the reference
+def test_reference_is_up_to_date():
+    written = (ROOT / REFERENCE_PATH).read_text()
+    assert written == job_reference(), f"{REFERENCE_PATH} is stale: run `{REGENERATE}`"
+
+
+def _accepted() -> dict[str, set[str]]:
+    """Heading of the reference -> every key validation accepts in that part of a job."""
+    acc = {
+        "Top level": set(TOP),
+        "`stop`": {f"stop.{k}" for k in STOP},
+        "`output`": {f"output.{k}" for k in OUTPUT},
+        "`runtime`": {f"runtime.{k}" for k in RUNTIME},
+        "`sync`": {"sync.model"},
+        "`stragglers`": {f"stragglers[].{k}" for k in COMMON_KEYS},
+    }
+    for model in sync_models.MODELS:
+        keys = sync_keys(sync_models.policy_class(model))
+        acc[f"`sync` with `model: {model}`"] = {f"sync.{k}" for k in keys if k != "model"}
+    for pattern in PATTERNS:
+        acc[f"`stragglers` with `pattern: {pattern}`"] = {
+            f"stragglers[].{k}" for k in straggler_keys(pattern) if k not in COMMON_KEYS}
+    acc["`data`: a file"] = {f"data.{k}" for k in data.FILE_KEYS}
+    acc["`data`: synthetic"] = {f"data.{k}" for k in data.SYNTHETIC_KEYS}
+    return acc
+
+
+def test_every_accepted_key_is_in_the_reference():
+    tables = _tables(job_reference())
+    for heading, keys in _accepted().items():
+        assert heading in tables, f"no section {heading!r} in the reference"
+        missing = keys - set(tables[heading])
+        assert not missing, f"{heading}: not documented: {sorted(missing)}"
+
+
+def test_every_key_has_a_doc_line():
+    tables = _tables(job_reference())
+    for heading in _accepted():
+        if heading.startswith("`data`") and _data_specs()[0] is None:
+            continue  # checked by test_every_data_key_has_a_doc_line
+        bare = [k for k, doc in tables[heading].items() if doc in ("", "(undocumented)")]
+        assert not bare, f"{heading}: keys without a doc line: {bare}"
+
+
+def test_every_data_key_has_a_doc_line():
+    file_spec, synthetic_spec = _data_specs()
+    if file_spec is None or synthetic_spec is None:
+        pytest.skip("flegel.data does not export FILE_SPEC/SYNTHETIC_SPEC yet")
+    assert set(file_spec) >= set(data.FILE_KEYS)
+    assert set(synthetic_spec) >= set(data.SYNTHETIC_KEYS)
+    for spec in (file_spec, synthetic_spec):
+        assert all(key.doc for key in spec.values())
+
+
+def test_every_default_passes_its_own_check():
+    sections = [TOP, STOP, OUTPUT, RUNTIME, COMMON_KEYS, *PATTERN_KEYS.values()]
+    sections += [sync_keys(sync_models.policy_class(m)) for m in sync_models.MODELS]
+    for keys in sections:
+        for name, key in keys.items():
+            assert key.required or key.check(key.default), (name, key.default)
+
+
+def test_straggler_defaults_come_from_the_keys():
+    assert tuple(PATTERN_KEYS) == PATTERNS
+    assert DEFAULTS["injected"] == {"tau_ms": 32.0, "every": 1000}
+    assert DEFAULTS["transient"] == {"factor": 4.0, "on_s": 1.0, "off_s": 2.0}
+
+
+# --------------------------------------------------------------------------- the engine
+SECTION = {
+    "n": schema.integer("a count", 3, lo=1),
+    "rate": schema.number("a rate", REQUIRED := schema.REQUIRED, lo=0, hi=1, lo_open=True,
+                          hi_open=True),
+    "mode": schema.choice("a mode", ("a", "b"), "a"),
+    "flag": schema.boolean("a flag", False),
+}
+assert REQUIRED is schema.REQUIRED
+
+
+def test_check_section_fills_defaults_in_schema_order():
+    assert check_section("s", {"rate": 0.5}, SECTION) == {"n": 3, "rate": 0.5, "mode": "a",
+                                                          "flag": False}
+
+
+@pytest.mark.parametrize("given, key, words", [
+    ({"rate": 0.5, "nn": 1}, "s.nn", "did you mean 'n'"),
+    ({}, "s.rate", "missing"),
+    ({"rate": 1}, "s.rate", "between 0 and 1 (exclusive), found 1"),
+    ({"rate": 0.5, "n": True}, "s.n", "positive integer, found True"),
+    ({"rate": 0.5, "n": 0}, "s.n", "positive integer"),
+    ({"rate": 0.5, "mode": "c"}, "s.mode", "'a' or 'b'"),
+    ({"rate": 0.5, "flag": 1}, "s.flag", "true or false"),
+    ({"rate": float("nan")}, "s.rate", "nan"),
+])
+def test_check_section_errors(given, key, words):
+    with pytest.raises(SchemaError) as info:
+        check_section("s", given, SECTION)
+    assert info.value.key == key and words in str(info.value)
+
+
+def test_section_must_be_a_mapping():
+    with pytest.raises(SchemaError, match="expected a mapping, found"):
+        check_section("stop", [1], STOP)
+
+
+@pytest.mark.parametrize("key, text", [
+    (schema.integer("", lo=0), "a non-negative integer"),
+    (schema.integer("", lo=3), "an integer >= 3"),
+    (schema.integer("", lo=1, null=True, unit="points"), "a positive integer of points or null"),
+    (schema.number("", lo=0, lo_open=True, unit="seconds"), "a positive number of seconds"),
+    (schema.number("", lo=1, lo_open=True), "a number > 1"),
+    (schema.number("", lo=0, hi=1, hi_open=True), "a number >= 0 and < 1"),
+    (schema.choice("", ("x", None, 2)), "'x', null or 2"),
+])
+def test_expected_text_follows_the_bounds(key, text):
+    assert key.expected == text
+
+
+# --------------------------------------------------------------------------- through config
+def test_set_keeps_text_where_a_key_wants_text(tmp_path):
+    doc = apply_overrides({"sync": {"model": "bsp"}}, ["name=2024", "output.dir=7",
+                                                       "workers=3"], tmp_path / "j.yaml")
+    assert doc["name"] == "2024" and doc["output"]["dir"] == "7" and doc["workers"] == 3
+
+
+def test_sync_options_validated_from_their_keys(tmp_path):
+    from tests.test_config import GOOD
+
+    path = write_job(tmp_path / "job.yaml", **GOOD)
+    job = load_job(path, ["sync.model=ssp", "sync.s=5"])
+    assert job["sync"] == {"model": "ssp", "batch": "auto", "overhead": 0.1, "s": 5}
+    job = load_job(path, ["sync.model=fspv"])
+    assert job["sync"]["model"] == "fsp" and job["sync"]["interval"] == "multistage"
