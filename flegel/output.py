@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import yaml
 
+from flegel.peak_memory import peak_rss_mib
+
 CONVERGED = ("converged", "target", "algorithm", "halted")
 
 
@@ -102,6 +104,7 @@ class RunWriter:
             "master_cpu_fraction": server.cpu_fraction,
             "master_idle_fraction": server.idle_fraction,
             "master_idle_cpu_fraction": server.idle_cpu_fraction,
+            "master_peak_rss_mib": peak_rss_mib(),
         }
         trace = [(t, float(sum(r["trace"][i] for r in results)))
                  for i, t in enumerate(server.trace.times)] + [(server.train_s, final)]
@@ -114,7 +117,7 @@ class RunWriter:
             summary["time_to_target_s"] = next((t for t, f in trace if f <= target), None)
             summary["time_to_target_online_s"] = server.time_to_target
         keys = ("rank", "n_points", "points", "passes", "compute_s", "wait_s",
-                "wait_cpu_fraction", "slowed_s", "commits", "aborted_points")
+                "wait_cpu_fraction", "slowed_s", "commits", "aborted_points", "peak_rss_mib")
         summary["per_worker"] = [{**{k: r[k] for k in keys},
                                   "point_passes": {"min": r["visits"]["min"],
                                                    "max": r["visits"]["max"]}}

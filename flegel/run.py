@@ -27,6 +27,7 @@ from mpi4py import MPI
 from flegel.api import Algorithm, DataInfo, zero_aggregator
 from flegel.block import Block
 from flegel.config import Job
+from flegel.peak_memory import peak_rss_mib
 from flegel.runtime import comm as msg
 from flegel.runtime.layout import Layout
 from flegel.runtime.server import Server
@@ -116,6 +117,7 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     report["objective"] = float(algorithm.evaluate(worker.theta, full))
     report["trace"] = [float(algorithm.evaluate(th, full)) for th in thetas]
     report["load_s"] = time.perf_counter() - t0 - report["compute_s"] - report["wait_s"]
+    report["peak_rss_mib"] = peak_rss_mib()  # after the final evaluation: the whole run's peak
     msg.send_object(comm, report, dest=0)
 
 

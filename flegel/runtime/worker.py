@@ -244,7 +244,8 @@ class Worker:
         held = ~self.store.inactive
         visits = self.store.visits[held]
         return {"rank": self.comm.rank, "n_points": self.store.n_held,
-                "data_bytes": int(self.store.x[held].nbytes),
+                # Counted, not indexed: x[held] would copy the shard at the run's end.
+                "data_bytes": self.store.n_held * int(self.store.x[:1].nbytes),
                 "passes": self.store.passes, "points": s.points, "compute_s": s.compute_s,
                 "wait_s": s.wait_s, "wait_cpu_fraction": s.wait_cpu_s / max(s.wait_s, 1e-9),
                 "slowed_s": s.slowed_s, "commits": s.commits,

@@ -3,9 +3,12 @@
 A :class:`StoredArray` is ``shape[0]`` records of a fixed size inside a file:
 
 * when the records lie uncompressed at a known offset (``.npy``, ``np.savez`` members, raw
-  idx files) the file is memory mapped and only the shard's rows are copied out;
+  idx files) the file is memory mapped a chunk at a time and the shard's rows are copied out;
 * otherwise (``np.savez_compressed`` members, ``.gz`` idx files) the data is decompressed as
   a stream of records, keeping only the shard's records.
+
+Either way a load holds the shard and one chunk, never the whole file (issue 14): a worker's
+memory is its shard's bytes plus a fixed baseline, whatever the partition.
 
 :class:`ArrayReader` is the :class:`~flegel.data.formats.base.FileReader` of such formats: a
 format only says where X and the labels are (:meth:`ArrayReader.arrays`).
@@ -13,9 +16,11 @@ format only says where X and the labels are (:meth:`ArrayReader.arrays`).
 
 from __future__ import annotations
 
+import mmap
 from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import BinaryIO
 
@@ -70,8 +75,10 @@ class StoredArray:
         """Values per record (columns of X)."""
         return int(np.prod(self.shape[1:], dtype=np.int64))
 
-    def read_rows(self, fs: FileSpec, rows: range, key: str = "path") -> np.ndarray:
-        """Rows ``rows`` as a ``(len(rows), width)`` array in the stored dtype (a copy).
+    def read_rows(
+        self, fs: FileSpec, rows: range, key: str = "path", dtype: np.dtype | None = None
+    ) -> np.ndarray:
+        """Rows ``rows`` as a new ``(len(rows), width)`` array.
 
         Parameters
         ----------
@@ -81,92 +88,124 @@ class StoredArray:
             Increasing row ids; ids past the end are dropped.
         key : str, optional
             The spec key naming this array, for messages.
+        dtype : numpy.dtype, optional
+            The dtype of the result (default: the stored dtype).  Values are converted a chunk
+            at a time, so no shard-sized array in the stored dtype is ever held.
 
         Returns
         -------
         numpy.ndarray
         """
-        rows = range(rows.start, min(rows.stop, self.n), rows.step)
-        if not len(rows):
-            return np.empty((0, self.width), dtype=self.dtype)
-        if self.offset is not None:
-            with reading(fs, self.path, key):
-                try:
-                    mm = np.memmap(
-                        self.path,
-                        dtype=self.dtype,
-                        mode="r",
-                        offset=self.offset,
-                        shape=self.shape,
-                        order="F" if self.fortran else "C",
-                    )
-                except ValueError as exc:  # the data is shorter than the header says
-                    raise fs.error(
-                        f"{self.name} is truncated ({exc}), expected {self.n} rows of "
-                        f"{self.width * self.dtype.itemsize} bytes",
-                        field=key,
-                        path=self.path,
-                    ) from exc
-                # Slicing the map touches only the pages of the shard's rows.
-                part = mm[rows.start : rows.stop : rows.step]
-                out = np.ascontiguousarray(part).reshape(len(rows), self.width)
-                del mm, part
-                return out
-        assert self.opener is not None
-        with reading(fs, self.path, key), self.opener() as f:
-            if self.fortran:
-                return self._stream_fortran(fs, f, rows, key)
-            return self._stream(fs, f, rows, key)
-
-    def _stream(self, fs: FileSpec, f: BinaryIO, rows: range, key: str) -> np.ndarray:
-        """Read the stream record by record, keeping only ``rows``."""
-        out = np.empty((len(rows), self.width), dtype=self.dtype)
-        if not len(rows):
-            return out
-        rec = self.width * self.dtype.itemsize
-        if skip_bytes(f, rows.start * rec) != rows.start * rec:
-            raise self._truncated(fs, key, rows.start)
-        pos, k, last = rows.start, 0, rows[-1] + 1
-        per = max(1, files.BLOCK_BYTES // max(rec, 1))
-        while pos < last:
-            m = min(per, last - pos)
-            buf = read_exact(f, m * rec)
-            if len(buf) != m * rec:
-                raise self._truncated(fs, key, pos + len(buf) // max(rec, 1))
-            block = np.frombuffer(buf, dtype=self.dtype).reshape(m, self.width)
-            got = block[take(rows, pos, pos + m)]
-            out[k : k + len(got)] = got
-            k += len(got)
-            pos += m
+        rows = self._clip(rows)
+        out = np.empty((len(rows), self.width), dtype=dtype or self.dtype)
+        self._gather(fs, rows, key, _into(out, None, None))
         return out
 
-    def _stream_fortran(self, fs: FileSpec, f: BinaryIO, rows: range, key: str) -> np.ndarray:
-        """Stream a Fortran-order array: ``width`` runs of ``n`` values, one per column.
+    def read_split(
+        self, fs: FileSpec, rows: range, column: int, dtype: np.dtype, key: str = "path"
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Rows ``rows`` without ``column`` (in ``dtype``), and that column (stored dtype).
 
-        Every run holds one value of every row, so each run is read through and the shard's
-        values are picked from it: memory stays at the shard plus one block.
+        For a label stored as a column of X: the two are split a chunk at a time, so the
+        shard is held once, not once with the label column and once without.
+
+        Parameters
+        ----------
+        fs : FileSpec
+            The spec (for messages).
+        rows : range
+            Increasing row ids; ids past the end are dropped.
+        column : int
+            The column to split off, ``0 .. width - 1``.
+        dtype : numpy.dtype
+            The dtype of the other columns.
+        key : str, optional
+            The spec key naming this array, for messages.
+
+        Returns
+        -------
+        X : numpy.ndarray
+            ``(len(rows), width - 1)`` in ``dtype``.
+        column : numpy.ndarray
+            ``(len(rows),)`` in the stored dtype.
         """
-        width, item = self.width, self.dtype.itemsize
-        out = np.empty((len(rows), width), dtype=self.dtype)
-        per = max(1, files.BLOCK_BYTES // item)
-        for col in range(width):
-            pos = k = 0
-            while pos < self.n:
-                m = min(per, self.n - pos)
-                buf = read_exact(f, m * item)
-                if len(buf) != m * item:
-                    raise self._truncated(fs, key, pos + len(buf) // item)
-                got = np.frombuffer(buf, dtype=self.dtype)[take(rows, pos, pos + m)]
-                out[k : k + len(got), col] = got
-                k += len(got)
-                pos += m
-        trailing = self.shape[1:]
-        if len(trailing) > 1:
-            # Column c is the Fortran-order position of the trailing index; X is their C order.
-            out = out.reshape((len(rows), *trailing[::-1]))
-            out = np.ascontiguousarray(out.transpose(0, *range(len(trailing), 0, -1)))
-            out = out.reshape(len(rows), width)
-        return out
+        rows = self._clip(rows)
+        X = np.empty((len(rows), self.width - 1), dtype=dtype)
+        col = np.empty(len(rows), dtype=self.dtype)
+        self._gather(fs, rows, key, _into(X, col, column))
+        return X, col
+
+    def _clip(self, rows: range) -> range:
+        return range(rows.start, min(rows.stop, self.n), rows.step)
+
+    def _gather(self, fs: FileSpec, rows: range, key: str, sink: Sink) -> None:
+        """Pass the shard's rows to ``sink`` a chunk of the file at a time.
+
+        The file is read as *runs* of records: one run of ``n`` rows for C order; for Fortran
+        order, one run per column (``n`` values each), which land in that column.  Of each
+        run only the stretch from the shard's first to its last row is read, in chunks of
+        about :data:`flegel.data.files.BLOCK_BYTES`, and the shard's rows of a chunk are
+        picked with one slice (:func:`flegel.data.partition.take`).  So memory stays at the
+        shard plus one chunk, whatever the partition: a strided shard needs a quarter of the
+        rows of every chunk (4 workers), but never maps or holds the whole file (issue 14).
+        """
+        if not len(rows):
+            return
+        if self.fortran:
+            # Run r holds the values of the Fortran-order position r of the trailing index;
+            # X's columns are the C order of that index.
+            trailing = self.shape[1:]
+            order = np.arange(self.width).reshape(trailing, order="F").ravel()
+            columns = np.argsort(order).tolist()
+            runs, per_record = self.width, 1
+        else:
+            columns, runs, per_record = [0], 1, self.width
+        first, last = rows.start, rows[-1] + 1
+        rec = per_record * self.dtype.itemsize
+        per = max(1, files.BLOCK_BYTES // rec)
+        k = 0
+
+        def pick(run: int, pos: int, chunk: np.ndarray) -> None:
+            nonlocal k
+            got = chunk[take(rows, pos, pos + len(chunk))]
+            sink(k, columns[run], got)
+            k += len(got)
+
+        with reading(fs, self.path, key):
+            if self.offset is not None:
+                self._check_size(fs, key)
+                with open(self.path, "rb") as f:
+                    for run in range(runs):
+                        k = 0
+                        base = self.offset + run * self.n * rec
+                        for pos in range(first, last, per):
+                            m = min(per, last - pos)
+                            _mapped(f, base + pos * rec, m, per_record, self.dtype,
+                                    partial(pick, run, pos))
+                return
+            assert self.opener is not None
+            with self.opener() as stream:
+                at = 0  # stream position, in records from the start of the data
+                for run in range(runs):
+                    k = 0
+                    skip = (run * self.n + first - at) * rec
+                    if skip_bytes(stream, skip) != skip:
+                        raise self._truncated(fs, key, first)
+                    for pos in range(first, last, per):
+                        m = min(per, last - pos)
+                        buf = read_exact(stream, m * rec)
+                        if len(buf) != m * rec:
+                            raise self._truncated(fs, key, pos + len(buf) // rec)
+                        pick(run, pos, np.frombuffer(buf, self.dtype).reshape(m, per_record))
+                    at = run * self.n + last
+
+    def _check_size(self, fs: FileSpec, key: str) -> None:
+        """A mapped array's file must hold every record its header promises."""
+        want = int(self.offset or 0) + self.n * self.width * self.dtype.itemsize
+        size = self.path.stat().st_size
+        if size < want:
+            rec = self.width * self.dtype.itemsize
+            raise self._truncated(fs, key, max(0, size - int(self.offset or 0)) // max(rec, 1))
 
     def _truncated(self, fs: FileSpec, key: str, at: int) -> DataError:
         return fs.error(
@@ -174,6 +213,54 @@ class StoredArray:
             field=key,
             path=self.path,
         )
+
+
+#: Takes ``(k, column, rows)``: ``rows`` (a ``(m, w)`` array in the stored dtype) are the
+#: shard's rows ``k .. k + m - 1``, stored columns ``column .. column + w - 1``.
+Sink = Callable[[int, int, np.ndarray], None]
+
+
+def _into(X: np.ndarray, col: np.ndarray | None, column: int | None) -> Sink:
+    """A sink that copies into X (converting to its dtype), or with ``column`` given, copies
+    that stored column into ``col`` and the others into X."""
+
+    def put(k: int, lo: int, got: np.ndarray) -> None:
+        m, w = got.shape
+        at, hi = slice(k, k + m), lo + w
+        if column is None:
+            X[at, lo:hi] = got
+            return
+        assert col is not None
+        if lo < column:  # stored columns before the split one keep their index
+            X[at, lo : min(hi, column)] = got[:, : min(hi, column) - lo]
+        if lo <= column < hi:
+            col[at] = got[:, column - lo]
+        b = max(lo, column + 1)  # after it, they move one to the left
+        if hi > b:
+            X[at, b - 1 : hi - 1] = got[:, b - lo :]
+
+    return put
+
+
+def _mapped(
+    f: BinaryIO, start: int, m: int, width: int, dtype: np.dtype,
+    visit: Callable[[np.ndarray], None],
+) -> None:
+    """Map ``m`` records of ``width`` values at byte ``start`` of ``f``, show them to
+    ``visit``, then unmap them.
+
+    Mapping one chunk at a time (instead of the whole file) keeps the pages a shard reads
+    from counting against the worker's memory only while their chunk is being picked from.
+    """
+    size = m * width * dtype.itemsize
+    base = start - start % mmap.ALLOCATIONGRANULARITY
+    mm = mmap.mmap(f.fileno(), start - base + size, access=mmap.ACCESS_READ, offset=base)
+    try:
+        chunk = np.frombuffer(mm, dtype=dtype, count=m * width, offset=start - base)
+        visit(chunk.reshape(m, width))
+        del chunk
+    finally:
+        mm.close()
 
 
 def check_numeric(fs: FileSpec, arr: StoredArray, key: str) -> None:
@@ -245,16 +332,10 @@ class ArrayReader(FileReader):
         """The shard's records of X (and labels), see :meth:`Reader.read`."""
         src = self.arrays(fs)
         rows = shard.rows(src.X.n)
-        raw = src.X.read_rows(fs, rows, src.x_key)
         if src.label_col is not None:
-            c = src.label_col
-            y = to_labels(fs, raw[:, c], _bad_row(fs, rows, "label_column"))
-            X = np.empty((len(rows), src.X.width - 1), dtype=fs.dtype)
-            # Two slice copies instead of np.delete: no temporary in the stored dtype.
-            X[:, :c] = raw[:, :c]
-            X[:, c:] = raw[:, c + 1 :]
-            return X, y
-        X = np.ascontiguousarray(raw, dtype=fs.dtype)
+            X, raw = src.X.read_split(fs, rows, src.label_col, fs.dtype, src.x_key)
+            return X, to_labels(fs, raw, _bad_row(fs, rows, "label_column"))
+        X = src.X.read_rows(fs, rows, src.x_key, fs.dtype)
         divisor = self.divisor(fs, src)
         if divisor is not None:
             X /= divisor  # in place: no second shard-sized array
