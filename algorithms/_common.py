@@ -16,7 +16,7 @@ import numpy as np
 from flegel import Algorithm, Block
 
 __all__ = [
-    "check_choice", "check_float", "check_int", "check_init_spec", "chunks",
+    "check_choice", "check_float", "check_int", "check_init_spec", "chunks", "expect_shape",
     "kmeans_plusplus_sample", "learning_rate_at", "load_init_arrays", "logsumexp_rows",
     "point_via_block", "resolve_init_path", "softmax_rows", "squared_distances",
     "validate_init_file",
@@ -118,58 +118,105 @@ def _namespace(a: Any) -> Any:
 
 # ------------------------------------------------------------------ initialization
 def kmeans_plusplus_sample(sample: np.ndarray, k: int, seed: int) -> np.ndarray:
-    """Return k centres chosen by k-means++ on the data sample (a seeded, deterministic pick).
+    """Return k centres chosen by greedy k-means++ on the data sample (seeded, deterministic).
+
+    The greedy variant scikit-learn uses (Arthur & Vassilvitskii 2007; scikit-learn's
+    ``kmeans_plusplus``): the first centre is a uniform pick; each next one is the best, by
+    the resulting potential (sum of squared distances to the nearest centre), of
+    ``2 + int(log k)`` candidates drawn with probability proportional to the squared distance
+    to the nearest centre so far.  Vectorized: one (trials × n) distance product per step.
 
     Raises
     ------
     ValueError
         If the sample has fewer than ``k`` points.
     """
-    from sklearn.cluster import kmeans_plusplus
-
-    sample = np.asarray(sample, dtype=np.float64)
-    if len(sample) < k:
+    x = np.ascontiguousarray(sample, dtype=np.float64)
+    n = len(x)
+    if n < k:
         raise ValueError(f"{k} clusters/components requested but the data sample holds only "
-                         f"{len(sample)} points")
-    centers, _ = kmeans_plusplus(sample, k, random_state=seed)
-    return np.ascontiguousarray(centers, dtype=np.float64)
+                         f"{n} points")
+    rng = np.random.default_rng(seed)
+    trials = 2 + int(np.log(k))
+    centers = np.empty((k, x.shape[1]))
+    xsq = np.einsum("ij,ij->i", x, x)  # once: each step is then one small GEMM
+
+    def dist2(rows: np.ndarray) -> np.ndarray:
+        """Squared distances (len(rows), n) of the points ``x[rows]`` to every point."""
+        d2 = x[rows] @ x.T
+        d2 *= -2.0
+        d2 += xsq[None, :]
+        d2 += xsq[rows][:, None]
+        return np.maximum(d2, 0.0, out=d2)
+
+    first = rng.integers(n)
+    centers[0] = x[first]
+    closest = dist2(np.array([first]))[0]
+    pot = float(closest.sum())
+    for c in range(1, k):
+        if pot <= 0.0:  # every point sits on a centre: any pick is as good
+            centers[c] = x[rng.integers(n)]
+            continue
+        ids = np.searchsorted(np.cumsum(closest), rng.random(trials) * pot)
+        np.minimum(ids, n - 1, out=ids)
+        d2 = dist2(ids)
+        np.minimum(closest, d2, out=d2)
+        pots = d2.sum(axis=1)
+        best = int(np.argmin(pots))
+        centers[c] = x[ids[best]]
+        closest, pot = d2[best], float(pots[best])
+    return centers
 
 
 def check_init_spec(init: Any, keywords: Sequence[str]) -> str:
-    """Check that ``init`` is one of ``keywords`` or a string/path naming a file."""
+    """Check that ``init`` is one of ``keywords`` or a string/path naming a file or run."""
     if isinstance(init, Path):
         init = str(init)
     if not isinstance(init, str) or not init:
         kws = ", ".join(repr(k) for k in keywords)
-        raise ValueError(f"init must be one of {kws} or the path of a .npy/.npz file, "
-                         f"got {init!r}")
+        raise ValueError(f"init must be one of {kws}, a run directory or the path of a "
+                         f".npy/.npz file, got {init!r}")
     return init
 
 
 def resolve_init_path(init: str, base_dir: Path, keywords: Sequence[str]) -> Path | None:
-    """Return the file named by ``init`` resolved against ``base_dir``, or None for a keyword."""
+    """Return the file or run directory named by ``init`` resolved against ``base_dir``, or
+    None for a keyword."""
     if init in keywords:
         return None
     return (Path(base_dir) / Path(init).expanduser()).resolve()
 
 
-def load_init_arrays(path: Path, main_key: str) -> dict[str, np.ndarray]:
-    """Load an initialization file: a ``.npy`` array (returned under ``main_key``) or a ``.npz``
-    archive (all its arrays; a single unnamed array is taken as ``main_key``).
+def load_init_arrays(path: Path, main_key: str,
+                     algorithm: Algorithm | None = None) -> dict[str, np.ndarray]:
+    """Load an initialization (a warm start): a ``.npy`` array (returned under ``main_key``),
+    a ``.npz`` archive (all its arrays; a single unnamed array is taken as ``main_key``), or a
+    run directory (its ``model.npz``).
+
+    A saved model (a run directory, or a ``model.npz`` beside its ``model.json``) must come
+    from ``algorithm``'s class (:func:`flegel.model.check_algorithm`).
 
     Raises
     ------
     ValueError
-        If the file is missing, has another suffix, or an ``.npz`` lacks ``main_key``.
+        If the file is missing, has another suffix, comes from another algorithm, or an
+        ``.npz`` lacks ``main_key``.
     """
-    if path.suffix not in (".npy", ".npz"):
-        raise ValueError(f"init: expected a .npy or .npz file, got {path}")
-    if not path.is_file():
-        raise ValueError(f"init: file {path} does not exist")
+    from flegel.model import check_algorithm, read_model
+
     if path.suffix == ".npy":
+        if not path.is_file():
+            raise ValueError(f"init: file {path} does not exist")
         return {main_key: np.load(path, allow_pickle=False)}
-    with np.load(path, allow_pickle=False) as archive:
-        arrays = {k: archive[k] for k in archive.files}
+    if not path.is_dir() and path.suffix != ".npz":
+        raise ValueError(f"init: expected a run directory or a .npy/.npz file, got {path}")
+    try:
+        model = read_model(path)
+    except FileNotFoundError as exc:
+        raise ValueError(f"init: {exc}") from None
+    if algorithm is not None:
+        check_algorithm(model, algorithm)
+    arrays = model.arrays
     if main_key not in arrays:
         if len(arrays) == 1:
             arrays = {main_key: next(iter(arrays.values()))}
@@ -179,22 +226,36 @@ def load_init_arrays(path: Path, main_key: str) -> dict[str, np.ndarray]:
     return arrays
 
 
+def expect_shape(path: Path, key: str, array: np.ndarray, want: tuple[int, ...],
+                 job: str) -> np.ndarray:
+    """Return ``array`` as float64 if its shape is ``want``; else raise ``ValueError`` naming
+    both shapes: the init's and what ``job`` (e.g. "kmeans with n_clusters=8 on 2 features")
+    needs."""
+    array = np.asarray(array, dtype=np.float64)
+    if array.shape != tuple(want):
+        raise ValueError(f"init: {key} in {path} has shape {array.shape}, but {job} needs "
+                         f"{tuple(want)}")
+    return array
+
+
 def validate_init_file(init: str, base_dir: Path, keywords: Sequence[str], main_key: str,
-                       n_rows: int) -> None:
-    """``validate`` helper: check that an init file exists and holds an (n_rows, d) array."""
+                       n_rows: int | None, algorithm: Algorithm | None = None) -> None:
+    """``validate`` helper: check that an init file or run exists, comes from ``algorithm``
+    and holds an (n_rows, d) array ``main_key`` (any shape when ``n_rows`` is None)."""
     path = resolve_init_path(init, base_dir, keywords)
     if path is None:
         return
-    if path.suffix not in (".npy", ".npz"):
+    if path.suffix not in (".npy", ".npz") and not path.is_dir():
         kws = ", ".join(repr(k) for k in keywords)
-        raise ValueError(f"init: expected one of {kws} or a .npy/.npz file, got {init!r}")
+        raise ValueError(f"init: expected one of {kws}, a run directory or a .npy/.npz file, "
+                         f"got {init!r}")
     if path.suffix == ".npy" and path.is_file():
         shape = np.load(path, mmap_mode="r").shape
     else:
-        shape = load_init_arrays(path, main_key)[main_key].shape
-    if len(shape) != 2 or shape[0] != n_rows:
-        raise ValueError(f"init: {path} holds {main_key} of shape {shape}, "
-                         f"expected ({n_rows}, n_features)")
+        shape = load_init_arrays(path, main_key, algorithm)[main_key].shape
+    if n_rows is not None and len(shape) != 2 or shape[0] != n_rows:
+        raise ValueError(f"init: {path} holds {main_key} of shape {shape}, but this job "
+                         f"needs ({n_rows}, n_features)")
 
 
 # ------------------------------------------------------------------ the per-point path

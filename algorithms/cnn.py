@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,15 +32,21 @@ from ._common import (
     RowKernel,
     check_choice,
     check_float,
+    check_init_spec,
     check_int,
+    expect_shape,
     learning_rate_at,
+    load_init_arrays,
     logsumexp_rows,
+    resolve_init_path,
+    validate_init_file,
 )
 
 _DEVICES = ("cpu", "gpu", "auto")
 _POOLINGS = ("max", "avg")
 _SCHEDULES = ("constant", "invscaling")
 _DTYPES = ("float32", "float64")
+_INITS = ("he",)
 _GPU_HINT = "install the GPU extra, e.g. pip install 'flegel[gpu]' (CuPy for CUDA 12)"
 
 
@@ -184,6 +191,10 @@ class CNN(RowKernel, Algorithm):
     chunk_size : int or None, default=None
         Images per forward/backward pass inside a block (bounds the im2col buffers); None:
         256 on the CPU, 4096 on a GPU (fewer, larger kernel launches).
+    init : "he" or path, default="he"
+        θ⁽⁰⁾: He-normal kernels and dense weights, zero biases; or a warm start: a run
+        directory of a CNN run (or its ``model.npz``) with the same layers (relative to the
+        job file's folder).  Momentum velocities start at zero either way.
 
     Notes
     -----
@@ -203,7 +214,8 @@ class CNN(RowKernel, Algorithm):
                  pool_size: int = 2, pooling: str = "max", learning_rate: float = 0.05,
                  schedule: str = "constant", power_t: float = 0.5, momentum: float = 0.0,
                  alpha: float = 0.0, input_scale: float = 1.0, device: str = "cpu",
-                 dtype: str = "float32", chunk_size: int | None = None) -> None:
+                 dtype: str = "float32", chunk_size: int | None = None,
+                 init: str = "he") -> None:
         super().__init__()
         if image_shape is not None:
             if (not isinstance(image_shape, (tuple, list)) or len(image_shape) not in (2, 3)):
@@ -229,8 +241,12 @@ class CNN(RowKernel, Algorithm):
         self.device = check_choice("device", device, _DEVICES)
         self.dtype = check_choice("dtype", dtype, _DTYPES)
         self.chunk_size = None if chunk_size is None else check_int("chunk_size", chunk_size)
+        self.init = check_init_spec(init, _INITS)
 
     # ------------------------------------------------------------------ geometry and set-up
+    def validate(self, base_dir: Path) -> None:
+        validate_init_file(self.init, base_dir, _INITS, "dense_w", None, self)
+
     @property
     def xp(self) -> Any:
         """The array module the kernels use (resolved on first use, where the data are)."""
@@ -283,6 +299,15 @@ class CNN(RowKernel, Algorithm):
         d = int(np.prod(shapes[-1]))
         theta["dense_w"] = rng.normal(0.0, math.sqrt(1.0 / d), size=(d, n_classes))
         theta["dense_b"] = np.zeros(n_classes)
+        path = resolve_init_path(self.init, info.base_dir, _INITS)
+        if path is not None:
+            arrays = load_init_arrays(path, "dense_w", self)
+            job = f"cnn with n_filters={list(self.n_filters)} and {n_classes} classes"
+            for key in list(theta):
+                if key not in arrays:
+                    raise ValueError(f"init: {path} holds no {key!r} (found {sorted(arrays)}), "
+                                     f"but {job} needs it")
+                theta[key] = expect_shape(path, key, arrays[key], theta[key].shape, job)
         if self.momentum > 0.0:
             for key in list(theta):
                 theta[f"v_{key}"] = np.zeros_like(theta[key])
@@ -427,16 +452,25 @@ class CNN(RowKernel, Algorithm):
         return total + len(block) * self._penalty(theta)
 
     # ------------------------------------------------------------------ helpers
-    def predict(self, theta: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
-        """Predicted label of each image (row) of ``x``."""
+    def decision_function(self, theta: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+        """Logits (n × C) of the images (rows) of ``x``."""
         xp = self.xp
         params = self._device_params(xp, theta)
-        out = np.empty(len(x), dtype=np.int64)
+        out = np.empty((len(x), theta["dense_b"].shape[0]))
         for sl in self._chunks(xp, len(x)):
             _, logits = self._forward(xp, params, xp.asarray(x[sl], dtype=self.dtype), None,
                                       None)
-            out[sl] = _to_host(logits).argmax(axis=1)
+            out[sl] = _to_host(logits)
         return out
+
+    def predict_proba(self, theta: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+        """Class probabilities (n × C) of the images (rows) of ``x``."""
+        z = self.decision_function(theta, x)
+        return np.exp(z - logsumexp_rows(z)[:, None])
+
+    def predict(self, theta: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+        """Predicted label of each image (row) of ``x``."""
+        return self.decision_function(theta, x).argmax(axis=1)
 
     def evaluate_accuracy(self, theta: dict[str, np.ndarray], x: np.ndarray,
                           y: np.ndarray) -> float:

@@ -26,6 +26,7 @@ from ._common import (
     check_init_spec,
     check_int,
     chunks,
+    expect_shape,
     kmeans_plusplus_sample,
     load_init_arrays,
     logsumexp_rows,
@@ -112,8 +113,9 @@ class FuzzyCMeans(RowKernel, Algorithm):
     m : float, default=2.0
         Fuzzifier, > 1 (close to 1: nearly hard k-means; large: very fuzzy).
     init : "kmeans++" or path, default="kmeans++"
-        ``"kmeans++"`` on the seeded data sample, or the path of a ``.npy`` file (K, d) of
-        initial centres (or a ``.npz`` holding ``centers``), relative to the job file's folder.
+        ``"kmeans++"`` on the seeded data sample, or a warm start: a run directory of an FCM
+        run (or its ``model.npz``), a ``.npy`` file (K, d) of initial centres or a ``.npz``
+        holding ``centers``, relative to the job file's folder.
 
     Notes
     -----
@@ -134,16 +136,15 @@ class FuzzyCMeans(RowKernel, Algorithm):
 
     # ------------------------------------------------------------------ set-up
     def validate(self, base_dir: Path) -> None:
-        validate_init_file(self.init, base_dir, _INITS, "centers", self.n_clusters)
+        validate_init_file(self.init, base_dir, _INITS, "centers", self.n_clusters, self)
 
     def init_parameter(self, info: DataInfo) -> dict[str, np.ndarray]:
         k, d = self.n_clusters, info.n_features
         path = resolve_init_path(self.init, info.base_dir, _INITS)
         if path is not None:
-            centers = np.array(load_init_arrays(path, "centers")["centers"], dtype=np.float64)
-            if centers.shape != (k, d):
-                raise ValueError(f"init: centers in {path} have shape {centers.shape}, "
-                                 f"expected {(k, d)}")
+            centers = expect_shape(path, "centers",
+                                   load_init_arrays(path, "centers", self)["centers"], (k, d),
+                                   f"fcm with n_clusters={k} on {d} features")
         else:
             centers = kmeans_plusplus_sample(info.sample, k, info.seed)
         return {"centers": centers, "su": np.zeros(k), "sux": np.zeros((k, d))}
@@ -193,6 +194,10 @@ class FuzzyCMeans(RowKernel, Algorithm):
         d2 = squared_distances(np.asarray(x, dtype=np.float64), theta["centers"])
         a = -np.log(np.maximum(d2, _D2_FLOOR)) / (self.m - 1.0)
         return np.exp(a - logsumexp_rows(a)[:, None])
+
+    def predict(self, theta: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+        """Index of the centre of largest membership (the nearest centre) of each row."""
+        return np.argmax(self.predict_memberships(theta, x), axis=1)
 
     def finalize(self, theta: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return {"centers": theta["centers"], "su": theta["su"]}

@@ -36,6 +36,7 @@ from ._common import (
     check_init_spec,
     check_int,
     chunks,
+    expect_shape,
     kmeans_plusplus_sample,
     load_init_arrays,
     logsumexp_rows,
@@ -113,10 +114,11 @@ class GaussianMixture(RowKernel, Algorithm):
         ``reg_covar``); it is also the floor of each variance.
     init : "kmeans++" or path, default="kmeans++"
         ``"kmeans++"``: means by k-means++ on the seeded data sample, uniform weights and, for
-        every component, the variance (or covariance) of the sample.  Otherwise the path of a
-        ``.npy`` file of initial means (K, d) or of a ``.npz`` archive holding ``means`` and
-        optionally ``weights`` (K,) and ``covariances`` ((K, d) diag, (K, d, d) full);
-        relative paths resolve against the job file's folder.
+        every component, the variance (or covariance) of the sample.  Otherwise a warm start:
+        a run directory of a GMM run (or its ``model.npz``), a ``.npy`` file of initial means
+        (K, d) or a ``.npz`` archive holding ``means`` and optionally ``weights`` (K,) and
+        ``covariances`` ((K, d) diag, (K, d, d) full); relative paths resolve against the job
+        file's folder.
 
     Notes
     -----
@@ -142,7 +144,7 @@ class GaussianMixture(RowKernel, Algorithm):
 
     # ------------------------------------------------------------------ set-up
     def validate(self, base_dir: Path) -> None:
-        validate_init_file(self.init, base_dir, _INITS, "means", self.n_components)
+        validate_init_file(self.init, base_dir, _INITS, "means", self.n_components, self)
 
     def init_parameter(self, info: DataInfo) -> dict[str, np.ndarray]:
         k, d = self.n_components, info.n_features
@@ -151,11 +153,9 @@ class GaussianMixture(RowKernel, Algorithm):
         path = resolve_init_path(self.init, info.base_dir, _INITS)
         arrays: dict[str, np.ndarray] = {}
         if path is not None:
-            arrays = load_init_arrays(path, "means")
-            means = np.array(arrays["means"], dtype=np.float64)
-            if means.shape != (k, d):
-                raise ValueError(f"init: means in {path} have shape {means.shape}, "
-                                 f"expected {(k, d)}")
+            arrays = load_init_arrays(path, "means", self)
+            means = expect_shape(path, "means", arrays["means"], (k, d),
+                                 f"gmm with n_components={k} on {d} features")
         else:
             means = kmeans_plusplus_sample(sample, k, info.seed)
         weights = np.array(arrays.get("weights", np.full(k, 1.0 / k)), dtype=np.float64)
@@ -163,11 +163,10 @@ class GaussianMixture(RowKernel, Algorithm):
             raise ValueError(f"init: weights must be {k} non-negative numbers, "
                              f"got shape {weights.shape}")
         weights /= weights.sum()
-        if "covariances" in arrays:
-            cov = np.array(arrays["covariances"], dtype=np.float64)
-            want = (k, d, d) if full else (k, d)
-            if cov.shape != want:
-                raise ValueError(f"init: covariances have shape {cov.shape}, expected {want}")
+        if path is not None and "covariances" in arrays:
+            cov = expect_shape(path, "covariances", arrays["covariances"],
+                               (k, d, d) if full else (k, d),
+                               f"gmm with covariance_type={self.covariance_type!r}")
         elif full:
             cov = np.cov(sample, rowvar=False, bias=True).reshape(d, d) if len(sample) > 1 \
                 else np.zeros((d, d))
@@ -312,6 +311,19 @@ class GaussianMixture(RowKernel, Algorithm):
         """Return the responsibilities (n × K) of the rows of ``x`` under θ."""
         logp = self._log_prob(np.asarray(x), theta)
         return np.exp(logp - logsumexp_rows(logp)[:, None])
+
+    def predict(self, theta: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+        """Most responsible component of each row of ``x``."""
+        return np.argmax(self._log_prob(np.asarray(x), theta), axis=1)
+
+    def score_samples(self, theta: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+        """Log-likelihood ``log p(x_i | θ)`` of each row of ``x`` (scikit-learn's
+        ``score_samples``)."""
+        x = np.asarray(x)
+        out = np.empty(len(x))
+        for sl in chunks(len(x)):
+            out[sl] = logsumexp_rows(self._log_prob(x[sl], theta))
+        return out
 
     def finalize(self, theta: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return {"weights": theta["weights"], "means": theta["means"],

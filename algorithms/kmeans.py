@@ -20,6 +20,17 @@ import numpy as np
 
 from flegel import Algorithm, Block, DataInfo, PointState
 
+from ._common import (
+    check_init_spec,
+    check_int,
+    expect_shape,
+    kmeans_plusplus_sample,
+    load_init_arrays,
+    resolve_init_path,
+    squared_distances,
+    validate_init_file,
+)
+
 _INITS = ("kmeans++", "random")
 
 
@@ -82,6 +93,49 @@ def _assign_accumulate(x: np.ndarray, ct: np.ndarray, csq: np.ndarray, labels: n
     return dobj
 
 
+def nearest(centers: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest centroid of each row of ``x`` and its squared distance (clipped at 0).
+
+    Tiles of ``_TILE`` rows, so the (tile x K) distance block stays in cache: one BLAS product
+    ``‖c‖² − 2x·c`` per tile, as in the training kernel.
+    """
+    x = np.asarray(x)
+    ct = np.ascontiguousarray(centers.T, dtype=x.dtype if x.dtype.kind == "f" else np.float64)
+    csq = np.einsum("ij,ij->j", ct, ct)
+    labels = np.empty(len(x), dtype=np.int64)
+    d2 = np.empty(len(x))
+    for s in range(0, len(x), _TILE):
+        xs = x[s:s + _TILE]
+        score = csq[None, :] - 2.0 * (xs @ ct)
+        labels[s:s + _TILE] = score.argmin(axis=1)
+        best = score[np.arange(len(xs)), labels[s:s + _TILE]]
+        d2[s:s + _TILE] = np.maximum(np.einsum("ij,ij->i", xs, xs) + best, 0.0)
+    return labels, d2
+
+
+def lloyd(x: np.ndarray, centers: np.ndarray, max_iter: int = 100,
+          tol: float = 1e-4) -> tuple[np.ndarray, float]:
+    """Lloyd's algorithm on an in-memory ``x`` (the data sample) from ``centers``.
+
+    Used to rank restarts (``n_init``); stops when the inertia improves by less than ``tol``
+    (relative).  Returns the centres and their inertia on ``x``.
+    """
+    centers = np.array(centers, dtype=np.float64)
+    k = len(centers)
+    prev = np.inf
+    for _ in range(max_iter):
+        labels, d2 = nearest(centers, x)
+        f = float(d2.sum())
+        if prev - f <= tol * f:
+            return centers, f
+        prev = f
+        counts = np.bincount(labels, minlength=k).astype(np.float64)
+        sums = (labels[None, :] == np.arange(k)[:, None]).astype(np.float64) @ x  # one GEMM
+        nonempty = counts > 0
+        centers[nonempty] = sums[nonempty] / counts[nonempty, None]
+    return centers, float(nearest(centers, x)[1].sum())
+
+
 class KMeans(Algorithm):
     """K-means clustering by incremental EM.
 
@@ -90,9 +144,16 @@ class KMeans(Algorithm):
     n_clusters : int, default=8
         Number of clusters K.
     init : {"kmeans++", "random"} or path, default="kmeans++"
-        ``kmeans++`` on the seeded data sample, ``random`` picks K sample points, or the path
-        of a ``.npy`` file of shape (K, d) holding the initial centroids (relative to the job
-        file's folder).
+        ``kmeans++``: scikit-learn's greedy k-means++ (``2 + log K`` candidates per step) on
+        the seeded data sample; ``random`` picks K sample points; or a warm start: a run
+        directory of a K-means run, its ``model.npz``, or a ``.npy`` file (K, d) of initial
+        centroids (relative to the job file's folder).
+    n_init : int, default=10
+        Restarts: with n_init > 1, that many seedings (seeds ``seed``, ``seed + 1``, ...) are
+        each refined by Lloyd's algorithm on the data sample (``runtime.sample_size`` rows,
+        10,000 by default) and the one with the lowest inertia on the sample starts training.
+        Cheap (the sample, not the data) and it avoids most local optima that one seeding
+        falls into.  Ignored for a warm start.
 
     Notes
     -----
@@ -104,53 +165,49 @@ class KMeans(Algorithm):
     name = "kmeans"
     objective_name = "inertia"
 
-    def __init__(self, n_clusters: int = 8, init: str = "kmeans++") -> None:
+    def __init__(self, n_clusters: int = 8, init: str = "kmeans++", n_init: int = 10) -> None:
         super().__init__()
-        if not isinstance(n_clusters, int) or isinstance(n_clusters, bool) or n_clusters < 1:
-            raise ValueError(f"n_clusters must be a positive integer, got {n_clusters!r}")
-        if not isinstance(init, str):
-            raise ValueError(f"init must be 'kmeans++', 'random' or a .npy path, got {init!r}")
-        self.n_clusters = n_clusters
-        self.init = init
-
-    def _init_path(self, base_dir: Path) -> Path | None:
-        if self.init in _INITS:
-            return None
-        return (base_dir / Path(self.init).expanduser()).resolve()
+        self.n_clusters = check_int("n_clusters", n_clusters)
+        # scikit-learn spells it "k-means++": accept both
+        init = "kmeans++" if init == "k-means++" else init
+        self.init = check_init_spec(init, _INITS)
+        self.n_init = check_int("n_init", n_init)
 
     def validate(self, base_dir: Path) -> None:
-        path = self._init_path(base_dir)
-        if path is None:
-            return
-        if path.suffix != ".npy":
-            raise ValueError(
-                f"init: expected 'kmeans++', 'random' or a .npy file, got {self.init!r}")
-        if not path.is_file():
-            raise ValueError(f"init: centroid file {path} does not exist")
-        shape = np.load(path, mmap_mode="r").shape
-        if len(shape) != 2 or shape[0] != self.n_clusters:
-            raise ValueError(
-                f"init: {path} holds an array of shape {shape}, expected ({self.n_clusters}, d)")
+        validate_init_file(self.init, base_dir, _INITS, "centers", self.n_clusters, self)
 
     def init_parameter(self, info: DataInfo) -> dict[str, np.ndarray]:
         k, d = self.n_clusters, info.n_features
-        path = self._init_path(info.base_dir)
+        path = resolve_init_path(self.init, info.base_dir, _INITS)
         if path is not None:
-            centers = np.load(path).astype(np.float64)
-            if centers.shape != (k, d):
-                raise ValueError(f"init: {path} has shape {centers.shape}, expected {(k, d)}")
+            arrays = load_init_arrays(path, "centers", self)
+            centers = expect_shape(path, "centers", arrays["centers"], (k, d),
+                                   f"kmeans with n_clusters={k} on {d} features")
         else:
-            sample = np.asarray(info.sample, dtype=np.float64)
-            if len(sample) < k:
-                raise ValueError(f"n_clusters={k} exceeds the {len(sample)} points sampled")
-            rng = np.random.default_rng(info.seed)
-            if self.init == "random":
-                centers = sample[rng.choice(len(sample), k, replace=False)].copy()
-            else:
-                from sklearn.cluster import kmeans_plusplus
-
-                centers, _ = kmeans_plusplus(sample, k, random_state=info.seed)
+            centers = self._best_seeding(np.asarray(info.sample, dtype=np.float64), info.seed)
         return {"centers": centers, "sums": np.zeros((k, d)), "counts": np.zeros(k)}
+
+    def _seeding(self, sample: np.ndarray, seed: int) -> np.ndarray:
+        """One seeding of ``init`` on the sample."""
+        if self.init == "random":
+            rng = np.random.default_rng(seed)
+            if len(sample) < self.n_clusters:
+                raise ValueError(f"n_clusters={self.n_clusters} exceeds the {len(sample)} "
+                                 "points sampled")
+            return sample[rng.choice(len(sample), self.n_clusters, replace=False)].copy()
+        return kmeans_plusplus_sample(sample, self.n_clusters, seed)
+
+    def _best_seeding(self, sample: np.ndarray, seed: int) -> np.ndarray:
+        """The restarts of ``n_init``: the best of n seedings refined on the sample."""
+        if self.n_init == 1:
+            return self._seeding(sample, seed)
+        best, best_f = None, np.inf
+        for i in range(self.n_init):
+            centers, f = lloyd(sample, self._seeding(sample, seed + i))
+            if f < best_f:  # ties keep the earliest seed: deterministic
+                best, best_f = centers, f
+        assert best is not None
+        return best
 
     def init_state(self, n: int, n_features: int) -> dict[str, np.ndarray]:
         return {"label": np.full(n, -1, dtype=np.int64), "score": np.zeros(n)}
@@ -197,15 +254,20 @@ class KMeans(Algorithm):
         return {"centers": centers, "sums": sums, "counts": counts}
 
     def evaluate(self, theta: dict[str, np.ndarray], block: Block) -> float:
-        x = block.x
-        ct = np.ascontiguousarray(theta["centers"].T, dtype=x.dtype)
-        csq = np.einsum("ij,ij->j", ct, ct)
-        total = 0.0
-        for s in range(0, len(x), _TILE):  # tiles: the distance block stays in cache
-            xs = x[s:s + _TILE]
-            score = (csq[None, :] - 2.0 * (xs @ ct)).min(axis=1)
-            total += float(np.maximum(np.einsum("ij,ij->i", xs, xs) + score, 0.0).sum())
-        return total
+        return float(nearest(theta["centers"], block.x)[1].sum())
+
+    # ------------------------------------------------------------------ results
+    def predict(self, theta: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+        """Index of the nearest centroid of each row of ``x``."""
+        return nearest(theta["centers"], x)[0]
+
+    def score(self, theta: dict[str, np.ndarray], x: np.ndarray) -> float:
+        """Minus the inertia of the rows of ``x`` (scikit-learn's ``KMeans.score``)."""
+        return -float(nearest(theta["centers"], x)[1].sum())
+
+    def transform(self, theta: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+        """Euclidean distances (n × K) of the rows of ``x`` to the centroids."""
+        return np.sqrt(squared_distances(np.asarray(x, dtype=np.float64), theta["centers"]))
 
     def finalize(self, theta: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return {"centers": theta["centers"], "counts": theta["counts"]}

@@ -11,6 +11,8 @@ Kernel: one GEMM (GEMV for binary) forward, stable log-loss, one GEMM for the gr
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numba
 import numpy as np
 
@@ -20,12 +22,18 @@ from ._common import (
     RowKernel,
     check_choice,
     check_float,
+    check_init_spec,
     chunks,
+    expect_shape,
     learning_rate_at,
+    load_init_arrays,
+    resolve_init_path,
     softmax_rows,
+    validate_init_file,
 )
 
 _SCHEDULES = ("constant", "invscaling")
+_INITS = ("zeros",)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -114,6 +122,10 @@ class LogisticRegression(RowKernel, Algorithm):
         **α = 1 / (C · n)** (n the number of training points).
     fit_intercept : bool, default=True
         Learn an intercept (θ always holds ``intercept``; it stays 0 when False).
+    init : "zeros" or path, default="zeros"
+        θ⁽⁰⁾: zero weights, or a warm start: a run directory of a logistic-regression run (or
+        its ``model.npz``) holding ``coef`` and ``intercept`` of the same shapes (relative to
+        the job file's folder).
 
     Notes
     -----
@@ -131,7 +143,8 @@ class LogisticRegression(RowKernel, Algorithm):
     objective_name = "log-loss"
 
     def __init__(self, learning_rate: float = 0.1, schedule: str = "constant",
-                 power_t: float = 0.5, alpha: float = 1e-4, fit_intercept: bool = True) -> None:
+                 power_t: float = 0.5, alpha: float = 1e-4, fit_intercept: bool = True,
+                 init: str = "zeros") -> None:
         super().__init__()
         self.learning_rate = check_float("learning_rate", learning_rate, low=0.0, low_open=True)
         self.schedule = check_choice("schedule", schedule, _SCHEDULES)
@@ -140,8 +153,12 @@ class LogisticRegression(RowKernel, Algorithm):
         if not isinstance(fit_intercept, (bool, np.bool_)):
             raise ValueError(f"fit_intercept must be True or False, got {fit_intercept!r}")
         self.fit_intercept = bool(fit_intercept)
+        self.init = check_init_spec(init, _INITS)
 
     # ------------------------------------------------------------------ set-up
+    def validate(self, base_dir: Path) -> None:
+        validate_init_file(self.init, base_dir, _INITS, "coef", None, self)
+
     def init_parameter(self, info: DataInfo) -> dict[str, np.ndarray]:
         if info.n_classes is None:
             raise ValueError("LogisticRegression needs labelled data (a label column)")
@@ -153,6 +170,13 @@ class LogisticRegression(RowKernel, Algorithm):
             coef, intercept = np.zeros(d), np.zeros(1)
         else:
             coef, intercept = np.zeros((d, n_classes)), np.zeros(n_classes)
+        path = resolve_init_path(self.init, info.base_dir, _INITS)
+        if path is not None:
+            arrays = load_init_arrays(path, "coef", self)
+            job = f"logreg with {n_classes} classes on {d} features"
+            coef = expect_shape(path, "coef", arrays["coef"], coef.shape, job)
+            intercept = expect_shape(path, "intercept", arrays.get("intercept", intercept),
+                                     intercept.shape, job)
         return {"coef": coef, "intercept": intercept, "step": np.zeros(1)}
 
     def init_state(self, n: int, n_features: int) -> dict[str, np.ndarray]:
@@ -234,14 +258,19 @@ class LogisticRegression(RowKernel, Algorithm):
             total += self._loss_kernel(theta, xx, np.asarray(y[sl]), 0.0, np.zeros(len(xx)))[0]
         return float(total)
 
-    def predict_proba(self, theta: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
-        """Class probabilities (n × C; C = 2 for binary) of the rows of ``x``."""
+    def decision_function(self, theta: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+        """Margins ``x·w + b`` of the rows of ``x``: (n,) binary, (n, C) multinomial."""
         coef, intercept = theta["coef"], theta["intercept"]
         z = np.asarray(x, dtype=np.float64) @ coef
-        if coef.ndim == 1:
-            p = _sigmoid(z + intercept[0])
+        z += intercept[0] if coef.ndim == 1 else intercept
+        return z
+
+    def predict_proba(self, theta: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+        """Class probabilities (n × C; C = 2 for binary) of the rows of ``x``."""
+        z = self.decision_function(theta, x)
+        if z.ndim == 1:
+            p = _sigmoid(z)
             return np.column_stack([1.0 - p, p])
-        z += intercept
         return softmax_rows(z, out=z)
 
     def predict(self, theta: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:

@@ -30,6 +30,7 @@ from ._common import (
     check_init_spec,
     check_int,
     chunks,
+    expect_shape,
     load_init_arrays,
     resolve_init_path,
     validate_init_file,
@@ -106,9 +107,10 @@ class NMF(RowKernel, Algorithm):
         Sweeps over H in each M-step (cheap: r² d per sweep).
     init : {"nndsvda", "random"} or path, default="nndsvda"
         H⁽⁰⁾: NNDSVD-a on the seeded data sample, scikit-learn's scaled ``|N(0,1)|`` random
-        init, or a ``.npy`` file (r, d) (or ``.npz`` holding ``components``) relative to the
-        job file's folder.  A row's w_i starts, on its first visit, at the best constant vector
-        ``c·1`` given H and is then refined by the sweeps.
+        init, or a warm start: a run directory of an NMF run (or its ``model.npz``), a ``.npy``
+        file (r, d) or a ``.npz`` holding ``components``, relative to the job file's folder.
+        A row's w_i starts, on its first visit, at the best constant vector ``c·1`` given H
+        and is then refined by the sweeps.
 
     Notes
     -----
@@ -135,7 +137,7 @@ class NMF(RowKernel, Algorithm):
 
     # ------------------------------------------------------------------ set-up
     def validate(self, base_dir: Path) -> None:
-        validate_init_file(self.init, base_dir, _INITS, "components", self.n_components)
+        validate_init_file(self.init, base_dir, _INITS, "components", self.n_components, self)
 
     def init_parameter(self, info: DataInfo) -> dict[str, np.ndarray]:
         r, d = self.n_components, info.n_features
@@ -143,10 +145,11 @@ class NMF(RowKernel, Algorithm):
         self._check_nonnegative(sample)
         path = resolve_init_path(self.init, info.base_dir, _INITS)
         if path is not None:
-            H = np.array(load_init_arrays(path, "components")["components"], dtype=np.float64)
-            if H.shape != (r, d) or np.any(H < 0):
-                raise ValueError(f"init: components in {path} must be a non-negative array of "
-                                 f"shape {(r, d)}, got shape {H.shape}")
+            H = expect_shape(path, "components",
+                             load_init_arrays(path, "components", self)["components"], (r, d),
+                             f"nmf with n_components={r} on {d} features")
+            if np.any(H < 0):
+                raise ValueError(f"init: components in {path} must be non-negative")
         elif self.init == "nndsvda":
             if r > min(sample.shape):
                 raise ValueError(f"init='nndsvda' needs n_components <= min(sample rows, "
