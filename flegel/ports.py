@@ -260,6 +260,12 @@ class WorkerPolicy:
             return Reason.BATCH
         return None
 
+    def block_size(self, port: WorkerPort, sized: int) -> int:
+        """Points in the next block given the block sizer's choice ``sized`` (default: it).
+
+        BSP fixes it, so an iteration's summation order does not depend on timing."""
+        return sized
+
     def block_limit(self, port: WorkerPort, points: int) -> int | None:
         """The most points the next block may hold (None: no limit beyond the sizer's)."""
         batch = self.instructions.batch

@@ -6,7 +6,7 @@ import pytest
 
 from flegel.protocol import Reason
 from flegel.sync.base import round_trip_s
-from flegel.sync.bsp import auto_batch
+from flegel.sync.bsp import auto_batch, grid_batch
 from tests.fakes import Simulation
 
 
@@ -47,11 +47,12 @@ def test_bsp_auto_batch_from_calibration():
     calib = {it.rank: it.header for r in sim.ranks for it in sim.iterations(r)[:1]}
     assert all(h["points"] == len(s) for h, s in zip(calib.values(), sim.shards))
     per_point = max(h["compute_s"] / h["points"] for h in calib.values())
-    expected = auto_batch(per_point, round_trip_s(lat, 0.0), 0.1, min(map(len, sim.shards)))
+    raw = auto_batch(per_point, round_trip_s(lat, 0.0), 0.1, min(map(len, sim.shards)))
+    expected = grid_batch(raw, min(map(len, sim.shards)))  # on the grid: deterministic
     assert pol.batch == expected
     # Analytically: the slowest worker's 30 µs per point, φ = 2·latency + 2 polls.
     analytic = (2 * lat + 2e-4) * 0.9 / (0.1 * 30e-6)
-    assert abs(expected - analytic) <= 1
+    assert abs(raw - analytic) <= 1
     assert 1 < expected < min(map(len, sim.shards))  # a real mini-batch, not clamped
     for r in sim.ranks:
         sent = [p for p in sim.transport.params_to(r) if not p.stop][1:]  # after θ⁰

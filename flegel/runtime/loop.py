@@ -121,7 +121,7 @@ def iterate(host: Any, version: float
         if (reason := policy.commit_reason(host, points)) is not None:
             break
         policy.between_blocks(host)
-        n = min(host.block_size(), left)
+        n = min(policy.block_size(host, host.block_size()), left)
         limit = policy.block_limit(host, points)
         if limit is not None:
             n = min(n, max(limit, 1))

@@ -3,6 +3,24 @@
 Every worker processes the same pre-assigned workload -- all its points (``batch: full``) or
 ``b`` points (``batch: <b>`` or ``auto``) -- then waits at a global barrier (FSP paper
 Section 6.1, "Frameworks for Comparison").
+
+Determinism
+-----------
+The same job and seed give the same model, bit for bit, with ``batch: full`` or a fixed
+``batch``: nothing in an iteration depends on timing.  Two things would otherwise make
+floating-point sums differ from run to run, and are fixed here:
+
+* the master sums the workers' aggregators in rank order, not in arrival order
+  (:meth:`BSP.barrier`);
+* a worker cuts its iteration into blocks of a fixed :data:`BLOCK` points
+  (:class:`BSPWorker`), not the block sizer's timed choice, so the order in which it sums its
+  points' contributions is always the same.
+
+``batch: auto`` chooses the batch from one measured calibration iteration, so it depends on
+timing.  The choice is put on a coarse grid (:func:`grid_batch`: the shard split into a power
+of two of batches), so runs on one machine pick the same batch unless the measurement sits
+near a grid boundary; the chosen ``batch`` is in ``summary.json``, and setting
+``sync.batch`` to it replays a run exactly.
 """
 
 from __future__ import annotations
@@ -10,7 +28,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-from flegel.ports import ServerPort
+from flegel.ports import ServerPort, WorkerPolicy, WorkerPort
 from flegel.protocol import Instructions
 from flegel.schema import Key, any_of, is_int, number, one_of
 from flegel.sync.base import BarrierPolicy, round_trip_s
@@ -37,6 +55,32 @@ def auto_batch(per_point_s: float, barrier_s: float, overhead: float,
     return int(min(max(b, 1), max_batch))
 
 
+#: Points per block under BSP: fixed, so a worker sums its points in the same order in
+#: every run (about a millisecond of K-means on a few dozen features; BSP answers no signals
+#: within an iteration, so longer blocks cost nothing but memory).
+BLOCK = 4096
+
+
+def grid_batch(batch: int, n: int) -> int:
+    """Put a mini-batch size on the grid ``ceil(n / 2**j)``: the nearest (in log scale)
+    split of ``n`` points into a power of two of batches.
+
+    A timed choice (:func:`auto_batch`) varies a little from run to run; on this grid it
+    changes only when it crosses a boundary between two splits (a factor of √2 apart).
+    """
+    if batch >= n or n <= 1:
+        return max(min(batch, n), 1)
+    j = round(math.log2(n / max(batch, 1)))
+    return max(1, math.ceil(n / 2 ** j))
+
+
+class BSPWorker(WorkerPolicy):
+    """Worker side of BSP: the base policy's batches, in blocks of :data:`BLOCK` points."""
+
+    def block_size(self, port: WorkerPort, sized: int) -> int:
+        return BLOCK
+
+
 class BSP(BarrierPolicy):
     """Master policy of BSP.
 
@@ -58,6 +102,8 @@ class BSP(BarrierPolicy):
                            "auto (ρ)", 0.1, lo=0, hi=1, lo_open=True, hi_open=True),
     }
 
+    WORKER = BSPWorker
+
     def __init__(self, server: ServerPort, options: dict[str, Any]) -> None:
         super().__init__(server, options)
         b = options["batch"]
@@ -68,6 +114,12 @@ class BSP(BarrierPolicy):
     def instructions(self, rank: int) -> Instructions:
         return Instructions(batch=self.batch)
 
+    def barrier(self) -> None:
+        # Sum the aggregators in rank order: floating-point addition is not associative, and
+        # arrival order changes from run to run.
+        self.pending = dict(sorted(self.pending.items()))
+        super().barrier()
+
     def after_barrier(self, commits: dict[int, dict[str, float]], agg: dict[str, Any]) -> None:
         if self.options["batch"] != "auto" or self.phi_s is not None:
             return
@@ -76,9 +128,9 @@ class BSP(BarrierPolicy):
         self.per_point_s = max(h["compute_s"] / max(h["points"], 1) for h in commits.values())
         latency = sorted(h["latency_s"] for h in commits.values())[len(commits) // 2]
         self.phi_s = round_trip_s(latency, self.apply_s)
-        smallest = min(int(h["n_active"]) for h in commits.values())
-        self.batch = auto_batch(self.per_point_s, self.phi_s, self.options["overhead"],
-                                max(smallest, 1))
+        smallest = max(min(int(h["n_active"]) for h in commits.values()), 1)
+        self.batch = grid_batch(auto_batch(self.per_point_s, self.phi_s,
+                                           self.options["overhead"], smallest), smallest)
 
     def summary(self) -> dict[str, Any]:
         out = super().summary()
