@@ -25,6 +25,15 @@ Details:
   barrier time (the last barrier push) and wait (last − first barrier push), and the pushes
   (iterations) of every worker in the superstep; one ``events.jsonl`` line per barrier with
   the θ ``version`` every worker receives.
+
+Determinism
+-----------
+ElasticBSP cannot give the same model twice, whatever the seed: between barriers the server
+applies each push as it arrives (ASP-style), so the order of the updates -- and which θ each
+worker computes from -- follows the workers' timing.  What is reproducible is the plan: for
+the same push times, :func:`flegel.zipline.predict` and :func:`flegel.zipline.solve` choose
+the same barrier (they are pure functions of the times).  For a bit-reproducible model use
+BSP (``docs/determinism.md``).
 """
 
 from __future__ import annotations
