@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -34,6 +35,7 @@ from typing import Any
 import yaml
 
 from flegel.config import JobError, load_job
+from flegel.launch import KILL_AFTER_S
 from flegel.sync import PRESETS
 
 #: Short keys accepted on the command line for straggler options.
@@ -121,6 +123,10 @@ def row_figures(summary: dict[str, Any]) -> dict[str, Any]:
                 "bytes_fraction": float(mig.get("bytes_fraction", 0.0))}}
 
 
+class RunFailedError(RuntimeError):
+    """One run of the comparison failed or ran past ``--timeout``."""
+
+
 def run_one(job_file: Path, out: Path, sets: list[str], timeout: float | None) -> dict:
     """Run one setting through ``flegel run`` (it launches its own MPI job)."""
     cmd = [sys.executable, "-m", "flegel", "run", str(job_file), "--out", str(out),
@@ -128,9 +134,24 @@ def run_one(job_file: Path, out: Path, sets: list[str], timeout: float | None) -
     for s in sets:
         cmd += ["--set", s]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # End it as a user's SIGTERM would: the run saves its last θ, every rank ends
+        # (flegel.launch); kill the launcher only if that takes too long.
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=KILL_AFTER_S + 3.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+        raise RunFailedError(f"run {out} ({' '.join(sets)}) did not finish within "
+                             f"--timeout {timeout:g} s; it was stopped (its last θ is in "
+                             f"{out})") from None
     if proc.returncode != 0:
-        raise RuntimeError(f"run failed ({' '.join(sets)}):\n{proc.stderr[-3000:]}")
+        raise RunFailedError(f"run {out} ({' '.join(sets)}) failed with exit code "
+                             f"{proc.returncode}:\n{err[-3000:]}")
     summary = json.loads((out / "summary.json").read_text())
     summary["_elapsed_s"] = time.perf_counter() - t0
     return summary
@@ -196,6 +217,14 @@ def add_parser(sub: Any, name: str) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    try:
+        return _compare(args)
+    except RunFailedError as exc:
+        sys.stderr.write(f"flegel: error: {exc}\n")
+        return 1
+
+
+def _compare(args: argparse.Namespace) -> int:
     try:
         job = load_job(args.job, args.set)
     except JobError as exc:

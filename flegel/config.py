@@ -116,6 +116,11 @@ RUNTIME: dict[str, Key] = {
                                   "initialization (info.sample)", 10_000, lo=1),
     "stall_warning_s": schema.number("warn when no worker has reported for this long",
                                      10.0, lo=0, lo_open=True, unit="seconds"),
+    "stall_timeout_s": schema.number(
+        "end the job (exit code 3, last θ saved) when a worker has not reported for this "
+        "long; it bounds one worker iteration (a full pass under BSP full batch) and the "
+        "start-up and final evaluation; null: never", 300.0, lo=0, lo_open=True, null=True,
+        unit="seconds"),
 }
 
 #: The sections checked by :func:`flegel.schema.check_section` directly.

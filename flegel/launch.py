@@ -2,19 +2,53 @@
 
 One command then works on a fresh machine: the bundled MPI (the ``mpich`` wheel of the
 ``mpi`` extra) launches ``workers + 1`` ranks of ``python -m flegel``.
+
+The launcher owns the job's lifetime (issue 13, ``docs/exit-codes.md``):
+
+* ``mpiexec`` runs in its own session, so a terminal's Ctrl-C reaches the launcher only and
+  the launcher forwards exactly one SIGINT (``mpiexec`` treats a second one as "force
+  abort"); SIGTERM is forwarded the same way.  ``mpiexec`` passes the signal to every rank,
+  the master saves θ and ends the job, and the launcher exits with ``128 + signal``.
+* If the job has not ended :data:`KILL_AFTER_S` after the signal, the launcher kills
+  ``mpiexec``'s whole process group; each rank dies with its MPI daemon
+  (:mod:`flegel.runtime.lifetime`).
+* If the launcher itself is killed, even by SIGKILL, the kernel sends ``mpiexec`` SIGTERM
+  (``PR_SET_PDEATHSIG``), and the same chain ends every rank.
+* MPI's own noise on these paths ("Sending Ctrl-C to processes", MPICH's
+  "application called MPI_Abort" line) is dropped from stderr: the master has already said
+  in one line what happened.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from types import FrameType
+from typing import IO
+
+from flegel.protocol import ExitCode
+from flegel.runtime.lifetime import die_with_parent
 
 #: Environment variables set by MPI launchers (hydra, PMIx, Open MPI, Slurm's PMI).
 _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS",
             "FLEGEL_UNDER_MPI")
+
+#: Seconds after a forwarded signal before the launcher kills the MPI job outright (the
+#: master needs well under a second to save θ; the whole job must end within 10 s).
+KILL_AFTER_S = 7.0
+
+#: Lines of the MPI launcher and library that repeat what flegel says in its own line.
+_NOISE = re.compile(
+    rb"^(\[mpiexec@[^\]]*\] (Sending Ctrl-C to processes as requested|Press Ctrl-C again to "
+    rb"force abort)|Abort\(\d+\) on node \d+ \(rank \d+ in comm \d+\): application called "
+    rb"MPI_Abort.*)\r?\n", re.MULTILINE)
 
 
 def under_mpi() -> bool:
@@ -30,6 +64,64 @@ def find_mpiexec() -> str | None:
     return shutil.which("mpiexec") or shutil.which("mpirun")
 
 
+def _relay(source: IO[bytes], sink: IO[bytes]) -> None:
+    """Copy ``source`` to ``sink`` as it comes, without MPI's redundant lines.
+
+    A thread blocked in ``read`` (it costs nothing while nothing comes); chunks pass at once,
+    so a progress line redrawn with ``\\r`` still shows live.
+    """
+    fd = source.fileno()
+    while chunk := os.read(fd, 1 << 16):
+        chunk = _NOISE.sub(b"", chunk)
+        if chunk:
+            sink.write(chunk)
+            sink.flush()
+
+
+class _Job:
+    """The running ``mpiexec`` and what the launcher received."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.signum: int | None = None
+        self.kill_at: float | None = None
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        """Forward the first SIGINT/SIGTERM to ``mpiexec``; a second one kills the job."""
+        if self.signum is not None:
+            self.kill()
+            return
+        self.signum = signum
+        self.kill_at = time.monotonic() + KILL_AFTER_S
+        try:
+            self.proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    def kill(self) -> None:
+        """Kill ``mpiexec`` and its daemons (their process group); ranks die with them."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def wait(self) -> int:
+        """Wait for ``mpiexec`` (sleeping in the kernel) and return the job's exit code."""
+        while True:
+            left = None if self.kill_at is None else max(self.kill_at - time.monotonic(), 0)
+            try:
+                rc = self.proc.wait(timeout=left)
+                break
+            except subprocess.TimeoutExpired:
+                sys.stderr.write(f"flegel: the job did not end {KILL_AFTER_S:g} s after "
+                                 f"{signal.Signals(self.signum or 15).name}; killing it\n")
+                self.kill()
+                self.kill_at = None
+        if self.signum is not None:
+            return ExitCode.for_signal(self.signum)
+        return ExitCode.for_signal(-rc) if rc < 0 else rc
+
+
 def launch(n_ranks: int, args: list[str]) -> int:
     """Run ``python -m flegel ARGS`` on ``n_ranks`` MPI ranks; return the exit code."""
     mpiexec = find_mpiexec()
@@ -42,7 +134,27 @@ def launch(n_ranks: int, args: list[str]) -> int:
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(var, "1")
     cmd = [mpiexec, "-n", str(n_ranks), sys.executable, "-m", "flegel", *args]
+    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=die_with_parent(signal.SIGTERM))
+    job = _Job(proc)
+    previous = {s: signal.signal(s, job.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    assert proc.stdout is not None and proc.stderr is not None
+    relays = [threading.Thread(target=_relay, args=(src, _binary(dst)), daemon=True)
+              for src, dst in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]
+    for relay in relays:
+        relay.start()
     try:
-        return subprocess.call(cmd, env=env)
-    except KeyboardInterrupt:
-        return 130
+        code = job.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    for relay in relays:
+        relay.join(timeout=2.0)  # the last lines (the master's message) come out first
+    return code
+
+
+def _binary(stream: IO[str]) -> IO[bytes]:
+    """The byte stream under a text stream (its file descriptor when it has no buffer)."""
+    buffer = getattr(stream, "buffer", None)
+    return buffer if buffer is not None else open(stream.fileno(), "wb", closefd=False)

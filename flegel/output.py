@@ -81,6 +81,27 @@ class RunWriter:
         block = Block.from_arrays(x, y, algorithm.init_state(len(x), x.shape[1]))
         return {"n_points": len(x), **algorithm.test_metrics(theta, block)}
 
+    def save_model(self, algorithm: Any, theta: dict, version: int,
+                   **meta: Any) -> bool:
+        """Write ``model.npz`` and ``model.json`` for θ ``version`` (``meta`` goes into the
+        JSON); the arrays are written once per version.  False when ``output.save_model``
+        is off.  The master saves the model before the final evaluation and whenever a job
+        ends early, so a failure there leaves the last good θ (issue 13)."""
+        if not self.job["output"]["save_model"]:
+            return False
+        arrays: dict[str, np.ndarray] = {
+            k: np.asarray(v) for k, v in algorithm.finalize(theta).items()}
+        if getattr(self, "_saved_version", None) != version:
+            # numpy's stub types **kwds against allow_pickle (bool) too
+            np.savez(self.dir / "model.npz", **arrays)  # type: ignore[arg-type]
+            self._saved_version = version
+        write_json_atomic(self.dir / "model.json", {
+            "algorithm": self.job["algorithm"], "params": self.job["params"],
+            "arrays": {k: {"shape": list(a.shape), "dtype": a.dtype.str}
+                       for k, a in arrays.items()},
+            "theta_version": version, **meta})
+        return True
+
     def finish(self, server: Any, policy: Any, algorithm: Any, info: Any,
                results: list[dict], infos: dict[int, dict]) -> dict[str, Any]:
         """Write model and summary; return the summary."""
@@ -138,15 +159,6 @@ class RunWriter:
             moved["bytes_fraction"] = moved["bytes_moved"] / max(data_bytes, 1)
         if job["test_data"] is not None:
             summary["test"] = self._test_metrics(algorithm, server.theta)
-        if job["output"]["save_model"]:
-            arrays: dict[str, np.ndarray] = {
-                k: np.asarray(v) for k, v in algorithm.finalize(server.theta).items()}
-            # numpy's stub types **kwds against allow_pickle (bool) too
-            np.savez(self.dir / "model.npz", **arrays)  # type: ignore[arg-type]
-            write_json_atomic(self.dir / "model.json", {
-                "algorithm": job["algorithm"], "params": job["params"],
-                "arrays": {k: {"shape": list(a.shape), "dtype": a.dtype.str}
-                           for k, a in arrays.items()},
-                "theta_version": server.version, "final_objective": final})
+        self.save_model(algorithm, server.theta, server.version, final_objective=final)
         write_json_atomic(self.dir / "summary.json", summary)
         return summary

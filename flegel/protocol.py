@@ -37,6 +37,7 @@ class Tag(enum.IntEnum):
     OBJECT = 14   # pickled start-up and end-of-run messages
     ORDER = 15    # master -> worker: a migration order (pickled, small)
     MIGRATE = 16  # worker -> worker: a window of points, a reactivation, or a final count
+    FAULT = 17    # worker -> master: this worker failed (pickled: rank, pid, exit code, text)
 
 
 class Reason(enum.IntEnum):
@@ -66,6 +67,11 @@ class StopReason(str, enum.Enum):
     MAX_TIME = "max_time"
     ALGORITHM = "algorithm"            # the algorithm's termination_check said stop
     HALTED = "halted"                  # every point voted to halt
+    # The job ended early; the last good θ is saved (docs/exit-codes.md).
+    INTERRUPTED = "interrupted"        # SIGINT or SIGTERM
+    STALLED = "stalled"                # a worker silent past runtime.stall_timeout_s
+    NUMERIC = "numeric_fault"          # NaN/inf or a wrong layout in an aggregator or θ
+    FAILED = "failed"                  # an exception on a rank, or a worker process died
 
     def __str__(self) -> str:
         return self.value
@@ -74,6 +80,24 @@ class StopReason(str, enum.Enum):
 #: Stop reasons that mean the model converged.
 CONVERGED = frozenset({StopReason.CONVERGED, StopReason.TARGET, StopReason.ALGORITHM,
                        StopReason.HALTED})
+
+
+class ExitCode(enum.IntEnum):
+    """Exit status of ``flegel run``, one per way a job ends (``docs/exit-codes.md``)."""
+
+    OK = 0
+    FAILED = 1        # an exception on a rank (its traceback is printed)
+    BAD_JOB = 2       # the job file or its data is invalid; nothing ran
+    STALLED = 3       # a worker was silent past runtime.stall_timeout_s
+    NUMERIC = 4       # NaN/inf or a wrong layout in an aggregator or in θ
+    WORKER_DIED = 5   # a worker process died (killed, out of memory, crashed)
+    INTERRUPTED = 130  # SIGINT (Ctrl-C): 128 + 2, the shell's convention
+    TERMINATED = 143   # SIGTERM: 128 + 15
+
+    @classmethod
+    def for_signal(cls, signum: int) -> int:
+        """The exit status for a job ended by signal ``signum``: ``128 + signum``."""
+        return 128 + int(signum)
 
 
 class Header:

@@ -9,8 +9,15 @@ sample; the master builds :class:`~flegel.api.DataInfo`, computes θ⁽⁰⁾ an
 announces the layouts and sends θ⁽⁰⁾ once, as a buffer.  Workers compile their kernels on it
 (JIT warm-up) and report ready; then the training clock starts.  Training: the master serves
 the master policy while workers run the generic loop with the worker policy.  End: workers
-evaluate the final θ on their shards; the master writes the run directory.  An exception on
-any rank aborts the whole job with that rank's traceback.
+evaluate the final θ on their shards; the master writes the run directory.
+
+Ending early (issue 13, ``docs/exit-codes.md``): the model is saved before the final
+evaluation, so a failure there leaves it.  Anything that ends the job early reaches the
+master as a :class:`~flegel.runtime.faults.JobFault` -- a signal, a stalled worker, NaN, a
+worker's exception (the worker prints its traceback and reports a FAULT message) -- and the
+master saves the last good θ, prints one line naming the rank and what happened, and ends
+every rank with the fault's exit code.  An exception on the master prints its traceback, then
+the same line.
 """
 
 from __future__ import annotations
@@ -26,9 +33,13 @@ from mpi4py import MPI
 
 from flegel.api import Algorithm, DataInfo, zero_aggregator
 from flegel.block import Block
-from flegel.config import Job
+from flegel.config import Job, JobError
 from flegel.peak_memory import peak_rss_mib
+from flegel.protocol import ExitCode, StopReason
 from flegel.runtime import comm as msg
+from flegel.runtime import lifetime
+from flegel.runtime.agreement import Rejected, agreed
+from flegel.runtime.faults import JobFault
 from flegel.runtime.layout import Layout
 from flegel.runtime.server import Server
 from flegel.runtime.transport import MpiTransport
@@ -40,23 +51,42 @@ from flegel.sync import policy_class
 
 
 def abort_on_error(comm: MPI.Comm, fn: Any, *args: Any) -> Any:
-    """Run ``fn``; on any exception print the rank and traceback, then abort every rank.
+    """Run ``fn``; on any exception end the whole job, so that no rank is left waiting.
 
-    ``MPI_Abort`` ends all processes of the job at once, so a failing rank can never leave
-    the others waiting for it (DESIGN §7).
+    A worker prints its traceback (none for a :class:`JobFault`, whose message says it all)
+    and reports the failure to the master, which saves θ and ends the job; if the master
+    cannot within :data:`~flegel.runtime.lifetime.GRACE_S`, the worker ends it.  The master
+    handles its own failures in :func:`run_master`; what escapes it ends the job here.
     """
     try:
         return fn(*args)
     except BaseException as exc:  # noqa: BLE001 - every failure must end the job
-        if isinstance(exc, SystemExit) and not exc.code:
-            raise
-        role = "master" if comm.rank == 0 else "worker"
-        sys.stderr.write(f"\nflegel: rank {comm.rank} ({role}) failed:\n"
-                         + "".join(traceback.format_exception(exc)))
-        sys.stderr.flush()
-        # Give the launcher a moment to forward the traceback before every rank is killed.
-        time.sleep(0.5)
-        comm.Abort(1)
+        if isinstance(exc, Rejected) or (isinstance(exc, SystemExit) and not exc.code):
+            raise  # Rejected: every rank agreed to stop before any work; rank 0 said why
+        code = exc.code if isinstance(exc, JobFault) else ExitCode.FAILED
+        if not isinstance(exc, JobFault):
+            _print_traceback(comm, exc)
+        if comm.rank == 0:
+            if isinstance(exc, JobFault):
+                sys.stderr.write(f"flegel: {exc}\n")
+        else:
+            msg.send_fault(comm, code, _one_line(exc), lifetime.GRACE_S)
+        lifetime.end_job(comm, code)
+
+
+def _one_line(exc: BaseException) -> str:
+    """``"RuntimeError: what went wrong"`` (first line of the message)."""
+    if isinstance(exc, JobFault):
+        return str(exc)
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _print_traceback(comm: MPI.Comm, exc: BaseException) -> None:
+    role = "master" if comm.rank == 0 else "worker"
+    sys.stderr.write(f"\nflegel: rank {comm.rank} ({role}) failed:\n"
+                     + "".join(traceback.format_exception(exc)))
+    sys.stderr.flush()
 
 
 def _limit_threads(n: int) -> None:
@@ -85,13 +115,14 @@ def _warm_up(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None, theta: d
 
 
 def run_worker(comm: MPI.Comm, job: Job) -> None:
-    from flegel.data import load_shard, sample_shard
+    from flegel.data import sample_shard
 
     _limit_threads(job["runtime"]["threads"])
     n_workers = comm.size - 1
     shard = comm.rank - 1
     t0 = time.perf_counter()
-    x, y = load_shard(job["data"], shard, n_workers, job.base_dir)
+    # Bad data content ends every rank with one message and exit 2, before any work.
+    x, y = agreed(comm, (JobError,), job.load_shard, shard, n_workers)
     algorithm = job.make_algorithm()
     k = max(1, job["runtime"]["sample_size"] // n_workers)
     sx, sy = sample_shard(x, y, k, job["seed"] + shard)
@@ -122,17 +153,80 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
 
 
 # ------------------------------------------------------------------------------- master side
+class _Saver:
+    """What the master needs to save the last good θ when the job ends early."""
+
+    def __init__(self) -> None:
+        self.writer: Any = None
+        self.algorithm: Any = None
+        self.server: Server | None = None
+        self.saved = False  # the final θ is on disk already
+
+    def save(self) -> str:
+        """Save the server's θ (the last good one); say where, for the message."""
+        srv, writer = self.server, self.writer
+        if srv is None or writer is None:
+            return "no model saved: training had not started"
+        if not self.saved:
+            try:
+                if not writer.save_model(self.algorithm, srv.theta, srv.version,
+                                         complete=False, stop_reason=str(srv.reason)):
+                    return "model not saved (output.save_model: false)"
+            except Exception as exc:  # noqa: BLE001 - the message must still come out
+                return f"saving the model failed too ({_one_line(exc)})"
+            return f"last θ (iteration {srv.version}) saved in {writer.dir}/model.npz"
+        return (f"the trained model (iteration {srv.version}) was saved before, in "
+                f"{writer.dir}/model.npz")
+
+
 def run_master(comm: MPI.Comm, job: Job, out_dir: Path) -> dict[str, Any]:
+    """The master's whole run; a fault or an exception saves θ and ends the job."""
+    saver = _Saver()
+    try:
+        return _run_master(comm, job, out_dir, saver)
+    except BaseException as exc:  # noqa: BLE001 - every failure must end the job
+        if isinstance(exc, Rejected) or (isinstance(exc, SystemExit) and not exc.code):
+            raise  # Rejected: every rank agreed to stop before any work; rank 0 said why
+        if isinstance(exc, JobFault):
+            code, what = exc.code, str(exc)
+            if saver.server is not None and saver.server.reason is None:
+                saver.server.reason = exc.reason
+        else:
+            _print_traceback(comm, exc)
+            code, what = ExitCode.FAILED, f"rank 0 (master) failed: {_one_line(exc)}"
+        sys.stderr.write(f"flegel: {what}; {saver.save()}\n")
+        lifetime.end_job(comm, code)
+        raise  # not reached: end_job never returns
+
+
+def _watch(comm: MPI.Comm, timeout_s: float | None, what: str) -> Any:
+    """A watch for the master's waits on workers: a worker's FAULT ends it, and so does
+    silence past ``timeout_s`` (``runtime.stall_timeout_s``), naming who and what."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+
+    def watch(missing: list[int] | None = None) -> None:
+        msg.check_faults(comm)
+        if deadline is not None and time.monotonic() >= deadline:
+            who = "worker(s) " + ", ".join(map(str, missing)) if missing else "a worker"
+            raise JobFault(f"{who} did not answer within {timeout_s:g} s "
+                           f"(runtime.stall_timeout_s) while {what}", ExitCode.STALLED,
+                           StopReason.STALLED)
+
+    return watch
+
+
+def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver) -> dict[str, Any]:
     from flegel.output import RunWriter
     from flegel.progress import Progress
 
     _limit_threads(job["runtime"]["threads"])
     n_workers = comm.size - 1
-    infos = {}
-    for _ in range(n_workers):
-        info, src = msg.recv_object(comm)
-        infos[src] = info
-    ranks = sorted(infos)
+    timeout = job["runtime"]["stall_timeout_s"]
+    ranks = list(range(1, comm.size))
+    loading = _watch(comm, timeout, "loading their shards")
+    # The ranks agree that every shard (and test_data, checked here meanwhile) is good data.
+    agreed(comm, (JobError,), job.check_test_data, watch=loading)
+    infos = msg.gather_objects(comm, ranks, loading)
     sample = np.concatenate([infos[r]["sample"] for r in ranks])
     labelled = infos[ranks[0]]["sample_y"] is not None
     sample_y = np.concatenate([infos[r]["sample_y"] for r in ranks]) if labelled else None
@@ -151,20 +245,29 @@ def run_master(comm: MPI.Comm, job: Job, out_dir: Path) -> dict[str, Any]:
     msg.bcast_object(comm, {"theta": theta_layout, "agg": agg_layout})
 
     writer = RunWriter(out_dir, job)
+    saver.writer, saver.algorithm = writer, algorithm
     progress = Progress(job["output"]["progress"], algorithm.objective_name)
     server = Server(MpiTransport(comm, theta_layout, agg_layout), ranks, algorithm, theta,
                     agg_layout.zeros, StopCriteria(**job["stop"]), events=writer.event,
                     progress=progress, trace_points=job["output"]["trace_points"],
-                    stall_warning_s=job["runtime"]["stall_warning_s"])
+                    stall_warning_s=job["runtime"]["stall_warning_s"],
+                    stall_timeout_s=timeout)
     server.shard_sizes = {r: infos[r]["n"] for r in ranks}
     server.preload()
-    for _ in range(n_workers):
-        msg.recv_object(comm)  # every worker is loaded and warmed up: the clock may start
+    saver.server = server
+    # Every worker is loaded and warmed up: the clock may start.
+    msg.gather_objects(comm, ranks, _watch(comm, timeout, "compiling their kernels"))
     policy = policy_class(job["sync"]["model"])(server, job["sync"])
-    server.serve(policy)
-    msg.bcast_object(comm, server.trace.thetas)
+    with lifetime.deferred():  # a signal stops the loop at a poll, with θ consistent
+        server.serve(policy, watch=lifetime.check_pending)
+    # The trained model first: a failure in the final evaluation must not lose it.
+    saver.saved = writer.save_model(algorithm, server.theta, server.version,
+                                    complete=False, stop_reason=str(server.reason))
+    watch = _watch(comm, timeout, "evaluating the final θ")
+    msg.bcast_object(comm, server.trace.thetas, watch=watch)
     # Every worker's end-of-run report (evaluated objective, totals), in rank order.
-    results = [msg.recv_object(comm, source=r)[0] for r in ranks]
+    reports = msg.gather_objects(comm, ranks, watch)
+    results = [reports[r] for r in ranks]
     progress.close(server.version, server.objective, server.train_s)
     summary = writer.finish(server, policy, algorithm, info, results, infos)
     return summary
@@ -176,6 +279,7 @@ def run(comm: MPI.Comm, job: Job, out_dir: Path) -> dict[str, Any] | None:
     if comm.size < 2:
         raise SystemExit("flegel: needs at least 2 MPI ranks (a master and a worker); "
                          "run 'flegel run JOB.yaml' without mpirun to start them itself")
+    lifetime.install(master=comm.rank == 0)
     if comm.rank == 0:
         return abort_on_error(comm, run_master, comm, job, out_dir)
     abort_on_error(comm, run_worker, comm, job)

@@ -3,29 +3,46 @@
 MPICH's blocking receive and barrier busy-poll: on an oversubscribed machine a waiting rank
 burns a full core and becomes a fake straggler (DESIGN §4, measured 100% of a core).  Every
 wait here is ``Test`` plus a short ``sleep`` instead (1-3% of a core).
+
+A wait may be *watched*: a callable run at every poll that raises
+:class:`~flegel.runtime.faults.JobFault` to end it (a worker's FAULT message, a deadline),
+so the master never waits forever on a worker that failed or stalled.
 """
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Callable
 from typing import Any
 
 from mpi4py import MPI
 
-from flegel.protocol import Tag
+from flegel.protocol import ExitCode, StopReason, Tag
 from flegel.runtime import Backoff
+from flegel.runtime.faults import JobFault
+
+#: Called at every poll of a watched wait; raises to end the wait.
+Watch = Callable[[], None]
 
 
-def wait(req: MPI.Request) -> None:
+def _never() -> None:
+    pass
+
+
+def wait(req: MPI.Request, watch: Watch = _never) -> None:
     """Complete ``req`` without spinning."""
     backoff = Backoff()
     while not req.Test():
+        watch()
         backoff.sleep()
 
 
-def wait_all(reqs: list[MPI.Request]) -> None:
+def wait_all(reqs: list[MPI.Request], watch: Watch = _never) -> None:
     """Complete every request in ``reqs`` without spinning."""
     backoff = Backoff()
     while not MPI.Request.Testall(reqs):
+        watch()
         backoff.sleep()
 
 
@@ -45,10 +62,60 @@ def send_object(comm: MPI.Comm, obj: Any, dest: int, tag: int = Tag.OBJECT) -> N
     wait(comm.isend(obj, dest=dest, tag=tag))
 
 
-def bcast_object(comm: MPI.Comm, obj: Any, root: int = 0) -> Any:
+def bcast_object(comm: MPI.Comm, obj: Any, root: int = 0, watch: Watch = _never) -> Any:
     """Broadcast a pickled object with point-to-point messages (no spinning collective)."""
     if comm.rank == root:
         reqs = [comm.isend(obj, dest=r, tag=Tag.OBJECT) for r in range(comm.size) if r != root]
-        wait_all(reqs)
+        wait_all(reqs, watch)
         return obj
     return recv_object(comm, source=root)[0]
+
+
+def gather_objects(comm: MPI.Comm, ranks: list[int],
+                   watch: Callable[[list[int]], None] = lambda missing: None,
+                   tag: int = Tag.OBJECT) -> dict[int, Any]:
+    """Receive one pickled object from each of ``ranks`` (in any order) without spinning;
+    ``watch(missing)`` runs at every idle poll with the ranks not heard from yet."""
+    out: dict[int, Any] = {}
+    backoff = Backoff()
+    while len(out) < len(ranks):
+        got = False
+        for r in ranks:
+            if r not in out and comm.Iprobe(source=r, tag=tag):
+                out[r] = comm.recv(source=r, tag=tag)
+                got = True
+        if not got:
+            watch([r for r in ranks if r not in out])
+            backoff.sleep()
+    return out
+
+
+# ----------------------------------------------------------------------------- faults
+def send_fault(comm: MPI.Comm, code: int, text: str, grace_s: float) -> None:
+    """Tell the master this worker failed (``text``: one line), then give the master
+    ``grace_s`` to save θ and end the job; the caller ends it if the master could not."""
+    req = comm.isend({"rank": comm.rank, "pid": os.getpid(), "code": int(code),
+                      "text": text}, dest=0, tag=Tag.FAULT)
+    deadline = time.monotonic() + grace_s
+    backoff = Backoff()
+    while time.monotonic() < deadline:
+        req.Test()  # progress the send; the master's abort ends this process
+        backoff.sleep()
+
+
+def check_faults(comm: MPI.Comm) -> None:
+    """Raise :class:`JobFault` if a worker reported its failure (on the master)."""
+    if comm.Iprobe(source=MPI.ANY_SOURCE, tag=Tag.FAULT):
+        fault = comm.recv(source=MPI.ANY_SOURCE, tag=Tag.FAULT)
+        raise WorkerFault(fault)
+
+
+class WorkerFault(JobFault):
+    """A worker's failure, as it reported it (its traceback is on its own stderr)."""
+
+    def __init__(self, fault: dict[str, Any]) -> None:
+        code = int(fault.get("code", ExitCode.FAILED))
+        reason = StopReason.NUMERIC if code == ExitCode.NUMERIC else StopReason.FAILED
+        super().__init__(f"worker {fault['rank']} (pid {fault['pid']}) failed: "
+                         f"{fault['text']}", code, reason)
+        self.rank = int(fault["rank"])

@@ -6,6 +6,13 @@ master policy, which decides when to apply what and whom to answer.  It talks to
 through a :class:`~flegel.runtime.transport.Transport` and reads time from an injected clock,
 so in-process tests run it with a fake transport and a simulated clock.  Every wait polls and
 sleeps, so the idle master uses ~1% of a core (DESIGN §4).
+
+Nothing hangs and nothing is lost (issue 13): the server enforces ``stop.max_time_s`` by its
+own clock at every poll, not only at barriers; a worker silent past ``stall_timeout_s`` ends
+the job (after the stall warnings); every aggregator is checked against the aggregator
+layout and for NaN/inf as it arrives, and θ after every update, so a fault stops the job at
+the iteration it appears in.  These end the job by raising
+:class:`~flegel.runtime.faults.JobFault` with θ still the last good one.
 """
 
 from __future__ import annotations
@@ -18,8 +25,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from flegel.ports import Arrays, WorkerRecord
-from flegel.protocol import Instructions, Signal, StopReason
+from flegel.protocol import ExitCode, Instructions, Signal, StopReason
 from flegel.runtime import Backoff
+from flegel.runtime.faults import JobFault
+from flegel.runtime.layout import Layout
+from flegel.runtime.numerics import check_aggregator, check_theta
 from flegel.runtime.transport import Transport
 from flegel.stopping import StopCriteria
 
@@ -86,6 +96,9 @@ class Server:
     stall_warning_s : float
         A worker silent this long while others wait is named on stderr, again at every
         multiple (DESIGN §7).
+    stall_timeout_s : float or None
+        A worker silent this long ends the job (:class:`JobFault`, exit code
+        ``ExitCode.STALLED``); None: never.
     clock : callable
         Monotonic seconds (a simulated clock in tests).
     """
@@ -95,6 +108,7 @@ class Server:
                  events: Callable[[dict[str, Any]], None],
                  progress: Callable[[int, float, float], None] | None = None,
                  trace_points: int = 100, stall_warning_s: float = 10.0,
+                 stall_timeout_s: float | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.transport = transport
         self.ranks = list(ranks)
@@ -105,7 +119,11 @@ class Server:
         self.events = events
         self.progress = progress
         self.stall_warning_s = stall_warning_s
+        self.stall_timeout_s = stall_timeout_s
         self.clock = clock
+        # The layouts fixed before training: every aggregator and every θ must keep them.
+        self.theta_layout = Layout.of(theta)
+        self.agg_layout = Layout.of(zero())
         self.shard_sizes: dict[int, int] = {}  # points of each worker's shard
         self.workers = {r: WorkerRecord(r) for r in self.ranks}
         self.version = 0
@@ -120,6 +138,8 @@ class Server:
         self._theta_serial = 0
         self._held_serial = {r: 0 for r in self.ranks}
         self._warned = {r: 0 for r in self.ranks}
+        # The latest instructions of each worker and the θ version they came with.
+        self._sent: dict[int, tuple[int, Instructions]] = {}
 
     # -------------------------------------------------------------- ServerPort
     def now(self) -> float:
@@ -136,7 +156,10 @@ class Server:
 
     def apply(self, agg: Arrays) -> float:
         t0 = self.clock()
-        self.theta = self.algorithm.update_parameter(agg, self.theta)
+        theta = self.algorithm.update_parameter(agg, self.theta)
+        # Checked before it replaces the last good θ.
+        check_theta(theta, self.theta_layout, self.version + 1)
+        self.theta = theta
         self._theta_serial += 1
         self.version += 1
         self.objective += float(agg["objective"])
@@ -156,6 +179,7 @@ class Server:
         w.waiting = False
         w.started_at = self.now()
         self._warned[rank] = 0
+        self._sent[rank] = (self.version, instructions)
         if instructions.stop:
             w.stopped = True
 
@@ -234,6 +258,48 @@ class Server:
         limit = self.stop.max_time_s
         return None if limit is None else max(limit - self.now(), 0.0)
 
+    # -------------------------------------------------------------- faults
+    def doing(self, rank: int) -> str:
+        """What the master last told worker ``rank`` to do, for stall messages."""
+        w = self.workers[rank]
+        version, ins = self._sent.get(rank, (0, Instructions()))
+        if ins.batch:
+            task = f"a batch of {ins.batch} points"
+        elif ins.eta_s:
+            task = f"an interval of {ins.eta_s:.3g} s"
+        else:
+            task = "until signalled or a full pass"
+        return (f"computing its iteration {w.commits + 1} ({task}) from θ version "
+                f"{version}, {w.points} points processed before it")
+
+    def check_stalls(self, now: float) -> None:
+        """Raise :class:`JobFault` when a computing worker has been silent for
+        ``stall_timeout_s`` since it was sent θ (the stall warnings come first)."""
+        limit = self.stall_timeout_s
+        if limit is None:
+            return
+        for r, w in self.workers.items():
+            if w.waiting or w.stopped:
+                continue
+            late = now - w.started_at
+            if late >= limit:
+                raise JobFault(f"worker {r} has not reported for {late:.1f} s "
+                               f"(runtime.stall_timeout_s: {limit:g}); it was {self.doing(r)}",
+                               ExitCode.STALLED, StopReason.STALLED)
+
+    def check_time(self, now: float) -> None:
+        """End training once ``stop.max_time_s`` passed on the master's own clock, whether
+        or not a worker reached a barrier; busy workers are told to stop as they commit."""
+        limit = self.stop.max_time_s
+        if limit is None or self.reason is not None or now < limit:
+            return
+        self.finish(StopReason.MAX_TIME)
+        # A worker computing until signalled (FSP) commits at once on PAUSE: a signal counts
+        # only for the θ version the worker computes from.
+        for r, w in self.workers.items():
+            if not w.waiting and not w.stopped and r in self._sent:
+                self.signal([r], Signal.PAUSE, self._sent[r][0])
+
     # -------------------------------------------------------------- the loop
     def preload(self) -> None:
         """Send θ⁽⁰⁾ to every worker before training: the one time it travels (workers
@@ -251,6 +317,8 @@ class Server:
         """Record a commit of ``rank`` and hand it to ``policy`` (or stop the worker)."""
         w = self.workers[rank]
         header["latency_s"] = latency_s
+        check_aggregator(agg, self.agg_layout, rank, header.get("version", 0.0),
+                         header.get("clock", 0.0))
         w.header, w.arrived_at, w.waiting = header, self.now(), True
         w.commits += 1
         w.points += int(header["points"])
@@ -262,8 +330,10 @@ class Server:
     def tick(self, policy: MasterPolicy) -> None:
         """Nothing arrived: let ``policy`` act on timers; warn about silent workers."""
         now = self.now()
+        self.check_time(now)
         policy.on_tick(now)
         self.warn_stalls(now)
+        self.check_stalls(now)
         if self.progress is not None:
             self.progress(self.version, self.objective, now)
 
@@ -287,14 +357,19 @@ class Server:
                                  f"{late:.1f} s; worker(s) {waiting} wait\n")
                 sys.stderr.flush()
 
-    def serve(self, policy: MasterPolicy) -> None:
-        """Run ``policy`` until every worker has been told to stop."""
+    def serve(self, policy: MasterPolicy, watch: Callable[[], None] = lambda: None) -> None:
+        """Run ``policy`` until every worker has been told to stop.
+
+        ``watch`` runs at every poll and may raise to end training at once (a signal: see
+        :func:`flegel.runtime.lifetime.deferred`).
+        """
         self.start = self.clock()
         cpu0 = time.process_time()
         policy.start()
         backoff = Backoff()
         idle_wall = idle_cpu = 0.0
         while not self.done:
+            watch()
             commits = self.transport.poll()
             if commits:
                 backoff.reset()

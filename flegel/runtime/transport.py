@@ -95,6 +95,7 @@ class MpiTransport:
         self._orders.append(self.comm.isend(message, dest=rank, tag=Tag.ORDER))
 
     def poll(self) -> list[Commit]:
+        msg.check_faults(self.comm)  # a worker that failed reported it: end the job
         idx = MPI.Request.Testsome(self._reqs)
         out: list[Commit] = []
         for i in idx or ():

@@ -35,6 +35,7 @@ from flegel.runtime import Backoff
 from flegel.runtime import comm as msg
 from flegel.runtime.layout import Layout
 from flegel.runtime.loop import Wait, drive, iterate
+from flegel.runtime.numerics import check_aggregator, layout_problem
 from flegel.store import ShardStore
 from flegel.stragglers import Stragglers
 
@@ -187,6 +188,11 @@ class Worker:
     def _commit(self, agg: Arrays, **header: float) -> None:
         if self._commit_req is not None:
             msg.wait(self._commit_req)
+        # The layout here, before packing hides it (NaN travels: the master checks it).
+        problem = layout_problem(agg, self.agg_layout)
+        if problem is not None:
+            check_aggregator(agg, self.agg_layout, self.rank, header["version"],
+                             header["clock"])
         COMMIT.write(self._commit_buf, sent_at=time.time(), **header)
         self.agg_layout.pack(agg, self._commit_buf[Header.SIZE:])
         self._commit_req = self.comm.Isend(self._commit_buf, dest=0, tag=Tag.COMMIT)

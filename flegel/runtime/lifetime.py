@@ -1,0 +1,153 @@
+"""Process lifetime of a rank: signals, the parent's death, and ending the whole job.
+
+No process outlives its job (DESIGN §7, issue 13).  The chain is ``flegel run`` (the
+launcher) -> ``mpiexec`` -> the MPI daemon (hydra's proxy) -> the ranks, and each link
+guards the next:
+
+* the launcher forwards SIGINT/SIGTERM to ``mpiexec`` once, and asks the kernel to send
+  ``mpiexec`` SIGTERM if the launcher dies, even by SIGKILL (``PR_SET_PDEATHSIG``,
+  :func:`die_with_parent`); ``mpiexec`` forwards SIGINT/SIGTERM to every rank;
+* each rank asks for SIGKILL if its own parent (the MPI daemon) dies, so a rank is never
+  left behind a daemon that was killed;
+* in a rank, SIGINT/SIGTERM are recorded, not raised, while the master serves training
+  (:func:`deferred`): the master then stops at the next poll with θ consistent, saves it,
+  and ends the job (:func:`end_job`).  Outside that, the master raises
+  :class:`~flegel.runtime.faults.Interrupted` at once.  A worker never ends the job on a
+  signal (the master would be killed before it saved θ): it waits for the master, and a
+  timer ends it after :data:`GRACE_S` if the master cannot.  A second signal ends the rank
+  at once.
+
+Nothing here spins: timers and the kernel do the waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import functools
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import Any
+
+from flegel.protocol import ExitCode
+from flegel.runtime.faults import Interrupted
+
+#: Seconds a rank that got SIGINT/SIGTERM waits for the master to end the job before it
+#: exits by itself (the launcher's whole budget is 10 s).
+GRACE_S = 5.0
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _arm(signum: int, parent: int) -> None:
+    """Ask the kernel for ``signum`` when this process's parent dies (Linux only); if the
+    parent is not ``parent`` any more, it died before we asked: take the signal now."""
+    libc = _libc()
+    if libc is None:
+        return
+    libc.prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signum)
+
+
+@functools.cache
+def _libc() -> Any:
+    """The C library on Linux (loaded once, before any fork), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def die_with_parent(signum: int = signal.SIGTERM) -> Callable[[], None]:
+    """Return a function that makes the calling process's child get ``signum`` when the
+    calling process dies, even by SIGKILL (``prctl(PR_SET_PDEATHSIG)``; Linux only).
+
+    Pass it as ``subprocess.Popen(preexec_fn=...)``: it runs in the child before exec, and
+    the setting survives exec.
+    """
+    parent = os.getpid()
+    _libc()  # load it here: the child between fork and exec should only make system calls
+    return lambda: _arm(signum, parent)
+
+
+class _State:
+    """What this rank's handlers know (one per process)."""
+
+    signum: int | None = None
+    deferring: bool = False
+    master: bool = False
+
+
+_state = _State()
+
+
+def _exit_now(code: int) -> None:
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    """Record SIGINT/SIGTERM; a second one ends the rank at once."""
+    if _state.signum is not None:
+        _exit_now(ExitCode.for_signal(_state.signum))
+    _state.signum = signum
+    # The last resort if the job cannot end cleanly (a rank stuck in a long C call).
+    timer = threading.Timer(GRACE_S, _exit_now, (ExitCode.for_signal(signum),))
+    timer.daemon = True
+    timer.start()
+    if _state.master and not _state.deferring:
+        raise Interrupted(signum)
+
+
+def install(master: bool) -> None:
+    """Set up this rank's lifetime: signal handlers, and SIGKILL when the MPI daemon that
+    started it dies.  Call once per rank, from the main thread, before any work."""
+    _state.master = master
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _on_signal)
+    with contextlib.suppress(OSError):
+        # Our parent is the MPI daemon: if it is killed, so are we.
+        _arm(signal.SIGKILL, os.getppid())
+
+
+def pending() -> int | None:
+    """The signal that asked this rank to end (None: none yet)."""
+    return _state.signum
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Within this block, SIGINT/SIGTERM are only recorded (:func:`pending`); the master's
+    serve loop checks at every poll, so θ is never caught half-updated."""
+    before = _state.deferring
+    _state.deferring = True
+    try:
+        yield
+    finally:
+        _state.deferring = before
+
+
+def check_pending() -> None:
+    """Raise :class:`Interrupted` if a signal asked this rank to end."""
+    if _state.signum is not None:
+        raise Interrupted(_state.signum)
+
+
+def end_job(comm: Any, code: int) -> None:
+    """End every rank of ``comm``'s job with exit status ``code``; never returns.
+
+    ``MPI_Abort`` is the portable way to end all ranks; with some MPICH builds it returns
+    on the calling rank, so this rank then exits by itself (no code after an abort may
+    run: no "run directory" line, no summary of a job that did not finish).
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        comm.Abort(code)
+    finally:
+        os._exit(code)
