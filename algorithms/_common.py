@@ -253,7 +253,7 @@ def validate_init_file(init: str, base_dir: Path, keywords: Sequence[str], main_
         shape = np.load(path, mmap_mode="r").shape
     else:
         shape = load_init_arrays(path, main_key, algorithm)[main_key].shape
-    if n_rows is not None and len(shape) != 2 or shape[0] != n_rows:
+    if n_rows is not None and (len(shape) != 2 or shape[0] != n_rows):
         raise ValueError(f"init: {path} holds {main_key} of shape {shape}, but this job "
                          f"needs ({n_rows}, n_features)")
 

@@ -427,3 +427,182 @@ def test_cnn_geometry_errors():
         CNN().init_parameter(make_info(x, np.zeros(4, dtype=int)))
     with pytest.raises(ValueError, match="too small"):
         CNN(image_shape=(5, 10)).init_parameter(make_info(x, np.zeros(4, dtype=int)))
+
+
+# ---------------------------------------------------------------------------- predictions
+# Each algorithm's prediction methods against scikit-learn's with the same fitted parameters.
+def test_kmeans_predict_transform_score_match_sklearn(blobs):
+    from sklearn.cluster import KMeans as SkKMeans
+
+    from flegel.algorithms.kmeans import KMeans
+
+    alg = KMeans(n_clusters=4, n_init=3)
+    res = fit_local(alg, blobs, max_iterations=50)
+    centers = res.theta_["centers"]
+    sk = SkKMeans(4, init=centers, n_init=1, max_iter=1).fit(blobs)
+    sk.cluster_centers_ = centers  # the same centres: only the prediction code differs
+    theta = alg.finalize(res.theta_)
+    np.testing.assert_array_equal(alg.predict(theta, blobs), sk.predict(blobs))
+    np.testing.assert_allclose(alg.transform(theta, blobs), sk.transform(blobs), rtol=1e-9)
+    assert alg.score(theta, blobs) == pytest.approx(sk.score(blobs), rel=1e-9)
+    assert -alg.score(theta, blobs) == pytest.approx(res.objective_, rel=1e-9)
+
+
+def test_kmeans_greedy_plusplus_is_as_good_as_sklearns(blobs):
+    """The NumPy greedy k-means++ seeds as well as scikit-learn's (mean potential over
+    seeds), with 2 + log K candidates per step; it is seeded and deterministic."""
+    from sklearn.cluster import kmeans_plusplus
+
+    from flegel.algorithms._common import kmeans_plusplus_sample, squared_distances
+
+    x, _ = make_blobs(3000, 5, centers=12, cluster_std=1.5, random_state=4)
+
+    def potential(c: np.ndarray) -> float:
+        return float(squared_distances(x, c).min(axis=1).sum())
+
+    ours = [potential(kmeans_plusplus_sample(x, 12, s)) for s in range(20)]
+    theirs = [potential(kmeans_plusplus(x, 12, random_state=s)[0]) for s in range(20)]
+    assert np.mean(ours) <= 1.15 * np.mean(theirs)
+    np.testing.assert_array_equal(kmeans_plusplus_sample(x, 12, 3),
+                                  kmeans_plusplus_sample(x, 12, 3))
+
+
+def test_kmeans_n_init_keeps_the_best_restart():
+    from flegel.algorithms.kmeans import KMeans, lloyd
+
+    x, _ = make_blobs(2000, 4, centers=10, cluster_std=2.0, random_state=7)
+    info = make_info(x, None, seed=5)
+    best = KMeans(n_clusters=10, n_init=6).init_parameter(info)["centers"]
+    singles = [lloyd(info.sample, KMeans(n_clusters=10, n_init=1).init_parameter(
+        make_info(x, None, seed=5 + i))["centers"]) for i in range(6)]
+    # the best of the six restarts (seeds 5..10), refined on the sample, starts training
+    assert lloyd(info.sample, best)[1] == pytest.approx(min(f for _, f in singles), rel=1e-9)
+    assert KMeans(n_clusters=10, n_init=1).init_parameter(info)["centers"].shape == (10, 4)
+
+
+def test_gmm_predictions_match_sklearn(blobs):
+    from sklearn.mixture import GaussianMixture as SkGMM
+
+    for cov in ("diag", "full"):
+        alg = GaussianMixture(n_components=3, covariance_type=cov)
+        res = fit_local(alg, blobs, max_iterations=20, tolerance=None)
+        theta = alg.finalize(res.theta_)
+        sk = SkGMM(3, covariance_type=cov)
+        sk.weights_, sk.means_ = theta["weights"], theta["means"]
+        sk.covariances_, sk.precisions_cholesky_ = theta["covariances"], \
+            theta["precisions_cholesky"]
+        np.testing.assert_allclose(alg.score_samples(theta, blobs), sk.score_samples(blobs),
+                                   rtol=1e-9)
+        np.testing.assert_allclose(alg.predict_proba(theta, blobs), sk.predict_proba(blobs),
+                                   atol=1e-9)
+        np.testing.assert_array_equal(alg.predict(theta, blobs), sk.predict(blobs))
+        assert -alg.score_samples(theta, blobs).sum() == pytest.approx(res.objective_,
+                                                                       rel=1e-9)
+
+
+def test_fcm_predict_is_the_nearest_centre(blobs):
+    alg = FuzzyCMeans(n_clusters=4)
+    theta = alg.finalize(fit_local(alg, blobs, max_iterations=10).theta_)
+    d2 = ((blobs[:, None, :] - theta["centers"][None]) ** 2).sum(axis=2)
+    np.testing.assert_array_equal(alg.predict(theta, blobs), d2.argmin(axis=1))
+    u = alg.predict_memberships(theta, blobs)
+    np.testing.assert_allclose(u.sum(axis=1), 1.0)
+
+
+def test_logreg_predictions_match_sklearn(binary_data):
+    from sklearn.linear_model import LogisticRegression as SkLR
+
+    x, y = binary_data
+    for xx, yy in ((x, y), _iris()):
+        alg = LogisticRegression(learning_rate=0.5)
+        theta = alg.finalize(fit_local(alg, xx, yy, max_iterations=30, tolerance=None).theta_)
+        sk = SkLR().fit(xx, yy)  # then given flegel's weights
+        sk.coef_ = theta["coef"][None, :] if theta["coef"].ndim == 1 else theta["coef"].T
+        sk.intercept_ = theta["intercept"]
+        np.testing.assert_allclose(alg.decision_function(theta, xx), sk.decision_function(xx),
+                                   rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(alg.predict_proba(theta, xx), sk.predict_proba(xx),
+                                   rtol=1e-7, atol=1e-12)
+        np.testing.assert_array_equal(alg.predict(theta, xx), sk.predict(xx))
+
+
+def test_nmf_transform_matches_sklearn(nonneg_matrix):
+    from sklearn.decomposition import non_negative_factorization
+
+    alg = NMF(n_components=6)
+    theta = alg.finalize(fit_local(alg, nonneg_matrix, max_iterations=50).theta_)
+    new = nonneg_matrix[:100] * 1.1  # new rows, against the learned H
+    W = alg.transform(theta, new)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        W_sk, _, _ = non_negative_factorization(new, H=theta["components"], n_components=6,
+                                                update_H=False, solver="cd", max_iter=500,
+                                                tol=1e-10, init="custom")
+    assert W.min() >= 0
+    err = np.linalg.norm(new - W @ theta["components"])
+    err_sk = np.linalg.norm(new - W_sk @ theta["components"])
+    assert err == pytest.approx(err_sk, rel=1e-3)
+
+
+def test_cnn_predict_proba_and_predict(digits):
+    xtr, _, ytr, _ = digits
+    alg = CNN(image_shape=(8, 8), kernel_size=3, padding=1, input_scale=1 / 16)
+    theta = alg.finalize(fit_local(alg, xtr[:200], ytr[:200], batch=50, max_iterations=4,
+                                   tolerance=None).theta_)
+    p = alg.predict_proba(theta, xtr[:50])
+    np.testing.assert_allclose(p.sum(axis=1), 1.0)
+    np.testing.assert_array_equal(alg.predict(theta, xtr[:50]), p.argmax(axis=1))
+
+
+# ---------------------------------------------------------------------------- warm starts
+def _save_run(folder, algorithm: str, arrays: dict) -> None:
+    """A run directory as flegel run writes it: model.npz, model.json, job.yaml."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    np.savez(folder / "model.npz", **arrays)
+    (folder / "model.json").write_text(json.dumps({"algorithm": algorithm, "params": {}}))
+    (folder / "job.yaml").write_text(f"algorithm: {algorithm}\n")
+
+
+@pytest.mark.parametrize("factory, name, arrays, x, y", [
+    (lambda i: __import__("flegel.algorithms.kmeans", fromlist=["KMeans"]).KMeans(3, init=i),
+     "kmeans", {"centers": np.arange(12.0).reshape(3, 4)}, np.ones((20, 4)), None),
+    (lambda i: GaussianMixture(3, init=i), "gmm",
+     {"means": np.arange(12.0).reshape(3, 4), "weights": np.full(3, 1 / 3),
+      "covariances": np.ones((3, 4))}, np.ones((20, 4)), None),
+    (lambda i: FuzzyCMeans(3, init=i), "fcm", {"centers": np.arange(12.0).reshape(3, 4)},
+     np.ones((20, 4)), None),
+    (lambda i: LogisticRegression(init=i), "logreg",
+     {"coef": np.arange(4.0), "intercept": np.array([0.5])}, np.ones((20, 4)),
+     np.arange(20) % 2),
+    (lambda i: NMF(2, init=i), "nmf", {"components": np.ones((2, 4))}, np.ones((20, 4)), None),
+    (lambda i: CNN(image_shape=(4, 4), n_filters=(2,), kernel_size=3, pool_size=1, init=i),
+     "cnn", None, np.ones((20, 16)), np.arange(20) % 3),
+], ids=["kmeans", "gmm", "fcm", "logreg", "nmf", "cnn"])
+def test_warm_start_from_a_run_directory(tmp_path, factory, name, arrays, x, y):
+    """params.init takes a run directory or its model.npz, for every algorithm; a model of
+    another algorithm or of other shapes gets an error naming both."""
+    if arrays is None:  # the CNN's own θ⁽⁰⁾ as the saved model
+        alg = factory("he")
+        arrays = alg.finalize(alg.init_parameter(make_info(x, y, seed=1)))
+    _save_run(tmp_path / "run", name, arrays)
+    for init in ("run", "run/model.npz"):
+        alg = factory(init)
+        alg.validate(tmp_path)
+        theta = alg.init_parameter(make_info(x, y, base_dir=tmp_path))
+        for key, value in arrays.items():
+            if key in theta:
+                np.testing.assert_array_equal(theta[key], value, err_msg=key)
+    other = "nmf" if name != "nmf" else "kmeans"
+    _save_run(tmp_path / "other", other, arrays)
+    with pytest.raises(ValueError, match=f"model of algorithm '{other}'.*trains '{name}'"):
+        factory("other").validate(tmp_path)
+    wrong = {k: np.concatenate([v, v]) if v.ndim else v for k, v in arrays.items()}
+    _save_run(tmp_path / "wrong", name, wrong)
+    with pytest.raises(ValueError, match=r"has shape \(.*\), but .* needs \("):
+        factory("wrong").init_parameter(make_info(x, y, base_dir=tmp_path))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "job.yaml").write_text(f"algorithm: {name}\n")
+    with pytest.raises(ValueError, match="no model found.*run directory without model.npz"):
+        factory("empty").validate(tmp_path)
