@@ -207,6 +207,7 @@ class CNN(RowKernel, Algorithm):
 
     name = "cnn"
     needs_labels = True
+    label_kind = "classes"
     objective_name = "cross-entropy"
 
     def __init__(self, image_shape: Sequence[int] | None = None,

@@ -140,6 +140,7 @@ class LogisticRegression(RowKernel, Algorithm):
 
     name = "logreg"
     needs_labels = True
+    label_kind = "classes"
     objective_name = "log-loss"
 
     def __init__(self, learning_rate: float = 0.1, schedule: str = "constant",

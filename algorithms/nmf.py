@@ -124,6 +124,7 @@ class NMF(RowKernel, Algorithm):
     """
 
     name = "nmf"
+    nonnegative_features = True
     objective_name = "squared Frobenius error"
 
     def __init__(self, n_components: int = 10, solver: str = "hals", w_iter: int = 5,

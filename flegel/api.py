@@ -97,12 +97,20 @@ class Algorithm:
         Short name shown in logs.
     needs_labels : bool
         The data must carry a label column (supervised algorithms).
+    label_kind : {"any", "classes", "real"}
+        What labels the algorithm takes, checked on every shard at load
+        (:mod:`flegel.data.checks`): ``"classes"`` integers ``0 .. C-1``, ``"real"`` finite
+        numbers, ``"any"`` no check (the default: labels the algorithm ignores).
+    nonnegative_features : bool
+        Every feature value must be >= 0 (NMF); default False.
     objective_name : str
         What the objective is, for reports (e.g. ``"inertia"``).
     """
 
     name: str = "algorithm"
     needs_labels: bool = False
+    label_kind: str = "any"
+    nonnegative_features: bool = False
     objective_name: str = "objective"
     #: Set by :meth:`vote_to_halt` for the point being processed (a class default, so a
     #: subclass that does not call ``super().__init__()`` still works).

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from flegel.config import JobError, load_job
+from flegel.config import Job, JobError, load_job
 from flegel.launch import launch, under_mpi
 
 EXIT_BAD_JOB = 2
@@ -30,8 +30,20 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="train a job")
     job_args(r)
     r.add_argument("--out", help="run directory (default: output.dir/<name>-<sync>-<time>)")
-    v = sub.add_parser("validate", help="check a job file without running it")
+    r.add_argument("--force", action="store_true",
+                   help="let --out overwrite an existing run directory")
+    v = sub.add_parser("validate", help=(
+        "check a job file without running it: keys, the algorithm (its module is imported, "
+        "so its top-level code runs) and the data's shape"), description=(
+        "Check a job without running it.  The algorithm's module is imported (its top-level "
+        "code runs, as it will on every rank) and the class is checked for the API; the data "
+        "files' headers and shapes are read.  --data also loads every shard, as the workers "
+        "will, and checks the values."))
     job_args(v)
+    v.add_argument("--data", action="store_true", help=(
+        "also load the data, one worker's shard at a time, and check every value: NaN or "
+        "inf, non-numeric cells, malformed lines, labels or negative values the algorithm "
+        "does not take"))
     for name, module in _EXTRA_COMMANDS.items():
         try:
             mod = __import__(module, fromlist=["add_parser"])
@@ -53,24 +65,29 @@ def _error(exc: Exception) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     try:
         job = load_job(args.job, args.set)
+        checked = job.check_data() if args.data else None
     except JobError as exc:
         return _error(exc)
     info = job.data_info
+    values = "" if checked is None else f", {checked} rows of values checked"
     print(f"{job.file}: ok ({job['algorithm']}, sync {job['sync']['model']}, "
-          f"{job['workers']} workers, data {info.n_rows} x {info.n_features})")
+          f"{job['workers']} workers, data {info.n_rows} x {info.n_features}{values})")
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from flegel.output import default_run_dir
+    from flegel.output import RunDirError, claim_run_dir, default_run_dir
 
     if not under_mpi():
         try:
             job = load_job(args.job, args.set)
-        except JobError as exc:
+            if args.out:
+                claim_run_dir(Path(args.out), args.force)
+            out = Path(args.out) if args.out else default_run_dir(job)
+        except (JobError, RunDirError) as exc:
             return _error(exc)
-        out = Path(args.out) if args.out else default_run_dir(job)
-        argv = ["run", str(job.file), "--out", str(out)]
+        # --force: the directory was claimed here; the ranks must not refuse it again.
+        argv = ["run", str(job.file), "--out", str(out), "--force"]
         for s in args.set:
             argv += ["--set", s]
         return launch(job["workers"] + 1, argv)
@@ -78,31 +95,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     from mpi4py import MPI
 
     from flegel.run import run
+    from flegel.runtime.agreement import Rejected, agreed
 
     comm = MPI.COMM_WORLD
-    error: JobError | None = None
-    try:
+
+    def prepare() -> Job:
         job = load_job(args.job, args.set, workers=max(comm.size - 1, 1))
-    except JobError as exc:
-        error = exc
-    # Ranks may see different file systems on a cluster: agree before any work, so a rank
-    # that cannot run stops everyone (a brief collective at start-up, before any waiting).
-    failed = comm.allgather(error is not None)
-    if any(failed):
-        if comm.rank == failed.index(True):
-            where = "" if comm.rank == 0 else f"(on rank {comm.rank}) "
-            sys.stderr.write(f"flegel: error: {where}{error}\n")
-        return EXIT_BAD_JOB
-    if comm.rank == 0:
+        if comm.rank == 0 and args.out:
+            claim_run_dir(Path(args.out), args.force)
+        return job
+
+    try:
+        # Ranks may see different file systems on a cluster: agree before any work, so a
+        # rank that cannot run stops everyone with one message.
+        job = agreed(comm, (JobError, RunDirError), prepare)
+        if comm.rank != 0:
+            run(comm, job, Path("."))
+            return 0
         out = Path(args.out) if args.out else default_run_dir(job)
         summary = run(comm, job, out)
-        assert summary is not None  # the master returns the summary
-        print(f"run directory: {out}")
-        brief = {k: summary[k] for k in ("iterations", "final_objective", "wall_time_s",
-                                         "converged", "stop_reason")}
-        print(json.dumps(brief))
-    else:
-        run(comm, job, Path("."))
+    except Rejected:  # rank 0 has printed why (bad data found by a worker at load, ...)
+        return EXIT_BAD_JOB
+    assert summary is not None  # the master returns the summary
+    print(f"run directory: {out}")
+    brief = {k: summary[k] for k in ("iterations", "final_objective", "wall_time_s",
+                                     "converged", "stop_reason")}
+    print(json.dumps(brief))
     return 0
 
 

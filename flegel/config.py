@@ -28,6 +28,7 @@ from flegel.stragglers import parse_workers
 if TYPE_CHECKING:
     from flegel.api import Algorithm
     from flegel.data import SourceInfo
+    from flegel.data.checks import Takes
 
 BUILTIN_ALGORITHMS = {
     "kmeans": "flegel.algorithms.kmeans:KMeans",
@@ -54,11 +55,13 @@ class JobError(ValueError):
 
 # --------------------------------------------------------------------------- the schema
 TOP: dict[str, Key] = {
-    "name": schema.text("a name for the run (shown in reports; defaults to the file name)",
-                        None, null=True),
+    "name": Key("a name without '/', '\\' or '..' (it names the run's directory inside "
+                "output.dir), or null", schema.optional(schema.is_plain_name), None,
+                "a name for the run (shown in reports; defaults to the file name)"),
     "algorithm": schema.text(
         "a built-in algorithm or your own 'package.module:Class' (looked up on sys.path, then "
-        "beside the job file)",
+        "beside the job file; `flegel validate` imports the module, running its top-level "
+        "code, and checks the class has the API)",
         expected="a built-in name (" + ", ".join(BUILTIN_ALGORITHMS)
         + ") or 'package.module:Class'"),
     "params": schema.mapping("keyword arguments of the algorithm's constructor (see below)",
@@ -181,9 +184,66 @@ _Loader.add_implicit_resolver(
     list("-+0123456789."))
 
 
+class DuplicateKeyError(yaml.YAMLError):
+    """A mapping gives the same key twice (YAML loaders silently keep the last one).
+
+    Parameters
+    ----------
+    key : str
+        Key path of the duplicate (``"stop.max_iterations"``, ``"stragglers[0].every"``).
+    first, again : int
+        1-based line numbers of the two occurrences.
+    """
+
+    def __init__(self, key: str, first: int, again: int) -> None:
+        self.key, self.first, self.again = key, first, again
+        super().__init__(f"{key}: duplicate key, at line {first} and again at line {again}")
+
+
+def _check_duplicates(node: yaml.Node, path: str = "", seen_nodes: set[int] | None = None
+                      ) -> None:
+    """Raise :class:`DuplicateKeyError` for the first key given twice in one mapping.
+
+    Checked on the composed node tree, before construction: it still has every key and its
+    line, where the constructed dict has already dropped the first value.
+    """
+    seen_nodes = set() if seen_nodes is None else seen_nodes
+    if id(node) in seen_nodes:  # an alias to a node already checked
+        return
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            here = path
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                here = f"{path}.{key_node.value}" if path else str(key_node.value)
+                line = key_node.start_mark.line + 1
+                if key_node.value in lines:
+                    raise DuplicateKeyError(here, lines[key_node.value], line)
+                lines[key_node.value] = line
+            _check_duplicates(value_node, here, seen_nodes)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_duplicates(item, f"{path}[{i}]", seen_nodes)
+
+
 def parse_yaml(text: str) -> Any:
-    """Parse YAML text with :class:`_Loader`."""
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    """Parse YAML text with :class:`_Loader`, refusing duplicate keys.
+
+    Raises
+    ------
+    yaml.YAMLError
+        Invalid YAML; :class:`DuplicateKeyError` for a key given twice in one mapping.
+    """
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_duplicates(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
@@ -192,6 +252,10 @@ def load_yaml(path: Path) -> dict[str, Any]:
         raise JobError(path, "(file)", "", detail="job file not found")
     try:
         doc = parse_yaml(path.read_text())
+    except DuplicateKeyError as exc:
+        raise JobError(path, exc.key, "", detail=(
+            f"duplicate key, given at line {exc.first} and again at line {exc.again} (expected "
+            "each key once: YAML would silently keep only the last)")) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(parse)"
@@ -301,6 +365,12 @@ def _beside_job(top: str, base_dir: Path) -> bool:
     return (base_dir / f"{top}.py").is_file() or (base_dir / top).is_dir()
 
 
+#: The hooks an algorithm must override (any one name of each group; camelCase names count,
+#: see :class:`flegel.Algorithm`).
+REQUIRED_HOOKS = (("init_parameter",), ("update_data_point", "update_block"),
+                  ("update_parameter",), ("evaluate",))
+
+
 def resolve_algorithm(name: str, base_dir: Path | None = None) -> type:
     """Return the Algorithm class of a built-in name or ``"package.module:Class"``.
 
@@ -324,7 +394,13 @@ def resolve_algorithm(name: str, base_dir: Path | None = None) -> type:
     Raises
     ------
     LookupError
-        When the name is neither, the module cannot be imported or holds no such class.
+        When the name is neither, the module cannot be imported or holds no such class, or
+        the class lacks a hook of :data:`REQUIRED_HOOKS`.
+
+    Notes
+    -----
+    The module is imported, so its top-level code runs (here, in ``flegel validate`` and on
+    every rank of a run): keep a script's work under ``if __name__ == "__main__":``.
     """
     from flegel.api import Algorithm
 
@@ -349,6 +425,11 @@ def resolve_algorithm(name: str, base_dir: Path | None = None) -> type:
     found = getattr(mod, cls, None)
     if not (isinstance(found, type) and issubclass(found, Algorithm)):
         raise LookupError(f"module {module!r} has no flegel.Algorithm subclass {cls!r}")
+    missing = [names[0] + "".join(f" (or {n})" for n in names[1:]) for names in REQUIRED_HOOKS
+               if all(getattr(found, n) is getattr(Algorithm, n) for n in names)]
+    if missing:
+        raise LookupError(f"{target} does not implement {'; '.join(missing)}, expected every "
+                          "hook a flegel.Algorithm must have (see flegel.api)")
     return found
 
 
@@ -460,6 +541,82 @@ class Job:
     def make_algorithm(self) -> Algorithm:
         return self.algorithm_cls(**(self.doc["params"] or {}))
 
+    @property
+    def takes(self) -> Takes:
+        """What the job's algorithm takes as data (its class attributes)."""
+        from flegel.data.checks import Takes
+
+        return Takes.of(self.algorithm_cls, self.doc["algorithm"])
+
+    def load_shard(self, shard: int, n_shards: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Load one worker's shard of ``data``, its content checked (issue 13, item 5).
+
+        The keys the validation derived from the file (``SourceInfo.resolved``: LIBSVM
+        ``n_features``, CSV ``skip_header``) are passed on, so the load does not derive them
+        again.
+
+        Parameters
+        ----------
+        shard, n_shards : int
+            This shard's index and the number of shards (workers).
+
+        Returns
+        -------
+        X, y : numpy.ndarray, numpy.ndarray or None
+            As :func:`flegel.data.load_shard`.
+
+        Raises
+        ------
+        JobError
+            Bad data content: NaN or inf, a text cell, a malformed line, labels or negative
+            values the algorithm does not take -- naming the file, row and column.
+        """
+        spec = {**self.doc["data"], **self.data_info.resolved}
+        return self._load("data", spec, shard, n_shards)
+
+    def load_test_data(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """Load the whole of ``test_data``, its content checked like :meth:`load_shard`."""
+        return self._load("test_data", self.doc["test_data"], 0, 1)
+
+    def _load(self, key: str, spec: dict[str, Any], shard: int, n_shards: int
+              ) -> tuple[np.ndarray, np.ndarray | None]:
+        from flegel.data import DataError, load_shard
+
+        try:
+            return load_shard(spec, shard, n_shards, self.base_dir, key=key, takes=self.takes)
+        except DataError as exc:
+            raise JobError(self.file, key, "", detail=str(exc)) from None
+
+    def check_data(self) -> int:
+        """Load and check every worker's shard, one at a time, and ``test_data``.
+
+        What ``flegel validate --data`` does: the checks each worker makes at load, without
+        training, in this process (its memory holds one shard at a time).
+
+        Returns
+        -------
+        int
+            The rows checked.
+
+        Raises
+        ------
+        JobError
+            The first problem found, as :meth:`load_shard` words it.
+        """
+        workers = self.doc["workers"]
+        rows = sum(len(self.load_shard(w, workers)[0]) for w in range(workers))
+        return rows + self.check_test_data()
+
+    def check_test_data(self) -> int:
+        """Load and check ``test_data`` (the master does, while the workers load theirs).
+
+        Returns
+        -------
+        int
+            Its rows; 0 without test data.
+        """
+        return 0 if self.doc["test_data"] is None else len(self.load_test_data()[0])
+
 
 def validate(doc: dict[str, Any], file: Path, workers: int | None = None) -> Job:
     """Check a whole job; return it resolved, or raise :class:`JobError`.
@@ -472,6 +629,7 @@ def validate(doc: dict[str, Any], file: Path, workers: int | None = None) -> Job
     job["params"] = job["params"] or {}
     for section, keys in SECTIONS.items():
         job[section] = _check(file, section, job[section], keys)
+    _check_can_stop(file, job["stop"])
     job["sync"] = _validate_sync(file, job["sync"])
     job["stragglers"] = _validate_stragglers(file, job["stragglers"], job["workers"])
     if job["output"]["trace_points"] is None:
@@ -501,6 +659,22 @@ def validate(doc: dict[str, Any], file: Path, workers: int | None = None) -> Job
             raise JobError(file, "test_data", f"{info.n_features} features like data",
                            f"{test.n_features} features")
     return Job(file=file, doc=job, algorithm_cls=cls, data_info=info)
+
+
+#: The stop keys that end every job that sets one (a target may never be reached).
+ENDING_STOP_KEYS = ("max_iterations", "max_time_s", "tolerance")
+
+
+def _check_can_stop(file: Path, stop: dict[str, Any]) -> None:
+    """Refuse a job that may run forever: none of :data:`ENDING_STOP_KEYS` set."""
+    if any(stop[k] is not None for k in ENDING_STOP_KEYS):
+        return
+    given = [f"{k}: {stop[k]!r}" for k in stop if stop[k] is not None]
+    found = ("only " + ", ".join(given)) if given else "every stop key null"
+    raise JobError(file, "stop", "", detail=(
+        "expected at least one of " + ", ".join(f"stop.{k}" for k in ENDING_STOP_KEYS)
+        + " (without one the job may never end; a target may never be reached), found "
+        + found))
 
 
 def _check_movable_state(file: Path, name: str, algo: Any, n_features: int) -> None:

@@ -1,10 +1,20 @@
-"""The run directory (DESIGN §6): resolved job, event log, model, summary."""
+"""The run directory (DESIGN §6): resolved job, event log, model, summary.
+
+Nothing is written outside it: the default directory is a child of ``output.dir`` (the job's
+``name`` may not contain a path separator or ``..``), and an existing run directory is only
+written into with ``--force`` (:func:`claim_run_dir`).  The model and the summary are written
+atomically (:func:`atomic_path`): a reader, or a run killed while writing, sees the old file
+or the new one, never half of one.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +26,23 @@ from flegel.peak_memory import peak_rss_mib
 CONVERGED = ("converged", "target", "algorithm", "halted")
 
 
+#: The files a run writes into its directory; :func:`claim_run_dir` says a directory holding
+#: any of them is a run.
+RUN_FILES = ("job.yaml", "events.jsonl", "model.npz", "model.json", "summary.json")
+
+
+class RunDirError(ValueError):
+    """A run directory that may not be written (``--out`` onto a run, without ``--force``)."""
+
+
 def default_run_dir(job: Any) -> Path:
-    """``output.dir/<name or algorithm>-<sync>-<timestamp>``."""
+    """``output.dir/<name or algorithm>-<sync>-<timestamp>``, a new directory.
+
+    Raises
+    ------
+    RunDirError
+        The path would leave ``output.dir`` (the job validation refuses such names first).
+    """
     name = job["name"] or job["algorithm"].split(":")[-1].split(".")[-1].lower()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = Path(job["output"]["dir"]).expanduser()
@@ -28,14 +53,83 @@ def default_run_dir(job: Any) -> Path:
     while path.exists():
         i += 1
         path = base / f"{name}-{job['sync']['model']}-{stamp}-{i}"
+    if path.resolve().parent != base.resolve():
+        raise RunDirError(f"run directory {path}: expected a directory inside output.dir "
+                          f"{base}")
     return path
 
 
+def claim_run_dir(path: Path, force: bool) -> None:
+    """Check that a run may write into ``path`` (``--out``); with ``force`` clear its run files.
+
+    Parameters
+    ----------
+    path : Path
+        The run directory asked for.
+    force : bool
+        ``--force``: overwrite a run already there (its :data:`RUN_FILES` are removed first,
+        so no file of the old run is mistaken for the new one's).
+
+    Raises
+    ------
+    RunDirError
+        ``path`` is a file, or holds a run and ``force`` is False; the message names it and
+        says what was found.
+    """
+    if path.exists() and not path.is_dir():
+        raise RunDirError(f"--out {path}: expected a directory for the run, found a file")
+    found = [f for f in RUN_FILES if (path / f).exists()]
+    if not found:
+        return
+    if not force:
+        raise RunDirError(f"--out {path}: expected a new run directory, found an existing run "
+                         f"({', '.join(found)}); pass --force to overwrite it")
+    for f in found:
+        (path / f).unlink()
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write to; renamed onto ``path`` on success.
+
+    The temporary file is in the same directory (a rename within one file system is atomic)
+    and flushed to disk before the rename, so after a crash ``path`` holds the old content or
+    the new, never a part; on an exception it is removed and ``path`` is left as it was.
+
+    Parameters
+    ----------
+    path : Path
+        The file to (re)write.
+
+    Yields
+    ------
+    Path
+        Where to write the new content.
+    """
+    # A unique hidden name (not mkstemp: its 0600 mode would outlive the rename, where the
+    # file should get the user's usual permissions).
+    tmp = path.parent / f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON through a temporary file and a rename, so readers never see half a file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=_jsonable) + "\n")
-    os.replace(tmp, path)
+    """Write JSON atomically (:func:`atomic_path`), so readers never see half a file."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, default=_jsonable) + "\n")
+
+
+def save_npz_atomic(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Write arrays as an ``.npz`` archive atomically (:func:`atomic_path`), without pickle."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        # A file object: np.savez would append ".npz" to a name that lacks it.
+        np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy's stub: **kwds vs allow_pickle
 
 
 def _jsonable(v: Any) -> Any:
@@ -60,7 +154,8 @@ class RunWriter:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.job = job
         doc = dict(job.doc)
-        (self.dir / "job.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        with atomic_path(self.dir / "job.yaml") as tmp:
+            tmp.write_text(yaml.safe_dump(doc, sort_keys=False))
         self._events = open(self.dir / "events.jsonl", "w", buffering=1 << 16)  # noqa: SIM115
         self._flushed = time.monotonic()
 
@@ -75,9 +170,7 @@ class RunWriter:
     def _test_metrics(self, algorithm: Any, theta: dict) -> dict[str, float]:
         """Evaluate the final θ on the held-out ``test_data`` (loaded whole, on the master)."""
         from flegel.block import Block
-        from flegel.data import load_shard
-
-        x, y = load_shard(self.job["test_data"], 0, 1, self.job.base_dir, key="test_data")
+        x, y = self.job.load_test_data()
         block = Block.from_arrays(x, y, algorithm.init_state(len(x), x.shape[1]))
         return {"n_points": len(x), **algorithm.test_metrics(theta, block)}
 
@@ -92,8 +185,7 @@ class RunWriter:
         arrays: dict[str, np.ndarray] = {
             k: np.asarray(v) for k, v in algorithm.finalize(theta).items()}
         if getattr(self, "_saved_version", None) != version:
-            # numpy's stub types **kwds against allow_pickle (bool) too
-            np.savez(self.dir / "model.npz", **arrays)  # type: ignore[arg-type]
+            save_npz_atomic(self.dir / "model.npz", arrays)
             self._saved_version = version
         write_json_atomic(self.dir / "model.json", {
             "algorithm": self.job["algorithm"], "params": self.job["params"],

@@ -33,11 +33,12 @@ from mpi4py import MPI
 
 from flegel.api import Algorithm, DataInfo, zero_aggregator
 from flegel.block import Block
-from flegel.config import Job
+from flegel.config import Job, JobError
 from flegel.peak_memory import peak_rss_mib
 from flegel.protocol import ExitCode, StopReason
 from flegel.runtime import comm as msg
 from flegel.runtime import lifetime
+from flegel.runtime.agreement import Rejected, agreed
 from flegel.runtime.faults import JobFault
 from flegel.runtime.layout import Layout
 from flegel.runtime.server import Server
@@ -60,8 +61,8 @@ def abort_on_error(comm: MPI.Comm, fn: Any, *args: Any) -> Any:
     try:
         return fn(*args)
     except BaseException as exc:  # noqa: BLE001 - every failure must end the job
-        if isinstance(exc, SystemExit) and not exc.code:
-            raise
+        if isinstance(exc, Rejected) or (isinstance(exc, SystemExit) and not exc.code):
+            raise  # Rejected: every rank agreed to stop before any work; rank 0 said why
         code = exc.code if isinstance(exc, JobFault) else ExitCode.FAILED
         if not isinstance(exc, JobFault):
             _print_traceback(comm, exc)
@@ -114,13 +115,14 @@ def _warm_up(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None, theta: d
 
 
 def run_worker(comm: MPI.Comm, job: Job) -> None:
-    from flegel.data import load_shard, sample_shard
+    from flegel.data import sample_shard
 
     _limit_threads(job["runtime"]["threads"])
     n_workers = comm.size - 1
     shard = comm.rank - 1
     t0 = time.perf_counter()
-    x, y = load_shard(job["data"], shard, n_workers, job.base_dir)
+    # Bad data content ends every rank with one message and exit 2, before any work.
+    x, y = agreed(comm, (JobError,), job.load_shard, shard, n_workers)
     algorithm = job.make_algorithm()
     k = max(1, job["runtime"]["sample_size"] // n_workers)
     sx, sy = sample_shard(x, y, k, job["seed"] + shard)
@@ -183,8 +185,8 @@ def run_master(comm: MPI.Comm, job: Job, out_dir: Path) -> dict[str, Any]:
     try:
         return _run_master(comm, job, out_dir, saver)
     except BaseException as exc:  # noqa: BLE001 - every failure must end the job
-        if isinstance(exc, SystemExit) and not exc.code:
-            raise
+        if isinstance(exc, Rejected) or (isinstance(exc, SystemExit) and not exc.code):
+            raise  # Rejected: every rank agreed to stop before any work; rank 0 said why
         if isinstance(exc, JobFault):
             code, what = exc.code, str(exc)
             if saver.server is not None and saver.server.reason is None:
@@ -221,7 +223,10 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver) -> dict[
     n_workers = comm.size - 1
     timeout = job["runtime"]["stall_timeout_s"]
     ranks = list(range(1, comm.size))
-    infos = msg.gather_objects(comm, ranks, _watch(comm, timeout, "loading their shards"))
+    loading = _watch(comm, timeout, "loading their shards")
+    # The ranks agree that every shard (and test_data, checked here meanwhile) is good data.
+    agreed(comm, (JobError,), job.check_test_data, watch=loading)
+    infos = msg.gather_objects(comm, ranks, loading)
     sample = np.concatenate([infos[r]["sample"] for r in ranks])
     labelled = infos[ranks[0]]["sample_y"] is not None
     sample_y = np.concatenate([infos[r]["sample_y"] for r in ranks]) if labelled else None

@@ -48,6 +48,7 @@ __all__ = [
     "is_list",
     "is_mapping",
     "is_num",
+    "is_plain_name",
     "is_str",
     "mapping",
     "number",
@@ -281,6 +282,23 @@ def is_str(v: Any) -> bool:
         Whether ``v`` is a non-empty string.
     """
     return isinstance(v, str) and bool(v)
+
+
+def is_plain_name(v: Any) -> bool:
+    """Check: a non-empty string usable as one path component, never a way out of a folder.
+
+    Parameters
+    ----------
+    v : Any
+        The value.
+
+    Returns
+    -------
+    bool
+        Whether ``v`` is a non-empty string without ``/``, ``\\``, NUL or ``..`` (a run's
+        directory is named after it, and must stay inside ``output.dir``).
+    """
+    return is_str(v) and not any(bad in v for bad in ("/", "\\", "\0", ".."))
 
 
 def is_bool(v: Any) -> bool:

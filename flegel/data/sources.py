@@ -33,6 +33,7 @@ import numpy as np
 
 from flegel.data import formats
 from flegel.data import synthetic as syn
+from flegel.data.checks import Takes, first_bad
 from flegel.data.errors import DataError
 from flegel.data.files import FileSpec
 from flegel.data.keys import (
@@ -388,8 +389,9 @@ def load_shard(
     base_dir: Path | str,
     *,
     key: str = "data",
+    takes: Takes | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """Load one worker's shard of a data source, and nothing more.
+    """Load one worker's shard of a data source, and nothing more, and check its content.
 
     Parameters
     ----------
@@ -404,6 +406,9 @@ def load_shard(
         Folder relative paths resolve against (the job file's folder).
     key : str, optional
         Key path of the spec in the job, used in error messages.
+    takes : Takes, optional
+        What the algorithm takes (:meth:`flegel.data.checks.Takes.of`); every value of X
+        must be finite whatever it says (default: only that).
 
     Returns
     -------
@@ -417,7 +422,9 @@ def load_shard(
     ------
     DataError
         As :func:`inspect_source`, plus problems in this shard's rows (a row with the wrong
-        number of columns, a value that is not a number, a non-integer class label, ...).
+        number of columns, a value that is not a number, a non-integer class label, ...), and
+        content the checks refuse (:mod:`flegel.data.checks`: NaN or inf, labels or negative
+        values the algorithm does not take), naming the row and column.
     ValueError
         ``shard`` / ``n_shards`` out of range.
     """
@@ -426,7 +433,14 @@ def load_shard(
     if not is_int(shard) or not 0 <= shard < n_shards:
         raise ValueError(f"shard must be in 0 .. {n_shards - 1}, found {shard!r}")
     src, reader, limit, partition = _request(spec, base_dir, key)
-    return reader.read(src, Shard(int(shard), int(n_shards), partition, limit))
+    part = Shard(int(shard), int(n_shards), partition, limit)
+    X, y = reader.read(src, part)
+    bad = first_bad(X, y, takes or Takes())
+    if bad is not None:
+        # Error path only: the shard's row ids (a contiguous shard needs the row count).
+        rows = part.open_rows() or part.rows(reader.inspect(src).n_rows)
+        raise reader.content_error(src, rows[bad.row], bad, X.shape[1], key)
+    return X, y
 
 
 def sample_shard(

@@ -22,6 +22,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from flegel.data.checks import Bad
 from flegel.data.errors import DataError
 from flegel.data.files import FileSpec
 from flegel.data.partition import Shard
@@ -33,6 +34,7 @@ __all__ = [
     "TableShape",
     "assemble",
     "label_column_index",
+    "stored_column",
     "to_labels",
 ]
 
@@ -110,6 +112,32 @@ class Reader(ABC, Generic[S]):
             ``(n_i,)`` labels, or None.
         """
 
+    def content_error(self, spec: S, row: int, bad: Bad, n_features: int, key: str) -> DataError:
+        """The error for a value of row ``row`` that the content checks refused.
+
+        Readers word the place as a user finds it in the source (a text file's line, a
+        LIBSVM feature index); this default names the row and column, 1-based.
+
+        Parameters
+        ----------
+        spec : S
+            The validated spec.
+        row : int
+            Global row id (0-based, as :func:`flegel.data.partition.partition_rows` counts).
+        bad : Bad
+            What :func:`flegel.data.checks.first_bad` found (column of X, or the label).
+        n_features : int
+            Columns of X.
+        key : str
+            Key path of the spec in the job.
+
+        Returns
+        -------
+        DataError
+        """
+        where = f"row {row + 1}" + ("" if bad.column is None else f" column {bad.column + 1}")
+        return DataError(f"{where} {bad.problem}", key=key)
+
 
 class FileReader(Reader[FileSpec]):
     """A file format: a :class:`Reader` of :class:`~flegel.data.files.FileSpec`."""
@@ -151,6 +179,26 @@ class FileReader(Reader[FileSpec]):
         if fs.label_path is not None and not self.label_files:
             raise fs.spec_error(f"not used by format {self.name!r}, expected null", "label_path")
         return fs
+
+    def content_error(
+        self, spec: FileSpec, row: int, bad: Bad, n_features: int, key: str
+    ) -> DataError:
+        """Binary arrays (npy, npz, MNIST, ratings): the element as NumPy indexes it.
+
+        ``row`` and the column are 0-based here, as a user inspecting the array in NumPy
+        would index it; a column counts the stored columns (the label column included).
+        A bad label names the file or key it came from.
+        """
+        if bad.column is None:
+            if spec.label_path is not None:
+                return spec.error(
+                    f"row {row} (0-based) {bad.problem}", field="label_path", path=spec.label_path
+                )
+            field = "label_column" if spec.label_column is not None else (
+                "npz_label_key" if spec.fmt == "npz" else "path")
+            return spec.error(f"row {row} (0-based) {bad.problem}", field=field)
+        col = stored_column(spec, bad.column, n_features)
+        return spec.error(f"element [{row}, {col}] (0-based) {bad.problem}")
 
     def label_file_next_to(self, path: Path) -> Path | None:
         """The label file that goes with ``path`` when the spec has no ``label_path`` key."""
@@ -208,6 +256,28 @@ def label_column_index(fs: FileSpec, n_cols: int) -> int | None:
             field="label_column",
         )
     return c % n_cols
+
+
+def stored_column(fs: FileSpec, column: int, n_features: int) -> int:
+    """The file's column (0-based) of column ``column`` of X, past a label column before it.
+
+    Parameters
+    ----------
+    fs : FileSpec
+        The spec (``label_column``, raw).
+    column : int
+        Column of X (0-based).
+    n_features : int
+        Columns of X (the file has one more when a label column is taken from it).
+
+    Returns
+    -------
+    int
+    """
+    if fs.label_column is None:
+        return column
+    label = fs.label_column % (n_features + 1)
+    return column + (column >= label)
 
 
 def to_labels(fs: FileSpec, raw: np.ndarray, bad_row: RowError) -> np.ndarray:

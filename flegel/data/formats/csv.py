@@ -12,12 +12,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flegel.data.checks import Bad
+from flegel.data.errors import DataError
 from flegel.data.files import FileSpec, reading, show
 from flegel.data.formats.base import (
     FileReader,
     TableShape,
     assemble,
     label_column_index,
+    stored_column,
     to_labels,
 )
 from flegel.data.partition import Shard
@@ -190,6 +193,20 @@ class CsvReader(FileReader):
                 n += len(lines)
         d = dia.n_cols - (dia.label_col is not None)
         return TableShape(n, d, dia.label_col is not None, None, {"skip_header": dia.skip_lines})
+
+    def content_error(
+        self, spec: FileSpec, row: int, bad: Bad, n_features: int, key: str
+    ) -> DataError:
+        """``row R (line L) column C ...``, the column counted in the file (1-based)."""
+        dia = dialect(spec)
+        if bad.column is None:
+            assert dia.label_col is not None  # labels come from the label column
+            col, field = dia.label_col, "label_column"
+        else:
+            col, field = stored_column(spec, bad.column, n_features), "path"
+        with reading(spec):
+            return row_error(spec, row, dia.skip_lines, f"column {col + 1} {bad.problem}",
+                             field=field)
 
     def read(self, fs: FileSpec, shard: Shard) -> tuple[np.ndarray, np.ndarray | None]:
         """Stream the file and parse only the shard's lines (see :mod:`flegel.data.text`)."""

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from flegel.data.checks import Bad
+from flegel.data.errors import DataError
 from flegel.data.files import FileSpec, reading, show
 from flegel.data.formats.base import FileReader, TableShape, assemble, to_labels
 from flegel.data.partition import Shard
@@ -215,6 +217,20 @@ class LibsvmReader(FileReader):
             if values and all(v.is_integer() for v in values):
                 n_classes = len(values)
         return TableShape(n, d, True, n_classes, {"n_features": d, "zero_based": bool(zero_based)})
+
+    def content_error(
+        self, spec: FileSpec, row: int, bad: Bad, n_features: int, key: str
+    ) -> DataError:
+        """``row R (line L) feature I ...``, ``I`` the index as written in the file."""
+        what = ""
+        if bad.column is not None:
+            zero_based = spec.zero_based
+            if zero_based is None:
+                with reading(spec):
+                    zero_based = self.inspect(spec).resolved["zero_based"]
+            what = f"feature {bad.column + (0 if zero_based else 1)} "
+        with reading(spec):
+            return row_error(spec, row, 0, what + bad.problem, _COMMENT)
 
     def read(self, fs: FileSpec, shard: Shard) -> tuple[np.ndarray, np.ndarray | None]:
         """Dense X of the shard's lines and their labels (see :meth:`Reader.read`).

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from flegel.data.checks import Bad
+from flegel.data.errors import DataError
 from flegel.data.formats.base import Reader, TableShape
 from flegel.data.partition import Shard
 from flegel.data.synthetic import SyntheticSpec, generate_rows, synthetic_shape
@@ -29,3 +31,10 @@ class SyntheticReader(Reader[SyntheticSpec]):
     def read(self, spec: SyntheticSpec, shard: Shard) -> tuple[np.ndarray, np.ndarray | None]:
         """Generate the shard's rows only (see :func:`flegel.data.synthetic.generate_rows`)."""
         return generate_rows(spec, shard.rows(spec.n_points))
+
+    def content_error(
+        self, spec: SyntheticSpec, row: int, bad: Bad, n_features: int, key: str
+    ) -> DataError:
+        """``synthetic kind K: row R column C ...`` (1-based): the data are generated."""
+        where = f"row {row + 1}" + ("" if bad.column is None else f" column {bad.column + 1}")
+        return DataError(f"synthetic kind {spec.kind!r}: {where} {bad.problem}", key=f"{key}.kind")
