@@ -143,7 +143,7 @@ def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
     directory with the job (``data`` replaced by them), the job is validated
     (:func:`flegel.config.load_job`), ``workers + 1`` ranks are launched
     (:func:`flegel.launch.launch`), and the model is read back.  The data files are removed
-    afterwards.
+    afterwards (the job file too when the run succeeded).
 
     Raises
     ------
@@ -162,20 +162,25 @@ def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
     sync = doc.get("sync") or {}
     name = str(doc.get("name") or str(doc["algorithm"]).split(":")[-1].split(".")[-1].lower())
     run_dir = _new_run_dir(out, name, str(sync.get("model", "bsp")))
-    x_file = run_dir / "X.npy"
+    # The inputs go to a folder of their own: the run directory must hold no run files
+    # before the run (flegel.output.claim_run_dir), and they are removed after it.
+    inputs = run_dir / "input"
+    inputs.mkdir()
+    x_file = inputs / "X.npy"
     np.save(x_file, np.ascontiguousarray(X))
     data: dict[str, Any] = {"path": x_file.name}
     files = [x_file]
     if y is not None:
-        y_file = run_dir / "y.npy"
+        y_file = inputs / "y.npy"
         np.save(y_file, np.ascontiguousarray(y))
         data["label_path"] = y_file.name
         files.append(y_file)
     doc["data"] = data
     doc.setdefault("output", {})
     doc["output"] = {"progress": "none", **(doc["output"] or {})}
-    job_file = run_dir / JOB_FILE
+    job_file = inputs / JOB_FILE
     job_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+    code = -1
     try:
         job = load_job(job_file)
         with _importable(import_root):
@@ -183,6 +188,9 @@ def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
     finally:
         for f in files:
             f.unlink(missing_ok=True)
+        if code == 0:  # else the job file stays, to be read beside the messages
+            job_file.unlink(missing_ok=True)
+            inputs.rmdir()
     if code != 0:
         raise RuntimeError(f"flegel run failed (exit code {code}); its messages are above. "
                            f"Job file: {job_file}")
@@ -373,6 +381,8 @@ def _runtime_init(self: Any, workers: int, sync: Any, stragglers: Any, stop: Any
     self.tol = tol
 
 
+#: ``init`` is a keyword or a path (any string: the algorithm checks it when the job is
+#: validated, naming the keywords), or for K-means the initial centres.
 _INIT_SPEC = [str, os.PathLike, np.ndarray]
 
 
@@ -427,7 +437,7 @@ default="k-means++"
     _parameter_constraints = {
         **_RUNTIME_CONSTRAINTS,
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
-        "init": [StrOptions({"k-means++", "kmeans++", "random"}), *_INIT_SPEC],
+        "init": _INIT_SPEC,
         "n_init": [Interval(Integral, 1, None, closed="left")],
     }
 
@@ -504,7 +514,7 @@ class GaussianMixture(DensityMixin, FlegelEstimator):
         "n_components": [Interval(Integral, 1, None, closed="left")],
         "covariance_type": [StrOptions({"diag", "full"})],
         "reg_covar": [Interval(Real, 0.0, None, closed="left")],
-        "init": [StrOptions({"kmeans++"}), str, os.PathLike],
+        "init": [str, os.PathLike],
     }
 
     def __init__(self, n_components: int = 8, *, covariance_type: str = "diag",
@@ -574,7 +584,7 @@ class FuzzyCMeans(ClusterMixin, FlegelEstimator):
         **_RUNTIME_CONSTRAINTS,
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
         "m": [Interval(Real, 1.0, None, closed="neither")],
-        "init": [StrOptions({"kmeans++"}), str, os.PathLike],
+        "init": [str, os.PathLike],
     }
 
     def __init__(self, n_clusters: int = 8, *, m: float = 2.0, init: Any = "kmeans++",
@@ -647,7 +657,8 @@ class _Classifier(ClassifierMixin, FlegelEstimator):
 
     def predict(self, X: Any) -> np.ndarray:
         """Most probable class of each row of ``X`` (labels of ``classes_``)."""
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        proba = self.predict_proba(X)  # checks that the model is fitted first
+        return self.classes_[np.argmax(proba, axis=1)]
 
     def predict_log_proba(self, X: Any) -> np.ndarray:
         """Log of :meth:`predict_proba`."""
@@ -697,7 +708,7 @@ class LogisticRegression(_Classifier):
         "power_t": [Interval(Real, 0.0, None, closed="left")],
         "alpha": [Interval(Real, 0.0, None, closed="left")],
         "fit_intercept": ["boolean"],
-        "init": [StrOptions({"zeros"}), str, os.PathLike],
+        "init": [str, os.PathLike],
     }
 
     def __init__(self, *, learning_rate: float = 0.1, schedule: str = "constant",
@@ -771,7 +782,7 @@ class CNN(_Classifier):
         "device": [StrOptions({"cpu", "gpu", "auto"})],
         "dtype": [StrOptions({"float32", "float64"})],
         "chunk_size": [Interval(Integral, 1, None, closed="left"), None],
-        "init": [StrOptions({"he"}), str, os.PathLike],
+        "init": [str, os.PathLike],
     }
 
     def __init__(self, *, image_shape: Any = None, n_filters: Any = (6, 12),
@@ -844,7 +855,7 @@ class NMF(TransformerMixin, FlegelEstimator):
         "solver": [StrOptions({"hals", "mu"})],
         "w_iter": [Interval(Integral, 1, None, closed="left")],
         "h_iter": [Interval(Integral, 1, None, closed="left")],
-        "init": [StrOptions({"nndsvda", "random"}), str, os.PathLike],
+        "init": [str, os.PathLike],
     }
 
     def __init__(self, n_components: int = 10, *, solver: str = "hals", w_iter: int = 5,

@@ -1,0 +1,209 @@
+"""The scikit-learn-style estimators: conventions in-process, real fits under MPI.
+
+scikit-learn's own estimator checks run where they make sense.  Every ``fit`` launches a real
+MPI job (a few seconds on these machines), so the checks that fit run for ``KMeans`` only, and
+those that fit many times are skipped.  Run in-process for all six estimators (no fit, or a
+fit that must fail on its parameters before anything is launched):
+
+``check_no_attributes_set_in_init``, ``check_parameters_default_constructible``,
+``check_get_params_invariance``, ``check_set_params``, ``check_estimator_cloneable``,
+``check_estimator_repr``, ``check_mixin_order``, ``check_valid_tag_types``,
+``check_estimator_tags_renamed``, ``check_do_not_raise_errors_in_init_or_set_params``,
+``check_param_validation``, ``check_estimators_unfitted``.
+
+Run with a real fit (KMeans): ``check_n_features_in_after_fitting``.
+
+Skipped, and why:
+
+* the checks that fit many times (``check_fit_idempotent``, ``check_estimators_dtypes``,
+  ``check_methods_subset_invariance``, ``check_methods_sample_order_invariance``,
+  ``check_fit2d_1sample``, ``check_fit2d_1feature``, ``check_clustering``,
+  ``check_classifiers_train``, ``check_transformer_general``, ``check_estimators_pickle``,
+  ``check_pipeline_consistency``, ...): each fit is an MPI job; the behaviours they cover are
+  tested here once each (idempotence: tests/test_determinism_mpi.py);
+* sparse input, sample weights, pandas/polars output, array API: not supported (dense
+  ``.npy`` data only);
+* ``check_estimators_empty_data_messages``, ``check_estimators_nan_inf``,
+  ``check_complex_data``, ``check_dtype_object``: scikit-learn's own input validation
+  (``validate_data``) runs first in ``fit``, the same code that these checks exercise.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.datasets import make_blobs, make_classification
+from sklearn.utils import estimator_checks as checks
+from sklearn.utils._param_validation import InvalidParameterError
+
+import flegel
+from flegel import CNN, NMF, FuzzyCMeans, GaussianMixture, KMeans, LogisticRegression
+
+ESTIMATORS = [KMeans(n_clusters=3), GaussianMixture(n_components=2), FuzzyCMeans(n_clusters=3),
+              LogisticRegression(), NMF(n_components=2), CNN(image_shape=(4, 4))]
+IDS = [type(e).__name__ for e in ESTIMATORS]
+
+NO_FIT_CHECKS = [
+    "check_no_attributes_set_in_init", "check_parameters_default_constructible",
+    "check_get_params_invariance", "check_set_params", "check_estimator_cloneable",
+    "check_estimator_repr", "check_mixin_order", "check_valid_tag_types",
+    "check_estimator_tags_renamed", "check_do_not_raise_errors_in_init_or_set_params",
+    "check_param_validation", "check_estimators_unfitted",
+]
+
+
+# ------------------------------------------------------------------------------ in-process
+@pytest.mark.parametrize("check", NO_FIT_CHECKS)
+@pytest.mark.parametrize("estimator", ESTIMATORS, ids=IDS)
+def test_sklearn_checks_without_fitting(estimator, check):
+    getattr(checks, check)(type(estimator).__name__, clone(estimator))
+
+
+def test_parameters_are_stored_as_given_and_clone_works():
+    centres = np.zeros((3, 2))
+    sync = {"model": "fsp", "interval": "binary"}
+    km = KMeans(n_clusters=3, init=centres, n_init=2, max_iter=7, workers=3, sync=sync)
+    params = km.get_params()
+    assert params["init"] is centres and params["sync"] is sync
+    assert {k: params[k] for k in ("n_clusters", "n_init", "max_iter", "workers")} == \
+        {"n_clusters": 3, "n_init": 2, "max_iter": 7, "workers": 3}
+    assert params["stragglers"] is None and params["stop"] is None and params["out"] is None
+    twin = clone(km)
+    assert twin is not km and twin.get_params()["sync"] == sync
+    km.set_params(n_clusters=5, sync="bspv")
+    assert km.n_clusters == 5 and km.sync == "bspv"
+    lr = LogisticRegression(workers=4, sync="fsp", max_iter=20)
+    assert clone(lr).get_params() == lr.get_params()
+    assert "workers=4" in repr(lr)
+
+
+@pytest.mark.parametrize("estimator, param, value, message", [
+    (KMeans(), "n_clusters", 0, r"The 'n_clusters' parameter of KMeans must be an int in "
+                                r"the range \[1, inf\)\. Got 0 instead\."),
+    (KMeans(), "workers", 0, r"The 'workers' parameter of KMeans must be an int in the "
+                             r"range \[1, inf\)\. Got 0 instead\."),
+    (KMeans(), "init", 3, r"The 'init' parameter of KMeans must be an instance of 'str'"),
+    (GaussianMixture(), "covariance_type", "spherical",
+     r"The 'covariance_type' parameter of GaussianMixture must be a str among"),
+    (LogisticRegression(), "learning_rate", -1.0,
+     r"The 'learning_rate' parameter of LogisticRegression must be a float in the range "
+     r"\(0\.0, inf\)"),
+    (NMF(), "solver", "cd", r"The 'solver' parameter of NMF must be a str among"),
+])
+def test_parameters_are_validated_with_sklearn_messages(estimator, param, value, message):
+    est = clone(estimator).set_params(**{param: value})  # stored as given, checked in fit
+    x = np.ones((10, 2))
+    with pytest.raises(InvalidParameterError, match=message):
+        est.fit(x, np.arange(10) % 2)
+
+
+def test_import_flegel_stays_light():
+    code = ("import sys, flegel; heavy = [m for m in ('sklearn', 'mpi4py') "
+            "if m in sys.modules]; assert not heavy, heavy; flegel.KMeans; "
+            "assert 'sklearn' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+# ------------------------------------------------------------------------------ under MPI
+@pytest.mark.mpi
+def test_kmeans_fit_predict_and_load(tmp_path):
+    from sklearn.cluster import KMeans as SkKMeans
+
+    x, _ = make_blobs(600, 3, centers=4, cluster_std=1.0, random_state=0)
+    km = KMeans(n_clusters=4, init="k-means++", n_init=3, max_iter=50, workers=2, sync="bsp",
+                random_state=0, out=tmp_path)
+    assert km.fit(x) is km
+    assert km.run_dir_.parent == tmp_path.resolve() and (km.run_dir_ / "model.npz").is_file()
+    assert not (km.run_dir_ / "input").exists()  # the data written for the run are removed
+    assert km.cluster_centers_.shape == (4, 3) and km.n_features_in_ == 3
+    assert km.n_iter_ >= 1 and km.labels_.shape == (600,)
+    sk = SkKMeans(4, random_state=0).fit(x)  # scikit-learn with its defaults
+    assert km.inertia_ == pytest.approx(sk.inertia_, rel=0.01)
+    sk.cluster_centers_ = km.cluster_centers_  # the same centres: the same predictions
+    np.testing.assert_array_equal(km.predict(x), sk.predict(x))
+    np.testing.assert_array_equal(km.labels_, sk.predict(x))
+    np.testing.assert_allclose(km.transform(x), sk.transform(x), rtol=1e-9)
+    assert km.score(x) == pytest.approx(-km.inertia_, rel=1e-9)
+    with pytest.raises(ValueError, match="X has 2 features, but KMeans is expecting 3"):
+        km.predict(x[:, :2])
+    back = flegel.load(km.run_dir_)
+    assert back.get_params()["n_clusters"] == 4 and back.inertia_ == km.inertia_
+    np.testing.assert_array_equal(back.predict(x), km.predict(x))
+    fresh = clone(km)
+    assert not hasattr(fresh, "cluster_centers_") and fresh.get_params() == km.get_params()
+    # scikit-learn's check of n_features_in_ and of the feature-count errors (one more fit)
+    checks.check_n_features_in_after_fitting("KMeans", clone(km).set_params(n_init=1))
+
+
+@pytest.mark.mpi
+def test_logistic_regression_fit_predict_proba_score(tmp_path):
+    from sklearn.linear_model import LogisticRegression as SkLR
+
+    x, y01 = make_classification(400, 5, n_informative=3, random_state=1)
+    y = np.where(y01 == 1, "spam", "ham")  # any labels, as in scikit-learn
+    lr = LogisticRegression(learning_rate=0.5, max_iter=60, workers=2, sync="bsp",
+                            random_state=0, out=tmp_path).fit(x, y)
+    assert list(lr.classes_) == ["ham", "spam"]
+    assert lr.coef_.shape == (1, 5) and lr.intercept_.shape == (1,)
+    p = lr.predict_proba(x)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0)
+    assert set(lr.predict(x)) <= {"ham", "spam"}
+    assert lr.score(x, y) >= 0.8
+    ref = SkLR().fit(x, y)  # then given flegel's weights: the same probabilities
+    ref.coef_, ref.intercept_ = lr.coef_, lr.intercept_
+    np.testing.assert_allclose(p, ref.predict_proba(x), rtol=1e-7, atol=1e-12)
+    np.testing.assert_allclose(lr.decision_function(x), ref.decision_function(x), rtol=1e-9,
+                               atol=1e-12)
+    back = flegel.load(lr.run_dir_)
+    assert isinstance(back, LogisticRegression) and list(back.classes_) == ["ham", "spam"]
+    np.testing.assert_array_equal(back.predict(x), lr.predict(x))
+    with pytest.raises(ValueError, match="X has 4 features, but LogisticRegression is "
+                                         "expecting 5"):
+        lr.predict_proba(x[:, :4])
+
+
+USER_ALGORITHM = '''
+import numpy as np
+from flegel import Algorithm
+
+
+class Mean(Algorithm):
+    """The mean of the data, by full-batch averaging: a user's own algorithm."""
+
+    name = "mean"
+
+    def init_parameter(self, info):
+        return {"mean": np.zeros(info.n_features)}
+
+    def update_data_point(self, point, state, theta, t):
+        return {"sum": np.asarray(point, dtype=float), "count": 1.0,
+                "objective": float(((point - theta["mean"]) ** 2).sum())}
+
+    def update_parameter(self, agg, theta):
+        return {"mean": agg["sum"] / max(agg["count"], 1.0)}
+
+    def evaluate(self, theta, block):
+        return float(((block.x - theta["mean"]) ** 2).sum())
+
+    def predict(self, theta, x):
+        return ((x - theta["mean"]) ** 2).sum(axis=1)
+'''
+
+
+@pytest.mark.mpi
+def test_generic_fit_of_a_user_algorithm(tmp_path, monkeypatch):
+    (tmp_path / "usermean.py").write_text(USER_ALGORITHM)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from usermean import Mean  # type: ignore[import-not-found]
+
+    x = np.random.default_rng(0).normal(3.0, 1.0, size=(300, 2))
+    est = flegel.fit(Mean, x, workers=2, stop={"max_iterations": 3}, out=tmp_path / "runs")
+    np.testing.assert_allclose(est.model_["mean"], x.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(est.predict(x), ((x - x.mean(axis=0)) ** 2).sum(axis=1),
+                               rtol=1e-9)
+    assert est.objective_ == pytest.approx(((x - x.mean(axis=0)) ** 2).sum(), rel=1e-12)
+    assert est.get_params()["algorithm"] == "usermean:Mean"
