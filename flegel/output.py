@@ -170,6 +170,7 @@ class RunWriter:
     def _test_metrics(self, algorithm: Any, theta: dict) -> dict[str, float]:
         """Evaluate the final θ on the held-out ``test_data`` (loaded whole, on the master)."""
         from flegel.block import Block
+
         x, y = self.job.load_test_data()
         block = Block.from_arrays(x, y, algorithm.init_state(len(x), x.shape[1]))
         return {"n_points": len(x), **algorithm.test_metrics(theta, block)}

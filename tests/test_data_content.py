@@ -175,6 +175,15 @@ def test_npy_element_and_label_file(tmp_path: Path) -> None:
         _load_all({"path": "x.npy", "label_path": "y.npy"}, tmp_path, 2, TAKES_CLASSES)
 
 
+def test_ratings_name_the_user_and_item_ids(tmp_path: Path) -> None:
+    path = tmp_path / "ratings.dat"
+    path.write_text("1::10::5::0\n1::20::3::0\n7::10::nan::0\n9::30::4::0\n")
+    with pytest.raises(DataError) as exc:
+        _load_all({"path": str(path)}, tmp_path, 2)
+    assert str(exc.value) == (f"data.path: {path}: user 7, item 10 rating is nan, "
+                              "expected a finite number")
+
+
 # ------------------------------------------------------------------- validate --data
 def _job(tmp_path: Path, data: dict, **extra: object) -> Path:
     doc = {"algorithm": "kmeans", "params": {"n_clusters": 2}, "data": data, "workers": 2,

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from flegel.data.checks import Bad
+from flegel.data.errors import DataError
 from flegel.data.files import FileSpec, reading, show
 from flegel.data.formats.base import FileReader, TableShape
 from flegel.data.partition import Shard
@@ -203,6 +205,16 @@ class RatingsReader(FileReader):
             local = (uidx[keep] - rows.start) // rows.step
             X[local[col_ok], col[col_ok]] = r[keep][col_ok]
         return X, None
+
+    def content_error(
+        self, spec: FileSpec, row: int, bad: Bad, n_features: int, key: str
+    ) -> DataError:
+        """``user U, item I rating ...``: the ids as written in the file, not matrix indices."""
+        with reading(spec):
+            idx = ratings_index(spec)
+        what = "" if bad.column is None else f", item {idx.items[bad.column]}"
+        problem = bad.problem.replace("is ", "rating is ", 1)
+        return spec.error(f"user {idx.users[row]}{what} {problem}")
 
     def find_in(self, folder: Path) -> Path | None:
         """``ratings.csv`` or ``ratings.dat`` (optionally gzipped) in a MovieLens folder."""
