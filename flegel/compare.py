@@ -142,13 +142,14 @@ def run_one(job_file: Path, out: Path, sets: list[str], timeout: float | None) -
         # (flegel.launch); kill the launcher only if that takes too long.
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.communicate(timeout=KILL_AFTER_S + 3.0)
+            _, err = proc.communicate(timeout=KILL_AFTER_S + 3.0)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.communicate()
+            _, err = proc.communicate()
+        said = [ln for ln in err.splitlines() if ln.startswith("flegel:")]
         raise RunFailedError(f"run {out} ({' '.join(sets)}) did not finish within "
-                             f"--timeout {timeout:g} s; it was stopped (its last θ is in "
-                             f"{out})") from None
+                             f"--timeout {timeout:g} s and was stopped"
+                             + (f": {said[-1].removeprefix('flegel: ')}" if said else "")) from None
     if proc.returncode != 0:
         raise RunFailedError(f"run {out} ({' '.join(sets)}) failed with exit code "
                              f"{proc.returncode}:\n{err[-3000:]}")

@@ -1,0 +1,182 @@
+"""Nothing hangs, nothing is orphaned, nothing is lost (issue 13), under a real MPI launch.
+
+Each test starts a real job (``flegel run`` launching mpiexec itself, or ``mpirun``), hurts
+it, and asserts that it ends within a bound, with the documented exit code
+(docs/exit-codes.md), one line saying what happened, the last θ saved, and no process left:
+``pgrep -f`` on the test's own temporary path, which every process of the job carries on its
+command line.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flegel.protocol import ExitCode
+from tests.conftest import ROOT, child_env, mpirun, write_job
+
+pytestmark = pytest.mark.mpi
+
+#: A K-means that sleeps inside one block on one rank: a stalled or very slow worker.
+SLEEPY = textwrap.dedent('''
+    import os
+    import time
+
+    from flegel.algorithms.kmeans import KMeans
+
+
+    class SleepyMeans(KMeans):
+        def __init__(self, n_clusters=4, rank=2, at=3, sleep_s=1000.0):
+            super().__init__(n_clusters=n_clusters)
+            self.rank, self.at, self.sleep_s = rank, at, sleep_s
+
+        def update_block(self, block, theta, t):
+            if t == self.at and os.environ.get("PMI_RANK") == str(self.rank):
+                time.sleep(self.sleep_s)
+                self.at = -1  # once
+            return super().update_block(block, theta, t)
+''')
+
+
+def _job(tmp_path: Path, **extra) -> Path:
+    doc = {"algorithm": "kmeans", "params": {"n_clusters": 4},
+           "data": {"source": "synthetic", "kind": "blobs", "n_points": 8000, "n_features": 4,
+                    "centers": 4, "seed": 2},
+           "workers": 2, "sync": {"model": "bsp", "batch": "full"},
+           "stop": {"max_iterations": None, "tolerance": None, "max_time_s": 120},
+           "output": {"progress": "none", "dir": str(tmp_path / "runs")}}
+    doc.update(extra)
+    return write_job(tmp_path / "job.yaml", **doc)
+
+
+def _left(tmp_path: Path) -> list[str]:
+    """Processes whose command line names this test's temporary path (ours are the job's)."""
+    found = subprocess.run(["pgrep", "-af", str(tmp_path)], capture_output=True, text=True)
+    return [ln for ln in found.stdout.splitlines() if "pgrep" not in ln]
+
+
+def _gone_within(tmp_path: Path, seconds: float) -> float:
+    """Seconds until no process of the job is left (fails past ``seconds``)."""
+    t0 = time.monotonic()
+    while _left(tmp_path):
+        if time.monotonic() - t0 > seconds:
+            pytest.fail(f"processes left after {seconds} s: {_left(tmp_path)}")
+        time.sleep(0.1)
+    return time.monotonic() - t0
+
+
+def _launch(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, Path]:
+    """``flegel run JOB --out OUT`` (it starts mpiexec itself); return once training runs."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "flegel", "run", str(_job(tmp_path)),
+                             "--out", str(out), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=child_env(), cwd=ROOT)
+    t0 = time.monotonic()
+    # RunWriter creates events.jsonl once θ⁰ exists; a moment later the clock runs.
+    while not (out / "events.jsonl").exists():
+        if proc.poll() is not None or time.monotonic() - t0 > 60:
+            proc.kill()
+            pytest.fail(f"the job did not start: {proc.communicate()}")
+        time.sleep(0.1)
+    time.sleep(1.0)
+    return proc, out
+
+
+def _messages(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.startswith("flegel:")]
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, ExitCode.INTERRUPTED),
+                                      (signal.SIGTERM, ExitCode.TERMINATED)])
+def test_signal_to_the_launcher_saves_theta_and_ends_every_rank(tmp_path, sig, code):
+    proc, out = _launch(tmp_path)
+    t0 = time.monotonic()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=15)
+    took = time.monotonic() - t0
+    assert proc.returncode == code == 128 + sig
+    assert took < 10
+    _gone_within(tmp_path, 10 - took)
+    # One line, naming the signal and where θ went; no traceback, no MPI chatter.
+    assert _messages(err) == [f"flegel: interrupted by {sig.name}; last θ (iteration "
+                              f"{json.loads((out / 'model.json').read_text())['theta_version']}"
+                              f") saved in {out}/model.npz"], err
+    assert "Traceback" not in err and "Ctrl-C" not in err and "MPI_Abort" not in err
+    model = np.load(out / "model.npz")
+    assert np.isfinite(model["centers"]).all() and model["centers"].shape == (4, 4)
+    assert json.loads((out / "model.json").read_text())["stop_reason"] == "interrupted"
+
+
+def test_sigkill_to_the_launcher_ends_every_rank(tmp_path):
+    proc, _ = _launch(tmp_path)
+    assert len(_left(tmp_path)) >= 4  # launcher, mpiexec, three ranks
+    proc.kill()
+    proc.communicate(timeout=10)
+    # SIGKILL cannot be caught: mpiexec learns of it from the kernel (PR_SET_PDEATHSIG).
+    assert _gone_within(tmp_path, 10) < 10
+
+
+def test_a_stalled_worker_ends_the_job_after_its_warnings(tmp_path):
+    (tmp_path / "sleepy.py").write_text(SLEEPY)
+    job = _job(tmp_path, algorithm="sleepy:SleepyMeans", params={"rank": 2, "at": 3},
+               runtime={"stall_warning_s": 1.0, "stall_timeout_s": 3.0})
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    proc = mpirun(job, 2, out, timeout=60, check=False)
+    took = time.monotonic() - t0
+    assert proc.returncode == ExitCode.STALLED, proc.stderr
+    assert took < 30
+    _gone_within(tmp_path, 10)
+    lines = _messages(proc.stderr)
+    # Warnings first (worker 1 waits at the barrier), then the one line that ends the job.
+    assert lines[0].startswith("flegel: warning: worker 2 has not reported for 1.")
+    assert lines[-1].startswith("flegel: worker 2 has not reported for 3.")
+    assert "(runtime.stall_timeout_s: 3); it was computing its iteration 3" in lines[-1]
+    assert lines[-1].endswith(f"last θ (iteration 2) saved in {out}/model.npz")
+    meta = json.loads((out / "model.json").read_text())
+    assert meta["theta_version"] == 2 and meta["stop_reason"] == "stalled"
+    assert not (out / "summary.json").exists()
+
+
+def test_max_time_is_kept_by_the_master_clock(tmp_path):
+    # Worker 2 sleeps 4 s inside a block of iteration 2; the master stops training at 1 s by
+    # its own clock instead of at the next barrier.
+    (tmp_path / "sleepy.py").write_text(SLEEPY)
+    job = _job(tmp_path, algorithm="sleepy:SleepyMeans",
+               params={"rank": 2, "at": 2, "sleep_s": 4.0},
+               stop={"max_iterations": None, "tolerance": None, "max_time_s": 1.0})
+    out = tmp_path / "run"
+    proc = mpirun(job, 2, out, timeout=60)
+    s = json.loads((out / "summary.json").read_text())
+    assert s["stop_reason"] == "max_time"
+    assert 1.0 <= s["wall_time_s"] < 2.0  # not the 4 s the slow worker took
+    assert s["iterations"] <= 1
+    assert proc.returncode == 0
+
+
+def test_compare_timeout_stops_its_run_cleanly(tmp_path):
+    job = _job(tmp_path)
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "flegel", "compare", str(job), "--sync", "bsp",
+                           "--stragglers", "none", "--target", "0", "--timeout", "5",
+                           "--out", str(tmp_path / "cmp")], capture_output=True, text=True,
+                          timeout=60, env=child_env(), cwd=ROOT)
+    took = time.monotonic() - t0
+    assert proc.returncode == 1
+    assert "TimeoutExpired" not in proc.stderr and "Traceback" not in proc.stderr
+    lines = _messages(proc.stderr)
+    # One line; it quotes the run's own line when the run had got as far as training.
+    assert len(lines) == 1 and "did not finish within --timeout 5 s and was stopped" \
+        in lines[0], proc.stderr
+    assert took < 5 + 15
+    _gone_within(tmp_path, 10)
+    if "last θ" in lines[0]:  # training had started: its last θ was saved
+        assert (tmp_path / "cmp" / "0-bsp" / "model.npz").exists()
