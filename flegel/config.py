@@ -430,6 +430,12 @@ def resolve_algorithm(name: str, base_dir: Path | None = None) -> type:
     if missing:
         raise LookupError(f"{target} does not implement {'; '.join(missing)}, expected every "
                           "hook a flegel.Algorithm must have (see flegel.api)")
+    from flegel.data.checks import Takes
+
+    try:
+        Takes.of(found, name)  # the data declarations (label_kind) are part of the API
+    except ValueError as exc:
+        raise LookupError(f"{target}: {exc}") from None
     return found
 
 

@@ -207,6 +207,20 @@ def test_user_algorithm_without_the_api_is_refused(tmp_path: Path,
     assert (tmp_path / "imported.marker").read_text() == "top-level code ran"
 
 
+def test_user_algorithm_with_an_unknown_label_kind_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = _HALF.replace("    def init_parameter", "    label_kind = 'ordinal'\n\n"
+                         "    def update_parameter(self, agg, theta):\n        return theta\n\n"
+                         "    def evaluate(self, theta, block):\n        return 0.0\n\n"
+                         "    def init_parameter")
+    (tmp_path / "odd_algo.py").write_text(code)
+    path = write_job(tmp_path / "job.yaml", **{**GOOD, "algorithm": "odd_algo:Half",
+                                                 "params": {}})
+    err = _refused(path, capsys)
+    assert "algorithm: odd_algo:Half: Half.label_kind must be one of 'any', 'classes', " \
+           "'real', found 'ordinal'" in err
+
+
 def test_user_algorithm_not_a_subclass_or_missing(tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "plain_algo.py").write_text("class Plain:\n    pass\n")
