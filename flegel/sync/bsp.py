@@ -18,9 +18,10 @@ floating-point sums differ from run to run, and are fixed here:
 
 ``batch: auto`` chooses the batch from one measured calibration iteration, so it depends on
 timing.  The choice is put on a coarse grid (:func:`grid_batch`: the shard split into a power
-of two of batches), so runs on one machine pick the same batch unless the measurement sits
-near a grid boundary; the chosen ``batch`` is in ``summary.json``, and setting
-``sync.batch`` to it replays a run exactly.
+of two of batches), so two runs pick the same batch unless their measurements fall on either
+side of a grid boundary -- which a loaded machine can make happen (docs/determinism.md); the
+chosen ``batch`` is in ``summary.json``, and setting ``sync.batch`` to it replays a run
+exactly.
 """
 
 from __future__ import annotations
