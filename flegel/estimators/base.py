@@ -1,0 +1,165 @@
+"""What every flegel estimator shares: the runtime parameters beside the algorithm's, their
+scikit-learn-style validation, ``fit`` through :func:`flegel.estimators.running.run_job`, and
+the fitted attributes read from the saved model (see :mod:`flegel.estimators` for the
+parameters' meaning)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from numbers import Integral, Real
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from flegel.estimators.running import run_job
+from flegel.model import SavedModel
+
+__all__ = ["ESTIMATOR_FILE", "FlegelEstimator", "INIT_SPEC", "RUNTIME_CONSTRAINTS",
+           "init_path", "runtime_init"]
+
+#: Written beside the model by an estimator's fit: what the job file cannot hold
+#: (the original class labels).
+ESTIMATOR_FILE = "estimator.json"
+
+#: Constraints of the runtime parameters every estimator has (scikit-learn's validation).
+RUNTIME_CONSTRAINTS: dict[str, list[Any]] = {
+    "workers": [Interval(Integral, 1, None, closed="left")],
+    "sync": [str, dict, None],
+    "stragglers": [list, None],
+    "stop": [dict, None],
+    "random_state": ["random_state"],
+    "out": [str, os.PathLike, None],
+    "max_iter": [Interval(Integral, 1, None, closed="left")],
+    "tol": [Interval(Real, 0, None, closed="left"), None],
+}
+
+
+class FlegelEstimator(BaseEstimator):
+    """Base of flegel's estimators: the runtime parameters, ``fit`` under MPI, loading.
+
+    A subclass names its algorithm (:attr:`ALGORITHM`), lists the parameters that are the
+    algorithm's (:attr:`ALGORITHM_PARAMS`, estimator name -> the algorithm's name) and sets its
+    fitted attributes from the saved model in :meth:`_set_fitted`.
+    """
+
+    #: The job's ``algorithm`` (a built-in name).
+    ALGORITHM: ClassVar[str] = ""
+    #: Estimator parameter -> the algorithm's parameter.
+    ALGORITHM_PARAMS: ClassVar[dict[str, str]] = {}
+    #: Whether ``fit`` needs ``y``.
+    SUPERVISED: ClassVar[bool] = False
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = dict(RUNTIME_CONSTRAINTS)
+    # The runtime parameters (set by each subclass's __init__ through runtime_init).
+    workers: int
+    sync: Any
+    stragglers: Any
+    stop: Any
+    random_state: Any
+    out: Any
+    max_iter: int
+    tol: float | None
+
+    # ------------------------------------------------------------------ the job
+    def _algorithm_params(self) -> dict[str, Any]:
+        return {alg: getattr(self, est) for est, alg in self.ALGORITHM_PARAMS.items()}
+
+    def _seed(self) -> int:
+        rs = self.random_state
+        if isinstance(rs, (int, np.integer)) and not isinstance(rs, bool):
+            return int(rs)
+        return int(check_random_state(rs).randint(np.iinfo(np.int32).max))
+
+    def _job(self) -> dict[str, Any]:
+        """The job document of this estimator's parameters (``data`` is added by fit)."""
+        sync = self.sync
+        stop = {"max_iterations": self.max_iter, "tolerance": self.tol, **(self.stop or {})}
+        doc: dict[str, Any] = {
+            "algorithm": self.ALGORITHM, "params": self._algorithm_params(),
+            "workers": self.workers, "seed": self._seed(),
+            "sync": {"model": sync} if isinstance(sync, str) else (dict(sync) if sync else None),
+            "stop": stop,
+        }
+        if self.stragglers:
+            doc["stragglers"] = list(self.stragglers)
+        return doc
+
+    def _check_x(self, X: Any, reset: bool) -> np.ndarray:
+        """scikit-learn's input validation: a finite 2-D float array; at predict time (reset
+        False) the number of features must match the fit's (ValueError otherwise)."""
+        out: np.ndarray = validate_data(self, X, reset=reset, dtype=[np.float64, np.float32])
+        return out
+
+    def _fit_run(self, X: np.ndarray, y: np.ndarray | None = None) -> SavedModel:
+        return run_job(self._job(), X, y, self.out)
+
+    def fit(self, X: Any, y: Any = None) -> FlegelEstimator:
+        """Train on ``X`` under MPI with ``workers`` worker processes; return self."""
+        self._validate_params()
+        X = self._check_x(X, reset=True)
+        saved = self._fit_run(X)
+        self._set_fitted(saved)
+        return self
+
+    # ------------------------------------------------------------------ the model
+    def _algorithm(self) -> Any:
+        """The algorithm object of the fitted parameters (its kernels serve prediction)."""
+        from flegel.config import resolve_algorithm
+
+        return resolve_algorithm(self.ALGORITHM)(**self._algorithm_params())
+
+    def _set_fitted(self, saved: SavedModel) -> None:
+        """Set the fitted attributes common to every estimator, from the saved model."""
+        self.run_dir_ = saved.run_dir
+        self.model_ = saved.arrays
+        summary = saved.summary or {}
+        self.n_iter_ = int(summary.get("iterations", saved.meta.get("theta_version", 0)))
+        self.objective_ = float(saved.meta.get("final_objective",
+                                               summary.get("final_objective", np.nan)))
+        self.converged_ = bool(summary.get("converged", False))
+        if not hasattr(self, "n_features_in_") and "n_features" in summary:
+            self.n_features_in_ = int(summary["n_features"])
+        self._algo = self._algorithm()
+
+    def _theta(self, X: Any) -> tuple[Any, dict[str, np.ndarray], np.ndarray]:
+        """(algorithm, fitted arrays, validated X) for a prediction method."""
+        check_is_fitted(self, "model_")
+        return self._algo, self.model_, self._check_x(X, reset=False)
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = False
+        return tags
+
+
+def runtime_init(self: Any, workers: int, sync: Any, stragglers: Any, stop: Any,
+                  random_state: Any, out: Any, max_iter: int, tol: float | None) -> None:
+    """Store the runtime parameters as given (one place for every estimator's __init__)."""
+    self.workers = workers
+    self.sync = sync
+    self.stragglers = stragglers
+    self.stop = stop
+    self.random_state = random_state
+    self.out = out
+    self.max_iter = max_iter
+    self.tol = tol
+
+
+#: ``init`` is a keyword or a path (any string: the algorithm checks it when the job is
+#: validated, naming the keywords), or for K-means the initial centres.
+INIT_SPEC = [str, os.PathLike, np.ndarray]
+
+
+def init_path(value: Any) -> Any:
+    """``init`` for the job: an array of initial values is saved as ``init.npy`` (in a fresh
+    temporary folder) and its path returned; a keyword or a path goes as given."""
+    if isinstance(value, np.ndarray):
+        path = Path(tempfile.mkdtemp(prefix="flegel-init-")) / "init.npy"
+        np.save(path, np.asarray(value, dtype=np.float64))
+        return str(path)
+    return str(value) if isinstance(value, os.PathLike) else value

@@ -1,0 +1,230 @@
+"""The classifiers: logistic regression and the CNN, with scikit-learn's label handling."""
+
+from __future__ import annotations
+
+import json
+import os
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+from sklearn.base import ClassifierMixin
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import validate_data
+
+from flegel.estimators.base import (
+    ESTIMATOR_FILE,
+    RUNTIME_CONSTRAINTS,
+    FlegelEstimator,
+    runtime_init,
+)
+from flegel.model import SavedModel
+
+__all__ = ["CNN", "LogisticRegression"]
+
+
+class _Classifier(ClassifierMixin, FlegelEstimator):
+    """What the classifiers share: label encoding (``classes_``) and ``fit(X, y)``."""
+
+    SUPERVISED = True
+
+    def fit(self, X: Any, y: Any = None) -> _Classifier:
+        """Train on ``X`` and labels ``y`` under MPI; return self."""
+        from sklearn.utils.multiclass import check_classification_targets
+
+        self._validate_params()
+        if y is None:
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target "
+                             "y is None.")
+        X, y = validate_data(self, X, y, reset=True, dtype=[np.float64, np.float32])
+        check_classification_targets(y)
+        classes, encoded = np.unique(y, return_inverse=True)
+        if len(classes) < 2:
+            raise ValueError(f"{type(self).__name__} needs samples of at least 2 classes in "
+                             f"the data, but the data contain only one class: {classes[0]!r}")
+        saved = self._fit_run(X, encoded.astype(np.int64))
+        (saved.run_dir / ESTIMATOR_FILE).write_text(json.dumps(
+            {"estimator": type(self).__name__, "classes": classes.tolist()}))
+        self.classes_ = classes
+        self._set_fitted(saved)
+        return self
+
+    def _set_fitted(self, saved: SavedModel) -> None:
+        super()._set_fitted(saved)
+        if not hasattr(self, "classes_"):
+            extra = saved.run_dir / ESTIMATOR_FILE
+            n = self._n_classes(saved.arrays)
+            self.classes_ = (np.asarray(json.loads(extra.read_text())["classes"])
+                             if extra.is_file() else np.arange(n))
+
+    @staticmethod
+    def _n_classes(arrays: dict[str, np.ndarray]) -> int:
+        raise NotImplementedError
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Most probable class of each row of ``X`` (labels of ``classes_``)."""
+        proba = self.predict_proba(X)  # checks that the model is fitted first
+        return self.classes_[np.argmax(proba, axis=1)]
+
+    def predict_log_proba(self, X: Any) -> np.ndarray:
+        """Log of :meth:`predict_proba`."""
+        with np.errstate(divide="ignore"):
+            return np.log(self.predict_proba(X))
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Class probabilities (n_samples, n_classes), columns in the order of ``classes_``."""
+        algo, theta, X = self._theta(X)
+        return algo.predict_proba(theta, X)
+
+
+class LogisticRegression(_Classifier):
+    """L2-regularized logistic regression by mini-batch gradient descent on flegel's runtime.
+
+    Parameters
+    ----------
+    learning_rate : float, default=0.1
+    schedule : {"constant", "invscaling"}, default="constant"
+    power_t : float, default=0.5
+    alpha : float, default=1e-4
+        L2 strength with ``SGDClassifier``'s meaning (α = 1 / (C · n) for scikit-learn's
+        ``LogisticRegression(C)``).
+    fit_intercept : bool, default=True
+    init : "zeros" or path, default="zeros"
+        Zero weights or a warm start (a run directory of a logistic-regression run).
+    max_iter, tol, workers, sync, stragglers, stop, random_state, out
+        As in :class:`KMeans` (``max_iter`` counts gradient steps under BSP full batch).
+
+    Attributes
+    ----------
+    classes_ : ndarray
+    coef_ : ndarray of shape (1, n_features) or (n_classes, n_features)
+    intercept_ : ndarray of shape (1,) or (n_classes,)
+    n_iter_ : int
+    run_dir_ : Path
+    """
+
+    ALGORITHM = "logreg"
+    ALGORITHM_PARAMS = {"learning_rate": "learning_rate", "schedule": "schedule",
+                        "power_t": "power_t", "alpha": "alpha",
+                        "fit_intercept": "fit_intercept", "init": "init"}
+    _parameter_constraints = {
+        **RUNTIME_CONSTRAINTS,
+        "learning_rate": [Interval(Real, 0.0, None, closed="neither")],
+        "schedule": [StrOptions({"constant", "invscaling"})],
+        "power_t": [Interval(Real, 0.0, None, closed="left")],
+        "alpha": [Interval(Real, 0.0, None, closed="left")],
+        "fit_intercept": ["boolean"],
+        "init": [str, os.PathLike],
+    }
+
+    def __init__(self, *, learning_rate: float = 0.1, schedule: str = "constant",
+                 power_t: float = 0.5, alpha: float = 1e-4, fit_intercept: bool = True,
+                 init: Any = "zeros", max_iter: int = 100, tol: float | None = 1e-4,
+                 workers: int = 2, sync: Any = None, stragglers: Any = None, stop: Any = None,
+                 random_state: Any = None, out: Any = None) -> None:
+        self.learning_rate = learning_rate
+        self.schedule = schedule
+        self.power_t = power_t
+        self.alpha = alpha
+        self.fit_intercept = fit_intercept
+        self.init = init
+        runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol)
+
+    @staticmethod
+    def _n_classes(arrays: dict[str, np.ndarray]) -> int:
+        coef = arrays["coef"]
+        return 2 if coef.ndim == 1 else int(coef.shape[1])
+
+    def _set_fitted(self, saved: SavedModel) -> None:
+        super()._set_fitted(saved)
+        coef = saved.arrays["coef"]
+        # scikit-learn's layout: one row per class (one row for binary problems)
+        self.coef_ = coef[None, :] if coef.ndim == 1 else coef.T
+        self.intercept_ = saved.arrays["intercept"]
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Margins: (n_samples,) for two classes, (n_samples, n_classes) otherwise."""
+        algo, theta, X = self._theta(X)
+        return algo.decision_function(theta, X)
+
+
+class CNN(_Classifier):
+    """Convolutional network classifier (conv-ReLU-pool layers + softmax) on flegel's runtime.
+
+    Parameters
+    ----------
+    image_shape, n_filters, kernel_size, padding, pool_size, pooling, learning_rate,
+    schedule, power_t, momentum, alpha, input_scale, device, dtype, chunk_size, init
+        The algorithm's (:class:`flegel.algorithms.cnn.CNN`).
+    max_iter, tol, workers, sync, stragglers, stop, random_state, out
+        As in :class:`KMeans`.
+
+    Attributes
+    ----------
+    classes_ : ndarray
+    n_iter_ : int
+    run_dir_ : Path
+    """
+
+    ALGORITHM = "cnn"
+    ALGORITHM_PARAMS = {k: k for k in (
+        "image_shape", "n_filters", "kernel_size", "padding", "pool_size", "pooling",
+        "learning_rate", "schedule", "power_t", "momentum", "alpha", "input_scale", "device",
+        "dtype", "chunk_size", "init")}
+    _parameter_constraints = {
+        **RUNTIME_CONSTRAINTS,
+        "image_shape": [tuple, list, None],
+        "n_filters": [tuple, list],
+        "kernel_size": [Interval(Integral, 1, None, closed="left")],
+        "padding": [Interval(Integral, 0, None, closed="left")],
+        "pool_size": [Interval(Integral, 1, None, closed="left")],
+        "pooling": [StrOptions({"max", "avg"})],
+        "learning_rate": [Interval(Real, 0.0, None, closed="neither")],
+        "schedule": [StrOptions({"constant", "invscaling"})],
+        "power_t": [Interval(Real, 0.0, None, closed="left")],
+        "momentum": [Interval(Real, 0.0, 1.0, closed="left")],
+        "alpha": [Interval(Real, 0.0, None, closed="left")],
+        "input_scale": [Interval(Real, 0.0, None, closed="neither")],
+        "device": [StrOptions({"cpu", "gpu", "auto"})],
+        "dtype": [StrOptions({"float32", "float64"})],
+        "chunk_size": [Interval(Integral, 1, None, closed="left"), None],
+        "init": [str, os.PathLike],
+    }
+
+    def __init__(self, *, image_shape: Any = None, n_filters: Any = (6, 12),
+                 kernel_size: int = 5, padding: int = 0, pool_size: int = 2,
+                 pooling: str = "max", learning_rate: float = 0.05,
+                 schedule: str = "constant", power_t: float = 0.5, momentum: float = 0.0,
+                 alpha: float = 0.0, input_scale: float = 1.0, device: str = "cpu",
+                 dtype: str = "float32", chunk_size: int | None = None, init: Any = "he",
+                 max_iter: int = 100, tol: float | None = 1e-4, workers: int = 2,
+                 sync: Any = None, stragglers: Any = None, stop: Any = None,
+                 random_state: Any = None, out: Any = None) -> None:
+        self.image_shape = image_shape
+        self.n_filters = n_filters
+        self.kernel_size = kernel_size
+        self.padding = padding
+        self.pool_size = pool_size
+        self.pooling = pooling
+        self.learning_rate = learning_rate
+        self.schedule = schedule
+        self.power_t = power_t
+        self.momentum = momentum
+        self.alpha = alpha
+        self.input_scale = input_scale
+        self.device = device
+        self.dtype = dtype
+        self.chunk_size = chunk_size
+        self.init = init
+        runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol)
+
+    def _algorithm_params(self) -> dict[str, Any]:
+        params = super()._algorithm_params()
+        for key in ("image_shape", "n_filters"):  # YAML-friendly lists
+            if params[key] is not None:
+                params[key] = list(params[key])
+        return params
+
+    @staticmethod
+    def _n_classes(arrays: dict[str, np.ndarray]) -> int:
+        return int(arrays["dense_b"].shape[0])

@@ -1,0 +1,81 @@
+"""Matrix factorization: NMF, with ``transform`` of new rows against the learned H."""
+
+from __future__ import annotations
+
+import os
+from numbers import Integral
+from typing import Any
+
+import numpy as np
+from sklearn.base import TransformerMixin
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted
+
+from flegel.estimators.base import RUNTIME_CONSTRAINTS, FlegelEstimator, runtime_init
+from flegel.model import SavedModel
+
+__all__ = ["NMF"]
+
+
+class NMF(TransformerMixin, FlegelEstimator):
+    """Non-negative matrix factorization X ≈ W H on flegel's runtime (rows are data points).
+
+    Parameters
+    ----------
+    n_components : int, default=10
+    solver : {"hals", "mu"}, default="hals"
+    w_iter, h_iter : int, default=5
+    init : {"nndsvda", "random"} or path, default="nndsvda"
+    max_iter, tol, workers, sync, stragglers, stop, random_state, out
+        As in :class:`KMeans`.
+
+    Attributes
+    ----------
+    components_ : ndarray of shape (n_components, n_features)
+        H.
+    reconstruction_err_ : float
+        Frobenius norm of X − W H on the training data (exact, W re-optimized per row).
+    n_iter_ : int
+    run_dir_ : Path
+    """
+
+    ALGORITHM = "nmf"
+    ALGORITHM_PARAMS = {"n_components": "n_components", "solver": "solver", "w_iter": "w_iter",
+                        "h_iter": "h_iter", "init": "init"}
+    _parameter_constraints = {
+        **RUNTIME_CONSTRAINTS,
+        "n_components": [Interval(Integral, 1, None, closed="left")],
+        "solver": [StrOptions({"hals", "mu"})],
+        "w_iter": [Interval(Integral, 1, None, closed="left")],
+        "h_iter": [Interval(Integral, 1, None, closed="left")],
+        "init": [str, os.PathLike],
+    }
+
+    def __init__(self, n_components: int = 10, *, solver: str = "hals", w_iter: int = 5,
+                 h_iter: int = 5, init: Any = "nndsvda", max_iter: int = 200,
+                 tol: float | None = 1e-4, workers: int = 2, sync: Any = None,
+                 stragglers: Any = None, stop: Any = None, random_state: Any = None,
+                 out: Any = None) -> None:
+        self.n_components = n_components
+        self.solver = solver
+        self.w_iter = w_iter
+        self.h_iter = h_iter
+        self.init = init
+        runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol)
+
+    def _set_fitted(self, saved: SavedModel) -> None:
+        super()._set_fitted(saved)
+        self.components_ = saved.arrays["components"]
+        self.reconstruction_err_ = float(np.sqrt(max(self.objective_, 0.0)))
+
+    def transform(self, X: Any) -> np.ndarray:
+        """W ≥ 0 (n_samples, n_components) of new rows against the learned H."""
+        algo, theta, X = self._theta(X)
+        if X.size and float(X.min()) < 0:
+            raise ValueError("Negative values in data passed to NMF.transform")
+        return algo.transform(theta, X)
+
+    def inverse_transform(self, W: Any) -> np.ndarray:
+        """W H: the data approximated from their factors."""
+        check_is_fitted(self, "model_")
+        return np.asarray(W, dtype=np.float64) @ self.components_

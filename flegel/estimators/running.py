@@ -1,0 +1,162 @@
+"""Launching a job on in-memory data: the path ``flegel run`` takes, from Python.
+
+:func:`run_job` writes ``X`` (and ``y``) as ``.npy`` files with a job file into a new run
+directory, validates the job (:func:`flegel.config.load_job`), launches ``workers + 1`` MPI
+ranks with the bundled launcher (:func:`flegel.launch.launch`, as ``flegel run`` does without
+mpirun) and reads the model back (:func:`flegel.model.read_model`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from flegel.api import Algorithm
+from flegel.model import JOB_FILE, SavedModel, read_model
+
+__all__ = ["algorithm_name", "run_job", "set_path"]
+
+
+@contextlib.contextmanager
+def _importable(path: Path | None) -> Iterator[None]:
+    """Put ``path`` on the launched ranks' ``PYTHONPATH`` (a user's algorithm module)."""
+    if path is None:
+        yield
+        return
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(path)] + ([old] if old else []))
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+def algorithm_name(algorithm: Any) -> tuple[str, Path | None]:
+    """The job's ``algorithm`` string for a name or an Algorithm subclass, and the folder to
+    put on ``PYTHONPATH`` so the ranks can import it."""
+    if isinstance(algorithm, str):
+        return algorithm, None
+    if isinstance(algorithm, type) and issubclass(algorithm, Algorithm):
+        module = algorithm.__module__
+        if module == "__main__" or "<locals>" in algorithm.__qualname__:
+            raise ValueError(
+                f"algorithm {algorithm.__qualname__} is defined in {module!r} or inside a "
+                "function: the MPI ranks cannot import it; move it into a module (a .py file)")
+        file = getattr(sys.modules[module], "__file__", None)
+        root = None
+        if file is not None:
+            root = Path(file).resolve().parent
+            for _ in range(module.count(".")):
+                root = root.parent
+        return f"{module}:{algorithm.__qualname__}", root
+    raise TypeError(f"algorithm must be a name ('kmeans', 'package.module:Class') or a "
+                    f"flegel.Algorithm subclass, got {algorithm!r}")
+
+
+def _new_run_dir(out: str | os.PathLike[str] | None, name: str, sync: str) -> Path:
+    """A fresh ``<out>/<name>-<sync>-<time>`` directory."""
+    base = Path(out).expanduser() if out is not None else \
+        Path(tempfile.gettempdir()) / "flegel-runs"
+    base.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for i in range(1, 1000):
+        path = base / (f"{name}-{sync}-{stamp}" + (f"-{i}" if i > 1 else ""))
+        try:
+            path.mkdir()
+            return path.resolve()
+        except FileExistsError:
+            continue
+    return Path(tempfile.mkdtemp(prefix=f"{name}-{sync}-", dir=base)).resolve()
+
+
+def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
+            out: str | os.PathLike[str] | None = None,
+            import_root: Path | None = None) -> SavedModel:
+    """Train the job ``doc`` on ``X`` (and labels ``y``) under MPI; return the saved model.
+
+    The path of ``flegel run``: ``X`` and ``y`` are written as ``.npy`` files into a new run
+    directory with the job (``data`` replaced by them), the job is validated
+    (:func:`flegel.config.load_job`), ``workers + 1`` ranks are launched
+    (:func:`flegel.launch.launch`), and the model is read back.  The data files are removed
+    afterwards (the job file too when the run succeeded).
+
+    Raises
+    ------
+    flegel.config.JobError
+        A bad job (a ``ValueError`` naming the key).
+    RuntimeError
+        The MPI run failed (its messages were printed above).
+    """
+    from flegel.config import load_job
+    from flegel.launch import launch, under_mpi
+
+    if under_mpi():
+        raise RuntimeError("flegel: fit launches its own MPI job and cannot run inside one "
+                           "(this process was started by mpirun); call it from a plain Python")
+    doc = dict(doc)
+    sync = doc.get("sync") or {}
+    name = str(doc.get("name") or str(doc["algorithm"]).split(":")[-1].split(".")[-1].lower())
+    run_dir = _new_run_dir(out, name, str(sync.get("model", "bsp")))
+    # The inputs go to a folder of their own: the run directory must hold no run files
+    # before the run (flegel.output.claim_run_dir), and they are removed after it.
+    inputs = run_dir / "input"
+    inputs.mkdir()
+    x_file = inputs / "X.npy"
+    np.save(x_file, np.ascontiguousarray(X))
+    data: dict[str, Any] = {"path": x_file.name}
+    files = [x_file]
+    if y is not None:
+        y_file = inputs / "y.npy"
+        np.save(y_file, np.ascontiguousarray(y))
+        data["label_path"] = y_file.name
+        files.append(y_file)
+    doc["data"] = data
+    doc.setdefault("output", {})
+    doc["output"] = {"progress": "none", **(doc["output"] or {})}
+    job_file = inputs / JOB_FILE
+    job_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+    code = -1
+    try:
+        job = load_job(job_file)
+        with _importable(import_root):
+            code = launch(job["workers"] + 1, ["run", str(job_file), "--out", str(run_dir)])
+    finally:
+        for f in files:
+            f.unlink(missing_ok=True)
+        if code == 0:  # else the job file stays, to be read beside the messages
+            job_file.unlink(missing_ok=True)
+            inputs.rmdir()
+    if code != 0:
+        raise RuntimeError(f"flegel run failed (exit code {code}); its messages are above. "
+                           f"Job file: {job_file}")
+    return read_model(run_dir)
+
+
+def set_path(doc: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``doc[a][b] = value`` for ``key = "a.b"`` (mappings merged, not replaced)."""
+    parts = key.split(".")
+    node = doc
+    for p in parts[:-1]:
+        nxt = node.get(p)
+        if nxt is None:
+            nxt = node[p] = {}
+        elif not isinstance(nxt, dict):
+            raise ValueError(f"override {key!r}: {p!r} is {nxt!r}, not a mapping")
+        node = nxt
+    last = parts[-1]
+    if isinstance(value, Mapping) and isinstance(node.get(last), dict):
+        node[last] = {**node[last], **value}
+    else:
+        node[last] = value
