@@ -483,6 +483,7 @@ class Migrator:
             if done and port.sends_pending() == 0:
                 break
             port.pause()
+        self.window = None  # every send completed: the last window arrived too
         return {"migration": {"points_moved": self.points_moved,
                               "bytes_moved": self.bytes_moved,
                               "state_bytes": self.state_bytes,
