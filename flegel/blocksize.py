@@ -1,57 +1,271 @@
-"""Run-time block sizing: a block should take about one millisecond (DESIGN §3).
+"""Run-time block sizing from a fitted cost model: time = a + b·n (DESIGN §3, issue 14).
 
-That bounds how late a worker answers a flexible barrier (one block) while keeping the
-per-block Python overhead (~tens of µs) a few percent of the work.
+A block of ``n`` points costs a fixed ``a`` per kernel call (Python and dispatch overhead:
+tens of µs on the CPU; a kernel launch and transfers on a GPU: about 6 ms) plus ``b`` per
+point.  :class:`BlockSizer` fits both terms to the blocks it has timed (:func:`fit_cost`) and
+sizes the next block so that
+
+* a block takes at least ``target_s`` (``runtime.block_ms``),
+* the fixed cost is at most ``fixed_share`` (15% by default) of a block's time, which takes
+  blocks of ``a / fixed_share`` seconds when ``a`` is large,
+* and a block takes at most ``max_block_s``.
+
+The trade: a worker answers the master's signals (a flexible barrier, a stop) between blocks,
+so one block's time is how late it may answer.  Bounding the fixed cost's share makes blocks
+longer when calls are expensive; the cap keeps barriers prompt and wins over the share, except
+that a block always does at least as much work as its fixed cost (share <= 50%), however
+expensive the calls.  Defaults per device (:data:`DEVICES`): on the CPU, a 5 ms per-call cost
+gives 33 ms blocks (cap 50 ms); on a GPU the cap is 250 ms.
+
+To tell ``a`` from ``b`` the sizer needs blocks of different sizes: it alternates the size it
+asks for between 2/3 and 4/3 of the nominal one while the fixed cost sets the block time
+(0.9 and 1.1 while ``target_s`` does; the mean is the nominal size), so the fit never
+degenerates once sizes have settled.
 """
 
 from __future__ import annotations
 
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["DEVICES", "BlockSizer", "CostModel", "DeviceProfile", "device_of"]
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """A device's defaults for the block sizer.
+
+    Attributes
+    ----------
+    initial : int
+        Points in the first block, before anything is measured.
+    fixed_s : float
+        Guess of the per-call cost ``a`` until blocks of two sizes have been timed.
+    max_block_s : float
+        Cap on a block's time: how late a worker may answer a signal.
+    """
+
+    initial: int
+    fixed_s: float
+    max_block_s: float
+
+
+#: Defaults per device: the CPU answers within 50 ms whatever the per-call cost; a GPU call
+#: costs milliseconds, so its blocks may run to 250 ms.
+DEVICES: dict[str, DeviceProfile] = {
+    "cpu": DeviceProfile(initial=64, fixed_s=0.0, max_block_s=0.05),
+    "gpu": DeviceProfile(initial=256, fixed_s=5e-3, max_block_s=0.25),
+}
+
+
+def device_of(algorithm: Any) -> str:
+    """Where an algorithm's kernels run: ``"gpu"`` or ``"cpu"``.
+
+    Read from its ``device`` parameter; ``"auto"`` asks the algorithm's array module
+    (``xp``: CuPy means the GPU).  Algorithms without one run on the CPU.
+    """
+    device = getattr(algorithm, "device", "cpu")
+    if device == "auto":
+        xp = getattr(algorithm, "xp", None)
+        return "gpu" if getattr(xp, "__name__", "") == "cupy" else "cpu"
+    return "gpu" if device == "gpu" else "cpu"
+
+
+class CostModel:
+    """Robust fit of a block's time, ``t = a + b·n`` with ``a >= 0``, over recent blocks.
+
+    The Theil–Sen estimator: ``b`` is the median of the slopes between pairs of timed blocks
+    whose sizes differ by at least 10%, ``a`` the median of ``t - b·n``.  Medians, not least
+    squares: on shared cores a block is now and then preempted and takes several times its
+    cost, and one such block of the largest size would tilt a least-squares line (it has
+    the most leverage) for as long as it stays in the window.  Up to ~29% of such blocks
+    leave the fit where it was.  A negative intercept is noise around a small ``a``: then
+    ``a = 0`` and ``b`` is the median cost per point.  While the sizes do not vary enough to
+    separate the terms, ``a`` keeps its last value (or the prior) and ``b`` alone is fitted.
+
+    Parameters
+    ----------
+    fixed_s : float
+        Prior for ``a``, used until blocks of two sizes have been timed.
+    window : int
+        Blocks the fit uses (the most recent).
+    """
+
+    def __init__(self, fixed_s: float = 0.0, window: int = 48) -> None:
+        self.fixed_s = fixed_s
+        self.point_s: float | None = None
+        self._n: deque[float] = deque(maxlen=window)
+        self._t: deque[float] = deque(maxlen=window)
+
+    def __len__(self) -> int:
+        return len(self._n)
+
+    def add(self, n: float, t: float) -> None:
+        """Record one timed block: ``n`` points took ``t`` seconds (fitted by :meth:`fit`)."""
+        self._n.append(float(n))
+        self._t.append(float(t))
+
+    def predict(self, n: float) -> float:
+        """Predicted seconds of a block of ``n`` points (0 before any fit)."""
+        return 0.0 if self.point_s is None else self.fixed_s + self.point_s * n
+
+    def fit(self) -> tuple[float, float]:
+        """Fit ``a`` and ``b`` (kept in :attr:`fixed_s`, :attr:`point_s`) to the window.
+
+        Returns
+        -------
+        a, b : float
+            Fixed cost per call and cost per point, seconds.
+        """
+        if not self._n:
+            raise ValueError("CostModel.fit needs at least one timed block")
+        n, t = np.array(self._n), np.array(self._t)
+        # Pairs (i, j) with n_i larger than n_j by at least 10% of n_i.
+        dn = n[:, None] - n[None, :]
+        pairs = dn >= 0.1 * n[:, None]
+        a = self.fixed_s
+        if pairs.any():
+            dt = t[:, None] - t[None, :]
+            b = float(np.median(dt[pairs] / dn[pairs]))
+            a = float(np.median(t - b * n))
+            if a < 0 or b <= 0:  # noise around a small a: all of it is per point
+                a, b = 0.0, float(np.median(t / n))
+        else:  # one size: a keeps its last value (at most the fastest block)
+            a = min(a, float(t.min()))
+            b = float(np.median((t - a) / n))
+            if b <= 0:
+                a, b = 0.0, float(np.median(t / n))
+        self.fixed_s, self.point_s = a, b
+        return a, b
+
 
 class BlockSizer:
-    """Choose the number of points per block from the measured cost per point.
+    """Choose the number of points per block from the fitted cost ``a + b·n``.
 
     Parameters
     ----------
     target_s : float
-        Desired compute time of one block.
-    initial : int
-        Size of the first block, before anything is measured.
-    smoothing : float
-        Weight of the newest measurement in the exponential moving average.
+        Least compute time of one block (``runtime.block_ms``).
+    initial : int, optional
+        Size of the first block (default: the device's).
+    fixed_share : float
+        Most of a block's time the per-call cost ``a`` may take (when the cap allows).
+    max_block_s : float, optional
+        Cap on a block's time (default: the device's); never below ``target_s``.
+    device : {"cpu", "gpu"}
+        Whose defaults (:data:`DEVICES`) to use.
+    window : int
+        Timed blocks the fit uses (the most recent).
+    min_size, max_size : int
+        Bounds on the block size.
     """
 
-    def __init__(self, target_s: float = 1e-3, initial: int = 64, smoothing: float = 0.3,
+    #: The size asked for alternates between (1 - d) and (1 + d) times the nominal one, so
+    #: blocks of two sizes separate a from b: d = DITHER while the fixed cost sets the block
+    #: time (a must be known well), QUIET_DITHER while ``target_s`` does (a only has to be
+    #: watched, and blocks of even length keep the points per barrier interval even).
+    DITHER = 1.0 / 3.0
+    QUIET_DITHER = 0.1
+    #: Blocks fitted after every block at the start (the size grows 4x per fit) ...
+    EAGER_FITS = 8
+    #: ... and then after this much compute: a fit costs tens of µs, a few percent of a 1 ms
+    #: block if done after each.
+    REFIT_S = 0.02
+
+    def __init__(self, target_s: float = 1e-3, initial: int | None = None,
+                 fixed_share: float = 0.15, max_block_s: float | None = None,
+                 device: str = "cpu", window: int = 48,
                  min_size: int = 1, max_size: int = 1 << 20) -> None:
+        if not 0 < fixed_share < 1:
+            raise ValueError(f"fixed_share must be in (0, 1), found {fixed_share}")
+        if device not in DEVICES:
+            raise ValueError(f"device must be one of {sorted(DEVICES)}, found {device!r}")
+        profile = DEVICES[device]
         self.target_s = target_s
-        self.size = initial
-        self.smoothing = smoothing
+        self.fixed_share = fixed_share
+        self.max_block_s = max(target_s, profile.max_block_s if max_block_s is None
+                               else max_block_s)
         self.min_size = min_size
         self.max_size = max_size
-        self.per_point_s: float | None = None
+        self.model = CostModel(profile.fixed_s, window)
+        self.nominal = max(min_size, min(max_size, profile.initial if initial is None
+                                         else initial))
+        self.size = self.nominal
+        self._flip = False
         self._delay_s = 0.0
         self._points = 0
+        self._fits = 0
+        self._since_fit_s = 0.0
 
     def observe(self, points: int, seconds: float, delay_s: float = 0.0) -> None:
         """Record that ``points`` took ``seconds`` of compute and caused ``delay_s`` of
         straggler suspension; update :attr:`size`.
 
         A slowed worker's blocks shrink with its long-run suspension per point, so its
-        blocks too take about ``target_s`` in all and it answers barriers as promptly.
+        blocks too take about the block time in all and it answers barriers as promptly.
         """
         if points <= 0 or seconds <= 0:
             return
-        cost = seconds / points
-        a = self.smoothing
-        prev = self.per_point_s
-        self.per_point_s = cost if prev is None else (1 - a) * prev + a * cost
+        self.model.add(points, seconds)
         self._delay_s += delay_s
         self._points += points
-        per_point = self.per_point_s + self._delay_s / self._points
-        # Grow at most 4x per block so one badly timed small block cannot jump to a huge size.
-        want = self.target_s / per_point
-        self.size = int(max(self.min_size, min(self.max_size, want, 4 * self.size)))
+        self._since_fit_s += seconds
+        if self._fits < self.EAGER_FITS or self._since_fit_s >= self.REFIT_S:
+            self.model.fit()
+            self._fits += 1
+            self._since_fit_s = 0.0
+        self._resize()
+
+    def _resize(self) -> None:
+        """The nominal size from the model, then the size of the next block (dithered)."""
+        a, b = self.fixed_s, self.model.point_s or 0.0
+        b += self._delay_s / self._points
+        # Block time: long enough for the share, capped for promptness; the larger of the
+        # two dithered blocks keeps to the cap.  But never less work than the fixed cost
+        # (b·n >= a), whatever the cap: the share stays at most 50%.
+        goal = max(self.target_s, min(a / self.fixed_share, self.max_block_s))
+        dither = self.DITHER if a / self.fixed_share > self.target_s else self.QUIET_DITHER
+        want = min((goal - a) / b, (self.max_block_s - a) / (b * (1 + dither)))
+        want = max(want, a / b)
+        # Change at most 4x per block: one badly timed block (preempted, or early, when the
+        # model rests on two or three blocks) can neither blow the size up nor collapse it
+        # to sizes too alike to correct the model.
+        want = min(max(want, self.nominal / 4), 4 * self.nominal)
+        self.nominal = int(max(self.min_size, min(self.max_size, want)))
+        self._flip = not self._flip
+        scale = 1 + dither if self._flip else 1 - dither
+        self.size = int(max(self.min_size, min(self.max_size, round(self.nominal * scale))))
+
+    @property
+    def fixed_s(self) -> float:
+        """The fitted per-call cost ``a``, seconds."""
+        return self.model.fixed_s
+
+    @property
+    def point_s(self) -> float | None:
+        """The fitted per-point cost ``b``, seconds (None before any block)."""
+        return self.model.point_s
+
+    @property
+    def per_point_s(self) -> float | None:
+        """Mean compute time per point of a block of the nominal size, ``(a + b·n) / n``
+        (None before any block): what a policy divides a time budget by to get points."""
+        if self.point_s is None:
+            return None
+        return self.fixed_s / self.nominal + self.point_s
 
     @property
     def block_s(self) -> float:
-        """Estimated compute time of one block."""
-        return 0.0 if self.per_point_s is None else self.per_point_s * self.size
+        """Estimated compute time of a block of the nominal size."""
+        if self.point_s is None:
+            return 0.0
+        return self.fixed_s + self.point_s * self.nominal
+
+    @property
+    def fixed_fraction(self) -> float:
+        """The fixed cost's estimated share of a block of the nominal size."""
+        block = self.block_s
+        return self.fixed_s / block if block > 0 else 0.0

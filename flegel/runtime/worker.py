@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 from flegel.api import Algorithm
 from flegel.block import Block
-from flegel.blocksize import BlockSizer
+from flegel.blocksize import BlockSizer, device_of
 from flegel.ports import Arrays, WorkerPolicy
 from flegel.protocol import (
     COMMIT,
@@ -83,7 +83,7 @@ class Worker:
         self.agg_layout = agg_layout
         self.policy = policy
         self.stragglers = stragglers
-        self.sizer = BlockSizer(target_s=block_ms / 1000.0)
+        self.sizer = BlockSizer(target_s=block_ms / 1000.0, device=device_of(algorithm))
         self.stats = WorkerStats()
         self._params_buf = np.empty(Header.SIZE + theta_layout.size)
         self._commit_buf = np.empty(Header.SIZE + agg_layout.size)
