@@ -111,9 +111,10 @@ OUTPUT: dict[str, Key] = {
 }
 
 RUNTIME: dict[str, Key] = {
-    "block_ms": schema.number("target duration of one block of points, between polls for "
-                              "the master's signals", 1.0, lo=0, lo_open=True,
-                              unit="milliseconds"),
+    "block_ms": schema.number("least duration of one block of points, between polls for "
+                              "the master's signals; longer (up to 50 ms on the CPU, 250 ms "
+                              "on a GPU) when a kernel call's fixed cost would take over 15% "
+                              "of it", 1.0, lo=0, lo_open=True, unit="milliseconds"),
     "threads": schema.integer("BLAS/numba threads per rank", 1, lo=1),
     "sample_size": schema.integer("rows sampled from the data for the algorithm's "
                                   "initialization (info.sample)", 10_000, lo=1),
