@@ -2,8 +2,8 @@
 
 A block of ``n`` points costs a fixed ``a`` per kernel call (Python and dispatch overhead:
 tens of µs on the CPU; a kernel launch and transfers on a GPU: about 6 ms) plus ``b`` per
-point.  :class:`BlockSizer` fits both terms to the blocks it has timed (:func:`fit_cost`) and
-sizes the next block so that
+point.  :class:`BlockSizer` fits both terms to the blocks it has timed (:class:`CostModel`)
+and sizes the next block so that
 
 * a block takes at least ``target_s`` (``runtime.block_ms``),
 * the fixed cost is at most ``fixed_share`` (15% by default) of a block's time, which takes
@@ -53,8 +53,8 @@ class DeviceProfile:
     max_block_s: float
 
 
-#: Defaults per device: the CPU answers within 50 ms whatever the per-call cost; a GPU call
-#: costs milliseconds, so its blocks may run to 250 ms.
+#: Defaults per device: on the CPU a block takes at most 50 ms (unless one call alone takes
+#: over 25 ms); a GPU call costs milliseconds, so its blocks may run to 250 ms.
 DEVICES: dict[str, DeviceProfile] = {
     "cpu": DeviceProfile(initial=64, fixed_s=0.0, max_block_s=0.05),
     "gpu": DeviceProfile(initial=256, fixed_s=5e-3, max_block_s=0.25),
@@ -81,10 +81,11 @@ class CostModel:
     whose sizes differ by at least 10%, ``a`` the median of ``t - b·n``.  Medians, not least
     squares: on shared cores a block is now and then preempted and takes several times its
     cost, and one such block of the largest size would tilt a least-squares line (it has
-    the most leverage) for as long as it stays in the window.  Up to ~29% of such blocks
-    leave the fit where it was.  A negative intercept is noise around a small ``a``: then
-    ``a = 0`` and ``b`` is the median cost per point.  While the sizes do not vary enough to
-    separate the terms, ``a`` keeps its last value (or the prior) and ``b`` alone is fitted.
+    the most leverage) for as long as it stays in the window; the medians withstand up to
+    ~29% of such blocks (the estimator's breakdown point).  A negative intercept is noise
+    around a small ``a``: then ``a = 0`` and ``b`` is the median cost per point.  While the
+    sizes do not vary enough to separate the terms, ``a`` keeps its last value (or the
+    prior) and ``b`` alone is fitted.
 
     Parameters
     ----------
