@@ -111,7 +111,10 @@ class FlegelEstimator(BaseEstimator):
         """The algorithm object of the fitted parameters (its kernels serve prediction)."""
         from flegel.config import resolve_algorithm
 
-        return resolve_algorithm(self.ALGORITHM)(**self._algorithm_params())
+        # Prediction never depends on the initialization: the default init avoids re-saving
+        # an init array (K-means) and re-checking a warm-start path that may be gone.
+        params = {k: v for k, v in self._algorithm_params().items() if k != "init"}
+        return resolve_algorithm(self.ALGORITHM)(**params)
 
     def _set_fitted(self, saved: SavedModel) -> None:
         """Set the fitted attributes common to every estimator, from the saved model."""

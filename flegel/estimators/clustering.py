@@ -72,10 +72,10 @@ default="k-means++"
         self.n_init = n_init
         runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol)
 
-    def _algorithm_params(self) -> dict[str, Any]:
-        params = super()._algorithm_params()
-        params["init"] = init_path(self.init)
-        return params
+    def _job(self) -> dict[str, Any]:
+        doc = super()._job()
+        doc["params"]["init"] = init_path(self.init)  # an array of centres: saved for the ranks
+        return doc
 
     def fit(self, X: Any, y: Any = None) -> KMeans:
         """Cluster ``X`` under MPI; return self."""
