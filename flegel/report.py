@@ -1,36 +1,64 @@
-"""``flegel report``: pictures of runs (needs the ``plot`` extra, matplotlib).
+"""``flegel report``: pictures and one page per run, from what runs leave behind.
 
-``flegel report RUN [RUN ...]`` writes, into ``--out`` (default: the first run's folder):
+``flegel report RUN [RUN ...]`` (or the folder of a ``flegel compare``) reads each run
+directory's ``summary.json``, ``events.jsonl`` and ``job.yaml`` and writes into ``--out``
+(default: the single run's folder, a compare folder itself, else the first run's folder):
 
-* ``objective.png``: objective vs time, every run overlaid (FSP paper Fig. 14);
-* ``timeline.png``: per-worker timeline of compute and wait of the first run (Fig. 10b);
+* ``objective.png``: the EXACT objective against training time (``summary.json``'s
+  ``objective_trace``: θ snapshots evaluated on every shard after training), every run
+  overlaid; the online objective is drawn thin and dotted beside it, labelled "online
+  (per-point losses as last seen)" -- under FSP and the asynchronous models it is the
+  objective of no θ (FSP paper Fig. 14);
+* ``timeline.png``: per-worker compute and wait over the whole run (Fig. 10b), binned when
+  there are too many iterations to draw one by one; one panel per run;
 * ``passes.png``: traversal passes per worker at the end, a group of bars per run (Fig. 12);
-* ``passes_time.png``: every worker's traversal passes over time, one panel per run side by
-  side on a shared scale, so runs with and without data migration compare at a glance;
-* ``delta_f.png``: Σ Δf per worker (Fig. 12): the sum of the objective changes each worker
-  reported at the barriers, i.e. how much its training moved the objective;
-* ``held.png``: points held by every worker over time, one panel per run that migrated data
-  (barrier events carry ``held`` only with ``sync.migration`` on).
+* ``passes_time.png``: every worker's passes over time, one panel per run (barrier events
+  and the asynchronous models' push events both carry them);
+* ``delta_f.png``: Σ Δf per worker (Fig. 12), for barrier models;
+* ``held.png``: points held by every worker over time, for runs that migrated data;
+* ``report.html``: one self-contained page (PNGs embedded as base64) with the run's
+  figures, its summary and per-worker tables and its job; with several runs it is an
+  overview of them all and every run gets its own page, ``report-<run>.html``.
 
-The last three need barrier events (BSP, FSP); push models' runs have none and are left out
-of them.  Slowed workers (``summary.json``'s ``stragglers``) are drawn dashed or in red.
-The figures are computed by :func:`worker_series` and :func:`delta_f_per_worker`, which need
-no matplotlib; :func:`describe` prints them as a table.
+Slowed workers (``summary.json``'s ``stragglers``) are drawn dashed or in red.  The series
+are computed by functions that need no matplotlib (:func:`exact_trace`,
+:func:`worker_series`, :func:`worker_intervals`, :func:`binned_shares`); matplotlib is
+imported only when a picture is drawn.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import math
+import re
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 #: One worker's column over time: (times in seconds, values).
 Series = tuple[list[float], list[float]]
 
+#: One worker's stretch between two of its reports: (start s, end s, compute seconds in it).
+Interval = tuple[float, float, float]
+
 PLOT_HINT = "plots need matplotlib: pip install 'flegel[plot]'"
 
+#: The online objective's label wherever it is drawn or printed (issue 12): it sums every
+#: point's loss as of the last time the point was processed, under whatever θ was current.
+ONLINE_LABEL = "online (per-point losses as last seen)"
+
+#: A worker's timeline is drawn interval by interval up to this many intervals; beyond it
+#: the run is cut into :data:`TIMELINE_BINS` equal bins of time (a figure of thousands of
+#: slivers shows nothing).
+TIMELINE_MAX_INTERVALS = 200
+TIMELINE_BINS = 120
+
+
+# ------------------------------------------------------------------ reading run records
 
 def _events(run: Path) -> list[dict[str, Any]]:
     lines = (run / "events.jsonl").read_text().splitlines()
@@ -50,32 +78,144 @@ def barrier_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if "workers" in e]
 
 
+def push_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events of one worker's commit under a push model (ASP, SSP, ...): with ``rank``."""
+    return [e for e in events if "rank" in e and "workers" not in e]
+
+
+def exact_trace(summary: dict[str, Any]) -> Series:
+    """The exact objective against training time, from ``summary.json``.
+
+    Parameters
+    ----------
+    summary : dict
+        A run's ``summary.json``.
+
+    Returns
+    -------
+    (list of float, list of float)
+        The times and exact objectives of ``objective_trace`` (θ snapshots evaluated on
+        every shard after training; its last point is the final θ).  Without a trace, the
+        final objective alone at the end of training; empty for a summary with neither.
+    """
+    trace = summary.get("objective_trace") or []
+    if trace:
+        return [float(t) for t, _ in trace], [float(f) for _, f in trace]
+    if "final_objective" in summary:
+        return [float(summary.get("wall_time_s", 0.0))], [float(summary["final_objective"])]
+    return [], []
+
+
+def online_series(events: list[dict[str, Any]]) -> Series:
+    """The online objective of every event against training time."""
+    ev = [e for e in events if "objective" in e]
+    return [float(e["time_s"]) for e in ev], [float(e["objective"]) for e in ev]
+
+
 def worker_series(events: list[dict[str, Any]], column: str) -> dict[int, Series]:
-    """Every worker's ``column`` of the barrier events against training time.
+    """Every worker's ``column`` against training time, from barrier and push events.
 
     Parameters
     ----------
     events : list of dict
         The records of ``events.jsonl``.
     column : str
-        A per-worker column of ``workers``: ``passes``, ``held``, ``in_flight``, ``points``...
+        A per-worker column: of barrier events' ``workers`` (``passes``, ``held``,
+        ``in_flight``, ``points``...) or of push events (``passes``, ``points``...).
 
     Returns
     -------
     dict of int to (list of float, list of float)
-        rank -> (``time_s`` of every barrier that has the column, the worker's values).
-        Empty when no barrier event has the column.
+        rank -> (``time_s`` of every event that has the column for it, the worker's values).
+        Empty when no event has the column.
     """
     out: dict[int, Series] = {}
-    for e in barrier_events(events):
-        w = e["workers"]
-        if column not in w:
-            continue
-        for rank, value in zip(w["rank"], w[column]):
-            times, values = out.setdefault(int(rank), ([], []))
-            times.append(float(e["time_s"]))
-            values.append(float(value))
+
+    def add(rank: Any, time_s: Any, value: Any) -> None:
+        times, values = out.setdefault(int(rank), ([], []))
+        times.append(float(time_s))
+        values.append(float(value))
+
+    for e in events:
+        if "workers" in e:
+            w = e["workers"]
+            for rank, value in zip(w["rank"], w.get(column, [])):
+                add(rank, e["time_s"], value)
+        elif "rank" in e and column in e:
+            add(e["rank"], e["time_s"], e[column])
     return out
+
+
+def worker_intervals(events: list[dict[str, Any]]) -> dict[int, list[Interval]]:
+    """Every worker's stretches of the run, each with the compute time it reported in it.
+
+    A barrier event closes a stretch for every worker (from the previous barrier); a push
+    event closes one for its worker (from that worker's previous push).  What is not compute
+    in a stretch is waiting (for the barrier, for θ) or slowed.
+
+    Parameters
+    ----------
+    events : list of dict
+        The records of ``events.jsonl``.
+
+    Returns
+    -------
+    dict of int to list of (float, float, float)
+        rank -> (start s, end s, compute s) in order; compute is capped at the stretch's
+        length (the two clocks are read at slightly different moments).
+    """
+    out: dict[int, list[Interval]] = {}
+    last: dict[int, float] = {}
+    prev_barrier = 0.0
+    for e in events:
+        end = float(e["time_s"])
+        if "workers" in e:
+            w = e["workers"]
+            for rank, compute in zip(w["rank"], w.get("compute_s", [])):
+                out.setdefault(int(rank), []).append(
+                    (prev_barrier, end, min(float(compute), end - prev_barrier)))
+            prev_barrier = end
+        elif "rank" in e and "compute_s" in e:
+            rank = int(e["rank"])
+            start = last.get(rank, 0.0)
+            out.setdefault(rank, []).append((start, end, min(float(e["compute_s"]), end - start)))
+            last[rank] = end
+    return out
+
+
+def binned_shares(intervals: list[Interval], n_bins: int, end: float
+                  ) -> list[tuple[float, float, float]]:
+    """Compute and wait per bin of time: each stretch spread evenly over the bins it spans.
+
+    Parameters
+    ----------
+    intervals : list of (float, float, float)
+        One worker's stretches (:func:`worker_intervals`).
+    n_bins : int
+        Equal bins over ``[0, end]``.
+    end : float
+        The end of the run (s).
+
+    Returns
+    -------
+    list of (float, float, float)
+        Per bin: its start, the seconds of it spent computing, the seconds waiting (their sum
+        is at most the bin's width; less where the worker had no stretch, before its first).
+    """
+    width = end / n_bins if end > 0 else 1.0
+    compute = [0.0] * n_bins
+    covered = [0.0] * n_bins
+    for start, stop, c in intervals:
+        span = stop - start
+        if span <= 0:
+            continue
+        first, last = int(start / width), min(int(stop / width), n_bins - 1)
+        for b in range(first, last + 1):
+            overlap = min(stop, (b + 1) * width) - max(start, b * width)
+            if overlap > 0:
+                covered[b] += overlap
+                compute[b] += c * overlap / span
+    return [(b * width, compute[b], covered[b] - compute[b]) for b in range(n_bins)]
 
 
 def delta_f_per_worker(events: list[dict[str, Any]]) -> dict[int, float]:
@@ -92,8 +232,8 @@ def delta_f_per_worker(events: list[dict[str, Any]]) -> dict[int, float]:
         rank -> the sum of its ``delta_f`` over every barrier (empty for runs whose events
         carry no ``delta_f``).
     """
-    return {rank: float(sum(values))
-            for rank, (_, values) in sorted(worker_series(events, "delta_f").items())}
+    series = worker_series(barrier_events(events), "delta_f")
+    return {rank: float(sum(values)) for rank, (_, values) in sorted(series.items())}
 
 
 def slowed_ranks(summary: dict[str, Any]) -> set[int]:
@@ -125,7 +265,7 @@ def describe(run: Path) -> str:
     """
     ev = _events(run)
     summary = _summary(run)
-    passes = worker_series(ev, "passes")
+    passes = worker_series(barrier_events(ev), "passes")
     if not passes:
         return ""
     dfs = delta_f_per_worker(ev)
@@ -149,6 +289,32 @@ def describe(run: Path) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------ the pictures
+
+@dataclass(frozen=True)
+class Picture:
+    """One drawn figure: its file name, a caption for the page, and the PNG's bytes."""
+
+    name: str
+    caption: str
+    png: bytes
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run directory with what the pictures read from it, read once."""
+
+    path: Path
+    label: str
+    summary: dict[str, Any]
+    events: list[dict[str, Any]]
+
+    @classmethod
+    def read(cls, path: Path, label: str) -> Run:
+        """Read ``path``'s summary and events."""
+        return cls(path, label, _summary(path), _events(path))
+
+
 def _pyplot() -> Any:
     """matplotlib.pyplot on the Agg backend.
 
@@ -168,55 +334,110 @@ def _pyplot() -> Any:
     return plt
 
 
-def plot_objectives(runs: list[Path], out: Path, labels: list[str] | None = None) -> Path:
-    """Objective (online) against training time for every run, overlaid."""
+def _png(fig: Any) -> bytes:
+    """The figure as PNG bytes; the figure is closed (pyplot keeps every open one)."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    all_events = [_events(r) for r in runs]
-    names = labels or run_labels(runs)
-    for ev, label in zip(all_events, names):
-        ax.plot([e["time_s"] for e in ev], [e["objective"] for e in ev], label=label, lw=1.4)
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _yscale(ax: Any, values: list[float]) -> None:
+    """Log scale for positive objectives spanning more than a decade, else linear (a
+    log-likelihood's sign may change; a flat objective reads better linear)."""
+    finite = [v for v in values if math.isfinite(v)]
+    if finite and min(finite) > 0 and max(finite) / min(finite) > 10:
+        ax.set_yscale("log")
+
+
+def objective_picture(runs: list[Run]) -> Picture:
+    """The exact objective against time for every run overlaid, the online one beside it."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    values: list[float] = []
+    traced = True
+    for i, run in enumerate(runs):
+        color = f"C{i % 10}"
+        t, f = exact_trace(run.summary)
+        if len(t) > 1:
+            ax.plot(t, f, color=color, lw=1.8, marker="o", ms=3, label=f"{run.label}: exact")
+        elif t:
+            traced = False
+            ax.plot(t, f, color=color, marker="*", ms=11, ls="none",
+                    label=f"{run.label}: exact, final θ only")
+        ot, of = online_series(run.events)
+        if ot:
+            ax.plot(ot, of, color=color, lw=0.9, ls=":", alpha=0.8,
+                    label=f"{run.label}: {ONLINE_LABEL}")
+        values += f + of
+        target = run.summary.get("target_objective")
+        if target is not None:
+            ax.axhline(float(target), color=color, lw=0.7, ls="--", alpha=0.6)
     ax.set_xlabel("training time (s)")
-    ax.set_ylabel("objective (online)")
-    ax.set_yscale("symlog" if any(e["objective"] <= 0 for ev in all_events for e in ev)
-                  else "log")
+    ax.set_ylabel(f"objective ({runs[0].summary.get('objective_name', 'f')})")
+    _yscale(ax, values)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    ax.legend(fontsize=7)
+    caption = ("Exact objective f(θ) against training time (θ snapshots evaluated on every "
+               f"shard after training); dotted: the {ONLINE_LABEL}, which under FSP and the "
+               "asynchronous models is the objective of no θ; dashed: the target.")
+    if not traced:
+        caption += (" A star marks a run with no exact trace (the final θ only): set "
+                    "output.trace_points to trace it.")
+    return Picture("objective.png", caption, _png(fig))
 
 
-def plot_timeline(run: Path, out: Path, max_iterations: int = 200) -> Path:
-    """Per-worker compute (dark) and wait (light) segments of a barrier model's run."""
+def timeline_picture(runs: list[Run]) -> Picture:
+    """Per-worker compute and wait over the whole run, one panel per run; binned when long.
+
+    Raises
+    ------
+    ValueError
+        When no run has per-worker compute times in its events.
+    """
     plt = _pyplot()
-    ev = barrier_events(_events(run))[:max_iterations]
-    if not ev:
-        raise ValueError(f"{run}: no barrier events to draw")
-    ranks = ev[0]["workers"]["rank"]
-    fig, ax = plt.subplots(figsize=(9, 0.5 + 0.45 * len(ranks)))
-    prev_end = 0.0
-    for e in ev:
-        w = e["workers"]
-        for j, r in enumerate(w["rank"]):
-            start = prev_end
-            ax.broken_barh([(start, w["compute_s"][j])], (r - 0.4, 0.8), color="tab:blue")
-            ax.broken_barh([(start + w["compute_s"][j],
-                             max(e["time_s"] - start - w["compute_s"][j], 0.0))],
-                           (r - 0.4, 0.8), color="tab:orange", alpha=0.5)
-        prev_end = e["time_s"]
-    ax.set_yticks(ranks)
-    ax.set_yticklabels([f"worker {r}" for r in ranks])
-    ax.set_xlabel("training time (s)  (blue: compute, orange: waiting at the barrier)")
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    panels = [(run, worker_intervals(run.events)) for run in runs]
+    panels = [(run, iv) for run, iv in panels if iv]
+    if not panels:
+        raise ValueError("no events with per-worker compute times")
+    rows = max(len(iv) for _, iv in panels)
+    fig, axes = plt.subplots(len(panels), 1, squeeze=False,
+                             figsize=(9, 0.6 + len(panels) * (0.5 + 0.4 * rows)))
+    binned_any = False
+    for ax, (run, intervals) in zip(axes[:, 0], panels):
+        end = max(iv[-1][1] for iv in intervals.values())
+        binned = max(len(iv) for iv in intervals.values()) > TIMELINE_MAX_INTERVALS
+        binned_any |= binned
+        slowed = slowed_ranks(run.summary)
+        for rank, iv in intervals.items():
+            if binned:
+                bars = binned_shares(iv, TIMELINE_BINS, end)
+                compute = [(s, c) for s, c, _ in bars]
+                wait = [(s + c, w) for s, c, w in bars]
+            else:
+                compute = [(s, c) for s, _, c in iv]
+                wait = [(s + c, e - s - c) for s, e, c in iv]
+            ax.broken_barh(compute, (rank - 0.4, 0.8), color="tab:blue", lw=0)
+            ax.broken_barh(wait, (rank - 0.4, 0.8), color="tab:orange", alpha=0.5, lw=0)
+        ranks = sorted(intervals)
+        ax.set_yticks(ranks)
+        ax.set_yticklabels([f"worker {r}" + (" (slowed)" if r in slowed else "")
+                            for r in ranks], fontsize=8)
+        ax.set_xlim(0, end)
+        ax.set_title(run.label + (f"  ({TIMELINE_BINS} bins)" if binned else ""), fontsize=9)
+    axes[-1, 0].set_xlabel("training time (s)  (blue: compute, orange: waiting or slowed)")
+    caption = ("Every worker's compute (blue) and the rest of its time -- waiting at the "
+               "barrier or for θ, or slowed -- (orange) over the whole run.")
+    if binned_any:
+        caption += (f" Runs of more than {TIMELINE_MAX_INTERVALS} iterations are drawn in "
+                    f"{TIMELINE_BINS} bins of equal time: in each bin the blue part is the "
+                    "time spent computing.")
+    return Picture("timeline.png", caption, _png(fig))
 
 
-def _grouped_bars(ax: Any, runs: list[Path], labels: list[str],
-                  values: list[dict[int, float]]) -> None:
+def _grouped_bars(ax: Any, runs: list[Run], values: list[dict[int, float]]) -> None:
     """A group of bars per worker rank, one bar per run; slowed workers' bars in red."""
     from matplotlib.patches import Patch
 
@@ -224,10 +445,10 @@ def _grouped_bars(ax: Any, runs: list[Path], labels: list[str],
     width = 0.8 / max(len(runs), 1)
     one = len(runs) == 1
     for i, (run, v) in enumerate(zip(runs, values)):
-        slowed = slowed_ranks(_summary(run))
+        slowed = slowed_ranks(run.summary)
         xs = [j + (i - (len(runs) - 1) / 2) * width for j in range(len(ranks))]
-        colors = [("tab:red" if one else f"C{i}") if r in slowed
-                  else ("tab:green" if one else f"C{i}") for r in ranks]
+        colors = [("tab:red" if one else f"C{i % 10}") if r in slowed
+                  else ("tab:green" if one else f"C{i % 10}") for r in ranks]
         bars = ax.bar(xs, [v.get(r, 0.0) for r in ranks], width=width, color=colors,
                       edgecolor="black", lw=0.5)
         for bar, r in zip(bars, ranks):
@@ -238,26 +459,31 @@ def _grouped_bars(ax: Any, runs: list[Path], labels: list[str],
     ax.set_xticklabels([str(r) for r in ranks])
     ax.set_xlabel("worker (red: slowed)" if one else "worker (hatched red: slowed)")
     if not one:
-        ax.legend(handles=[Patch(color=f"C{i}", label=label) for i, label in enumerate(labels)],
-                  fontsize=8)
+        ax.legend(handles=[Patch(color=f"C{i % 10}", label=run.label)
+                           for i, run in enumerate(runs)], fontsize=7)
 
 
-def plot_passes(run: Path | list[Path], out: Path, labels: list[str] | None = None) -> Path:
-    """Traversal passes completed by each worker at the end (Fig. 12), a bar per run."""
+def passes_picture(runs: list[Run]) -> Picture:
+    """Traversal passes completed by each worker at the end (Fig. 12), a bar per run.
+
+    Raises
+    ------
+    ValueError
+        When no run has per-worker figures in its summary.
+    """
     plt = _pyplot()
-    runs = run if isinstance(run, list) else [run]
-    values = [{int(w["rank"]): float(w["passes"]) for w in _summary(r).get("per_worker", [])}
+    values = [{int(w["rank"]): float(w["passes"]) for w in r.summary.get("per_worker", [])}
               for r in runs]
+    if not any(values):
+        raise ValueError("no summary.json with per-worker passes")
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    _grouped_bars(ax, runs, labels or run_labels(runs), values)
+    _grouped_bars(ax, runs, values)
     ax.set_ylabel("traversal passes")
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return Picture("passes.png", "Passes over its data each worker completed by the end.",
+                   _png(fig))
 
 
-def plot_delta_f(runs: list[Path], out: Path, labels: list[str] | None = None) -> Path:
+def delta_f_picture(runs: list[Run]) -> Picture:
     """Σ Δf per worker (Fig. 12): a bar per worker and run of its summed objective changes.
 
     Raises
@@ -266,38 +492,35 @@ def plot_delta_f(runs: list[Path], out: Path, labels: list[str] | None = None) -
         When no run has barrier events with ``delta_f``.
     """
     plt = _pyplot()
-    values = [delta_f_per_worker(_events(r)) for r in runs]
+    values = [delta_f_per_worker(r.events) for r in runs]
     keep = [i for i, v in enumerate(values) if v]
     if not keep:
         raise ValueError("no barrier events with per-worker delta_f")
-    names = labels or run_labels(runs)
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    _grouped_bars(ax, [runs[i] for i in keep], [names[i] for i in keep],
-                  [values[i] for i in keep])
+    _grouped_bars(ax, [runs[i] for i in keep], [values[i] for i in keep])
     ax.axhline(0.0, color="black", lw=0.6)
     ax.set_ylabel("Σ Δf (objective change reported)")
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return Picture("delta_f.png", "Σ Δf per worker: the objective changes each worker "
+                   "reported at the barriers, summed (how much its training moved f).",
+                   _png(fig))
 
 
-def plot_worker_series(runs: list[Path], out: Path, column: str, ylabel: str,
-                       labels: list[str] | None = None) -> Path:
+def series_picture(runs: list[Run], name: str, column: str, ylabel: str, caption: str
+                   ) -> Picture:
     """One panel per run, side by side on a shared y scale: a line per worker of ``column``.
 
     Parameters
     ----------
-    runs : list of Path
-        Run directories; those whose barrier events lack ``column`` are left out.
-    out : Path
-        The PNG to write.
+    runs : list of Run
+        The runs; those whose events lack ``column`` are left out.
+    name : str
+        The PNG's file name.
     column : str
-        A per-worker column of the barrier events (``passes``, ``held``...).
+        A per-worker column of the events (``passes``, ``held``...).
     ylabel : str
         The y axis's label.
-    labels : list of str, optional
-        Panel titles (default: the run folders' names).
+    caption : str
+        What the picture shows, for the page.
 
     Raises
     ------
@@ -305,89 +528,190 @@ def plot_worker_series(runs: list[Path], out: Path, column: str, ylabel: str,
         When no run has the column.
     """
     plt = _pyplot()
-    names = labels or run_labels(runs)
-    panels = [(run, name, worker_series(_events(run), column))
-              for run, name in zip(runs, names)]
-    panels = [p for p in panels if p[2]]
+    panels = [(run, worker_series(run.events, column)) for run in runs]
+    panels = [p for p in panels if p[1]]
     if not panels:
-        raise ValueError(f"no barrier events with per-worker {column!r}")
+        raise ValueError(f"no events with per-worker {column!r}")
     fig, axes = plt.subplots(1, len(panels), figsize=(0.5 + 4.5 * len(panels), 3.8),
                              sharey=True, squeeze=False)
-    for ax, (run, name, series) in zip(axes[0], panels):
-        slowed = slowed_ranks(_summary(run))
+    for ax, (run, series) in zip(axes[0], panels):
+        slowed = slowed_ranks(run.summary)
         for rank, (times, values) in sorted(series.items()):
             ax.plot(times, values, lw=1.3, color=f"C{(rank - 1) % 10}",
                     ls="--" if rank in slowed else "-",
                     label=f"worker {rank}" + (" (slowed)" if rank in slowed else ""))
-        ax.set_title(name, fontsize=9)
+        ax.set_title(run.label, fontsize=9)
         ax.set_xlabel("training time (s)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel(ylabel)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return Picture(name, caption, _png(fig))
+
+
+#: Every picture after the objective: (what, how to draw it from the runs).  A picture the
+#: runs' records do not allow raises ValueError and is skipped with a line saying why.
+PICTURES: list[tuple[str, Callable[[list[Run]], Picture]]] = [
+    ("timeline", timeline_picture),
+    ("passes", passes_picture),
+    ("passes over time", lambda runs: series_picture(
+        runs, "passes_time.png", "passes", "traversal passes",
+        "Every worker's traversal passes over time (dashed: slowed).")),
+    ("sum of delta_f per worker", delta_f_picture),
+    ("points held over time", lambda runs: series_picture(
+        runs, "held.png", "held", "points held",
+        "Points every worker held over time: data migration at work.")),
+]
+
+
+def pictures(runs: list[Run], say: Callable[[str], None] = print) -> list[Picture]:
+    """Every picture the runs' records allow, the objective first.
+
+    Parameters
+    ----------
+    runs : list of Run
+        The runs, drawn overlaid or side by side.
+    say : callable
+        Told one line per picture left out, with why.
+    """
+    made = [objective_picture(runs)]
+    for what, draw_one in PICTURES:
+        try:
+            made.append(draw_one(runs))
+        except ValueError as exc:
+            say(f"no {what}: {exc}")
+    return made
+
+
+def _slug(label: str) -> str:
+    """A file-name-safe form of a run's label."""
+    return re.sub(r"[^\w.-]+", "_", label).strip("_") or "run"
 
 
 def draw(runs: list[Path], out: Path, labels: list[str] | None = None) -> list[Path]:
-    """Write every picture that the runs' records allow into ``out``; return their paths.
+    """Write every picture the runs allow and the HTML page(s) into ``out``; return the paths.
 
-    Pictures a run cannot have (a timeline without barrier events, points held without
-    migration) are skipped with a line on stdout.
+    Parameters
+    ----------
+    runs : list of Path
+        Run directories.
+    out : Path
+        The folder to write into (created).
+    labels : list of str, optional
+        The runs' names in legends and titles (default: their folder names).
+
+    Returns
+    -------
+    list of Path
+        The PNGs, then ``report.html`` (the run's page, or with several runs an overview)
+        and, with several runs, each run's own page ``report-<label>.html``.
 
     Raises
     ------
     ImportError
         Without matplotlib.
     """
-    labels = labels or run_labels(runs)
-    made = [plot_objectives(runs, out / "objective.png", labels)]
-    try:
-        made.append(plot_timeline(runs[0], out / "timeline.png"))
-    except ValueError as exc:
-        print(f"no timeline: {exc}")
-    if any((r / "summary.json").exists() for r in runs):
-        made.append(plot_passes(runs, out / "passes.png", labels))
-    for name, what, fn in (
-            ("passes_time.png", "passes over time",
-             lambda p: plot_worker_series(runs, p, "passes", "traversal passes", labels)),
-            ("delta_f.png", "sum of delta_f per worker",
-             lambda p: plot_delta_f(runs, p, labels)),
-            ("held.png", "points held over time",
-             lambda p: plot_worker_series(runs, p, "held", "points held", labels))):
-        try:
-            made.append(fn(out / name))
-        except ValueError as exc:
-            print(f"no {what}: {exc}")
-    return made
+    from flegel.report_page import page
 
+    out.mkdir(parents=True, exist_ok=True)
+    read = [Run.read(r, label) for r, label in zip(runs, labels or run_labels(runs))]
+    made: list[Path] = []
+    pics = pictures(read)
+    for pic in pics:
+        (out / pic.name).write_bytes(pic.png)
+        made.append(out / pic.name)
+    if len(read) == 1:
+        (out / "report.html").write_text(page(read, pics))
+        return made + [out / "report.html"]
+    links = {run.label: f"report-{_slug(run.label)}.html" for run in read}
+    for run in read:
+        own = pictures([run], say=lambda _: None)
+        (out / links[run.label]).write_text(page([run], own))
+    (out / "report.html").write_text(page(read, pics, links))
+    return made + [out / "report.html"] + [out / name for name in links.values()]
+
+
+# ------------------------------------------------------------------ the command
 
 def add_parser(sub: Any, name: str) -> None:
-    p = sub.add_parser(name, help="draw objective, timeline, passes, Σ Δf and points-held "
-                                  "plots of run folders (several runs are overlaid or drawn "
-                                  "side by side)")
-    p.add_argument("runs", nargs="+", help="run directories")
-    p.add_argument("--out", default=None, help="folder for the PNGs (default: the first run)")
+    """Declare ``flegel report``'s arguments on the CLI's sub-parsers."""
+    p = sub.add_parser(name, help=(
+        "draw the exact objective, timeline, passes, Σ Δf and points-held plots of run "
+        "folders and write one HTML page per run (several runs, or a compare folder, are "
+        "overlaid or drawn side by side)"))
+    p.add_argument("runs", nargs="+", help="run directories, or the folder of a flegel compare")
+    p.add_argument("--out", default=None, help=(
+        "folder for the PNGs and report.html (default: the run's folder; for a compare "
+        "folder, that folder; for several runs, the first run's folder)"))
+
+
+def expand(paths: list[Path]) -> tuple[list[Path], list[str] | None, Path | None]:
+    """Run directories from the command line: a ``flegel compare`` folder gives its runs.
+
+    Parameters
+    ----------
+    paths : list of Path
+        Run directories, or folders holding ``compare.json``.
+
+    Returns
+    -------
+    (list of Path, list of str or None, Path or None)
+        The run directories; their labels when a compare folder named them ("model /
+        stragglers"), else None; the compare folder when exactly one was given alone, else
+        None.
+
+    Raises
+    ------
+    ValueError
+        A path that is neither, named with what it lacks.
+    """
+    runs: list[Path] = []
+    labels: list[str] = []
+    named = False
+    for p in paths:
+        if (p / "events.jsonl").exists():
+            runs.append(p)
+            labels.append("")
+            continue
+        if not (p / "compare.json").exists():
+            raise ValueError(f"{p}: not a run directory (no events.jsonl) nor a compare "
+                             "folder (no compare.json)")
+        rows = json.loads((p / "compare.json").read_text()).get("runs", [])
+        for row in rows:
+            # compare.json names each run by its path then; the folder may have moved since.
+            run = Path(row["dir"])
+            if not (run / "events.jsonl").exists():
+                run = p / run.name
+            if not (run / "events.jsonl").exists():
+                raise ValueError(f"{p / 'compare.json'}: run {row['dir']!r}: not found "
+                                 "(no events.jsonl there nor in the compare folder)")
+            runs.append(run)
+            labels.append(f"{row['sync']} / {row['stragglers']}")
+            named = True
+    if not runs:
+        raise ValueError(f"{paths[0]}: compare.json lists no runs")
+    default_labels = run_labels(runs)
+    out_labels = [given or default for given, default in zip(labels, default_labels)]
+    compare_dir = paths[0] if named and len(paths) == 1 else None
+    return runs, (out_labels if named else None), compare_dir
 
 
 def main(args: argparse.Namespace) -> int:
-    runs = [Path(r) for r in args.runs]
-    for r in runs:
-        if not (r / "events.jsonl").exists():
-            sys.stderr.write(f"flegel: error: {r}: not a run directory (no events.jsonl)\n")
-            return 2
+    """Run ``flegel report``: print each run's per-worker table, write pictures and pages."""
+    try:
+        runs, labels, compare_dir = expand([Path(r) for r in args.runs])
+    except ValueError as exc:
+        sys.stderr.write(f"flegel: error: {exc}\n")
+        return 2
     try:
         _pyplot()
     except ImportError:
         sys.stderr.write(f"flegel: error: {PLOT_HINT}\n")
         return 2
-    out = Path(args.out) if args.out else runs[0]
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out) if args.out else (compare_dir or runs[0])
     for r in runs:
         text = describe(r)
         if text:
             print(text)
-    for m in draw(runs, out):
+    for m in draw(runs, out, labels):
         print(m)
     return 0

@@ -1,13 +1,17 @@
-"""``flegel report`` and ``flegel compare``'s table, in process, on synthetic run folders.
+"""``flegel report`` and ``flegel compare``'s table.
 
-Each test writes a small ``events.jsonl`` and ``summary.json`` like a run's (FSP barrier
+Most tests write a small ``events.jsonl`` and ``summary.json`` like a run's (FSP barrier
 events with per-worker ``passes``, ``delta_f`` and, with migration, ``held``/``in_flight``)
-and checks the figures the report computes and the PNGs it writes.
+and check the figures the report computes and the PNGs it writes.  The tests marked ``mpi``
+report on real runs: one FSPV run with an exact trace and one ASP run (push events), each
+made once under ``mpirun`` for the whole module.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -71,6 +75,16 @@ def _is_png(path: Path) -> bool:
     return path.exists() and path.read_bytes()[:8] == PNG_MAGIC
 
 
+def _embedded_pngs(page: str) -> list[bytes]:
+    """The PNGs embedded in an HTML page; fails if the page refers to any file beside it."""
+    sources = re.findall(r'src="([^"]*)"', page) + re.findall(r'href="([^"#]*\.(?:png|css|js))"',
+                                                              page)
+    assert all(s.startswith("data:image/png;base64,") for s in sources), sources
+    pngs = [base64.b64decode(s.split(",", 1)[1]) for s in sources]
+    assert all(p[:8] == PNG_MAGIC for p in pngs)
+    return pngs
+
+
 # ------------------------------------------------------------------ the figures
 
 def test_worker_series_reads_every_barrier_per_rank(tmp_path: Path) -> None:
@@ -104,6 +118,7 @@ def test_runs_without_barrier_events_have_no_worker_figures(tmp_path: Path) -> N
     assert report.worker_series(ev, "passes") == {}
     assert report.delta_f_per_worker(ev) == {}
     assert report.describe(tmp_path / "r") == ""
+    assert report.worker_intervals(ev) == {}
 
 
 def test_describe_prints_passes_delta_f_held_and_migration(tmp_path: Path) -> None:
@@ -134,6 +149,10 @@ def test_report_with_and_without_migration_writes_every_png(tmp_path: Path, caps
     assert cli_main(["report", str(off), str(on), "--out", str(out)]) == 0
     for name in ("objective", "timeline", "passes", "passes_time", "delta_f", "held"):
         assert _is_png(out / f"{name}.png"), name
+    # An overview page, and each run's own page, both self-contained.
+    for page in ("report.html", "report-off.html", "report-on.html"):
+        assert _embedded_pngs((out / page).read_text()), page
+    assert 'href="report-on.html"' in (out / "report.html").read_text()
     printed = capsys.readouterr().out
     assert str(out / "passes_time.png") in printed
     assert "migration async: 30 points moved" in printed
@@ -222,3 +241,135 @@ def test_compare_table_shows_migration_and_pass_spread(tmp_path: Path) -> None:
     assert line_on.split()[5:11] == ["2.00x", "1.00x", "30", "10.0", "2.0", "0-3"]
     assert line_off.split()[5:11] == ["1.00x", "0.50x", "-", "-", "2.0", "0-3"]
     assert line_on.endswith("0.5 2.0 2.5")
+
+
+# ------------------------------------------------------------------ the exact trace
+
+def test_exact_trace_reads_the_summary_and_falls_back_to_the_final_objective() -> None:
+    trace = {"objective_trace": [[0.1, 9.0], [0.2, 7.0], [0.3, 6.5]], "final_objective": 6.5,
+             "wall_time_s": 0.3}
+    assert report.exact_trace(trace) == ([0.1, 0.2, 0.3], [9.0, 7.0, 6.5])
+    assert report.exact_trace({"final_objective": 4.0, "wall_time_s": 2.0}) == ([2.0], [4.0])
+    assert report.exact_trace({}) == ([], [])
+
+
+def test_binned_shares_spread_each_stretch_over_its_bins() -> None:
+    # One stretch of 0..4 s with 2 s of compute, over 4 bins of 1 s: half of each bin.
+    bins = report.binned_shares([(0.0, 4.0, 2.0)], 4, 4.0)
+    assert [b[0] for b in bins] == pytest.approx([0.0, 1.0, 2.0, 3.0])
+    assert [b[1] for b in bins] == pytest.approx([0.5] * 4)
+    assert [b[2] for b in bins] == pytest.approx([0.5] * 4)
+    # A worker with nothing in a bin leaves it empty (no compute, no wait).
+    bins = report.binned_shares([(2.0, 3.0, 1.0)], 4, 4.0)
+    assert [(c, w) for _, c, w in bins] == pytest.approx([(0, 0), (0, 0), (1, 0), (0, 0)])
+
+
+# ------------------------------------------------------------------ real runs under mpirun
+
+@pytest.fixture(scope="module")
+def real_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """An FSPV run (exact trace, one slowed worker, more iterations than the timeline draws
+    one by one) and an ASP run (push events), each made once under mpirun."""
+    from tests.conftest import mpirun, write_job
+
+    base = tmp_path_factory.mktemp("report-runs")
+    job = write_job(
+        base / "job.yaml", algorithm="kmeans", params={"n_clusters": 4},
+        data={"source": "synthetic", "kind": "blobs", "n_points": 4000, "n_features": 4,
+              "centers": 4, "seed": 1},
+        workers=2, sync={"model": "fspv"},
+        stop={"max_iterations": report.TIMELINE_MAX_INTERVALS + 60, "tolerance": None},
+        stragglers=[{"pattern": "injected", "tau_ms": 1, "every": 2000, "workers": [1]}],
+        output={"trace_points": 12, "progress": "none"})
+    runs = {"fspv": base / "fspv", "asp": base / "asp"}
+    mpirun(job, 2, runs["fspv"])
+    mpirun(job, 2, runs["asp"], "sync.model=asp", "stop.max_iterations=120",
+           "stragglers=[]")
+    return runs
+
+
+@pytest.mark.mpi
+def test_real_run_page_is_self_contained_with_the_exact_objective(real_runs: dict[str, Path],
+                                                                  capsys: Capsys) -> None:
+    pytest.importorskip("matplotlib")
+    run = real_runs["fspv"]
+    assert cli_main(["report", str(run)]) == 0
+    s = _summary_of(run)
+    page = (run / "report.html").read_text()
+    pngs = _embedded_pngs(page)
+    names = ("objective", "timeline", "passes", "passes_time", "delta_f")
+    assert len(pngs) == len(names)
+    for name in names:
+        assert (run / f"{name}.png").read_bytes() in pngs, name
+    # The page leads with the exact final objective, and labels the online one as such.
+    assert f"{s['final_objective']:.6g}" in page
+    assert report.ONLINE_LABEL in page and "slowed (injected)" in page
+    assert "job.yaml" in page and "n_clusters: 4" in page
+    assert str(run / "report.html") in capsys.readouterr().out
+
+
+@pytest.mark.mpi
+def test_real_exact_trace_ends_on_the_final_objective(real_runs: dict[str, Path]) -> None:
+    s = _summary_of(real_runs["fspv"])
+    times, values = report.exact_trace(s)
+    assert len(times) > 2
+    assert times == sorted(times)
+    assert times[-1] == pytest.approx(s["wall_time_s"], abs=1e-5)
+    assert values[-1] == pytest.approx(s["final_objective"])
+
+
+@pytest.mark.mpi
+def test_real_timeline_covers_the_whole_run_binned(real_runs: dict[str, Path]) -> None:
+    ev = report._events(real_runs["fspv"])
+    barriers = report.barrier_events(ev)
+    assert len(barriers) > report.TIMELINE_MAX_INTERVALS  # the old timeline stopped here
+    intervals = report.worker_intervals(ev)
+    assert sorted(intervals) == [1, 2]
+    end = barriers[-1]["time_s"]
+    for iv in intervals.values():
+        assert len(iv) == len(barriers) and iv[-1][1] == end
+        bins = report.binned_shares(iv, report.TIMELINE_BINS, end)
+        width = end / report.TIMELINE_BINS
+        # Binning keeps every second of compute, and no bin holds more than its width.
+        assert sum(c for _, c, _ in bins) == pytest.approx(sum(c for *_, c in iv))
+        assert all(c + w <= width * (1 + 1e-9) for _, c, w in bins)
+
+
+@pytest.mark.mpi
+def test_real_passes_over_time_for_barrier_and_push_models(real_runs: dict[str, Path],
+                                                           capsys: Capsys) -> None:
+    pytest.importorskip("matplotlib")
+    for name, slack in (("fspv", 1e-9), ("asp", 1.0)):
+        run = real_runs[name]
+        series = report.worker_series(report._events(run), "passes")
+        final = {w["rank"]: w["passes"] for w in _summary_of(run)["per_worker"]}
+        assert sorted(series) == sorted(final)
+        for rank, (_, values) in series.items():
+            # The last event a worker logged is at most the pass it finished after it.
+            assert final[rank] - slack <= values[-1] <= final[rank] + 1e-9
+    out = real_runs["asp"].parent / "asp-report"
+    assert cli_main(["report", str(real_runs["asp"]), "--out", str(out)]) == 0
+    for png in ("objective", "timeline", "passes", "passes_time"):
+        assert _is_png(out / f"{png}.png"), png
+    assert not (out / "delta_f.png").exists()  # push models report no Δf per barrier
+    assert "no sum of delta_f per worker" in capsys.readouterr().out
+
+
+@pytest.mark.mpi
+def test_report_of_a_compare_folder_overlays_its_runs(real_runs: dict[str, Path],
+                                                      tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    folder = tmp_path / "compare"
+    folder.mkdir()
+    rows = [{"sync": name, "stragglers": "none", "dir": str(path)}
+            for name, path in real_runs.items()]
+    (folder / "compare.json").write_text(json.dumps({"target": 1.0, "runs": rows}))
+    assert cli_main(["report", str(folder)]) == 0  # the pictures go to the compare folder
+    overview = (folder / "report.html").read_text()
+    assert "fspv / none" in overview and "asp / none" in overview
+    for page in ("report-fspv_none.html", "report-asp_none.html"):
+        assert len(_embedded_pngs((folder / page).read_text())) >= 4
+    # A compare.json naming a run that is nowhere is refused by name.
+    (folder / "compare.json").write_text(json.dumps({"runs": [
+        {"sync": "bsp", "stragglers": "none", "dir": str(tmp_path / "gone")}]}))
+    assert cli_main(["report", str(folder)]) == 2
