@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from flegel import __version__
 from flegel.config import Job, JobError, load_job
 from flegel.launch import launch, under_mpi
 
@@ -20,6 +21,7 @@ EXIT_BAD_JOB = 2
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flegel", description=(
         "Distributed iterative ML that stays fast when some workers are slow."))
+    p.add_argument("--version", action="version", version=f"flegel {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     def job_args(sp: argparse.ArgumentParser) -> None:

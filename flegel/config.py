@@ -99,7 +99,8 @@ STOP: dict[str, Key] = {
 }
 
 OUTPUT: dict[str, Key] = {
-    "dir": schema.text("folder under which each run gets its own directory", "runs",
+    "dir": schema.text("folder under which each run gets its own directory (relative paths "
+                       "are relative to the job file's folder)", "runs",
                        expected="a folder path"),
     "progress": schema.choice("progress display: a live line, plain log lines, or nothing",
                               ("auto", "plain", "none"), "auto"),
@@ -636,6 +637,8 @@ def validate(doc: dict[str, Any], file: Path, workers: int | None = None) -> Job
     job["params"] = job["params"] or {}
     for section, keys in SECTIONS.items():
         job[section] = _check(file, section, job[section], keys)
+    # One rule for every path key: relative to the job file's folder, as data.path is.
+    job["output"]["dir"] = str(file.parent / Path(job["output"]["dir"]).expanduser())
     _check_can_stop(file, job["stop"])
     job["sync"] = _validate_sync(file, job["sync"])
     job["stragglers"] = _validate_stragglers(file, job["stragglers"], job["workers"])
