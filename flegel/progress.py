@@ -23,10 +23,14 @@ class Progress:
         self.name = objective_name
         self._last = 0.0
 
-    def _line(self, t: int, objective: float, elapsed: float) -> str:
-        return f"iter {t:6d}  {self.name} {objective:.6g}  {elapsed:8.2f} s"
+    def _line(self, t: int, objective: float, elapsed: float, exact: bool | None) -> str:
+        # Say which objective: f(θ) evaluated on the data, an estimate of it, or the online
+        # sum of per-point losses as last seen (no θ's objective under FSP and async).
+        kind = {True: "", False: " (estimate)", None: " (online)"}[exact]
+        return f"iter {t:6d}  {self.name}{kind} {objective:.6g}  {elapsed:8.2f} s"
 
-    def __call__(self, t: int, objective: float, elapsed: float) -> None:
+    def __call__(self, t: int, objective: float, elapsed: float,
+                 exact: bool | None = None) -> None:
         if not self.enabled or t == 0:
             return
         now = time.monotonic()
@@ -34,14 +38,15 @@ class Progress:
             return
         self._last = now
         if self.tty:
-            sys.stdout.write("\r" + self._line(t, objective, elapsed))
+            sys.stdout.write("\r" + self._line(t, objective, elapsed, exact))
         else:
-            sys.stdout.write(self._line(t, objective, elapsed) + "\n")
+            sys.stdout.write(self._line(t, objective, elapsed, exact) + "\n")
         sys.stdout.flush()
 
     def close(self, t: int, objective: float, elapsed: float) -> None:
+        """The final line: ``objective`` is the final θ's exact objective."""
         if not self.enabled:
             return
-        sys.stdout.write(("\r" if self.tty else "") + self._line(t, objective, elapsed)
+        sys.stdout.write(("\r" if self.tty else "") + self._line(t, objective, elapsed, True)
                          + "  done\n")
         sys.stdout.flush()

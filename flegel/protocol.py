@@ -38,6 +38,7 @@ class Tag(enum.IntEnum):
     ORDER = 15    # master -> worker: a migration order (pickled, small)
     MIGRATE = 16  # worker -> worker: a window of points, a reactivation, or a final count
     FAULT = 17    # worker -> master: this worker failed (pickled: rank, pid, exit code, text)
+    EVAL = 18     # master <-> worker: evaluate a θ snapshot exactly / the partial sum (pickled)
 
 
 class Reason(enum.IntEnum):

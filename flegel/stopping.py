@@ -82,7 +82,8 @@ class StopCriteria:
         return fewest
 
     def check(self, iteration: int, objective: float, min_passes: float, elapsed_s: float,
-              work: Mapping[int, tuple[float, float]] | None = None) -> str | None:
+              work: Mapping[int, tuple[float, float]] | None = None,
+              use_target: bool = True) -> str | None:
         """Return why training should stop now (``"converged"``, ``"target"``,
         ``"max_iterations"``, ``"max_time"``) or None to go on.
 
@@ -100,8 +101,11 @@ class StopCriteria:
             check fires once the slowest worker did one more pass over its current data
             (:meth:`passes_since_check`); without it (one process, one shard that does not
             change), once ``min_passes`` grew by one.
+        use_target : bool
+            False when the target is checked on the exact objective elsewhere
+            (:mod:`flegel.runtime.exact`).
         """
-        if self.reached_target(objective, min_passes):
+        if use_target and self.reached_target(objective, min_passes):
             return "target"
         if self.tolerance is not None and self._check_due(min_passes, work):
             prev = self._last_check_objective

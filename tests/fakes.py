@@ -612,6 +612,9 @@ class SimWorker:
         """It received the stop flag and left its loop."""
         return self.final_header is not None
 
+    def side_work(self) -> None:
+        """No exact evaluations on the simulated clock (the server here makes none)."""
+
     def slow(self, points: int, compute_s: float) -> tuple[float, float]:
         """:meth:`flegel.stragglers.Stragglers.after_block`, on the simulated clock."""
         return self.stragglers.after_block(points, compute_s)

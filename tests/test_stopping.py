@@ -102,9 +102,10 @@ class _Recording(StopCriteria):
     log: list[dict[int, tuple[float, float]]]
 
     def check(self, iteration: int, objective: float, min_passes: float, elapsed_s: float,
-              work: Mapping[int, tuple[float, float]] | None = None) -> str | None:
+              work: Mapping[int, tuple[float, float]] | None = None,
+              use_target: bool = True) -> str | None:
         before = self.checks
-        reason = super().check(iteration, objective, min_passes, elapsed_s, work)
+        reason = super().check(iteration, objective, min_passes, elapsed_s, work, use_target)
         if self.checks > before and work is not None:
             self.log.append(dict(work))
         return reason

@@ -69,6 +69,11 @@ class LoopHost(Protocol):
         """Run the kernel on ``block``; return its aggregator and the seconds it took."""
         ...
 
+    def side_work(self) -> None:
+        """Work that is no model's (exact evaluations, :mod:`flegel.runtime.exact`), a
+        nonblocking step between blocks and while suspended."""
+        ...
+
 
 def suspend(host: Any, version: float) -> Generator[Wait, Any, Reason | None]:
     """Serve the straggler suspension in slices; stop early for a signal or the deadline.
@@ -84,6 +89,7 @@ def suspend(host: Any, version: float) -> Generator[Wait, Any, Reason | None]:
         t0 = host.now()
         yield Wait(min(host.debt_s, 1e-3))
         policy.while_waiting(host)
+        host.side_work()
         host.debt_s -= host.now() - t0
         if host.debt_s < 1e-12:
             host.debt_s = 0.0
@@ -121,6 +127,7 @@ def iterate(host: Any, version: float
         if (reason := policy.commit_reason(host, points)) is not None:
             break
         policy.between_blocks(host)
+        host.side_work()
         n = min(policy.block_size(host, host.block_size()), left)
         limit = policy.block_limit(host, points)
         if limit is not None:

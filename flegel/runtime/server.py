@@ -27,6 +27,7 @@ import numpy as np
 from flegel.ports import Arrays, WorkerRecord
 from flegel.protocol import ExitCode, Instructions, Signal, StopReason
 from flegel.runtime import Backoff
+from flegel.runtime.exact import ExactObjective
 from flegel.runtime.faults import JobFault
 from flegel.runtime.layout import Layout
 from flegel.runtime.numerics import check_aggregator, check_theta
@@ -106,7 +107,7 @@ class Server:
     def __init__(self, transport: Transport, ranks: list[int], algorithm: Any, theta: Arrays,
                  zero: Callable[[], Arrays], stop: StopCriteria,
                  events: Callable[[dict[str, Any]], None],
-                 progress: Callable[[int, float, float], None] | None = None,
+                 progress: Callable[..., None] | None = None,
                  trace_points: int = 100, stall_warning_s: float = 10.0,
                  stall_timeout_s: float | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
@@ -133,6 +134,8 @@ class Server:
         self.train_s = 0.0
         self.start = clock()
         self.trace = Trace(trace_points)
+        # The exact objective of θ snapshots during training (run.py sets it; None: none).
+        self.exact: ExactObjective | None = None
         # θ changes with every update and every roll-back; a worker that holds the current
         # one gets instructions without θ (θ⁰ is sent once, before training).
         self._theta_serial = 0
@@ -231,8 +234,10 @@ class Server:
             return StopReason.HALTED
         # The convergence check's pass: the slowest worker's, over the data it holds now.
         work = {r: (float(w.points), float(w.n_active)) for r, w in self.workers.items()}
+        # With exact evaluations the target is met on f(θ) (exact_step), never on the
+        # online objective.
         found = self.stop.check(iteration, self.objective, self.min_passes(), self.now(),
-                                work)
+                                work, use_target=self.exact is None)
         return None if found is None else StopReason(found)
 
     def finish(self, reason: StopReason) -> None:
@@ -335,7 +340,28 @@ class Server:
         self.warn_stalls(now)
         self.check_stalls(now)
         if self.progress is not None:
-            self.progress(self.version, self.objective, now)
+            latest = None if self.exact is None else self.exact.latest
+            if latest is not None and latest.value is not None:
+                self.progress(self.version, latest.value, now, exact=latest.exact)
+            else:
+                self.progress(self.version, self.objective, now)
+
+    def exact_step(self) -> None:
+        """Take exact-evaluation replies, stop on an exact target, request the next one
+        when the budget allows (:mod:`flegel.runtime.exact`)."""
+        ex = self.exact
+        if ex is None:
+            return
+        now = self.now()
+        if ex.collect(self.transport, now) is not None and self.reason is None:
+            hit = ex.reached(self.stop.target_objective)
+            if hit is not None:
+                # The snapshot that met the target is the final θ: its f(θ) is known.
+                self.theta = hit.theta
+                self._theta_serial += 1
+                self.finish(StopReason.TARGET)
+        if self.reason is None and ex.due(now):
+            ex.request(self.transport, self.theta, self.version, now)
 
     def warn_stalls(self, now: float) -> None:
         """Name a worker that has computed for long while others wait on the server.
@@ -370,6 +396,7 @@ class Server:
         idle_wall = idle_cpu = 0.0
         while not self.done:
             watch()
+            self.exact_step()
             commits = self.transport.poll()
             if commits:
                 backoff.reset()
@@ -387,4 +414,11 @@ class Server:
         # CPU used while nothing arrived: what waiting costs (the rest is barrier work).
         self.idle_cpu_fraction = idle_cpu / max(idle_wall, 1e-9)
         self.idle_fraction = idle_wall / elapsed
+        if self.exact is not None:
+            # Every request answered before the transport closes (its sends must complete).
+            def between() -> None:
+                watch()
+                backoff.sleep()
+
+            self.exact.finish(self.transport, between)
         self.transport.close()

@@ -41,6 +41,14 @@ class Transport(Protocol):
         """Commits that arrived since the last poll (never blocks)."""
         ...
 
+    def send_eval(self, rank: int, message: dict[str, Any]) -> None:
+        """Send an exact-evaluation request (pickled, with its θ snapshot) or its end."""
+        ...
+
+    def poll_evals(self) -> list[tuple[int, dict[str, Any]]]:
+        """Exact-evaluation replies that arrived (never blocks)."""
+        ...
+
     def close(self) -> None:
         """Cancel pending receives and complete pending sends."""
         ...
@@ -93,6 +101,18 @@ class MpiTransport:
     def send_order(self, rank: int, message: dict[str, Any]) -> None:
         self._orders = [r for r in self._orders if not r.Test()]
         self._orders.append(self.comm.isend(message, dest=rank, tag=Tag.ORDER))
+
+    def send_eval(self, rank: int, message: dict[str, Any]) -> None:
+        self._orders = [r for r in self._orders if not r.Test()]
+        self._orders.append(self.comm.isend(message, dest=rank, tag=Tag.EVAL))
+
+    def poll_evals(self) -> list[tuple[int, dict[str, Any]]]:
+        out: list[tuple[int, dict[str, Any]]] = []
+        status = MPI.Status()
+        while self.comm.iprobe(source=MPI.ANY_SOURCE, tag=Tag.EVAL, status=status):
+            src = status.Get_source()
+            out.append((src, self.comm.recv(source=src, tag=Tag.EVAL)))
+        return out
 
     def poll(self) -> list[Commit]:
         msg.check_faults(self.comm)  # a worker that failed reported it: end the job

@@ -33,6 +33,7 @@ from flegel.protocol import (
 )
 from flegel.runtime import Backoff
 from flegel.runtime import comm as msg
+from flegel.runtime.exact import Evaluator
 from flegel.runtime.layout import Layout
 from flegel.runtime.loop import Wait, drive, iterate
 from flegel.runtime.numerics import check_aggregator, layout_problem
@@ -71,11 +72,15 @@ class Worker:
         Patterns that slow this worker (possibly none).
     block_ms : float
         Target compute time of one block.
+    evaluator : Evaluator, optional
+        Answers the master's exact-evaluation requests between blocks and while waiting
+        (:mod:`flegel.runtime.exact`); None: the master makes none.
     """
 
     def __init__(self, comm: MPI.Comm, algorithm: Algorithm, store: ShardStore,
                  theta_layout: Layout, agg_layout: Layout, policy: WorkerPolicy,
-                 stragglers: Stragglers, block_ms: float = 1.0) -> None:
+                 stragglers: Stragglers, block_ms: float = 1.0,
+                 evaluator: Evaluator | None = None) -> None:
         self.comm = comm
         self.algorithm = algorithm
         self.store = store
@@ -93,6 +98,8 @@ class Worker:
         self._commit_req: MPI.Request | None = None
         self._last_wait = 0.0
         self._posted: list[MPI.Request] = []
+        self.evaluator = evaluator
+        self._eval_sent: list[MPI.Request] = []
         self.theta: Arrays = {}
         self.clock = 0
         self.debt_s = 0.0  # straggler suspension still to serve
@@ -143,6 +150,17 @@ class Worker:
     def pause(self) -> None:
         time.sleep(POLL_MAX_S)
 
+    def eval_requests(self) -> list[dict[str, Any]]:
+        return [m for _, m in self._receive_tagged(Tag.EVAL)]
+
+    def reply_eval(self, message: dict[str, Any]) -> None:
+        self._eval_sent = [r for r in self._eval_sent if not r.Test()]
+        self._eval_sent.append(self.comm.isend(message, dest=0, tag=Tag.EVAL))
+
+    def side_work(self) -> None:
+        if self.evaluator is not None:
+            self.evaluator.step(self, rows=self.sizer.size)
+
     def _receive_tagged(self, tag: Tag, limit: int | None = None) -> list[tuple[int, Any]]:
         out: list[tuple[int, Any]] = []
         status = MPI.Status()
@@ -161,6 +179,7 @@ class Worker:
         backoff = Backoff()
         while not self._params_req.Test():
             self.policy.while_waiting(self)
+            self.side_work()
             backoff.sleep()
         header = PARAMS.read(self._params_buf)
         if header["has_theta"]:
@@ -227,6 +246,8 @@ class Worker:
         cleanly."""
         if self._commit_req is not None:
             msg.wait(self._commit_req)
+        for sent in self._eval_sent:
+            msg.wait(sent)
         for req in (self._params_req, self._signal_req):
             req.Cancel()
         MPI.Request.Waitall([self._params_req, self._signal_req])
@@ -245,6 +266,8 @@ class Worker:
                          wait_s=self._last_wait, **meta)
             header = self.receive_params()
         side = self.policy.on_stop(self)
+        if self.evaluator is not None:
+            self.evaluator.drain(self, self.pause)
         self.close()
         s = self.stats
         held = ~self.store.inactive

@@ -1,0 +1,163 @@
+"""The exact objective during training (flegel/runtime/exact.py), in one process: the
+master's ExactObjective and the workers' Evaluators over an in-memory transport."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from flegel.algorithms.kmeans import KMeans
+from flegel.block import Block
+from flegel.runtime.exact import Evaluator, ExactObjective, id_checksum
+from flegel.store import ID_SHIFT, ShardStore
+
+
+class Wire:
+    """Master <-> workers messages, in order per direction and pair (as MPI's)."""
+
+    def __init__(self, ranks: list[int]) -> None:
+        self.to_worker: dict[int, list[dict[str, Any]]] = {r: [] for r in ranks}
+        self.to_master: list[tuple[int, dict[str, Any]]] = []
+
+    # the master's transport
+    def send_eval(self, rank: int, message: dict[str, Any]) -> None:
+        self.to_worker[rank].append(message)
+
+    def poll_evals(self) -> list[tuple[int, dict[str, Any]]]:
+        out, self.to_master = self.to_master, []
+        return out
+
+
+class Port:
+    """A worker as its Evaluator sees it."""
+
+    def __init__(self, rank: int, store: ShardStore, wire: Wire) -> None:
+        self.rank, self.store, self.wire = rank, store, wire
+
+    @property
+    def shard(self) -> ShardStore:
+        return self.store
+
+    def eval_requests(self) -> list[dict[str, Any]]:
+        out, self.wire.to_worker[self.rank] = self.wire.to_worker[self.rank], []
+        return out
+
+    def reply_eval(self, message: dict[str, Any]) -> None:
+        self.wire.to_master.append((self.rank, message))
+
+
+def setup(n: int = 10_000, workers: int = 3, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 4))
+    algorithm = KMeans(n_clusters=3)
+    theta = {"centers": x[:3].copy()}
+    shards = np.array_split(x, workers)
+    ranks = list(range(1, workers + 1))
+    stores = {r: ShardStore(s, None, {}, ids=(np.int64(r) << ID_SHIFT)
+                            | np.arange(len(s), dtype=np.int64))
+              for r, s in zip(ranks, shards)}
+    checksum = sum(id_checksum(st.ids) for st in stores.values()) % (1 << 64)
+    wire = Wire(ranks)
+    ports = {r: Port(r, stores[r], wire) for r in ranks}
+    evaluators = {r: Evaluator(algorithm, chunk_rows=1000) for r in ranks}
+    master = ExactObjective(ranks, n, checksum, budget=0.05)
+    full = algorithm.evaluate(theta, Block(x, None, {}, np.zeros(n, dtype=bool)))
+    return x, algorithm, theta, stores, wire, ports, evaluators, master, full
+
+
+def run_until_done(master, wire, ports, evaluators, now=1.0, steps=100):
+    for _ in range(steps):
+        for r, ev in evaluators.items():
+            ev.step(ports[r])
+        done = master.collect(wire, now)
+        if done is not None:
+            return done
+    raise AssertionError("the evaluation never completed")
+
+
+def test_evaluation_is_the_objective_on_all_data_chunk_by_chunk():
+    x, algorithm, theta, stores, wire, ports, evaluators, master, full = setup()
+    assert master.due(0.0)
+    master.request(wire, theta, version=7, now=0.5)
+    assert not master.due(0.6)  # one evaluation in flight at a time
+    theta["centers"] += 1.0  # training goes on: the snapshot must not move
+    ev = run_until_done(master, wire, ports, evaluators)
+    assert ev.exact and ev.version == 7 and ev.time_s == 0.5
+    assert ev.value == pytest.approx(full, rel=1e-12)
+    # Chunks of 1,000 rows of 3,334 rows: the replies came after 4 steps, not in one.
+    assert all(r["count"] == len(stores[k]) for k, r in ev.replies.items())
+    assert master.trace()[0]["objective"] == ev.value and master.trace()[0]["exact"]
+
+
+def test_budget_spaces_the_evaluations():
+    _, _, theta, _, wire, ports, evaluators, master, _ = setup()
+    master.request(wire, theta, 0, now=0.0)
+    ev = run_until_done(master, wire, ports, evaluators, now=2.0)
+    # The slowest worker's seconds, and 19x that before the next one (5% of the time).
+    assert ev.cost_s == max(r["seconds"] for r in ev.replies.values()) > 0
+    assert master.next_due == pytest.approx(2.0 + ev.cost_s * 19)
+    assert not master.due(2.0 + ev.cost_s * 18.9) and master.due(2.0 + ev.cost_s * 19.1)
+    assert master.summary(train_s=10.0)["cost_fraction"] == pytest.approx(ev.cost_s / 10.0,
+                                                                          abs=1e-4)
+
+
+def test_points_in_flight_make_an_estimate_never_a_target_stop():
+    x, algorithm, theta, stores, wire, ports, evaluators, master, full = setup()
+    # A window of 50 points locked at worker 1 and not admitted anywhere yet.
+    stores[1].lock(np.arange(50))
+    master.request(wire, theta, 0, now=0.0)
+    ev = run_until_done(master, wire, ports, evaluators)
+    assert not ev.exact
+    # The estimate scales the mean per point evaluated up to N.
+    part = algorithm.evaluate(theta, Block(x[50:], None, {}, np.zeros(len(x) - 50, bool)))
+    assert ev.value == pytest.approx(part * len(x) / (len(x) - 50))
+    assert master.reached(target=ev.value * 2) is None
+
+
+def test_a_point_counted_twice_is_caught_by_the_checksum_not_only_the_count():
+    x, algorithm, theta, stores, wire, ports, evaluators, master, full = setup()
+    # Worker 1 misses its row 0 while worker 2 holds a copy of worker 1's row 1 as well:
+    # the count is right, the ids are not.
+    stores[1].lock(np.array([0]))
+    payload = stores[1].export(np.array([1]))
+    stores[2].admit(payload)
+    master.request(wire, theta, 0, now=0.0)
+    ev = run_until_done(master, wire, ports, evaluators)
+    assert sum(r["count"] for r in ev.replies.values()) == len(x)
+    assert not ev.exact
+
+
+def test_target_is_met_only_by_an_exact_value():
+    _, _, theta, _, wire, ports, evaluators, master, full = setup()
+    master.request(wire, theta, 3, now=0.0)
+    ev = run_until_done(master, wire, ports, evaluators)
+    assert master.reached(None) is None
+    assert master.reached(full * 0.99) is None
+    assert master.reached(full * 1.01) is ev
+    # The snapshot is kept: it becomes the final θ of a target stop.
+    assert set(ev.theta) == {"centers"}
+
+
+def test_finish_leaves_no_request_unanswered():
+    _, _, theta, _, wire, ports, evaluators, master, _ = setup()
+    master.request(wire, theta, 0, now=0.0)
+    # Training ends before any worker looked at the request.
+    pauses = []
+
+    def wait() -> None:
+        pauses.append(1)
+        for r, ev in evaluators.items():
+            if not ev.ended or ev.queue or ev.current:
+                ev.drain(ports[r], pause=lambda: None)
+
+    master.finish(wire, wait)
+    assert all(master.replied[r] == master.sent[r] == 1 for r in master.ranks)
+    assert all(ev.ended for ev in evaluators.values())
+    assert pauses
+
+
+def test_budget_is_validated():
+    with pytest.raises(ValueError, match="budget"):
+        ExactObjective([1], 10, 0, budget=0.0)
