@@ -230,6 +230,12 @@ class RunWriter:
             # sync models); the online objective's time is kept beside it.
             summary["time_to_target_s"] = next((t for t, f in trace if f <= target), None)
             summary["time_to_target_online_s"] = server.time_to_target
+        exact = getattr(server, "exact", None)
+        if exact is not None:
+            # f(θ) evaluated during the run (flegel/runtime/exact.py): what the progress
+            # line showed and the target stop used; "exact": false marks estimates.
+            summary["exact_objective"] = {**exact.summary(server.train_s),
+                                          "trace": exact.trace()}
         keys = ("rank", "n_points", "points", "passes", "compute_s", "wait_s",
                 "wait_cpu_fraction", "slowed_s", "commits", "aborted_points", "peak_rss_mib")
         summary["per_worker"] = [{**{k: r[k] for k in keys},

@@ -79,8 +79,8 @@ def run_until_done(master, wire, ports, evaluators, now=1.0, steps=100):
 
 def test_evaluation_is_the_objective_on_all_data_chunk_by_chunk():
     x, algorithm, theta, stores, wire, ports, evaluators, master, full = setup()
-    assert master.due(0.0)
     master.request(wire, theta, version=7, now=0.5)
+    assert not master.due(100.0, pass_s=0.0)  # one evaluation in flight at a time
     assert not master.due(0.6)  # one evaluation in flight at a time
     theta["centers"] += 1.0  # training goes on: the snapshot must not move
     ev = run_until_done(master, wire, ports, evaluators)
@@ -93,13 +93,17 @@ def test_evaluation_is_the_objective_on_all_data_chunk_by_chunk():
 
 def test_budget_spaces_the_evaluations():
     _, _, theta, _, wire, ports, evaluators, master, _ = setup()
+    # Before the first evaluation its cost is estimated from a pass at the training rate.
+    assert not master.due(1.0, pass_s=None)
+    assert not master.due(0.9, pass_s=0.05)  # 0.05 > 5% of 0.95
+    assert master.due(0.95, pass_s=0.05)
     master.request(wire, theta, 0, now=0.0)
     ev = run_until_done(master, wire, ports, evaluators, now=2.0)
-    # The slowest worker's seconds, and 19x that before the next one (5% of the time).
-    assert ev.cost_s == max(r["seconds"] for r in ev.replies.values()) > 0
-    assert master.next_due == pytest.approx(2.0 + ev.cost_s * 19)
-    assert not master.due(2.0 + ev.cost_s * 18.9) and master.due(2.0 + ev.cost_s * 19.1)
-    assert master.summary(train_s=10.0)["cost_fraction"] == pytest.approx(ev.cost_s / 10.0,
+    c = ev.cost_s
+    assert c == max(r["seconds"] for r in ev.replies.values()) > 0
+    # Then the last cost is the estimate: two evaluations stay within 5% of the time.
+    assert not master.due(2 * c / 0.05 - c - 1e-9) and master.due(2 * c / 0.05 - c + 1e-9)
+    assert master.summary(train_s=10.0)["cost_fraction"] == pytest.approx(c / 10.0,
                                                                           abs=1e-4)
 
 

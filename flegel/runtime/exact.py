@@ -17,11 +17,14 @@ data by the workers that hold it:
   such a value is kept as an estimate (the mean per point times N) for progress and plots,
   and never used for the target stop.
 
-Cost bound: an evaluation costs each worker about one pass without updates.  The next one
-is requested no sooner than ``cost × (1 − budget) / budget`` seconds after the last
-completed, ``cost`` being the slowest worker's evaluation seconds, so evaluations take at
-most ``budget`` (``runtime.exact_budget``, 5% by default) of every worker's time.  θ⁽⁰⁾ is
-evaluated first, so the trace starts where training starts.
+Cost bound: an evaluation costs each worker about one pass without updates; its cost is
+the slowest worker's evaluation seconds.  A request is made only when the evaluations so
+far plus the next one's estimated cost stay within ``budget`` (``runtime.exact_budget``, 5%
+by default) of the training time they end at: ``spent + est ≤ budget · (now + est)``.  The
+estimate is the last evaluation's cost, and before the first one the slowest worker's
+time for a pass at its training rate (an evaluation of θ⁽⁰⁾ at the start would cost a
+short run a third of its time: measured on the main job).  The plots' curve from θ⁽⁰⁾ on
+comes from the θ snapshots evaluated after training (``objective_trace``).
 
 The target stop: once an exact value is at or below ``stop.target_objective``, training
 stops and the evaluated snapshot becomes the final θ, so the final objective is the value
@@ -103,14 +106,29 @@ class ExactObjective:
         self.budget = budget
         self.pending: Evaluation | None = None
         self.done: list[Evaluation] = []
-        self.next_due = 0.0
         self.sent: dict[int, int] = {r: 0 for r in self.ranks}
         self.replied: dict[int, int] = {r: 0 for r in self.ranks}
         self._ids = 0
 
     # ------------------------------------------------------------------ scheduling
-    def due(self, now: float) -> bool:
-        return self.pending is None and now >= self.next_due
+    def due(self, now: float, pass_s: float | None = None) -> bool:
+        """Whether to request an evaluation now.
+
+        Parameters
+        ----------
+        now : float
+            Training time (s).
+        pass_s : float, optional
+            The slowest worker's seconds for one pass at its training rate (the cost
+            estimate before the first evaluation); None: unknown yet.
+        """
+        if self.pending is not None:
+            return False
+        est = self.done[-1].cost_s if self.done else pass_s
+        if est is None:
+            return False
+        spent = sum(e.cost_s for e in self.done)
+        return spent + est <= self.budget * (now + est)
 
     def request(self, transport: EvalTransport, theta: dict[str, np.ndarray], version: int,
                 now: float) -> None:
@@ -147,8 +165,6 @@ class ExactObjective:
         ev.cost_s = max(float(r["seconds"]) for r in replies)
         self.pending = None
         self.done.append(ev)
-        # The budget: evaluation time over (evaluation + training) time stays <= budget.
-        self.next_due = now + ev.cost_s * (1.0 - self.budget) / self.budget
 
     # ------------------------------------------------------------------ reading
     @property

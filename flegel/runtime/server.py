@@ -360,8 +360,20 @@ class Server:
                 self.theta = hit.theta
                 self._theta_serial += 1
                 self.finish(StopReason.TARGET)
-        if self.reason is None and ex.due(now):
+        if self.reason is None and ex.due(now, self.pass_s()):
             ex.request(self.transport, self.theta, self.version, now)
+
+    def pass_s(self) -> float | None:
+        """The slowest worker's seconds for a pass over the points it holds, at the rate
+        of its last iteration (None until every worker reported one)."""
+        worst = 0.0
+        for r, w in self.workers.items():
+            rate = w.header.get("rate", 0.0)
+            if rate <= 0:
+                return None
+            held = w.header.get("n_held", self.shard_sizes.get(r, 0))
+            worst = max(worst, held / rate)
+        return worst
 
     def warn_stalls(self, now: float) -> None:
         """Name a worker that has computed for long while others wait on the server.
