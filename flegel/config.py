@@ -123,9 +123,9 @@ RUNTIME: dict[str, Key] = {
                                      10.0, lo=0, lo_open=True, unit="seconds"),
     "stall_timeout_s": schema.number(
         "end the job (exit code 3, last θ saved) when a worker has not reported for this "
-        "long; it bounds one worker iteration (a full pass under BSP full batch) and the "
-        "start-up and final evaluation; null: never", 300.0, lo=0, lo_open=True, null=True,
-        unit="seconds"),
+        "long; it bounds one worker iteration (a full pass under BSP full batch), and "
+        "loading, compiling and the final evaluation with at least 60 s; null: never", 300.0,
+        lo=0, lo_open=True, null=True, unit="seconds"),
 }
 
 #: The sections checked by :func:`flegel.schema.check_section` directly.

@@ -27,14 +27,17 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import IO
 
 from flegel.protocol import ExitCode
-from flegel.runtime.lifetime import die_with_parent
+from flegel.rankwatch import RankWatch
+from flegel.runtime.lifetime import STATUS_ENV, die_with_parent
 
 #: Environment variables set by MPI launchers (hydra, PMIx, Open MPI, Slurm's PMI).
 _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS",
@@ -50,6 +53,13 @@ _NOISE = re.compile(
     rb"force abort)|Abort\(\d+\) on node \d+ \(rank \d+ in comm \d+\): application called "
     rb"MPI_Abort.*)\r?\n", re.MULTILINE)
 
+#: hydra's report of a rank that ended badly: its PID is not the dead rank's, and the master
+#: has named the rank, its real PID and the exit code already when it ended the job.
+_BANNER = re.compile(
+    rb"^(\r?\n(?==)|=+|=   .*|YOUR APPLICATION TERMINATED WITH THE EXIT STRING: .*|This "
+    rb"typically refers to a problem with your application\.|Please see the FAQ page for "
+    rb"debugging suggestions)\r?\n", re.MULTILINE)
+
 
 def under_mpi() -> bool:
     """True when this process was started by an MPI launcher."""
@@ -64,18 +74,35 @@ def find_mpiexec() -> str | None:
     return shutil.which("mpiexec") or shutil.which("mpirun")
 
 
-def _relay(source: IO[bytes], sink: IO[bytes]) -> None:
+def _relay(source: IO[bytes], sink: IO[bytes], quiet: Callable[[], bool]) -> None:
     """Copy ``source`` to ``sink`` as it comes, without MPI's redundant lines.
 
     A thread blocked in ``read`` (it costs nothing while nothing comes); chunks pass at once,
-    so a progress line redrawn with ``\\r`` still shows live.
+    so a progress line redrawn with ``\\r`` still shows live.  hydra's banner about a dead
+    rank goes too when ``quiet()`` says flegel names the rank itself.
     """
     fd = source.fileno()
     while chunk := os.read(fd, 1 << 16):
         chunk = _NOISE.sub(b"", chunk)
+        if chunk and _BANNER.search(chunk) and quiet():
+            chunk = _BANNER.sub(b"", chunk)
         if chunk:
             sink.write(chunk)
             sink.flush()
+
+
+def _read_status(status: Path) -> tuple[int | None, str | None]:
+    """The exit code the master ended the job with (None: it did not end it early) and the
+    line it left for the launcher to print (:func:`flegel.runtime.lifetime.tell_launcher`)."""
+    try:
+        lines = status.read_text().splitlines()
+        return int(lines[0]), (lines[1] if len(lines) > 1 else None)
+    except (OSError, ValueError, IndexError):
+        return None, None
+
+
+def _code_in(status: Path) -> int | None:
+    return _read_status(status)[0]
 
 
 class _Job:
@@ -105,7 +132,7 @@ class _Job:
         except (ProcessLookupError, PermissionError):
             pass
 
-    def wait(self) -> int:
+    def wait(self, status: Path) -> int:
         """Wait for ``mpiexec`` (sleeping in the kernel) and return the job's exit code."""
         while True:
             left = None if self.kill_at is None else max(self.kill_at - time.monotonic(), 0)
@@ -119,6 +146,9 @@ class _Job:
                 self.kill_at = None
         if self.signum is not None:
             return ExitCode.for_signal(self.signum)
+        code = _code_in(status)
+        if code is not None:
+            return code
         return ExitCode.for_signal(-rc) if rc < 0 else rc
 
 
@@ -133,24 +163,53 @@ def launch(n_ranks: int, args: list[str]) -> int:
     # One BLAS/OpenMP thread per rank unless the user said otherwise (DESIGN §4).
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(var, "1")
-    cmd = [mpiexec, "-n", str(n_ranks), sys.executable, "-m", "flegel", *args]
+    with tempfile.TemporaryDirectory(prefix="flegel-") as tmp:
+        status = Path(tmp) / "status"
+        env[STATUS_ENV] = str(status)
+        return _run(mpiexec, n_ranks, args, env, status)
+
+
+def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
+         status: Path) -> int:
+    """Run the MPI job and relay its output; return its exit code (see :func:`launch`)."""
+    cmd = [mpiexec, "-n", str(n_ranks)]
+    if (Path(mpiexec).parent / "hydra_pmi_proxy").exists() and "HYDRA_HOST_FILE" not in env:
+        # A dead rank must not take every other rank with it at once: the master names it,
+        # saves θ and ends the job (flegel.runtime.peers; all ranks are on this host).
+        cmd.append("-disable-auto-cleanup")
+    cmd += [sys.executable, "-m", "flegel", *args]
     proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True,
                             preexec_fn=die_with_parent(signal.SIGTERM))
     job = _Job(proc)
     previous = {s: signal.signal(s, job.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    watch = RankWatch(proc, n_ranks, f"{STATUS_ENV}={status}")
+
+    def quiet() -> bool:  # hydra's report of a dead rank is redundant (and wrong) now
+        return _code_in(status) is not None or watch.dead_worker() is not None
+
     assert proc.stdout is not None and proc.stderr is not None
-    relays = [threading.Thread(target=_relay, args=(src, _binary(dst)), daemon=True)
+    relays = [threading.Thread(target=_relay, args=(src, _binary(dst), quiet), daemon=True)
               for src, dst in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]
     for relay in relays:
         relay.start()
     try:
-        code = job.wait()
+        code = job.wait(status)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
     for relay in relays:
         relay.join(timeout=2.0)  # the last lines (the master's message) come out first
+    told, message = _read_status(status)
+    dead = watch.dead_worker()
+    if message:  # the master left it here: it may not have lived to print it
+        sys.stderr.write(f"flegel: {message}\n")
+    elif dead is not None and told is None and job.signum is None and code != 0:
+        # The master died of it before it could say so (MPICH ends a rank that touches a
+        # dead peer): the launcher names the worker.
+        sys.stderr.write(f"flegel: worker {dead[0]} (pid {dead[1]}) died; the job ended "
+                         "before the master could save θ\n")
+        code = ExitCode.WORKER_DIED
     return code
 
 

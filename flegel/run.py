@@ -37,7 +37,7 @@ from flegel.config import Job, JobError
 from flegel.peak_memory import peak_rss_mib
 from flegel.protocol import ExitCode, StopReason
 from flegel.runtime import comm as msg
-from flegel.runtime import lifetime
+from flegel.runtime import lifetime, peers
 from flegel.runtime.agreement import Rejected, agreed
 from flegel.runtime.faults import JobFault
 from flegel.runtime.layout import Layout
@@ -149,6 +149,7 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     report["trace"] = [float(algorithm.evaluate(th, full)) for th in thetas]
     report["load_s"] = time.perf_counter() - t0 - report["compute_s"] - report["wait_s"]
     report["peak_rss_mib"] = peak_rss_mib()  # after the final evaluation: the whole run's peak
+    peers.disarm()  # the master may exit once it has every report
     msg.send_object(comm, report, dest=0)
 
 
@@ -161,6 +162,13 @@ class _Saver:
         self.algorithm: Any = None
         self.server: Server | None = None
         self.saved = False  # the final θ is on disk already
+        self.phase = "loading their shards"  # what the workers are doing, for messages
+
+    def doing(self, rank: int) -> str:
+        """What worker ``rank`` was doing, for a message about it."""
+        if self.phase == "training" and self.server is not None:
+            return self.server.doing(rank)
+        return f"the workers were {self.phase}"
 
     def save(self) -> str:
         """Save the server's θ (the last good one); say where, for the message."""
@@ -182,6 +190,7 @@ class _Saver:
 def run_master(comm: MPI.Comm, job: Job, out_dir: Path) -> dict[str, Any]:
     """The master's whole run; a fault or an exception saves θ and ends the job."""
     saver = _Saver()
+    peers.on_death(lambda rank, pid: _worker_died(comm, saver, rank, pid))
     try:
         return _run_master(comm, job, out_dir, saver)
     except BaseException as exc:  # noqa: BLE001 - every failure must end the job
@@ -199,18 +208,43 @@ def run_master(comm: MPI.Comm, job: Job, out_dir: Path) -> dict[str, Any]:
         raise  # not reached: end_job never returns
 
 
+def _worker_died(comm: MPI.Comm, saver: _Saver, rank: int, pid: int) -> None:
+    """A worker process died (:mod:`flegel.runtime.peers`, in its watching thread): name
+    it, save the last θ and end the job at once, before the main loop touches MPI again
+    (MPICH would end this process there without a word)."""
+    what = f"worker {rank} (pid {pid}) died while {saver.doing(rank)}"
+    if saver.server is not None and saver.server.reason is None:
+        saver.server.reason = StopReason.FAILED
+    # Said first, in case saving θ takes longer than MPI lets this process live.
+    launched = lifetime.tell_launcher(ExitCode.WORKER_DIED, what)
+    what = f"{what}; {saver.save()}"
+    if launched:  # the launcher prints it, whatever happens to this process
+        lifetime.tell_launcher(ExitCode.WORKER_DIED, what)
+    else:
+        sys.stderr.write(f"flegel: {what}\n")
+    lifetime.end_job(comm, ExitCode.WORKER_DIED)
+
+
+#: The least time the workers get to load, compile (JIT) and evaluate, whatever
+#: ``runtime.stall_timeout_s`` says: those scale with the shard, not with an iteration, and a
+#: cold numba cache alone takes seconds.
+PHASE_MIN_S = 60.0
+
+
 def _watch(comm: MPI.Comm, timeout_s: float | None, what: str) -> Any:
-    """A watch for the master's waits on workers: a worker's FAULT ends it, and so does
-    silence past ``timeout_s`` (``runtime.stall_timeout_s``), naming who and what."""
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    """A watch for the master's waits on workers outside training: a worker's FAULT ends
+    it, and so does silence past ``timeout_s`` (``runtime.stall_timeout_s``, at least
+    :data:`PHASE_MIN_S`), naming who and what."""
+    limit = None if timeout_s is None else max(timeout_s, PHASE_MIN_S)
+    deadline = None if limit is None else time.monotonic() + limit
 
     def watch(missing: list[int] | None = None) -> None:
         msg.check_faults(comm)
         if deadline is not None and time.monotonic() >= deadline:
             who = "worker(s) " + ", ".join(map(str, missing)) if missing else "a worker"
-            raise JobFault(f"{who} did not answer within {timeout_s:g} s "
-                           f"(runtime.stall_timeout_s) while {what}", ExitCode.STALLED,
-                           StopReason.STALLED)
+            raise JobFault(f"{who} did not answer within {limit:g} s "
+                           f"(runtime.stall_timeout_s, at least {PHASE_MIN_S:g} s outside "
+                           f"training) while {what}", ExitCode.STALLED, StopReason.STALLED)
 
     return watch
 
@@ -255,18 +289,22 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver) -> dict[
     server.shard_sizes = {r: infos[r]["n"] for r in ranks}
     server.preload()
     saver.server = server
+    saver.phase = "compiling their kernels"
     # Every worker is loaded and warmed up: the clock may start.
     msg.gather_objects(comm, ranks, _watch(comm, timeout, "compiling their kernels"))
     policy = policy_class(job["sync"]["model"])(server, job["sync"])
+    saver.phase = "training"
     with lifetime.deferred():  # a signal stops the loop at a poll, with θ consistent
         server.serve(policy, watch=lifetime.check_pending)
     # The trained model first: a failure in the final evaluation must not lose it.
     saver.saved = writer.save_model(algorithm, server.theta, server.version,
                                     complete=False, stop_reason=str(server.reason))
-    watch = _watch(comm, timeout, "evaluating the final θ")
+    saver.phase = "evaluating the final θ"
+    watch = _watch(comm, timeout, saver.phase)
     msg.bcast_object(comm, server.trace.thetas, watch=watch)
     # Every worker's end-of-run report (evaluated objective, totals), in rank order.
     reports = msg.gather_objects(comm, ranks, watch)
+    peers.disarm()  # the workers are done: they may exit before the master
     results = [reports[r] for r in ranks]
     progress.close(server.version, server.objective, server.train_s)
     summary = writer.finish(server, policy, algorithm, info, results, infos)
@@ -280,6 +318,7 @@ def run(comm: MPI.Comm, job: Job, out_dir: Path) -> dict[str, Any] | None:
         raise SystemExit("flegel: needs at least 2 MPI ranks (a master and a worker); "
                          "run 'flegel run JOB.yaml' without mpirun to start them itself")
     lifetime.install(master=comm.rank == 0)
+    peers.watch(comm)
     if comm.rank == 0:
         return abort_on_error(comm, run_master, comm, job, out_dir)
     abort_on_error(comm, run_worker, comm, job)

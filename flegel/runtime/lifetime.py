@@ -43,6 +43,10 @@ GRACE_S = 5.0
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
+#: Set by ``flegel run`` when it launches MPI: the file where the master writes the exit code
+#: it ends the job with (:func:`end_job`).
+STATUS_ENV = "FLEGEL_STATUS_FILE"
+
 
 def _arm(signum: int, parent: int) -> None:
     """Ask the kernel for ``signum`` when this process's parent dies (Linux only); if the
@@ -138,15 +142,36 @@ def check_pending() -> None:
         raise Interrupted(_state.signum)
 
 
+def tell_launcher(code: int, message: str | None = None) -> bool:
+    """Leave the job's exit code (and a one-line ``message`` the launcher prints for us) in
+    the file ``flegel run`` named; False when not launched by ``flegel run``.
+
+    Written whole through a rename, so the launcher never reads half of it.
+    """
+    status = os.environ.get(STATUS_ENV)
+    if not status:
+        return False
+    with contextlib.suppress(OSError):
+        tmp = f"{status}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(f"{int(code)}\n" + (f"{message}\n" if message else ""))
+        os.replace(tmp, status)
+    return True
+
+
 def end_job(comm: Any, code: int) -> None:
     """End every rank of ``comm``'s job with exit status ``code``; never returns.
 
     ``MPI_Abort`` is the portable way to end all ranks; with some MPICH builds it returns
     on the calling rank, so this rank then exits by itself (no code after an abort may
-    run: no "run directory" line, no summary of a job that did not finish).
+    run: no "run directory" line, no summary of a job that did not finish).  The launcher
+    returns ``code`` whatever MPI makes of the abort (hydra reports the status of the first
+    rank it saw end).
     """
     sys.stdout.flush()
     sys.stderr.flush()
+    if comm.rank == 0 and not os.path.exists(os.environ.get(STATUS_ENV) or "/nonexistent"):
+        tell_launcher(code)
     try:
         comm.Abort(code)
     finally:

@@ -1,0 +1,134 @@
+"""Knowing at once when a peer process dies: the master watches its workers, a worker its
+master, through Linux pidfds.
+
+MPI says nothing useful when a rank is killed (SIGKILL, the out-of-memory killer, a crash in
+native code): hydra kills every other rank and reports a PID that is not the dead rank's.
+When ``flegel run`` launches MPI itself it asks hydra not to clean up
+(``-disable-auto-cleanup``), and every rank watches the processes of its peers on the same
+host: one daemon thread per rank blocked in ``poll()`` on their pidfds (no CPU while they
+live).  The master then names the dead worker by rank and real PID, saves the last θ and ends
+the job (exit code 5), from the watching thread (:func:`on_death`); a worker whose master
+died exits at once.  Peers on other hosts are not
+watched: their silence is caught by ``runtime.stall_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import sys
+import threading
+import zlib
+from collections.abc import Callable
+
+import numpy as np
+from mpi4py import MPI
+
+from flegel.protocol import ExitCode
+from flegel.runtime import comm as msg
+from flegel.runtime.lifetime import STATUS_ENV
+
+
+def host_pids(comm: MPI.Comm) -> dict[int, tuple[int, int]]:
+    """Every rank's (host id, pid), gathered without a spinning collective."""
+    mine = np.array([zlib.crc32(socket.gethostname().encode()), os.getpid()], dtype=np.int64)
+    table = np.empty((comm.size, 2), dtype=np.int64)
+    msg.wait(comm.Iallgather(mine, table))
+    return {r: (int(h), int(p)) for r, (h, p) in enumerate(table)}
+
+
+class PeerWatch:
+    """Watch some peers' processes; call :meth:`dead` to learn which died (rank, pid).
+
+    Parameters
+    ----------
+    peers : dict of int to int
+        rank -> pid of the peers to watch (on this host).
+    on_death : callable, optional
+        Called from the watching thread with (rank, pid) of the first peer that died, while
+        armed (a worker exits there: it has nothing to save).
+    """
+
+    def __init__(self, peers: dict[int, int],
+                 on_death: Callable[[int, int], None] | None = None) -> None:
+        self.peers = dict(peers)
+        self.on_death = on_death
+        self.armed = True
+        self._dead: list[tuple[int, int]] = []
+        self._fds: dict[int, int] = {}
+        for rank, pid in self.peers.items():
+            try:
+                self._fds[os.pidfd_open(pid)] = rank
+            except (OSError, AttributeError):  # not Linux >= 5.3, or it is gone already
+                continue
+        if self._fds:
+            threading.Thread(target=self._watch, daemon=True, name="flegel-peers").start()
+
+    def _watch(self) -> None:
+        poller = select.poll()
+        for fd in self._fds:
+            poller.register(fd, select.POLLIN)
+        left = len(self._fds)
+        while left:
+            for fd, _ in poller.poll():  # blocks in the kernel until a peer exits
+                poller.unregister(fd)
+                left -= 1
+                rank = self._fds[fd]
+                self._dead.append((rank, self.peers[rank]))
+                if self.armed and self.on_death is not None:
+                    self.on_death(rank, self.peers[rank])
+
+    def dead(self) -> list[tuple[int, int]]:
+        """(rank, pid) of the watched peers that died while armed, in the order seen."""
+        return list(self._dead) if self.armed else []
+
+    def disarm(self) -> None:
+        """Peers may end from now on (the run is over)."""
+        self.armed = False
+
+
+#: This rank's watch (one per process, like its signal handlers).
+_current: PeerWatch | None = None
+
+
+def watch(comm: MPI.Comm) -> None:
+    """Start this rank's watch: the master watches its workers, a worker the master (when
+    they share its host).  A worker whose master died exits at once (code 1)."""
+    global _current
+    table = host_pids(comm)
+    host = table[comm.rank][0]
+    if comm.rank == 0:
+        _current = PeerWatch({r: pid for r, (h, pid) in table.items() if r != 0 and h == host})
+        return
+
+    def master_died(rank: int, pid: int) -> None:
+        status = os.environ.get(STATUS_ENV)
+        if not (status and os.path.exists(status)):  # else the master said why it ended
+            sys.stderr.write(f"flegel: worker {comm.rank}: the master (rank 0, pid {pid}) "
+                             "died; exiting\n")
+            sys.stderr.flush()
+        os._exit(ExitCode.FAILED)
+
+    _current = PeerWatch({0: table[0][1]} if table[0][0] == host else {},
+                         on_death=master_died)
+
+
+def on_death(fn: Callable[[int, int], None]) -> None:
+    """Call ``fn(rank, pid)`` from the watching thread when a watched peer dies while armed
+    (at once if one died already).
+
+    The master must act there, not at its next poll: MPICH ends a process that touches a
+    dead peer (its next ``Test``), so the master's main loop would die without a word.
+    """
+    if _current is None:
+        return
+    _current.on_death = fn
+    for rank, pid in _current.dead()[:1]:
+        fn(rank, pid)
+
+
+def disarm() -> None:
+    """The run is over: peers may exit from now on."""
+    if _current is not None:
+        _current.disarm()
