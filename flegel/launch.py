@@ -37,7 +37,7 @@ from typing import IO
 
 from flegel.protocol import ExitCode
 from flegel.rankwatch import RankWatch
-from flegel.runtime.lifetime import STATUS_ENV, die_with_parent
+from flegel.runtime.lifetime import STATUS_ENV, die_with_parent, done_marker
 
 #: Environment variables set by MPI launchers (hydra, PMIx, Open MPI, Slurm's PMI).
 _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS",
@@ -132,6 +132,11 @@ class _Job:
         except (ProcessLookupError, PermissionError):
             pass
 
+    def kill_if_running(self) -> None:
+        """Kill the job unless it ended already (a rank died :data:`KILL_AFTER_S` ago)."""
+        if self.proc.poll() is None:
+            self.kill()
+
     def wait(self, status: Path) -> int:
         """Wait for ``mpiexec`` (sleeping in the kernel) and return the job's exit code."""
         while True:
@@ -183,7 +188,15 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
                             preexec_fn=die_with_parent(signal.SIGTERM))
     job = _Job(proc)
     previous = {s: signal.signal(s, job.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    watch = RankWatch(proc, n_ranks, f"{STATUS_ENV}={status}")
+
+    def died() -> None:  # whatever the ranks left are doing, the job ends within a bound
+        timer = threading.Timer(KILL_AFTER_S, job.kill_if_running)
+        timer.daemon = True
+        timer.start()
+
+    watch = RankWatch(proc, n_ranks, f"{STATUS_ENV}={status}",
+                      done=lambda rank: os.path.exists(done_marker(str(status), rank)),
+                      on_death=died)
 
     def quiet() -> bool:  # hydra's report of a dead rank is redundant (and wrong) now
         return _code_in(status) is not None or watch.dead_worker() is not None

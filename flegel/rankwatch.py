@@ -14,6 +14,7 @@ import select
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 #: Seconds between looks for the ranks' processes while they start (a directory listing).
@@ -48,12 +49,20 @@ class RankWatch:
     n_ranks : int
     marker : str
         ``NAME=value`` set in the ranks' environment, unique to this launch.
+    done : callable
+        ``done(rank)``: the rank's work is over, its exit is not a death.
+    on_death : callable
+        Called (from the watching thread) when a rank died.
     """
 
-    def __init__(self, proc: subprocess.Popen[bytes], n_ranks: int, marker: str) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], n_ranks: int, marker: str,
+                 done: Callable[[int], bool] = lambda rank: False,
+                 on_death: Callable[[], None] = lambda: None) -> None:
         self.proc = proc
         self.n_ranks = n_ranks
         self.marker = marker.encode()
+        self.done = done
+        self.on_death = on_death
         self.first: list[tuple[int, int]] = []  # the ranks found dead at the first wake-up
         if os.path.isdir("/proc") and hasattr(os, "pidfd_open"):
             threading.Thread(target=self._watch, daemon=True, name="flegel-ranks").start()
@@ -76,8 +85,18 @@ class RankWatch:
         poller = select.poll()
         for fd in fds:
             poller.register(fd, select.POLLIN)
-        ready = poller.poll()  # blocks in the kernel until a rank exits
-        self.first = sorted((fds[fd], ranks[fds[fd]]) for fd, _ in ready)
+        while fds:
+            ready = poller.poll()  # blocks in the kernel until a rank exits
+            dead = sorted((fds[fd], ranks[fds[fd]]) for fd, _ in ready
+                          if not self.done(fds[fd]))
+            for fd, _ in ready:
+                poller.unregister(fd)
+                os.close(fd)
+                del fds[fd]
+            if dead:  # not a rank that finished its work and exited
+                self.first = dead
+                self.on_death()
+                break
         for fd in fds:
             os.close(fd)
 

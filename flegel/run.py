@@ -150,6 +150,7 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     report["load_s"] = time.perf_counter() - t0 - report["compute_s"] - report["wait_s"]
     report["peak_rss_mib"] = peak_rss_mib()  # after the final evaluation: the whole run's peak
     peers.disarm()  # the master may exit once it has every report
+    lifetime.mark_done(comm.rank)
     msg.send_object(comm, report, dest=0)
 
 

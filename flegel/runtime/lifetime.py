@@ -159,6 +159,20 @@ def tell_launcher(code: int, message: str | None = None) -> bool:
     return True
 
 
+def done_marker(status: str, rank: int) -> str:
+    """The file a rank creates beside the launcher's status file once it may exit normally
+    (the launcher then does not take its exit for a death)."""
+    return f"{status}.done{rank}"
+
+
+def mark_done(rank: int) -> None:
+    """Tell ``flegel run`` that this rank's work is over: its exit is not a death."""
+    status = os.environ.get(STATUS_ENV)
+    if status:
+        with contextlib.suppress(OSError):
+            open(done_marker(status, rank), "w").close()
+
+
 def end_job(comm: Any, code: int) -> None:
     """End every rank of ``comm``'s job with exit status ``code``; never returns.
 
