@@ -43,6 +43,13 @@ SLEEPY = textwrap.dedent('''
                 time.sleep(self.sleep_s)
                 self.at = -1  # once
             return super().update_block(block, theta, t)
+
+
+    class FailingEvaluation(KMeans):
+        """Trains well; its final evaluation on the held-out data fails."""
+
+        def test_metrics(self, theta, block):
+            raise RuntimeError("deliberate failure in test_metrics")
 ''')
 
 
@@ -212,3 +219,23 @@ def test_compare_timeout_stops_its_run_cleanly(tmp_path):
     _gone_within(tmp_path, 10)
     if "last θ" in lines[0]:  # training had started: its last θ was saved
         assert (tmp_path / "cmp" / "0-bsp" / "model.npz").exists()
+
+
+def test_a_failure_in_the_final_evaluation_keeps_the_model(tmp_path):
+    (tmp_path / "sleepy.py").write_text(SLEEPY)
+    data = {"source": "synthetic", "kind": "blobs", "n_points": 8000, "n_features": 4,
+            "centers": 4, "seed": 2}
+    job = _job(tmp_path, algorithm="sleepy:FailingEvaluation", test_data={**data, "seed": 3},
+               stop={"max_iterations": 5, "tolerance": None})
+    out = tmp_path / "run"
+    proc = mpirun(job, 2, out, timeout=60, check=False)
+    assert proc.returncode == ExitCode.FAILED, proc.stderr
+    _gone_within(tmp_path, 10)
+    assert "deliberate failure in test_metrics" in proc.stderr and "Traceback" in proc.stderr
+    assert _messages(proc.stderr)[-1] == (
+        "flegel: rank 0 (master) failed: RuntimeError: deliberate failure in test_metrics; the "
+        f"trained model (iteration 5) was saved before, in {out}/model.npz")
+    meta = json.loads((out / "model.json").read_text())
+    assert meta["theta_version"] == 5 and meta["stop_reason"] == "max_iterations"
+    assert np.load(out / "model.npz")["centers"].shape == (4, 4)
+    assert not (out / "summary.json").exists()
