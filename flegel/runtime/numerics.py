@@ -10,6 +10,7 @@ beside the kernel that produced the entry.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -19,6 +20,17 @@ import numpy as np
 from flegel.protocol import ExitCode, StopReason
 from flegel.runtime.faults import JobFault
 from flegel.runtime.layout import Layout
+
+#: A layout's key set and its (key, shape, dtype) entries.
+_Spec = tuple[frozenset[str], tuple[tuple[str, tuple[int, ...], np.dtype], ...]]
+
+
+@functools.cache
+def _spec(layout: Layout) -> _Spec:
+    """The layout's key set and (key, shape, dtype) triples, built once per layout."""
+    return frozenset(layout.keys), tuple(
+        (k, shape, np.dtype(dt)) for k, shape, dt in zip(layout.keys, layout.shapes,
+                                                         layout.dtypes))
 
 
 def layout_problem(arrays: Mapping[str, Any], layout: Layout) -> str | None:
@@ -40,34 +52,39 @@ def layout_problem(arrays: Mapping[str, Any], layout: Layout) -> str | None:
     str or None
         ``"entry 'g' has shape (1, 3), expected (3,)"`` and the like.
     """
-    expected = list(layout.keys)
-    missing = [k for k in expected if k not in arrays]
-    if missing:
-        return f"entry {missing[0]!r} is missing (expected the entries {expected})"
-    extra = sorted(k for k in arrays if k not in layout.keys)
-    if extra:
+    keys, entries = _spec(layout)
+    if arrays.keys() != keys:
+        expected = list(layout.keys)
+        missing = [k for k in expected if k not in arrays]
+        if missing:
+            return f"entry {missing[0]!r} is missing (expected the entries {expected})"
+        extra = sorted(k for k in arrays if k not in keys)
         return f"entry {extra[0]!r} is not in the layout (expected the entries {expected})"
-    for key, shape, dtype in zip(layout.keys, layout.shapes, layout.dtypes):
+    for key, shape, dtype in entries:
         value = arrays[key]
         found = np.shape(value)
         if found != shape:
             return f"entry {key!r} has shape {found}, expected {shape}"
-        kind = np.asarray(value).dtype
-        if not np.can_cast(kind, np.dtype(dtype), "same_kind"):
-            return f"entry {key!r} has dtype {kind}, expected {np.dtype(dtype)}"
+        kind = value.dtype if isinstance(value, np.ndarray) else np.asarray(value).dtype
+        if kind != dtype and not np.can_cast(kind, dtype, "same_kind"):
+            return f"entry {key!r} has dtype {kind}, expected {dtype}"
     return None
 
 
 def nonfinite_key(arrays: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
-    """The first of ``keys`` whose entry in ``arrays`` holds NaN or ±inf, or None."""
+    """The first of ``keys`` whose entry in ``arrays`` holds NaN or ±inf, or None.
+
+    One reduction per entry: a sum is finite when every term is (the exact element test
+    runs only to confirm a non-finite sum, which overflow alone can also give).
+    """
     for key in keys:
         value = arrays[key]
         if isinstance(value, float):
             if not math.isfinite(value):
                 return key
             continue
-        a = np.asarray(value)
-        if a.dtype.kind in "fc" and not np.isfinite(a).all():
+        a = value if isinstance(value, np.ndarray) else np.asarray(value)
+        if a.dtype.kind in "fc" and not np.isfinite(a.sum()) and not np.isfinite(a).all():
             return key
     return None
 
