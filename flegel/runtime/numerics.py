@@ -84,7 +84,11 @@ def nonfinite_key(arrays: Mapping[str, Any], keys: tuple[str, ...]) -> str | Non
                 return key
             continue
         a = value if isinstance(value, np.ndarray) else np.asarray(value)
-        if a.dtype.kind in "fc" and not np.isfinite(a.sum()) and not np.isfinite(a).all():
+        if a.dtype.kind not in "fc":
+            continue
+        with np.errstate(all="ignore"):  # inf - inf in the sum is what we look for
+            total = a.sum()
+        if not np.isfinite(total) and not np.isfinite(a).all():
             return key
     return None
 
