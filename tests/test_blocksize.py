@@ -281,6 +281,7 @@ def test_real_run_of_a_sleeping_algorithm(tmp_path: Path) -> None:
     s = summary(tmp_path / "out")
     calls = float(np.load(tmp_path / "out" / "model.npz")["calls"][0])
     compute = sum(w["compute_s"] for w in s["per_worker"])
-    assert min(w["passes"] for w in s["per_worker"]) >= 12 and calls > 0
+    # About 12 pushes (passes) per worker; under ASP a slowed worker may do fewer.
+    assert sum(w["passes"] for w in s["per_worker"]) >= 20 and calls > 0
     share = calls * A_SLEEP / compute
     assert share <= 0.30, (calls, compute)
