@@ -126,6 +126,11 @@ RUNTIME: dict[str, Key] = {
         "long; it bounds one worker iteration (a full pass under BSP full batch), and "
         "loading, compiling and the final evaluation with at least 60 s; null: never", 300.0,
         lo=0, lo_open=True, null=True, unit="seconds"),
+    "exact_budget": schema.number(
+        "share of training time the workers may spend evaluating the exact objective of θ "
+        "snapshots on all the data during the run (the progress line, the exact trace and "
+        "the target stop use it); 0: never, and stop.target_objective is then met on the "
+        "online objective", 0.05, lo=0, hi=0.5),
 }
 
 #: The sections checked by :func:`flegel.schema.check_section` directly.

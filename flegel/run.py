@@ -39,6 +39,7 @@ from flegel.protocol import ExitCode, StopReason
 from flegel.runtime import comm as msg
 from flegel.runtime import lifetime, peers
 from flegel.runtime.agreement import Rejected, agreed
+from flegel.runtime.exact import Evaluator, ExactObjective, id_checksum
 from flegel.runtime.faults import JobFault
 from flegel.runtime.layout import Layout
 from flegel.runtime.server import Server
@@ -135,17 +136,21 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     store = ShardStore(x, y, algorithm.init_state(len(x), x.shape[1]), ids=ids)
     stragglers = Stragglers.for_rank(job["stragglers"], comm.rank, job["seed"])
     policy = policy_class(job["sync"]["model"]).WORKER(job["sync"])
+    evaluator = Evaluator(algorithm) if job["runtime"]["exact_budget"] > 0 else None
     worker = Worker(comm, algorithm, store, layouts["theta"], layouts["agg"], policy,
-                    stragglers, block_ms=job["runtime"]["block_ms"])
+                    stragglers, block_ms=job["runtime"]["block_ms"], evaluator=evaluator)
     worker.receive_params()  # θ⁽⁰⁾, sent once
     _warm_up(algorithm, x, y, worker.theta, layouts["agg"].zeros())
     msg.send_object(comm, "ready", dest=0)
     report = worker.run()
     # The exact objective of the final θ and of every θ snapshot of the run, on this shard
     # (see flegel.runtime.server.Trace).
-    thetas = msg.recv_object(comm, source=0)[0]
+    final = msg.recv_object(comm, source=0)[0]
+    thetas = final["trace"]
     full = store.full_block()
-    report["objective"] = float(algorithm.evaluate(worker.theta, full))
+    # The master's θ, the model it saves (a worker may hold an older one, or the target
+    # stop may have made an evaluated snapshot final).
+    report["objective"] = float(algorithm.evaluate(final["theta"], full))
     report["trace"] = [float(algorithm.evaluate(th, full)) for th in thetas]
     report["load_s"] = time.perf_counter() - t0 - report["compute_s"] - report["wait_s"]
     report["peak_rss_mib"] = peak_rss_mib()  # after the final evaluation: the whole run's peak
@@ -288,6 +293,12 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver) -> dict[
                     stall_warning_s=job["runtime"]["stall_warning_s"],
                     stall_timeout_s=timeout)
     server.shard_sizes = {r: infos[r]["n"] for r in ranks}
+    budget = job["runtime"]["exact_budget"]
+    if budget > 0:
+        ids = sum(id_checksum((np.int64(r) << ID_SHIFT) | np.arange(infos[r]["n"],
+                                                                   dtype=np.int64))
+                  for r in ranks) % (1 << 64)
+        server.exact = ExactObjective(ranks, info.n_points, ids, budget)
     server.preload()
     saver.server = server
     saver.phase = "compiling their kernels"
@@ -302,13 +313,14 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver) -> dict[
                                     complete=False, stop_reason=str(server.reason))
     saver.phase = "evaluating the final θ"
     watch = _watch(comm, timeout, saver.phase)
-    msg.bcast_object(comm, server.trace.thetas, watch=watch)
+    msg.bcast_object(comm, {"trace": server.trace.thetas, "theta": server.theta},
+                     watch=watch)
     # Every worker's end-of-run report (evaluated objective, totals), in rank order.
     reports = msg.gather_objects(comm, ranks, watch)
     peers.disarm()  # the workers are done: they may exit before the master
     results = [reports[r] for r in ranks]
-    progress.close(server.version, server.objective, server.train_s)
     summary = writer.finish(server, policy, algorithm, info, results, infos)
+    progress.close(server.version, summary["final_objective"], server.train_s)
     return summary
 
 
