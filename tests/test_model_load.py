@@ -4,6 +4,7 @@ under mpirun, warm starts from it, and clear errors for what is not a model."""
 from __future__ import annotations
 
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -55,6 +56,8 @@ def test_load_returns_a_fitted_kmeans(kmeans_run):
     assert -km.score(x) == pytest.approx(s["final_objective"], rel=1e-9)
     with pytest.raises(ValueError, match="X has 2 features, but KMeans is expecting 3"):
         km.predict(x[:, :2])
+    again = pickle.loads(pickle.dumps(km))  # a loaded estimator travels like any other
+    np.testing.assert_array_equal(again.predict(x), km.predict(x))
 
 
 def test_warm_start_from_the_run_directory(kmeans_run):
