@@ -72,6 +72,19 @@ def test_warm_start_from_the_run_directory(kmeans_run):
         assert summary(warm)["final_objective"] == pytest.approx(first, rel=1e-9)
 
 
+def test_fit_a_job_file_on_arrays_warm_started_by_a_relative_path(kmeans_run):
+    """flegel.fit on a job file: its data replaced by X, its relative init still meaning the
+    run directory beside it."""
+    folder, job, out = kmeans_run
+    x, _ = load_shard(load_job(job)["data"], 0, 1, job.parent)
+    warm = _kmeans_job(folder, "relative.yaml", init=out.name)
+    est = flegel.fit(warm, x, out=folder / "fits")
+    assert isinstance(est, flegel.KMeans) and est.get_params()["init"] == out.name
+    assert events(est.run_dir_)[0]["objective"] == pytest.approx(
+        summary(out)["final_objective"], rel=1e-9)
+    assert not list(folder.glob(".flegel-fit-*"))  # the job file written beside it is gone
+
+
 def test_warm_start_from_another_algorithm_or_shape_fails_before_work(kmeans_run):
     folder, _, out = kmeans_run
     gmm = write_job(folder / "gmm.yaml", algorithm="gmm",

@@ -114,7 +114,8 @@ def fit(job_or_algorithm: Any, X: Any, y: Any = None, **overrides: Any) -> Flege
     Parameters
     ----------
     job_or_algorithm : str, Path, dict or Algorithm subclass
-        A job file (its ``data`` is replaced by ``X``), a job mapping, a built-in name
+        A job file (its ``data`` is replaced by ``X``; its relative paths keep their meaning,
+        the job is written beside it), a job mapping, a built-in name
         (``"kmeans"``), ``"package.module:Class"``, or a :class:`flegel.Algorithm` subclass
         defined in an importable module.
     X : array-like of shape (n_samples, n_features)
@@ -138,12 +139,13 @@ def fit(job_or_algorithm: Any, X: Any, y: Any = None, **overrides: Any) -> Flege
     """
     from flegel.config import load_yaml
 
-    import_root = None
+    import_root = job_dir = None
     if isinstance(job_or_algorithm, dict):
         doc = copy.deepcopy(job_or_algorithm)
     elif isinstance(job_or_algorithm, (str, Path)) and str(job_or_algorithm).endswith(
             (".yaml", ".yml")):
         doc = load_yaml(Path(job_or_algorithm))
+        job_dir = Path(job_or_algorithm).resolve().parent
     else:
         name, import_root = algorithm_name(job_or_algorithm)
         doc = {"algorithm": name}
@@ -159,7 +161,7 @@ def fit(job_or_algorithm: Any, X: Any, y: Any = None, **overrides: Any) -> Flege
     Xa = np.asarray(X)
     if Xa.ndim != 2:
         raise ValueError(f"X must be a 2-D array (n_samples, n_features), got shape {Xa.shape}")
-    saved = run_job(doc, Xa, None if y is None else np.asarray(y), out, import_root)
+    saved = run_job(doc, Xa, None if y is None else np.asarray(y), out, import_root, job_dir)
     from flegel.estimators.loading import from_saved
 
     return from_saved(saved)

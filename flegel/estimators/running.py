@@ -83,7 +83,7 @@ def _new_run_dir(out: str | os.PathLike[str] | None, name: str, sync: str) -> Pa
 
 def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
             out: str | os.PathLike[str] | None = None,
-            import_root: Path | None = None) -> SavedModel:
+            import_root: Path | None = None, job_dir: Path | None = None) -> SavedModel:
     """Train the job ``doc`` on ``X`` (and labels ``y``) under MPI; return the saved model.
 
     The path of ``flegel run``: ``X`` and ``y`` are written as ``.npy`` files into a new run
@@ -91,6 +91,22 @@ def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
     (:func:`flegel.config.load_job`), ``workers + 1`` ranks are launched
     (:func:`flegel.launch.launch`), and the model is read back.  The data files are removed
     afterwards (the job file too when the run succeeded).
+
+    Parameters
+    ----------
+    doc : dict
+        The job (its ``data`` is replaced).
+    X, y : ndarray
+        The data and, for supervised algorithms, the labels.
+    out : path, optional
+        Folder under which the run directory is made (default: the temporary folder's
+        ``flegel-runs``).
+    import_root : Path, optional
+        Folder put on the ranks' ``PYTHONPATH`` (the package root of a user's algorithm).
+    job_dir : Path, optional
+        Folder to write the job file into (a hidden ``.flegel-fit-*.yaml``): the folder of
+        the user's job file, so its relative paths keep their meaning.  Default: the run
+        directory's ``input`` folder.
 
     Raises
     ------
@@ -115,17 +131,20 @@ def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
     inputs.mkdir()
     x_file = inputs / "X.npy"
     np.save(x_file, np.ascontiguousarray(X))
-    data: dict[str, Any] = {"path": x_file.name}
+    data: dict[str, Any] = {"path": str(x_file)}
     files = [x_file]
     if y is not None:
         y_file = inputs / "y.npy"
         np.save(y_file, np.ascontiguousarray(y))
-        data["label_path"] = y_file.name
+        data["label_path"] = str(y_file)
         files.append(y_file)
     doc["data"] = data
     doc.setdefault("output", {})
     doc["output"] = {"progress": "none", **(doc["output"] or {})}
-    job_file = inputs / JOB_FILE
+    # Beside the user's job file when there is one, so its relative paths (params.init,
+    # test_data, a module beside it) mean what they meant there.
+    job_file = inputs / JOB_FILE if job_dir is None else \
+        Path(job_dir) / f".flegel-fit-{run_dir.name}.yaml"
     job_file.write_text(yaml.safe_dump(doc, sort_keys=False))
     code = -1
     try:
@@ -137,7 +156,8 @@ def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
             f.unlink(missing_ok=True)
         if code == 0:  # else the job file stays, to be read beside the messages
             job_file.unlink(missing_ok=True)
-            inputs.rmdir()
+            if not any(inputs.iterdir()):
+                inputs.rmdir()
     if code != 0:
         raise RuntimeError(f"flegel run failed (exit code {code}); its messages are above. "
                            f"Job file: {job_file}")
