@@ -9,9 +9,17 @@ fit that must fail on its parameters before anything is launched):
 ``check_get_params_invariance``, ``check_set_params``, ``check_estimator_cloneable``,
 ``check_estimator_repr``, ``check_mixin_order``, ``check_valid_tag_types``,
 ``check_estimator_tags_renamed``, ``check_do_not_raise_errors_in_init_or_set_params``,
-``check_param_validation``, ``check_estimators_unfitted``.
+``check_param_validation``, ``check_estimators_unfitted``, ``check_fit2d_1sample``,
+``check_estimators_empty_data_messages``.
 
-Run with a real fit (KMeans): ``check_n_features_in_after_fitting``.
+Run with a real fit (KMeans): ``check_n_features_in_after_fitting``.  Run by hand, not in the
+suite (each fits several times under MPI), and passing: for KMeans and LogisticRegression
+``check_fit2d_predict1d``, ``check_fit_score_takes_y``, ``check_estimators_fit_returns_self``,
+``check_estimators_dtypes``, ``check_fit_check_is_fitted``,
+``check_dont_overwrite_parameters``, ``check_estimators_nan_inf``, ``check_dict_unchanged``,
+``check_estimators_pickle``; for KMeans ``check_clusterer_compute_labels_predict``; for
+LogisticRegression ``check_classifiers_one_label``, ``check_classifiers_classes``,
+``check_supervised_y_2d``.
 
 Skipped, and why:
 
@@ -23,8 +31,7 @@ Skipped, and why:
   tested here once each (idempotence: tests/test_determinism_mpi.py);
 * sparse input, sample weights, pandas/polars output, array API: not supported (dense
   ``.npy`` data only);
-* ``check_estimators_empty_data_messages``, ``check_estimators_nan_inf``,
-  ``check_complex_data``, ``check_dtype_object``: scikit-learn's own input validation
+* ``check_complex_data``, ``check_dtype_object``: scikit-learn's own input validation
   (``validate_data``) runs first in ``fit``, the same code that these checks exercise.
 """
 
@@ -52,7 +59,8 @@ NO_FIT_CHECKS = [
     "check_get_params_invariance", "check_set_params", "check_estimator_cloneable",
     "check_estimator_repr", "check_mixin_order", "check_valid_tag_types",
     "check_estimator_tags_renamed", "check_do_not_raise_errors_in_init_or_set_params",
-    "check_param_validation", "check_estimators_unfitted",
+    "check_param_validation", "check_estimators_unfitted", "check_fit2d_1sample",
+    "check_estimators_empty_data_messages",
 ]
 
 

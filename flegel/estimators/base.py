@@ -54,6 +54,8 @@ class FlegelEstimator(BaseEstimator):
     ALGORITHM_PARAMS: ClassVar[dict[str, str]] = {}
     #: Whether ``fit`` needs ``y``.
     SUPERVISED: ClassVar[bool] = False
+    #: The parameter that ``fit`` needs at least as many rows as (n_clusters, ...), if any.
+    MIN_SAMPLES_PARAM: ClassVar[str | None] = None
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = dict(RUNTIME_CONSTRAINTS)
     # The runtime parameters (set by each subclass's __init__ through runtime_init).
     workers: int
@@ -95,7 +97,20 @@ class FlegelEstimator(BaseEstimator):
         out: np.ndarray = validate_data(self, X, reset=reset, dtype=[np.float64, np.float32])
         return out
 
+    def _check_samples(self, X: np.ndarray) -> None:
+        """Enough rows for the job, before anything is launched (scikit-learn's wording):
+        one per worker (each holds a shard) and one per cluster or component."""
+        n = X.shape[0]
+        if n < self.workers:
+            raise ValueError(f"n_samples={n} should be >= workers={self.workers}: every "
+                             "worker holds a shard of the data")
+        if self.MIN_SAMPLES_PARAM is not None:
+            k = getattr(self, self.MIN_SAMPLES_PARAM)
+            if n < k:
+                raise ValueError(f"n_samples={n} should be >= {self.MIN_SAMPLES_PARAM}={k}.")
+
     def _fit_run(self, X: np.ndarray, y: np.ndarray | None = None) -> SavedModel:
+        self._check_samples(X)
         return run_job(self._job(), X, y, self.out)
 
     def fit(self, X: Any, y: Any = None) -> FlegelEstimator:

@@ -55,6 +55,7 @@ default="k-means++"
     """
 
     ALGORITHM = "kmeans"
+    MIN_SAMPLES_PARAM = "n_clusters"
     ALGORITHM_PARAMS = {"n_clusters": "n_clusters", "init": "init", "n_init": "n_init"}
     _parameter_constraints = {
         **RUNTIME_CONSTRAINTS,
@@ -129,6 +130,7 @@ class GaussianMixture(DensityMixin, FlegelEstimator):
     """
 
     ALGORITHM = "gmm"
+    MIN_SAMPLES_PARAM = "n_components"
     ALGORITHM_PARAMS = {"n_components": "n_components", "covariance_type": "covariance_type",
                         "reg_covar": "reg_covar", "init": "init"}
     _parameter_constraints = {
@@ -201,6 +203,7 @@ class FuzzyCMeans(ClusterMixin, FlegelEstimator):
     """
 
     ALGORITHM = "fcm"
+    MIN_SAMPLES_PARAM = "n_clusters"
     ALGORITHM_PARAMS = {"n_clusters": "n_clusters", "m": "m", "init": "init"}
     _parameter_constraints = {
         **RUNTIME_CONSTRAINTS,

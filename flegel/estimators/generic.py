@@ -63,6 +63,7 @@ class Estimator(FlegelEstimator):
         return doc
 
     def _fit_run(self, X: np.ndarray, y: np.ndarray | None = None) -> SavedModel:
+        self._check_samples(X)
         doc = self._job()
         return run_job(doc, X, y, self.out, self._import_root)
 
