@@ -24,13 +24,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"flegel {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    def job_args(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("job", help="job YAML file")
+    def job_args(sp: argparse.ArgumentParser, optional: bool = False) -> None:
+        sp.add_argument("job", help="job YAML file", nargs="?" if optional else None)
         sp.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                         help="override a job key (repeatable), e.g. --set sync.model=bsp")
 
     r = sub.add_parser("run", help="train a job")
-    job_args(r)
+    job_args(r, optional=True)
+    r.add_argument("--resume", metavar="RUN_DIR", help=(
+        "continue the run in RUN_DIR from its checkpoint (output.checkpoint): the same job "
+        "(RUN_DIR/job.yaml), the same number of workers; --set may change stop.* keys"))
     r.add_argument("--out", help="run directory (default: output.dir/<name>-<sync>-<time>)")
     r.add_argument("--force", action="store_true",
                    help="let --out overwrite an existing run directory")
@@ -78,8 +81,24 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from flegel import checkpoint
     from flegel.output import RunDirError, claim_run_dir, default_run_dir
+    from flegel.resume import resumed_job
 
+    if (args.job is None) == (args.resume is None):
+        return _error(ValueError("run: expected a job file or --resume RUN_DIR (one of them)"))
+    if args.resume is not None and (args.out or args.force):
+        return _error(ValueError("run --resume: the run continues in RUN_DIR; --out and "
+                                 "--force do not apply"))
+    if not under_mpi() and args.resume is not None:
+        try:
+            job = resumed_job(Path(args.resume), args.set)
+        except (JobError, checkpoint.CheckpointError) as exc:
+            return _error(exc)
+        argv = ["run", "--resume", str(Path(args.resume).resolve())]
+        for s in args.set:
+            argv += ["--set", s]
+        return launch(job["workers"] + 1, argv)
     if not under_mpi():
         try:
             job = load_job(args.job, args.set)
@@ -100,9 +119,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     from flegel.runtime.agreement import Rejected, agreed
 
     comm = MPI.COMM_WORLD
+    resumed: list[checkpoint.Checkpoint] = []
 
     def prepare() -> Job:
-        job = load_job(args.job, args.set, workers=max(comm.size - 1, 1))
+        workers = max(comm.size - 1, 1)
+        if args.resume is not None:
+            # The checkpoint (every file checked) is the master's to send out.
+            job = resumed_job(Path(args.resume), args.set, workers)
+            if comm.rank == 0:
+                resumed.append(checkpoint.load(Path(args.resume), workers))
+            return job
+        job = load_job(args.job, args.set, workers=workers)
         if comm.rank == 0 and args.out:
             claim_run_dir(Path(args.out), args.force)
         return job
@@ -110,12 +137,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         # Ranks may see different file systems on a cluster: agree before any work, so a
         # rank that cannot run stops everyone with one message.
-        job = agreed(comm, (JobError, RunDirError), prepare)
+        job = agreed(comm, (JobError, RunDirError, checkpoint.CheckpointError), prepare)
         if comm.rank != 0:
             run(comm, job, Path("."))
             return 0
-        out = Path(args.out) if args.out else default_run_dir(job)
-        summary = run(comm, job, out)
+        if args.resume is not None:
+            out = Path(args.resume)
+        else:
+            out = Path(args.out) if args.out else default_run_dir(job)
+        summary = run(comm, job, out, resumed[0] if resumed else None)
     except Rejected:  # rank 0 has printed why (bad data found by a worker at load, ...)
         return EXIT_BAD_JOB
     assert summary is not None  # the master returns the summary

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import yaml
 
-from flegel import schema
+from flegel import checkpoint, schema
 from flegel import sync as sync_models
 from flegel.schema import Key, SchemaError
 from flegel.stragglers import COMMON_KEYS as STRAGGLER_COMMON
@@ -109,6 +109,9 @@ OUTPUT: dict[str, Key] = {
         "θ snapshots evaluated exactly after training, for the exact objective trace and "
         "time to target; null: 50 when a target objective is set, else 0", None, lo=0,
         null=True),
+    "checkpoint": schema.mapping("write checkpoints into the run directory, which `flegel run "
+                                 "--resume RUN_DIR` continues from (keys in the table "
+                                 "`output.checkpoint` below); null: none", None, null=True),
 }
 
 RUNTIME: dict[str, Key] = {
@@ -293,6 +296,8 @@ def key_at(doc: dict[str, Any], parts: list[str]) -> Key | None:
     head = parts[0]
     if len(parts) == 2 and head in SECTIONS:
         return SECTIONS[head].get(parts[1])
+    if parts[:2] == ["output", "checkpoint"] and len(parts) == 3:
+        return checkpoint.KEYS.get(parts[2])
     if len(parts) == 2 and head == "sync":
         sync = doc.get("sync")
         model = _expand_preset(dict(sync) if isinstance(sync, dict) else {}).get("model", "bsp")
@@ -642,6 +647,13 @@ def validate(doc: dict[str, Any], file: Path, workers: int | None = None) -> Job
     job["params"] = job["params"] or {}
     for section, keys in SECTIONS.items():
         job[section] = _check(file, section, job[section], keys)
+    if job["output"]["checkpoint"] is not None:
+        ck = _check(file, "output.checkpoint", job["output"]["checkpoint"], checkpoint.KEYS)
+        problem = checkpoint.check_options(ck)
+        if problem is not None:
+            raise JobError(file, f"output.checkpoint.{problem[0]}", problem[1],
+                           ck[problem[0]])
+        job["output"]["checkpoint"] = ck
     # One rule for every path key: relative to the job file's folder, as data.path is.
     job["output"]["dir"] = str(file.parent / Path(job["output"]["dir"]).expanduser())
     _check_can_stop(file, job["stop"])
@@ -798,6 +810,9 @@ def reference_sections() -> list[schema.Section]:
         S("`stop`", "stop.", STOP, "Training stops at the first of these that is met (FSP "
           "paper Section 5.3) or when the algorithm's `termination_check` says so."),
         S("`output`", "output.", OUTPUT),
+        S("`output.checkpoint`", "output.checkpoint.", checkpoint.KEYS, "Exactly one of "
+          "the two; see `flegel/checkpoint.py` for what a checkpoint holds and when it is "
+          "taken.", level=3),
         S("`runtime`", "runtime.", RUNTIME),
     ]
     presets = ", ".join(f"`{name}` = `{schema.describe_default(v)}`"

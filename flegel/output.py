@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,7 +29,8 @@ CONVERGED = ("converged", "target", "algorithm", "halted")
 
 #: The files a run writes into its directory; :func:`claim_run_dir` says a directory holding
 #: any of them is a run.
-RUN_FILES = ("job.yaml", "events.jsonl", "model.npz", "model.json", "summary.json")
+RUN_FILES = ("job.yaml", "events.jsonl", "model.npz", "model.json", "summary.json",
+             "checkpoint")
 
 
 class RunDirError(ValueError):
@@ -85,7 +87,10 @@ def claim_run_dir(path: Path, force: bool) -> None:
         raise RunDirError(f"--out {path}: expected a new run directory, found an existing run "
                          f"({', '.join(found)}); pass --force to overwrite it")
     for f in found:
-        (path / f).unlink()
+        if (path / f).is_dir():  # checkpoint/ (flegel/checkpoint.py)
+            shutil.rmtree(path / f)
+        else:
+            (path / f).unlink()
 
 
 @contextmanager
@@ -149,15 +154,27 @@ class RunWriter:
     push), ``model.npz`` + ``model.json`` (arrays and metadata, no pickle), ``summary.json``.
     """
 
-    def __init__(self, out_dir: Path, job: Any) -> None:
+    def __init__(self, out_dir: Path, job: Any, events_from: int | None = None) -> None:
         self.dir = Path(out_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.job = job
         doc = dict(job.doc)
         with atomic_path(self.dir / "job.yaml") as tmp:
             tmp.write_text(yaml.safe_dump(doc, sort_keys=False))
-        self._events = open(self.dir / "events.jsonl", "w", buffering=1 << 16)  # noqa: SIM115
+        events = self.dir / "events.jsonl"
+        if events_from is not None and events.exists():
+            # A resumed run: the events up to its checkpoint stay, later ones are replayed.
+            with open(events, "r+b") as f:
+                f.truncate(events_from)
+            self._events = open(events, "a", buffering=1 << 16)  # noqa: SIM115
+        else:
+            self._events = open(events, "w", buffering=1 << 16)  # noqa: SIM115
         self._flushed = time.monotonic()
+
+    def events_bytes(self) -> int:
+        """Bytes of ``events.jsonl`` written so far (flushed): where a checkpoint is."""
+        self._events.flush()
+        return int(self._events.tell())
 
     def event(self, record: dict[str, Any]) -> None:
         """Append one event; flushed about once a second so a crash loses little."""

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from flegel.protocol import Instructions, Reason, Signal, StopReason
+from flegel.state import AttributeState
 
 #: An aggregator or θ: a dict of arrays (and floats).
 Arrays = dict[str, Any]
@@ -225,7 +226,7 @@ class WorkerPort(Protocol):
         ...
 
 
-class WorkerPolicy:
+class WorkerPolicy(AttributeState):
     """The worker side of a sync model: when one iteration ends.
 
     The worker loop (:class:`flegel.runtime.worker.Worker`) is the same for every model.  It
@@ -238,6 +239,9 @@ class WorkerPolicy:
     This base class ends an iteration after ``batch`` points (0: a full pass): BSP and the
     push models.
     """
+
+    #: Checkpoints save every attribute but the options (:class:`~flegel.state.AttributeState`).
+    NOT_STATE: ClassVar[tuple[str, ...]] = ("options",)
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self.options = options or {}

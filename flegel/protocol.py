@@ -39,6 +39,7 @@ class Tag(enum.IntEnum):
     MIGRATE = 16  # worker -> worker: a window of points, a reactivation, or a final count
     FAULT = 17    # worker -> master: this worker failed (pickled: rank, pid, exit code, text)
     EVAL = 18     # master <-> worker: evaluate a θ snapshot exactly / the partial sum (pickled)
+    CHECKPOINT = 19  # worker -> master: this worker's state for a checkpoint (pickled)
 
 
 class Reason(enum.IntEnum):
@@ -162,6 +163,7 @@ PARAMS = Header((
     "sent_at",      # time.time() when sent
     "has_theta",    # 1: θ follows the header; 0: θ is the one the worker holds already
     "orders",       # migration orders sent with this θ (Tag.ORDER messages)
+    "checkpoint",   # 1: send your state (Tag.CHECKPOINT) before computing (flegel/checkpoint.py)
 ))
 
 #: Master -> worker control signal.

@@ -33,9 +33,10 @@ from mpi4py import MPI
 
 from flegel.api import Algorithm, DataInfo, zero_aggregator
 from flegel.block import Block
+from flegel.checkpoint import Checkpoint, Checkpointer
 from flegel.config import Job, JobError
 from flegel.peak_memory import peak_rss_mib
-from flegel.protocol import ExitCode, StopReason
+from flegel.protocol import ExitCode, StopReason, Tag
 from flegel.runtime import comm as msg
 from flegel.runtime import lifetime, peers
 from flegel.runtime.agreement import Rejected, agreed
@@ -132,6 +133,8 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
                            "n_classes": None if y is None else int(np.max(y)) + 1,
                            "load_s": time.perf_counter() - t0}, dest=0)
     layouts = msg.recv_object(comm, source=0)[0]
+    # A resumed job: this worker's part of the checkpoint (flegel/checkpoint.py).
+    resumed = msg.recv_object(comm, source=0)[0] if layouts.get("resume") else None
     ids = (np.int64(comm.rank) << ID_SHIFT) | np.arange(len(x), dtype=np.int64)
     store = ShardStore(x, y, algorithm.init_state(len(x), x.shape[1]), ids=ids)
     stragglers = Stragglers.for_rank(job["stragglers"], comm.rank, job["seed"])
@@ -139,6 +142,8 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     evaluator = Evaluator(algorithm) if job["runtime"]["exact_budget"] > 0 else None
     worker = Worker(comm, algorithm, store, layouts["theta"], layouts["agg"], policy,
                     stragglers, block_ms=job["runtime"]["block_ms"], evaluator=evaluator)
+    if resumed is not None:
+        worker.restore(resumed)
     worker.receive_params()  # θ⁽⁰⁾, sent once
     _warm_up(algorithm, x, y, worker.theta, layouts["agg"].zeros())
     msg.send_object(comm, "ready", dest=0)
@@ -193,12 +198,14 @@ class _Saver:
                 f"{writer.dir}/model.npz")
 
 
-def run_master(comm: MPI.Comm, job: Job, out_dir: Path) -> dict[str, Any]:
-    """The master's whole run; a fault or an exception saves θ and ends the job."""
+def run_master(comm: MPI.Comm, job: Job, out_dir: Path,
+               resume: Checkpoint | None = None) -> dict[str, Any]:
+    """The master's whole run (from ``resume``, a checkpoint, when given); a fault or an
+    exception saves θ and ends the job."""
     saver = _Saver()
     peers.on_death(lambda rank, pid: _worker_died(comm, saver, rank, pid))
     try:
-        return _run_master(comm, job, out_dir, saver)
+        return _run_master(comm, job, out_dir, saver, resume)
     except BaseException as exc:  # noqa: BLE001 - every failure must end the job
         if isinstance(exc, Rejected) or (isinstance(exc, SystemExit) and not exc.code):
             raise  # Rejected: every rank agreed to stop before any work; rank 0 said why
@@ -255,7 +262,8 @@ def _watch(comm: MPI.Comm, timeout_s: float | None, what: str) -> Any:
     return watch
 
 
-def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver) -> dict[str, Any]:
+def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
+                resume: Checkpoint | None = None) -> dict[str, Any]:
     from flegel.output import RunWriter
     from flegel.progress import Progress
 
@@ -279,12 +287,19 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver) -> dict[
                     base_dir=job.base_dir)
     algorithm = job.make_algorithm()
     theta = algorithm.init_parameter(info)
+    if resume is not None:
+        theta = resume.master["server"]["theta"]
     agg_layout = Layout.of(zero_aggregator(algorithm, theta, sample[0],
                                            None if sample_y is None else sample_y[0]))
     theta_layout = Layout.of(theta)
-    msg.bcast_object(comm, {"theta": theta_layout, "agg": agg_layout})
+    msg.bcast_object(comm, {"theta": theta_layout, "agg": agg_layout,
+                            "resume": resume is not None})
+    if resume is not None:
+        for r in ranks:
+            msg.send_object(comm, resume.workers[r], dest=r)
 
-    writer = RunWriter(out_dir, job)
+    writer = RunWriter(out_dir, job,
+                       events_from=None if resume is None else resume.master["events_bytes"])
     saver.writer, saver.algorithm = writer, algorithm
     progress = Progress(job["output"]["progress"], algorithm.objective_name)
     server = Server(MpiTransport(comm, theta_layout, agg_layout), ranks, algorithm, theta,
@@ -299,6 +314,11 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver) -> dict[
                                                                    dtype=np.int64))
                   for r in ranks) % (1 << 64)
         server.exact = ExactObjective(ranks, info.n_points, ids, budget)
+    if job["output"]["checkpoint"] is not None:
+        server.checkpoint = Checkpointer(
+            out_dir, job["output"]["checkpoint"], ranks,
+            receive=lambda: msg.received(comm, Tag.CHECKPOINT),
+            meta={"job_file": str(job.file)}, events_bytes=writer.events_bytes)
     server.preload()
     saver.server = server
     saver.phase = "compiling their kernels"
@@ -306,8 +326,14 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver) -> dict[
     msg.gather_objects(comm, ranks, _watch(comm, timeout, "compiling their kernels"))
     policy = policy_class(job["sync"]["model"])(server, job["sync"])
     saver.phase = "training"
+    snapshot = None
+    if resume is not None:
+        snapshot = resume.master
+        if server.checkpoint is not None:
+            server.checkpoint.resumed(resume.manifest["sequence"], snapshot["elapsed_s"],
+                                      snapshot["iteration"])
     with lifetime.deferred():  # a signal stops the loop at a poll, with θ consistent
-        server.serve(policy, watch=lifetime.check_pending)
+        server.serve(policy, watch=lifetime.check_pending, resume=snapshot)
     # The trained model first: a failure in the final evaluation must not lose it.
     saver.saved = writer.save_model(algorithm, server.theta, server.version,
                                     complete=False, stop_reason=str(server.reason))
@@ -324,15 +350,16 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver) -> dict[
     return summary
 
 
-def run(comm: MPI.Comm, job: Job, out_dir: Path) -> dict[str, Any] | None:
+def run(comm: MPI.Comm, job: Job, out_dir: Path,
+        resume: Checkpoint | None = None) -> dict[str, Any] | None:
     """Run ``job`` on ``comm`` (rank 0 master, others workers); the master returns the
-    summary."""
+    summary.  ``resume`` (the master's): continue from this checkpoint of ``out_dir``."""
     if comm.size < 2:
         raise SystemExit("flegel: needs at least 2 MPI ranks (a master and a worker); "
                          "run 'flegel run JOB.yaml' without mpirun to start them itself")
     lifetime.install(master=comm.rank == 0)
     peers.watch(comm)
     if comm.rank == 0:
-        return abort_on_error(comm, run_master, comm, job, out_dir)
+        return abort_on_error(comm, run_master, comm, job, out_dir, resume)
     abort_on_error(comm, run_worker, comm, job)
     return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -121,6 +122,20 @@ class StopCriteria:
         if self.max_time_s is not None and elapsed_s >= self.max_time_s:
             return "max_time"
         return None
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """The progress the criteria track (:class:`flegel.state.Stateful`), not their
+        limits: a resumed job may raise ``max_iterations`` or ``max_time_s``."""
+        return {"last_check_passes": self._last_check_passes, "checks": self.checks,
+                "last_check_points": dict(self._last_check_points),
+                "last_check_objective": self._last_check_objective}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`checkpoint_state`."""
+        self._last_check_passes = state["last_check_passes"]
+        self._last_check_points = dict(state["last_check_points"])
+        self._last_check_objective = state["last_check_objective"]
+        self.checks = state["checks"]
 
     def _check_due(self, min_passes: float,
                    work: Mapping[int, tuple[float, float]] | None) -> bool:

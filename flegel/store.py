@@ -53,6 +53,7 @@ class ShardStore:
     def __init__(self, x: np.ndarray, y: np.ndarray | None,
                  state: dict[str, np.ndarray], ids: np.ndarray | None = None) -> None:
         n = int(x.shape[0])
+        self.n_native = n  # rows loaded from this worker's shard (the rest migrated in)
         self.x = np.ascontiguousarray(x)
         self.y = y
         self.state = state
@@ -335,6 +336,41 @@ class ShardStore:
         self._tally(rows, +1)
         self._enqueue(rows)
         return rows
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Everything but the shard's own points, which a resumed worker loads again
+        (:class:`flegel.state.Stateful`): per-point state, ids, visits, halted, inactive and
+        queued rows, cursor, cycles, counters, the mark and its journal, and the points that
+        migrated in (features and labels: their shard is another worker's)."""
+        import copy
+
+        skip = ("x", "y", "_buffers")
+        out = {k: copy.deepcopy(v) for k, v in vars(self).items() if k not in skip}
+        out["x_admitted"] = self.x[self.n_native:].copy()
+        out["y_admitted"] = None if self.y is None else self.y[self.n_native:].copy()
+        return out
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`checkpoint_state`; this store holds the same shard, freshly loaded.
+
+        Raises
+        ------
+        ValueError
+            The shard is not the one the state was taken with (another row count).
+        """
+        if state["n_native"] != self.n_native:
+            raise ValueError(f"checkpoint: expected a shard of {state['n_native']} rows, "
+                             f"found {self.n_native}: the data changed since the checkpoint")
+        state = dict(state)
+        x_in, y_in = state.pop("x_admitted"), state.pop("y_admitted")
+        if len(x_in):
+            self.x = np.concatenate([self.x[:self.n_native], x_in])
+            if self.y is not None:
+                self.y = np.concatenate([self.y[:self.n_native], y_in])
+        self._buffers = {}
+        for k, v in state.items():
+            setattr(self, k, v)
 
     # ------------------------------------------------------------------ mark and roll back
     def mark(self) -> None:

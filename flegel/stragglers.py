@@ -142,6 +142,7 @@ class Stragglers:
     #: Monotonic seconds the patterns' time runs on (a simulated clock in tests).
     clock: Callable[[], float] = time.perf_counter
     start: float = 0.0
+    resumed_s: float = 0.0  # pattern time already run before a resume
 
     def __post_init__(self) -> None:
         self.start = self.clock()
@@ -159,8 +160,23 @@ class Stragglers:
         return cls(rank, pats)
 
     def reset_clock(self) -> None:
-        """Start the pattern clock (``pause.at_s``, transient periods) when training starts."""
-        self.start = self.clock()
+        """Start the pattern clock (``pause.at_s``, transient periods) when training starts
+        (a resumed worker's clock goes on from its checkpoint)."""
+        self.start = self.clock() - self.resumed_s
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """The patterns (random generators, counters, time lost) and the pattern clock
+        (:class:`flegel.state.Stateful`)."""
+        import copy
+
+        return {"patterns": copy.deepcopy(self.patterns),
+                "elapsed_s": self.clock() - self.start}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`checkpoint_state`."""
+        self.patterns = state["patterns"]
+        self.resumed_s = state["elapsed_s"]
+        self.start = self.clock() - self.resumed_s
 
     def after_block(self, points: int, compute_s: float) -> tuple[float, float]:
         """Return the seconds this worker is slowed after a block: ``(suspended, blocked)``.

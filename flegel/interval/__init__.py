@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from flegel.state import AttributeState
+
 
 @dataclass(frozen=True)
 class Observation:
@@ -50,8 +52,10 @@ class Plan:
     phase: str = "run"
 
 
-class IntervalAdjustor:
+class IntervalAdjustor(AttributeState):
     """Base class: hold the interval given at start.
+
+    An adjustor is checkpointed by its attributes (:class:`flegel.state.AttributeState`).
 
     Parameters
     ----------

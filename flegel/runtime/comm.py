@@ -62,6 +62,17 @@ def send_object(comm: MPI.Comm, obj: Any, dest: int, tag: int = Tag.OBJECT) -> N
     wait(comm.isend(obj, dest=dest, tag=tag))
 
 
+def received(comm: MPI.Comm, tag: int) -> list[tuple[int, Any]]:
+    """Every pickled message with ``tag`` that has arrived, as ``(source, object)``; never
+    waits."""
+    out: list[tuple[int, Any]] = []
+    status = MPI.Status()
+    while comm.iprobe(source=MPI.ANY_SOURCE, tag=tag, status=status):
+        src = status.Get_source()
+        out.append((src, comm.recv(source=src, tag=tag)))
+    return out
+
+
 def bcast_object(comm: MPI.Comm, obj: Any, root: int = 0, watch: Watch = _never) -> Any:
     """Broadcast a pickled object with point-to-point messages (no spinning collective)."""
     if comm.rank == root:

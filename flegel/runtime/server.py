@@ -45,6 +45,13 @@ class MasterPolicy(Protocol):
     def on_tick(self, now: float) -> None: ...
 
 
+def _algorithm_state(algorithm: Any) -> dict[str, Any] | None:
+    """The algorithm's own state when it keeps any (:class:`flegel.state.Stateful`)."""
+    from flegel.state import Stateful
+
+    return algorithm.checkpoint_state() if isinstance(algorithm, Stateful) else None
+
+
 class Trace:
     """θ snapshots spread over the run, evaluated exactly on every shard after training.
 
@@ -143,6 +150,13 @@ class Server:
         self._warned = {r: 0 for r in self.ranks}
         # The latest instructions of each worker and the θ version they came with.
         self._sent: dict[int, tuple[int, Instructions]] = {}
+        # Checkpoints (flegel/checkpoint.py; run.py sets it, None: none).  While one is due,
+        # replies are held back until no worker computes (a quiescent point); the workers
+        # whose next instructions ask for their state.
+        self.checkpoint: Any = None
+        self._held: list[tuple[str, int, Any]] | None = None
+        self._owed: set[int] = set()
+        self._asked: set[int] = set()  # ... and those asked already
 
     # -------------------------------------------------------------- ServerPort
     def now(self) -> float:
@@ -174,10 +188,18 @@ class Server:
         return self.clock() - t0
 
     def send(self, rank: int, instructions: Instructions) -> None:
+        if self._held is not None:  # a checkpoint waits for a quiescent point
+            self._held.append(("send", rank, instructions))
+            return
         w = self.workers[rank]
         fresh = self._held_serial[rank] != self._theta_serial
         self._held_serial[rank] = self._theta_serial
-        self.transport.send_params(rank, {"version": self.version, **instructions.fields()},
+        ask = rank in self._owed and not instructions.stop
+        self._owed.discard(rank)
+        if ask:
+            self._asked.add(rank)
+        self.transport.send_params(rank, {"version": self.version, **instructions.fields(),
+                                          "checkpoint": float(ask)},
                                    self.theta if fresh else None)
         w.waiting = False
         w.started_at = self.now()
@@ -252,6 +274,9 @@ class Server:
         self.events(event)
 
     def order(self, rank: int, message: dict[str, Any]) -> None:
+        if self._held is not None:
+            self._held.append(("order", rank, message))
+            return
         self.transport.send_order(rank, message)
 
     @property
@@ -304,6 +329,83 @@ class Server:
         for r, w in self.workers.items():
             if not w.waiting and not w.stopped and r in self._sent:
                 self.signal([r], Signal.PAUSE, self._sent[r][0])
+
+    # -------------------------------------------------------------- checkpoints
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What the server needs to continue (:class:`flegel.state.Stateful`): θ, version,
+        objectives, trace, the stop criteria's progress, the workers' records, training
+        time so far."""
+        import copy
+
+        return copy.deepcopy({
+            "theta": self.theta, "version": self.version, "objective": self.objective,
+            "time_to_target": self.time_to_target, "elapsed_s": self.now(),
+            "trace": self.trace, "stop": self.stop.checkpoint_state(), "workers": self.workers,
+            "shard_sizes": self.shard_sizes, "sent": self._sent})
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`checkpoint_state`; the clock goes on from its training time."""
+        self.theta, self.version = state["theta"], state["version"]
+        self.objective, self.time_to_target = state["objective"], state["time_to_target"]
+        self.trace, self.workers = state["trace"], state["workers"]
+        self.shard_sizes, self._sent = state["shard_sizes"], state["sent"]
+        self.stop.restore(state["stop"])
+        self.start = self.clock() - state["elapsed_s"]
+        self._theta_serial += 1  # preload() sent this θ to every worker
+        self._held_serial = {r: self._theta_serial for r in self.ranks}
+
+    def checkpoint_step(self, policy: Any) -> None:
+        """Take a due checkpoint at the next quiescent point (:mod:`flegel.checkpoint`).
+
+        Once due, replies are held back; when no worker computes and no point is in flight
+        between workers, the master's state and the held replies are snapshotted, then the
+        replies go out, each asking its worker for its state.  Nothing is held once training
+        ends, and a checkpoint that finds points in flight is retried at the next poll.
+        """
+        cp = self.checkpoint
+        if cp is None:
+            return
+        cp.collect()
+        if self._held is None:
+            if self.reason is not None or not cp.due(self.now(), self.version):
+                return
+            self._held = []
+        live = [w for w in self.workers.values() if not w.stopped]
+        if self.reason is None and any(not w.waiting for w in live):
+            return  # someone is computing: not yet
+        if (self.reason is not None or len(live) < len(self.workers)
+                or any(w.header.get("in_flight", 0.0) for w in live)
+                or (cp.pending and self._owed)):
+            # Training ended, or points are in flight between workers, or the last
+            # checkpoint waits on a worker not told yet: no snapshot here.
+            self._release(self._held)
+            return
+        if cp.pending:
+            return  # the last checkpoint's states are on their way (sent before computing)
+        state = {"server": self.checkpoint_state(), "policy": policy.checkpoint_state(),
+                 "held": self._held, "algorithm": _algorithm_state(self.algorithm)}
+        cp.take(state, self.now(), self.version, [w.rank for w in live])
+        self._owed, self._asked = {w.rank for w in live}, set()
+        self._release(self._held)
+
+    def _release(self, held: list[tuple[str, int, Any]]) -> None:
+        """Send replies held back for a checkpoint (or saved in one), in order."""
+        self._held = None
+        for kind, rank, payload in held:
+            if kind == "order":
+                self.order(rank, payload)
+            else:
+                self.send(rank, payload)
+
+    def resume(self, policy: Any, snapshot: dict[str, Any]) -> None:
+        """Continue from a checkpoint's master snapshot instead of ``policy.start()``:
+        restore the server, the policy (and the algorithm, if it keeps state), and send the
+        replies that were held when it was taken."""
+        self.restore(snapshot["server"])
+        policy.restore(snapshot["policy"])
+        if snapshot.get("algorithm") is not None:
+            self.algorithm.restore(snapshot["algorithm"])
+        self._release(snapshot["held"])
 
     # -------------------------------------------------------------- the loop
     def preload(self) -> None:
@@ -395,15 +497,20 @@ class Server:
                                  f"{late:.1f} s; worker(s) {waiting} wait\n")
                 sys.stderr.flush()
 
-    def serve(self, policy: MasterPolicy, watch: Callable[[], None] = lambda: None) -> None:
+    def serve(self, policy: MasterPolicy, watch: Callable[[], None] = lambda: None,
+              resume: dict[str, Any] | None = None) -> None:
         """Run ``policy`` until every worker has been told to stop.
 
         ``watch`` runs at every poll and may raise to end training at once (a signal: see
-        :func:`flegel.runtime.lifetime.deferred`).
+        :func:`flegel.runtime.lifetime.deferred`).  ``resume``: a checkpoint's master
+        snapshot to continue from (:meth:`resume`).
         """
         self.start = self.clock()
         cpu0 = time.process_time()
-        policy.start()
+        if resume is None:
+            policy.start()
+        else:
+            self.resume(policy, resume)
         backoff = Backoff()
         idle_wall = idle_cpu = 0.0
         while not self.done:
@@ -415,9 +522,11 @@ class Server:
                 for rank, header, agg in commits:
                     latency = max(time.time() - header["sent_at"], 0.0)
                     self.dispatch(rank, header, agg, policy, latency)
+                self.checkpoint_step(policy)
             else:
                 w0, c0 = time.perf_counter(), time.process_time()
                 self.tick(policy)
+                self.checkpoint_step(policy)
                 backoff.sleep()
                 idle_wall += time.perf_counter() - w0
                 idle_cpu += time.process_time() - c0
@@ -426,6 +535,13 @@ class Server:
         # CPU used while nothing arrived: what waiting costs (the rest is barrier work).
         self.idle_cpu_fraction = idle_cpu / max(idle_wall, 1e-9)
         self.idle_fraction = idle_wall / elapsed
+        if self.checkpoint is not None:
+            # States asked for are on their way: their sends must complete.
+            def pause() -> None:
+                watch()
+                backoff.sleep()
+
+            self.checkpoint.drain(self._asked, pause)
         if self.exact is not None:
             # Every request answered before the transport closes (its sends must complete).
             def between() -> None:

@@ -100,6 +100,7 @@ class Worker:
         self._posted: list[MPI.Request] = []
         self.evaluator = evaluator
         self._eval_sent: list[MPI.Request] = []
+        self._state_sent: list[MPI.Request] = []
         self.theta: Arrays = {}
         self.clock = 0
         self.debt_s = 0.0  # straggler suspension still to serve
@@ -170,6 +171,23 @@ class Worker:
             out.append((src, self.comm.recv(source=src, tag=tag)))
         return out
 
+    # -------------------------------------------------------------- checkpoints
+    def checkpoint_state(self) -> dict[str, Any]:
+        """This worker's part of a checkpoint (:mod:`flegel.checkpoint`): its store, worker
+        policy, straggler patterns, iteration count, the suspension still owed, totals."""
+        import copy
+
+        return {"store": self.store.checkpoint_state(), "policy": self.policy.checkpoint_state(),
+                "stragglers": self.stragglers.checkpoint_state(), "clock": self.clock,
+                "debt_s": self.debt_s, "stats": copy.copy(self.stats)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`checkpoint_state` (θ comes from the master, as at a fresh start)."""
+        self.store.restore(state["store"])
+        self.policy.restore(state["policy"])
+        self.stragglers.restore(state["stragglers"])
+        self.clock, self.debt_s, self.stats = state["clock"], state["debt_s"], state["stats"]
+
     # -------------------------------------------------------------- messaging
     def receive_params(self) -> dict[str, float]:
         """Wait (without spinning) for the next instructions; θ comes with them when it
@@ -185,6 +203,11 @@ class Worker:
         if header["has_theta"]:
             self.theta = self.theta_layout.unpack(self._params_buf[Header.SIZE:])
         self._params_req = self.comm.Irecv(self._params_buf, source=0, tag=Tag.PARAMS)
+        if header["checkpoint"]:
+            # Before any work on these instructions: the state matches the master's snapshot.
+            self._state_sent = [r for r in self._state_sent if not r.Test()]
+            self._state_sent.append(self.comm.isend(self.checkpoint_state(), dest=0,
+                                                    tag=Tag.CHECKPOINT))
         self._last_wait = time.perf_counter() - t0
         self.stats.wait_s += self._last_wait
         self.stats.wait_cpu_s += time.process_time() - c0
@@ -246,7 +269,7 @@ class Worker:
         cleanly."""
         if self._commit_req is not None:
             msg.wait(self._commit_req)
-        for sent in self._eval_sent:
+        for sent in self._eval_sent + self._state_sent:
             msg.wait(sent)
         for req in (self._params_req, self._signal_req):
             req.Cancel()

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from flegel.ports import Arrays, ServerPort, WorkerPolicy
 from flegel.protocol import POLL_S, Instructions, Reason
+from flegel.state import AttributeState
 
 
 def round_trip_s(latency_s: float, apply_s: float) -> float:
@@ -22,8 +23,12 @@ def round_trip_s(latency_s: float, apply_s: float) -> float:
     return 2 * latency_s + apply_s + 2 * POLL_S
 
 
-class MasterPolicy:
+class MasterPolicy(AttributeState):
     """Base of a sync model's master side.
+
+    Checkpoints save and restore a policy through ``checkpoint_state()``/``restore()``
+    (:class:`flegel.state.AttributeState`: every attribute but the server and the options);
+    a model whose attributes are not plain data overrides them.
 
     Parameters
     ----------
@@ -37,6 +42,7 @@ class MasterPolicy:
     OPTIONS: ClassVar[dict[str, Any]] = {}
     #: The worker side of this model.
     WORKER: ClassVar[type[WorkerPolicy]] = WorkerPolicy
+    NOT_STATE: ClassVar[tuple[str, ...]] = ("server", "options")
 
     def __init__(self, server: ServerPort, options: dict[str, Any]) -> None:
         self.server = server

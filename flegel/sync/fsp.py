@@ -204,6 +204,8 @@ class FSP(BarrierPolicy):
         return None
 
     WORKER = FSPWorker
+    #: The interval adjustor is checkpointed through its own ``checkpoint_state()``.
+    NESTED: ClassVar[tuple[str, ...]] = ("adjustor",)
 
     def __init__(self, server: ServerPort, options: dict[str, Any]) -> None:
         super().__init__(server, options)
