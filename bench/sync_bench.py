@@ -16,7 +16,26 @@ point), and prints per setting:
   ElasticBSP's barriers and their predicted vs actual wait.
 
 Each run stops at convergence (relative change ≤ 1e-5 per pass of the slowest worker) or at
-the time limit.  Usage: ``python bench/sync_bench.py [--quick] [--out DIR]``.
+the time limit.
+
+``--waits`` runs the ElasticBSP wait comparison instead (ZipLine paper Section 6.2 compares
+ElasticBSP with BSP and SSP; issue 14 item 7): the same K-means job on a heterogeneous
+cluster (workers 2-4 slowed 1.5x, 2x and 3x by a persistent straggler that sleeps, so the
+cores stay free), run for a fixed time (no convergence stop) under BSPV (``batch: auto``), SSP
+(s = 3) and ElasticBSP (R = 15), ``--repeats`` times each, printing per run:
+
+* the wait at one synchronization, measured by the master: for a BSP barrier and an
+  ElasticBSP barrier, last arrival − first arrival of the pushes that meet there (the wait
+  of the first worker to arrive, the paper's τ_wait, Section 3); for SSP, a held worker's
+  time held (there is no barrier);
+* ElasticBSP's predicted wait d* (ZipLine's point forecast when the superstep's plan was
+  made), and the ratio actual / predicted (the target: at most 2);
+* the share of the workers' time spent waiting for θ, as each worker measures it (commit
+  sent to θ received: the push round trip is in it for every model);
+* synchronizations and θ versions per second.
+
+Usage: ``python bench/sync_bench.py [--quick] [--out DIR]`` or
+``python bench/sync_bench.py --waits [--repeats N] [--max-time S]``.
 """
 
 from __future__ import annotations
@@ -24,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -124,13 +144,104 @@ def row(label: str, s: dict[str, Any], events: list[dict[str, Any]], target: flo
             f"{extra(s)}")
 
 
+#: The wait comparison: (label, sync section).
+WAIT_MODELS: list[tuple[str, dict[str, Any]]] = [
+    ("bspv", {"model": "bsp", "batch": "auto"}),
+    ("ssp s=3", {"model": "ssp", "s": 3}),
+    ("elastic R=15", {"model": "elastic", "r": 15}),
+]
+#: A heterogeneous cluster: three of four workers slowed by sleeping after every block.
+HETERO: list[dict[str, Any]] = [
+    {"pattern": "persistent", "factor": f, "workers": [r]} for r, f in ((2, 1.5), (3, 2.0),
+                                                                         (4, 3.0))]
+
+
+def wait_figures(s: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, float]:
+    """The wait figures of one run (see the module docstring), in seconds or per second."""
+    wall = max(s["wall_time_s"], 1e-9)
+    model = s["sync"]["model"]
+    waited = busy = 0.0
+    if model == "bsp":
+        log = [e for e in events if "spread_s" in e]
+        per_sync = [e["spread_s"] for e in log]
+        for e in log[1:]:  # the first wait holds the start-up (θ⁰ received before training)
+            waited += sum(e["workers"]["wait_s"])
+            busy += sum(e["workers"]["wait_s"]) + sum(e["workers"]["compute_s"])
+    else:
+        seen: set[int] = set()
+        for e in events:
+            if "rank" in e:
+                if e["rank"] in seen:
+                    waited += e["wait_s"]
+                    busy += e["wait_s"] + e["compute_s"]
+                seen.add(e["rank"])
+        if model == "elastic":
+            log = [e for e in events if "barrier" in e]
+            per_sync = [e["wait_s"] for e in log]
+        else:  # SSP has no barrier: a worker's time held, per push
+            log = []
+            per_sync = [sum(w["held_s"] for w in s["push_stats"]) / max(s["pushes"], 1)]
+    out = {"wait_ms": 1e3 * (statistics.fmean(per_sync) if per_sync else 0.0),
+           "wait_share": waited / max(busy, 1e-9), "syncs_per_s": len(log) / wall,
+           "versions_per_s": s.get("theta_versions", s["iterations"]) / wall}
+    if model == "elastic" and per_sync:
+        for key, name in (("predicted_wait_s", "predicted"), ("expected_wait_s", "expected")):
+            pred = statistics.fmean(e[key] for e in log)
+            out[f"{name}_ms"] = 1e3 * pred
+            out[f"{name}_ratio"] = statistics.fmean(per_sync) / max(pred, 1e-12)
+    return out
+
+
+def waits(repeats: int, max_time: float, points: int, root: Path) -> None:
+    """The ElasticBSP wait comparison (``--waits``)."""
+    doc = job_doc(points, max_time)
+    doc["stop"] = {"max_iterations": 1_000_000, "tolerance": None, "max_time_s": max_time}
+    print(f"ElasticBSP waits: K-means, {points:,} x 8 blobs, K = 16, 4 workers; workers 2-4 "
+          f"slowed 1.5x, 2x, 3x (persistent, sleeping); {max_time:g} s of training per run, "
+          f"{repeats} runs per model")
+    print(f"  {'sync':<13} {'run':>3} {'wait/sync':>9} {'d*':>6} {'expected':>8} "
+          f"{'/d*':>5} {'/exp':>5} {'wait share':>10} {'syncs/s':>8} {'versions/s':>10}")
+    ratios: dict[str, list[float]] = {"predicted": [], "expected": []}
+    for label, sync in WAIT_MODELS:
+        for i in range(repeats):
+            key = f"waits-{label}-{i}".replace(" ", "_").replace("=", "")
+            s, events = run({**doc, "sync": sync, "stragglers": HETERO}, root / key)
+            f = wait_figures(s, events)
+            cols = []
+            for name in ("predicted", "expected"):
+                ok = f"{name}_ms" in f
+                cols.append(f"{f[f'{name}_ms']:.2f}" if ok else "-")
+                if ok:
+                    ratios[name].append(f[f"{name}_ratio"])
+            rat = [f"{f[f'{n}_ratio']:.2f}" if f"{n}_ratio" in f else "-"
+                   for n in ("predicted", "expected")]
+            print(f"  {label:<13} {i + 1:>3} {f['wait_ms']:9.2f} {cols[0]:>6} {cols[1]:>8} "
+                  f"{rat[0]:>5} {rat[1]:>5} {f['wait_share']:10.3f} {f['syncs_per_s']:8.1f} "
+                  f"{f['versions_per_s']:10.1f}", flush=True)
+    for name, label in (("predicted", "ZipLine's d*"), ("expected", "the expected wait")):
+        r = ratios[name]
+        if r:
+            print(f"  ElasticBSP measured wait / {label}: {min(r):.2f} .. {max(r):.2f} "
+                  f"(median {statistics.median(r):.2f}) over {len(r)} runs")
+    print("  (waits in ms: wait/sync is a barrier's last minus first arrival for BSPV and "
+          "ElasticBSP, time held per push for SSP)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
                     help="less data (200,000 / 40,000 points), 10 s limit per run")
     ap.add_argument("--max-time", type=float, default=None, help="seconds per run")
     ap.add_argument("--out", type=Path, default=None, help="keep the run directories here")
+    ap.add_argument("--waits", action="store_true",
+                    help="the ElasticBSP wait comparison (BSPV, SSP, ElasticBSP) instead")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per model for --waits")
     args = ap.parse_args()
+    if args.waits:
+        with tempfile.TemporaryDirectory() as tmp:
+            waits(args.repeats, args.max_time or (4.0 if args.quick else 8.0),
+                  200_000 if args.quick else 1_000_000, args.out or Path(tmp))
+        return
     max_time = args.max_time or (10.0 if args.quick else 25.0)
     head = (f"  {'sync':<13} {'to target':>9} {'final/ref':>9} {'wall s':>7} {'iters':>6} "
             f"{'stale':>5} {'max':>4} {'gap':>4}  {'stop':<9} model")

@@ -64,6 +64,7 @@ __all__ = [
     "METHODS",
     "SyntheticData",
     "ZipLineResult",
+    "expected_wait",
     "generate",
     "load_authors_data",
     "predict",
@@ -661,6 +662,50 @@ def predict(
                 step = alpha * g + (1.0 - alpha) * step
         out[p] = a[-1] + step * steps
     return out
+
+
+def expected_wait(
+    ends: np.ndarray | Sequence[float],
+    noise: Sequence[np.ndarray | Sequence[float]],
+    samples: int = 256,
+    seed: int = 0,
+) -> float:
+    """Expected waiting time ``E[max(Z + e) - min(Z + e)]`` of a chosen set ``Z``.
+
+    :func:`solve` minimises ``d_Z = max(Z) - min(Z)`` over *predicted* end times (Section
+    4.1); a worker's real end misses its prediction by some error ``e_p``.  Of many candidate
+    sets the one with the smallest predicted ``d`` is chosen, so ``d*`` is biased low: the
+    waits a server measures are ``d*`` plus what the errors add.  This estimates that wait,
+    drawing each worker's error independently from its own sample of past errors.
+
+    Parameters
+    ----------
+    ends : array_like
+        ``(n,)`` predicted end times of the chosen set (``times[p, index[p]]``).
+    noise : sequence of array_like
+        Per worker, a sample of prediction errors (same unit as ``ends``); an empty sample
+        means the end is known exactly (a push already made).
+    samples : int
+        Monte Carlo draws.
+    seed : int
+        Seed of the draws: the estimate is a pure function of its arguments.
+
+    Returns
+    -------
+    float
+        The mean of ``max - min`` over the draws (``d_Z`` itself when no end is uncertain).
+    """
+    z = np.asarray(ends, dtype=np.float64)
+    if z.ndim != 1 or len(noise) != z.size:
+        raise ValueError(f"ends must be 1-D with one noise sample per worker, got {z.shape} "
+                         f"and {len(noise)} samples")
+    rng = np.random.default_rng(seed)
+    draws = np.broadcast_to(z, (samples, z.size)).copy()
+    for p, sample in enumerate(noise):
+        e = np.asarray(sample, dtype=np.float64)
+        if e.size:
+            draws[:, p] += rng.choice(e, size=samples)
+    return float(np.mean(draws.max(axis=1) - draws.min(axis=1)))
 
 
 @dataclass(frozen=True, eq=False)

@@ -14,6 +14,7 @@ from flegel.zipline import (
     EXACT_METHODS,
     METHODS,
     ZipLineResult,
+    expected_wait,
     generate,
     load_authors_data,
     predict,
@@ -205,6 +206,19 @@ def test_predict_validation(pushes: list, kwargs: dict, match: str) -> None:
 def test_predict_rejects_bad_r(r: object) -> None:
     with pytest.raises(ValueError, match="R must be"):
         predict([[1.0, 2.0]], r)  # type: ignore[arg-type]
+
+
+def test_expected_wait() -> None:
+    # No uncertain end: the expected wait is d_Z itself.
+    assert expected_wait([3.0, 5.0, 4.0], [[], [], []]) == 2.0
+    # One worker ends 1 early or 1 late, the other exactly on time: every draw waits 1.
+    assert expected_wait([10.0, 10.0], [[], [-1.0, 1.0]]) == 1.0
+    # Here the errors widen the range on average; the draws are seeded.
+    noise = [[-2.0, 0.5, 1.5], [0.0, 3.0], []]
+    e = expected_wait([0.0, 1.0, 2.0], noise, seed=3)
+    assert e >= 2.0 and e == expected_wait([0.0, 1.0, 2.0], noise, seed=3)
+    with pytest.raises(ValueError, match="one noise sample per worker"):
+        expected_wait([1.0, 2.0], [[]])
 
 
 # ---- generator -------------------------------------------------------------------------------
