@@ -98,8 +98,10 @@ class FlegelEstimator(BaseEstimator):
         return out
 
     def _check_samples(self, X: np.ndarray) -> None:
-        """Enough rows for the job, before anything is launched (scikit-learn's wording):
-        one per worker (each holds a shard) and one per cluster or component."""
+        """What the ranks would refuse, checked before anything is launched, in
+        scikit-learn's words: one row per worker (each holds a shard), one per cluster or
+        component, and no negative value for an algorithm that declares
+        ``nonnegative_features``."""
         n = X.shape[0]
         if n < self.workers:
             raise ValueError(f"n_samples={n} should be >= workers={self.workers}: every "
@@ -108,6 +110,10 @@ class FlegelEstimator(BaseEstimator):
             k = getattr(self, self.MIN_SAMPLES_PARAM)
             if n < k:
                 raise ValueError(f"n_samples={n} should be >= {self.MIN_SAMPLES_PARAM}={k}.")
+        if getattr(type(self._algorithm()), "nonnegative_features", False) and X.size \
+                and float(X.min()) < 0:
+            raise ValueError(f"Negative values in data passed to {type(self).__name__} "
+                             "(input X)")
 
     def _fit_run(self, X: np.ndarray, y: np.ndarray | None = None) -> SavedModel:
         self._check_samples(X)

@@ -75,6 +75,11 @@ class NMF(TransformerMixin, FlegelEstimator):
             raise ValueError("Negative values in data passed to NMF.transform")
         return algo.transform(theta, X)
 
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.input_tags.positive_only = True  # X ≥ 0, as for scikit-learn's NMF
+        return tags
+
     def inverse_transform(self, W: Any) -> np.ndarray:
         """W H: the data approximated from their factors."""
         check_is_fitted(self, "model_")
