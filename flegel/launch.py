@@ -62,8 +62,15 @@ _BANNER = re.compile(
 
 
 def under_mpi() -> bool:
-    """True when this process was started by an MPI launcher."""
-    return any(v in os.environ for v in _MPI_ENV)
+    """True when this process was started by an MPI launcher.
+
+    A task of an ``srun`` step of several tasks counts even without a PMI variable (srun
+    with no PMI plugin): each task must not start an MPI job of its own.  A Slurm batch
+    script alone (``SLURM_*`` set, no step of several tasks) does not count: ``flegel run``
+    there starts its ranks itself.
+    """
+    return (any(v in os.environ for v in _MPI_ENV)
+            or int(os.environ.get("SLURM_STEP_NUM_TASKS", "1") or 1) > 1)
 
 
 def find_mpiexec() -> str | None:

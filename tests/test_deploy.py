@@ -277,6 +277,10 @@ SLURM_BATCH = {"SLURM_JOB_ID": "1", "SLURM_NTASKS": "17", "SLURM_PROCID": "0",
     ({**SLURM_BATCH, "SLURM_STEP_ID": "0", "PMI_RANK": "3", "PMI_SIZE": "17",
       "PMI_FD": "5"}, True),  # an srun task with Slurm's PMI2
     ({**SLURM_BATCH, "PMIX_RANK": "3"}, True),  # an srun task with PMIx
+    ({**SLURM_BATCH, "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "17"},
+     True),  # an srun task without a PMI plugin: never a job of its own per task
+    ({**SLURM_BATCH, "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "1"},
+     False),  # srun -n 1 flegel run: it starts its ranks itself
     ({"PMI_RANK": "0", "PMI_SIZE": "3"}, True),  # MPICH's mpiexec
     ({"OMPI_COMM_WORLD_SIZE": "3"}, True),  # Open MPI's mpirun
 ])
