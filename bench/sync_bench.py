@@ -13,7 +13,7 @@ point), and prints per setting:
 * wall time, iterations (barriers, or pushes / workers), mean / max staleness (θ versions
   missed by an update) and the largest clock gap to the slowest worker at the start of an
   iteration, plus each model's own figure: DSSP's mean r*, SpecSync's aborted work,
-  ElasticBSP's barriers and their predicted vs actual wait.
+  ElasticBSP's barriers and their predicted (ZipLine's d*, expected) vs actual wait.
 
 Each run stops at convergence (relative change ≤ 1e-5 per pass of the slowest worker) or at
 the time limit.
@@ -127,7 +127,8 @@ def extra(s: dict[str, Any]) -> str:
         return (f"{s['aborts']} aborts, {s['aborted_points']:,} pts / "
                 f"{s['aborted_s']:.2f} s thrown away")
     if model == "elastic":
-        return (f"{s['barriers']} barriers, wait {1e3 * s['mean_predicted_wait_s']:.1f} pred / "
+        return (f"{s['barriers']} barriers, wait {1e3 * s['mean_predicted_wait_s']:.1f} d* / "
+                f"{1e3 * s['mean_expected_wait_s']:.1f} expected / "
                 f"{1e3 * s['mean_barrier_wait_s']:.1f} ms actual")
     return f"batch {s['batch']}"
 

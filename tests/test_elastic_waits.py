@@ -8,6 +8,7 @@ These are logic tests, not timing tests: time is :class:`tests.fakes.SimClock`, 
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from statistics import fmean
@@ -45,9 +46,15 @@ def replan(on: bool) -> Iterator[None]:
         ElasticBSP.REPLAN = old
 
 
+def elastic(sim: Simulation) -> ElasticBSP:
+    """The simulation's master policy, typed."""
+    assert isinstance(sim.policy, ElasticBSP)
+    return sim.policy
+
+
 def waits(sims: list[Simulation]) -> tuple[float, float, float]:
     """Mean measured wait, ZipLine's mean d* and the mean expected wait over every barrier."""
-    log = [b for sim in sims for b in sim.policy.barriers]
+    log = [b for sim in sims for b in elastic(sim).barriers]
     assert len(log) >= 20 * len(sims)  # enough barriers for a mean to say something
     return (fmean(b["wait_s"] for b in log), fmean(b["predicted_wait_s"] for b in log),
             fmean(b["expected_wait_s"] for b in log))
@@ -56,7 +63,7 @@ def waits(sims: list[Simulation]) -> tuple[float, float, float]:
 def test_exact_iteration_times_realise_zipline_exactly() -> None:
     """Without noise every barrier happens when and with the wait ZipLine predicted."""
     sim = run()
-    log = sim.policy.barriers
+    log = elastic(sim).barriers
     assert len(log) >= 10
     for b in log:
         assert b["wait_s"] == pytest.approx(b["predicted_wait_s"], abs=1e-9)
@@ -66,7 +73,7 @@ def test_exact_iteration_times_realise_zipline_exactly() -> None:
     # The interval each worker is predicted with is its real one: 200 points of compute
     # plus the push round trip (commit and reply, one latency each).
     for i, r in enumerate(sim.ranks):
-        assert sim.policy.interval(r) == pytest.approx(BATCH * COSTS[i] + 2 * LAT, rel=1e-9)
+        assert elastic(sim).interval(r) == pytest.approx(BATCH * COSTS[i] + 2 * LAT, rel=1e-9)
     # ZipLine's choice is the best barrier: d* is no larger than any worker's interval.
     assert max(b["predicted_wait_s"] for b in log) < BATCH * COSTS[0]
 
@@ -102,10 +109,9 @@ def test_a_late_worker_is_shifted_not_collapsed() -> None:
     """A worker past its predicted end gets its next end now and the later ones an interval
     apart; clipping them all to now let ZipLine "stop" it after iterations not yet begun."""
     sim = Simulation("elastic", {"batch": BATCH, "r": 5}, workers=2, cost_s=COSTS[:2])
-    pol = sim.policy
+    pol = elastic(sim)
     pol.batch = BATCH
-    pol.spans = {1: pol.spans[1].__class__([1.0] * 3, maxlen=8),
-                 2: pol.spans[2].__class__([1.0] * 3, maxlen=8)}
+    pol.spans = {r: deque([1.0] * 3, maxlen=8) for r in (1, 2)}
     pol.since = {1: [7.0, 8.0, 10.0], 2: [5.0, 6.0]}
     pol.started = {1: 10.0, 2: 6.0}  # worker 2 began at 6, due at 7: it is 3 s late
     pol._plan(1, 10.0, first=True)
