@@ -19,7 +19,10 @@ suite (each fits several times under MPI), and passing: for KMeans and LogisticR
 ``check_dont_overwrite_parameters``, ``check_estimators_nan_inf``, ``check_dict_unchanged``,
 ``check_estimators_pickle``; for KMeans ``check_clusterer_compute_labels_predict``; for
 LogisticRegression ``check_classifiers_one_label``, ``check_classifiers_classes``,
-``check_supervised_y_2d``.
+``check_supervised_y_2d``; for KMeans ``check_clustering``, ``check_transformer_general``,
+``check_fit_idempotent``; for NMF ``check_transformer_general``; for GaussianMixture
+``check_fit2d_predict1d``, ``check_fit_idempotent``.  In the suite without a launch:
+``check_fit_non_negative`` (NMF).
 
 Skipped, and why:
 
@@ -69,6 +72,10 @@ NO_FIT_CHECKS = [
 @pytest.mark.parametrize("estimator", ESTIMATORS, ids=IDS)
 def test_sklearn_checks_without_fitting(estimator, check):
     getattr(checks, check)(type(estimator).__name__, clone(estimator))
+
+
+def test_nmf_refuses_negative_data_before_launching():
+    checks.check_fit_non_negative("NMF", NMF(n_components=2))
 
 
 def test_parameters_are_stored_as_given_and_clone_works():
