@@ -106,6 +106,33 @@ def exact_trace(summary: dict[str, Any]) -> Series:
     return [], []
 
 
+def exact_during_run(summary: dict[str, Any]) -> tuple[Series, Series]:
+    """The objective evaluated during training (``summary.json``'s ``exact_objective``).
+
+    These are the values the progress line showed and the ``target_objective`` stop used
+    (``flegel/runtime/exact.py``): f(θ) of a θ snapshot on every point, or an estimate when
+    an evaluation could not cover the data exactly once.
+
+    Parameters
+    ----------
+    summary : dict
+        A run's ``summary.json``.
+
+    Returns
+    -------
+    (Series, Series)
+        The exact evaluations and the estimates, each as (times, values); empty for runs
+        without evaluations during training.
+    """
+    exact: Series = ([], [])
+    estimate: Series = ([], [])
+    for e in (summary.get("exact_objective") or {}).get("trace", []):
+        into = exact if e.get("exact", True) else estimate
+        into[0].append(float(e["time_s"]))
+        into[1].append(float(e["objective"]))
+    return exact, estimate
+
+
 def online_series(events: list[dict[str, Any]]) -> Series:
     """The online objective of every event against training time."""
     ev = [e for e in events if "objective" in e]
@@ -361,17 +388,24 @@ def objective_picture(runs: list[Run]) -> Picture:
     for i, run in enumerate(runs):
         color = f"C{i % 10}"
         t, f = exact_trace(run.summary)
+        (et, ef), (st, sf) = exact_during_run(run.summary)
+        if et:
+            ax.plot(et, ef, color=color, lw=1.8, label=f"{run.label}: exact, during the run")
+        if st:
+            ax.plot(st, sf, color=color, ls="none", marker="x", ms=4,
+                    label=f"{run.label}: estimate, during the run")
         if len(t) > 1:
-            ax.plot(t, f, color=color, lw=1.8, marker="o", ms=3, label=f"{run.label}: exact")
+            ax.plot(t, f, color=color, lw=0 if et else 1.8, marker="o", ms=3,
+                    label=f"{run.label}: exact, θ snapshots evaluated after training")
         elif t:
-            traced = False
+            traced = bool(et)
             ax.plot(t, f, color=color, marker="*", ms=11, ls="none",
-                    label=f"{run.label}: exact, final θ only")
+                    label=f"{run.label}: exact, final θ")
         ot, of = online_series(run.events)
         if ot:
             ax.plot(ot, of, color=color, lw=0.9, ls=":", alpha=0.8,
                     label=f"{run.label}: {ONLINE_LABEL}")
-        values += f + of
+        values += f + of + ef + sf
         target = run.summary.get("target_objective")
         if target is not None:
             ax.axhline(float(target), color=color, lw=0.7, ls="--", alpha=0.6)
@@ -380,8 +414,10 @@ def objective_picture(runs: list[Run]) -> Picture:
     _yscale(ax, values)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    caption = ("Exact objective f(θ) against training time (θ snapshots evaluated on every "
-               f"shard after training); dotted: the {ONLINE_LABEL}, which under FSP and the "
+    caption = ("Exact objective f(θ) against training time: the line, evaluated during the "
+               "run (what the progress line showed and the target stop used; crosses: "
+               "estimates on part of the data); circles, θ snapshots evaluated on every shard "
+               f"after training.  Dotted: the {ONLINE_LABEL}, which under FSP and the "
                "asynchronous models is the objective of no θ; dashed: the target.")
     if not traced:
         caption += (" A star marks a run with no exact trace (the final θ only): set "

@@ -69,6 +69,12 @@ def _headline(run: Run) -> str:
         return "<p>No summary.json: the run did not finish (see events.jsonl).</p>"
     rows = [[name, _fmt(_sync_name(s) if key == "sync" else s.get(key))]
             for key, name in _HEADLINE if key in s]
+    during = s.get("exact_objective")
+    if during:
+        rows.append(["exact evaluations during the run",
+                     f"{_fmt(during.get('evaluations'))} ({_fmt(during.get('inexact'))} "
+                     f"estimates), {100 * float(during.get('cost_fraction') or 0):.1f}% of "
+                     "training time"])
     return _table(["", ""], rows)
 
 

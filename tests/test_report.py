@@ -253,6 +253,16 @@ def test_exact_trace_reads_the_summary_and_falls_back_to_the_final_objective() -
     assert report.exact_trace({}) == ([], [])
 
 
+def test_exact_during_run_splits_evaluations_from_estimates() -> None:
+    summary = {"exact_objective": {"evaluations": 3, "trace": [
+        {"time_s": 0.1, "objective": 9.0, "exact": True},
+        {"time_s": 0.2, "objective": 8.5, "exact": False},
+        {"time_s": 0.3, "objective": 7.0, "exact": True}]}}
+    exact, estimate = report.exact_during_run(summary)
+    assert exact == ([0.1, 0.3], [9.0, 7.0]) and estimate == ([0.2], [8.5])
+    assert report.exact_during_run({}) == (([], []), ([], []))
+
+
 def test_binned_shares_spread_each_stretch_over_its_bins() -> None:
     # One stretch of 0..4 s with 2 s of compute, over 4 bins of 1 s: half of each bin.
     bins = report.binned_shares([(0.0, 4.0, 2.0)], 4, 4.0)
@@ -305,6 +315,10 @@ def test_real_run_page_is_self_contained_with_the_exact_objective(real_runs: dic
     assert f"{s['final_objective']:.6g}" in page
     assert report.ONLINE_LABEL in page and "slowed (injected)" in page
     assert "job.yaml" in page and "n_clusters: 4" in page
+    # The objective evaluated during the run (what the progress line showed) is on the page.
+    (times, values), _ = report.exact_during_run(s)
+    assert times and values[-1] == pytest.approx(s["final_objective"], rel=1e-6)
+    assert "exact evaluations during the run" in page
     assert str(run / "report.html") in capsys.readouterr().out
 
 
