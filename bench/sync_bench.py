@@ -35,7 +35,7 @@ cores stay free), run for a fixed time (no convergence stop) under BSPV (``batch
 * synchronizations and θ versions per second.
 
 Usage: ``python bench/sync_bench.py [--quick] [--out DIR]`` or
-``python bench/sync_bench.py --waits [--repeats N] [--max-time S]``.
+``python bench/sync_bench.py --waits [--repeats N] [--max-time S] [--models elastic]``.
 """
 
 from __future__ import annotations
@@ -187,14 +187,20 @@ def wait_figures(s: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, f
            "versions_per_s": s.get("theta_versions", s["iterations"]) / wall}
     if model == "elastic" and per_sync:
         for key, name in (("predicted_wait_s", "predicted"), ("expected_wait_s", "expected")):
+            if key not in log[0]:
+                continue  # a flegel from before the expected wait (a baseline checkout)
             pred = statistics.fmean(e[key] for e in log)
             out[f"{name}_ms"] = 1e3 * pred
             out[f"{name}_ratio"] = statistics.fmean(per_sync) / max(pred, 1e-12)
     return out
 
 
-def waits(repeats: int, max_time: float, points: int, root: Path) -> None:
-    """The ElasticBSP wait comparison (``--waits``)."""
+def waits(repeats: int, max_time: float, points: int, root: Path,
+          only: str | None = None) -> None:
+    """The ElasticBSP wait comparison (``--waits``); ``only``: a comma-separated subset of
+    the models (their labels' first words: bspv, ssp, elastic)."""
+    models = [(label, sync) for label, sync in WAIT_MODELS
+              if only is None or label.split()[0] in only.split(",")]
     doc = job_doc(points, max_time)
     doc["stop"] = {"max_iterations": 1_000_000, "tolerance": None, "max_time_s": max_time}
     print(f"ElasticBSP waits: K-means, {points:,} x 8 blobs, K = 16, 4 workers; workers 2-4 "
@@ -203,7 +209,7 @@ def waits(repeats: int, max_time: float, points: int, root: Path) -> None:
     print(f"  {'sync':<13} {'run':>3} {'wait/sync':>9} {'d*':>6} {'expected':>8} "
           f"{'/d*':>5} {'/exp':>5} {'wait share':>10} {'syncs/s':>8} {'versions/s':>10}")
     ratios: dict[str, list[float]] = {"predicted": [], "expected": []}
-    for label, sync in WAIT_MODELS:
+    for label, sync in models:
         for i in range(repeats):
             key = f"waits-{label}-{i}".replace(" ", "_").replace("=", "")
             s, events = run({**doc, "sync": sync, "stragglers": HETERO}, root / key)
@@ -237,11 +243,13 @@ def main() -> None:
     ap.add_argument("--waits", action="store_true",
                     help="the ElasticBSP wait comparison (BSPV, SSP, ElasticBSP) instead")
     ap.add_argument("--repeats", type=int, default=3, help="runs per model for --waits")
+    ap.add_argument("--models", default=None,
+                    help="for --waits: a subset, e.g. 'elastic' or 'bspv,ssp'")
     args = ap.parse_args()
     if args.waits:
         with tempfile.TemporaryDirectory() as tmp:
             waits(args.repeats, args.max_time or (4.0 if args.quick else 8.0),
-                  200_000 if args.quick else 1_000_000, args.out or Path(tmp))
+                  200_000 if args.quick else 1_000_000, args.out or Path(tmp), args.models)
         return
     max_time = args.max_time or (10.0 if args.quick else 25.0)
     head = (f"  {'sync':<13} {'to target':>9} {'final/ref':>9} {'wall s':>7} {'iters':>6} "
