@@ -417,7 +417,8 @@ def objective_picture(runs: list[Run]) -> Picture:
     caption = ("Exact objective f(θ) against training time: the line, evaluated during the "
                "run (what the progress line showed and the target stop used; crosses: "
                "estimates on part of the data); circles, θ snapshots evaluated on every shard "
-               f"after training.  Dotted: the {ONLINE_LABEL}, which under FSP and the "
+               "after training.  Dotted: the online objective (per-point losses as last seen), "
+               "which under FSP and the "
                "asynchronous models is the objective of no θ; dashed: the target.")
     if not traced:
         caption += (" A star marks a run with no exact trace (the final θ only): set "

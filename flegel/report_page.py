@@ -37,13 +37,15 @@ def _fmt(value: Any) -> str:
     return html.escape(str(value))
 
 
-def _table(head: list[str], rows: Iterable[list[str]], left: int = 1) -> str:
-    """An HTML table; the first ``left`` columns are left-aligned, cells already escaped."""
+def _table(head: list[str] | None, rows: Iterable[list[str]], left: int = 1) -> str:
+    """An HTML table (no header row for ``head=None``); the first ``left`` columns are
+    left-aligned; cells already escaped."""
     def cells(tag: str, row: list[str]) -> str:
         return "".join(f"<{tag}{' class=l' if i < left else ''}>{c}</{tag}>"
                        for i, c in enumerate(row))
     body = "".join(f"<tr>{cells('td', r)}</tr>" for r in rows)
-    return f"<table><tr>{cells('th', head)}</tr>{body}</table>"
+    top = "" if head is None else f"<tr>{cells('th', head)}</tr>"
+    return f"<table>{top}{body}</table>"
 
 
 #: The summary's figures shown first, with their names on the page.
@@ -75,7 +77,7 @@ def _headline(run: Run) -> str:
                      f"{_fmt(during.get('evaluations'))} ({_fmt(during.get('inexact'))} "
                      f"estimates), {100 * float(during.get('cost_fraction') or 0):.1f}% of "
                      "training time"])
-    return _table(["", ""], rows)
+    return _table(None, rows)
 
 
 def _workers(run: Run) -> str:

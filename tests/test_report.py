@@ -313,7 +313,8 @@ def test_real_run_page_is_self_contained_with_the_exact_objective(real_runs: dic
         assert (run / f"{name}.png").read_bytes() in pngs, name
     # The page leads with the exact final objective, and labels the online one as such.
     assert f"{s['final_objective']:.6g}" in page
-    assert report.ONLINE_LABEL in page and "slowed (injected)" in page
+    assert "online objective (per-point losses as last seen)" in page
+    assert "slowed (injected)" in page
     assert "job.yaml" in page and "n_clusters: 4" in page
     # The objective evaluated during the run (what the progress line showed) is on the page.
     (times, values), _ = report.exact_during_run(s)
