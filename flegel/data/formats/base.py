@@ -31,6 +31,7 @@ __all__ = [
     "FileReader",
     "Reader",
     "RowError",
+    "RowSink",
     "TableShape",
     "assemble",
     "label_column_index",
@@ -317,6 +318,66 @@ def to_labels(fs: FileSpec, raw: np.ndarray, bad_row: RowError) -> np.ndarray:
             "(set label_dtype: float64 for regression targets)",
         )
     return vals.astype(np.int64)
+
+
+class RowSink:
+    """A shard's X (and y), written block by block where they will stay.
+
+    Joining per-block parts at the end holds the shard twice (a 21 MiB strided CSV shard
+    raised the peak by 67 MiB).  Here every block is parsed straight into its rows of the
+    final arrays, so a load peaks at the shard plus one block:
+
+    * with a known row count (contiguous shards, limits) the arrays are allocated once;
+    * a strided shard's count is only known at the end of the file, so the arrays grow by
+      each block's rows with :meth:`numpy.ndarray.resize`.  That is ``realloc``, which for
+      arrays of more than a few MiB (the ones that matter) is ``mremap`` on Linux: the pages
+      move, they are not copied, and the shard is never held twice.  A second counting pass
+      would cost a whole extra read (and decompression) of the file instead.
+
+    New rows are zero (``np.zeros``, and ``resize`` zero-fills), which LIBSVM's absent
+    features rely on.
+
+    Parameters
+    ----------
+    d : int
+        Columns of X.
+    dtype : numpy.dtype
+        X's dtype.
+    label_dtype : numpy.dtype or None
+        y's dtype, or None for a source without labels.
+    n_rows : int, optional
+        The shard's rows when known.
+    """
+
+    def __init__(
+        self, d: int, dtype: np.dtype, label_dtype: np.dtype | None, n_rows: int | None = None
+    ) -> None:
+        cap = 0 if n_rows is None else n_rows
+        self.X = np.zeros((cap, d), dtype=dtype)
+        self.y = None if label_dtype is None else np.zeros(cap, dtype=label_dtype)
+        self.n = 0
+
+    def take(self, m: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Views of the next ``m`` rows of X and y, to be filled before the next call.
+
+        The views must be dropped before the next :meth:`take`: growing moves the arrays.
+        """
+        lo, hi = self.n, self.n + m
+        if hi > self.X.shape[0]:
+            # Exactly the rows needed: no slack to zero-fill and trim again later.
+            self.X.resize((hi, self.X.shape[1]), refcheck=False)
+            if self.y is not None:
+                self.y.resize(hi, refcheck=False)
+        self.n = hi
+        return self.X[lo:hi], None if self.y is None else self.y[lo:hi]
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """The filled X and y (C-contiguous; trimmed if a known count was an overestimate)."""
+        if self.n < self.X.shape[0]:
+            self.X.resize((self.n, self.X.shape[1]), refcheck=False)
+            if self.y is not None:
+                self.y.resize(self.n, refcheck=False)
+        return self.X, self.y
 
 
 def assemble(

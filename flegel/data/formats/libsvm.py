@@ -5,6 +5,13 @@ first token (returned as written, e.g. -1/+1).  ``#`` starts a comment; SVMrank 
 tokens are skipped.  Without ``n_features`` and ``zero_based`` in the spec a load first makes
 the inspection pass (:meth:`LibsvmReader.inspect`) to find them; ``SourceInfo.resolved``
 carries them so that every rank can skip it.
+
+A block of lines is tokenized by a compiled kernel (:func:`flegel.data.fastparse.libsvm_kernel`,
+exact, and faster than scikit-learn's ``load_svmlight_file``); when it gives up, the careful
+tokenizer (a Python split per line, NumPy's parser for the pairs) takes the block and words
+any error.  Both hand the same labels, per-line counts and pairs to one checker
+(:func:`place`), which writes the rows straight into the shard's X
+(:class:`~flegel.data.formats.base.RowSink`).
 """
 
 from __future__ import annotations
@@ -18,12 +25,13 @@ import numpy as np
 
 from flegel.data.checks import Bad
 from flegel.data.errors import DataError
+from flegel.data.fastparse import OK, libsvm_kernel, parse_slow, slow_slots
 from flegel.data.files import FileSpec, reading, show
-from flegel.data.formats.base import FileReader, TableShape, assemble, to_labels
+from flegel.data.formats.base import FileReader, RowSink, TableShape, to_labels
 from flegel.data.partition import Shard
 from flegel.data.text import first_non_number, iter_blocks, row_error, row_errors, shard_lines
 
-__all__ = ["LibsvmReader", "parse_block"]
+__all__ = ["LibsvmReader", "Tokens", "parse_block", "place", "tokenize", "tokenize_fast"]
 
 # A feature index: the digits before ':' at the start of a token ("qid:3" does not match).
 _SVM_INDEX = re.compile(rb"(?:^|[ \t])(\d+):")
@@ -47,6 +55,169 @@ def _index_range(lines: list[bytes]) -> tuple[int, int] | None:
         return None
     idx = np.array(found).astype(np.int64)
     return int(idx.min()), int(idx.max())
+
+
+#: A block's ``(labels, counts, indices, values)``: float64 labels as written, int64 feature
+#: counts per line, and the pairs of all lines in order (indices as float64, as parsed).
+Tokens = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def tokenize_fast(lines: list[bytes]) -> Tokens | None:
+    """The block's tokens by the compiled kernel, or None when it gives up.
+
+    Parameters
+    ----------
+    lines : list of bytes
+        Data lines (none blank or comment-only).
+
+    Returns
+    -------
+    Tokens or None
+        Exactly what :func:`tokenize` returns; None for a block the careful tokenizer must
+        handle (``qid:``, a malformed token, tabs...).
+    """
+    text = b"\n".join(lines)
+    k = len(lines)
+    n_pairs = text.count(b":")  # every pair has one; a block with other colons bails
+    labels = np.empty(k, dtype=np.float64)
+    counts = np.empty(k, dtype=np.int64)
+    idx = np.empty(n_pairs, dtype=np.int64)
+    vals = np.empty(n_pairs, dtype=np.float64)
+    slow = slow_slots(n_pairs + k)
+    buf = np.frombuffer(text, dtype=np.uint8)
+    status, t, n_slow = libsvm_kernel(buf, labels, counts, idx, vals, slow)
+    if status != OK:
+        return None
+    if n_slow:
+        got = parse_slow(buf, slow[:n_slow])
+        if got is None:
+            return None
+        target = slow[:n_slow, 2]
+        pair = target >= 0
+        vals[target[pair]] = got[pair]
+        labels[-1 - target[~pair]] = got[~pair]
+    return labels, counts, idx[:t].astype(np.float64), vals[:t]
+
+
+def tokenize(fs: FileSpec, lines: list[bytes], ids: range) -> Tokens:
+    """The block's tokens, the careful way: a split per line, NumPy's parser for the pairs.
+
+    Parameters
+    ----------
+    fs : FileSpec
+        The spec (messages).
+    lines : list of bytes
+        The lines to parse.
+    ids : range
+        Their row ids.
+
+    Returns
+    -------
+    Tokens
+
+    Raises
+    ------
+    DataError
+        A label that is not a number, a feature that is not ``index:value``.
+    """
+    k = len(lines)
+    labels = np.empty(k, dtype=np.float64)
+    counts = np.empty(k, dtype=np.int64)
+    toks: list[bytes] = []
+    for j, line in enumerate(lines):
+        if _COMMENT in line:
+            line = line.split(_COMMENT, 1)[0]
+        parts = line.split()
+        try:
+            labels[j] = float(parts[0])
+        except ValueError:
+            problem = f"has label {show(parts[0])}, expected a number ('label index:value ...')"
+            raise row_error(fs, ids[j], 0, problem, _COMMENT) from None
+        feats = parts[1:]
+        if feats and feats[0].startswith(b"qid:"):
+            feats = feats[1:]  # SVMrank query ids are not features
+        counts[j] = len(feats)
+        toks.extend(feats)
+    if not toks:
+        empty = np.empty(0, dtype=np.float64)
+        return labels, counts, empty, empty
+    joined = b" ".join(toks)
+    pairs = None
+    if joined.count(b":") == len(toks):
+        try:
+            pairs = np.loadtxt([joined.replace(b":", b" ")], dtype=np.float64, ndmin=1)
+        except ValueError:
+            pairs = None
+    if pairs is None or pairs.size != 2 * len(toks):
+        ends = np.cumsum(counts)
+        for t, tok in enumerate(toks):
+            i, sep, v = tok.partition(b":")
+            if not sep or first_non_number([i, v]) is not None or b":" in v:
+                j = int(np.searchsorted(ends, t, side="right"))
+                raise row_error(
+                    fs, ids[j], 0, f"has feature {show(tok)}, expected 'index:value'", _COMMENT
+                )
+        raise fs.error(f"rows {ids[0] + 1} .. {ids[-1] + 1} cannot be parsed")
+    pairs = pairs.reshape(-1, 2)
+    return labels, counts, pairs[:, 0], pairs[:, 1]
+
+
+def place(
+    fs: FileSpec, ids: range, d: int, zero_based: bool, tokens: Tokens, X: np.ndarray
+) -> None:
+    """Check a block's feature indices and write its values into ``X`` (zeros, ``(k, d)``).
+
+    Parameters
+    ----------
+    fs : FileSpec
+        The spec (messages).
+    ids : range
+        The block's row ids.
+    d : int
+        Columns of X.
+    zero_based : bool
+        Whether feature indices start at 0.
+    tokens : Tokens
+        From :func:`tokenize_fast` or :func:`tokenize`.
+    X : numpy.ndarray
+        The block's rows of the shard's X, all zero.
+
+    Raises
+    ------
+    DataError
+        An index that is not an integer, out of range, or not ascending within its line.
+    """
+    _, counts, idx, vals = tokens
+    if idx.size == 0:
+        return
+    ends = np.cumsum(counts)
+    cols = idx.astype(np.int64) - (0 if zero_based else 1)
+    bad = (idx != np.rint(idx)) | (cols < 0) | (cols >= d)
+    if bad.any():
+        t = int(np.flatnonzero(bad)[0])
+        j = int(np.searchsorted(ends, t, side="right"))
+        base = "0" if zero_based else "1"
+        hint = " (set zero_based: true)" if idx[t] == 0 and not zero_based else ""
+        problem = (
+            f"has feature index {idx[t]:g}, expected {base} .. {d - 1 + (not zero_based)} "
+            f"for n_features {d} ({base}-based){hint}"
+        )
+        raise row_error(fs, ids[j], 0, problem, _COMMENT)
+    # Indices must ascend within a line (the LIBSVM format; inspection relies on it).
+    steps = np.diff(cols)
+    breaks = ends[:-1][(ends[:-1] > 0) & (ends[:-1] < len(cols))]
+    steps[breaks - 1] = 1  # pairs across a line break don't count
+    if (steps <= 0).any():
+        t = int(np.flatnonzero(steps <= 0)[0]) + 1
+        j = int(np.searchsorted(ends, t, side="right"))
+        problem = (
+            f"has feature index {idx[t]:g} after {idx[t - 1]:g}, expected indices in "
+            "ascending order (LIBSVM format)"
+        )
+        raise row_error(fs, ids[j], 0, problem, _COMMENT)
+    # Row-major flat positions: one scatter, no (k, d) temporary.
+    rows = np.repeat(np.arange(len(counts), dtype=np.int64) * d, counts)
+    X.reshape(-1)[rows + cols] = vals
 
 
 def parse_block(
@@ -74,72 +245,12 @@ def parse_block(
     labels : numpy.ndarray
         ``(len(lines),)`` float64, as written.
     """
-    k = len(lines)
-    labels = np.empty(k, dtype=np.float64)
-    counts = np.empty(k, dtype=np.int64)
-    toks: list[bytes] = []
-    for j, line in enumerate(lines):
-        if _COMMENT in line:
-            line = line.split(_COMMENT, 1)[0]
-        parts = line.split()
-        try:
-            labels[j] = float(parts[0])
-        except ValueError:
-            problem = f"has label {show(parts[0])}, expected a number ('label index:value ...')"
-            raise row_error(fs, ids[j], 0, problem, _COMMENT) from None
-        feats = parts[1:]
-        if feats and feats[0].startswith(b"qid:"):
-            feats = feats[1:]  # SVMrank query ids are not features
-        counts[j] = len(feats)
-        toks.extend(feats)
-    if not toks:
-        return np.zeros((k, d), dtype=fs.dtype), labels
-    joined = b" ".join(toks)
-    pairs = None
-    if joined.count(b":") == len(toks):
-        try:
-            pairs = np.loadtxt([joined.replace(b":", b" ")], dtype=np.float64, ndmin=1)
-        except ValueError:
-            pairs = None
-    ends = np.cumsum(counts)
-    if pairs is None or pairs.size != 2 * len(toks):
-        for t, tok in enumerate(toks):
-            i, sep, v = tok.partition(b":")
-            if not sep or first_non_number([i, v]) is not None or b":" in v:
-                j = int(np.searchsorted(ends, t, side="right"))
-                raise row_error(
-                    fs, ids[j], 0, f"has feature {show(tok)}, expected 'index:value'", _COMMENT
-                )
-        raise fs.error(f"rows {ids[0] + 1} .. {ids[-1] + 1} cannot be parsed")
-    pairs = pairs.reshape(-1, 2)
-    idx = pairs[:, 0]
-    cols = idx.astype(np.int64) - (0 if zero_based else 1)
-    bad = (idx != np.rint(idx)) | (cols < 0) | (cols >= d)
-    if bad.any():
-        t = int(np.flatnonzero(bad)[0])
-        j = int(np.searchsorted(ends, t, side="right"))
-        base = "0" if zero_based else "1"
-        hint = " (set zero_based: true)" if idx[t] == 0 and not zero_based else ""
-        problem = (
-            f"has feature index {idx[t]:g}, expected {base} .. {d - 1 + (not zero_based)} "
-            f"for n_features {d} ({base}-based){hint}"
-        )
-        raise row_error(fs, ids[j], 0, problem, _COMMENT)
-    # Indices must ascend within a line (the LIBSVM format; inspection relies on it).
-    steps = np.diff(cols)
-    breaks = ends[:-1][(ends[:-1] > 0) & (ends[:-1] < len(cols))]
-    steps[breaks - 1] = 1  # pairs across a line break don't count
-    if (steps <= 0).any():
-        t = int(np.flatnonzero(steps <= 0)[0]) + 1
-        j = int(np.searchsorted(ends, t, side="right"))
-        problem = (
-            f"has feature index {idx[t]:g} after {idx[t - 1]:g}, expected indices in "
-            "ascending order (LIBSVM format)"
-        )
-        raise row_error(fs, ids[j], 0, problem, _COMMENT)
-    X = np.zeros((k, d), dtype=fs.dtype)
-    X[np.repeat(np.arange(k), counts), cols] = pairs[:, 1]
-    return X, labels
+    tokens = tokenize_fast(lines)
+    if tokens is None:
+        tokens = tokenize(fs, lines, ids)
+    X = np.zeros((len(lines), d), dtype=fs.dtype)
+    place(fs, ids, d, zero_based, tokens, X)
+    return X, tokens[0]
 
 
 class LibsvmReader(FileReader):
@@ -240,20 +351,24 @@ class LibsvmReader(FileReader):
         """
         d, zero_based = fs.n_features, fs.zero_based
         rows = shard.open_rows()
+        n_known = None  # a strided shard's size is only known at the end of the file
         if d is None or zero_based is None or rows is None:
             shape = self.inspect(fs)
             d, zero_based = shape.resolved["n_features"], shape.resolved["zero_based"]
-            if rows is None:
-                rows = shard.rows(shape.n_rows)
+            rows = shard.rows(shape.n_rows)
+            n_known = len(rows)
         assert d is not None and zero_based is not None
-        xs: list[np.ndarray] = []
-        ys: list[np.ndarray] = []
+        sink = RowSink(d, fs.dtype, fs.label_dtype, n_known)
         with reading(fs):
             for lines, ids in shard_lines(fs.path, rows, 0, _COMMENT):
-                X, raw = parse_block(fs, lines, ids, d, zero_based)
-                xs.append(X)
-                ys.append(to_labels(fs, raw, row_errors(fs, ids, 0, _COMMENT)))
-        return assemble(xs, ys, d, fs)
+                tokens = tokenize_fast(lines)
+                if tokens is None:
+                    tokens = tokenize(fs, lines, ids)
+                X, y = sink.take(len(lines))
+                place(fs, ids, d, zero_based, tokens, X)
+                assert y is not None  # LIBSVM lines always have labels
+                y[...] = to_labels(fs, tokens[0], row_errors(fs, ids, 0, _COMMENT))
+        return sink.finish()
 
     def claims_name(self, name: str) -> bool:
         """``*.libsvm``, ``*.svm``, ``*.svmlight``."""
