@@ -34,7 +34,8 @@ __all__ = ["BAIL", "OK", "TOO_SLOW", "csv_kernel", "libsvm_kernel", "parse_slow"
 OK = 0
 #: Kernel status: the block is not plain enough; run the careful parser.
 BAIL = 1
-#: Kernel status: more slow tokens than slots; the careful parser is as fast then.
+#: Kernel status: too many slow tokens (more than the slots, or most of the first ones); the
+#: careful parser is as fast then.
 TOO_SLOW = 2
 
 _NL, _SP, _TAB, _HASH, _COLON = 10, 32, 9, 35, 58
@@ -124,6 +125,13 @@ def _number(b: np.ndarray, i: int, end: int) -> tuple[bool, float]:  # pragma: n
 
 
 @njit(cache=True, nogil=True)
+def _mostly_slow(n_slow: int, seen: int) -> bool:  # pragma: no cover
+    """Whether so many of the first tokens were slow that the careful parser should take the
+    whole block now (``np.savetxt``'s ``%.18e``), before the kernel has scanned much of it."""
+    return n_slow >= 256 and 2 * n_slow > seen
+
+
+@njit(cache=True, nogil=True)
 def csv_kernel(
     b: np.ndarray, delim: int, out: np.ndarray, slow: np.ndarray
 ) -> tuple[int, int]:  # pragma: no cover
@@ -177,7 +185,7 @@ def csv_kernel(
             if ok:
                 flat[r * cols + col] = v
             else:
-                if n_slow >= slow.shape[0]:
+                if n_slow >= slow.shape[0] or _mostly_slow(n_slow, r * cols + col):
                     return TOO_SLOW, n_slow
                 slow[n_slow, 0] = s
                 slow[n_slow, 1] = e
@@ -243,7 +251,7 @@ def libsvm_kernel(
         if ok:
             labels[r] = v
         else:
-            if n_slow >= slow.shape[0]:
+            if n_slow >= slow.shape[0] or _mostly_slow(n_slow, t + r):
                 return TOO_SLOW, t, n_slow
             slow[n_slow, 0] = s
             slow[n_slow, 1] = i
@@ -277,7 +285,7 @@ def libsvm_kernel(
             if ok:
                 vals[t] = v
             else:
-                if n_slow >= slow.shape[0]:
+                if n_slow >= slow.shape[0] or _mostly_slow(n_slow, t + r):
                     return TOO_SLOW, t, n_slow
                 slow[n_slow, 0] = s
                 slow[n_slow, 1] = i

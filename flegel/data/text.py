@@ -5,8 +5,9 @@ a block is split into lines and only the shard's lines are handed on (picked wit
 see :func:`flegel.data.partition.take`).  A strided shard must still *read* every line (the
 row ids are line counts), but it parses and keeps only its own.  A contiguous shard stops
 reading after its last row, and needs a cheap counting pass first to know where its range
-lies.  Shards are assembled from per-block parts, so the peak is about twice the shard; the
-blocks themselves are a few MiB.
+lies.  Readers write each block's rows straight into the shard's arrays
+(:class:`flegel.data.formats.base.RowSink`), so a load peaks at the shard plus one block; a
+block is a few MiB of text, a few times that as a list of lines.
 
 Rows are the non-blank lines after the header: blank and whitespace-only lines are skipped
 everywhere, so row numbers in messages and shard boundaries agree with what
