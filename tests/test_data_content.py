@@ -2,8 +2,8 @@
 
 In-process: the checks of :mod:`flegel.data.checks` through :func:`flegel.data.load_shard`
 (what every worker runs on its shard) and ``flegel validate --data`` (the same checks without
-training).  One real mpirun: a bad shard on one worker ends the job with exit 2 and one
-message, printed once, by rank 0.
+training).  Under a real launch, a bad shard on one worker ends the job with exit 2 and one
+message, printed once, by rank 0: the "bad data" row of tests/test_fault_matrix.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from flegel.cli import main
 from flegel.data import DataError, load_shard
 from flegel.data.checks import Takes, first_bad
-from tests.conftest import mpirun, write_job
+from tests.conftest import write_job
 
 TAKES_NMF = Takes(nonnegative=True, who="algorithm 'nmf'")
 TAKES_CLASSES = Takes(label_kind="classes", who="algorithm 'logreg'")
@@ -228,20 +228,3 @@ def test_validate_data_uses_the_algorithm_declarations(tmp_path: Path,
     job = _job(tmp_path, {"path": "x.csv"}, algorithm="nmf", params={"n_components": 2})
     assert main(["validate", str(job), "--data"]) == 2
     assert "algorithm 'nmf' takes non-negative features" in capsys.readouterr().err
-
-
-# ------------------------------------------------------------------- one real mpirun
-@pytest.mark.mpi
-def test_bad_shard_on_one_worker_exits_2_with_one_message(tmp_path: Path) -> None:
-    rows = _grid(30)
-    rows[25][1] = "nan"  # strided over 3 workers: row 25 is on worker 2 (shard 1)
-    _csv(tmp_path / "x.csv", rows)
-    job = _job(tmp_path, {"path": "x.csv"}, workers=3)
-    out = tmp_path / "run"
-    proc = mpirun(job, 3, out, timeout=90, check=False)
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.count("flegel: error:") == 1, proc.stderr
-    assert "(on rank 2)" in proc.stderr
-    assert "row 26 (line 26) column 2 is nan, expected a finite number" in proc.stderr
-    assert "Traceback" not in proc.stderr and "Abort" not in proc.stderr
-    assert "run directory" not in proc.stdout and not out.exists()

@@ -107,12 +107,8 @@ def test_worker_exception_ends_job_promptly(tmp_path, fail_after):
     assert took < 30
 
 
-def test_exception_while_loading_ends_job(tmp_path):
-    job, _ = _user_job(tmp_path)
-    (tmp_path / "c0.npy").unlink()  # init_parameter on the master fails
-    proc = mpirun(job, 2, tmp_path / "run", timeout=60, check=False)
-    assert proc.returncode != 0
-    assert "rank 0" in proc.stderr and "c0.npy" in proc.stderr
+# An exception on the master before training (init_parameter): the "exception on the
+# master" row of tests/test_fault_matrix.py.
 
 
 def test_self_launch_without_mpirun(tmp_path):
