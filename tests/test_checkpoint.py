@@ -135,12 +135,22 @@ def test_fsp_policy_and_adjustor_state():
 # ----------------------------------------------------------------------------- quiescence
 class _Checkpointed(Simulation):
     """The simulation with the server's checkpoint step where :meth:`Server.serve` has it
-    (after commits, at ticks); workers answer a checkpoint request with their store."""
+    (after commits, at ticks); a worker asked for its state answers with its store as it is
+    when asked (it waits for these instructions: it is what it will be on receiving them)."""
 
     def __init__(self, run_dir: Path, every: dict[str, Any], *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
-        self.asked = 0
+        self.answers: list[tuple[int, Any]] = []
         self.quiet_at_take: list[bool] = []
+        send = self.transport.send_params
+
+        def answering(rank: int, fields: dict[str, float], theta: dict | None) -> None:
+            if fields.get("checkpoint"):
+                self.answers.append((rank, {"store": self.workers[rank].store
+                                            .checkpoint_state()}))
+            send(rank, fields, theta)
+
+        self.transport.send_params = answering  # type: ignore[method-assign]
         self.server.checkpoint = Checkpointer(run_dir, every, self.ranks, self._states)
         take = self.server.checkpoint.take
 
@@ -152,10 +162,8 @@ class _Checkpointed(Simulation):
         self.server.checkpoint.take = recorded  # type: ignore[method-assign]
 
     def _states(self) -> list[tuple[int, Any]]:
-        asked = [p for p in self.transport.params[self.asked:] if p.header["checkpoint"]]
-        self.asked = len(self.transport.params)
-        return [(p.rank, {"store": self.workers[p.rank].store.checkpoint_state()})
-                for p in asked]
+        out, self.answers = self.answers, []
+        return out
 
     def _handle(self, kind: int, payload: Any) -> None:
         super()._handle(kind, payload)
@@ -272,3 +280,30 @@ def test_resume_refuses_to_change_what_the_job_computes(tmp_path):
         resumed_job(tmp_path, ["params.n_clusters=3"])
     with pytest.raises(CheckpointError, match="expected a run directory with job.yaml"):
         resumed_job(tmp_path / "nowhere", [])
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_fsp_migration_checkpoints_hold_every_point_once(tmp_path, mode):
+    # A straggler gives points away (and gets some back, virtual migration): at every
+    # snapshot no point is in flight, so the ids the workers hold cover the data once.
+    sim = _Checkpointed(tmp_path, {"every_iterations": 3}, "fsp",
+                        {"interval": "fixed", "eta_ms": 2, "migration": {"mode": mode}},
+                        workers=3, points=3000, cost_s=[10e-6, 10e-6, 80e-6],
+                        stop={"max_iterations": 60})
+    seen: list[np.ndarray] = []
+    write = sim.server.checkpoint._write
+
+    def check() -> None:
+        stores = sim.server.checkpoint._workers.values()
+        held = np.concatenate([s["store"]["ids"][~s["store"]["inactive"]] for s in stores])
+        seen.append(held)
+        write()
+
+    sim.server.checkpoint._write = check  # type: ignore[method-assign]
+    sim.run()
+    assert sim.policy.summary()["migration"]["points_ordered"] > 0
+    assert len(seen) >= 5
+    for held in seen:
+        assert len(held) == 3000 and len(np.unique(held)) == 3000
+    moved_in = [s["store"]["x_admitted"] for s in checkpoint.load(tmp_path, 3).workers.values()]
+    assert sum(len(x) for x in moved_in) > 0  # migrated rows travel with the checkpoint
