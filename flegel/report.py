@@ -379,48 +379,81 @@ def _yscale(ax: Any, values: list[float]) -> None:
         ax.set_yscale("log")
 
 
+#: How each objective series is drawn (matplotlib keywords), and its name in the legend.
+_STYLES: dict[str, tuple[dict[str, Any], str]] = {
+    "during": ({"lw": 1.8}, "exact f(θ), evaluated during the run"),
+    "estimate": ({"ls": "none", "marker": "x", "ms": 4}, "estimate, during the run"),
+    "snapshots": ({"lw": 0, "marker": "o", "ms": 3}, "exact f(θ), θ snapshots after training"),
+    "final": ({"ls": "none", "marker": "*", "ms": 11}, "exact f(θ) of the final θ only"),
+    "online": ({"lw": 0.9, "ls": ":", "alpha": 0.8}, ONLINE_LABEL),
+    "target": ({"lw": 0.7, "ls": "--", "alpha": 0.6}, "target"),
+}
+
+
+def _objective_limits(ax: Any, exact: list[float]) -> None:
+    """Frame the exact values: the online objective starts far below them (its sum fills
+    up over the first pass) and would squash the curves that matter into a line."""
+    finite = [v for v in exact if math.isfinite(v)]
+    if not finite:
+        return
+    lo, hi = min(finite), max(finite)
+    pad = max(0.1 * (hi - lo), 1e-3 * max(abs(lo), abs(hi)), 1e-12)
+    ax.set_ylim(lo - pad, hi + pad)
+
+
 def objective_picture(runs: list[Run]) -> Picture:
-    """The exact objective against time for every run overlaid, the online one beside it."""
+    """The exact objective against time for every run overlaid, the online one beside it.
+
+    One colour per run; the line style says which series it is (a legend of runs and one of
+    series).  The y axis frames the exact values.
+    """
+    from matplotlib.lines import Line2D
+
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    values: list[float] = []
-    traced = True
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    exact_values: list[float] = []
+    used: set[str] = set()
+
+    def draw(kind: str, t: list[float], f: list[float], color: str) -> None:
+        if t:
+            ax.plot(t, f, color=color, **_STYLES[kind][0])
+            used.add(kind)
+
     for i, run in enumerate(runs):
         color = f"C{i % 10}"
         t, f = exact_trace(run.summary)
         (et, ef), (st, sf) = exact_during_run(run.summary)
-        if et:
-            ax.plot(et, ef, color=color, lw=1.8, label=f"{run.label}: exact, during the run")
-        if st:
-            ax.plot(st, sf, color=color, ls="none", marker="x", ms=4,
-                    label=f"{run.label}: estimate, during the run")
+        draw("during", et, ef, color)
+        draw("estimate", st, sf, color)
         if len(t) > 1:
-            ax.plot(t, f, color=color, lw=0 if et else 1.8, marker="o", ms=3,
-                    label=f"{run.label}: exact, θ snapshots evaluated after training")
-        elif t:
-            traced = bool(et)
-            ax.plot(t, f, color=color, marker="*", ms=11, ls="none",
-                    label=f"{run.label}: exact, final θ")
-        ot, of = online_series(run.events)
-        if ot:
-            ax.plot(ot, of, color=color, lw=0.9, ls=":", alpha=0.8,
-                    label=f"{run.label}: {ONLINE_LABEL}")
-        values += f + of + ef + sf
+            draw("snapshots", t, f, color)
+        elif not et:  # nothing but the final θ: a star at the end
+            draw("final", t, f, color)
+        draw("online", *online_series(run.events), color)
+        exact_values += f + ef
         target = run.summary.get("target_objective")
         if target is not None:
-            ax.axhline(float(target), color=color, lw=0.7, ls="--", alpha=0.6)
+            ax.axhline(float(target), color=color, **_STYLES["target"][0])
+            used.add("target")
+            exact_values.append(float(target))
     ax.set_xlabel("training time (s)")
     ax.set_ylabel(f"objective ({runs[0].summary.get('objective_name', 'f')})")
-    _yscale(ax, values)
+    _objective_limits(ax, exact_values)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    caption = ("Exact objective f(θ) against training time: the line, evaluated during the "
-               "run (what the progress line showed and the target stop used; crosses: "
-               "estimates on part of the data); circles, θ snapshots evaluated on every shard "
-               "after training.  Dotted: the online objective (per-point losses as last seen), "
-               "which under FSP and the "
+    by_run = ax.legend(handles=[Line2D([], [], color=f"C{i % 10}", lw=2, label=run.label)
+                                for i, run in enumerate(runs)],
+                       fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="run")
+    ax.add_artist(by_run)
+    ax.legend(handles=[Line2D([], [], color="gray", label=name, **style)
+                       for kind, (style, name) in _STYLES.items() if kind in used],
+              fontsize=7, loc="lower left", bbox_to_anchor=(1.01, 0.0))
+    caption = ("Exact objective f(θ) against training time, one colour per run: the solid "
+               "line is f(θ) evaluated during the run (what the progress line showed and the "
+               "target stop used; crosses: estimates on part of the data), circles are θ "
+               "snapshots evaluated on every shard after training.  Dotted: the online "
+               "objective (per-point losses as last seen), which under FSP and the "
                "asynchronous models is the objective of no θ; dashed: the target.")
-    if not traced:
+    if "final" in used:
         caption += (" A star marks a run with no exact trace (the final θ only): set "
                     "output.trace_points to trace it.")
     return Picture("objective.png", caption, _png(fig))
@@ -464,9 +497,10 @@ def timeline_picture(runs: list[Run]) -> Picture:
                             for r in ranks], fontsize=8)
         ax.set_xlim(0, end)
         ax.set_title(run.label + (f"  ({TIMELINE_BINS} bins)" if binned else ""), fontsize=9)
-    axes[-1, 0].set_xlabel("training time (s)  (blue: compute, orange: waiting or slowed)")
-    caption = ("Every worker's compute (blue) and the rest of its time -- waiting at the "
-               "barrier or for θ, or slowed -- (orange) over the whole run.")
+    axes[-1, 0].set_xlabel("training time (s)  (blue: computing, orange: waiting)")
+    caption = ("Every worker's compute (blue) and the rest of its time, waiting at the "
+               "barrier or for θ (orange), over the whole run.  A slowed worker's "
+               "suspensions count as compute: it is busy, only slower.")
     if binned_any:
         caption += (f" Runs of more than {TIMELINE_MAX_INTERVALS} iterations are drawn in "
                     f"{TIMELINE_BINS} bins of equal time: in each bin the blue part is the "
