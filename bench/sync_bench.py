@@ -35,7 +35,10 @@ cores stay free), run for a fixed time (no convergence stop) under BSPV (``batch
 * synchronizations and θ versions per second.
 
 Usage: ``python bench/sync_bench.py [--quick] [--out DIR]`` or
-``python bench/sync_bench.py --waits [--repeats N] [--max-time S] [--models elastic]``.
+``python bench/sync_bench.py --waits [--repeats N] [--max-time S] [--models elastic]``;
+``python bench/sync_bench.py --waits-sim [--repeats SEEDS]`` replays ElasticBSP on the
+simulated clock (deterministic: with the paper's single plan per superstep and with the
+rolling re-plan, under seeded iteration-time noise).
 """
 
 from __future__ import annotations
@@ -234,6 +237,40 @@ def waits(repeats: int, max_time: float, points: int, root: Path,
           "ElasticBSP, time held per push for SSP)")
 
 
+def waits_sim(seeds: int) -> None:
+    """``--waits-sim``: ElasticBSP's waits on the simulated clock (``tests/fakes.py``), with
+    the rolling re-plan ("rolling") and with one plan per superstep ("single", the paper's
+    schedule; same predictor), at several levels of seeded iteration-time noise: the
+    deterministic counterpart of ``--waits`` (``tests/test_elastic_waits.py`` asserts it)."""
+    sys.path.insert(0, str(ROOT))
+    from flegel.sync.elastic import ElasticBSP
+    from tests.fakes import Simulation
+
+    costs = [10e-6, 13e-6, 17e-6, 23e-6]
+    print("ElasticBSP on the simulated clock: 4 workers, 200-point pushes of 2.0, 2.6, 3.4 and "
+          f"4.6 ms, 50 us latency, 200 iterations; means over {seeds} seeds; waits in ms")
+    print(f"  {'plan':<8} {'noise':<22} {'barriers':>8} {'d*':>6} {'expected':>8} "
+          f"{'measured':>8} {'/d*':>6} {'/exp':>6}")
+    for replan in (False, True):
+        ElasticBSP.REPLAN = replan
+        for jitter, block in ((0.0, None), (0.3, None), (0.6, None), (0.3, 200), (0.6, 200)):
+            log = []
+            for seed in range(seeds):
+                sim = Simulation("elastic", {"batch": 200, "r": 15}, workers=4,
+                                 points=16_000, cost_s=costs, jitter=jitter,
+                                 block_points=block, latency_s=50e-6, seed=seed,
+                                 stop={"max_iterations": 200}, max_sim_s=600.0).run()
+                assert isinstance(sim.policy, ElasticBSP)
+                log += sim.policy.barriers
+            w, d, e = (1e3 * statistics.fmean(b[k] for b in log)
+                       for k in ("wait_s", "predicted_wait_s", "expected_wait_s"))
+            noise = (f"+-{jitter:.0%} per " + ("iteration" if block else "block")
+                     if jitter else "none")
+            print(f"  {'rolling' if replan else 'single':<8} {noise:<22} {len(log):>8} "
+                  f"{d:6.2f} {e:8.2f} {w:8.2f} {w / d:6.2f} {w / e:6.2f}", flush=True)
+    ElasticBSP.REPLAN = True
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
@@ -243,9 +280,14 @@ def main() -> None:
     ap.add_argument("--waits", action="store_true",
                     help="the ElasticBSP wait comparison (BSPV, SSP, ElasticBSP) instead")
     ap.add_argument("--repeats", type=int, default=3, help="runs per model for --waits")
+    ap.add_argument("--waits-sim", action="store_true",
+                    help="ElasticBSP's waits on the simulated clock instead (deterministic)")
     ap.add_argument("--models", default=None,
                     help="for --waits: a subset, e.g. 'elastic' or 'bspv,ssp'")
     args = ap.parse_args()
+    if args.waits_sim:
+        waits_sim(args.repeats)
+        return
     if args.waits:
         with tempfile.TemporaryDirectory() as tmp:
             waits(args.repeats, args.max_time or (4.0 if args.quick else 8.0),

@@ -55,7 +55,8 @@ causes; with no noise the prediction was already exact:
   ``d*``, ``expected_wait_s``) beside the measured ``wait_s``.
 
 Recorded per barrier: the first plan's barrier time ``predicted_s``, ``d*`` and expected wait,
-the actual barrier time (the last barrier push) and wait, how often the plan was remade, and
+the actual barrier time (the last barrier push) and wait, ``d`` of the last plan (the one
+that placed the barrier, ``final_predicted_wait_s``), how often the plan was remade, and
 the pushes (iterations) of every worker in the superstep; one ``events.jsonl`` line per
 barrier with the θ ``version`` every worker receives.
 
@@ -203,6 +204,7 @@ class ElasticBSP(PushPolicy):
                          "horizon_s": float(res.t_sync) + SLACK * slowest, "replans": 0}
         else:
             self.plan["replans"] += 1
+        self.plan["final_wait_s"] = float(res.d)  # d of the plan that placed the barrier
 
     def hold(self, rank: int) -> bool:
         return self.target is not None and len(self.since[rank]) >= self.target[rank]
@@ -224,6 +226,7 @@ class ElasticBSP(PushPolicy):
                   "predicted_wait_s": round(self.plan["predicted_wait_s"], 6),
                   "expected_wait_s": round(self.plan["expected_wait_s"], 6),
                   "wait_s": round(max(ends) - min(ends), 6),
+                  "final_predicted_wait_s": round(self.plan["final_wait_s"], 6),
                   "replans": self.plan["replans"],
                   "iterations": [len(self.since[r]) for r in ranks]}
         self.barriers.append(record)
