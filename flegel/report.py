@@ -366,7 +366,7 @@ def _png(fig: Any) -> bytes:
     plt = _pyplot()
     buf = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=110)
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")  # legends beside the axes
     plt.close(fig)
     return buf.getvalue()
 
@@ -381,7 +381,7 @@ def _yscale(ax: Any, values: list[float]) -> None:
 
 #: How each objective series is drawn (matplotlib keywords), and its name in the legend.
 _STYLES: dict[str, tuple[dict[str, Any], str]] = {
-    "during": ({"lw": 1.8}, "exact f(θ), evaluated during the run"),
+    "during": ({"lw": 1.8, "marker": "s", "ms": 4}, "exact f(θ), evaluated during the run"),
     "estimate": ({"ls": "none", "marker": "x", "ms": 4}, "estimate, during the run"),
     "snapshots": ({"lw": 0, "marker": "o", "ms": 3}, "exact f(θ), θ snapshots after training"),
     "final": ({"ls": "none", "marker": "*", "ms": 11}, "exact f(θ) of the final θ only"),
@@ -440,15 +440,16 @@ def objective_picture(runs: list[Run]) -> Picture:
     ax.set_ylabel(f"objective ({runs[0].summary.get('objective_name', 'f')})")
     _objective_limits(ax, exact_values)
     ax.grid(alpha=0.3)
-    by_run = ax.legend(handles=[Line2D([], [], color=f"C{i % 10}", lw=2, label=run.label)
-                                for i, run in enumerate(runs)],
-                       fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="run")
-    ax.add_artist(by_run)
-    ax.legend(handles=[Line2D([], [], color="gray", label=name, **style)
-                       for kind, (style, name) in _STYLES.items() if kind in used],
-              fontsize=7, loc="lower left", bbox_to_anchor=(1.01, 0.0))
+    # Figure legends beside the axes (the saved image's bounding box takes them in whole).
+    fig.legend(handles=[Line2D([], [], color=f"C{i % 10}", lw=2, label=run.label)
+                        for i, run in enumerate(runs)],
+               fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 0.97), title="run")
+    fig.legend(handles=[Line2D([], [], color="gray", label=name, **style)
+                        for kind, (style, name) in _STYLES.items() if kind in used],
+               fontsize=7, loc="lower left", bbox_to_anchor=(1.0, 0.1))
     caption = ("Exact objective f(θ) against training time, one colour per run: the solid "
-               "line is f(θ) evaluated during the run (what the progress line showed and the "
+               "line with squares is f(θ) evaluated during the run (what the progress line "
+               "showed and the "
                "target stop used; crosses: estimates on part of the data), circles are θ "
                "snapshots evaluated on every shard after training.  Dotted: the online "
                "objective (per-point losses as last seen), which under FSP and the "
