@@ -128,7 +128,19 @@ def test_csv_fast_reads_every_number_shape_exactly(tmp_path: Path) -> None:
     np.testing.assert_array_equal(fast, [[float(v) for v in r] for r in rows])
 
 
-@settings(max_examples=60, deadline=None)
+def _kernel(toks: list[str]) -> tuple[np.ndarray, int]:
+    """The CSV kernel's doubles for one token per line (slow ones by Python's float)."""
+    text = "\n".join(toks).encode()
+    out = np.empty((len(toks), 1))
+    slow = slow_slots(len(toks) * 4)
+    status, n_slow = csv_kernel(np.frombuffer(text, dtype=np.uint8), 44, out, slow)
+    assert status == OK
+    flat = out.reshape(-1)
+    flat[slow[:n_slow, 2]] = [float(text[s:e]) for s, e, _ in slow[:n_slow]]
+    return flat, n_slow
+
+
+@settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 10**19), st.integers(0, 20), st.integers(-40, 40),
                           st.booleans(), st.sampled_from(["", "e", "E"])),
                 min_size=1, max_size=40))
@@ -141,15 +153,27 @@ def test_kernel_numbers_match_numpy(parts: list[tuple[int, int, int, bool, str]]
         p = min(point, len(s))
         s = s[: len(s) - p] + "." + s[len(s) - p:] if p else s
         toks.append(("-" if neg else "") + s + (f"{e}{exp}" if e else ""))
-    text = "\n".join(toks).encode()
-    out = np.empty((len(toks), 1))
-    slow = slow_slots(len(toks) * 4)
-    status, n_slow = csv_kernel(np.frombuffer(text, dtype=np.uint8), 44, out, slow)
-    assert status == OK
-    flat = out.reshape(-1)
-    flat[slow[:n_slow, 2]] = [float(text[s:e]) for s, e, _ in slow[:n_slow]]
+    flat, _ = _kernel(toks)
     want = np.loadtxt(toks, dtype=np.float64, ndmin=1)
     np.testing.assert_array_equal(_bits(flat), _bits(want))
+
+
+def test_kernel_long_mantissas_are_exact() -> None:
+    """17 to 19 significant digits (repr, ``%.17g``, ``np.savetxt``'s ``%.18e``) take the
+    guess-and-check path: no slow token, and NumPy's doubles bit for bit, ties included.
+    (Its reach: a decimal exponent of -27 .. 22 once the digits are an integer, so values
+    from about 1e-8 up at ``%.18e``.)"""
+    rng = np.random.default_rng(12)
+    v = rng.standard_normal(3000) * 10.0 ** rng.integers(-7, 4, 3000)
+    # Half-way between two doubles (ulp 2, then 4), away from a power of two.
+    ties = [str(3 * 2**52 + k) for k in (1, 3, 5, 7)] + [str(3 * 2**53 + k) for k in (2, 6)]
+    for toks in ([f"{x:.18e}" for x in v], [f"{x:.17g}" for x in v],
+                 [repr(float(x)) for x in v],
+                 ties, [f"{x:.18e}" for x in np.nextafter(v, np.inf)]):
+        got, n_slow = _kernel(toks)
+        assert n_slow == 0
+        want = np.loadtxt(toks, dtype=np.float64, ndmin=1)
+        np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
 # -------------------------------------------------------------------------------- LIBSVM

@@ -12,9 +12,13 @@ shapes themselves, and they give *exactly* the same doubles:
   (Clinger's fast path; the same one fast_float and CPython's dtoa take first).  Trailing
   zeros do not count as significant digits, so HIGGS-style ``8.692932128906250000e-01``
   takes it too.
-* Any other token (17+ significant digits, ``nan``, ``inf``, junk) is *slow*: the kernel
-  records where it is and :func:`parse_slow` converts all of a block's slow tokens with one
-  :func:`numpy.loadtxt` call, the careful parser's own converter.
+* Up to 19 significant digits (repr's 17, ``np.savetxt``'s ``%.18e``) with ``e`` in
+  ``-27 .. 22``: a guess from the same operations, checked against the two half-way points
+  around it in exact 128-bit integer arithmetic and moved by an ulp until it is the correctly
+  rounded double (ties to even) -- :func:`_exact_long`.
+* Any other token (20+ significant digits, tiny exponents, ``nan``, ``inf``, junk) is *slow*:
+  the kernel records where it is and :func:`parse_slow` converts all of a block's slow tokens
+  with one :func:`numpy.loadtxt` call, the careful parser's own converter.
 * Anything structurally unusual (a wrong field count, an empty field, control bytes, a
   LIBSVM index that is not plain digits, ``qid:``) makes the kernel give up on the block
   (status :data:`BAIL`) and the reader runs the careful parser, which either gives the same
@@ -24,6 +28,8 @@ The kernels are compiled by numba on first use and cached on disk (``cache=True`
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numba import njit
@@ -42,9 +48,17 @@ _NL, _SP, _TAB, _HASH, _COLON = 10, 32, 9, 35, 58
 _MAX_W = 1 << 53  # significant digits at most this are an exact double
 _MAX_INDEX_DIGITS = 15  # LIBSVM indices longer than this go the careful way (float rounding)
 
-# Exact doubles 10**0 .. 10**22 and integers 10**0 .. 10**15.
+_MAX_SIG = 19  # significant digits kept in a uint64 (10**19 < 2**64); more: slow
+_MIN_LONG_EXP = -27  # 5**27 < 2**63: the check of _exact_long stays within 128 bits
+
+# Exact doubles 10**0 .. 10**22, integers 10**0 .. 10**19 and 5**0 .. 5**27.
 _P10F = np.array([10.0**k for k in range(23)], dtype=np.float64)
-_P10I = np.array([10**k for k in range(16)], dtype=np.int64)
+_P10U = np.array([10**k for k in range(20)], dtype=np.uint64)
+_P5U = np.array([5**k for k in range(28)], dtype=np.uint64)
+_U0, _U1, _M32 = np.uint64(0), np.uint64(1), np.uint64(0xFFFFFFFF)
+_U32, _U64 = np.uint64(32), np.uint64(64)
+_W53 = np.uint64(_MAX_W)
+_M52 = np.uint64(1 << 52)
 
 
 def slow_slots(n_tokens: int) -> np.ndarray:
@@ -57,8 +71,98 @@ def slow_slots(n_tokens: int) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
+def _mul(a: np.uint64, b: np.uint64) -> tuple[np.uint64, np.uint64]:  # pragma: no cover
+    """The 128-bit product ``a * b`` as ``(high, low)`` 64-bit words."""
+    a0, a1 = a & _M32, a >> _U32
+    b0, b1 = b & _M32, b >> _U32
+    p00, p01, p10, p11 = a0 * b0, a0 * b1, a1 * b0, a1 * b1
+    mid = (p00 >> _U32) + (p01 & _M32) + (p10 & _M32)
+    return p11 + (p01 >> _U32) + (p10 >> _U32) + (mid >> _U32), (p00 & _M32) | (mid << _U32)
+
+
+@njit(cache=True, nogil=True)
+def _shl(
+    hi: np.uint64, lo: np.uint64, s: int
+) -> tuple[bool, np.uint64, np.uint64]:  # pragma: no cover
+    """``(hi, lo) << s`` for ``s >= 0``, and whether it still fits in 128 bits."""
+    if s == 0:
+        return True, hi, lo
+    if s >= 128:
+        return False, hi, lo
+    if s >= 64:
+        t = np.uint64(s - 64)
+        if hi != _U0 or (t > _U0 and (lo >> (_U64 - t)) != _U0):
+            return False, hi, lo
+        return True, lo << t, _U0
+    u = np.uint64(s)
+    if (hi >> (_U64 - u)) != _U0:
+        return False, hi, lo
+    return True, (hi << u) | (lo >> (_U64 - u)), lo << u
+
+
+@njit(cache=True, nogil=True)
+def _vs_half(w: np.uint64, q: int, m2: np.uint64, k: int) -> int:  # pragma: no cover
+    """Sign of ``w * 10**q - m2 * 2**(k - 1)``, in exact 128-bit integer arithmetic."""
+    if q >= 0:
+        ah, al = _mul(w, _P5U[q])
+        bh, bl = _U0, m2
+        s = k - 1 - q  # w 5^q 2^q vs m2 2^(k-1)  <=>  w 5^q vs m2 2^(k-1-q)
+    else:
+        ah, al = _U0, w
+        bh, bl = _mul(m2, _P5U[-q])
+        s = k - 1 - q  # w / (5^p 2^p) vs m2 2^(k-1)  <=>  w vs m2 5^p 2^(k-1+p)
+    if s >= 0:
+        ok, bh, bl = _shl(bh, bl, s)
+        if not ok:
+            return -1  # the half-way point is past 2**128 > w 10^q
+    else:
+        ok, ah, al = _shl(ah, al, -s)
+        if not ok:
+            return 1
+    if ah != bh:
+        return 1 if ah > bh else -1
+    if al != bl:
+        return 1 if al > bl else -1
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def _exact_long(w: np.uint64, q: int) -> tuple[bool, float]:  # pragma: no cover
+    """``w * 10**q`` correctly rounded, for ``w`` of up to 19 digits, by guess and check.
+
+    The guess (a few roundings away at most) is checked against the two half-way points
+    around it, ``(2m +- 1) 2**(k-1)`` for the guess ``m 2**k``, exactly; it moves by an ulp
+    until the value lies between them, ties going to the even ``m`` (IEEE rounding, as
+    ``PyOS_string_to_double`` does).  A guess that is a power of two (whose lower neighbour is
+    closer) gives up, as does a third miss.
+    """
+    if q >= 0:
+        x = float(w) * _P10F[q]
+    elif q >= -22:
+        x = float(w) / _P10F[-q]
+    else:
+        x = float(w) / _P10F[22] / _P10F[-q - 22]
+    for _ in range(3):
+        f, e = math.frexp(x)
+        m = np.uint64(f * 9007199254740992.0)  # f * 2**53: exact, m in [2**52, 2**53)
+        k = e - 53
+        if m == _M52:
+            return False, 0.0
+        above = _vs_half(w, q, m + m + _U1, k)
+        below = _vs_half(w, q, m + m - _U1, k)
+        if above < 0 and below > 0:
+            return True, x
+        if above == 0:
+            return True, x if (m & _U1) == _U0 else np.nextafter(x, np.inf)
+        if below == 0:
+            return True, x if (m & _U1) == _U0 else np.nextafter(x, -np.inf)
+        x = np.nextafter(x, np.inf) if above > 0 else np.nextafter(x, -np.inf)
+    return False, 0.0
+
+
+@njit(cache=True, nogil=True)
 def _number(b: np.ndarray, i: int, end: int) -> tuple[bool, float]:  # pragma: no cover
-    """``b[i:end]`` as a float if it takes the exact fast path, else ``(False, 0.0)``."""
+    """``b[i:end]`` as a float if one of the exact paths takes it, else ``(False, 0.0)``."""
     neg = False
     c = b[i]
     if c == 45:  # '-'
@@ -66,7 +170,8 @@ def _number(b: np.ndarray, i: int, end: int) -> tuple[bool, float]:  # pragma: n
         i += 1
     elif c == 43:  # '+'
         i += 1
-    w = 0
+    w = _U0
+    sig = 0  # significant digits in w
     zeros = 0  # zero digits after the last nonzero one, not yet folded into w
     exp10 = 0
     nd = 0
@@ -75,20 +180,17 @@ def _number(b: np.ndarray, i: int, end: int) -> tuple[bool, float]:  # pragma: n
     while i < end:
         c = b[i]
         if 48 <= c <= 57:
-            d = c - 48
             nd += 1
             if frac:
                 exp10 -= 1
-            if d == 0:
-                if w != 0:
+            if c == 48:
+                if sig:
                     zeros += 1
-            elif w == 0:
-                w = d
-                zeros = 0
-            elif zeros >= 15 or w > (_MAX_W - d) // _P10I[zeros + 1]:
-                big = True  # more than 2**53: not exact (checked before it could overflow)
+            elif sig + zeros + 1 > _MAX_SIG:
+                big = True  # more digits than a uint64 holds: not this path
             else:
-                w = w * _P10I[zeros + 1] + d
+                w = w * _P10U[zeros + 1] + np.uint64(c - 48)
+                sig += zeros + 1
                 zeros = 0
         elif c == 46 and not frac:  # '.'
             frac = True
@@ -116,12 +218,16 @@ def _number(b: np.ndarray, i: int, end: int) -> tuple[bool, float]:  # pragma: n
             return False, 0.0
         exp10 += -e if eneg else e
     exp10 += zeros
-    if w == 0:
+    if sig == 0:
         return True, -0.0 if neg else 0.0
-    if exp10 < -22 or exp10 > 22:
+    if w <= _W53 and -22 <= exp10 <= 22:
+        # Clinger: both operands exact, one IEEE rounding.
+        v = float(w) * _P10F[exp10] if exp10 >= 0 else float(w) / _P10F[-exp10]
+        return True, -v if neg else v
+    if exp10 < _MIN_LONG_EXP or exp10 > 22:
         return False, 0.0
-    v = float(w) * _P10F[exp10] if exp10 >= 0 else float(w) / _P10F[-exp10]
-    return True, -v if neg else v
+    ok, v = _exact_long(w, exp10)
+    return ok, -v if neg else v
 
 
 @njit(cache=True, nogil=True)
