@@ -189,7 +189,8 @@ def wait_figures(s: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, f
            "wait_share": waited / max(busy, 1e-9), "syncs_per_s": len(log) / wall,
            "versions_per_s": s.get("theta_versions", s["iterations"]) / wall}
     if model == "elastic" and per_sync:
-        for key, name in (("predicted_wait_s", "predicted"), ("expected_wait_s", "expected")):
+        for key, name in (("predicted_wait_s", "predicted"), ("expected_wait_s", "expected"),
+                          ("final_predicted_wait_s", "final")):
             if key not in log[0]:
                 continue  # a flegel from before the expected wait (a baseline checkout)
             pred = statistics.fmean(e[key] for e in log)
@@ -211,14 +212,14 @@ def waits(repeats: int, max_time: float, points: int, root: Path,
           f"{repeats} runs per model")
     print(f"  {'sync':<13} {'run':>3} {'wait/sync':>9} {'d*':>6} {'expected':>8} "
           f"{'/d*':>5} {'/exp':>5} {'wait share':>10} {'syncs/s':>8} {'versions/s':>10}")
-    ratios: dict[str, list[float]] = {"predicted": [], "expected": []}
+    ratios: dict[str, list[float]] = {"predicted": [], "expected": [], "final": []}
     for label, sync in models:
         for i in range(repeats):
             key = f"waits-{label}-{i}".replace(" ", "_").replace("=", "")
             s, events = run({**doc, "sync": sync, "stragglers": HETERO}, root / key)
             f = wait_figures(s, events)
             cols = []
-            for name in ("predicted", "expected"):
+            for name in ("predicted", "expected", "final"):
                 ok = f"{name}_ms" in f
                 cols.append(f"{f[f'{name}_ms']:.2f}" if ok else "-")
                 if ok:
@@ -228,7 +229,9 @@ def waits(repeats: int, max_time: float, points: int, root: Path,
             print(f"  {label:<13} {i + 1:>3} {f['wait_ms']:9.2f} {cols[0]:>6} {cols[1]:>8} "
                   f"{rat[0]:>5} {rat[1]:>5} {f['wait_share']:10.3f} {f['syncs_per_s']:8.1f} "
                   f"{f['versions_per_s']:10.1f}", flush=True)
-    for name, label in (("predicted", "ZipLine's d*"), ("expected", "the expected wait")):
+    for name, label in (("predicted", "ZipLine's d* (first plan)"),
+                        ("expected", "the expected wait (first plan)"),
+                        ("final", "d of the plan that placed the barrier")):
         r = ratios[name]
         if r:
             print(f"  ElasticBSP measured wait / {label}: {min(r):.2f} .. {max(r):.2f} "
