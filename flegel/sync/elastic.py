@@ -190,14 +190,15 @@ class ElasticBSP(PushPolicy):
         index = [min(int(res.index[i]), valid[i] - 1) for i in range(len(ranks))]
         self.target = {r: len(self.since[r]) + (0 if r in fixed else index[i] + (r != waiting))
                        for i, r in enumerate(ranks)}
-        ends = [float(times[i, index[i]]) for i in range(len(ranks))]
-        # Known ends (a push made) carry no error; the others one iteration's worth.
-        noise = [np.empty(0) if r in fixed or (r == waiting and index[i] == 0)
-                 else np.asarray(self.spans[r]) - self.interval(r)
-                 for i, r in enumerate(ranks)]
-        expected = expected_wait(ends, noise, seed=len(self.barriers))
-        self.solve_s += time.perf_counter() - t0
         if first:
+            # The promise of this superstep: d* and the expected wait of the same choice.
+            # The waiting worker's current push is known; every other end carries one
+            # iteration's worth of error (the re-plans correct the rest).
+            ends = [float(times[i, index[i]]) for i in range(len(ranks))]
+            noise = [np.empty(0) if r == waiting and index[i] == 0
+                     else np.asarray(self.spans[r]) - self.interval(r)
+                     for i, r in enumerate(ranks)]
+            expected = expected_wait(ends, noise, seed=len(self.barriers))
             slowest = max(self.interval(r) for r in ranks)
             self.plan = {"planned_at_s": t, "predicted_s": float(res.t_sync),
                          "predicted_wait_s": float(res.d), "expected_wait_s": expected,
@@ -205,6 +206,7 @@ class ElasticBSP(PushPolicy):
         else:
             self.plan["replans"] += 1
         self.plan["final_wait_s"] = float(res.d)  # d of the plan that placed the barrier
+        self.solve_s += time.perf_counter() - t0
 
     def hold(self, rank: int) -> bool:
         return self.target is not None and len(self.since[rank]) >= self.target[rank]
