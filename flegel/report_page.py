@@ -10,10 +10,19 @@ from __future__ import annotations
 import base64
 import html
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
-if TYPE_CHECKING:
-    from flegel.report import Picture, Run
+from flegel.run_record import Run
+
+
+@dataclass(frozen=True)
+class Picture:
+    """One drawn figure: its file name, a caption for the page, and the PNG's bytes."""
+
+    name: str
+    caption: str
+    png: bytes
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
