@@ -33,7 +33,6 @@ __all__ = [
     "RowError",
     "RowSink",
     "TableShape",
-    "assemble",
     "label_column_index",
     "stored_column",
     "to_labels",
@@ -378,37 +377,3 @@ class RowSink:
             if self.y is not None:
                 self.y.resize(self.n, refcheck=False)
         return self.X, self.y
-
-
-def assemble(
-    xs: list[np.ndarray], ys: list[np.ndarray] | None, d: int, fs: FileSpec
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Join per-block parts into the shard's C-contiguous X (and y).
-
-    Parameters
-    ----------
-    xs : list of numpy.ndarray
-        ``(m_b, d)`` parts of X, in row order.
-    ys : list of numpy.ndarray or None
-        The matching label parts, or None for a source without labels.
-    d : int
-        Columns of X (for an empty shard).
-    fs : FileSpec
-        The spec (dtypes).
-
-    Returns
-    -------
-    X, y : numpy.ndarray, numpy.ndarray or None
-    """
-    if xs:
-        X = xs[0] if len(xs) == 1 else np.concatenate(xs, axis=0)
-    else:
-        X = np.empty((0, d), dtype=fs.dtype)
-    X = np.ascontiguousarray(X, dtype=fs.dtype)
-    if ys is None:
-        return X, None
-    if ys:
-        y = ys[0] if len(ys) == 1 else np.concatenate(ys)
-    else:
-        y = np.empty(0, dtype=fs.label_dtype)
-    return X, np.ascontiguousarray(y)

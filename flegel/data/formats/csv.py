@@ -18,7 +18,6 @@ import numpy as np
 
 from flegel.data.checks import Bad
 from flegel.data.errors import DataError
-from flegel.data.fastparse import OK, csv_kernel, parse_slow, slow_slots
 from flegel.data.files import FileSpec, reading, show
 from flegel.data.formats.base import (
     FileReader,
@@ -134,6 +133,9 @@ def parse_fast(lines: list[bytes], dia: CsvDialect) -> np.ndarray | None:
     """
     if dia.delim is not None and len(dia.delim) != 1:
         return None
+    # Imported here: numba's import is only paid by a process that parses (not the master).
+    from flegel.data.fastparse import OK, csv_kernel, parse_slow, slow_slots
+
     text = b"\n".join(lines)
     out = np.empty((len(lines), dia.n_cols), dtype=np.float64)
     slow = slow_slots(out.size)

@@ -25,7 +25,6 @@ import numpy as np
 
 from flegel.data.checks import Bad
 from flegel.data.errors import DataError
-from flegel.data.fastparse import OK, libsvm_kernel, parse_slow, slow_slots
 from flegel.data.files import FileSpec, reading, show
 from flegel.data.formats.base import FileReader, RowSink, TableShape, to_labels
 from flegel.data.partition import Shard
@@ -76,6 +75,9 @@ def tokenize_fast(lines: list[bytes]) -> Tokens | None:
         Exactly what :func:`tokenize` returns; None for a block the careful tokenizer must
         handle (``qid:``, a malformed token, tabs...).
     """
+    # Imported here: numba's import is only paid by a process that parses (not the master).
+    from flegel.data.fastparse import OK, libsvm_kernel, parse_slow, slow_slots
+
     text = b"\n".join(lines)
     k = len(lines)
     n_pairs = text.count(b":")  # every pair has one; a block with other colons bails
