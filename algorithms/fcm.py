@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numba
 import numpy as np
 
 from flegel import Algorithm, Block, DataInfo
+from flegel.jit import njit
 
 from ._common import (
     RowKernel,
@@ -40,7 +40,7 @@ _D2_FLOOR = 1e-300  # squared distances are floored here before taking logs
 _DEGENERATE = 1e-12  # a centre whose Σ u^m falls below this fraction of the total stays put
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _memberships(d2: np.ndarray, m: float, um: np.ndarray, loss: np.ndarray,
                  dum: np.ndarray) -> float:  # pragma: no cover - compiled
     """E-step of a block from its squared distances ``d2`` (b × K), any fuzzifier m.
@@ -74,7 +74,7 @@ def _memberships(d2: np.ndarray, m: float, um: np.ndarray, loss: np.ndarray,
     return dobj
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _memberships_m2(d2: np.ndarray, um: np.ndarray, loss: np.ndarray,
                     dum: np.ndarray) -> float:  # pragma: no cover - compiled
     """:func:`_memberships` for m = 2 (the default): ``u_k ∝ 1/d²_k``, no transcendentals."""

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numba
 import numpy as np
 from scipy.linalg import solve_triangular
 
 from flegel import Algorithm, Block, DataInfo
+from flegel.jit import njit
 
 from ._common import (
     LOG_2PI,
@@ -50,7 +50,7 @@ _EPS = 10.0 * np.finfo(np.float64).eps  # added to nk, as scikit-learn does
 _DEGENERATE = 1e-9  # a component with nk below this fraction of the total keeps its shape
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _responsibilities(logp: np.ndarray, resp: np.ndarray, loss: np.ndarray,
                       dresp: np.ndarray) -> float:  # pragma: no cover - compiled
     """E-step of a block from its weighted log-densities ``logp`` (b × K).

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numba
 import numpy as np
 
 from flegel import Algorithm, Block, DataInfo, PointState
+from flegel.jit import njit
 
 from ._common import (
     check_init_spec,
@@ -38,7 +38,7 @@ _INITS = ("kmeans++", "random")
 _TILE = 2048
 
 
-@numba.njit(cache=True, nogil=True, fastmath=True)
+@njit(cache=True, nogil=True, fastmath=True)
 def _assign_accumulate(x: np.ndarray, ct: np.ndarray, csq: np.ndarray, labels: np.ndarray,
                        scores: np.ndarray, sums: np.ndarray, counts: np.ndarray,
                        tile: int) -> float:  # pragma: no cover

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numba
 import numpy as np
 
 from flegel import Algorithm, Block, DataInfo
+from flegel.jit import njit
 
 from ._common import (
     RowKernel,
@@ -36,7 +36,7 @@ _SCHEDULES = ("constant", "invscaling")
 _INITS = ("zeros",)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _first_bad_label(y: np.ndarray, n_classes: int) -> int:  # pragma: no cover - compiled
     """Index of the first label that is not an integer in [0, n_classes), or -1."""
     for i in range(y.shape[0]):
@@ -46,7 +46,7 @@ def _first_bad_label(y: np.ndarray, n_classes: int) -> int:  # pragma: no cover 
     return -1
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _binary_kernel(z: np.ndarray, y: np.ndarray, penalty: float,
                    loss: np.ndarray) -> float:  # pragma: no cover - compiled
     """Binary log-loss of margins ``z`` (overwritten by the residual σ(z) − y); writes each
@@ -65,7 +65,7 @@ def _binary_kernel(z: np.ndarray, y: np.ndarray, penalty: float,
     return dobj
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _multinomial_kernel(z: np.ndarray, y: np.ndarray, penalty: float,
                         loss: np.ndarray) -> float:  # pragma: no cover - compiled
     """Softmax cross-entropy of logits ``z`` (b × C, overwritten by the residual

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numba
 import numpy as np
 
 from flegel import Algorithm, Block, DataInfo
+from flegel.jit import njit
 
 from ._common import (
     RowKernel,
@@ -41,7 +41,7 @@ _SOLVERS = ("hals", "mu")
 _EPS = float(np.finfo(np.float32).eps)  # denominator floor of multiplicative updates (sklearn)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _hals_rows(W: np.ndarray, XHt: np.ndarray, G: np.ndarray,
                n_iter: int) -> None:  # pragma: no cover - compiled
     """HALS sweeps on each row of W given H: minimize ‖x_i − w_i H‖² over w_i ≥ 0.

@@ -38,6 +38,7 @@ from typing import IO
 from flegel.protocol import ExitCode
 from flegel.rankwatch import RankWatch
 from flegel.runtime.lifetime import STATUS_ENV, die_with_parent, done_marker
+from flegel.timings import LAUNCH_ENV, PROGRESS_ENV, process_start
 
 #: Environment variables set by MPI launchers (hydra, PMIx, Open MPI, Slurm's PMI).
 _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS",
@@ -164,17 +165,28 @@ class _Job:
         return ExitCode.for_signal(-rc) if rc < 0 else rc
 
 
-def launch(n_ranks: int, args: list[str]) -> int:
-    """Run ``python -m flegel ARGS`` on ``n_ranks`` MPI ranks; return the exit code."""
+def launch(n_ranks: int, args: list[str], progress: str = "none") -> int:
+    """Run ``python -m flegel ARGS`` on ``n_ranks`` MPI ranks; return the exit code.
+
+    ``progress`` is the job's ``output.progress``: unless ``none``, the launcher says it is
+    launching, and rank 0 carries on with the job's phases (:mod:`flegel.progress`).
+    """
     mpiexec = find_mpiexec()
     if mpiexec is None:
         sys.stderr.write("flegel: no MPI launcher found; install one with "
                          "pip install 'flegel[mpi]' (the mpich wheel) or run under mpirun\n")
         return 2
-    env = dict(os.environ, FLEGEL_UNDER_MPI="1")
+    # The ranks measure launch_s from this process's start (flegel.timings).
+    env = dict(os.environ, FLEGEL_UNDER_MPI="1", **{LAUNCH_ENV: repr(process_start()),
+                                                      PROGRESS_ENV: progress})
     # One BLAS/OpenMP thread per rank unless the user said otherwise (DESIGN §4).
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(var, "1")
+    if progress != "none":
+        from flegel.progress import Progress
+
+        # Plain, as rank 0's lines will be: its output reaches the terminal through a pipe.
+        Progress("plain").phase(f"launching {n_ranks} ranks", time.time() - process_start())
     with tempfile.TemporaryDirectory(prefix="flegel-") as tmp:
         status = Path(tmp) / "status"
         env[STATUS_ENV] = str(status)

@@ -213,8 +213,10 @@ class RunWriter:
         return True
 
     def finish(self, server: Any, policy: Any, algorithm: Any, info: Any,
-               results: list[dict], infos: dict[int, dict]) -> dict[str, Any]:
-        """Write model and summary; return the summary."""
+               results: list[dict], infos: dict[int, dict],
+               timings: Any = None) -> dict[str, Any]:
+        """Write model and summary; return the summary.  ``timings``
+        (:class:`flegel.timings.Timings`) gives the summary's ``timings``, ending now."""
         self._events.close()
         job = self.job
         final = float(sum(r["objective"] for r in results))
@@ -276,5 +278,7 @@ class RunWriter:
         if job["test_data"] is not None:
             summary["test"] = self._test_metrics(algorithm, server.theta)
         self.save_model(algorithm, server.theta, server.version, final_objective=final)
+        if timings is not None:
+            summary["timings"] = timings.summary()
         write_json_atomic(self.dir / "summary.json", summary)
         return summary

@@ -22,6 +22,7 @@ the same line.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import traceback
@@ -35,6 +36,7 @@ from flegel.api import Algorithm, DataInfo, zero_aggregator
 from flegel.block import Block
 from flegel.checkpoint import Checkpoint, Checkpointer
 from flegel.config import Job, JobError
+from flegel.jit import cache_is_cold
 from flegel.peak_memory import peak_rss_mib
 from flegel.protocol import ExitCode, StopReason, Tag
 from flegel.runtime import comm as msg
@@ -97,10 +99,14 @@ def _limit_threads(n: int) -> None:
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(n)
+    numba = sys.modules.get("numba")
+    if numba is None:
+        # Not imported (it costs every rank 0.3-1 s): the first kernel call imports it
+        # (flegel/jit.py) and sizes numba's thread pool from the environment.
+        os.environ["NUMBA_NUM_THREADS"] = str(n)
+        return
     try:
-        import numba
-
-        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
     except Exception:  # noqa: BLE001 - numba threading layer may be unavailable
         pass
 
@@ -145,7 +151,18 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     if resumed is not None:
         worker.restore(resumed)
     worker.receive_params()  # θ⁽⁰⁾, sent once
+    # On a cold numba cache, worker 1 compiles first and the others load its kernels from
+    # the cache: n workers compiling the same kernels at once cost n times the CPU.  On a
+    # warm one they all load at once.  Worker 1 always says when it is done.
+    cold = comm.rank > 1 and cache_is_cold(type(algorithm).__module__)
+    if cold:
+        msg.recv_object(comm, source=1)
     _warm_up(algorithm, x, y, worker.theta, layouts["agg"].zeros())
+    if comm.rank == 1:
+        for r in range(2, comm.size):
+            msg.send_object(comm, "compiled", dest=r)
+    elif comm.rank > 1 and not cold:
+        msg.recv_object(comm, source=1)
     msg.send_object(comm, "ready", dest=0)
     report = worker.run()
     # The exact objective of the final θ and of every θ snapshot of the run, on this shard
@@ -266,7 +283,11 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
                 resume: Checkpoint | None = None) -> dict[str, Any]:
     from flegel.output import RunWriter
     from flegel.progress import Progress
+    from flegel.timings import Timings
 
+    progress = Progress(job["output"]["progress"])
+    timings = Timings(on_phase=progress.phase)
+    timings.begin("load_s")
     _limit_threads(job["runtime"]["threads"])
     n_workers = comm.size - 1
     timeout = job["runtime"]["stall_timeout_s"]
@@ -275,6 +296,7 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     # The ranks agree that every shard (and test_data, checked here meanwhile) is good data.
     agreed(comm, (JobError,), job.check_test_data, watch=loading)
     infos = msg.gather_objects(comm, ranks, loading)
+    timings.begin("compile_s")
     sample = np.concatenate([infos[r]["sample"] for r in ranks])
     labelled = infos[ranks[0]]["sample_y"] is not None
     sample_y = np.concatenate([infos[r]["sample_y"] for r in ranks]) if labelled else None
@@ -301,7 +323,7 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     writer = RunWriter(out_dir, job,
                        events_from=None if resume is None else resume.master["events_bytes"])
     saver.writer, saver.algorithm = writer, algorithm
-    progress = Progress(job["output"]["progress"], algorithm.objective_name)
+    progress.name = algorithm.objective_name
     server = Server(MpiTransport(comm, theta_layout, agg_layout), ranks, algorithm, theta,
                     agg_layout.zeros, StopCriteria(**job["stop"]), events=writer.event,
                     progress=progress, trace_points=job["output"]["trace_points"],
@@ -324,6 +346,7 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     saver.phase = "compiling their kernels"
     # Every worker is loaded and warmed up: the clock may start.
     msg.gather_objects(comm, ranks, _watch(comm, timeout, "compiling their kernels"))
+    timings.begin("train_s")
     policy = policy_class(job["sync"]["model"])(server, job["sync"])
     saver.phase = "training"
     snapshot = None
@@ -337,6 +360,7 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     # The trained model first: a failure in the final evaluation must not lose it.
     saver.saved = writer.save_model(algorithm, server.theta, server.version,
                                     complete=False, stop_reason=str(server.reason))
+    timings.begin("final_eval_s")
     saver.phase = "evaluating the final θ"
     watch = _watch(comm, timeout, saver.phase)
     msg.bcast_object(comm, {"trace": server.trace.thetas, "theta": server.theta},
@@ -345,7 +369,8 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     reports = msg.gather_objects(comm, ranks, watch)
     peers.disarm()  # the workers are done: they may exit before the master
     results = [reports[r] for r in ranks]
-    summary = writer.finish(server, policy, algorithm, info, results, infos)
+    timings.begin("write_s")
+    summary = writer.finish(server, policy, algorithm, info, results, infos, timings)
     progress.close(server.version, summary["final_objective"], server.train_s)
     return summary
 

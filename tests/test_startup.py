@@ -1,0 +1,212 @@
+"""Fixed costs (issue 14, item 1): the phases in summary.json and on rank 0's progress lines,
+imports only where needed, numba's cache shared across runs and ranks.
+
+The times themselves are benchmark figures (``bench/startup_bench.py``); these tests check
+what the phases are, not how long they take.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from flegel.launch import find_mpiexec
+from flegel.progress import Progress, phase_line
+from flegel.timings import PHASES, Timings, process_start
+from tests.conftest import child_env, mpirun, summary, write_job
+
+JOB = {"algorithm": "kmeans", "params": {"n_clusters": 3},
+       "data": {"source": "synthetic", "kind": "blobs", "n_points": 3000, "n_features": 4,
+                "centers": 3, "seed": 0},
+       "workers": 2, "sync": {"model": "bsp", "batch": "full"},
+       "stop": {"max_iterations": 5}, "output": {"progress": "plain"}}
+
+#: Records, at exit, the modules each process imported (the launcher's and every rank's).
+SITECUSTOMIZE = '''
+import atexit, os, sys
+
+def _record():
+    rank = os.environ.get("PMI_RANK", "launcher")
+    with open(os.path.join({folder!r}, rank), "w") as f:
+        f.write("\\n".join(sorted(sys.modules)))
+
+atexit.register(_record)
+'''
+
+#: scipy's heavy subpackages; ``import numba`` imports the top-level ``scipy`` package only
+#: to check its version, and numba's first kernel call imports ``scipy.linalg`` for BLAS.
+SCIPY_HEAVY = ("scipy.linalg", "scipy.sparse", "scipy.special", "scipy.stats",
+               "scipy.optimize", "scipy.spatial")
+
+
+def _launched(tmp_path: Path, *sets: str, env: dict[str, str] | None = None
+              ) -> subprocess.CompletedProcess:
+    """``python -m flegel run JOB`` without mpirun: flegel's own launcher starts the ranks."""
+    if find_mpiexec() is None:
+        pytest.skip("no MPI launcher installed")
+    job = write_job(tmp_path / "job.yaml", **JOB)
+    cmd = [sys.executable, "-m", "flegel", "run", str(job), "--out", str(tmp_path / "out")]
+    for s in sets:
+        cmd += ["--set", s]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180,
+                          env=env or child_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+# ------------------------------------------------------------------------------ in-process
+def test_phases_follow_one_another_without_gaps(monkeypatch):
+    monkeypatch.setenv("FLEGEL_LAUNCH_T", repr(process_start() - 2.0))
+    seen: list[tuple[str, float]] = []
+    t = Timings(on_phase=lambda what, at: seen.append((what, at)))
+    for phase, _ in PHASES[2:]:
+        t.begin(phase)
+    out = t.summary()
+    assert list(out) == [p for p, _ in PHASES]
+    assert out["launch_s"] == pytest.approx(2.0)
+    assert all(v is not None and v >= 0 for v in out.values())
+    # The phases cover rank 0's time from its start to now, one after another.
+    total = sum(v for k, v in out.items() if k != "launch_s" and v is not None)
+    assert total == pytest.approx(time.time() - process_start(), abs=0.05)
+    assert [w for w, _ in seen] == [w for _, w in PHASES[2:]]
+    assert all(at >= 2.0 for _, at in seen)  # counted from the launcher's start
+
+
+def test_without_launcher_launch_s_is_null(monkeypatch):
+    monkeypatch.delenv("FLEGEL_LAUNCH_T", raising=False)
+    t = Timings()
+    t.begin("load_s")
+    out = t.summary()
+    assert out["launch_s"] is None and out["import_s"] is not None and out["load_s"] >= 0
+
+
+def test_process_start_is_this_process_start():
+    # The kernel's record, not the time flegel.timings was imported: pytest ran before.
+    assert process_start() <= time.time()
+    child = subprocess.run([sys.executable, "-c", "import time; time.sleep(0.3); "
+                            "from flegel.timings import process_start as p; "
+                            "print(time.time() - p())"], capture_output=True, text=True,
+                           check=True, timeout=60)
+    assert float(child.stdout) >= 0.3
+
+
+def test_phase_lines_plain_and_none(capsys):
+    Progress("plain").phase("loading shards", 1.5)
+    Progress("none").phase("loading shards", 1.5)
+    assert capsys.readouterr().out == phase_line("loading shards", 1.5) + "\n"
+    assert phase_line("loading shards", 1.5).endswith("    1.50 s")
+
+
+def test_importing_an_algorithm_does_not_import_numba():
+    """Only a kernel's first call imports numba (flegel/jit.py): the master and the
+    launcher import the algorithm's module but never call a kernel."""
+    code = ("import sys, numpy as np; import flegel.algorithms.kmeans as k; "
+            "assert 'numba' not in sys.modules; "
+            "x = np.zeros((4, 2)); ct = np.ones((2, 3)); "
+            "k._assign_accumulate(x, ct, (ct ** 2).sum(0), np.zeros(4, np.int64), "
+            "np.zeros(4), np.zeros((3, 2)), np.zeros(3), 2048); "
+            "assert 'numba' in sys.modules; "
+            "print(type(k._assign_accumulate.dispatcher()).__module__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=child_env())
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("numba")
+
+
+# ------------------------------------------------------------------------------ under MPI
+@pytest.mark.mpi
+def test_launched_run_reports_every_phase(tmp_path):
+    t0 = time.time()
+    proc = _launched(tmp_path)
+    wall = time.time() - t0
+    timings = summary(tmp_path / "out")["timings"]
+    assert list(timings) == [p for p, _ in PHASES]
+    assert all(isinstance(v, float) and v >= 0 for v in timings.values()), timings
+    # Contiguous phases of one run: together they fit in its wall time (the launcher's
+    # start is the kernel's record, 10 ms ticks).
+    assert sum(timings.values()) <= wall + 0.05
+    assert timings["train_s"] >= summary(tmp_path / "out")["wall_time_s"]
+    # Rank 0 (the launcher first) says each phase as it begins, in order, then training's
+    # lines, then the final line.
+    said = [ln.rsplit("  ", 1)[0].strip() for ln in proc.stdout.splitlines()
+            if re.search(r"\d s$", ln) and not ln.startswith("iter")]
+    assert said == ["launching 3 ranks"] + [w for _, w in PHASES[1:]], proc.stdout
+    assert [ln for ln in proc.stdout.splitlines() if ln.startswith("iter")][-1].endswith("done")
+
+
+@pytest.mark.mpi
+def test_progress_none_says_nothing(tmp_path):
+    proc = _launched(tmp_path, "output.progress=none")
+    assert not any(w in proc.stdout for _, w in PHASES), proc.stdout
+
+
+@pytest.mark.mpi
+def test_under_plain_mpirun_launch_s_is_null(tmp_path):
+    job = write_job(tmp_path / "job.yaml", **{**JOB, "output": {"progress": "none"}})
+    mpirun(job, 2, tmp_path / "out")
+    timings = summary(tmp_path / "out")["timings"]
+    assert timings["launch_s"] is None
+    assert all(v >= 0 for k, v in timings.items() if k != "launch_s")
+
+
+def _modules(tmp_path: Path) -> dict[str, set[str]]:
+    """Run the job through the launcher; each process's imported modules by who it was."""
+    folder = tmp_path / "modules"
+    folder.mkdir()
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE.format(folder=str(folder)))
+    env = child_env(site)
+    _launched(tmp_path, "output.progress=none", env=env)
+    return {p.name: set(p.read_text().split()) for p in folder.iterdir()}
+
+
+@pytest.mark.mpi
+def test_run_path_imports_only_what_it_needs(tmp_path):
+    mods = _modules(tmp_path)
+    assert set(mods) == {"launcher", "0", "1", "2"}
+    for who, names in mods.items():
+        heavy = sorted(m for m in names if m.split(".")[0] in ("sklearn", "matplotlib"))
+        assert not heavy, (who, heavy)
+    for who in ("launcher", "0"):  # they call no kernel: no numba, so no scipy.linalg
+        heavy = sorted(m for m in mods[who] if m.startswith(SCIPY_HEAVY))
+        assert not heavy, (who, heavy)
+    for who in ("1", "2"):  # K-means runs numba kernels on the workers
+        assert "numba" in mods[who]
+
+
+@pytest.mark.mpi
+def test_master_and_launcher_do_not_import_numba(tmp_path):
+    """numba costs every process that imports it 0.3-1 s: the built-in kernels
+    (flegel/jit.py) and the data parsers import it where a kernel first runs."""
+    mods = _modules(tmp_path)
+    assert "numba" not in mods["launcher"] and "numba" not in mods["0"]
+
+
+@pytest.mark.mpi
+def test_numba_cache_compiled_once_then_loaded(tmp_path, monkeypatch):
+    """A cold cache: worker 1 compiles and saves the kernel, the other workers load it;
+    a second run loads it everywhere and saves nothing."""
+    job = write_job(tmp_path / "job.yaml", **{**JOB, "workers": 3,
+                                               "output": {"progress": "none"}})
+    cache = tmp_path / "numba-cache"
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(cache))  # the ranks' environment
+    monkeypatch.setenv("NUMBA_DEBUG_CACHE", "1")
+    first = mpirun(job, 3, tmp_path / "out1")
+    second = mpirun(job, 3, tmp_path / "out2")
+
+    def count(proc: subprocess.CompletedProcess, what: str) -> int:
+        return sum(1 for ln in proc.stdout.splitlines()
+                   if ln.startswith(f"[cache] {what}") and "_assign_accumulate" in ln
+                   and ln.rstrip("'").endswith(".nbc"))
+
+    assert count(first, "data saved") == 1, first.stdout
+    assert count(first, "data loaded") == 2, first.stdout
+    assert count(second, "data saved") == 0, second.stdout
+    assert count(second, "data loaded") == 3, second.stdout
+    assert list(cache.rglob("kmeans._assign_accumulate-*.nbc"))
