@@ -72,6 +72,7 @@ For a bit-reproducible model use BSP (``docs/determinism.md``).
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import deque
 from typing import Any, ClassVar
@@ -154,7 +155,8 @@ class ElasticBSP(PushPolicy):
         iteration then skews all ``R`` predicted ends by its excess times their index.  The
         median of the last :data:`WINDOW` spans ignores such outliers (module notes).
         """
-        return float(np.median(self.spans[rank]))
+        # statistics.median: ~1 µs on 8 numbers, against ~30 µs for numpy's (every push).
+        return float(statistics.median(self.spans[rank]))
 
     def _plan(self, waiting: int, t: float, first: bool) -> None:
         """Prediction phase: predict, place the barrier with ZipLine, set every target.
@@ -168,12 +170,13 @@ class ElasticBSP(PushPolicy):
         steps = np.arange(self.R, dtype=np.float64)
         limit = np.inf if first else self.plan["horizon_s"]
         fixed = set() if first else {r for r in ranks if r != waiting and self.hold(r)}
+        step_of = {r: self.interval(r) for r in ranks}
         rows, valid = [], []
         for r in ranks:
             if r in fixed:
                 row = np.full(self.R, self.since[r][-1])  # at the barrier: its push is known
             else:
-                step = self.interval(r)
+                step = step_of[r]
                 # The waiting worker's current push is a candidate; the others' next end is
                 # one interval after their current iteration began, and not before now (a
                 # late worker's row is shifted, not collapsed onto now).
@@ -196,10 +199,10 @@ class ElasticBSP(PushPolicy):
             # iteration's worth of error (the re-plans correct the rest).
             ends = [float(times[i, index[i]]) for i in range(len(ranks))]
             noise = [np.empty(0) if r == waiting and index[i] == 0
-                     else np.asarray(self.spans[r]) - self.interval(r)
+                     else np.asarray(self.spans[r]) - step_of[r]
                      for i, r in enumerate(ranks)]
             expected = expected_wait(ends, noise, seed=len(self.barriers))
-            slowest = max(self.interval(r) for r in ranks)
+            slowest = max(step_of.values())
             self.plan = {"planned_at_s": t, "predicted_s": float(res.t_sync),
                          "predicted_wait_s": float(res.d), "expected_wait_s": expected,
                          "horizon_s": float(res.t_sync) + SLACK * slowest, "replans": 0}
