@@ -144,8 +144,8 @@ class KMeans(Algorithm):
     n_clusters : int, default=8
         Number of clusters K.
     init : {"kmeans++", "random"} or path, default="kmeans++"
-        ``kmeans++``: scikit-learn's greedy k-means++ (``2 + log K`` candidates per step) on
-        the seeded data sample; ``random`` picks K sample points; or a warm start: a run
+        ``kmeans++``: greedy k-means++ as scikit-learn seeds (``2 + log K`` candidates per
+        step) on the seeded data sample; ``random`` picks K sample points; or a warm start: a run
         directory of a K-means run, its ``model.npz``, or a ``.npy`` file (K, d) of initial
         centroids (relative to the job file's folder).
     n_init : int, default=10
