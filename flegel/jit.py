@@ -104,9 +104,12 @@ def cache_is_cold(module: str) -> bool:
         elif "numba" in sys.modules and hasattr(value, "enable_caching"):
             found.append(value)
     for dispatcher in found:
+        cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
+        if cache_file is None:  # not cached: every rank compiles its own anyway
+            continue
         try:
-            index = dispatcher._cache._cache_file._load_index()
-        except Exception:  # noqa: BLE001 - no cache (NullCache) or another numba's layout
+            index = cache_file._load_index()
+        except Exception:  # noqa: BLE001 - another numba's layout: compile once first
             return True
         if not index:
             return True

@@ -118,6 +118,21 @@ def test_importing_an_algorithm_does_not_import_numba():
     assert out.stdout.startswith("numba")
 
 
+def test_cache_is_cold_until_a_kernel_is_compiled(tmp_path):
+    code = ("import numpy as np, flegel.algorithms.kmeans as k; "
+            "from flegel.jit import cache_is_cold as cold; "
+            "before = cold('flegel.algorithms.kmeans'); "
+            "x = np.zeros((4, 2)); ct = np.ones((2, 3)); "
+            "k._assign_accumulate(x, ct, (ct ** 2).sum(0), np.zeros(4, np.int64), "
+            "np.zeros(4), np.zeros((3, 2)), np.zeros(3), 2048); "
+            "print(before, cold('flegel.algorithms.kmeans'), cold('flegel.jit'))")
+    env = {**child_env(), "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=120, env=env) for _ in range(2)]
+    assert [r.stdout.split() for r in runs] == [["True", "False", "False"],
+                                               ["False", "False", "False"]], runs[0].stderr
+
+
 # ------------------------------------------------------------------------------ under MPI
 @pytest.mark.mpi
 def test_launched_run_reports_every_phase(tmp_path):
