@@ -225,3 +225,51 @@ def test_numba_cache_compiled_once_then_loaded(tmp_path, monkeypatch):
     assert count(second, "data saved") == 0, second.stdout
     assert count(second, "data loaded") == 3, second.stdout
     assert list(cache.rglob("kmeans._assign_accumulate-*.nbc"))
+
+
+THREADED = '''
+import os
+import threading
+import time
+from pathlib import Path
+
+from flegel.algorithms.kmeans import KMeans
+
+MARKS = Path(__file__).resolve().parent / "marks"
+MARKS.mkdir(exist_ok=True)
+_started = []
+
+
+def _late_mark():
+    time.sleep(1.0)
+    (MARKS / str(os.getpid())).touch()
+
+
+def _start_once():
+    if not _started:  # not a daemon: Python's exit waits for it
+        _started.append(threading.Thread(target=_late_mark))
+        _started[0].start()
+
+
+class Threaded(KMeans):
+    """K-means that leaves a thread running at the end of the run, on every rank."""
+
+    def evaluate(self, theta, block):  # the workers' final evaluation
+        _start_once()
+        return super().evaluate(theta, block)
+
+    def finalize(self, theta):  # the master's saving of the model
+        _start_once()
+        return super().finalize(theta)
+'''
+
+
+@pytest.mark.mpi
+def test_ranks_end_after_their_threads(tmp_path):
+    """A rank ends without Python's module teardown, but as Python's exit would: after
+    its non-daemon threads."""
+    (tmp_path / "threaded.py").write_text(THREADED)
+    job = write_job(tmp_path / "job.yaml", **{**JOB, "algorithm": "threaded:Threaded",
+                                               "output": {"progress": "none"}})
+    mpirun(job, 2, tmp_path / "out")
+    assert len(list((tmp_path / "marks").iterdir())) >= 3  # the master and both workers
