@@ -177,6 +177,7 @@ def test_every_model_reaches_quiescent_points_and_finishes(tmp_path, model):
                         cost_s=[10e-6, 10e-6, 30e-6], stop={"max_iterations": 24})
     sim.run()  # strict: a hold that never ends would hit the simulation's cap
     cp = sim.server.checkpoint
+    cp.wait()
     assert cp.written >= 2, f"{model}: {cp.written} checkpoints"
     assert sim.quiet_at_take and all(sim.quiet_at_take)
     done = checkpoint.load(tmp_path, 3)
@@ -196,6 +197,7 @@ def _written(tmp_path: Path, workers: int = 2) -> Path:
         cp.take({"server": {"theta": {"w": np.ones(3) * version}}}, 0.5, version,
                 list(range(1, workers + 1)))
         cp.collect()
+    cp.wait()
     return tmp_path / "checkpoint" / "manifest.json"
 
 
@@ -301,9 +303,22 @@ def test_fsp_migration_checkpoints_hold_every_point_once(tmp_path, mode):
 
     sim.server.checkpoint._write = check  # type: ignore[method-assign]
     sim.run()
+    sim.server.checkpoint.wait()
     assert sim.policy.summary()["migration"]["points_ordered"] > 0
     assert len(seen) >= 5
     for held in seen:
         assert len(held) == 3000 and len(np.unique(held)) == 3000
     moved_in = [s["store"]["x_admitted"] for s in checkpoint.load(tmp_path, 3).workers.values()]
     assert sum(len(x) for x in moved_in) > 0  # migrated rows travel with the checkpoint
+
+
+def test_a_checkpoint_that_cannot_be_written_warns_and_training_goes_on(tmp_path, capsys):
+    (tmp_path / "checkpoint").write_text("a file where the folder goes")
+    cp = Checkpointer(tmp_path, {"every_iterations": 1}, [1], lambda: [(1, {})])
+    cp.take({"server": {}}, 0.1, 1, [1])
+    cp.collect()
+    cp.wait()
+    assert cp.written == 0 and not cp.pending
+    err = capsys.readouterr().err
+    assert err.startswith(f"flegel: warning: checkpoint 1 not written in {tmp_path}/checkpoint: ")
+    assert err.rstrip().endswith("the previous one is kept")
