@@ -372,6 +372,10 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     timings.begin("write_s")
     summary = writer.finish(server, policy, algorithm, info, results, infos, timings)
     progress.close(server.version, summary["final_objective"], server.train_s)
+    # The run directory is written: the master's exit is no death either (without this,
+    # ``flegel run`` took it for one and killed the job 7 s later if a worker was still
+    # finalizing: rc 9 under load).
+    lifetime.mark_done(comm.rank)
     return summary
 
 
