@@ -153,6 +153,7 @@ class Checkpointer:
         self._master: dict[str, Any] | None = None
         self._workers: dict[int, Any] = {}
         self._expected: set[int] = set()
+        self._forced = False
 
     @property
     def pending(self) -> bool:
@@ -161,7 +162,12 @@ class Checkpointer:
 
     def due(self, now_s: float, version: int) -> bool:
         """Time to take a snapshot (the last one may still wait for worker states)."""
-        return self.schedule.due(now_s, version)
+        return self._forced or self.schedule.due(now_s, version)
+
+    def force(self) -> None:
+        """Take a snapshot at the next quiescent point whatever the schedule (a signal
+        asked the job to end: :func:`flegel.run.final_checkpoint`)."""
+        self._forced = True
 
     def resumed(self, sequence: int, now_s: float, version: int) -> None:
         """Continue the schedule of a resumed job from its checkpoint."""
@@ -176,6 +182,7 @@ class Checkpointer:
                         else self.events_bytes()}
         self._workers = {}
         self._expected = set(expect)
+        self._forced = False
         self.schedule.last_s, self.schedule.last_version = now_s, version
 
     def collect(self) -> None:

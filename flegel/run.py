@@ -26,6 +26,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -261,6 +262,38 @@ def _worker_died(comm: MPI.Comm, saver: _Saver, rank: int, pid: int) -> None:
 PHASE_MIN_S = 60.0
 
 
+#: Seconds the master may go on after SIGINT/SIGTERM to complete a checkpoint (when the job
+#: has ``output.checkpoint``): workers end by themselves 5 s after the signal
+#: (:data:`flegel.runtime.lifetime.GRACE_S`), and the launcher kills the job at 7 s.
+FINAL_CHECKPOINT_S = 2.5
+
+
+def final_checkpoint(server: Server) -> Callable[[], None]:
+    """The serve loop's watch: end training on a signal (:func:`lifetime.check_pending`),
+    first taking a checkpoint when the job has them (issue 13: "SIGINT ... saves the last θ
+    and a checkpoint if configured").
+
+    The checkpoint is forced at the next quiescent point (a barrier under BSP and FSP); if
+    none comes within :data:`FINAL_CHECKPOINT_S` (a full-batch iteration may be longer),
+    the job ends with the last periodic checkpoint, and θ is saved as always.
+    """
+    asked: dict[str, float] = {}
+
+    def watch() -> None:
+        cp = server.checkpoint
+        if lifetime.pending() is not None and cp is not None:
+            if not asked:
+                asked["t0"], asked["sequence"] = time.monotonic(), cp.sequence
+                cp.force()
+            done = cp.sequence > asked["sequence"]
+            if not done and time.monotonic() - asked["t0"] < FINAL_CHECKPOINT_S:
+                return  # train on until the snapshot is taken
+            cp.wait()  # its files are on disk before the job ends
+        lifetime.check_pending()
+
+    return watch
+
+
 def _watch(comm: MPI.Comm, timeout_s: float | None, what: str) -> Any:
     """A watch for the master's waits on workers outside training: a worker's FAULT ends
     it, and so does silence past ``timeout_s`` (``runtime.stall_timeout_s``, at least
@@ -356,7 +389,7 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
             server.checkpoint.resumed(resume.manifest["sequence"], snapshot["elapsed_s"],
                                       snapshot["iteration"])
     with lifetime.deferred():  # a signal stops the loop at a poll, with θ consistent
-        server.serve(policy, watch=lifetime.check_pending, resume=snapshot)
+        server.serve(policy, watch=final_checkpoint(server), resume=snapshot)
     # The trained model first: a failure in the final evaluation must not lose it.
     saver.saved = writer.save_model(algorithm, server.theta, server.version,
                                     complete=False, stop_reason=str(server.reason))

@@ -10,6 +10,7 @@ command line.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -239,3 +240,23 @@ def test_a_failure_in_the_final_evaluation_keeps_the_model(tmp_path):
     assert meta["theta_version"] == 5 and meta["stop_reason"] == "max_iterations"
     assert np.load(out / "model.npz")["centers"].shape == (4, 4)
     assert not (out / "summary.json").exists()
+
+
+def test_sigint_takes_a_checkpoint_when_the_job_has_them(tmp_path):
+    # No periodic checkpoint comes in this run: the one found was taken for the signal.
+    proc, out = _launch(tmp_path, "--set", "output.checkpoint={every_s: 100000}")
+    t0 = time.monotonic()
+    while len((out / "events.jsonl").read_text().splitlines()) < 3:  # training runs
+        assert time.monotonic() - t0 < 60 and proc.poll() is None
+        time.sleep(0.1)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=15)
+    took = time.monotonic() - t0
+    assert proc.returncode == ExitCode.INTERRUPTED
+    assert took < 10
+    _gone_within(tmp_path, 10 - took)
+    assert (out / "checkpoint" / "manifest.json").exists(), (err, sorted(os.listdir(out)))
+    manifest = json.loads((out / "checkpoint" / "manifest.json").read_text())
+    assert manifest["sequence"] == 1 and manifest["iteration"] >= 1
+    assert len(_messages(err)) == 1 and "Traceback" not in err, err
