@@ -140,8 +140,11 @@ def bench_memory(path: Path) -> None:
     """Peak RSS growth of a strided CSV shard load, in a fresh interpreter, per shard byte."""
     print(f"\nmemory: strided loads of {path.name}, fresh interpreter each")
     for n in (1, 4):
+        # cwd: ``-c`` puts the working directory first on sys.path, which must not pick a
+        # different flegel (a checkout) than the one this script imported.
         out = subprocess.run([sys.executable, "-c", _MEMORY_PROBE, str(path), str(n)],
-                             capture_output=True, text=True, check=True).stdout.split()
+                             capture_output=True, text=True, check=True,
+                             cwd=path.parent).stdout.split()
         grow, shard = int(out[0]), int(out[1])
         print(f"  shard 0 of {n}: peak RSS +{grow / MiB:6.1f} MiB for a {shard / MiB:6.1f} MiB "
               f"shard ({grow / shard:4.2f}x)")
