@@ -168,7 +168,8 @@ def _end_rank(mpi: Any) -> NoReturn:
     """End a rank whose work is done (everything written and closed) with exit status 0.
 
     Non-daemon threads are joined, the exit handlers run and MPI is finalized, then the
-    process exits without Python's teardown of its modules: with numba, LLVM and SciPy
+    process exits through C's ``exit`` (:func:`flegel.runtime.lifetime.c_exit`: MPICH's
+    own exit handlers must run) without Python's teardown of its modules: with numba, LLVM and SciPy
     loaded that took 0.3-0.4 s of CPU per rank, 1-3 s of wall time with five ranks on two
     shared cores (issue 14).  Files an algorithm leaves open are not flushed: close them
     (flegel closes its own).
@@ -179,9 +180,12 @@ def _end_rank(mpi: Any) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     atexit._run_exitfuncs()
+    from flegel.runtime.lifetime import c_exit, outlive_parent
+
+    outlive_parent()
     if not mpi.Is_finalized():
         mpi.Finalize()
-    os._exit(0)
+    c_exit(0)
 
 
 def main(argv: list[str] | None = None) -> int:
