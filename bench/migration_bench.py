@@ -4,7 +4,8 @@ async with and without virtual migration, under no, injected and transient strag
 Every worker holds different data, so a straggler's data lag behind in traversal passes under
 FSP and migration has something to fix (FSP paper Section 4):
 
-* K-means (K=16, ``init: kmeans++``) on HIGGS-shaped overlapping clusters (28 features),
+* K-means (K=16, ``init: random``, one start: training, not the seeding, has to do the
+  work) on HIGGS-shaped overlapping clusters (28 features),
   **sorted by cluster** and split into contiguous ranges (an ``.npy`` file,
   ``data.partition: contiguous``): each worker holds a few clusters of its own;
 * logistic regression on a labelled HIGGS-shaped set (28 features) **sorted by label**,
@@ -96,7 +97,9 @@ def logreg_data(path: Path, n: int, seed: int) -> None:
 
 def make_job(algorithm: str, data_file: Path, workers: int) -> dict[str, Any]:
     if algorithm == "kmeans":
-        params: dict[str, Any] = {"n_clusters": 16, "init": "kmeans++"}
+        # Random centres and one start: with greedy k-means++ and 10 restarts (the defaults)
+        # θ⁰ is within the 0.05% target in a few iterations, and nothing is measured.
+        params: dict[str, Any] = {"n_clusters": 16, "init": "random", "n_init": 1}
     else:
         params = {"learning_rate": 0.5, "alpha": 1e-4}
     return {"algorithm": algorithm, "params": params,
@@ -275,7 +278,7 @@ def main() -> None:
     print("command: " + " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]))
     print(f"settings: {args.points:,} points x 28 features per algorithm, {args.workers} "
           f"workers, contiguous partition of data sorted by cluster (kmeans, K=16, "
-          f"kmeans++) / by label (logreg, lr 0.5, alpha 1e-4); data seed {args.seed}")
+          f"random init) / by label (logreg, lr 0.5, alpha 1e-4); data seed {args.seed}")
     print(f"  reference: BSPB, no stragglers, tolerance {args.ref_tolerance:g}, at most "
           f"{ref_time:g} s; target = its final exact objective x (1 + {args.slack:g})")
     print(f"  runs capped at {args.max_time:g} s; migration defaults epsilon 1.0, rounds 4, "
