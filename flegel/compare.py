@@ -9,7 +9,8 @@ matplotlib is installed.
 For FSP runs with data migration (Section 4) the table also shows the points moved and the
 fraction of the data's bytes they weigh; for every run it shows the spread of the workers'
 traversal passes (max - min) and the range of passes per point.  The migration modes are
-sync presets: ``fspv-async``, ``fspv-sync`` (and ``fspb-…``), see ``flegel.sync.PRESETS``.
+sync presets: ``fspv-off``, ``fspv-async``, ``fspv-sync`` (and ``fspb-…``), see
+``flegel.sync.PRESETS``.
 With matplotlib, ``passes_time.png``, ``delta_f.png`` and ``held.png`` of every run are drawn
 beside ``objective.png`` (see :mod:`flegel.report`).
 
@@ -17,7 +18,7 @@ Example::
 
     flegel compare jobs/kmeans.yaml --sync bspb,bspv,fspb,fspv \\
         --stragglers none --stragglers "injected:tau=32,workers=1"
-    flegel compare jobs/kmeans.yaml --sync fspv,fspv-async,fspv-sync \\
+    flegel compare jobs/kmeans.yaml --sync fspv-off,fspv-async,fspv-sync \\
         --stragglers "injected:tau=32,workers=1"
 """
 

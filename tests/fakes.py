@@ -97,6 +97,10 @@ def sync_options(model: str, **given: Any) -> dict[str, Any]:
     """
     cls = policy_class(model)
     section = {"model": model, **given}
+    if model == "fsp" and "migration" not in given:
+        # Policy tests check FSP without migration unless they ask for it (its default is
+        # async; tests/test_migration_*.py ask).
+        section["migration"] = {"mode": "off"}
     try:
         from flegel import config, schema
 

@@ -205,8 +205,8 @@ def test_migration_presets_select_fsp_with_each_mode(tmp_path: Path) -> None:
                    "workers: 2\nsync: {model: bsp, batch: auto}\n")
     assert model_sets("fspv") == ["sync.model=fspv"]
     assert model_sets("fspv-async") == ["sync.model=fspv-async", 'sync.migration.mode="async"']
-    for preset, mode in (("fspv", "off"), ("fspv-async", "async"), ("fspv-sync", "sync"),
-                         ("fspb-async", "async")):
+    for preset, mode in (("fspv", "async"), ("fspv-off", "off"), ("fspv-async", "async"),
+                         ("fspv-sync", "sync"), ("fspb-async", "async"), ("fspb-off", "off")):
         # The user's own migration keys add to the preset's instead of replacing them.
         sync = load_job(job, ["sync.migration.window=256"] + model_sets(preset))["sync"]
         assert sync["model"] == "fsp"
@@ -308,6 +308,8 @@ def test_real_run_page_is_self_contained_with_the_exact_objective(real_runs: dic
     page = (run / "report.html").read_text()
     pngs = _embedded_pngs(page)
     names = ("objective", "timeline", "passes", "passes_time", "delta_f")
+    if (run / "held.png").exists():  # FSP migrates by default: points held over time
+        names += ("held",)
     assert len(pngs) == len(names)
     for name in names:
         assert (run / f"{name}.png").read_bytes() in pngs, name
@@ -361,7 +363,8 @@ def test_real_passes_over_time_for_barrier_and_push_models(real_runs: dict[str, 
         assert sorted(series) == sorted(final)
         for rank, (_, values) in series.items():
             # The last event a worker logged is at most the pass it finished after it.
-            assert final[rank] - slack <= values[-1] <= final[rank] + 1e-9
+            # (Events round passes to 4 decimals.)
+            assert final[rank] - slack <= values[-1] <= final[rank] + 1e-4
     out = real_runs["asp"].parent / "asp-report"
     assert cli_main(["report", str(real_runs["asp"]), "--out", str(out)]) == 0
     for png in ("objective", "timeline", "passes", "passes_time"):

@@ -59,7 +59,7 @@ DEFAULT_WINDOW = 1024
 KEYS: dict[str, schema.Key] = {
     "mode": schema.choice("data migration (FSP paper Section 4): off; async, windows sent "
                           "while training goes on (Section 4.3); sync, every point moved at "
-                          "the barrier before the next iteration", MODES, "off"),
+                          "the barrier before the next iteration", MODES, "async"),
     "virtual": schema.boolean("the source keeps the points it sent, inactive, and takes "
                               "them up again when balance needs them back (no data sent "
                               "back)", True),

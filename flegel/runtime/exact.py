@@ -235,6 +235,7 @@ class Evaluator:
         self.queue: list[dict[str, Any]] = []
         self.current: dict[str, Any] | None = None
         self.ended = False
+        self.busy_s = 0.0  # seconds spent evaluating, over the run
 
     def step(self, port: EvalPort, rows: int = 0) -> None:
         """Take new requests; evaluate one chunk of the current one (nonblocking)."""
@@ -268,7 +269,9 @@ class Evaluator:
             cur["count"] += len(keep)
             cur["checksum"] = (cur["checksum"] + id_checksum(store.ids[keep])) % (1 << 64)
         cur["row"] = stop
-        cur["seconds"] += time.perf_counter() - t0
+        took = time.perf_counter() - t0
+        cur["seconds"] += took
+        self.busy_s += took
         if stop >= len(store):
             port.reply_eval({k: cur[k] for k in ("id", "value", "count", "checksum",
                                                   "seconds")})

@@ -30,6 +30,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any, NoReturn
@@ -42,6 +43,9 @@ from flegel.runtime.faults import Interrupted
 GRACE_S = 5.0
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+#: Seconds between a failing rank's last line and ``MPI_Abort`` (see :func:`end_job`).
+ABORT_GRACE_S = 0.3
 
 #: Set by ``flegel run`` when it launches MPI: the file where the master writes the exit code
 #: it ends the job with (:func:`end_job`).
@@ -207,6 +211,10 @@ def end_job(comm: Any, code: int) -> None:
     sys.stderr.flush()
     if comm.rank == 0 and not os.path.exists(os.environ.get(STATUS_ENV) or "/nonexistent"):
         tell_launcher(code)
+    # Our lines reach the user through hydra's proxy, which MPI_Abort tears down: under a
+    # plain mpirun on a loaded machine the message was lost (empty stderr, exit 1).  The
+    # job is ending anyway; a moment lets the proxy pass the lines on.
+    time.sleep(ABORT_GRACE_S)
     try:
         comm.Abort(code)
     finally:

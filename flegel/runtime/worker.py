@@ -194,6 +194,7 @@ class Worker:
         changed (kept in :attr:`theta`).  The worker policy's side work goes on while it
         waits.  Return the PARAMS header."""
         t0, c0 = time.perf_counter(), time.process_time()
+        busy0 = self.evaluator.busy_s if self.evaluator is not None else 0.0
         backoff = Backoff()
         while not self._params_req.Test():
             self.policy.while_waiting(self)
@@ -210,7 +211,9 @@ class Worker:
                                                     tag=Tag.CHECKPOINT))
         self._last_wait = time.perf_counter() - t0
         self.stats.wait_s += self._last_wait
-        self.stats.wait_cpu_s += time.process_time() - c0
+        # Exact evaluations done meanwhile are work, not the cost of waiting.
+        busy = (self.evaluator.busy_s if self.evaluator is not None else 0.0) - busy0
+        self.stats.wait_cpu_s += max(time.process_time() - c0 - busy, 0.0)
         return header
 
     def poll_signal(self, version: float) -> Signal:

@@ -30,7 +30,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     "bspv": {"model": "bsp", "batch": "auto"},
     "fspb": {"model": "fsp", "interval": "binary"},
     "fspv": {"model": "fsp", "interval": "multistage"},
-    # FSP with data migration (Section 4.3): asynchronous windows, or all at the barrier.
+    # FSP with data migration (Section 4.3): asynchronous windows (the default), or all at
+    # the barrier; and without it, for comparison.
+    "fspb-off": {"model": "fsp", "interval": "binary", "migration": {"mode": "off"}},
+    "fspv-off": {"model": "fsp", "interval": "multistage", "migration": {"mode": "off"}},
     "fspb-async": {"model": "fsp", "interval": "binary", "migration": {"mode": "async"}},
     "fspb-sync": {"model": "fsp", "interval": "binary", "migration": {"mode": "sync"}},
     "fspv-async": {"model": "fsp", "interval": "multistage", "migration": {"mode": "async"}},
