@@ -50,7 +50,7 @@ from flegel.runtime.server import Server
 from flegel.runtime.transport import MpiTransport
 from flegel.runtime.worker import Worker
 from flegel.stopping import StopCriteria
-from flegel.store import ID_SHIFT, ShardStore
+from flegel.store import ShardStore, global_ids
 from flegel.stragglers import Stragglers
 from flegel.sync import policy_class
 
@@ -142,8 +142,8 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     layouts = msg.recv_object(comm, source=0)[0]
     # A resumed job: this worker's part of the checkpoint (flegel/checkpoint.py).
     resumed = msg.recv_object(comm, source=0)[0] if layouts.get("resume") else None
-    ids = (np.int64(comm.rank) << ID_SHIFT) | np.arange(len(x), dtype=np.int64)
-    store = ShardStore(x, y, algorithm.init_state(len(x), x.shape[1]), ids=ids)
+    store = ShardStore(x, y, algorithm.init_state(len(x), x.shape[1]),
+                       ids=global_ids(comm.rank, len(x)))
     stragglers = Stragglers.for_rank(job["stragglers"], comm.rank, job["seed"])
     policy = policy_class(job["sync"]["model"]).WORKER(job["sync"])
     evaluator = Evaluator(algorithm) if job["runtime"]["exact_budget"] > 0 else None
@@ -365,9 +365,7 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     server.shard_sizes = {r: infos[r]["n"] for r in ranks}
     budget = job["runtime"]["exact_budget"]
     if budget > 0:
-        ids = sum(id_checksum((np.int64(r) << ID_SHIFT) | np.arange(infos[r]["n"],
-                                                                   dtype=np.int64))
-                  for r in ranks) % (1 << 64)
+        ids = sum(id_checksum(global_ids(r, infos[r]["n"])) for r in ranks) % (1 << 64)
         server.exact = ExactObjective(ranks, info.n_points, ids, budget)
     if job["output"]["checkpoint"] is not None:
         server.checkpoint = Checkpointer(

@@ -14,6 +14,11 @@ from flegel.block import Block
 ID_SHIFT = 40
 
 
+def global_ids(rank: int, n: int) -> np.ndarray:
+    """The ids of the ``n`` points first loaded on worker ``rank``."""
+    return (np.int64(rank) << ID_SHIFT) | np.arange(n, dtype=np.int64)
+
+
 def origin_of(ids: np.ndarray) -> np.ndarray:
     """The rank each point was first loaded on."""
     return np.asarray(ids) >> ID_SHIFT

@@ -11,7 +11,7 @@ import pytest
 from flegel.algorithms.kmeans import KMeans
 from flegel.block import Block
 from flegel.runtime.exact import Evaluator, ExactObjective, id_checksum
-from flegel.store import ID_SHIFT, ShardStore
+from flegel.store import ShardStore, global_ids
 
 
 class Wire:
@@ -55,8 +55,7 @@ def setup(n: int = 10_000, workers: int = 3, seed: int = 0):
     theta = {"centers": x[:3].copy()}
     shards = np.array_split(x, workers)
     ranks = list(range(1, workers + 1))
-    stores = {r: ShardStore(s, None, {}, ids=(np.int64(r) << ID_SHIFT)
-                            | np.arange(len(s), dtype=np.int64))
+    stores = {r: ShardStore(s, None, {}, ids=global_ids(r, len(s)))
               for r, s in zip(ranks, shards)}
     checksum = sum(id_checksum(st.ids) for st in stores.values()) % (1 << 64)
     wire = Wire(ranks)

@@ -60,8 +60,7 @@ def test_fspv_target_stop_ends_at_or_below_the_target_on_the_exact_objective(tmp
     # Evaluations within budget, give or take the last one (the rule keeps them <= 5% of
     # the time they end at).
     assert ex["cost_fraction"] <= 0.15
-    # The progress line names what it shows: the exact objective, or the online one
-    # before the first evaluation.
+    # The progress line ends on the final θ's exact objective.
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("iter")]
     assert lines and lines[-1].endswith("done")
-    assert all("(estimate)" not in ln or "log-loss" in ln for ln in lines)
+    assert f"{s['final_objective']:.6g}" in lines[-1] and "(online)" not in lines[-1]

@@ -237,13 +237,17 @@ class Evaluator:
         self.ended = False
         self.busy_s = 0.0  # seconds spent evaluating, over the run
 
-    def step(self, port: EvalPort, rows: int = 0) -> None:
-        """Take new requests; evaluate one chunk of the current one (nonblocking)."""
+    def _take(self, port: EvalPort) -> None:
+        """Queue the requests that arrived; note the master's ``end``."""
         for message in port.eval_requests():
             if message["kind"] == "end":
                 self.ended = True
             else:
                 self.queue.append(message)
+
+    def step(self, port: EvalPort, rows: int = 0) -> None:
+        """Take new requests; evaluate one chunk of the current one (nonblocking)."""
+        self._take(port)
         if self.current is None and self.queue:
             req = self.queue.pop(0)
             self.current = {"id": req["id"], "theta": req["theta"], "row": 0, "value": 0.0,
@@ -281,11 +285,7 @@ class Evaluator:
         """After training: answer every request until the master's ``end`` (requests that
         came after the stop are answered without evaluating: nobody reads them)."""
         while not self.ended or self.current is not None or self.queue:
-            for message in port.eval_requests():
-                if message["kind"] == "end":
-                    self.ended = True
-                else:
-                    self.queue.append(message)
+            self._take(port)
             for req in ([self.current] if self.current else []) + self.queue:
                 port.reply_eval({"id": req["id"], "value": 0.0, "count": 0, "checksum": 0,
                                  "seconds": 0.0, "skipped": True})

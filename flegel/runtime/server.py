@@ -535,18 +535,14 @@ class Server:
         # CPU used while nothing arrived: what waiting costs (the rest is barrier work).
         self.idle_cpu_fraction = idle_cpu / max(idle_wall, 1e-9)
         self.idle_fraction = idle_wall / elapsed
+        def pause() -> None:
+            watch()
+            backoff.sleep()
+
         if self.checkpoint is not None:
             # States asked for are on their way: their sends must complete.
-            def pause() -> None:
-                watch()
-                backoff.sleep()
-
             self.checkpoint.drain(self._asked, pause)
         if self.exact is not None:
             # Every request answered before the transport closes (its sends must complete).
-            def between() -> None:
-                watch()
-                backoff.sleep()
-
-            self.exact.finish(self.transport, between)
+            self.exact.finish(self.transport, pause)
         self.transport.close()

@@ -158,6 +158,10 @@ class Worker:
         self._eval_sent = [r for r in self._eval_sent if not r.Test()]
         self._eval_sent.append(self.comm.isend(message, dest=0, tag=Tag.EVAL))
 
+    @property
+    def _eval_busy_s(self) -> float:
+        return self.evaluator.busy_s if self.evaluator is not None else 0.0
+
     def side_work(self) -> None:
         if self.evaluator is not None:
             self.evaluator.step(self, rows=self.sizer.size)
@@ -194,7 +198,7 @@ class Worker:
         changed (kept in :attr:`theta`).  The worker policy's side work goes on while it
         waits.  Return the PARAMS header."""
         t0, c0 = time.perf_counter(), time.process_time()
-        busy0 = self.evaluator.busy_s if self.evaluator is not None else 0.0
+        busy0 = self._eval_busy_s
         backoff = Backoff()
         while not self._params_req.Test():
             self.policy.while_waiting(self)
@@ -212,7 +216,7 @@ class Worker:
         self._last_wait = time.perf_counter() - t0
         self.stats.wait_s += self._last_wait
         # Exact evaluations done meanwhile are work, not the cost of waiting.
-        busy = (self.evaluator.busy_s if self.evaluator is not None else 0.0) - busy0
+        busy = self._eval_busy_s - busy0
         self.stats.wait_cpu_s += max(time.process_time() - c0 - busy, 0.0)
         return header
 
