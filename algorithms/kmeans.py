@@ -6,18 +6,24 @@ moved (Eq. 3), so the master's statistics stay exact whatever points an iteratio
 ``S_j -= x, S_j' += x, C_j -= 1, C_j' += 1`` and the M-step sets ``μ_j = S_j / C_j``.  Under
 full-batch BSP this is exactly Lloyd's algorithm.
 
-Kernel: distances through one BLAS product per block, ``‖x‖² − 2x·c + ‖c‖²``, then one numba
-pass that takes the argmin, the loss and accumulates the signed changes of only the points
-whose cluster changed.
+Kernels (:mod:`flegel.device`): the compiled one takes distances through one BLAS product per
+tile, ``‖x‖² − 2x·c + ‖c‖²``, then one numba pass that takes the argmin, the loss and
+accumulates the signed changes of only the points whose cluster changed.  The array kernel
+does the same math in whole-array operations on ``xp`` (NumPy, or CuPy with ``device:
+gpu``): the moved points' changes are one (K × m) signed one-hot matrix times their features.
+With ``kernel: auto`` a CPU worker starts on the array kernel and switches to numba once its
+work would have paid numba's start-up.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from flegel import Algorithm, Block, DataInfo, PointState
+from flegel.device import DeviceKernels, to_host
 from flegel.jit import njit
 
 from ._common import (
@@ -36,6 +42,10 @@ _INITS = ("kmeans++", "random")
 
 #: Points per GEMM tile: the (tile x K) distance block stays in L1/L2 cache.
 _TILE = 2048
+#: Points per tile of the NumPy array kernel (fastest of 1,024-16,384 on 1M x 28, K = 16).
+_ARRAY_TILE = 4096
+#: Points per tile on a GPU: a whole block at once (each kernel launch costs microseconds).
+_GPU_TILE = 1 << 20
 
 
 @njit(cache=True, nogil=True, fastmath=True)
@@ -93,6 +103,48 @@ def _assign_accumulate(x: np.ndarray, ct: np.ndarray, csq: np.ndarray, labels: n
     return dobj
 
 
+def _assign_accumulate_array(xp: Any, x: Any, ct: Any, csq: Any, labels: Any, scores: Any,
+                             sums: Any, counts: Any, tile: int) -> float:
+    """The array kernel: :func:`_assign_accumulate` in whole-array operations on ``xp``.
+
+    Same arguments and result (``labels``, ``scores``, ``sums`` and ``counts`` are updated in
+    place; they and the inputs live on ``xp``'s device).  Per tile: one product for the
+    scores, an argmin, then the signed one-hot matrix of the points whose cluster changed
+    times their features, so the accumulation is one more product, not a loop.
+    """
+    k = ct.shape[1]
+    dobj = 0.0
+    for start in range(0, x.shape[0], tile):
+        xs = x[start:start + tile]
+        g = xs @ ct
+        g *= -2.0
+        g += csq
+        best = g.argmin(axis=1)
+        bestv = xp.take_along_axis(g, best[:, None], axis=1)[:, 0]
+        old = labels[start:start + tile]
+        sc = scores[start:start + tile]
+        first = old < 0
+        n_first = int(first.sum())
+        if n_first:
+            # a first visit's loss is ‖x‖² + s: counting −‖x‖² as its previous score adds it
+            xf = xs if n_first == len(xs) else xs[first]
+            sc[first] = -xp.einsum("ij,ij->i", xf, xf)
+        dobj += float((bestv - sc).sum())
+        sc[...] = bestv
+        moved = xp.nonzero(old != best)[0]
+        if len(moved):
+            onehot = xp.zeros((k, len(moved)), dtype=sums.dtype)
+            cols = xp.arange(len(moved))
+            onehot[best[moved], cols] = 1.0
+            was = old[moved]
+            left = was >= 0
+            onehot[was[left], cols[left]] = -1.0
+            sums += onehot @ xs[moved]
+            counts += onehot.sum(axis=1)
+            labels[start + moved] = best[moved]
+    return dobj
+
+
 def nearest(centers: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Nearest centroid of each row of ``x`` and its squared distance (clipped at 0).
 
@@ -136,7 +188,7 @@ def lloyd(x: np.ndarray, centers: np.ndarray, max_iter: int = 100,
     return centers, float(nearest(centers, x)[1].sum())
 
 
-class KMeans(Algorithm):
+class KMeans(DeviceKernels, Algorithm):
     """K-means clustering by incremental EM.
 
     Parameters
@@ -154,6 +206,12 @@ class KMeans(Algorithm):
         10,000 by default) and the one with the lowest inertia on the sample starts training.
         Cheap (the sample, not the data) and it avoids most local optima that one seeding
         falls into.  Ignored for a warm start.
+    device : {"cpu", "gpu", "auto"}, default="cpu"
+        Where the training kernel runs: NumPy/numba, or CuPy on the current CUDA device
+        (:mod:`flegel.device`).
+    kernel : {"auto", "compiled", "array"}, default="auto"
+        On the CPU: numba, the NumPy array kernel, or the array kernel until the work done
+        would have paid numba's start-up, then numba (:mod:`flegel.device`).
 
     Notes
     -----
@@ -165,8 +223,10 @@ class KMeans(Algorithm):
     name = "kmeans"
     objective_name = "inertia"
 
-    def __init__(self, n_clusters: int = 8, init: str = "kmeans++", n_init: int = 10) -> None:
+    def __init__(self, n_clusters: int = 8, init: str = "kmeans++", n_init: int = 10,
+                 device: str = "cpu", kernel: str = "auto") -> None:
         super().__init__()
+        self._set_device(device, kernel)
         self.n_clusters = check_int("n_clusters", n_clusters)
         # scikit-learn spells it "k-means++": accept both
         init = "kmeans++" if init == "k-means++" else init
@@ -174,6 +234,7 @@ class KMeans(Algorithm):
         self.n_init = check_int("n_init", n_init)
 
     def validate(self, base_dir: Path) -> None:
+        self.check_device()
         validate_init_file(self.init, base_dir, _INITS, "centers", self.n_clusters, self)
 
     def init_parameter(self, info: DataInfo) -> dict[str, np.ndarray]:
@@ -240,9 +301,24 @@ class KMeans(Algorithm):
         ct = np.ascontiguousarray(theta["centers"].T, dtype=x.dtype)
         csq = np.einsum("ij,ij->j", ct, ct)
         agg = self.zero_aggregator(theta)
-        agg["objective"] = float(_assign_accumulate(
-            x, ct, csq, block.state["label"], block.state["score"], agg["sums"],
-            agg["counts"], _TILE))
+        labels, scores = block.state["label"], block.state["score"]
+        if self.use_compiled(x.size * ct.shape[1]):
+            agg["objective"] = float(_assign_accumulate(
+                x, ct, csq, labels, scores, agg["sums"], agg["counts"], _TILE))
+            return agg
+        xp = self.xp
+        if xp is np:
+            agg["objective"] = _assign_accumulate_array(
+                np, x, ct, csq, labels, scores, agg["sums"], agg["counts"], _ARRAY_TILE)
+            return agg
+        # on a GPU: one copy of the block and its state in, the state and the changes out
+        host = (labels, scores, agg["sums"], agg["counts"])
+        d_labels, d_scores, d_sums, d_counts = (xp.asarray(a) for a in host)
+        agg["objective"] = _assign_accumulate_array(
+            xp, xp.asarray(x), xp.asarray(ct), xp.asarray(csq), d_labels, d_scores, d_sums,
+            d_counts, _GPU_TILE)
+        for h, d in zip(host, (d_labels, d_scores, d_sums, d_counts)):
+            h[...] = to_host(d)
         return agg
 
     def update_parameter(self, agg: dict, theta: dict[str, np.ndarray]) -> dict:

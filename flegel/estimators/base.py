@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from flegel.estimators.running import run_job
@@ -177,6 +177,11 @@ def runtime_init(self: Any, workers: int, sync: Any, stragglers: Any, stop: Any,
 #: ``init`` is a keyword or a path (any string: the algorithm checks it when the job is
 #: validated, naming the keywords), or for K-means the initial centres.
 INIT_SPEC = [str, os.PathLike, np.ndarray]
+#: ``device`` and ``kernel`` of the algorithms with an array kernel (:mod:`flegel.device`).
+DEVICE_CONSTRAINTS: dict[str, list[Any]] = {
+    "device": [StrOptions({"cpu", "gpu", "auto"})],
+    "kernel": [StrOptions({"auto", "compiled", "array"})],
+}
 
 
 def init_path(value: Any) -> Any:

@@ -11,6 +11,7 @@ from sklearn.base import ClusterMixin, DensityMixin, TransformerMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from flegel.estimators.base import (
+    DEVICE_CONSTRAINTS,
     INIT_SPEC,
     RUNTIME_CONSTRAINTS,
     FlegelEstimator,
@@ -35,6 +36,10 @@ default="k-means++"
         the initial centres.
     n_init : int, default=10
         Restarts ranked on the data sample (see :class:`flegel.algorithms.kmeans.KMeans`).
+    device : {"cpu", "gpu", "auto"}, default="cpu"
+        Where the workers' kernel runs (CuPy on a GPU; :mod:`flegel.device`).
+    kernel : {"auto", "compiled", "array"}, default="auto"
+        Which CPU kernel runs (numba, NumPy, or NumPy until numba pays; :mod:`flegel.device`).
     max_iter : int, default=300
         ``stop.max_iterations``.
     tol : float or None, default=1e-4
@@ -56,21 +61,26 @@ default="k-means++"
 
     ALGORITHM = "kmeans"
     MIN_SAMPLES_PARAM = "n_clusters"
-    ALGORITHM_PARAMS = {"n_clusters": "n_clusters", "init": "init", "n_init": "n_init"}
+    ALGORITHM_PARAMS = {"n_clusters": "n_clusters", "init": "init", "n_init": "n_init",
+                        "device": "device", "kernel": "kernel"}
     _parameter_constraints = {
         **RUNTIME_CONSTRAINTS,
+        **DEVICE_CONSTRAINTS,
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
         "init": INIT_SPEC,
         "n_init": [Interval(Integral, 1, None, closed="left")],
     }
 
     def __init__(self, n_clusters: int = 8, *, init: Any = "k-means++", n_init: int = 10,
-                 max_iter: int = 300, tol: float | None = 1e-4, workers: int = 2,
-                 sync: Any = None, stragglers: Any = None, stop: Any = None,
-                 random_state: Any = None, out: Any = None) -> None:
+                 device: str = "cpu", kernel: str = "auto", max_iter: int = 300,
+                 tol: float | None = 1e-4, workers: int = 2, sync: Any = None,
+                 stragglers: Any = None, stop: Any = None, random_state: Any = None,
+                 out: Any = None) -> None:
         self.n_clusters = n_clusters
         self.init = init
         self.n_init = n_init
+        self.device = device
+        self.kernel = kernel
         runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol)
 
     def _job(self) -> dict[str, Any]:

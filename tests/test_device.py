@@ -1,0 +1,149 @@
+"""The ``device`` and ``kernel`` parameters (flegel.device): the kernel choice, the GPU checks
+and fallback, and K-means' array kernel against its compiled one."""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from flegel import device as dev
+from flegel.algorithms.kmeans import KMeans
+from flegel.block import Block
+
+
+@pytest.fixture
+def no_gpu_cache() -> Iterator[None]:
+    """Forget what an earlier test learnt about CuPy (the answer is cached per process)."""
+    dev.gpu_unavailable.cache_clear()
+    yield
+    dev.gpu_unavailable.cache_clear()
+
+
+def numpy_as_cupy(n_devices: int = 1) -> types.ModuleType:
+    """A stand-in "cupy" module that is NumPy underneath, with ``n_devices`` CUDA devices.
+
+    It lets the GPU branch of a kernel (device copies, the array kernel on ``xp``) run on a
+    machine without a GPU; the real CuPy path is covered by the ``gpu`` tests.
+    """
+    fake = types.ModuleType("cupy")
+    fake.__dict__.update({k: getattr(np, k) for k in dir(np) if not k.startswith("__")})
+    fake.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        runtime=types.SimpleNamespace(getDeviceCount=lambda: n_devices))
+    return fake
+
+
+def lloyd_passes(algo: KMeans, x: np.ndarray, k: int, passes: int,
+                 block: int = 3000) -> tuple[dict[str, Any], dict[str, np.ndarray], list[float]]:
+    """Run ``passes`` full-batch iterations of ``algo`` in blocks; return θ, state, objectives."""
+    theta = {"centers": x[:k].copy(), "sums": np.zeros((k, x.shape[1])), "counts": np.zeros(k)}
+    state = algo.init_state(len(x), x.shape[1])
+    objectives = []
+    for _ in range(passes):
+        total = algo.zero_aggregator(theta)
+        for s in range(0, len(x), block):
+            part = Block(x[s:s + block], None, {key: v[s:s + block] for key, v in state.items()},
+                         np.zeros(len(x[s:s + block]), dtype=bool))
+            agg = algo.update_block(part, theta, 1)
+            for key in ("sums", "counts"):
+                total[key] += agg[key]
+            total["objective"] += agg["objective"]
+        objectives.append(total["objective"])
+        theta = algo.update_parameter(total, theta)
+    return theta, state, objectives
+
+
+@pytest.fixture(scope="module")
+def blobs() -> np.ndarray:
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(20_000, 5))
+    x[:5000] += 5.0
+    x[5000:9000] -= 4.0
+    return x
+
+
+def test_kernel_choice_fixed_and_auto_switch_at_a_fixed_amount_of_work() -> None:
+    assert all(dev.KernelChoice("compiled").compiled(1e12) for _ in range(3))
+    assert not any(dev.KernelChoice("array").compiled(1e12) for _ in range(3))
+    choice = dev.KernelChoice("auto", switch_units=100.0)
+    used = [choice.compiled(30.0) for _ in range(6)]
+    # 30, 60, 90 and 120 units on the array kernel; the 4th call crosses 100, the 5th switches
+    assert used == [False, False, False, False, True, True]
+    again = dev.KernelChoice("auto", switch_units=100.0)
+    assert [again.compiled(30.0) for _ in range(6)] == used  # the same calls, the same switch
+
+
+@pytest.mark.parametrize("kernel", ["array", "auto"])
+def test_kmeans_array_kernel_matches_the_compiled_one(blobs: np.ndarray, kernel: str) -> None:
+    ref_theta, ref_state, ref_obj = lloyd_passes(KMeans(n_clusters=4, kernel="compiled"),
+                                                 blobs, 4, 6)
+    algo = KMeans(n_clusters=4, kernel=kernel)
+    if kernel == "auto":  # switch half way through the run
+        algo._choice.switch_units = 3 * blobs.size * 4
+    theta, state, obj = lloyd_passes(algo, blobs, 4, 6)
+    np.testing.assert_array_equal(state["label"], ref_state["label"])
+    np.testing.assert_allclose(state["score"], ref_state["score"], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(theta["centers"], ref_theta["centers"], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(obj, ref_obj, rtol=1e-9)
+    assert theta["counts"].sum() == len(blobs)
+
+
+def test_kmeans_gpu_branch_copies_in_and_out(blobs: np.ndarray, no_gpu_cache: None,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "cupy", numpy_as_cupy(1))
+    gpu = KMeans(n_clusters=4, device="gpu")
+    assert gpu.xp is sys.modules["cupy"] and not gpu.use_compiled(1.0)
+    theta, state, obj = lloyd_passes(gpu, blobs, 4, 4)
+    ref_theta, ref_state, ref_obj = lloyd_passes(KMeans(n_clusters=4, kernel="array"), blobs,
+                                                 4, 4)
+    np.testing.assert_array_equal(state["label"], ref_state["label"])
+    np.testing.assert_allclose(theta["centers"], ref_theta["centers"], rtol=1e-12)
+    np.testing.assert_allclose(obj, ref_obj, rtol=1e-9)
+
+
+def test_gpu_without_cupy_fails_before_work_and_auto_falls_back_once(
+        tmp_path: Any, no_gpu_cache: None, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy -> ImportError
+    monkeypatch.delenv(dev._NOTED_ENV, raising=False)
+    with pytest.raises(ValueError, match=r"KMeans\(device='gpu'\): CuPy could not be imported"
+                                         r".*flegel\[gpu\].*device='cpu'"):
+        KMeans(n_clusters=2, device="gpu").validate(tmp_path)
+    auto = KMeans(n_clusters=2, device="auto")
+    auto.validate(tmp_path)
+    assert auto.xp is np and auto.xp is np
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "KMeans(device='auto') runs on the CPU" in err
+
+
+def test_gpu_without_a_device_says_so(no_gpu_cache: None,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "cupy", numpy_as_cupy(0))
+    with pytest.raises(RuntimeError, match="no CUDA device is visible"):
+        dev.array_module("gpu", "GMM")
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({"device": "tpu"}, "device must be one of 'cpu', 'gpu', 'auto', got 'tpu'"),
+    ({"kernel": "fast"}, "kernel must be one of 'auto', 'compiled', 'array', got 'fast'"),
+])
+def test_bad_device_or_kernel_names_the_parameter(params: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        KMeans(n_clusters=2, **params)
+
+
+@pytest.mark.gpu
+def test_kmeans_cupy_kernel_matches_cpu(blobs: np.ndarray, no_gpu_cache: None) -> None:
+    pytest.importorskip("cupy")
+    if dev.gpu_unavailable() is not None:
+        pytest.skip(dev.gpu_unavailable() or "")
+    theta, state, obj = lloyd_passes(KMeans(n_clusters=4, device="gpu"), blobs, 4, 4)
+    ref_theta, ref_state, ref_obj = lloyd_passes(KMeans(n_clusters=4, kernel="compiled"),
+                                                 blobs, 4, 4)
+    np.testing.assert_array_equal(state["label"], ref_state["label"])
+    np.testing.assert_allclose(theta["centers"], ref_theta["centers"], rtol=1e-9)
+    np.testing.assert_allclose(obj, ref_obj, rtol=1e-7)
