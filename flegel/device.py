@@ -114,6 +114,15 @@ def _note_fallback(owner: str, reason: str) -> None:
           flush=True)
 
 
+def compiles_at_start(algorithm: object) -> bool:
+    """Whether ``algorithm``'s first kernel call may start numba: true for an algorithm
+    without the ``kernel`` parameter (its kernels are its own business), else as its
+    :meth:`DeviceKernels.compiles_at_start` says."""
+    if isinstance(algorithm, DeviceKernels):
+        return algorithm.compiles_at_start()
+    return True
+
+
 def to_host(a: Any) -> np.ndarray:
     """A NumPy array of a NumPy or CuPy array (a device-to-host copy for CuPy)."""
     if not isinstance(a, np.ndarray) and hasattr(a, "get"):
@@ -190,6 +199,11 @@ class DeviceKernels:
             array_module(self.device, type(self).__name__)
         except RuntimeError as err:
             raise ValueError(str(err)) from None
+
+    def compiles_at_start(self) -> bool:
+        """Whether the first kernel call runs the compiled kernel (so numba starts then):
+        ``kernel: compiled`` on the CPU."""
+        return self.kernel == "compiled" and self.xp is np
 
     def use_compiled(self, units: float) -> bool:
         """Whether the next kernel call, of ``units`` work units, runs the compiled kernel:
