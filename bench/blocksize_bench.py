@@ -12,7 +12,7 @@ Two measures, both on the real clock:
   θ and saved in ``model.npz``; share = calls x 5 ms / the workers' compute time.  (On the
   old sizer one pass is 60,000 calls, five minutes: the loop measure shows why.)
 
-Usage: ``python bench/blocksize_bench.py [--seconds 3]``
+Usage: ``python bench/blocksize_bench.py [--seconds 3] [--json OUT]``
 """
 
 from __future__ import annotations
@@ -106,13 +106,19 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--old-ref", default="ed63cf5",
                     help="git commit whose flegel/blocksize.py is the old sizer")
+    ap.add_argument("--json", type=Path, default=None, metavar="OUT",
+                    help="also write the headline figures to OUT (for bench/suite.py)")
     args = ap.parse_args()
+    figures: dict[str, Any] = {"seconds": args.seconds, "old_ref": args.old_ref,
+                               "target_share": 0.30, "loop": {}}
     print(f"A kernel that sleeps {A_S * 1e3:g} ms per call + {B_S * 1e6:g} µs per point; "
           f"share = calls x {A_S * 1e3:g} ms / time in the kernel (target <= 30%)")
     print(f"  {'measure':<8} {'sizer':<28} {'share':>7} {'calls':>7} {'block ms':>9}")
     for name, sizer in ((f"old ({args.old_ref})", old_sizer_class(args.old_ref)()),
                         ("new (a + b·n)", BlockSizer())):
         share, calls, block = loop(sizer, args.seconds)
+        figures["loop"]["old" if name.startswith("old") else "new"] = {
+            "share": share, "calls": calls, "block_s": block}
         print(f"  {'loop':<8} {name:<28} {share:>7.1%} {calls:>7} {block * 1e3:>9.2f}")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -124,9 +130,12 @@ def main() -> None:
             "stop": {"max_iterations": None, "tolerance": None},
             "output": {"progress": "none", "trace_points": 0}}))
         share, calls, block = mpirun_share(ROOT, args.seconds, tmp)
+        figures["mpirun"] = {"share": share, "calls": calls, "block_s": block}
         print(f"  {'mpirun':<8} {'new (2 workers, ASP)':<28} {share:>7.1%} {calls:>7.0f} "
               f"{block * 1e3:>9.2f}")
     print(f"  reproduce: python bench/blocksize_bench.py --seconds {args.seconds:g}")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

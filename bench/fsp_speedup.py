@@ -6,11 +6,13 @@ objective + 1% (no straggler); both runs stop at the target or after 20 s, and t
 target is read from the exact objective of θ snapshots (``summary.json``).
 
 Usage: ``python bench/fsp_speedup.py`` -- to compare two checkouts, run it from each with
-``PYTHONPATH=<checkout>`` (it imports flegel from wherever Python finds it).
+``PYTHONPATH=<checkout>`` (it imports flegel from wherever Python finds it).  ``--json OUT``
+also writes the times and the speedup to OUT (for ``bench/suite.py``).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import tempfile
 from pathlib import Path
@@ -29,6 +31,10 @@ STRAGGLER = [{"pattern": "injected", "tau_ms": 32, "every": 1000, "workers": "1"
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", type=Path, default=None, metavar="OUT",
+                    help="also write the times and the speedup to OUT (for bench/suite.py)")
+    args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         job = folder / "job.yaml"
@@ -43,9 +49,14 @@ def main() -> None:
             times[name] = s.get("time_to_target_s")
         bspv, fspv = times["bspv"], times["fspv"]
         print(f"time to target (s): BSPV {bspv}, FSPV {fspv}")
-        if fspv:
-            print(f"speedup FSPV / BSPV: {(bspv or JOB['stop']['max_time_s']) / fspv:.2f}x"
+        speedup = (bspv or JOB["stop"]["max_time_s"]) / fspv if fspv else None
+        if speedup is not None:
+            print(f"speedup FSPV / BSPV: {speedup:.2f}x"
                   + ("" if bspv else " (lower bound: BSPV missed the target)"))
+    if args.json:
+        args.json.write_text(json.dumps({"target": target, "bspv_s": bspv, "fspv_s": fspv,
+                                         "speedup": speedup,
+                                         "lower_bound": bool(fspv and not bspv)}, indent=2))
 
 
 if __name__ == "__main__":

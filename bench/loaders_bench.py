@@ -25,12 +25,17 @@ mins): below 1.0 flegel is faster.  With ``--memory`` it also loads a strided sh
 4 of ``dense.csv`` in a fresh interpreter each and prints the resident-set growth as a multiple
 of the shard's bytes (1.0: the shard held once).
 
-Usage: ``python bench/loaders_bench.py [--rows 200000] [--rounds 5] [--memory] [--dir D]``
+With ``--json OUT`` it also writes every ratio to OUT; ``worst_ratio`` is the largest
+median ratio of a whole-file (1 shard) load over the four files, the issue's figure.
+
+Usage: ``python bench/loaders_bench.py [--rows 200000] [--rounds 5] [--memory] [--dir D]
+[--json OUT]``
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import subprocess
 import sys
@@ -73,8 +78,15 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - t0
 
 
-def bench_file(path: Path, rounds: int) -> None:
-    """Time the reference and flegel's loads of one file, alternating, and print the ratios."""
+def bench_file(path: Path, rounds: int) -> dict[str, Any]:
+    """Time the reference and flegel's loads of one file, alternating, and print the ratios.
+
+    Returns
+    -------
+    dict
+        The reference's name and median seconds, and per case (``1 shard``, ...) the ratio
+        flegel / reference of the medians and of the mins.
+    """
     base = path.parent
     if path.suffix == ".svm":
         ref_name = "sklearn load_svmlight_file"
@@ -116,6 +128,11 @@ def bench_file(path: Path, rounds: int) -> None:
     if inspect_t:
         print(f"  flegel inspection pass (once per job) min {min(inspect_t):7.3f} s"
               f"  ratio {min(inspect_t) / min(r):5.2f}")
+    return {"reference": ref_name, "reference_median_s": statistics.median(r),
+            "ratios": {case: statistics.median(times[case]) / statistics.median(r)
+                       for case in cases},
+            "ratios_of_mins": {case: min(times[case]) / min(r) for case in cases},
+            "inspection_ratio": min(inspect_t) / min(r) if inspect_t else None}
 
 
 _MEMORY_PROBE = """
@@ -157,7 +174,10 @@ def main() -> None:
     ap.add_argument("--memory", action="store_true", help="also measure peak RSS per shard")
     ap.add_argument("--only", default="", help="comma-separated file names to time")
     ap.add_argument("--dir", type=Path, default=None, help="where to write the files")
+    ap.add_argument("--json", type=Path, default=None, metavar="OUT",
+                    help="also write every ratio to OUT (for bench/suite.py)")
     args = ap.parse_args()
+    files: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         paths = write_files(Path(tmp), args.rows)
         print(f"python {sys.version.split()[0]}, numpy {np.__version__}; "
@@ -165,9 +185,20 @@ def main() -> None:
               f"--rounds {args.rounds}" + (" --memory" if args.memory else ""))
         for name, path in paths.items():
             if not args.only or name in args.only.split(","):
-                bench_file(path, args.rounds)
+                files[name] = bench_file(path, args.rounds)
         if args.memory:
             bench_memory(paths["dense.csv"])
+    # The headline: the slowest whole-file load relative to its reference (every file must
+    # meet the target, so the worst one is the figure).
+    worst = max(files, key=lambda f: files[f]["ratios"]["1 shard"]) if files else None
+    worst_ratio = files[worst]["ratios"]["1 shard"] if worst else None
+    if worst:
+        print(f"\nworst whole-file ratio flegel / reference (medians): {worst_ratio:.2f} "
+              f"({worst}; target <= 1.0)")
+    if args.json:
+        args.json.write_text(json.dumps({
+            "rows": args.rows, "rounds": args.rounds, "target_ratio": 1.0, "files": files,
+            "worst_file": worst, "worst_ratio": worst_ratio}, indent=2))
 
 
 if __name__ == "__main__":

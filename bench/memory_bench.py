@@ -8,12 +8,13 @@ fixed part (interpreter, numpy, numba, MPI), so the ratio is what holding the da
 1.0 is each shard held once; the issue's target is at most 1.5.  The master's peak is printed
 too: it holds no data, so it should not grow with the file.
 
-Usage: ``python bench/memory_bench.py [--rows 2000000] [--cols 28] [--workers 4]``
+Usage: ``python bench/memory_bench.py [--rows 2000000] [--cols 28] [--workers 4] [--json OUT]``
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 from pathlib import Path
 
@@ -50,7 +51,12 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--dir", type=Path, default=None,
                     help="where to write the data files (default: a temporary folder)")
+    ap.add_argument("--json", type=Path, default=None, metavar="OUT",
+                    help="also write the headline figures to OUT (for bench/suite.py)")
     args = ap.parse_args()
+    figures: dict[str, object] = {"rows": args.rows, "cols": args.cols,
+                                  "workers": args.workers, "target_ratio": 1.5}
+    partitions: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         base = Path(tmp)
         nbytes = write_rows(base / "big.npy", args.rows, args.cols)
@@ -69,6 +75,9 @@ def main() -> None:
             tiny, master_tiny = peaks(job, base / f"tiny-{partition}", "tiny.npy", partition)
             beyond = sum(big) - sum(tiny)
             each = "/".join(f"{b:.0f}" for b in big)
+            partitions[partition] = {"ratio": beyond * MiB / nbytes, "workers_mib": sum(big),
+                                     "tiny_mib": sum(tiny), "master_mib": master_big,
+                                     "master_tiny_mib": master_tiny}
             print(f"  {partition:<11} {sum(big):>11.0f} {sum(tiny):>9.0f} {beyond:>8.0f} "
                   f"{beyond * MiB / nbytes:>7.2f} {each:>22} "
                   f"{master_big:>6.0f} (tiny {master_tiny:.0f})")
@@ -76,6 +85,10 @@ def main() -> None:
               "(target <= 1.5)")
         print(f"  reproduce: python bench/memory_bench.py --rows {args.rows} "
               f"--cols {args.cols} --workers {args.workers}")
+        figures.update(data_bytes=nbytes, partitions=partitions,
+                       ratio_max=max(p["ratio"] for p in partitions.values()))
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

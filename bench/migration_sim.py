@@ -21,12 +21,15 @@ the same command prints the same figures.
 
 Usage::
 
-    python bench/migration_sim.py [--points 20000] [--settings injected,noise,none]
+    python bench/migration_sim.py [--points 20000] [--settings injected,noise,none] [--json OUT]
+
+``--json OUT`` also writes every row to OUT (for ``bench/suite.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -83,7 +86,10 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--points", type=int, default=20_000)
     ap.add_argument("--settings", default="injected,noise,none")
+    ap.add_argument("--json", type=Path, default=None, metavar="OUT",
+                    help="also write every row to OUT (for bench/suite.py)")
     args = ap.parse_args(argv)
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
     x, theta0 = data(args.points)
     t0 = time.perf_counter()
     ref = run(x, theta0, "off", {}, {"max_iterations": 5000, "tolerance": 1e-9,
@@ -104,6 +110,10 @@ def main(argv: list[str] | None = None) -> None:
                                                  "max_iterations": 1_000_000})
             ttt = r["to_target"]
             base = ttt if mode == "off" else base
+            rows.setdefault(name, {})[mode] = {
+                "to_target_s": ttt, "speedup_vs_off": base / ttt if ttt and base else None,
+                "max_dev": r["spread"], "passes": r["passes"].tolist(),
+                "held": [int(h) for h in r["held"]], "ordered": int(r["ordered"])}
             speed = f"{base / ttt:6.2f}x" if ttt and base else "     -"
             shown = f"{ttt * 1e3:9.1f}" if ttt else f"{'>5000':>9}"
             passes = " ".join(f"{p:5.1f}" for p in r["passes"])
@@ -111,6 +121,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"    {mode:6} {shown} {speed:>7} {r['spread']:7.1%}  {passes:24} "
                   f"{held:28} {r['ordered']:8d}")
     print(f"\n(simulated; {time.perf_counter() - t0:.0f} s of wall time)")
+    if args.json:
+        args.json.write_text(json.dumps({"points": args.points, "target": target,
+                                         "settings": rows}, indent=2))
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ Usage: ``python bench/sync_bench.py [--quick] [--out DIR]`` or
 ``python bench/sync_bench.py --waits [--repeats N] [--max-time S] [--models elastic]``;
 ``python bench/sync_bench.py --waits-sim [--repeats SEEDS]`` replays ElasticBSP on the
 simulated clock (deterministic: with the paper's single plan per superstep and with the
-rolling re-plan, under seeded iteration-time noise).
+rolling re-plan, under seeded iteration-time noise).  With ``--json OUT``, ``--waits`` and
+``--waits-sim`` also write their ratios (measured / predicted wait) to OUT.
 """
 
 from __future__ import annotations
@@ -200,9 +201,18 @@ def wait_figures(s: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, f
 
 
 def waits(repeats: int, max_time: float, points: int, root: Path,
-          only: str | None = None) -> None:
+          only: str | None = None) -> dict[str, Any]:
     """The ElasticBSP wait comparison (``--waits``); ``only``: a comma-separated subset of
-    the models (their labels' first words: bspv, ssp, elastic)."""
+    the models (their labels' first words: bspv, ssp, elastic).
+
+    Returns
+    -------
+    dict
+        Per prediction (``predicted``: ZipLine's d* of the first plan, ``expected``, ``final``:
+        d of the plan that placed the barrier), ElasticBSP's measured / predicted wait of
+        every run and their median; and every run's figures.
+    """
+    runs: list[dict[str, Any]] = []
     models = [(label, sync) for label, sync in WAIT_MODELS
               if only is None or label.split()[0] in only.split(",")]
     doc = job_doc(points, max_time)
@@ -218,6 +228,7 @@ def waits(repeats: int, max_time: float, points: int, root: Path,
             key = f"waits-{label}-{i}".replace(" ", "_").replace("=", "")
             s, events = run({**doc, "sync": sync, "stragglers": HETERO}, root / key)
             f = wait_figures(s, events)
+            runs.append({"model": label, "run": i + 1, **f})
             cols = []
             for name in ("predicted", "expected", "final"):
                 ok = f"{name}_ms" in f
@@ -238,13 +249,23 @@ def waits(repeats: int, max_time: float, points: int, root: Path,
                   f"(median {statistics.median(r):.2f}) over {len(r)} runs")
     print("  (waits in ms: wait/sync is a barrier's last minus first arrival for BSPV and "
           "ElasticBSP, time held per push for SSP)")
+    return {"points": points, "max_time_s": max_time, "repeats": repeats, "target_ratio": 2.0,
+            "runs": runs, "ratios": ratios,
+            "median_ratio": {k: statistics.median(v) for k, v in ratios.items() if v}}
 
 
-def waits_sim(seeds: int) -> None:
+def waits_sim(seeds: int) -> dict[str, Any]:
     """``--waits-sim``: ElasticBSP's waits on the simulated clock (``tests/fakes.py``), with
     the rolling re-plan ("rolling") and with one plan per superstep ("single", the paper's
     schedule; same predictor), at several levels of seeded iteration-time noise: the
-    deterministic counterpart of ``--waits`` (``tests/test_elastic_waits.py`` asserts it)."""
+    deterministic counterpart of ``--waits`` (``tests/test_elastic_waits.py`` asserts it).
+
+    Returns
+    -------
+    dict
+        Every row of the table: plan, noise, barriers, the mean waits (s) and the ratios.
+    """
+    rows: list[dict[str, Any]] = []
     sys.path.insert(0, str(ROOT))
     from flegel.sync.elastic import ElasticBSP
     from tests.fakes import Simulation
@@ -271,7 +292,11 @@ def waits_sim(seeds: int) -> None:
                      if jitter else "none")
             print(f"  {'rolling' if replan else 'single':<8} {noise:<22} {len(log):>8} "
                   f"{d:6.2f} {e:8.2f} {w:8.2f} {w / d:6.2f} {w / e:6.2f}", flush=True)
+            rows.append({"plan": "rolling" if replan else "single", "noise": noise,
+                         "barriers": len(log), "predicted_ms": d, "expected_ms": e,
+                         "measured_ms": w, "predicted_ratio": w / d, "expected_ratio": w / e})
     ElasticBSP.REPLAN = True
+    return {"seeds": seeds, "target_ratio": 2.0, "rows": rows}
 
 
 def main() -> None:
@@ -287,14 +312,21 @@ def main() -> None:
                     help="ElasticBSP's waits on the simulated clock instead (deterministic)")
     ap.add_argument("--models", default=None,
                     help="for --waits: a subset, e.g. 'elastic' or 'bspv,ssp'")
+    ap.add_argument("--json", type=Path, default=None, metavar="OUT",
+                    help="for --waits and --waits-sim: also write the ratios to OUT "
+                         "(for bench/suite.py)")
     args = ap.parse_args()
+    figures: dict[str, Any] | None = None
     if args.waits_sim:
-        waits_sim(args.repeats)
-        return
-    if args.waits:
+        figures = waits_sim(args.repeats)
+    elif args.waits:
         with tempfile.TemporaryDirectory() as tmp:
-            waits(args.repeats, args.max_time or (4.0 if args.quick else 8.0),
-                  200_000 if args.quick else 1_000_000, args.out or Path(tmp), args.models)
+            figures = waits(args.repeats, args.max_time or (4.0 if args.quick else 8.0),
+                            200_000 if args.quick else 1_000_000, args.out or Path(tmp),
+                            args.models)
+    if figures is not None:
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=2))
         return
     max_time = args.max_time or (10.0 if args.quick else 25.0)
     head = (f"  {'sync':<13} {'to target':>9} {'final/ref':>9} {'wall s':>7} {'iters':>6} "

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python bench/zipline_bench.py [--quick] [--repeats N] [--budget SECONDS]
+    python bench/zipline_bench.py [--quick] [--repeats N] [--budget SECONDS] [--json OUT]
 
 Datasets follow Section 6.1 / Table 2 (``flegel.zipline.generate``: intervals uniform in
 1000-1500 ms) for n = 10, 100, 1000 workers and R = 15, 150 predicted iterations. Each cell
@@ -10,16 +10,19 @@ reports the median wall time of one ``solve(times, method)`` call (input validat
 / merging and the scan included) next to the paper's Table 4 value (C++11 on a Xeon E5-2620 v3;
 averages of 10 runs). A method whose single run is predicted to exceed the time budget of a
 cell (extrapolated with its complexity from the previous cell) is reported as "skipped".
+``--json OUT`` also writes "fast"'s time per cell and the target's ratio to OUT.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import platform
 import statistics
 import time
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -86,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="3 repeats, 5 s budget per cell")
     ap.add_argument("--repeats", type=int, default=None, help="timed samples per cell (7)")
     ap.add_argument("--budget", type=float, default=None, help="seconds per method/cell (20)")
+    ap.add_argument("--json", type=Path, default=None, metavar="OUT",
+                    help="also write fast's time per cell and the target's ratio to OUT")
     args = ap.parse_args(argv)
     repeats = args.repeats or (3 if args.quick else 7)
     budget = args.budget or (5.0 if args.quick else 20.0)
@@ -152,6 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     target = fast_us[(1000, 150)]
     verdict = "OK" if target <= 11_000 else "MISSED"
     print(f"\ntarget: fast <= 11 ms at n=1000, R=150 -> {target / 1e3:.2f} ms ({verdict})")
+    if args.json:
+        args.json.write_text(json.dumps({
+            "repeats": repeats, "budget_s": budget, "target_us": 11_000,
+            "fast_us": {f"n={n} R={r}": us for (n, r), us in fast_us.items()},
+            "n1000_r150_us": target, "ratio": target / 11_000}, indent=2))
     return 0
 
 
