@@ -1,5 +1,8 @@
 """Small shared helpers of the built-in algorithms: parameter checks, stable log-sum-exp and
-softmax, k-means++ seeding on the data sample, initialization files and the per-point path.
+softmax, k-means++ seeding on the data sample, initialization files, the per-point path, and
+what the device paths share (:mod:`flegel.device`): the block's state on the kernel's device
+(:func:`on_device`) and operands derived from θ kept there until θ changes
+(:class:`ThetaCache`).
 
 Everything here uses only flegel's public API, as a user-written algorithm would.
 """
@@ -8,19 +11,23 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 from flegel import Algorithm, Block
+from flegel.device import to_host
 
 __all__ = [
     "check_choice", "check_float", "check_int", "check_init_spec", "chunks", "expect_shape",
     "kmeans_plusplus_sample", "learning_rate_at", "load_init_arrays", "logsumexp_rows",
-    "point_via_block", "resolve_init_path", "softmax_rows", "squared_distances",
-    "validate_init_file",
+    "on_device", "point_via_block", "resolve_init_path", "softmax_rows", "squared_distances",
+    "ThetaCache", "validate_init_file",
 ]
+
+_T = TypeVar("_T")
 
 #: ``log(2π)``, used by Gaussian log-densities.
 LOG_2PI = float(np.log(2.0 * np.pi))
@@ -85,12 +92,16 @@ def softmax_rows(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 def squared_distances(x: np.ndarray, centers: np.ndarray) -> np.ndarray:
-    """Return the (n, k) squared Euclidean distances through one GEMM, clipped at zero."""
+    """Return the (n, k) squared Euclidean distances through one GEMM, clipped at zero.
+
+    ``‖x‖² − 2x·c + ‖c‖²``; NumPy or CuPy arrays (both on one device).
+    """
+    xp = _namespace(x)
     d2 = x @ centers.T
     d2 *= -2.0
-    d2 += np.einsum("ij,ij->i", x, x)[:, None]
-    d2 += np.einsum("ij,ij->i", centers, centers)[None, :]
-    return np.maximum(d2, 0.0, out=d2)
+    d2 += xp.einsum("ij,ij->i", x, x)[:, None]
+    d2 += xp.einsum("ij,ij->i", centers, centers)[None, :]
+    return xp.maximum(d2, 0.0, out=d2)
 
 
 def chunks(n: int, size: int = 8192) -> Iterator[slice]:
@@ -114,6 +125,85 @@ def _namespace(a: Any) -> Any:
 
         return cupy
     return np
+
+
+# ------------------------------------------------------------------ device paths
+@contextmanager
+def on_device(xp: Any, *host: np.ndarray) -> Iterator[tuple[Any, ...]]:
+    """The arrays ``host`` (a block's per-point state) on ``xp``'s device for a kernel,
+    written back into ``host`` when the ``with`` body ends without an error.
+
+    With NumPy the arrays themselves (no copy).  With CuPy one host-to-device copy each on
+    entry and one device-to-host copy each on exit -- the pattern of K-means' GPU branch
+    (``algorithms/kmeans.py``): a block is a view into the worker's shard, which stays in
+    host memory.  On an error the host arrays keep their old values.
+    """
+    if xp is np:
+        yield host
+        return
+    dev = tuple(xp.asarray(h) for h in host)
+    yield dev
+    for h, d in zip(host, dev):
+        h[...] = to_host(d)
+
+
+class ThetaCache(Generic[_T]):
+    """What a kernel derives from θ (device copies of its arrays, GEMM operands), made
+    again only when θ changed since the last call.
+
+    Parameters
+    ----------
+    slots : int, default=2
+        θs remembered, most recent first.  Two: between blocks a worker's exact evaluator
+        (:mod:`flegel.runtime.exact`) evaluates a θ snapshot a chunk at a time, so calls
+        with the training θ and with the snapshot alternate; one slot would copy both on
+        every call.
+
+    Notes
+    -----
+    *When θ changed* is told by identity, not by content, so a hit costs a few pointer
+    comparisons and no pass over θ (on a GPU no copy at all): an entry matches when the
+    dict is the same object and so is every array in it.  That is safe because θ reaches
+    ``update_block`` as a new dict of new arrays each time it changes and is never written
+    in place between calls: θ changes only at a barrier (or a push), and the MPI worker then
+    replaces its dict with the arrays :meth:`flegel.runtime.layout.Layout.unpack` copies out
+    of the receive buffer (``Worker.receive_params``); the in-process loops
+    (:func:`flegel.local.fit_local`, the tests' simulation) replace it with
+    ``update_parameter``'s result, which the built-ins build from new arrays.  An entry
+    holds strong references to the dict and its arrays, so no later θ can be allocated at a
+    remembered address and be mistaken for it (a bare ``id()`` could).  A caller that
+    writes θ's arrays in place between calls must pass a new dict (``dict(theta)``).
+    Not pickled (an algorithm is pickled to start workers or for a checkpoint): a copy
+    starts empty.
+    """
+
+    def __init__(self, slots: int = 2) -> None:
+        self.slots = slots
+        self._entries: list[tuple[dict, tuple[Any, ...], _T]] = []
+        #: Calls that had to make the value (θ changed), for tests and benchmarks.
+        self.misses = 0
+
+    def get(self, theta: dict, make: Callable[[dict], _T]) -> _T:
+        """The value ``make(theta)`` made for this θ, made now if θ is not remembered."""
+        values = tuple(theta.values())
+        for n, (held, arrays, value) in enumerate(self._entries):
+            if held is theta and len(arrays) == len(values) and all(
+                    a is b for a, b in zip(arrays, values)):
+                if n:
+                    self._entries.insert(0, self._entries.pop(n))
+                return value
+        self.misses += 1
+        value = make(theta)
+        self._entries.insert(0, (theta, values, value))
+        del self._entries[self.slots:]
+        return value
+
+    def clear(self) -> None:
+        """Forget every θ (e.g. after the device changed)."""
+        self._entries.clear()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"slots": self.slots, "_entries": [], "misses": 0}
 
 
 # ------------------------------------------------------------------ initialization

@@ -12,13 +12,14 @@ One code path for CPU and GPU: every kernel takes an array module ``xp`` (NumPy,
 for the output and the kernel gradient; the input gradient is one small GEMM per kernel offset
 scatter-added onto the shifted window; pooling combines the p² strided sub-grids.  The only
 Python loops run over layers, kernel/pooling offsets and chunks of images, never over images.
-θ stays a dict of NumPy float64 arrays at the API boundary; on a GPU the parameters are copied
-to the device when a block starts and the gradients back when it ends.
+θ stays a dict of NumPy float64 arrays at the API boundary.  On a GPU the parameters stay on
+the device between blocks: they are copied there (in the compute dtype) only when θ changed,
+which happens only at a barrier (:class:`~algorithms._common.ThetaCache` tells by identity);
+each block copies its images in and its gradients and losses out.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -27,9 +28,11 @@ from typing import Any
 import numpy as np
 
 from flegel import Algorithm, Block, DataInfo
+from flegel.device import DeviceKernels, to_host
 
 from ._common import (
     RowKernel,
+    ThetaCache,
     check_choice,
     check_float,
     check_init_spec,
@@ -42,51 +45,15 @@ from ._common import (
     validate_init_file,
 )
 
-_DEVICES = ("cpu", "gpu", "auto")
 _POOLINGS = ("max", "avg")
 _SCHEDULES = ("constant", "invscaling")
 _DTYPES = ("float32", "float64")
 _INITS = ("he",)
-_GPU_HINT = "install the GPU extra, e.g. pip install 'flegel[gpu]' (CuPy for CUDA 12)"
-
-
-@functools.cache
-def resolve_device(device: str) -> Any:
-    """Return the array module for ``device``: NumPy for "cpu", CuPy for "gpu" (or "auto"
-    when CuPy and a CUDA device are present).
-
-    Raises
-    ------
-    RuntimeError
-        ``device="gpu"`` without CuPy or without a visible CUDA device.
-    """
-    if device == "cpu":
-        return np
-    try:
-        import cupy
-    except Exception as err:  # ImportError, or a broken CUDA installation
-        if device == "auto":
-            return np
-        raise RuntimeError(f"CNN(device='gpu') needs CuPy, which could not be imported "
-                           f"({err}); {_GPU_HINT}, or use device='cpu'") from err
-    try:
-        n_devices = int(cupy.cuda.runtime.getDeviceCount())
-    except Exception:  # cupy.cuda.runtime.CUDARuntimeError: no driver / no device
-        n_devices = 0
-    if n_devices < 1:
-        if device == "auto":
-            return np
-        raise RuntimeError("CNN(device='gpu'): CuPy is installed but no CUDA device is "
-                           "visible (check the driver, nvidia-smi and CUDA_VISIBLE_DEVICES); "
-                           f"{_GPU_HINT}, or use device='cpu'")
-    return cupy
 
 
 def _to_host(a: Any) -> np.ndarray:
-    """A NumPy float64 copy of a NumPy or CuPy array."""
-    if not isinstance(a, np.ndarray) and hasattr(a, "get"):
-        a = a.get()
-    return np.asarray(a, dtype=np.float64)
+    """A NumPy float64 array of a NumPy or CuPy array (:func:`flegel.device.to_host`)."""
+    return np.asarray(to_host(a), dtype=np.float64)
 
 
 # ---------------------------------------------------------------------- layer kernels (xp)
@@ -150,7 +117,7 @@ def _pool_backward(xp: Any, dout: Any, a: Any, out: Any, p: int, mode: str) -> A
     return grad
 
 
-class CNN(RowKernel, Algorithm):
+class CNN(DeviceKernels, RowKernel, Algorithm):
     """Convolutional network classifier (conv-ReLU-pool layers + softmax) by mini-batch SGD.
 
     FSP paper Section 2.1 (Eq. 1) and Table 1 (CNN; footnote 3 gives the default layers).
@@ -185,7 +152,9 @@ class CNN(RowKernel, Algorithm):
         Factor applied to the pixels first (e.g. 1/255 for raw MNIST bytes).
     device : {"cpu", "gpu", "auto"}, default="cpu"
         Where the kernels run: NumPy, or CuPy on the current CUDA device (``"auto"``: the GPU
-        when CuPy and a device are present).  ``"gpu"`` without them raises ``RuntimeError``.
+        when CuPy and a device are present, else the CPU, said once on standard error).
+        ``"gpu"`` without them fails when the job is validated, in one line
+        (:mod:`flegel.device`).  On a GPU θ stays on the device until it changes.
     dtype : {"float32", "float64"}, default="float32"
         Compute precision of the kernels (θ and gradients are float64 at the API boundary).
     chunk_size : int or None, default=None
@@ -239,19 +208,17 @@ class CNN(RowKernel, Algorithm):
         self.momentum = check_float("momentum", momentum, low=0.0, high=1.0, high_open=True)
         self.alpha = check_float("alpha", alpha, low=0.0)
         self.input_scale = check_float("input_scale", input_scale, low=0.0, low_open=True)
-        self.device = check_choice("device", device, _DEVICES)
+        # no ``kernel`` parameter: the CNN has one kernel, the array one, on either device
+        self._set_device(device)
+        self._params = ThetaCache[dict[str, Any]]()
         self.dtype = check_choice("dtype", dtype, _DTYPES)
         self.chunk_size = None if chunk_size is None else check_int("chunk_size", chunk_size)
         self.init = check_init_spec(init, _INITS)
 
     # ------------------------------------------------------------------ geometry and set-up
     def validate(self, base_dir: Path) -> None:
+        self.check_device()
         validate_init_file(self.init, base_dir, _INITS, "dense_w", None, self)
-
-    @property
-    def xp(self) -> Any:
-        """The array module the kernels use (resolved on first use, where the data are)."""
-        return resolve_device(self.device)
 
     def _chunks(self, xp: Any, n: int) -> Iterator[slice]:
         size = self.chunk_size or (256 if xp is np else 4096)
@@ -337,7 +304,12 @@ class CNN(RowKernel, Algorithm):
                                       for k in self._param_keys(theta) if k.endswith("_w"))
 
     def _device_params(self, xp: Any, theta: dict[str, np.ndarray]) -> dict[str, Any]:
-        return {k: xp.asarray(theta[k], dtype=self.dtype) for k in self._param_keys(theta)}
+        """θ's layer parameters on ``xp``'s device in the compute dtype, copied there only
+        when θ changed since the last call (:class:`~algorithms._common.ThetaCache`: θ
+        changes only at a barrier, as a new dict of new arrays).  The kernels never write
+        into them."""
+        return self._params.get(theta, lambda th: {
+            k: xp.asarray(th[k], dtype=self.dtype) for k in self._param_keys(th)})
 
     def _forward(self, xp: Any, params: dict[str, Any], x: Any, y: Any | None,
                  grads: dict[str, Any] | None) -> tuple[Any, Any]:

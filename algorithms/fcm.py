@@ -9,19 +9,27 @@ BSP this is the standard FCM iteration (Bezdek), whose objective never increases
 Kernel: squared distances through one BLAS product per block, a numba pass computing the
 memberships in log space (``u_ik = softmax_k(−log d²_ik / (m−1))``, so a point on a centre or a
 fuzzifier close to 1 cannot overflow), their changes and the loss, then one GEMM ``Δuᵐᵀ x``.
+
+Kernels (:mod:`flegel.device`): the pass between the GEMMs is either numba's or the array
+kernel :func:`_memberships_array`, the same math in whole-array operations on ``xp`` (NumPy,
+or CuPy with ``device: gpu``, where the GEMMs run on the device too, the block's state is
+copied in and out once and the centres stay on the device until θ changes).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from flegel import Algorithm, Block, DataInfo
+from flegel.device import DeviceKernels, to_host
 from flegel.jit import njit
 
 from ._common import (
     RowKernel,
+    ThetaCache,
     check_float,
     check_init_spec,
     check_int,
@@ -30,6 +38,7 @@ from ._common import (
     kmeans_plusplus_sample,
     load_init_arrays,
     logsumexp_rows,
+    on_device,
     resolve_init_path,
     squared_distances,
     validate_init_file,
@@ -99,7 +108,34 @@ def _memberships_m2(d2: np.ndarray, um: np.ndarray, loss: np.ndarray,
     return dobj
 
 
-class FuzzyCMeans(RowKernel, Algorithm):
+def _memberships_array(xp: Any, d2: Any, m: float, um: Any, loss: Any, dum: Any) -> float:
+    """The array kernel: :func:`_memberships` (and :func:`_memberships_m2` for m = 2) in
+    whole-array operations on ``xp``.
+
+    Same arguments and result (``um``, ``loss`` and ``dum`` are written in place; all on
+    ``xp``'s device).  For m = 2, ``u_k = (1/d²_k) / Σ_j 1/d²_j``; otherwise the log-space
+    form ``u^m = exp(m (a_k − lse(a)))``, ``a_k = −log(d²_k) / (m − 1)``.
+    """
+    d2f = xp.maximum(d2, _D2_FLOOR)
+    if m == 2.0:
+        w = 1.0 / d2f
+        w *= 1.0 / w.sum(axis=1, keepdims=True)  # u
+        w *= w  # u^m
+    else:
+        a = xp.log(d2f)
+        a *= -1.0 / (m - 1.0)
+        a -= logsumexp_rows(a)[:, None]
+        a *= m
+        w = xp.exp(a, out=a)
+    xp.subtract(w, um, out=dum)
+    um[...] = w
+    new = xp.einsum("ij,ij->i", w, d2)
+    dobj = float((new - loss).sum())
+    loss[...] = new
+    return dobj
+
+
+class FuzzyCMeans(DeviceKernels, RowKernel, Algorithm):
     """Fuzzy c-means clustering by incremental alternation.
 
     FSP paper Section 2.2 (EM-style alternation with incremental statistics, Eq. 3) and
@@ -116,6 +152,12 @@ class FuzzyCMeans(RowKernel, Algorithm):
         ``"kmeans++"`` on the seeded data sample, or a warm start: a run directory of an FCM
         run (or its ``model.npz``), a ``.npy`` file (K, d) of initial centres or a ``.npz``
         holding ``centers``, relative to the job file's folder.
+    device : {"cpu", "gpu", "auto"}, default="cpu"
+        Where the training kernel runs: NumPy/numba, or CuPy on the current CUDA device
+        (:mod:`flegel.device`).
+    kernel : {"auto", "compiled", "array"}, default="auto"
+        On the CPU: numba, the NumPy array kernel, or the array kernel until the work done
+        would have paid numba's start-up, then numba (:mod:`flegel.device`).
 
     Notes
     -----
@@ -128,14 +170,18 @@ class FuzzyCMeans(RowKernel, Algorithm):
     name = "fcm"
     objective_name = "fcm objective"
 
-    def __init__(self, n_clusters: int = 8, m: float = 2.0, init: str = "kmeans++") -> None:
+    def __init__(self, n_clusters: int = 8, m: float = 2.0, init: str = "kmeans++",
+                 device: str = "cpu", kernel: str = "auto") -> None:
         super().__init__()
+        self._set_device(device, kernel)
+        self._centers: ThetaCache[Any] = ThetaCache()
         self.n_clusters = check_int("n_clusters", n_clusters)
         self.m = check_float("m", m, low=1.0, low_open=True)
         self.init = check_init_spec(init, _INITS)
 
     # ------------------------------------------------------------------ set-up
     def validate(self, base_dir: Path) -> None:
+        self.check_device()
         validate_init_file(self.init, base_dir, _INITS, "centers", self.n_clusters, self)
 
     def init_parameter(self, info: DataInfo) -> dict[str, np.ndarray]:
@@ -157,17 +203,34 @@ class FuzzyCMeans(RowKernel, Algorithm):
                 "objective": 0.0}
 
     # ------------------------------------------------------------------ kernels
+    def work_units(self, b: int, d: int) -> float:
+        """Work units (:mod:`flegel.device`) of a block of ``b`` points: b·d·K, the
+        multiply-adds of each of its two GEMMs."""
+        return float(b * d * self.n_clusters)
+
     def _update_rows(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
-        """The vectorized kernel of a block; both hooks run it (one piece of math)."""
-        x = np.asarray(block.x, dtype=np.float64)
-        d2 = squared_distances(x, theta["centers"])
-        um = block.state["um"]
-        dum = np.empty_like(um)
-        if self.m == 2.0:
-            dobj = _memberships_m2(d2, um, block.state["loss"], dum)
-        else:
-            dobj = _memberships(d2, self.m, um, block.state["loss"], dum)
-        return {"su": dum.sum(axis=0), "sux": dum.T @ x, "objective": float(dobj)}
+        """The vectorized kernel of a block; both hooks run it (one piece of math).
+
+        The pass between the GEMMs is numba's when :meth:`use_compiled` says so, else
+        :func:`_memberships_array` on :attr:`xp`; on a GPU the block and its state are
+        copied to the device once and the state and the statistics back.
+        """
+        compiled = self.use_compiled(self.work_units(*block.x.shape))
+        xp = self.xp  # NumPy whenever the compiled kernel runs
+        centers = self._centers.get(theta, lambda th: xp.asarray(th["centers"]))
+        with on_device(xp, block.state["um"], block.state["loss"]) as (um, loss):
+            x = xp.asarray(block.x, dtype=np.float64)
+            d2 = squared_distances(x, centers)
+            dum = xp.empty_like(um)
+            if not compiled:
+                dobj = _memberships_array(xp, d2, self.m, um, loss, dum)
+            elif self.m == 2.0:
+                dobj = _memberships_m2(d2, um, loss, dum)
+            else:
+                dobj = _memberships(d2, self.m, um, loss, dum)
+            su, sux = dum.sum(axis=0), dum.T @ x
+        return {"su": to_host(su), "sux": np.ascontiguousarray(to_host(sux)),
+                "objective": float(dobj)}
 
     def update_parameter(self, agg: dict, theta: dict[str, np.ndarray]) -> dict:
         su = theta["su"] + agg["su"]

@@ -16,21 +16,31 @@ Kernel (diagonal): the block is laid out once as ``z = [x², x]`` (b × 2d); the
 all components are one GEMM ``z @ [-½P; μP]`` and the changes of ``sxx`` and ``sx`` are one GEMM
 ``Δrᵀ z``; a numba pass in between does the log-sum-exp, the new responsibilities, their changes
 and the loss.  Full covariance does one (b × d) · (d × d) GEMM per component each way.
+
+Kernels (:mod:`flegel.device`): the E-step between the GEMMs is either the compiled numba pass
+or the array kernel :func:`_responsibilities_array`, the same math in whole-array operations
+on ``xp`` (NumPy, or CuPy with ``device: gpu``, where the GEMMs run on the device too and the
+block's state is copied in and out once).  The GEMM operands derived from θ are made once per
+θ (:class:`~algorithms._common.ThetaCache`), so on a GPU they stay on the device between
+barriers.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy.linalg import solve_triangular
 
 from flegel import Algorithm, Block, DataInfo
+from flegel.device import DeviceKernels, to_host
 from flegel.jit import njit
 
 from ._common import (
     LOG_2PI,
     RowKernel,
+    ThetaCache,
     check_choice,
     check_float,
     check_init_spec,
@@ -40,6 +50,7 @@ from ._common import (
     kmeans_plusplus_sample,
     load_init_arrays,
     logsumexp_rows,
+    on_device,
     resolve_init_path,
     validate_init_file,
 )
@@ -81,6 +92,25 @@ def _responsibilities(logp: np.ndarray, resp: np.ndarray, loss: np.ndarray,
     return dobj
 
 
+def _responsibilities_array(xp: Any, logp: Any, resp: Any, loss: Any, dresp: Any) -> float:
+    """The array kernel: :func:`_responsibilities` in whole-array operations on ``xp``.
+
+    Same arguments and result (``resp``, ``loss`` and ``dresp`` are written in place; all on
+    ``xp``'s device): a row-wise log-sum-exp shifted by the row maximum, the new
+    responsibilities ``exp(logp − m) / s``, their changes and the loss ``−(m + log s)``.
+    """
+    m = logp.max(axis=1, keepdims=True)
+    e = xp.exp(logp - m)
+    s = e.sum(axis=1, keepdims=True)
+    e *= 1.0 / s  # the new responsibilities
+    xp.subtract(e, resp, out=dresp)
+    resp[...] = e
+    new = -(m[:, 0] + xp.log(s[:, 0]))
+    dobj = float((new - loss).sum())
+    loss[...] = new
+    return dobj
+
+
 def _precisions_cholesky_full(cov: np.ndarray) -> np.ndarray:
     """Cholesky factors L_k of the precisions (P_k = L_k L_kᵀ), as scikit-learn computes them."""
     k, d, _ = cov.shape
@@ -97,7 +127,12 @@ def _precisions_cholesky_full(cov: np.ndarray) -> np.ndarray:
     return out
 
 
-class GaussianMixture(RowKernel, Algorithm):
+def _host(a: Any) -> np.ndarray:
+    """A contiguous NumPy float64 array of an aggregator entry (copied off a GPU)."""
+    return np.ascontiguousarray(to_host(a), dtype=np.float64)
+
+
+class GaussianMixture(DeviceKernels, RowKernel, Algorithm):
     """Gaussian mixture model fitted by incremental EM.
 
     FSP paper Section 2.2 (Eq. 3) and Table 1 (GMM).  The objective is the negative
@@ -119,6 +154,12 @@ class GaussianMixture(RowKernel, Algorithm):
         (K, d) or a ``.npz`` archive holding ``means`` and optionally ``weights`` (K,) and
         ``covariances`` ((K, d) diag, (K, d, d) full); relative paths resolve against the job
         file's folder.
+    device : {"cpu", "gpu", "auto"}, default="cpu"
+        Where the training kernel runs: NumPy/numba, or CuPy on the current CUDA device
+        (:mod:`flegel.device`).
+    kernel : {"auto", "compiled", "array"}, default="auto"
+        On the CPU: numba, the NumPy array kernel, or the array kernel until the work done
+        would have paid numba's start-up, then numba (:mod:`flegel.device`).
 
     Notes
     -----
@@ -134,8 +175,11 @@ class GaussianMixture(RowKernel, Algorithm):
     objective_name = "negative log-likelihood"
 
     def __init__(self, n_components: int = 8, covariance_type: str = "diag",
-                 reg_covar: float = 1e-6, init: str = "kmeans++") -> None:
+                 reg_covar: float = 1e-6, init: str = "kmeans++", device: str = "cpu",
+                 kernel: str = "auto") -> None:
         super().__init__()
+        self._set_device(device, kernel)
+        self._operands: ThetaCache[tuple[Any, ...]] = ThetaCache()
         self.n_components = check_int("n_components", n_components)
         self.covariance_type = check_choice("covariance_type", covariance_type,
                                             _COVARIANCE_TYPES)
@@ -144,6 +188,7 @@ class GaussianMixture(RowKernel, Algorithm):
 
     # ------------------------------------------------------------------ set-up
     def validate(self, base_dir: Path) -> None:
+        self.check_device()
         validate_init_file(self.init, base_dir, _INITS, "means", self.n_components, self)
 
     def init_parameter(self, info: DataInfo) -> dict[str, np.ndarray]:
@@ -206,59 +251,85 @@ class GaussianMixture(RowKernel, Algorithm):
         gemm = np.concatenate([-0.5 * prec.T, (mu * prec).T], axis=0)
         return gemm, const
 
-    @staticmethod
-    def _stack(x: np.ndarray) -> np.ndarray:
-        """z = [x², x] in float64 (b × 2d)."""
+    def _operands_on(self, xp: Any, theta: dict[str, np.ndarray]) -> tuple[Any, ...]:
+        """The operands of the log-densities on ``xp``: ``(gemm, const)`` for ``diag``
+        (:meth:`_diag_weights`), ``(L, μL, const)`` for ``full`` (the precision factors
+        (K, d, d), each mean times its factor (K, d), and ``log w_k − ½d log 2π + log|L_k|``)."""
+        if self.covariance_type == "diag":
+            return tuple(xp.asarray(a) for a in self._diag_weights(theta))
+        mu, pchol, w = theta["means"], theta["precisions_cholesky"], theta["weights"]
+        logdet = np.log(np.diagonal(pchol, axis1=1, axis2=2)).sum(axis=1)
+        with np.errstate(divide="ignore"):
+            const = np.log(w) - 0.5 * mu.shape[1] * LOG_2PI + logdet
+        mup = np.einsum("kd,kde->ke", mu, pchol)
+        return xp.asarray(pchol), xp.asarray(mup), xp.asarray(const)
+
+    def _design(self, xp: Any, x: Any) -> Any:
+        """The rows the GEMMs take, in float64 on ``xp``: ``z = [x², x]`` (b × 2d) for
+        ``diag``, ``x`` itself for ``full``."""
+        if self.covariance_type == "full":
+            return xp.asarray(x, dtype=np.float64)
         b, d = x.shape
-        z = np.empty((b, 2 * d))
-        np.multiply(x, x, out=z[:, :d])
+        z = xp.empty((b, 2 * d))
+        xp.multiply(x, x, out=z[:, :d])
         z[:, d:] = x
         return z
 
-    @staticmethod
-    def _log_prob_full(x: np.ndarray, theta: dict[str, np.ndarray]) -> np.ndarray:
-        """Weighted log-densities log w_k + log N(x | μ_k, Σ_k), full covariance (b × K)."""
-        mu, pchol, w = theta["means"], theta["precisions_cholesky"], theta["weights"]
-        k, d = mu.shape
-        logp = np.empty((x.shape[0], k))
-        for j in range(k):  # one GEMM per component
-            y = x @ pchol[j]
-            y -= mu[j] @ pchol[j]
-            logp[:, j] = np.einsum("ij,ij->i", y, y)
-        logdet = np.log(np.diagonal(pchol, axis1=1, axis2=2)).sum(axis=1)
-        with np.errstate(divide="ignore"):
-            logp *= -0.5
-            logp += np.log(w) - 0.5 * d * LOG_2PI + logdet
+    def _log_prob_on(self, xp: Any, z: Any, ops: tuple[Any, ...]) -> Any:
+        """Weighted log-densities ``log w_k + log N(x | μ_k, Σ_k)`` (b × K) of the rows
+        ``z`` (:meth:`_design`) from :meth:`_operands_on`, all on ``xp``: one GEMM for
+        ``diag``, one (b × d) · (d × d) GEMM per component for ``full``."""
+        if self.covariance_type == "diag":
+            logp = z @ ops[0]
+            logp += ops[1]
+            return logp
+        pchol, mup, const = ops
+        logp = xp.empty((z.shape[0], len(const)))
+        for j in range(len(const)):  # one GEMM per component
+            y = z @ pchol[j]
+            y -= mup[j]
+            logp[:, j] = xp.einsum("ij,ij->i", y, y)
+        logp *= -0.5
+        logp += const
         return logp
 
     def _log_prob(self, x: np.ndarray, theta: dict[str, np.ndarray]) -> np.ndarray:
-        if self.covariance_type == "full":
-            return self._log_prob_full(np.asarray(x, dtype=np.float64), theta)
-        gemm, const = self._diag_weights(theta)
-        return self._stack(x) @ gemm + const
+        """:meth:`_log_prob_on` with NumPy (evaluation and prediction run on the host)."""
+        return self._log_prob_on(np, self._design(np, x), self._operands_on(np, theta))
+
+    def work_units(self, b: int, d: int) -> float:
+        """Work units (:mod:`flegel.device`) of a block of ``b`` points: the multiply-adds of
+        its GEMMs up to a constant, b·d·K (``diag``) or b·d²·K (``full``)."""
+        k = self.n_components
+        return float(b * d * k * (d if self.covariance_type == "full" else 1))
 
     def _update_rows(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
-        """The vectorized kernel of a block; both hooks run it (one piece of math)."""
+        """The vectorized kernel of a block; both hooks run it (one piece of math).
+
+        The E-step is numba's :func:`_responsibilities` when :meth:`use_compiled` says so,
+        else :func:`_responsibilities_array` on :attr:`xp`; on a GPU the block and its state
+        are copied to the device once and the state and the statistics back.
+        """
         b, d = block.x.shape
-        resp, loss = block.state["resp"], block.state["loss"]
-        dresp = np.empty_like(resp)
-        if self.covariance_type == "diag":
-            gemm, const = self._diag_weights(theta)
-            z = self._stack(block.x)
-            logp = z @ gemm
-            logp += const
-            dobj = _responsibilities(logp, resp, loss, dresp)
-            stats = dresp.T @ z
-            return {"nk": dresp.sum(axis=0), "sx": stats[:, d:].copy(),
-                    "sxx": stats[:, :d].copy(), "objective": float(dobj)}
-        x = np.asarray(block.x, dtype=np.float64)
-        logp = self._log_prob_full(x, theta)
-        dobj = _responsibilities(logp, resp, loss, dresp)
-        sxx = np.empty((self.n_components, d, d))
-        for j in range(self.n_components):
-            sxx[j] = (x * dresp[:, j:j + 1]).T @ x
-        return {"nk": dresp.sum(axis=0), "sx": dresp.T @ x, "sxx": sxx,
-                "objective": float(dobj)}
+        full = self.covariance_type == "full"
+        compiled = self.use_compiled(self.work_units(b, d))
+        xp = self.xp  # NumPy whenever the compiled kernel runs
+        ops = self._operands.get(theta, lambda th: self._operands_on(xp, th))
+        with on_device(xp, block.state["resp"], block.state["loss"]) as (resp, loss):
+            z = self._design(xp, xp.asarray(block.x))
+            logp = self._log_prob_on(xp, z, ops)
+            dresp = xp.empty_like(resp)
+            dobj = (_responsibilities(logp, resp, loss, dresp) if compiled
+                    else _responsibilities_array(xp, logp, resp, loss, dresp))
+            nk = dresp.sum(axis=0)
+            stats = dresp.T @ z  # [sxx | sx] for diag, sx for full
+            if full:
+                sx = stats
+                sxx = xp.stack([(z * dresp[:, j:j + 1]).T @ z
+                                for j in range(self.n_components)])
+            else:
+                sx, sxx = stats[:, d:], stats[:, :d]
+        return {"nk": _host(nk), "sx": _host(sx), "sxx": _host(sxx), "objective": float(dobj)}
 
     def update_parameter(self, agg: dict, theta: dict[str, np.ndarray]) -> dict:
         nk = theta["nk"] + agg["nk"]

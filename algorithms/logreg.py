@@ -7,19 +7,28 @@ summed gradient of their losses and their count, and the M-step takes one step
 Binary labels (0/1) use the sigmoid loss of Section 2.1; with more than two classes
 (``info.n_classes > 2``) the model is multinomial (softmax) with one weight column per class.
 Kernel: one GEMM (GEMV for binary) forward, stable log-loss, one GEMM for the gradient.
+
+Kernels (:mod:`flegel.device`): the loss pass between the GEMMs is numba's or the array
+kernel (:func:`_binary_array`, :func:`_multinomial_array`: the same math in whole-array
+operations on ``xp``, NumPy, or CuPy with ``device: gpu``, where the GEMMs run on the device
+too, the block's losses are copied in and out once and the weights stay on the device until
+θ changes).  Evaluation always uses the NumPy array kernel, so it never starts numba.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from flegel import Algorithm, Block, DataInfo
+from flegel.device import DeviceKernels, to_host
 from flegel.jit import njit
 
 from ._common import (
     RowKernel,
+    ThetaCache,
     check_choice,
     check_float,
     check_init_spec,
@@ -27,6 +36,7 @@ from ._common import (
     expect_shape,
     learning_rate_at,
     load_init_arrays,
+    on_device,
     resolve_init_path,
     softmax_rows,
     validate_init_file,
@@ -36,14 +46,13 @@ _SCHEDULES = ("constant", "invscaling")
 _INITS = ("zeros",)
 
 
-@njit(cache=True, nogil=True)
-def _first_bad_label(y: np.ndarray, n_classes: int) -> int:  # pragma: no cover - compiled
-    """Index of the first label that is not an integer in [0, n_classes), or -1."""
-    for i in range(y.shape[0]):
-        yi = y[i]
-        if yi < 0 or yi >= n_classes or yi != int(yi):
-            return i
-    return -1
+def _first_bad_label(y: np.ndarray, n_classes: int) -> int:
+    """Index of the first label that is not an integer in [0, n_classes), or -1 (NumPy:
+    a few passes over the labels, no numba start-up for a check this cheap)."""
+    bad = ~((y >= 0) & (y < n_classes))
+    if y.dtype.kind == "f":
+        bad |= y != np.trunc(y)  # NaN is bad too: it fails every comparison above
+    return int(np.argmax(bad)) if bad.any() else -1
 
 
 @njit(cache=True, nogil=True)
@@ -95,12 +104,50 @@ def _multinomial_kernel(z: np.ndarray, y: np.ndarray, penalty: float,
     return dobj
 
 
+def _binary_array(xp: Any, z: Any, y: Any, penalty: float, loss: Any) -> float:
+    """The array kernel of :func:`_binary_kernel`, in whole-array operations on ``xp``.
+
+    Same arguments and result (``z`` becomes the residual σ(z) − y, ``loss`` is written in
+    place; all on ``xp``'s device): the log-loss ``max(z, 0) − yz + log1p(e^{−|z|})`` and
+    σ(z) from ``e^{−|z|}`` on the side that cannot overflow.
+    """
+    e = xp.exp(-xp.abs(z))
+    new = xp.maximum(z, 0.0) - y * z + xp.log1p(e) + penalty
+    p = xp.where(z >= 0.0, 1.0 / (1.0 + e), e / (1.0 + e))
+    xp.subtract(p, y, out=z)
+    dobj = float((new - loss).sum())
+    loss[...] = new
+    return dobj
+
+
+def _multinomial_array(xp: Any, z: Any, y: Any, penalty: float, loss: Any) -> float:
+    """The array kernel of :func:`_multinomial_kernel`, in whole-array operations on ``xp``.
+
+    Same arguments and result (``z`` becomes the residual softmax − onehot, ``loss`` is
+    written in place; all on ``xp``'s device): the cross-entropy ``m + log s − z_y`` with
+    ``m`` the row maximum and ``s = Σ exp(z − m)``.
+    """
+    rows = xp.arange(z.shape[0])
+    yi = y.astype(xp.int64)
+    m = z.max(axis=1, keepdims=True)
+    zy = z[rows, yi]
+    z -= m
+    xp.exp(z, out=z)
+    s = z.sum(axis=1, keepdims=True)
+    new = m[:, 0] + xp.log(s[:, 0]) - zy + penalty
+    z *= 1.0 / s
+    z[rows, yi] -= 1.0
+    dobj = float((new - loss).sum())
+    loss[...] = new
+    return dobj
+
+
 def _sigmoid(z: np.ndarray) -> np.ndarray:
     """Logistic function, overflow-free."""
     return 0.5 * (1.0 + np.tanh(0.5 * z))
 
 
-class LogisticRegression(RowKernel, Algorithm):
+class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
     """L2-regularized logistic regression (binary or multinomial) by mini-batch GD.
 
     FSP paper Section 2.1 (Eq. 1) and Table 1 (LR).
@@ -126,6 +173,12 @@ class LogisticRegression(RowKernel, Algorithm):
         θ⁽⁰⁾: zero weights, or a warm start: a run directory of a logistic-regression run (or
         its ``model.npz``) holding ``coef`` and ``intercept`` of the same shapes (relative to
         the job file's folder).
+    device : {"cpu", "gpu", "auto"}, default="cpu"
+        Where the training kernel runs: NumPy/numba, or CuPy on the current CUDA device
+        (:mod:`flegel.device`).
+    kernel : {"auto", "compiled", "array"}, default="auto"
+        On the CPU: numba, the NumPy array kernel, or the array kernel until the work done
+        would have paid numba's start-up, then numba (:mod:`flegel.device`).
 
     Notes
     -----
@@ -145,8 +198,10 @@ class LogisticRegression(RowKernel, Algorithm):
 
     def __init__(self, learning_rate: float = 0.1, schedule: str = "constant",
                  power_t: float = 0.5, alpha: float = 1e-4, fit_intercept: bool = True,
-                 init: str = "zeros") -> None:
+                 init: str = "zeros", device: str = "cpu", kernel: str = "auto") -> None:
         super().__init__()
+        self._set_device(device, kernel)
+        self._weights: ThetaCache[tuple[Any, Any]] = ThetaCache()
         self.learning_rate = check_float("learning_rate", learning_rate, low=0.0, low_open=True)
         self.schedule = check_choice("schedule", schedule, _SCHEDULES)
         self.power_t = check_float("power_t", power_t, low=0.0)
@@ -158,6 +213,7 @@ class LogisticRegression(RowKernel, Algorithm):
 
     # ------------------------------------------------------------------ set-up
     def validate(self, base_dir: Path) -> None:
+        self.check_device()
         validate_init_file(self.init, base_dir, _INITS, "coef", None, self)
 
     def init_parameter(self, info: DataInfo) -> dict[str, np.ndarray]:
@@ -201,38 +257,59 @@ class LogisticRegression(RowKernel, Algorithm):
 
     # ------------------------------------------------------------------ kernels
     @staticmethod
-    def _loss_kernel(theta: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray,
-                     penalty: float, loss: np.ndarray) -> tuple[float, np.ndarray]:
-        """Forward GEMM + fused loss kernel: checks the labels, writes per-point losses
-        (+ ``penalty``) into ``loss``; returns the change of their sum and the residual
-        ∂loss/∂z ((b,) binary, (b, C) multinomial)."""
-        coef, intercept = theta["coef"], theta["intercept"]
-        y = np.ascontiguousarray(y)
-        LogisticRegression._check_labels(y, coef.shape[1] if coef.ndim == 2 else 2)
+    def _loss_pass(xp: Any, coef: Any, intercept: Any, x: Any, y: Any, penalty: float,
+                   loss: Any, compiled: bool) -> tuple[float, Any]:
+        """Forward GEMM + loss pass (numba's kernel when ``compiled``, else the array kernel
+        on ``xp``; everything on ``xp``'s device): writes per-point losses (+ ``penalty``)
+        into ``loss``; returns the change of their sum and the residual ∂loss/∂z ((b,)
+        binary, (b, C) multinomial).  Labels must have been checked."""
+        multi = coef.ndim == 2
         res = x @ coef
-        if coef.ndim == 2:
-            res += intercept
-            return _multinomial_kernel(res, y, penalty, loss), res
-        res += intercept[0]
-        return _binary_kernel(res, y, penalty, loss), res
+        res += intercept if multi else intercept[0]
+        if compiled:
+            dobj = (_multinomial_kernel if multi else _binary_kernel)(res, y, penalty, loss)
+        else:
+            dobj = (_multinomial_array if multi else _binary_array)(xp, res, y, penalty, loss)
+        return float(dobj), res
 
     def _penalty(self, theta: dict[str, np.ndarray]) -> float:
         coef = theta["coef"]
         return 0.5 * self.alpha * float(np.vdot(coef, coef))
 
+    def work_units(self, b: int, d: int, n_classes: int) -> float:
+        """Work units (:mod:`flegel.device`) of a block of ``b`` points: b·d·C (C = 1 for
+        binary), the multiply-adds of each of its two GEMMs."""
+        return float(b * d * n_classes)
+
     def _update_rows(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
-        """The vectorized kernel of a block; both hooks run it (one piece of math)."""
+        """The vectorized kernel of a block; both hooks run it (one piece of math).
+
+        The loss pass is numba's when :meth:`use_compiled` says so, else the array kernel
+        on :attr:`xp`; on a GPU the block and its losses are copied to the device once and
+        the losses and the gradients back.
+        """
         if block.y is None:
             raise ValueError("LogisticRegression needs labelled data (a label column)")
-        x = np.asarray(block.x, dtype=np.float64)
-        multi = theta["coef"].ndim == 2
-        dobj, res = self._loss_kernel(theta, x, np.asarray(block.y), self._penalty(theta),
-                                      block.state["loss"])
-        grad_intercept = res.sum(axis=0) if multi else np.array([res.sum()])
+        coef = theta["coef"]
+        y = np.ascontiguousarray(block.y)
+        self._check_labels(y, coef.shape[1] if coef.ndim == 2 else 2)
+        b, d = block.x.shape
+        compiled = self.use_compiled(self.work_units(b, d, coef.shape[1] if coef.ndim == 2
+                                                     else 1))
+        xp = self.xp  # NumPy whenever the compiled kernel runs
+        w, w0 = self._weights.get(theta, lambda th: (xp.asarray(th["coef"]),
+                                                     xp.asarray(th["intercept"])))
+        with on_device(xp, block.state["loss"]) as (loss,):
+            x = xp.asarray(block.x, dtype=np.float64)
+            dobj, res = self._loss_pass(xp, w, w0, x, xp.asarray(y), self._penalty(theta),
+                                        loss, compiled)
+            grad_coef = x.T @ res
+            grad_intercept = res.sum(axis=0, keepdims=coef.ndim == 1)
+        grad_intercept = np.ascontiguousarray(to_host(grad_intercept), dtype=np.float64)
         if not self.fit_intercept:
             grad_intercept[...] = 0.0
-        return {"grad_coef": x.T @ res, "grad_intercept": grad_intercept,
-                "count": float(len(x)), "objective": float(dobj)}
+        return {"grad_coef": to_host(grad_coef), "grad_intercept": grad_intercept,
+                "count": float(b), "objective": dobj}
 
     def update_parameter(self, agg: dict, theta: dict[str, np.ndarray]) -> dict:
         count = float(agg["count"])
@@ -252,11 +329,16 @@ class LogisticRegression(RowKernel, Algorithm):
 
     # ------------------------------------------------------------------ helpers
     def log_loss(self, theta: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> float:
-        """Return the summed log-loss (no penalty) of θ on ``x``, ``y``."""
+        """Return the summed log-loss (no penalty) of θ on ``x``, ``y`` (the NumPy array
+        kernel, a chunk at a time)."""
+        coef, intercept = theta["coef"], theta["intercept"]
         total = 0.0
         for sl in chunks(len(x)):
             xx = np.asarray(x[sl], dtype=np.float64)
-            total += self._loss_kernel(theta, xx, np.asarray(y[sl]), 0.0, np.zeros(len(xx)))[0]
+            yy = np.ascontiguousarray(y[sl])
+            self._check_labels(yy, coef.shape[1] if coef.ndim == 2 else 2)
+            total += self._loss_pass(np, coef, intercept, xx, yy, 0.0, np.zeros(len(xx)),
+                                     False)[0]
         return float(total)
 
     def decision_function(self, theta: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:

@@ -49,7 +49,9 @@ generators: two runs with the same arguments give identical results.
 
 from __future__ import annotations
 
+import functools
 import heapq
+import types
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1118,3 +1120,97 @@ class Simulation:
     def push_events(self) -> list[dict[str, Any]]:
         """Events of push models (one per push)."""
         return [e for e in self.events if "rank" in e and "staleness" in e]
+
+
+# ------------------------------------------------------------------ a stand-in for CuPy
+class DeviceArray(np.ndarray):
+    """An array "on the device" of :func:`cupy_stand_in`: NumPy memory, CuPy's rules.
+
+    Operations between device arrays give device arrays; an operation that mixes in a host
+    array (a plain ``numpy.ndarray`` with at least one dimension) raises ``TypeError``, as
+    CuPy does, so a kernel that forgot to copy an operand to the device fails here too.
+    ``get()`` is the device-to-host copy.  Named as CuPy's module, so code that asks an
+    array for its module (``algorithms/_common.py``) finds the stand-in.
+    """
+
+    __module__ = "cupy"
+
+    def get(self) -> np.ndarray:
+        """A host copy (``cupy.ndarray.get``)."""
+        return np.array(self.view(np.ndarray), copy=True)
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        _reject_host(inputs, kwargs)
+        if "out" in kwargs:
+            kwargs["out"] = tuple(_plain(o) for o in kwargs["out"])
+        return _on_device(getattr(ufunc, method)(*(_plain(a) for a in inputs), **kwargs))
+
+
+def _plain(a: Any) -> Any:
+    return a.view(np.ndarray) if isinstance(a, DeviceArray) else a
+
+
+def _on_device(a: Any) -> Any:
+    if type(a) is np.ndarray:
+        return a.view(DeviceArray)
+    if isinstance(a, (tuple, list)):
+        return type(a)(_on_device(v) for v in a)
+    return a
+
+
+def _reject_host(args: Iterable[Any], kwargs: Mapping[str, Any]) -> None:
+    for a in [*args, *kwargs.values()]:
+        for v in (a if isinstance(a, (tuple, list)) else (a,)):
+            if type(v) is np.ndarray and v.ndim > 0:
+                raise TypeError("stand-in cupy: a host (NumPy) array in a device operation; "
+                                "copy it with xp.asarray first")
+
+
+def cupy_stand_in(n_devices: int = 1) -> types.ModuleType:
+    """A stand-in ``cupy`` module that is NumPy underneath and keeps CuPy's boundary.
+
+    For the GPU branches of the kernels on a machine without a GPU (install it with
+    ``monkeypatch.setitem(sys.modules, "cupy", cupy_stand_in())`` and clear
+    ``flegel.device.gpu_unavailable``'s cache).  Unlike ``tests/test_device.py``'s
+    ``numpy_as_cupy``, device memory is separate: ``asarray``/``array`` of a host array
+    copy it into a :class:`DeviceArray` and record the copy in the module's ``transfers``
+    list (the host arrays copied, in order), so a test can count host-to-device copies;
+    every other function takes device arrays only and gives device arrays.
+    ``cuda.runtime.getDeviceCount()`` says ``n_devices``.
+    """
+    fake = types.ModuleType("cupy")
+    transfers: list[Any] = []
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            _reject_host(args, kwargs)
+            out = kwargs.get("out")
+            if out is not None:
+                kwargs["out"] = (tuple(_plain(o) for o in out) if isinstance(out, tuple)
+                                 else _plain(out))
+            return _on_device(fn(*(_plain(a) for a in args), **kwargs))
+        return call
+
+    def asarray(a: Any, dtype: Any = None, copy: bool = False) -> DeviceArray:
+        if isinstance(a, DeviceArray):  # already on the device: a cast at most
+            if not copy and (dtype is None or a.dtype == np.dtype(dtype)):
+                return a
+            return a.astype(dtype or a.dtype)
+        transfers.append(a)
+        return np.array(a, dtype=dtype, copy=True).view(DeviceArray)
+
+    for name in dir(np):
+        if name.startswith("_"):
+            continue
+        obj = getattr(np, name)
+        if callable(obj) and not isinstance(obj, type):
+            obj = wrap(obj)
+        setattr(fake, name, obj)
+    fake.asarray = asarray  # type: ignore[attr-defined]
+    fake.array = functools.partial(asarray, copy=True)  # type: ignore[attr-defined]
+    fake.lib = types.SimpleNamespace(  # type: ignore[attr-defined]
+        stride_tricks=types.SimpleNamespace(as_strided=wrap(np.lib.stride_tricks.as_strided)))
+    fake.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        runtime=types.SimpleNamespace(getDeviceCount=lambda: n_devices))
+    fake.transfers = transfers  # type: ignore[attr-defined]
+    return fake

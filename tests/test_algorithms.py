@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import sys
-import types
 import warnings
 
 import numpy as np
@@ -15,13 +14,14 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
 from flegel import Algorithm, Block, PointState
-from flegel.algorithms import cnn as cnn_module
 from flegel.algorithms.cnn import CNN
 from flegel.algorithms.fcm import FuzzyCMeans
 from flegel.algorithms.gmm import GaussianMixture
 from flegel.algorithms.logreg import LogisticRegression
 from flegel.algorithms.nmf import NMF
+from flegel.device import gpu_unavailable
 from flegel.local import fit_local, make_info
+from tests.fakes import cupy_stand_in
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -301,62 +301,64 @@ def test_cnn_point_path(digits):
                       rtol=1e-4, atol=1e-5)
 
 
-def _fake_cupy(n_devices: int) -> types.ModuleType:
-    """A stand-in CuPy module backed by NumPy, to drive the xp code path without a GPU."""
-    fake = types.ModuleType("cupy")
-    fake.__getattr__ = lambda name: getattr(np, name)  # type: ignore[attr-defined]
-    runtime = types.SimpleNamespace(getDeviceCount=lambda: n_devices)
-    fake.cuda = types.SimpleNamespace(runtime=runtime)  # type: ignore[attr-defined]
-    return fake
+@pytest.fixture
+def no_gpu_cache():
+    """Forget what an earlier test learnt about CuPy (flegel.device caches it per process)."""
+    gpu_unavailable.cache_clear()
+    yield
+    gpu_unavailable.cache_clear()
 
 
-def test_cnn_device_switch(monkeypatch, digits):
+def test_cnn_device_switch(monkeypatch, digits, no_gpu_cache, tmp_path):
     xtr, _, ytr, _ = digits
     kwargs = dict(image_shape=(8, 8), kernel_size=3, padding=1, dtype="float64")
-    try:
-        cnn_module.resolve_device.cache_clear()
-        monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy -> ImportError
-        with pytest.raises(RuntimeError, match=r"flegel\[gpu\]"):
-            _ = CNN(device="gpu", **kwargs).xp
-        assert CNN(device="auto", **kwargs).xp is np
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy -> ImportError
+    monkeypatch.setenv("FLEGEL_DEVICE_NOTED", "1")  # the auto fallback's line: test_device
+    with pytest.raises(ValueError, match=r"^CNN\(device='gpu'\): CuPy could not be imported"
+                                         r".*flegel\[gpu\].*device='cpu'$"):
+        CNN(device="gpu", **kwargs).validate(tmp_path)  # before any work, in one line
+    assert CNN(device="auto", **kwargs).xp is np
 
-        cnn_module.resolve_device.cache_clear()
-        monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(0))
-        with pytest.raises(RuntimeError, match="no CUDA device"):
-            _ = CNN(device="gpu", **kwargs).xp
+    gpu_unavailable.cache_clear()
+    monkeypatch.setitem(sys.modules, "cupy", cupy_stand_in(0))
+    with pytest.raises(RuntimeError, match="no CUDA device"):
+        _ = CNN(device="gpu", **kwargs).xp
 
-        cnn_module.resolve_device.cache_clear()
-        fake = _fake_cupy(1)
-        monkeypatch.setitem(sys.modules, "cupy", fake)
-        gpu, cpu = CNN(device="gpu", **kwargs), CNN(device="cpu", **kwargs)
-        assert gpu.xp is fake
-        theta = cpu.init_parameter(make_info(xtr[:20], ytr[:20]))
-        a = gpu.update_block(Block.from_arrays(xtr[:20], ytr[:20], gpu.init_state(20, 64)),
-                             theta, 1)
-        b = cpu.update_block(Block.from_arrays(xtr[:20], ytr[:20], cpu.init_state(20, 64)),
-                             theta, 1)
-        _assert_same_aggregate(a, b, rtol=1e-12)
-        assert all(isinstance(v, np.ndarray) and v.dtype == np.float64
-                   for k, v in a.items() if k.startswith("grad_"))
-    finally:
-        cnn_module.resolve_device.cache_clear()
+    gpu_unavailable.cache_clear()
+    fake = cupy_stand_in(1)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    gpu, cpu = CNN(device="gpu", **kwargs), CNN(device="cpu", **kwargs)
+    assert gpu.xp is fake
+    theta = cpu.init_parameter(make_info(xtr[:20], ytr[:20]))
+    a = gpu.update_block(Block.from_arrays(xtr[:20], ytr[:20], gpu.init_state(20, 64)),
+                         theta, 1)
+    b = cpu.update_block(Block.from_arrays(xtr[:20], ytr[:20], cpu.init_state(20, 64)),
+                         theta, 1)
+    _assert_same_aggregate(a, b, rtol=1e-12)
+    assert all(type(v) is np.ndarray and v.dtype == np.float64
+               for k, v in a.items() if k.startswith("grad_"))
+    block = Block.from_arrays(xtr[:20], ytr[:20], cpu.init_state(20, 64))
+    assert gpu.evaluate(theta, block) == pytest.approx(cpu.evaluate(theta, block), rel=1e-12)
+    np.testing.assert_allclose(gpu.predict_proba(theta, xtr[:20]),
+                               cpu.predict_proba(theta, xtr[:20]), rtol=1e-12)
 
 
 @pytest.mark.gpu
-def test_cnn_gpu_matches_cpu(digits):
+def test_cnn_gpu_matches_cpu(digits, no_gpu_cache):
     pytest.importorskip("cupy")
+    if gpu_unavailable() is not None:
+        pytest.skip(gpu_unavailable() or "")
     xtr, _, ytr, _ = digits
     kwargs = dict(image_shape=(8, 8), kernel_size=5, padding=2, dtype="float64")
-    try:
-        gpu = CNN(device="gpu", **kwargs)
-        _ = gpu.xp  # raises without a device
-    except RuntimeError as err:
-        pytest.skip(str(err))
-    cpu = CNN(device="cpu", **kwargs)
+    gpu, cpu = CNN(device="gpu", **kwargs), CNN(device="cpu", **kwargs)
     theta = cpu.init_parameter(make_info(xtr, ytr))
-    a = gpu.update_block(Block.from_arrays(xtr, ytr, gpu.init_state(len(xtr), 64)), theta, 1)
-    b = cpu.update_block(Block.from_arrays(xtr, ytr, cpu.init_state(len(xtr), 64)), theta, 1)
-    _assert_same_aggregate(a, b, rtol=1e-8, atol=1e-8)
+    for _ in range(3):  # θ stays on the device across blocks, then changes
+        a = gpu.update_block(Block.from_arrays(xtr, ytr, gpu.init_state(len(xtr), 64)),
+                             theta, 1)
+        b = cpu.update_block(Block.from_arrays(xtr, ytr, cpu.init_state(len(xtr), 64)),
+                             theta, 1)
+        _assert_same_aggregate(a, b, rtol=1e-8, atol=1e-8)
+        theta = cpu.update_parameter(b, theta)
 
 
 # ---------------------------------------------------------------------------- per-point only

@@ -13,6 +13,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import validate_data
 
 from flegel.estimators.base import (
+    DEVICE_CONSTRAINTS,
     ESTIMATOR_FILE,
     RUNTIME_CONSTRAINTS,
     FlegelEstimator,
@@ -91,6 +92,10 @@ class LogisticRegression(_Classifier):
     fit_intercept : bool, default=True
     init : "zeros" or path, default="zeros"
         Zero weights or a warm start (a run directory of a logistic-regression run).
+    device : {"cpu", "gpu", "auto"}, default="cpu"
+        Where the workers' kernel runs (CuPy on a GPU; :mod:`flegel.device`).
+    kernel : {"auto", "compiled", "array"}, default="auto"
+        Which CPU kernel runs (numba, NumPy, or NumPy until numba pays; :mod:`flegel.device`).
     max_iter, tol, workers, sync, stragglers, stop, random_state, out
         As in :class:`KMeans` (``max_iter`` counts gradient steps under BSP full batch).
 
@@ -106,9 +111,11 @@ class LogisticRegression(_Classifier):
     ALGORITHM = "logreg"
     ALGORITHM_PARAMS = {"learning_rate": "learning_rate", "schedule": "schedule",
                         "power_t": "power_t", "alpha": "alpha",
-                        "fit_intercept": "fit_intercept", "init": "init"}
+                        "fit_intercept": "fit_intercept", "init": "init", "device": "device",
+                        "kernel": "kernel"}
     _parameter_constraints = {
         **RUNTIME_CONSTRAINTS,
+        **DEVICE_CONSTRAINTS,
         "learning_rate": [Interval(Real, 0.0, None, closed="neither")],
         "schedule": [StrOptions({"constant", "invscaling"})],
         "power_t": [Interval(Real, 0.0, None, closed="left")],
@@ -119,8 +126,9 @@ class LogisticRegression(_Classifier):
 
     def __init__(self, *, learning_rate: float = 0.1, schedule: str = "constant",
                  power_t: float = 0.5, alpha: float = 1e-4, fit_intercept: bool = True,
-                 init: Any = "zeros", max_iter: int = 100, tol: float | None = 1e-4,
-                 workers: int = 2, sync: Any = None, stragglers: Any = None, stop: Any = None,
+                 init: Any = "zeros", device: str = "cpu", kernel: str = "auto",
+                 max_iter: int = 100, tol: float | None = 1e-4, workers: int = 2,
+                 sync: Any = None, stragglers: Any = None, stop: Any = None,
                  random_state: Any = None, out: Any = None) -> None:
         self.learning_rate = learning_rate
         self.schedule = schedule
@@ -128,6 +136,8 @@ class LogisticRegression(_Classifier):
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.init = init
+        self.device = device
+        self.kernel = kernel
         runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol)
 
     @staticmethod
@@ -185,7 +195,7 @@ class CNN(_Classifier):
         "momentum": [Interval(Real, 0.0, 1.0, closed="left")],
         "alpha": [Interval(Real, 0.0, None, closed="left")],
         "input_scale": [Interval(Real, 0.0, None, closed="neither")],
-        "device": [StrOptions({"cpu", "gpu", "auto"})],
+        "device": DEVICE_CONSTRAINTS["device"],
         "dtype": [StrOptions({"float32", "float64"})],
         "chunk_size": [Interval(Integral, 1, None, closed="left"), None],
         "init": [str, os.PathLike],

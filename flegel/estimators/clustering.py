@@ -126,6 +126,10 @@ class GaussianMixture(DensityMixin, FlegelEstimator):
     init : "kmeans++" or path, default="kmeans++"
         k-means++ means on the sample, or a warm start (run directory, ``model.npz``, ``.npy``
         of means).
+    device : {"cpu", "gpu", "auto"}, default="cpu"
+        Where the workers' kernel runs (CuPy on a GPU; :mod:`flegel.device`).
+    kernel : {"auto", "compiled", "array"}, default="auto"
+        Which CPU kernel runs (numba, NumPy, or NumPy until numba pays; :mod:`flegel.device`).
     max_iter, tol, workers, sync, stragglers, stop, random_state, out
         As in :class:`KMeans`.
 
@@ -142,9 +146,11 @@ class GaussianMixture(DensityMixin, FlegelEstimator):
     ALGORITHM = "gmm"
     MIN_SAMPLES_PARAM = "n_components"
     ALGORITHM_PARAMS = {"n_components": "n_components", "covariance_type": "covariance_type",
-                        "reg_covar": "reg_covar", "init": "init"}
+                        "reg_covar": "reg_covar", "init": "init", "device": "device",
+                        "kernel": "kernel"}
     _parameter_constraints = {
         **RUNTIME_CONSTRAINTS,
+        **DEVICE_CONSTRAINTS,
         "n_components": [Interval(Integral, 1, None, closed="left")],
         "covariance_type": [StrOptions({"diag", "full"})],
         "reg_covar": [Interval(Real, 0.0, None, closed="left")],
@@ -152,14 +158,16 @@ class GaussianMixture(DensityMixin, FlegelEstimator):
     }
 
     def __init__(self, n_components: int = 8, *, covariance_type: str = "diag",
-                 reg_covar: float = 1e-6, init: Any = "kmeans++", max_iter: int = 100,
-                 tol: float | None = 1e-4, workers: int = 2, sync: Any = None,
-                 stragglers: Any = None, stop: Any = None, random_state: Any = None,
-                 out: Any = None) -> None:
+                 reg_covar: float = 1e-6, init: Any = "kmeans++", device: str = "cpu",
+                 kernel: str = "auto", max_iter: int = 100, tol: float | None = 1e-4,
+                 workers: int = 2, sync: Any = None, stragglers: Any = None, stop: Any = None,
+                 random_state: Any = None, out: Any = None) -> None:
         self.n_components = n_components
         self.covariance_type = covariance_type
         self.reg_covar = reg_covar
         self.init = init
+        self.device = device
+        self.kernel = kernel
         runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol)
 
     def _set_fitted(self, saved: SavedModel) -> None:
@@ -198,6 +206,10 @@ class FuzzyCMeans(ClusterMixin, FlegelEstimator):
     m : float, default=2.0
         Fuzzifier (> 1).
     init : "kmeans++" or path, default="kmeans++"
+    device : {"cpu", "gpu", "auto"}, default="cpu"
+        Where the workers' kernel runs (CuPy on a GPU; :mod:`flegel.device`).
+    kernel : {"auto", "compiled", "array"}, default="auto"
+        Which CPU kernel runs (numba, NumPy, or NumPy until numba pays; :mod:`flegel.device`).
     max_iter, tol, workers, sync, stragglers, stop, random_state, out
         As in :class:`KMeans`.
 
@@ -214,21 +226,26 @@ class FuzzyCMeans(ClusterMixin, FlegelEstimator):
 
     ALGORITHM = "fcm"
     MIN_SAMPLES_PARAM = "n_clusters"
-    ALGORITHM_PARAMS = {"n_clusters": "n_clusters", "m": "m", "init": "init"}
+    ALGORITHM_PARAMS = {"n_clusters": "n_clusters", "m": "m", "init": "init",
+                        "device": "device", "kernel": "kernel"}
     _parameter_constraints = {
         **RUNTIME_CONSTRAINTS,
+        **DEVICE_CONSTRAINTS,
         "n_clusters": [Interval(Integral, 1, None, closed="left")],
         "m": [Interval(Real, 1.0, None, closed="neither")],
         "init": [str, os.PathLike],
     }
 
     def __init__(self, n_clusters: int = 8, *, m: float = 2.0, init: Any = "kmeans++",
-                 max_iter: int = 300, tol: float | None = 1e-4, workers: int = 2,
-                 sync: Any = None, stragglers: Any = None, stop: Any = None,
-                 random_state: Any = None, out: Any = None) -> None:
+                 device: str = "cpu", kernel: str = "auto", max_iter: int = 300,
+                 tol: float | None = 1e-4, workers: int = 2, sync: Any = None,
+                 stragglers: Any = None, stop: Any = None, random_state: Any = None,
+                 out: Any = None) -> None:
         self.n_clusters = n_clusters
         self.m = m
         self.init = init
+        self.device = device
+        self.kernel = kernel
         runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol)
 
     def fit(self, X: Any, y: Any = None) -> FuzzyCMeans:
