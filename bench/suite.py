@@ -600,9 +600,10 @@ def main(argv: list[str] | None = None) -> int:
         got = run_bench(b, args.full, args.timeout_scale, args.logs, args.verbose)
         figures += got
         for f in got:
-            print(f"    {f.name}: {_fmt_value(f.value) if f.value is not None else ''} "
-                  f"{f.status}" + (f" ({f.note})" if f.status in ("failed", "skipped") else "")
-                  + (f" [{f.wall_s:.0f} s]" if f.wall_s is not None else ""), flush=True)
+            said = {"failed": f"failed: {f.note}", "skipped": f.note}.get(
+                f.status, f"{_fmt_value(f.value)} {f.status}")
+            took = f" [{f.wall_s:.0f} s]" if f.wall_s is not None else ""
+            print(f"    {f.name}: {said}{took}", flush=True)
     load_end = os.getloadavg()
     loads = [f.load_start for f in figures if f.load_start is not None]
     print(f"\nload average at the end {' '.join(f'{v:.2f}' for v in load_end)}; 1-minute load "
