@@ -106,9 +106,15 @@ OUTPUT: dict[str, Key] = {
                               ("auto", "plain", "none"), "auto"),
     "save_model": schema.boolean("write model.npz and model.json", True),
     "trace_points": schema.integer(
-        "θ snapshots evaluated exactly after training, for the exact objective trace and "
-        "time to target; null: 50 when a target objective is set, else 0", None, lo=0,
+        "θ snapshots kept for the exact objective trace and time to target; those not "
+        "evaluated exactly during the run are evaluated after it, within "
+        "output.trace_budget; null: 50 when a target objective is set, else 0", None, lo=0,
         null=True),
+    "trace_budget": schema.number(
+        "share of training time the trace's θ snapshots may cost to evaluate after training "
+        "(estimated; an evenly spread subset is evaluated and the rest named in summary.json "
+        "final_evaluation.dropped_s; the final θ is always evaluated); null: every snapshot",
+        0.1, lo=0, null=True),
     "checkpoint": schema.mapping("write checkpoints into the run directory, which `flegel run "
                                  "--resume RUN_DIR` continues from (keys in the table "
                                  "`output.checkpoint` below); null: none", None, null=True),

@@ -17,12 +17,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
 
 from flegel.peak_memory import peak_rss_mib
+
+if TYPE_CHECKING:
+    from flegel.runtime.exact import FinalEvaluation
 
 CONVERGED = ("converged", "target", "algorithm", "halted")
 
@@ -213,13 +216,15 @@ class RunWriter:
         return True
 
     def finish(self, server: Any, policy: Any, algorithm: Any, info: Any,
-               results: list[dict], infos: dict[int, dict],
+               results: list[dict], infos: dict[int, dict], evaluation: FinalEvaluation,
                timings: Any = None) -> dict[str, Any]:
-        """Write model and summary; return the summary.  ``timings``
+        """Write model and summary; return the summary.  ``evaluation`` (completed) gives
+        the final objective and the exact objective trace; ``timings``
         (:class:`flegel.timings.Timings`) gives the summary's ``timings``, ending now."""
         self._events.close()
         job = self.job
-        final = float(sum(r["objective"] for r in results))
+        assert evaluation.final_objective is not None, "the final evaluation is complete"
+        final = evaluation.final_objective
         summary: dict[str, Any] = {
             "algorithm": job["algorithm"],
             "objective_name": algorithm.objective_name,
@@ -239,9 +244,11 @@ class RunWriter:
             "master_idle_cpu_fraction": server.idle_cpu_fraction,
             "master_peak_rss_mib": peak_rss_mib(),
         }
-        trace = [(t, float(sum(r["trace"][i] for r in results)))
-                 for i, t in enumerate(server.trace.times)] + [(server.train_s, final)]
+        # The exact objective of θ snapshots: evaluated during training or after it, within
+        # output.trace_budget (flegel/runtime/exact.py); the final θ last.
+        trace = evaluation.trace()
         summary["objective_trace"] = [[round(t, 6), f] for t, f in trace]
+        summary["final_evaluation"] = evaluation.summary()
         target = job["stop"]["target_objective"]
         if target is not None:
             summary["target_objective"] = target

@@ -43,7 +43,7 @@ from flegel.protocol import ExitCode, StopReason, Tag
 from flegel.runtime import comm as msg
 from flegel.runtime import lifetime, peers
 from flegel.runtime.agreement import Rejected, agreed
-from flegel.runtime.exact import Evaluator, ExactObjective, id_checksum
+from flegel.runtime.exact import Evaluator, ExactObjective, evaluate_snapshots, id_checksum
 from flegel.runtime.faults import JobFault
 from flegel.runtime.layout import Layout
 from flegel.runtime.server import Server
@@ -166,15 +166,10 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
         msg.recv_object(comm, source=1)
     msg.send_object(comm, "ready", dest=0)
     report = worker.run()
-    # The exact objective of the final θ and of every θ snapshot of the run, on this shard
-    # (see flegel.runtime.server.Trace).
-    final = msg.recv_object(comm, source=0)[0]
-    thetas = final["trace"]
-    full = store.full_block()
-    # The master's θ, the model it saves (a worker may hold an older one, or the target
-    # stop may have made an evaluated snapshot final).
-    report["objective"] = float(algorithm.evaluate(final["theta"], full))
-    report["trace"] = [float(algorithm.evaluate(th, full)) for th in thetas]
+    # The exact objective, on this shard, of the θs the master still lacks: the final θ (the
+    # model it saves) and θ snapshots of the trace (flegel.runtime.exact.FinalEvaluation).
+    thetas = msg.recv_object(comm, source=0)[0]
+    report.update(evaluate_snapshots(algorithm, store, thetas))
     report["load_s"] = time.perf_counter() - t0 - report["compute_s"] - report["wait_s"]
     report["peak_rss_mib"] = peak_rss_mib()  # after the final evaluation: the whole run's peak
     peers.disarm()  # the master may exit once it has every report
@@ -394,14 +389,16 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     timings.begin("final_eval_s")
     saver.phase = "evaluating the final θ"
     watch = _watch(comm, timeout, saver.phase)
-    msg.bcast_object(comm, {"trace": server.trace.thetas, "theta": server.theta},
-                     watch=watch)
-    # Every worker's end-of-run report (evaluated objective, totals), in rank order.
+    evaluation = server.final_evaluation(job["output"]["trace_budget"])
+    msg.bcast_object(comm, evaluation.thetas, watch=watch)
+    # Every worker's end-of-run report (evaluated objectives, totals), in rank order.
     reports = msg.gather_objects(comm, ranks, watch)
     peers.disarm()  # the workers are done: they may exit before the master
     results = [reports[r] for r in ranks]
+    evaluation.complete(results)
     timings.begin("write_s")
-    summary = writer.finish(server, policy, algorithm, info, results, infos, timings)
+    summary = writer.finish(server, policy, algorithm, info, results, infos, evaluation,
+                            timings)
     progress.close(server.version, summary["final_objective"], server.train_s)
     # The run directory is written: the master's exit is no death either (without this,
     # ``flegel run`` took it for one and killed the job 7 s later if a worker was still

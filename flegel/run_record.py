@@ -72,9 +72,11 @@ def exact_trace(summary: dict[str, Any]) -> Series:
     Returns
     -------
     (list of float, list of float)
-        The times and exact objectives of ``objective_trace`` (θ snapshots evaluated on
-        every shard after training; its last point is the final θ).  Without a trace, the
-        final objective alone at the end of training; empty for a summary with neither.
+        The times and exact objectives of ``objective_trace``: θ snapshots evaluated on
+        every shard during training or after it, within ``output.trace_budget`` (those
+        over it are named in ``final_evaluation.dropped_s``); its last point is the final
+        θ.  Without a trace, the final objective alone at the end of training; empty for
+        a summary with neither.
     """
     trace = summary.get("objective_trace") or []
     if trace:

@@ -24,8 +24,9 @@ without gaps, so that they add up to the run's wall time less its exit (seconds)
     From every worker ready to the end of training: the training clock (``wall_time_s``)
     and the master's setting up of the sync model around it.
 ``final_eval_s``
-    To every worker's end-of-run report: the trained model saved, the final θ and the θ
-    snapshots of the objective trace evaluated on every shard.
+    To every worker's end-of-run report: the final θ and the θ snapshots of the objective
+    trace not evaluated during training (within ``output.trace_budget``) evaluated on every
+    shard, in one pass (:class:`flegel.runtime.exact.FinalEvaluation`).
 ``write_s``
     To ``summary.json`` being written: the held-out ``test_data`` metrics (evaluated on the
     master, when the job has test data), ``model.json`` and the summary itself.

@@ -27,7 +27,7 @@ import numpy as np
 from flegel.ports import Arrays, WorkerRecord
 from flegel.protocol import ExitCode, Instructions, Signal, StopReason
 from flegel.runtime import Backoff
-from flegel.runtime.exact import ExactObjective
+from flegel.runtime.exact import ExactObjective, FinalEvaluation
 from flegel.runtime.faults import JobFault
 from flegel.runtime.layout import Layout
 from flegel.runtime.numerics import check_aggregator, check_theta
@@ -53,13 +53,15 @@ def _algorithm_state(algorithm: Any) -> dict[str, Any] | None:
 
 
 class Trace:
-    """θ snapshots spread over the run, evaluated exactly on every shard after training.
+    """θ snapshots spread over the run, for the exact objective trace (``objective_trace``).
 
     Sync models are compared on the true f(θ) (DESIGN §3): the online objective mixes losses
     computed under different θ and, before a full pass, misses unvisited points.  Every new
     θ is kept until twice ``limit`` are held; then every other one is dropped and snapshots
     are taken at most every ``spacing`` seconds (doubling at each thinning), so any run keeps
-    between ``limit`` and ``2 * limit`` snapshots spread over its whole length.
+    between ``limit`` and ``2 * limit`` snapshots spread over its whole length.  After
+    training, those not evaluated exactly during it are evaluated on every shard, within a
+    budget (:class:`~flegel.runtime.exact.FinalEvaluation`).
     """
 
     def __init__(self, limit: int, spacing_s: float = 0.0) -> None:
@@ -464,6 +466,19 @@ class Server:
                 self.finish(StopReason.TARGET)
         if self.reason is None and ex.due(now, self.pass_s()):
             ex.request(self.transport, self.theta, self.version, now)
+
+    def final_evaluation(self, budget: float | None) -> FinalEvaluation:
+        """What to evaluate after training, and the trace from it
+        (:class:`~flegel.runtime.exact.FinalEvaluation`): the trace's snapshots and the final
+        θ, reusing the exact values found during training, the snapshots within ``budget``
+        (``output.trace_budget``) of the training time.  One θ is estimated to cost what the
+        last evaluation during training cost, else a pass at the training rate."""
+        ex = self.exact
+        during = [] if ex is None else ex.done
+        cost = during[-1].cost_s if during else self.pass_s()
+        return FinalEvaluation(self.trace.times, self.trace.thetas, self.theta, self.train_s,
+                               during, cost, budget, self.stop.target_objective,
+                               None if ex is None else (ex.n_points, ex.checksum))
 
     def pass_s(self) -> float | None:
         """The slowest worker's seconds for a pass over the points it holds, at the rate
