@@ -20,6 +20,7 @@ targets are met or missed (1 only when a script failed).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -240,13 +241,14 @@ def _kmeans(doc: dict[str, Any] | None, out: str) -> list[Reading]:
 
 
 def _generic(doc: dict[str, Any] | None, out: str) -> list[Reading]:
-    """A script whose output format the suite does not know: its last ``ratio ... N`` line,
-    and ``target <= T`` on the same line if it says one."""
-    if doc is not None and isinstance(doc.get("ratio"), (int, float)):
-        target = doc.get("target")
-        return [Reading("", float(doc["ratio"]),
-                        float(target) if isinstance(target, (int, float)) else None,
-                        "<=", "the script's --json 'ratio'")]
+    """A script whose figures the suite does not define (``gpu_bench.py``, not the suite's):
+    its ``--json`` document's ``ratio``, ``target`` and ``headline`` (what the ratio is),
+    or without one its last ``ratio ... N`` line and ``target <= T`` on that line."""
+    if doc is not None:
+        value, target = doc.get("ratio"), doc.get("target")
+        return [Reading("", float(value) if isinstance(value, (int, float)) else None,
+                        float(target) if isinstance(target, (int, float)) else None, "<=",
+                        str(doc.get("headline") or "the script's --json 'ratio'"))]
     lines = [ln for ln in out.splitlines() if re.search(r"ratio.*?\d", ln, re.I)]
     if not lines:
         return [Reading("", None, None, "<=", "no 'ratio' line in the output")]
@@ -277,6 +279,7 @@ def _no_gpu() -> str | None:
     return None
 
 
+@functools.cache
 def _help_mentions(script: str, option: str) -> bool:
     """Whether ``script --help`` lists ``option`` (for a script the suite does not own)."""
     try:
@@ -355,6 +358,16 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
             continue
 
 
+def resolved_args(bench: Bench, full: bool) -> list[str]:
+    """The arguments the suite runs ``bench`` with (``--json`` aside): its own, plus
+    ``--quick`` in quick mode for an optional script (not the suite's) that offers one."""
+    args = list(bench.args(full))
+    if bench.optional and not full and (ROOT / bench.script).exists() \
+            and _help_mentions(bench.script, "--quick"):
+        args.append("--quick")
+    return args
+
+
 def run_bench(bench: Bench, full: bool, timeout_scale: float = 1.0,
               logs: Path | None = None, verbose: bool = False) -> list[Figure]:
     """Run one benchmark script once and read its figures.
@@ -378,10 +391,7 @@ def run_bench(bench: Bench, full: bool, timeout_scale: float = 1.0,
         Its figures; one ``failed`` row when it failed, timed out or printed no figure, one
         ``skipped`` row when it cannot run here.
     """
-    args = list(bench.args(full))
-    if bench.optional and not full and (ROOT / bench.script).exists() \
-            and _help_mentions(bench.script, "--quick"):
-        args.append("--quick")  # a script the suite does not own: its quick variant if any
+    args = resolved_args(bench, full)
     command = " ".join(["python", bench.script, *(shlex.quote(a) for a in args)])
     load = os.getloadavg()[0]
 
@@ -566,7 +576,8 @@ def format_list() -> str:
     for b in BENCHES:
         extra = " (runs only if present, with CuPy and a GPU)" if b.optional else ""
         out.append(f"{b.name}  [{b.when}]{extra}")
-        out.append(f"  quick: {b.command(False)}")
+        quick = " ".join(["python", b.script, *map(shlex.quote, resolved_args(b, False))])
+        out.append(f"  quick: {quick}")
         out.append(f"  full:  {b.command(True)}")
     return "\n".join(out)
 
@@ -596,7 +607,8 @@ def main(argv: list[str] | None = None) -> int:
     print(format_machine(m), flush=True)
     figures: list[Figure] = []
     for i, b in enumerate(benches, 1):
-        print(f"[{i}/{len(benches)}] {b.name}: {b.command(args.full)}", flush=True)
+        cmd = " ".join(["python", b.script, *map(shlex.quote, resolved_args(b, args.full))])
+        print(f"[{i}/{len(benches)}] {b.name}: {cmd}", flush=True)
         got = run_bench(b, args.full, args.timeout_scale, args.logs, args.verbose)
         figures += got
         for f in got:

@@ -148,3 +148,15 @@ def test_a_json_script_is_read_from_its_json(suite: ModuleType, tmp_path: Path) 
     (f,) = suite.run_bench(bench, full=False)
     assert (f.name, f.value, f.target, f.status) == ("ok", 0.5, 1.0, "met")
     assert f.command == f"python {script} --quick"  # --json is the suite's, not the reader's
+
+
+def test_a_script_the_suite_does_not_own_is_read_from_ratio_and_headline(
+        suite: ModuleType) -> None:
+    doc = {"ratio": 0.25, "target": None, "headline": "CNN time to target GPU / CPU"}
+    (r,) = suite._generic(doc, "")
+    assert (r.value, r.target, r.note) == (0.25, None, "CNN time to target GPU / CPU")
+    assert suite.judge(r.value, r.target, r.op) == "reported"
+    (none,) = suite._generic({"ratio": None, "headline": "K-means CuPy / compiled"}, "")
+    assert none.value is None
+    (text,) = suite._generic(None, "x\n  ratio gpu / cpu : 0.40 (target <= 0.5)\n")
+    assert (text.value, text.target) == (0.40, 0.5)
