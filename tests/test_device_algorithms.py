@@ -142,6 +142,18 @@ def test_array_kernel_matches_the_compiled_one(blobs: np.ndarray, name: str,
         assert algo._choice.units >= algo._choice.switch_units  # it did switch
 
 
+def test_gmm_components_thousands_of_nats_apart(blobs: np.ndarray) -> None:
+    """Far components: exp() underflows, which numba's E-step skips below -708 (a subnormal
+    next to 1); the two kernels still agree."""
+    rng = np.random.default_rng(4)
+    centres = rng.normal(scale=60.0, size=(4, blobs.shape[1]))  # thousands of nats apart
+    far = centres[rng.integers(4, size=len(blobs))] + blobs
+    ref = passes(GaussianMixture(n_components=4, kernel="compiled"), far, None, 4)
+    got = passes(GaussianMixture(n_components=4, kernel="array"), far, None, 4)
+    assert_same(got, ref)
+    assert np.mean(ref[1]["resp"] == 0.0) > 0.5  # most responsibilities underflowed
+
+
 def _units(algo: Any, b: int, d: int, n_classes: int | None) -> float:
     if isinstance(algo, LogisticRegression):
         return algo.work_units(b, d, 1 if n_classes == 2 else int(n_classes or 1))
