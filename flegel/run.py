@@ -37,6 +37,7 @@ from flegel.api import Algorithm, DataInfo, zero_aggregator
 from flegel.block import Block
 from flegel.checkpoint import Checkpoint, Checkpointer
 from flegel.config import Job, JobError
+from flegel.device import compiles_at_start
 from flegel.jit import cache_is_cold
 from flegel.peak_memory import peak_rss_mib
 from flegel.protocol import ExitCode, StopReason, Tag
@@ -155,7 +156,10 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     # On a cold numba cache, worker 1 compiles first and the others load its kernels from
     # the cache: n workers compiling the same kernels at once cost n times the CPU.  On a
     # warm one they all load at once.  Worker 1 always says when it is done.
-    cold = comm.rank > 1 and cache_is_cold(type(algorithm).__module__)
+    # (asking numba's cache imports numba: not for an algorithm that starts on its array
+    # kernel, flegel.device)
+    cold = (comm.rank > 1 and compiles_at_start(algorithm)
+            and cache_is_cold(type(algorithm).__module__))
     if cold:
         msg.recv_object(comm, source=1)
     _warm_up(algorithm, x, y, worker.theta, layouts["agg"].zeros())
