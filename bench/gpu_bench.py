@@ -112,8 +112,15 @@ def kernel_rows(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             if variant == "gpu" and no_gpu is not None:
                 row[variant] = f"skipped: {no_gpu}"
                 continue
-            row[variant] = statistics.median(pass_times(make(**kw), x, y, args.passes,
-                                                        args.block))
+            try:
+                row[variant] = statistics.median(pass_times(make(**kw), x, y, args.passes,
+                                                            args.block))
+            except Exception as err:  # noqa: BLE001 - one failed variant is a row, not the end
+                if variant != "gpu":
+                    raise
+                # the CuPy path is first run on a GPU machine here: report, go on
+                first = (str(err).splitlines() or [""])[0]
+                row[variant] = f"failed: {type(err).__name__}: {first}"
         for variant in ("array", "gpu"):
             if isinstance(row[variant], float):
                 row[f"{variant}/compiled"] = row[variant] / row["compiled"]
@@ -141,7 +148,7 @@ def print_row(name: str, row: dict[str, Any]) -> None:
             f"{ratio(row.get('array/compiled'))} {ms(row['gpu'])} "
             f"{ratio(row.get('gpu/compiled'))}")
     if isinstance(row["gpu"], str):
-        line += f"  GPU {row['gpu']}"
+        line += f"  CuPy {row['gpu']}"
     print(line, flush=True)
 
 

@@ -366,3 +366,31 @@ def test_cupy_cnn_keeps_theta_resident(digits: tuple[np.ndarray, np.ndarray],
         for key in b:
             np.testing.assert_allclose(a[key], b[key], rtol=1e-8, atol=1e-8)
     assert cnn._params.misses == 1
+
+
+# ------------------------------------------------------------------ bench/gpu_bench.py
+def test_gpu_bench_rows_through_the_stand_in(stand_in: Any,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The benchmark's GPU rows (first run for real on a GPU machine) work end to end on the
+    stand-in: every variant timed, the ratios and the headline taken from them."""
+    import argparse
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "gpu_bench.py"
+    spec = importlib.util.spec_from_file_location("gpu_bench", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    stand_in.cuda.Device = lambda: type("D", (), {"synchronize": lambda self: None})()
+    args = argparse.Namespace(algorithms=list(bench.ALGORITHMS), points=3000, features=6,
+                              passes=1, block=1000, no_cnn=True)
+    rows = bench.kernel_rows(args)
+    assert all(isinstance(rows[a][v], float) for a in rows for v in ("compiled", "array", "gpu"))
+    assert all(rows[a]["gpu/compiled"] > 0 for a in rows)
+    cnn = bench.cnn_rows(args)
+    assert cnn == {"skipped": "--no-cnn"}
+    what, ratio = bench.headline(rows, cnn)
+    assert what == "kmeans per pass CuPy / compiled (numba)" and ratio == rows["kmeans"][
+        "gpu/compiled"]
+    assert "skipped: --no-cnn" in capsys.readouterr().out
