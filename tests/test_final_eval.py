@@ -8,6 +8,7 @@ In one process: the master's :class:`FinalEvaluation` and the workers'
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 
 from flegel.algorithms.kmeans import KMeans
 from flegel.block import Block
+from flegel.config import load_job
 from flegel.runtime.exact import (
     CHUNK_ROWS,
     Evaluation,
@@ -24,6 +26,7 @@ from flegel.runtime.exact import (
     id_checksum,
 )
 from flegel.store import ShardStore, global_ids
+from tests.conftest import write_job
 from tests.fakes import Simulation, kmeans_theta0
 
 N, WORKERS = 9_000, 3
@@ -223,3 +226,17 @@ def test_a_simulated_run_plans_its_final_evaluation_within_the_budget() -> None:
     # Every snapshot is in the trace or named as dropped; the final θ ends it.
     assert len(capped.trace()) - 1 + capped.summary()["dropped"] == len(srv.trace.times)
     assert capped.trace()[-1] == (srv.train_s, capped.final_objective)
+
+
+# ------------------------------------------------------------------ the job's default
+
+def test_the_budget_caps_a_drawing_trace_and_not_a_time_to_target_one(tmp_path: Path
+                                                                       ) -> None:
+    job = write_job(tmp_path / "job.yaml", algorithm="kmeans", params={"n_clusters": 2},
+                    data={"source": "synthetic", "kind": "blobs", "n_points": 100,
+                          "n_features": 2, "centers": 2, "seed": 0}, workers=2)
+    assert load_job(job)["output"]["trace_budget"] == 0.1
+    # With a target, every snapshot counts for time to target: no cap.
+    assert load_job(job, ["stop.target_objective=1.0"])["output"]["trace_budget"] is None
+    assert load_job(job, ["stop.target_objective=1.0", "output.trace_budget=0.2"]
+                    )["output"]["trace_budget"] == 0.2
