@@ -114,8 +114,8 @@ OUTPUT: dict[str, Key] = {
         "share of training time the trace's θ snapshots may cost to evaluate after training "
         "(estimated; an evenly spread subset is evaluated and the rest named in summary.json "
         "final_evaluation.dropped_s; the final θ is always evaluated); null: every snapshot "
-        "when a target objective is set (time to target is measured on them), else 0.1",
-        None, lo=0, null=True),
+        "when a target objective is set (time to target is measured on them), else "
+        "runtime.exact_budget", None, lo=0, null=True),
     "checkpoint": schema.mapping("write checkpoints into the run directory, which `flegel run "
                                  "--resume RUN_DIR` continues from (keys in the table "
                                  "`output.checkpoint` below); null: none", None, null=True),
@@ -671,8 +671,9 @@ def validate(doc: dict[str, Any], file: Path, workers: int | None = None) -> Job
         # time to target is measured on, so take it by default only when there is a target.
         job["output"]["trace_points"] = 50 if job["stop"]["target_objective"] is not None else 0
     if job["output"]["trace_budget"] is None and job["stop"]["target_objective"] is None:
-        # Without a target the trace only draws: a few snapshots do (issue 14).
-        job["output"]["trace_budget"] = 0.1
+        # Without a target the trace only draws: the share exact evaluations may take during
+        # training, once more after it (issue 14).
+        job["output"]["trace_budget"] = job["runtime"]["exact_budget"]
     try:
         cls = resolve_algorithm(job["algorithm"], file.parent)
     except LookupError as exc:
