@@ -393,7 +393,8 @@ class FinalEvaluation:
         pending = list(dict.fromkeys(s.key for s in self.snapshots
                                      if s.value is None and s.key != final_key))
         chosen = self._choose(pending, target)
-        self.dropped = [s for s in self.snapshots if s.key in set(pending) - set(chosen)]
+        left_out = set(pending) - set(chosen)
+        self.dropped = [s for s in self.snapshots if s.key in left_out]
         self.keys = ([] if self.final_reused else [final_key]) + chosen
         #: The θs every worker evaluates, in one pass.
         self.thetas: list[Arrays] = [final if k == final_key else by_key[k] for k in self.keys]
@@ -424,7 +425,8 @@ class FinalEvaluation:
             hi = next((t for t, v in known if v <= target), float("inf"))
             lo = max((t for t, v in known if v > target and t < hi), default=-float("inf"))
             inside = [k for k in pending if lo < first[k] < hi]
-        outside = [k for k in pending if k not in set(inside)]
+        near = set(inside)
+        outside = [k for k in pending if k not in near]
         m = min(len(inside), max((n + 1) // 2, n - len(outside)))
         picked = {inside[i] for i in _spread(len(inside), m)}
         picked |= {outside[i] for i in _spread(len(outside), n - m)}
