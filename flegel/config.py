@@ -390,6 +390,16 @@ REQUIRED_HOOKS = (("init_parameter",), ("update_data_point", "update_block"),
                   ("update_parameter",), ("evaluate",))
 
 
+def _params_key(params: dict[str, Any], message: str) -> str:
+    """The job key an algorithm's error is about: ``params.<name>`` when the message names
+    one of the job's parameters as scikit-learn-style checks do (``"n_clusters must be ..."``,
+    ``"KMeans(device='gpu'): ..."``), else ``params``."""
+    for name in params:
+        if message.startswith(f"{name} ") or f"({name}=" in message:
+            return f"params.{name}"
+    return "params"
+
+
 def resolve_algorithm(name: str, base_dir: Path | None = None) -> type:
     """Return the Algorithm class of a built-in name or ``"package.module:Class"``.
 
@@ -682,7 +692,8 @@ def validate(doc: dict[str, Any], file: Path, workers: int | None = None) -> Job
         algo = cls(**job["params"])
         algo.validate(file.parent)
     except (TypeError, ValueError) as exc:
-        raise JobError(file, "params", "", detail=f"{job['algorithm']}: {exc}") from None
+        raise JobError(file, _params_key(job["params"], str(exc)), "",
+                       detail=f"{job['algorithm']}: {exc}") from None
     info = _validate_data(file, "data", job["data"], file.parent, job["workers"])
     if getattr(cls, "needs_labels", False) and not info.has_labels:
         raise JobError(file, "data", "", detail=(

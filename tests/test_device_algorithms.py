@@ -333,7 +333,7 @@ def test_job_with_device_gpu_exits_2_naming_the_key(
                      workers=2, sync={"model": "bsp", "batch": "full"})
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err
-    assert str(path) in err and "params" in err and "device='gpu'" in err
+    assert str(path) in err and "params.device" in err and "device='gpu'" in err
     assert "CuPy could not be imported" in err and "Traceback" not in err
 
 
