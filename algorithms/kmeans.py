@@ -17,6 +17,7 @@ work would have paid numba's start-up.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ import numpy as np
 
 from flegel import Algorithm, Block, DataInfo, PointState
 from flegel.device import DeviceKernels, to_host
-from flegel.jit import njit
+from flegel.jit import LazyKernel, njit
 
 from ._common import (
     check_init_spec,
@@ -48,37 +49,151 @@ _ARRAY_TILE = 4096
 _GPU_TILE = 1 << 20
 
 
-@njit(cache=True, nogil=True, fastmath=True)
+#: ``numba.prange`` in :func:`_assign_tiles`, bound when that kernel is compiled (importing
+#: numba here would cost every process that imports this module, flegel/jit.py).
+prange = range
+
+
+def _assign_tiles(x: np.ndarray, ct: np.ndarray, csq: np.ndarray, labels: np.ndarray,
+                  scores: np.ndarray, sums: np.ndarray, counts: np.ndarray,
+                  tile: int) -> float:  # pragma: no cover
+    """:func:`_assign_accumulate` with the tiles shared among numba's threads (``prange``).
+
+    Each tile goes through the serial kernel (``_tile_kernel``, bound at compile time) into its
+    own partial sums, counts and loss change, which are then added in tile order: what the
+    serial kernel adds, in its order.  One tile or less: the serial kernel, no threads.
+    """
+    n, d = x.shape
+    k = ct.shape[1]
+    tile = max(1, tile)
+    ntiles = (n + tile - 1) // tile
+    if ntiles <= 1:
+        return _tile_kernel(x, ct, csq, labels, scores, sums, counts, tile)
+    psums = np.empty((ntiles, k, d))
+    pcounts = np.empty((ntiles, k))
+    pobj = np.empty(ntiles)
+    for b in prange(ntiles):
+        start = b * tile
+        stop = min(n, start + tile)
+        ps = psums[b]
+        pc = pcounts[b]
+        for j in range(k):
+            pc[j] = 0.0
+            for f in range(d):
+                ps[j, f] = 0.0
+        pobj[b] = _tile_kernel(x[start:stop], ct, csq, labels[start:stop], scores[start:stop],
+                               ps, pc, tile)
+    total = 0.0
+    for b in range(ntiles):
+        total += pobj[b]
+        for j in range(k):
+            counts[j] += pcounts[b, j]
+            for f in range(d):
+                sums[j, f] += psums[b, j, f]
+    return total
+
+
+class _Threaded(LazyKernel):
+    """A serial kernel whose calls go to a parallel one while numba runs more than one thread
+    (``runtime.threads``).
+
+    The parallel kernel (Python source ``parallel``) calls the serial one per tile, as
+    ``_tile_kernel``, in a ``prange`` loop: both names are bound in this module just before
+    numba compiles it, at the first call with more than one thread (with ``kernel: compiled``,
+    a worker's warm-up, before the training clock).  It is compiled only then, and is no
+    module-level kernel: a run with one thread never compiles it, so
+    :func:`flegel.jit.cache_is_cold` does not wait for it.  Each block forks and joins the
+    threads: on cores shared with other work a preempted thread holds up every block.
+    """
+
+    def __init__(self, serial: LazyKernel, parallel: Callable[..., float]) -> None:
+        super().__init__(serial.py_func, serial.options)
+        self.parallel_py = parallel
+        self._parallel: Callable[..., float] | None = None
+        self._threads: Callable[[], int] | None = None
+
+    def parallel_dispatcher(self) -> Callable[..., float]:
+        """The parallel kernel's numba dispatcher (compiled at its first call)."""
+        if self._parallel is None:
+            import numba
+
+            globals().update(prange=numba.prange, _tile_kernel=self.dispatcher())
+            self._parallel = numba.njit(cache=True, nogil=True, parallel=True)(self.parallel_py)
+        return self._parallel
+
+    def dispatcher(self) -> Callable[..., float]:
+        """The serial kernel's numba dispatcher (numba is imported here, the first time)."""
+        if self._compiled is None:
+            compiled = super().dispatcher()
+            import numba
+
+            # numba's thread count, asked per call (it may change) unless its pool has one
+            # thread (``flegel run``'s default): then numba's threading layer never starts.
+            pool = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
+            self._threads = numba.get_num_threads if pool > 1 else None
+            return compiled
+        return self._compiled
+
+    def __call__(self, *args: object) -> float:
+        compiled = self._compiled
+        if compiled is None:
+            compiled = self.dispatcher()
+        if self._threads is not None and self._threads() > 1:
+            return self.parallel_dispatcher()(*args)
+        return compiled(*args)
+
+
+def _threaded(parallel: Callable[..., float]) -> Callable[[Callable[..., float]], _Threaded]:
+    """Decorator: a numba kernel (cached, fastmath) as the serial one of :class:`_Threaded`."""
+    def decorate(fn: Callable[..., float]) -> _Threaded:
+        return _Threaded(njit(cache=True, nogil=True, fastmath=True)(fn), parallel)
+
+    return decorate
+
+
+@_threaded(_assign_tiles)
 def _assign_accumulate(x: np.ndarray, ct: np.ndarray, csq: np.ndarray, labels: np.ndarray,
                        scores: np.ndarray, sums: np.ndarray, counts: np.ndarray,
                        tile: int) -> float:  # pragma: no cover
     """Assign each point to its nearest centre and accumulate the moves; return the change
     of the summed loss.
 
-    Per tile of ``tile`` points: one BLAS product ``g = x @ centers.T`` (the tile x K block
-    stays in cache), then the argmin of ``‖c‖² − 2x·c`` fused with the accumulation.  Only
-    points whose cluster changed touch ``sums``/``counts``, so late iterations cost little
+    Per tile of ``tile`` points: one BLAS product ``g = x @ (−2 centers.T)`` (the tile x K
+    block stays in cache), then the argmin of ``‖c‖² − 2x·c`` fused with the accumulation.  Only
+    points whose cluster changed touch the sums and counts, so late iterations cost little
     beyond the GEMM.  Running the tile loop inside numba avoids a Python-level BLAS call per
-    tile.
+    tile.  A tile's moves go to partial sums added to ``sums``/``counts`` after the tile (the
+    order :func:`_assign_tiles` keeps with several threads).
 
     A point's loss is ‖x‖² + s with score s = min_j (‖c_j‖² − 2x·c_j).  ‖x‖² never changes,
     so the state keeps s and the loss change of a revisited point is the change of s; ‖x‖²
-    is computed only on a point's first visit.
+    is computed only on a point's first visit.  Scaling the centres by −2 is exact, so the
+    scores are those of ``‖c‖² − 2(x·c)``.
     """
     n, d = x.shape
     k = ct.shape[1]
-    dobj = 0.0
-    g = np.empty((min(tile, n), k), dtype=x.dtype)
+    tile = max(1, min(tile, n))
+    ctm2 = np.empty_like(ct)
+    for f in range(d):
+        for j in range(k):
+            ctm2[f, j] = -2.0 * ct[f, j]
+    g = np.empty((tile, k), dtype=x.dtype)
+    psum = np.empty((k, d))
+    pcount = np.empty(k)
+    total = 0.0
     for start in range(0, n, tile):
         stop = min(n, start + tile)
         gs = g[:stop - start]
-        np.dot(x[start:stop], ct, gs)
+        np.dot(x[start:stop], ctm2, gs)
+        psum[:] = 0.0
+        pcount[:] = 0.0
+        dobj = 0.0
         for r in range(stop - start):
             i = start + r
             bestv = np.inf
             best = 0
             for j in range(k):
-                v = csq[j] - 2.0 * gs[r, j]
+                v = np.float64(csq[j]) + np.float64(gs[r, j])  # float64 for float32 data
                 if v < bestv:
                     bestv = v
                     best = j
@@ -93,14 +208,24 @@ def _assign_accumulate(x: np.ndarray, ct: np.ndarray, csq: np.ndarray, labels: n
             scores[i] = bestv
             if old != best:
                 for f in range(d):
-                    sums[best, f] += x[i, f]
-                counts[best] += 1.0
+                    psum[best, f] += x[i, f]
+                pcount[best] += 1.0
                 if old >= 0:
                     for f in range(d):
-                        sums[old, f] -= x[i, f]
-                    counts[old] -= 1.0
+                        psum[old, f] -= x[i, f]
+                    pcount[old] -= 1.0
                 labels[i] = best
-    return dobj
+        total += dobj
+        for j in range(k):
+            counts[j] += pcount[j]
+            for f in range(d):
+                sums[j, f] += psum[j, f]
+    return total
+
+
+#: The serial kernel as :func:`_assign_tiles` calls it: its Python source until numba compiles
+#: that kernel (then its dispatcher, :meth:`_Threaded.parallel_dispatcher`).
+_tile_kernel: Callable[..., float] = _assign_accumulate.py_func
 
 
 def _assign_accumulate_array(xp: Any, x: Any, ct: Any, csq: Any, labels: Any, scores: Any,

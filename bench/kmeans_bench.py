@@ -1,37 +1,55 @@
-"""K-means per-pass benchmark (foundation issue): flegel against scikit-learn and its own kernel.
+"""K-means per pass (issue 14 item 5, kernels against the field): flegel against scikit-learn,
+its own kernel, its own kernel on two threads and, with ``--daal``, Intel's daal4py.
 
-Prints, measured in one run on the same data (default 1,000,000 x 28 float64, K = 16) with one
-thread everywhere:
+Prints, measured in one run on the same data (default 1,000,000 x 28 float64, K = 16):
 
-* sklearn: one Lloyd iteration of ``sklearn.cluster.KMeans`` -- its per-iteration routine
-  ``lloyd_iter_chunked_dense``, the code ``KMeans.fit`` runs once per iteration (fit's own
-  validation and final labelling excluded);
-* kernel: one call of flegel's vectorized ``update_block`` over all points (the bare kernel);
-* flegel: one full pass under ``flegel run`` with 1 worker, BSP full batch: the median time
-  between consecutive barriers in ``events.jsonl`` (block scheduling, messaging and the
-  barrier included);
-* the master's CPU use during that run.
+* sklearn: one Lloyd iteration of ``sklearn.cluster.KMeans`` on one thread -- its
+  per-iteration routine ``lloyd_iter_chunked_dense``, the code ``KMeans.fit`` runs once per
+  iteration (fit's own validation and final labelling excluded); the fastest of the repeats;
+* kernel: one call of flegel's ``update_block`` over all points (the bare kernel), with one
+  numba thread and with two; the fastest of the repeats;
+* flegel: one full pass under ``flegel run`` with 1 worker, BSP full batch, one thread
+  (``runtime.threads: 1``) and two (``runtime.threads: 2``): the median time between
+  consecutive barriers in ``events.jsonl`` (block scheduling, messaging and the barrier
+  included), per run; ``--repeats`` runs of each, alternated, and their fastest and median.
+  The ratio to scikit-learn and the scaling take the fastest run's median (target <= 0.8);
+* with ``--daal``: daal4py's distributed K-means (``daal4py.kmeans(..., distributed=True)``)
+  under ``mpirun -n 2``, one thread per rank, each rank on one contiguous half of the data,
+  against flegel with 2 workers (BSP full batch, one thread each) on the same halves: time per
+  iteration, and the ratio flegel / daal4py (goal <= 1.0).  daal4py may live in another
+  Python (``--daal-python``; ``pip install scikit-learn-intelex`` brings it);
+* the load average before and after (the machine may be shared: figures are the fastest of
+  alternated repeats for that reason).
 
-Usage: ``python bench/kmeans_bench.py [--points N] [--quick]``
+BLAS and OpenMP get one thread (the environment, as ``flegel run``'s launcher sets it) before
+NumPy loads: the BLAS numba's kernels call is loaded later and ``threadpool_limits`` would not
+reach it.
+
+Usage: ``python bench/kmeans_bench.py [--points N] [--quick] [--repeats R] [--daal]``
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
+import os
 
-import numpy as np
-import yaml
-from threadpoolctl import threadpool_limits
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-from flegel.algorithms.kmeans import KMeans
-from flegel.block import Block
-from flegel.data import load_shard
+import argparse  # noqa: E402 - after the thread settings, before NumPy
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import yaml  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
+
+from flegel.algorithms.kmeans import KMeans  # noqa: E402
+from flegel.block import Block  # noqa: E402
+from flegel.data import load_shard  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,16 +63,124 @@ def best_of(fn, repeats: int) -> float:
     return min(times)
 
 
+def kmeans_accepts_kernel() -> bool:
+    """Whether this checkout's ``KMeans`` takes ``kernel`` (then the bench asks for the numba
+    kernel, ``compiled``: ``auto`` starts on the NumPy array kernel)."""
+    import inspect
+
+    return "kernel" in inspect.signature(KMeans.__init__).parameters
+
+
+def flegel_pass(tmp: Path, spec: dict, k: int, iterations: int, workers: int, threads: int,
+                tag: str) -> dict[str, float]:
+    """One ``flegel run`` (BSP full batch) from the centres in ``tmp/c0.npy``: the median pass
+    (time between barriers), the median kernel time and wait per pass, the final objective."""
+    params = {"n_clusters": k, "init": "c0.npy"}
+    if kmeans_accepts_kernel():
+        params["kernel"] = "compiled"
+    job = {"algorithm": "kmeans", "params": params, "data": spec, "workers": workers,
+           "sync": {"model": "bsp", "batch": "full"}, "runtime": {"threads": threads},
+           "stop": {"max_iterations": iterations + 1, "tolerance": None},
+           "output": {"progress": "none"}}
+    path = tmp / f"job-{tag}.yaml"
+    path.write_text(yaml.safe_dump(job))
+    out = tmp / f"run-{tag}"
+    subprocess.run([sys.executable, "-m", "flegel", "run", str(path), "--out", str(out)],
+                   check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    events = [json.loads(line) for line in open(out / "events.jsonl")]
+    summary = json.loads((out / "summary.json").read_text())
+    later = events[1:]  # the first pass also computes every ‖x‖²
+    return {"pass": float(np.median(np.diff([e["time_s"] for e in events]))),
+            "compute": float(np.median([max(e["workers"]["compute_s"]) for e in later])),
+            "wait": float(np.median([max(e["workers"]["wait_s"]) for e in later])),
+            "objective": float(summary["final_objective"]),
+            "master_idle_cpu": summary["master_idle_cpu_fraction"],
+            "master_idle": summary["master_idle_fraction"],
+            "master_cpu": summary["master_cpu_fraction"]}
+
+
+# --------------------------------------------------------------------------- daal4py
+def daal_worker(tmp: Path) -> None:
+    """One rank of daal4py's distributed K-means (run under ``mpirun -n 2``): its contiguous
+    part of the data, one thread; rank 0 writes the time per iteration to ``tmp/daal.json``."""
+    import daal4py as d4p
+
+    cfg = json.loads((tmp / "daal-job.json").read_text())
+    d4p.daalinit(1)
+    rank, size = d4p.my_procid(), d4p.num_procs()
+    x, _ = load_shard(cfg["data"], rank, size, ROOT)
+    c0 = np.load(tmp / "c0.npy")
+
+    def fit(iterations: int) -> tuple[float, float]:
+        algo = d4p.kmeans(nClusters=cfg["k"], maxIterations=iterations, accuracyThreshold=0.0,
+                          fptype="double", distributed=True)
+        t0 = time.perf_counter()
+        res = algo.compute(x, c0)
+        took = time.perf_counter() - t0
+        return took, float(np.asarray(res.objectiveFunction).ravel()[0])
+
+    fit(1)  # warm-up: the transceiver, the first allocations
+    r = cfg["iterations"]
+    per_iteration = []
+    objective = 0.0
+    for _ in range(cfg["repeats"]):
+        one, _ = fit(1)
+        many, objective = fit(r + 1)
+        per_iteration.append((many - one) / r)
+    if rank == 0:
+        (tmp / "daal.json").write_text(json.dumps({"per_iteration": per_iteration,
+                                                   "objective": objective, "ranks": size}))
+
+
+def daal_run(tmp: Path, spec: dict, k: int, iterations: int, repeats: int,
+             python: str) -> dict | str:
+    """daal4py's K-means under ``mpirun -n 2`` in ``python``; its result, or why not."""
+    from flegel.launch import find_mpiexec
+
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        return "no mpirun"
+    probe = subprocess.run([python, "-c", "import daal4py"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return "daal4py does not import: " + (probe.stderr.strip().splitlines() or ["?"])[-1]
+    (tmp / "daal-job.json").write_text(json.dumps({"data": spec, "k": k,
+                                                   "iterations": iterations,
+                                                   "repeats": repeats}))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    # daal4py's MPI transceiver links libmpi.so.12: the MPICH that runs mpirun has it.
+    lib = Path(mpiexec).resolve().parent.parent / "lib"
+    if (lib / "libmpi.so.12").exists():
+        env["LD_LIBRARY_PATH"] = os.pathsep.join([str(lib), env.get("LD_LIBRARY_PATH", "")])
+    proc = subprocess.run([mpiexec, "-n", "2", python, str(Path(__file__).resolve()),
+                           "--daal-worker", str(tmp)], env=env, capture_output=True, text=True,
+                          cwd=ROOT, timeout=1800)
+    if proc.returncode != 0 or not (tmp / "daal.json").exists():
+        return f"daal4py run failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}"
+    return json.loads((tmp / "daal.json").read_text())
+
+
+# --------------------------------------------------------------------------- main
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", type=int, default=1_000_000)
     ap.add_argument("--features", type=int, default=28)
     ap.add_argument("--clusters", type=int, default=16)
     ap.add_argument("--iterations", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=3, help="flegel runs of each kind")
     ap.add_argument("--quick", action="store_true", help="200,000 points, fewer repeats")
+    ap.add_argument("--daal", action="store_true",
+                    help="also daal4py's distributed K-means against flegel, 2 ranks each")
+    ap.add_argument("--daal-python", default=sys.executable,
+                    help="the Python that has daal4py (default: this one)")
+    ap.add_argument("--daal-worker", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.daal_worker is not None:
+        daal_worker(args.daal_worker)
+        return
     if args.quick:
-        args.points, args.iterations = 200_000, 5
+        args.points, args.iterations, args.repeats = 200_000, 5, 2
+    load_before = os.getloadavg()
     spec = {"source": "synthetic", "kind": "blobs", "n_points": args.points,
             "n_features": args.features, "centers": args.clusters, "seed": 7}
     x, _ = load_shard(spec, 0, 1, ROOT)
@@ -75,48 +201,86 @@ def main() -> None:
 
         SKKMeans(k, init=c0, n_init=1, max_iter=1).fit(x[:1000])  # warm-up
 
-        algo = KMeans(n_clusters=k)
+        # the numba kernel (``kernel: auto`` would start on the NumPy array kernel)
+        algo = KMeans(n_clusters=k, **({"kernel": "compiled"} if kmeans_accepts_kernel() else {}))
         theta = {"centers": c0.copy(), "sums": np.zeros((k, x.shape[1])), "counts": np.zeros(k)}
 
         def kernel():
             block = Block.from_arrays(x, None, algo.init_state(len(x), x.shape[1]))
             algo.update_block(block, theta, 1)
 
-        kernel()  # JIT warm-up
+        import numba  # imported by the first kernel call anyway
+
+        for threads in (1, 2):
+            numba.set_num_threads(threads)
+            kernel()  # JIT warm-up (two threads: the parallel kernel)
         state = algo.init_state(len(x), x.shape[1])
-        # Interleave the two so machine noise hits both alike; keep the best of each.
-        sk_times, kernel_times = [], []
+        # Interleave them so machine noise hits all alike; keep the best of each.
+        sk_times: list[float] = []
+        kernel_times: dict[int, list[float]] = {1: [], 2: []}
         for _ in range(r):
             sk_times.append(best_of(sk_iteration, 1))
-            kernel_times.append(best_of(lambda: algo.update_block(
-                Block.from_arrays(x, None, state), theta, 1), 1))
-        sk_iter, t_kernel = min(sk_times), min(kernel_times)
+            for threads in (1, 2):
+                numba.set_num_threads(threads)
+                kernel_times[threads].append(best_of(lambda: algo.update_block(
+                    Block.from_arrays(x, None, state), theta, 1), 1))
+        numba.set_num_threads(1)
+        sk_iter = min(sk_times)
+        t_kernel = {n: min(ts) for n, ts in kernel_times.items()}
 
-    with tempfile.TemporaryDirectory() as tmp:
-        np.save(Path(tmp) / "c0.npy", c0)
-        job = {"algorithm": "kmeans", "params": {"n_clusters": k, "init": "c0.npy"},
-               "data": spec, "workers": 1, "sync": {"model": "bsp", "batch": "full"},
-               "stop": {"max_iterations": r + 1, "tolerance": None},
-               "output": {"progress": "none"}}
-        path = Path(tmp) / "job.yaml"
-        path.write_text(yaml.safe_dump(job))
-        out = Path(tmp) / "run"
-        subprocess.run([sys.executable, "-m", "flegel", "run", str(path), "--out", str(out)],
-                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-        s = json.loads((out / "summary.json").read_text())
-        stamps = [json.loads(line)["time_s"] for line in open(out / "events.jsonl")]
-    t_flegel = float(np.median(np.diff(stamps)))
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        np.save(tmp / "c0.npy", c0)
+        runs: dict[int, list[dict[str, float]]] = {1: [], 2: []}
+        for i in range(args.repeats):
+            for threads in (1, 2):
+                runs[threads].append(flegel_pass(tmp, spec, k, r, 1, threads, f"t{threads}-{i}"))
+        daal: dict | str | None = None
+        duo: list[dict[str, float]] = []
+        if args.daal:
+            daal = daal_run(tmp, spec, k, r, args.repeats, args.daal_python)
+            if isinstance(daal, dict):
+                duo = [flegel_pass(tmp, spec, k, r, 2, 1, f"w2-{i}") for i in range(args.repeats)]
+    load_after = os.getloadavg()
 
-    print(f"K-means per pass: {args.points:,} x {args.features} float64, K = {k}, 1 thread")
-    print(f"  scikit-learn Lloyd iteration : {sk_iter * 1e3:9.1f} ms")
-    print(f"  flegel bare kernel (1 call)  : {t_kernel * 1e3:9.1f} ms")
-    print(f"  flegel full pass (1 worker)  : {t_flegel * 1e3:9.1f} ms")
-    print(f"  ratio flegel / scikit-learn  : {t_flegel / sk_iter:9.3f}   (target <= 1.0)")
-    print(f"  runtime overhead vs kernel   : {100 * (t_flegel / t_kernel - 1):8.1f} %  "
+    def fastest(rs: list[dict[str, float]]) -> dict[str, float]:
+        return min(rs, key=lambda s: s["pass"])
+
+    one, two = fastest(runs[1]), fastest(runs[2])
+    t_flegel = one["pass"]
+    print(f"K-means per pass: {args.points:,} x {args.features} float64, K = {k}")
+    print(f"  scikit-learn Lloyd iteration : {sk_iter * 1e3:9.1f} ms   (1 thread)")
+    print(f"  flegel bare kernel (1 call)  : {t_kernel[1] * 1e3:9.1f} ms   (1 thread)")
+    print(f"  flegel full pass (1 worker)  : {t_flegel * 1e3:9.1f} ms   (1 thread; median of "
+          f"{len(runs[1])} runs {np.median([s['pass'] for s in runs[1]]) * 1e3:.1f} ms)")
+    print(f"    of which kernel / waiting  : {one['compute'] * 1e3:9.1f} ms / "
+          f"{one['wait'] * 1e3:.1f} ms   (medians over the passes after the first)")
+    print(f"  ratio flegel / scikit-learn  : {t_flegel / sk_iter:9.3f}   (target <= 0.8)")
+    print(f"  runtime overhead vs kernel   : {100 * (t_flegel / t_kernel[1] - 1):8.1f} %  "
           "(target <= 10%)")
-    print(f"  master CPU while idle        : {100 * s['master_idle_cpu_fraction']:8.2f} % of a "
-          f"core (idle {100 * s['master_idle_fraction']:.0f}% of the run); "
-          f"whole run {100 * s['master_cpu_fraction']:.2f} %")
+    print(f"  master CPU while idle        : {100 * one['master_idle_cpu']:8.2f} % of a "
+          f"core (idle {100 * one['master_idle']:.0f}% of the run); "
+          f"whole run {100 * one['master_cpu']:.2f} %")
+    print(f"  flegel bare kernel, 2 threads: {t_kernel[2] * 1e3:9.1f} ms   "
+          f"(scaling {t_kernel[1] / t_kernel[2]:.2f}x)")
+    print(f"  flegel full pass, 2 threads  : {two['pass'] * 1e3:9.1f} ms   (median of "
+          f"{len(runs[2])} runs {np.median([s['pass'] for s in runs[2]]) * 1e3:.1f} ms)")
+    print(f"  scaling 1 -> 2 threads       : {t_flegel / two['pass']:9.2f}x  "
+          f"(runtime.threads: 2, {os.cpu_count()} cores)")
+    if args.daal:
+        if isinstance(daal, dict):
+            t_daal = min(daal["per_iteration"])
+            t_duo = fastest(duo)["pass"]
+            print(f"  daal4py iteration (2 ranks)  : {t_daal * 1e3:9.1f} ms   "
+                  f"(distributed, mpirun -n 2, 1 thread each)")
+            print(f"  flegel full pass (2 workers) : {t_duo * 1e3:9.1f} ms   (1 thread each)")
+            print(f"  ratio flegel / daal4py       : {t_duo / t_daal:9.3f}   (goal <= 1.0)")
+            print(f"  final inertia flegel/daal4py : {fastest(duo)['objective']:.6g} / "
+                  f"{daal['objective']:.6g}   (after {r + 1} iterations from the same centres)")
+        else:
+            print(f"  daal4py                      : not measured: {daal}")
+    print(f"  load average before / after  : {load_before[0]:.2f} / {load_after[0]:.2f}  "
+          f"({os.cpu_count()} cores)")
 
 
 if __name__ == "__main__":
