@@ -36,7 +36,7 @@ from types import FrameType
 from typing import IO
 
 from flegel.protocol import ExitCode
-from flegel.rankwatch import RankWatch
+from flegel.rankwatch import STARTUP_S, RankWatch
 from flegel.runtime.lifetime import STATUS_ENV, die_with_parent, done_marker
 from flegel.timings import LAUNCH_ENV, PROGRESS_ENV, process_start
 
@@ -213,9 +213,11 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
         timer.daemon = True
         timer.start()
 
+    one_host = "HYDRA_HOST_FILE" not in env  # every rank shows in this host's /proc
     watch = RankWatch(proc, n_ranks, f"{STATUS_ENV}={status}",
                       done=lambda rank: os.path.exists(done_marker(str(status), rank)),
-                      on_death=died)
+                      on_death=died, startup_s=STARTUP_S if one_host else None,
+                      on_missing=job.kill_if_running)
 
     def quiet() -> bool:  # hydra's report of a dead rank is redundant (and wrong) now
         return _code_in(status) is not None or watch.dead_worker() is not None
@@ -236,6 +238,12 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
     dead = watch.dead_worker()
     if message:  # the master left it here: it may not have lived to print it
         sys.stderr.write(f"flegel: {message}\n")
+    elif watch.missing and told is None and job.signum is None:
+        # MPI would have waited for it for ever: the others were in MPI_Init
+        ranks = ", ".join(map(str, watch.missing))
+        sys.stderr.write(f"flegel: rank {ranks} did not start (its Python exited before "
+                         "flegel ran: see the lines above); the job was ended\n")
+        code = ExitCode.WORKER_DIED if 0 not in watch.missing else ExitCode.FAILED
     elif dead is not None and told is None and job.signum is None and code != 0:
         # The master died of it before it could say so (MPICH ends a rank that touches a
         # dead peer): the launcher names the worker.

@@ -5,6 +5,12 @@ rank's, and MPICH ends any rank that touches a dead peer, often before the maste
 word (:mod:`flegel.runtime.peers` tries; this is the sure way).  ``flegel run`` finds its
 ranks by the environment it gave them (its own status file's path, hydra's ``PMI_RANK``),
 then one thread waits in ``poll()`` on their pidfds (Linux >= 5.3) until the first exits.
+
+A rank can also die before it is found: its Python exits at start-up (a broken
+``sitecustomize``, a missing module, the wrong interpreter on a node) before flegel or MPI
+runs.  MPICH then leaves the other ranks waiting in ``MPI_Init`` for ever, spinning a core
+each.  So a rank is watched from the moment it is found, and with a start-up bound (on one
+host, where every rank shows in ``/proc``) a rank still missing after it counts as dead.
 """
 
 from __future__ import annotations
@@ -19,6 +25,12 @@ from pathlib import Path
 
 #: Seconds between looks for the ranks' processes while they start (a directory listing).
 LOOK_S = 0.2
+#: Seconds within which every rank of a one-host job must have started (a process exists
+#: from its exec, well under a second after ``mpiexec`` starts even on a loaded machine).
+STARTUP_S = 15.0
+#: Seconds a rank may still be missing once another rank was found: hydra starts a host's
+#: ranks in one loop, milliseconds apart.
+STARTUP_GAP_S = 5.0
 
 
 def _ranks_with(marker: bytes) -> dict[int, int]:
@@ -53,52 +65,85 @@ class RankWatch:
         ``done(rank)``: the rank's work is over, its exit is not a death.
     on_death : callable
         Called (from the watching thread) when a rank died.
+    startup_s : float or None
+        Seconds within which every rank must have been found, and at most
+        :data:`STARTUP_GAP_S` after the first one was; a rank missing then counts as dead
+        (:attr:`missing`).  None: no bound (ranks on other hosts never show here).
+    on_missing : callable, optional
+        Called instead of ``on_death`` when a rank is missing (the others are still in
+        ``MPI_Init``: nothing to save, the job may end at once).
     """
 
     def __init__(self, proc: subprocess.Popen[bytes], n_ranks: int, marker: str,
                  done: Callable[[int], bool] = lambda rank: False,
-                 on_death: Callable[[], None] = lambda: None) -> None:
+                 on_death: Callable[[], None] = lambda: None,
+                 startup_s: float | None = None,
+                 on_missing: Callable[[], None] | None = None) -> None:
         self.proc = proc
         self.n_ranks = n_ranks
         self.marker = marker.encode()
         self.done = done
         self.on_death = on_death
+        self.startup_s = startup_s
+        self.on_missing = on_death if on_missing is None else on_missing
         self.first: list[tuple[int, int]] = []  # the ranks found dead at the first wake-up
+        #: Ranks never found within ``startup_s`` (their process ended, or never began).
+        self.missing: list[int] = []
         if os.path.isdir("/proc") and hasattr(os, "pidfd_open"):
             threading.Thread(target=self._watch, daemon=True, name="flegel-ranks").start()
 
     def _watch(self) -> None:
         ranks: dict[int, int] = {}
-        while len(ranks) < self.n_ranks:
-            if self.proc.poll() is not None:
-                return
-            time.sleep(LOOK_S)
-            ranks = _ranks_with(self.marker)
-        fds: dict[int, int] = {}
-        for rank, pid in ranks.items():
-            try:
-                fds[os.pidfd_open(pid)] = rank
-            except OSError:
-                self.first.append((rank, pid))  # gone already
-        if self.first:
-            return
+        fds: dict[int, int] = {}  # pidfd -> rank
         poller = select.poll()
-        for fd in fds:
-            poller.register(fd, select.POLLIN)
-        while fds:
-            ready = poller.poll()  # blocks in the kernel until a rank exits
-            dead = sorted((fds[fd], ranks[fds[fd]]) for fd, _ in ready
-                          if not self.done(fds[fd]))
-            for fd, _ in ready:
-                poller.unregister(fd)
+        deadline = None if self.startup_s is None else time.monotonic() + self.startup_s
+        gap = STARTUP_GAP_S if self.startup_s is None else min(STARTUP_GAP_S, self.startup_s)
+        try:
+            while True:
+                for rank, pid in _ranks_with(self.marker).items():
+                    if rank in ranks:
+                        continue
+                    ranks[rank] = pid
+                    try:
+                        fd = os.pidfd_open(pid)
+                    except OSError:  # gone already
+                        if self.done(rank):
+                            continue
+                        self._died([(rank, pid)])
+                        return
+                    fds[fd] = rank
+                    poller.register(fd, select.POLLIN)
+                    if deadline is not None:  # the others follow within milliseconds
+                        deadline = min(deadline, time.monotonic() + gap)
+                if len(ranks) == self.n_ranks:
+                    timeout_ms = None  # every rank found: sleep in the kernel until one exits
+                elif self.proc.poll() is not None:
+                    return
+                elif deadline is not None and time.monotonic() >= deadline:
+                    self.missing = sorted(set(range(self.n_ranks)) - set(ranks))
+                    self.on_missing()
+                    return
+                else:
+                    timeout_ms = int(LOOK_S * 1000)  # look again for ranks still starting
+                ready = poller.poll(timeout_ms)
+                dead = sorted((fds[fd], ranks[fds[fd]]) for fd, _ in ready
+                              if not self.done(fds[fd]))
+                for fd, _ in ready:
+                    poller.unregister(fd)
+                    os.close(fd)
+                    del fds[fd]
+                if dead:  # not a rank that finished its work and exited
+                    self._died(dead)
+                    return
+                if not fds and len(ranks) == self.n_ranks:
+                    return  # every rank finished its work
+        finally:
+            for fd in fds:
                 os.close(fd)
-                del fds[fd]
-            if dead:  # not a rank that finished its work and exited
-                self.first = dead
-                self.on_death()
-                break
-        for fd in fds:
-            os.close(fd)
+
+    def _died(self, dead: list[tuple[int, int]]) -> None:
+        self.first = dead
+        self.on_death()
 
     def dead_worker(self) -> tuple[int, int] | None:
         """(rank, pid) of the worker that died first, when that is clear: it was the only

@@ -260,3 +260,34 @@ def test_sigint_takes_a_checkpoint_when_the_job_has_them(tmp_path):
     manifest = json.loads((out / "checkpoint" / "manifest.json").read_text())
     assert manifest["sequence"] == 1 and manifest["iteration"] >= 1
     assert len(_messages(err)) == 1 and "Traceback" not in err, err
+
+
+#: A ``sitecustomize`` that makes one rank's Python exit before flegel (or MPI) starts.
+EXITS_AT_START = textwrap.dedent('''
+    import os
+    if os.environ.get("PMI_RANK") == os.environ.get("FLEGEL_TEST_DIES"):
+        os.write(2, b"this rank exits at start-up\\n")
+        os._exit(3)
+''')
+
+
+@pytest.mark.parametrize("rank,code", [(2, ExitCode.WORKER_DIED), (0, ExitCode.FAILED)])
+def test_a_rank_that_exits_at_start_up_ends_the_job(tmp_path, rank, code):
+    """MPICH leaves the other ranks in MPI_Init for ever (spinning a core each) when one
+    rank's Python exits before it starts MPI: the launcher's watch ends the job."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(EXITS_AT_START)
+    env = {**child_env(site), "FLEGEL_TEST_DIES": str(rank)}
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "flegel", "run", str(_job(tmp_path)),
+                           "--out", str(tmp_path / "run")], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=60)
+    took = time.monotonic() - t0
+    assert proc.returncode == code, proc.stderr
+    assert _messages(proc.stderr) == [
+        f"flegel: rank {rank} did not start (its Python exited before flegel ran: see the "
+        "lines above); the job was ended"], proc.stderr
+    assert "this rank exits at start-up" in proc.stderr
+    assert took < 30, took  # not a hang: the start-up bound is 5 s after the first rank
+    _gone_within(tmp_path, 5)
