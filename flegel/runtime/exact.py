@@ -270,7 +270,8 @@ class ExactObjective:
         return finished
 
     def _complete(self, ev: Evaluation, now: float) -> None:
-        replies = ev.replies.values()
+        # in rank order, not arrival order: the same θ gives the same bits in every run
+        replies = [ev.replies[r] for r in sorted(ev.replies)]
         total = float(sum(r["value"] for r in replies))
         count = int(sum(r["count"] for r in replies))
         checksum = sum(int(r["checksum"]) for r in replies) % (1 << 64)
