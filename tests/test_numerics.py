@@ -137,7 +137,8 @@ def test_layout_problems_are_named():
 
 def test_a_silent_worker_ends_the_job_after_the_warnings(capsys):
     x, centres = blobs(n=600, seed=1)
-    sim = Simulation("bsp", {"batch": "full"}, data=x, theta0=kmeans_theta0(centres),
+    sim = Simulation("bsp", {"batch": "full", "block": 4096}, data=x,
+                     theta0=kmeans_theta0(centres),
                      silent=[3], stall_warning_s=1.0, poll_s=1e-3, max_sim_s=10.0)
     sim.server.stall_timeout_s = 2.5
     fault = _fault(sim)
@@ -155,7 +156,8 @@ def test_max_time_is_enforced_by_the_master_clock_mid_iteration():
     # 4,096 points (82 ms).  The limit falls inside it: the master stops at 0.05 s by its own
     # clock, and the workers commit after the block they are on, not after their batch.
     x, centres = blobs(n=30_000, seed=1)
-    sim = Simulation("bsp", {"batch": "full"}, data=x, theta0=kmeans_theta0(centres),
+    sim = Simulation("bsp", {"batch": "full", "block": 4096}, data=x,
+                     theta0=kmeans_theta0(centres),
                      cost_s=2e-5, poll_s=1e-3,
                      stop={"max_iterations": 100, "max_time_s": 0.05})
     sim.run()

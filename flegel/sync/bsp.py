@@ -56,12 +56,14 @@ def auto_batch(per_point_s: float, barrier_s: float, overhead: float,
     return int(min(max(b, 1), max_batch))
 
 
-#: Points per block under BSP: fixed, so a worker sums its points in the same order in
-#: every run.  BSP answers no signals within an iteration, so a longer block costs only
-#: memory, while each block pays the runtime's per-block work (store, aggregation, block
-#: statistics: about 40 µs): 16,384 points are about 0.6 ms of K-means on 28 features, where
-#: 4,096 points spent a fifth of a pass on that fixed cost (bench/kmeans_bench.py: 1M x 28,
-#: K = 16, a pass went from 1.03x to 0.77x scikit-learn's Lloyd iteration).
+#: Points per block under BSP by default (``sync.block``): fixed, so a worker sums its points
+#: in the same order in every run.  BSP answers no signals within an iteration, but each
+#: block pays the runtime's per-block work (store, aggregation, block statistics: about
+#: 40 µs), and a ``max_time`` stop or an exact evaluation waits for the block in progress.
+#: 16,384 points are about 0.6 ms of K-means on 28 features, where 4,096 points spent a
+#: fifth of a pass on that fixed cost (bench/kmeans_bench.py: 1M x 28, K = 16, a pass went
+#: from 1.03x to 0.77x scikit-learn's Lloyd iteration); an algorithm slower than ~50 µs a
+#: point (a CNN on the CPU) is better served by a smaller ``sync.block``.
 BLOCK = 16384
 
 
@@ -79,10 +81,11 @@ def grid_batch(batch: int, n: int) -> int:
 
 
 class BSPWorker(WorkerPolicy):
-    """Worker side of BSP: the base policy's batches, in blocks of :data:`BLOCK` points."""
+    """Worker side of BSP: the base policy's batches, in blocks of ``sync.block`` points
+    (:data:`BLOCK` by default)."""
 
     def block_size(self, port: WorkerPort, sized: int) -> int:
-        return BLOCK
+        return int(self.options.get("block", BLOCK))
 
 
 class BSP(BarrierPolicy):
@@ -102,6 +105,11 @@ class BSP(BarrierPolicy):
                      any_of(one_of("full", "auto"), is_int(1)), "full",
                      "points per worker per iteration: all of them (BSPB), chosen after a "
                      "calibration iteration (BSPV), or a fixed number"),
+        "block": Key("a positive number of points", is_int(1), BLOCK,
+                     "points per block within an iteration, fixed so the sums are the same "
+                     "in every run; each block costs ~40 µs of runtime work and a max_time "
+                     "stop waits for the block in progress: lower it for an algorithm "
+                     "slower than ~50 µs a point"),
         "overhead": number("largest share of an iteration the barrier may take, for batch: "
                            "auto (ρ)", 0.1, lo=0, hi=1, lo_open=True, hi_open=True),
     }
