@@ -363,8 +363,8 @@ def test_real_passes_over_time_for_barrier_and_push_models(real_runs: dict[str, 
         assert sorted(series) == sorted(final)
         for rank, (_, values) in series.items():
             # The last event a worker logged is at most the pass it finished after it.
-            # (Events round passes to 4 decimals.)
-            assert final[rank] - slack <= values[-1] <= final[rank] + 1e-4
+            # (Events round passes to 4 decimals, either way: ±5e-5.)
+            assert final[rank] - slack - 5e-5 <= values[-1] <= final[rank] + 5e-5
     out = real_runs["asp"].parent / "asp-report"
     assert cli_main(["report", str(real_runs["asp"]), "--out", str(out)]) == 0
     for png in ("objective", "timeline", "passes", "passes_time"):
