@@ -22,7 +22,15 @@ Two choices, both algorithm parameters in scikit-learn's manner:
 
 The meter counts *work units* (an algorithm's estimate of its multiply-adds, e.g. n·d·K for
 a K-means block), not seconds: a switch at a fixed amount of work happens at the same block
-in every run, so bit-for-bit determinism under BSP (docs/determinism.md) holds.
+in every run, so bit-for-bit determinism under BSP (docs/determinism.md) holds.  The units
+were calibrated on K-means; for an algorithm whose two kernels are closer in speed (logistic
+regression) the switch comes earlier than its own break-even, which costs at most numba's
+start-up once.
+
+The block that switches pays numba's start-up inside it (about 0.7 s; seconds on a cold
+cache, when every worker compiles): under FSP the barrier that block is answering waits for
+it, once per run.  Set ``kernel: compiled`` to pay it before training starts instead (the
+worker warm-up), as before.
 """
 
 from __future__ import annotations
