@@ -165,7 +165,10 @@ def _elastic_waits(doc: dict[str, Any] | None, out: str) -> list[Reading]:
                     f"ElasticBSP measured wait / ZipLine's d* of the first plan, median of {n} "
                     f"MPI runs{tail}"),
             Reading("/expected", med.get("expected"), 2.0, "<=",
-                    f"ElasticBSP measured wait / its expected wait, median of {n} MPI runs")]
+                    f"ElasticBSP measured wait / its expected wait, median of {n} MPI runs"),
+            Reading("/placed d", final, 2.0, "<=",
+                    "ElasticBSP measured wait / d of the (re-)plan that placed the barrier, "
+                    f"median of {n} MPI runs")]
 
 
 def _elastic_sim(doc: dict[str, Any] | None, out: str) -> list[Reading]:
