@@ -39,14 +39,14 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from flegel import Algorithm, Block
+from flegel import Algorithm
 from flegel.algorithms.fcm import FuzzyCMeans
 from flegel.algorithms.gmm import GaussianMixture
 from flegel.algorithms.kmeans import KMeans
 from flegel.algorithms.logreg import LogisticRegression
 from flegel.data import load_shard
 from flegel.device import gpu_unavailable
-from flegel.local import make_info
+from flegel.local import full_pass, make_info
 
 ROOT = Path(__file__).resolve().parents[1]
 #: name -> (data kind, constructor taking device/kernel keywords)
@@ -79,12 +79,7 @@ def pass_times(algo: Algorithm, x: np.ndarray, y: np.ndarray | None, passes: int
     times = []
     for n in range(passes + 1):
         t0 = time.perf_counter()
-        total = algo.zero_aggregator(theta)
-        for s in range(0, len(x), block):
-            part = Block(x[s:s + block], None if y is None else y[s:s + block],
-                         {k: v[s:s + block] for k, v in state.items()},
-                         np.zeros(len(x[s:s + block]), dtype=bool))
-            total = algo.aggregate(total, algo.update_block(part, theta, 1))
+        total = full_pass(algo, x, y, theta, state, block)
         synchronize()
         if n:  # the first pass compiles (numba, CuPy's kernels, cuBLAS's handle)
             times.append(time.perf_counter() - t0)

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from flegel.api import Algorithm, DataInfo, Params, zero_aggregator
+from flegel.block import Block
 from flegel.runtime.layout import Layout
 from flegel.stopping import StopCriteria
 from flegel.store import ShardStore
@@ -39,6 +40,24 @@ def make_info(x: np.ndarray, y: np.ndarray | None, *, seed: int = 0, n_workers: 
                     sample=x[idx], sample_y=None if y is None else y[idx],
                     n_classes=n_classes, seed=seed, dtype=x.dtype,
                     base_dir=base_dir or Path.cwd())
+
+
+def full_pass(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None, theta: Params,
+              state: dict[str, np.ndarray], block_size: int = 8192, t: int = 1) -> dict:
+    """One full-batch iteration of ``algorithm`` over ``x`` in fixed blocks, without a store:
+    the summed aggregator (``state`` is updated in place).
+
+    For comparing kernels and timing them (tests, ``bench/gpu_bench.py``): every point once,
+    in order, with no halting or migration; :func:`fit_local` is the whole training loop.
+    """
+    total = algorithm.zero_aggregator(theta)
+    for s in range(0, len(x), block_size):
+        rows = slice(s, s + block_size)
+        part = Block(x[rows], None if y is None else y[rows],
+                     {k: v[rows] for k, v in state.items()},
+                     np.zeros(len(x[rows]), dtype=bool))
+        total = algorithm.aggregate(total, algorithm.update_block(part, theta, t))
+    return total
 
 
 def fit_local(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None = None, *,

@@ -13,7 +13,7 @@ import pytest
 
 from flegel import device as dev
 from flegel.algorithms.kmeans import KMeans
-from flegel.block import Block
+from flegel.local import full_pass
 
 
 @pytest.fixture
@@ -44,14 +44,7 @@ def lloyd_passes(algo: KMeans, x: np.ndarray, k: int, passes: int,
     state = algo.init_state(len(x), x.shape[1])
     objectives = []
     for _ in range(passes):
-        total = algo.zero_aggregator(theta)
-        for s in range(0, len(x), block):
-            part = Block(x[s:s + block], None, {key: v[s:s + block] for key, v in state.items()},
-                         np.zeros(len(x[s:s + block]), dtype=bool))
-            agg = algo.update_block(part, theta, 1)
-            for key in ("sums", "counts"):
-                total[key] += agg[key]
-            total["objective"] += agg["objective"]
+        total = full_pass(algo, x, None, theta, state, block)
         objectives.append(total["objective"])
         theta = algo.update_parameter(total, theta)
     return theta, state, objectives

@@ -30,7 +30,7 @@ from flegel.algorithms.fcm import FuzzyCMeans
 from flegel.algorithms.gmm import GaussianMixture
 from flegel.algorithms.logreg import LogisticRegression
 from flegel.cli import main
-from flegel.local import make_info
+from flegel.local import full_pass, make_info
 from tests.conftest import write_job
 from tests.fakes import cupy_stand_in
 
@@ -91,12 +91,7 @@ def passes(algo: Algorithm, x: np.ndarray, y: np.ndarray | None, n_passes: int,
     state = algo.init_state(len(x), x.shape[1])
     objectives = []
     for _ in range(n_passes):
-        total = algo.zero_aggregator(theta)
-        for s in range(0, len(x), block):
-            part = Block(x[s:s + block], None if y is None else y[s:s + block],
-                         {k: v[s:s + block] for k, v in state.items()},
-                         np.zeros(len(x[s:s + block]), dtype=bool))
-            total = algo.aggregate(total, algo.update_block(part, theta, 1))
+        total = full_pass(algo, x, y, theta, state, block)
         objectives.append(float(total["objective"]))
         theta = algo.update_parameter(total, theta)
     return theta, state, objectives
