@@ -284,7 +284,7 @@ def load_init_arrays(path: Path, main_key: str,
     run directory (its ``model.npz``).
 
     A saved model (a run directory, or a ``model.npz`` beside its ``model.json``) must come
-    from ``algorithm``'s class (:func:`flegel.model.check_algorithm`).
+    from ``algorithm``'s class (:func:`flegel.rundir.model.check_algorithm`).
 
     Raises
     ------
@@ -292,7 +292,7 @@ def load_init_arrays(path: Path, main_key: str,
         If the file is missing, has another suffix, comes from another algorithm, or an
         ``.npz`` lacks ``main_key``.
     """
-    from flegel.model import check_algorithm, read_model
+    from flegel.rundir.model import check_algorithm, read_model
 
     if path.suffix == ".npy":
         if not path.is_file():

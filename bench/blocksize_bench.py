@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from flegel.blocksize import BlockSizer
+from flegel.runtime.blocksize import BlockSizer
 
 ROOT = Path(__file__).resolve().parents[1]
 A_S, B_S = 5e-3, 1e-6  # the sleeping kernel: 5 ms per call, 1 µs per point
@@ -63,10 +63,10 @@ class Sleeper(Algorithm):
 
 def old_sizer_class(ref: str) -> Any:
     """``BlockSizer`` as of commit ``ref`` (read with ``git show``)."""
-    src = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:flegel/blocksize.py"],
+    src = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:flegel/runtime/blocksize.py"],
                          capture_output=True, text=True, check=True).stdout
     module = types.ModuleType("old_blocksize")
-    exec(compile(src, f"{ref}:flegel/blocksize.py", "exec"), module.__dict__)
+    exec(compile(src, f"{ref}:flegel/runtime/blocksize.py", "exec"), module.__dict__)
     return module.BlockSizer
 
 
@@ -105,7 +105,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--old-ref", default="ed63cf5",
-                    help="git commit whose flegel/blocksize.py is the old sizer")
+                    help="git commit whose flegel/runtime/blocksize.py is the old sizer")
     ap.add_argument("--json", type=Path, default=None, metavar="OUT",
                     help="also write the headline figures to OUT (for bench/suite.py)")
     args = ap.parse_args()

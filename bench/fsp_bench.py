@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from flegel.compare import run_one
+from flegel.cli.compare import run_one
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from flegel.compare import run_one
+from flegel.cli.compare import run_one
 
 JOB = {"algorithm": "kmeans", "params": {"n_clusters": 16, "init": "kmeans++"},
        "data": {"source": "synthetic", "kind": "blobs", "n_points": 200_000,

@@ -135,7 +135,7 @@ def daal_worker(tmp: Path) -> None:
 def daal_run(tmp: Path, spec: dict, k: int, iterations: int, repeats: int,
              python: str) -> dict | str:
     """daal4py's K-means under ``mpirun -n 2`` in ``python``; its result, or why not."""
-    from flegel.launch import find_mpiexec
+    from flegel.cli.launch import find_mpiexec
 
     mpiexec = find_mpiexec()
     if mpiexec is None:

@@ -43,8 +43,8 @@ def main() -> None:
 
     import flegel
     from flegel.algorithms.kmeans import KMeans as KMeansAlgorithm
-    from flegel.config import load_job
     from flegel.data import load_shard
+    from flegel.job.config import load_job
     from flegel.local import make_info
 
     job = load_job(JOB)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from flegel.compare import run_one
+from flegel.cli.compare import run_one
 
 MiB = 1 << 20
 

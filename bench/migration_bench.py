@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from flegel.compare import run_one
+from flegel.cli.compare import run_one
 
 #: Runs of one straggler setting: (name, the ``--set`` overrides of the sync section).
 RUNS: list[tuple[str, list[str]]] = [

@@ -6,7 +6,7 @@ Alternates, ``--rounds`` times:
   of ranks that import numpy and mpi4py (``mpi4py.MPI`` initializes MPI) and exit;
 * the **main job**: ``python -m flegel run jobs/kmeans.yaml`` (4 workers), its wall time,
   its training time (``wall_time_s``) and each phase of ``summary.json``'s ``timings``
-  (:mod:`flegel.timings`; ``exit`` is the wall time the phases do not cover: the last
+  (:mod:`flegel.runtime.timings`; ``exit`` is the wall time the phases do not cover: the last
   lines, ``MPI_Finalize``, the processes' exit).
 
 and prints each round, then min and median, and the target as a ratio: the job's wall time

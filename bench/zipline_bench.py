@@ -1,10 +1,10 @@
-"""Benchmark every flegel.zipline method against the ZipLine paper's Table 4.
+"""Benchmark every flegel.sync.zipline method against the ZipLine paper's Table 4.
 
 Usage::
 
     python bench/zipline_bench.py [--quick] [--repeats N] [--budget SECONDS] [--json OUT]
 
-Datasets follow Section 6.1 / Table 2 (``flegel.zipline.generate``: intervals uniform in
+Datasets follow Section 6.1 / Table 2 (``flegel.sync.zipline.generate``: intervals uniform in
 1000-1500 ms) for n = 10, 100, 1000 workers and R = 15, 150 predicted iterations. Each cell
 reports the median wall time of one ``solve(times, method)`` call (input validation, sorting
 / merging and the scan included) next to the paper's Table 4 value (C++11 on a Xeon E5-2620 v3;
@@ -27,7 +27,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from flegel.zipline import EXACT_METHODS, METHODS, generate, solve
+from flegel.sync.zipline import EXACT_METHODS, METHODS, generate, solve
 
 CELLS: list[tuple[int, int]] = [(10, 15), (10, 150), (100, 15), (100, 150), (1000, 15), (1000, 150)]
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     budget = args.budget or (5.0 if args.quick else 20.0)
 
     print(
-        f"flegel.zipline benchmark  python {platform.python_version()}  numpy {np.__version__}"
+        f"flegel.sync.zipline benchmark  python {platform.python_version()}  numpy {np.__version__}"
         f"  numba {numba.__version__}  cpus {os.cpu_count()}  {platform.processor() or ''}"
     )
     print(f"median of up to {repeats} samples, budget {budget:g} s per method and cell")

@@ -15,8 +15,8 @@ import numpy as np
 from flegel.api import Algorithm, DataInfo, Params, zero_aggregator
 from flegel.block import Block
 from flegel.runtime.layout import Layout
-from flegel.stopping import StopCriteria
-from flegel.store import ShardStore
+from flegel.runtime.stopping import StopCriteria
+from flegel.runtime.store import ShardStore
 
 
 @dataclass

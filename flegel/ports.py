@@ -144,7 +144,7 @@ class ServerPort(Protocol):
 
 
 class MigratingShard(Protocol):
-    """What migration may do to a worker's shard (:class:`flegel.store.ShardStore`)."""
+    """What migration may do to a worker's shard (:class:`flegel.runtime.store.ShardStore`)."""
 
     @property
     def marked(self) -> bool: ...

@@ -163,7 +163,7 @@ PARAMS = Header((
     "sent_at",      # time.time() when sent
     "has_theta",    # 1: θ follows the header; 0: θ is the one the worker holds already
     "orders",       # migration orders sent with this θ (Tag.ORDER messages)
-    "checkpoint",   # 1: send your state (Tag.CHECKPOINT) before computing (flegel/checkpoint.py)
+    "checkpoint",   # 1: send your state (Tag.CHECKPOINT) before computing (rundir/checkpoint.py)
 ))
 
 #: Master -> worker control signal.

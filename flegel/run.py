@@ -35,24 +35,24 @@ from mpi4py import MPI
 
 from flegel.api import Algorithm, DataInfo, zero_aggregator
 from flegel.block import Block
-from flegel.checkpoint import Checkpoint, Checkpointer
-from flegel.config import Job, JobError
 from flegel.device import compiles_at_start
 from flegel.jit import cache_is_cold
-from flegel.peak_memory import peak_rss_mib
+from flegel.job.config import Job, JobError
 from flegel.protocol import ExitCode, StopReason, Tag
+from flegel.rundir.checkpoint import Checkpoint, Checkpointer
 from flegel.runtime import comm as msg
 from flegel.runtime import lifetime, peers
 from flegel.runtime.agreement import Rejected, agreed
 from flegel.runtime.exact import Evaluator, ExactObjective, evaluate_snapshots, id_checksum
 from flegel.runtime.faults import JobFault
 from flegel.runtime.layout import Layout
+from flegel.runtime.peak_memory import peak_rss_mib
 from flegel.runtime.server import Server
+from flegel.runtime.stopping import StopCriteria
+from flegel.runtime.store import ShardStore, global_ids
+from flegel.runtime.stragglers import Stragglers
 from flegel.runtime.transport import MpiTransport
 from flegel.runtime.worker import Worker
-from flegel.stopping import StopCriteria
-from flegel.store import ShardStore, global_ids
-from flegel.stragglers import Stragglers
 from flegel.sync import policy_class
 
 
@@ -141,7 +141,7 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
                            "n_classes": None if y is None else int(np.max(y)) + 1,
                            "load_s": time.perf_counter() - t0}, dest=0)
     layouts = msg.recv_object(comm, source=0)[0]
-    # A resumed job: this worker's part of the checkpoint (flegel/checkpoint.py).
+    # A resumed job: this worker's part of the checkpoint (flegel/rundir/checkpoint.py).
     resumed = msg.recv_object(comm, source=0)[0] if layouts.get("resume") else None
     store = ShardStore(x, y, algorithm.init_state(len(x), x.shape[1]),
                        ids=global_ids(comm.rank, len(x)))
@@ -313,9 +313,9 @@ def _watch(comm: MPI.Comm, timeout_s: float | None, what: str) -> Any:
 
 def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
                 resume: Checkpoint | None = None) -> dict[str, Any]:
-    from flegel.output import RunWriter
-    from flegel.progress import Progress
-    from flegel.timings import Timings
+    from flegel.rundir.writer import RunWriter
+    from flegel.runtime.progress import Progress
+    from flegel.runtime.timings import Timings
 
     progress = Progress(job["output"]["progress"])
     timings = Timings(on_phase=progress.phase)

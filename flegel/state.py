@@ -1,6 +1,6 @@
 """What a component keeps across a checkpoint: the small protocol checkpoints are built on.
 
-A checkpoint (:mod:`flegel.checkpoint`) does not know the sync models, interval adjustors,
+A checkpoint (:mod:`flegel.rundir.checkpoint`) does not know the sync models, interval adjustors,
 stores or straggler patterns it saves: each of them *opts in* by implementing
 :class:`Stateful` -- ``checkpoint_state()`` returns what it needs to continue, as plain
 picklable data, and ``restore(state)`` puts it back into an object built afresh from the

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flegel.launch import find_mpiexec
+from flegel.cli.launch import find_mpiexec
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -3,8 +3,9 @@ deterministic discrete-event simulation of the master and its workers.
 
 :class:`Simulation` runs the *real* parameter server (:class:`flegel.runtime.server.Server`),
 the *real* master policy of a sync model and, on every simulated worker, the *real* worker
-policy (``cls.WORKER``), a real :class:`flegel.store.ShardStore`, a real
-:class:`flegel.blocksize.BlockSizer`, real straggler patterns (:mod:`flegel.stragglers`) and a
+policy (``cls.WORKER``), a real :class:`flegel.runtime.store.ShardStore`, a real
+:class:`flegel.runtime.blocksize.BlockSizer`, real straggler patterns
+(:mod:`flegel.runtime.stragglers`) and a
 real algorithm (K-means by default), so aggregators, θ and convergence are real.  Only time and
 messaging are simulated:
 
@@ -61,7 +62,6 @@ import numpy as np
 
 from flegel.api import Algorithm, DataInfo, zero_aggregator
 from flegel.block import Block
-from flegel.blocksize import BlockSizer
 from flegel.ports import Arrays, WorkerPolicy
 from flegel.protocol import (
     COMMIT,
@@ -74,12 +74,13 @@ from flegel.protocol import (
     Reason,
     Signal,
 )
+from flegel.runtime.blocksize import BlockSizer
 from flegel.runtime.layout import Layout
 from flegel.runtime.loop import Wait, iterate
 from flegel.runtime.server import Server
-from flegel.stopping import StopCriteria
-from flegel.store import ID_SHIFT, ShardStore, origin_of
-from flegel.stragglers import Stragglers
+from flegel.runtime.stopping import StopCriteria
+from flegel.runtime.store import ID_SHIFT, ShardStore, origin_of
+from flegel.runtime.stragglers import Stragglers
 from flegel.sync import policy_class
 
 
@@ -87,10 +88,10 @@ from flegel.sync import policy_class
 def sync_options(model: str, **given: Any) -> dict[str, Any]:
     """A complete, validated ``sync`` section for ``model``: ``given`` plus every default.
 
-    Goes through the job schema as ``flegel.config`` does (``config.sync_keys`` and
+    Goes through the job schema as ``flegel.job.config`` does (``config.sync_keys`` and
     ``schema.check_section``, then the model's ``check_options`` when it has one); if that
     API is not there, reads the defaults from the class's ``OPTIONS`` directly, whether they
-    are :class:`flegel.schema.Key` declarations or ``(default, expected)`` pairs.
+    are :class:`flegel.validation.Key` declarations or ``(default, expected)`` pairs.
 
     Raises
     ------
@@ -104,7 +105,8 @@ def sync_options(model: str, **given: Any) -> dict[str, Any]:
         # async; tests/test_migration_*.py ask).
         section["migration"] = {"mode": "off"}
     try:
-        from flegel import config, schema
+        from flegel import validation as schema
+        from flegel.job import config
 
         out = schema.check_section("sync", section, config.sync_keys(cls))
     except (ImportError, AttributeError):
@@ -622,7 +624,7 @@ class SimWorker:
         """No exact evaluations on the simulated clock (the server here makes none)."""
 
     def slow(self, points: int, compute_s: float) -> tuple[float, float]:
-        """:meth:`flegel.stragglers.Stragglers.after_block`, on the simulated clock."""
+        """:meth:`flegel.runtime.stragglers.Stragglers.after_block`, on the simulated clock."""
         return self.stragglers.after_block(points, compute_s)
 
     def poll_signal(self, version: float) -> Signal:
@@ -779,7 +781,7 @@ class Simulation:
         rank -> a factor, or a function of sim time returning one, multiplying its cost.
     stragglers : list of dict
         Job-style straggler entries (``pattern``, ``workers`` and options; defaults filled
-        from :mod:`flegel.stragglers`), applied on the simulated clock.
+        from :mod:`flegel.runtime.stragglers`), applied on the simulated clock.
     silent : iterable of int
         Ranks that receive their first instructions and then never answer.
     latency_s : float
@@ -798,7 +800,7 @@ class Simulation:
     jitter : float
         Relative noise of every block's duration (seeded, see :class:`SimWorker`).
     stop : mapping
-        :class:`flegel.stopping.StopCriteria` arguments.
+        :class:`flegel.runtime.stopping.StopCriteria` arguments.
     stall_warning_s, trace_points
         As for :class:`~flegel.runtime.server.Server`.
     seed : int

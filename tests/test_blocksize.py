@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import mpirun, summary, write_job
 
-from flegel.blocksize import DEVICES, BlockSizer, CostModel, device_of
+from flegel.runtime.blocksize import DEVICES, BlockSizer, CostModel, device_of
 
 A_SLEEP = 5e-3  # the sleeping algorithm's fixed cost per block call
 

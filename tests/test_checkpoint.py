@@ -14,15 +14,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from flegel import checkpoint
 from flegel.block import Block
-from flegel.checkpoint import Checkpointer, CheckpointError, Schedule
-from flegel.config import JobError, validate
-from flegel.resume import resumed_job
+from flegel.cli.resume import resumed_job
+from flegel.job.config import JobError, validate
+from flegel.rundir import checkpoint
+from flegel.rundir.checkpoint import Checkpointer, CheckpointError, Schedule
+from flegel.runtime.stopping import StopCriteria
+from flegel.runtime.store import ShardStore
+from flegel.runtime.stragglers import Stragglers
 from flegel.state import AttributeState
-from flegel.stopping import StopCriteria
-from flegel.store import ShardStore
-from flegel.stragglers import Stragglers
 from tests.fakes import _COMMIT, _TICK, Simulation
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flegel.launch import find_mpiexec
+from flegel.cli.launch import find_mpiexec
 from tests.conftest import ROOT, child_env, summary, write_job
 
 pytestmark = pytest.mark.mpi

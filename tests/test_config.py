@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from flegel.cli import main
-from flegel.config import JobError, apply_overrides, load_job
+from flegel.cli.commands import main
+from flegel.job.config import JobError, apply_overrides, load_job
 from tests.conftest import ROOT, child_env, write_job
 
 GOOD = {"algorithm": "kmeans", "params": {"n_clusters": 3},

@@ -31,7 +31,7 @@ from flegel.data.formats.base import FileReader, Reader
 from flegel.data.formats.npy import npz_member
 from flegel.data.partition import take
 from flegel.data.sources import file_spec
-from flegel.schema import REQUIRED
+from flegel.validation import REQUIRED
 
 SHARDINGS = [(n, p) for n in (1, 2, 3) for p in ("strided", "contiguous")]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flegel.cli import main
+from flegel.cli.commands import main
 from flegel.data import DataError, load_shard
 from flegel.data.checks import Takes, first_bad
 from tests.conftest import write_job

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from flegel.launch import find_mpiexec, under_mpi
+from flegel.cli.launch import find_mpiexec, under_mpi
 from tests.conftest import ROOT, child_env, summary, write_job
 
 DEPLOY = ROOT / "deploy"

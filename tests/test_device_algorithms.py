@@ -29,7 +29,7 @@ from flegel.algorithms.cnn import CNN
 from flegel.algorithms.fcm import FuzzyCMeans
 from flegel.algorithms.gmm import GaussianMixture
 from flegel.algorithms.logreg import LogisticRegression
-from flegel.cli import main
+from flegel.cli.commands import main
 from flegel.local import full_pass, make_info
 from tests.conftest import write_job
 from tests.fakes import cupy_stand_in

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from flegel.sync.elastic import ElasticBSP
-from flegel.zipline import solve
+from flegel.sync.zipline import solve
 from tests.fakes import Simulation
 
 #: Per-point costs of the four workers: iterations of 200 points take 2, 2.6, 3.4 and 4.6 ms.

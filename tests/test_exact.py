@@ -11,7 +11,7 @@ import pytest
 from flegel.algorithms.kmeans import KMeans
 from flegel.block import Block
 from flegel.runtime.exact import Evaluator, ExactObjective, id_checksum
-from flegel.store import ShardStore, global_ids
+from flegel.runtime.store import ShardStore, global_ids
 
 
 class Wire:

@@ -16,7 +16,7 @@ import pytest
 
 from flegel.algorithms.kmeans import KMeans
 from flegel.block import Block
-from flegel.config import load_job
+from flegel.job.config import load_job
 from flegel.runtime.exact import (
     CHUNK_ROWS,
     Evaluation,
@@ -25,7 +25,7 @@ from flegel.runtime.exact import (
     fingerprint,
     id_checksum,
 )
-from flegel.store import ShardStore, global_ids
+from flegel.runtime.store import ShardStore, global_ids
 from tests.conftest import write_job
 from tests.fakes import Simulation, kmeans_theta0
 

@@ -93,7 +93,7 @@ _LOAD = """
 import json, sys
 import numpy as np
 from flegel.data import load_shard
-from flegel.peak_memory import peak_rss_mib
+from flegel.runtime.peak_memory import peak_rss_mib
 spec, shard, n_shards, base = json.loads(sys.argv[1])
 load_shard({**spec, "limit": 10}, shard, n_shards, base)  # imports, caches: the baseline
 before = peak_rss_mib()

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from flegel.config import JobError, validate
-from flegel.store import ID_SHIFT
+from flegel.job.config import JobError, validate
+from flegel.runtime.store import ID_SHIFT
 from tests.fakes import Simulation, kmeans_theta0, slow_then_fast
 
 N = 4000

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flegel.store import ID_SHIFT, ShardStore, origin_of
+from flegel.runtime.store import ID_SHIFT, ShardStore, origin_of
 
 
 def _store(rank: int, n: int) -> ShardStore:

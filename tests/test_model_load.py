@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import flegel
-from flegel.config import JobError, load_job
 from flegel.data import load_shard
-from flegel.model import model_path, read_model
+from flegel.job.config import JobError, load_job
+from flegel.rundir.model import model_path, read_model
 from tests.conftest import events, mpirun, summary, write_job
 
 pytestmark = pytest.mark.mpi

@@ -44,7 +44,7 @@ from flegel import api
 from flegel.api import Algorithm
 from flegel.block import Block
 from flegel.local import make_info
-from flegel.output import CONVERGED
+from flegel.rundir.writer import CONVERGED
 from tests.fakes import Simulation
 
 WORKERS = 2
@@ -115,7 +115,7 @@ def _simulate(name: str, params: dict, x: np.ndarray, sync: dict, *, y=None,
     """Run the built-in ``name`` under ``sync`` on ``workers`` simulated workers, θ⁰ from its
     ``init_parameter`` as the runtime builds it (``base_dir``: the job's folder); check what
     every run of the old mpirun test checked."""
-    from flegel.config import resolve_algorithm
+    from flegel.job.config import resolve_algorithm
 
     algorithm = resolve_algorithm(name)(**params)
     theta0 = algorithm.init_parameter(make_info(x, y, base_dir=base_dir, n_workers=workers))
@@ -143,7 +143,7 @@ def _converged(sim: Simulation) -> bool:
 
 
 def _test_metrics(sim: Simulation, x: np.ndarray, y: np.ndarray) -> dict:
-    """The runtime's held-out metrics of the final θ (flegel.output: the whole test set in
+    """The runtime's held-out metrics of the final θ (flegel.rundir.writer: the whole test set in
     one block)."""
     inner = sim.algorithm.inner if isinstance(sim.algorithm, Labelled) else sim.algorithm
     block = Block.from_arrays(x, y, inner.init_state(len(x), x.shape[1]))

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from flegel.config import BUILTIN_ALGORITHMS, load_job, resolve_algorithm
-from flegel.launch import find_mpiexec
+from flegel.cli.launch import find_mpiexec
+from flegel.job.config import BUILTIN_ALGORITHMS, load_job, resolve_algorithm
 from tests.conftest import ROOT, summary, write_job
 
 MINE = '''

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from flegel import report
-from flegel.cli import main as cli_main
-from flegel.compare import model_sets, row_figures, table
-from flegel.config import load_job
+from flegel.cli import report
+from flegel.cli.commands import main as cli_main
+from flegel.cli.compare import model_sets, row_figures, table
+from flegel.job.config import load_job
 from flegel.sync import PRESETS
 
 #: pytest's fixture of captured output.

@@ -7,9 +7,9 @@ import re
 import pytest
 
 import flegel.data as data
-from flegel import schema
 from flegel import sync as sync_models
-from flegel.config import (
+from flegel import validation
+from flegel.job.config import (
     OUTPUT,
     REFERENCE_PATH,
     RUNTIME,
@@ -21,11 +21,11 @@ from flegel.config import (
     straggler_keys,
     sync_keys,
 )
-from flegel.schema import Key, SchemaError, check_section
-from flegel.stragglers import COMMON_KEYS, DEFAULTS, PATTERN_KEYS, PATTERNS
+from flegel.runtime.stragglers import COMMON_KEYS, DEFAULTS, PATTERN_KEYS, PATTERNS
+from flegel.validation import Key, SchemaError, check_section
 from tests.conftest import ROOT, write_job
 
-REGENERATE = "python -m flegel.config > docs/job-reference.md"
+REGENERATE = "python -m flegel.job.config > docs/job-reference.md"
 
 
 def _tables(text: str) -> dict[str, dict[str, str]]:
@@ -116,13 +116,13 @@ def test_straggler_defaults_come_from_the_keys():
 
 # --------------------------------------------------------------------------- the engine
 SECTION = {
-    "n": schema.integer("a count", 3, lo=1),
-    "rate": schema.number("a rate", REQUIRED := schema.REQUIRED, lo=0, hi=1, lo_open=True,
+    "n": validation.integer("a count", 3, lo=1),
+    "rate": validation.number("a rate", REQUIRED := validation.REQUIRED, lo=0, hi=1, lo_open=True,
                           hi_open=True),
-    "mode": schema.choice("a mode", ("a", "b"), "a"),
-    "flag": schema.boolean("a flag", False),
+    "mode": validation.choice("a mode", ("a", "b"), "a"),
+    "flag": validation.boolean("a flag", False),
 }
-assert REQUIRED is schema.REQUIRED
+assert REQUIRED is validation.REQUIRED
 
 
 def test_check_section_fills_defaults_in_schema_order():
@@ -152,13 +152,14 @@ def test_section_must_be_a_mapping():
 
 
 @pytest.mark.parametrize("key, text", [
-    (schema.integer("", lo=0), "a non-negative integer"),
-    (schema.integer("", lo=3), "an integer >= 3"),
-    (schema.integer("", lo=1, null=True, unit="points"), "a positive integer of points or null"),
-    (schema.number("", lo=0, lo_open=True, unit="seconds"), "a positive number of seconds"),
-    (schema.number("", lo=1, lo_open=True), "a number > 1"),
-    (schema.number("", lo=0, hi=1, hi_open=True), "a number >= 0 and < 1"),
-    (schema.choice("", ("x", None, 2)), "'x', null or 2"),
+    (validation.integer("", lo=0), "a non-negative integer"),
+    (validation.integer("", lo=3), "an integer >= 3"),
+    (validation.integer("", lo=1, null=True, unit="points"),
+     "a positive integer of points or null"),
+    (validation.number("", lo=0, lo_open=True, unit="seconds"), "a positive number of seconds"),
+    (validation.number("", lo=1, lo_open=True), "a number > 1"),
+    (validation.number("", lo=0, hi=1, hi_open=True), "a number >= 0 and < 1"),
+    (validation.choice("", ("x", None, 2)), "'x', null or 2"),
 ])
 def test_expected_text_follows_the_bounds(key, text):
     assert key.expected == text

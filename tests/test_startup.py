@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from flegel.launch import find_mpiexec
-from flegel.progress import Progress, phase_line
-from flegel.timings import PHASES, Timings, process_start
+from flegel.cli.launch import find_mpiexec
+from flegel.runtime.progress import Progress, phase_line
+from flegel.runtime.timings import PHASES, Timings, process_start
 from tests.conftest import child_env, mpirun, summary, write_job
 
 JOB = {"algorithm": "kmeans", "params": {"n_clusters": 3},
@@ -86,10 +86,10 @@ def test_without_launcher_launch_s_is_null(monkeypatch):
 
 
 def test_process_start_is_this_process_start():
-    # The kernel's record, not the time flegel.timings was imported: pytest ran before.
+    # The kernel's record, not the time flegel.runtime.timings was imported: pytest ran before.
     assert process_start() <= time.time()
     child = subprocess.run([sys.executable, "-c", "import time; time.sleep(0.3); "
-                            "from flegel.timings import process_start as p; "
+                            "from flegel.runtime.timings import process_start as p; "
                             "print(time.time() - p())"], capture_output=True, text=True,
                            check=True, timeout=60)
     assert float(child.stdout) >= 0.3

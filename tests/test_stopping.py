@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from flegel.stopping import StopCriteria
+from flegel.runtime.stopping import StopCriteria
 
 
 def test_check_fires_when_the_slowest_worker_completes_a_pass():

@@ -7,9 +7,9 @@ import pytest
 
 from flegel.algorithms.kmeans import KMeans
 from flegel.block import Block
-from flegel.blocksize import BlockSizer
 from flegel.local import fit_local
-from flegel.store import ShardStore
+from flegel.runtime.blocksize import BlockSizer
+from flegel.runtime.store import ShardStore
 
 
 def _store(n=10):
@@ -67,7 +67,7 @@ def test_block_sizer_targets_a_millisecond():
     z = BlockSizer(target_s=1e-3, initial=64)
     for _ in range(20):
         z.observe(z.size, z.size * 1e-7)  # 0.1 µs per point
-    assert z.nominal == 10_000  # blocks alternate around it (flegel.blocksize)
+    assert z.nominal == 10_000  # blocks alternate around it (flegel.runtime.blocksize)
     z.observe(z.size, z.size * 1e-7, delay_s=z.size * 9e-7)  # a straggler, 10x slower
     assert z.nominal < 10_000
 

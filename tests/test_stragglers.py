@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from flegel.stragglers import Stragglers, parse_workers
+from flegel.runtime.stragglers import Stragglers, parse_workers
 
 
 def test_parse_workers():

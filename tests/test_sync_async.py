@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import make_blobs
 
-from flegel.cli import main
+from flegel.cli.commands import main
 from flegel.sync.dssp import synchronization_controller
 from flegel.sync.specsync import tune
 from tests.conftest import events, mpirun, summary, write_job

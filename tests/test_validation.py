@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from flegel.cli import main
-from flegel.config import load_job
-from flegel.output import (
+from flegel.cli.commands import main
+from flegel.job.config import load_job
+from flegel.rundir.writer import (
     RUN_FILES,
     RunDirError,
     atomic_path,

@@ -1,4 +1,4 @@
-"""Tests for flegel.zipline: the ElasticBSP barrier-placement solver (ZipLine paper, ML 2021)."""
+"""Tests for flegel.sync.zipline: ElasticBSP's barrier-placement solver (ZipLine, ML 2021)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flegel.zipline import (
+from flegel.sync.zipline import (
     EXACT_METHODS,
     METHODS,
     ZipLineResult,

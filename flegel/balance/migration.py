@@ -29,7 +29,7 @@ waiting for θ, and at stop):
   cursor (Fig. 3), one window of ``window`` points at a time; only the current window is
   locked out of local training; windows travel with their per-point state as nonblocking
   point-to-point messages, polled between blocks, never spun on.  The target admits each
-  window into its priority queue (:meth:`flegel.store.ShardStore.admit`): migrated points
+  window into its priority queue (:meth:`flegel.runtime.store.ShardStore.admit`): migrated points
   are trained first until their passes caught up, then count as native.
 * ``sync`` (the paper's comparison, Section 6 "up to 35.9% worse"): the orders come with the
   barrier's θ and both sides move all the points before the next iteration starts.
@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from flegel import schema
+from flegel import validation
 from flegel.balance.monitor import DEFAULT_EPSILON, WorkerStat, group, imbalanced
 from flegel.balance.planner import DEFAULT_ROUNDS, Move, plan_round
 
@@ -56,18 +56,18 @@ MODES = ("off", "async", "sync")
 DEFAULT_WINDOW = 1024
 
 #: The keys of ``sync.migration`` (FSP only), declared once.
-KEYS: dict[str, schema.Key] = {
-    "mode": schema.choice("data migration (FSP paper Section 4): off; async, windows sent "
+KEYS: dict[str, validation.Key] = {
+    "mode": validation.choice("data migration (FSP paper Section 4): off; async, windows sent "
                           "while training goes on (Section 4.3); sync, every point moved at "
                           "the barrier before the next iteration", MODES, "async"),
-    "virtual": schema.boolean("the source keeps the points it sent, inactive, and takes "
+    "virtual": validation.boolean("the source keeps the points it sent, inactive, and takes "
                               "them up again when balance needs them back (no data sent "
                               "back)", True),
-    "epsilon": schema.number("ε of Eq. 8: migrate when some worker's passes differ from "
+    "epsilon": validation.number("ε of Eq. 8: migrate when some worker's passes differ from "
                              "the mean by more than this", DEFAULT_EPSILON, lo=0, hi=1),
-    "rounds": schema.integer("d: the remaining time T is split into d rounds, re-planned "
+    "rounds": validation.integer("d: the remaining time T is split into d rounds, re-planned "
                              "before each (Section 4.2)", DEFAULT_ROUNDS, lo=1),
-    "window": schema.integer("points per window of asynchronous migration (only the "
+    "window": validation.integer("points per window of asynchronous migration (only the "
                              "window being sent is locked out of training)", DEFAULT_WINDOW,
                              lo=1),
 }
@@ -118,7 +118,7 @@ class MigrationOptions:
     @classmethod
     def of(cls, section: dict[str, Any] | None) -> MigrationOptions:
         """From the validated section (its defaults filled by :data:`KEYS`)."""
-        return cls(**{**schema.defaults(KEYS), **(section or {})})
+        return cls(**{**validation.defaults(KEYS), **(section or {})})
 
 
 def payload_bytes(payload: dict[str, Any]) -> int:

@@ -1,7 +1,7 @@
 """The keys of a job's ``data:`` section, declared once.
 
 :data:`FILE_SPEC` and :data:`SYNTHETIC_SPEC` map every key a file spec or a synthetic spec
-may hold to a :class:`flegel.schema.Key`: what it must be (the text messages show after
+may hold to a :class:`flegel.validation.Key`: what it must be (the text messages show after
 "expected"), the check, the default the loaders use, and one line of documentation (the job
 reference is generated from them).  :mod:`flegel.data.sources` validates specs and fills
 defaults from these declarations only; checks that need the file itself (existence, column
@@ -20,7 +20,7 @@ import numpy as np
 from flegel.data.formats import ALIASES, FORMATS
 from flegel.data.partition import PARTITIONS
 from flegel.data.synthetic import DEFAULT_FEATURES, KINDS, TABLE1, SyntheticSpec
-from flegel.schema import REQUIRED, Key
+from flegel.validation import REQUIRED, Key
 
 __all__ = [
     "DTYPES",

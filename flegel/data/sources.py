@@ -45,7 +45,7 @@ from flegel.data.keys import (
     is_int,
 )
 from flegel.data.partition import Shard, partition_rows
-from flegel.schema import Key
+from flegel.validation import Key
 
 __all__ = [
     "FILE_KEYS",

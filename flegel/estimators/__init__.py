@@ -17,8 +17,8 @@ algorithm's (the job's ``params``) plus the runtime's, beside them:
 
 ``fit(X, y=None)`` takes the same path as ``flegel run``: it writes ``X`` (and ``y``) to
 ``.npy`` files in a new run directory with a job file, validates the job, launches
-``workers + 1`` MPI ranks with the bundled launcher (:func:`flegel.launch.launch`), then reads
-the model back (:mod:`flegel.model`).  The data files are removed after the run; the run
+``workers + 1`` MPI ranks with the bundled launcher (:func:`flegel.cli.launch.launch`), then reads
+the model back (:mod:`flegel.rundir.model`).  The data files are removed after the run; the run
 directory (``run_dir_``) keeps the model, the resolved job, the event log and the summary, so
 ``flegel.load(est.run_dir_)`` gives the estimator back.  Prediction runs in this process,
 vectorized, through the algorithm's own kernels.
@@ -30,16 +30,16 @@ scikit-learn's messages; fitted attributes end in ``_``.
 The modules: :mod:`~flegel.estimators.base` (the conventions every estimator shares),
 :mod:`~flegel.estimators.running` (launching a job on in-memory data),
 :mod:`~flegel.estimators.clustering`, :mod:`~flegel.estimators.classifiers`,
-:mod:`~flegel.estimators.decomposition`, :mod:`~flegel.estimators.generic` (any algorithm,
-:func:`fit`) and :mod:`~flegel.estimators.loading` (:func:`load`).
+:mod:`~flegel.estimators.decomposition`, :mod:`~flegel.estimators.generic` (any algorithm)
+and :mod:`~flegel.estimators.functional` (:func:`fit` and :func:`load`).
 """
 
 from flegel.estimators.base import FlegelEstimator
 from flegel.estimators.classifiers import CNN, LogisticRegression
 from flegel.estimators.clustering import FuzzyCMeans, GaussianMixture, KMeans
 from flegel.estimators.decomposition import NMF
-from flegel.estimators.generic import Estimator, fit
-from flegel.estimators.loading import from_saved, load
+from flegel.estimators.functional import fit, from_saved, load
+from flegel.estimators.generic import Estimator
 
 __all__ = ["CNN", "NMF", "Estimator", "FlegelEstimator", "FuzzyCMeans", "GaussianMixture",
            "KMeans", "LogisticRegression", "fit", "from_saved", "load"]

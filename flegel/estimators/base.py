@@ -18,7 +18,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from flegel.estimators.running import run_job
-from flegel.model import SavedModel
+from flegel.rundir.model import SavedModel
 
 __all__ = ["ESTIMATOR_FILE", "FlegelEstimator", "INIT_SPEC", "RUNTIME_CONSTRAINTS",
            "init_path", "runtime_init"]
@@ -130,7 +130,7 @@ class FlegelEstimator(BaseEstimator):
     # ------------------------------------------------------------------ the model
     def _algorithm(self) -> Any:
         """The algorithm object of the fitted parameters (its kernels serve prediction)."""
-        from flegel.config import resolve_algorithm
+        from flegel.job.config import resolve_algorithm
 
         # Prediction never depends on the initialization: the default init avoids re-saving
         # an init array (K-means) and re-checking a warm-start path that may be gone.

@@ -19,7 +19,7 @@ from flegel.estimators.base import (
     FlegelEstimator,
     runtime_init,
 )
-from flegel.model import SavedModel
+from flegel.rundir.model import SavedModel
 
 __all__ = ["CNN", "LogisticRegression"]
 

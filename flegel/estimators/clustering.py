@@ -18,7 +18,7 @@ from flegel.estimators.base import (
     init_path,
     runtime_init,
 )
-from flegel.model import SavedModel
+from flegel.rundir.model import SavedModel
 
 __all__ = ["FuzzyCMeans", "GaussianMixture", "KMeans"]
 

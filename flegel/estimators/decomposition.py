@@ -12,7 +12,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from flegel.estimators.base import RUNTIME_CONSTRAINTS, FlegelEstimator, runtime_init
-from flegel.model import SavedModel
+from flegel.rundir.model import SavedModel
 
 __all__ = ["NMF"]
 

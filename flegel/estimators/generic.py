@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import copy
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from sklearn.utils.validation import validate_data
 
 from flegel.estimators.base import RUNTIME_CONSTRAINTS, FlegelEstimator, runtime_init
-from flegel.estimators.running import algorithm_name, run_job, set_path
-from flegel.model import SavedModel
+from flegel.estimators.running import algorithm_name, run_job
+from flegel.rundir.model import SavedModel
 
-__all__ = ["Estimator", "fit"]
+__all__ = ["Estimator"]
 
 
 class Estimator(FlegelEstimator):
@@ -80,7 +78,7 @@ class Estimator(FlegelEstimator):
         return self
 
     def _algorithm(self) -> Any:
-        from flegel.config import resolve_algorithm
+        from flegel.job.config import resolve_algorithm
 
         name, _ = algorithm_name(self.algorithm)
         return resolve_algorithm(name)(**self._algorithm_params())
@@ -107,62 +105,3 @@ class Estimator(FlegelEstimator):
     def decision_function(self, X: Any) -> np.ndarray:
         """The algorithm's ``decision_function(theta, X)``."""
         return self._call("decision_function", X)
-
-
-def fit(job_or_algorithm: Any, X: Any, y: Any = None, **overrides: Any) -> FlegelEstimator:
-    """Train any algorithm -- a built-in or your own -- on in-memory data under MPI.
-
-    Parameters
-    ----------
-    job_or_algorithm : str, Path, dict or Algorithm subclass
-        A job file (its ``data`` is replaced by ``X``; its relative paths keep their meaning,
-        the job is written beside it), a job mapping, a built-in name
-        (``"kmeans"``), ``"package.module:Class"``, or a :class:`flegel.Algorithm` subclass
-        defined in an importable module.
-    X : array-like of shape (n_samples, n_features)
-    y : array-like of shape (n_samples,), optional
-        Labels, for supervised algorithms (integers 0..C-1).
-    **overrides
-        Job keys: ``params={...}``, ``workers=4``, ``sync="fsp"``, ``seed=1``, ``stop={...}``,
-        or dotted paths given as a dict, ``**{"sync.model": "fsp"}``.  ``out`` is the folder
-        under which the run directory is made.
-
-    Returns
-    -------
-    FlegelEstimator
-        The fitted estimator (:func:`flegel.load` of the run directory).
-
-    Examples
-    --------
-    >>> import flegel
-    >>> est = flegel.fit("kmeans", X, params={"n_clusters": 3}, workers=2)  # doctest: +SKIP
-    >>> est.predict(X)  # doctest: +SKIP
-    """
-    from flegel.config import load_yaml
-
-    import_root = job_dir = None
-    if isinstance(job_or_algorithm, dict):
-        doc = copy.deepcopy(job_or_algorithm)
-    elif isinstance(job_or_algorithm, (str, Path)) and str(job_or_algorithm).endswith(
-            (".yaml", ".yml")):
-        doc = load_yaml(Path(job_or_algorithm))
-        job_dir = Path(job_or_algorithm).resolve().parent
-    else:
-        name, import_root = algorithm_name(job_or_algorithm)
-        doc = {"algorithm": name}
-    if not isinstance(doc.get("algorithm"), str):
-        name, import_root = algorithm_name(doc.get("algorithm"))
-        doc["algorithm"] = name
-    out = overrides.pop("out", None)
-    for key, value in overrides.items():
-        if key == "sync" and isinstance(value, str):
-            doc["sync"] = {"model": value}  # a model name resets the section, as --set does
-        else:
-            set_path(doc, key, value)
-    Xa = np.asarray(X)
-    if Xa.ndim != 2:
-        raise ValueError(f"X must be a 2-D array (n_samples, n_features), got shape {Xa.shape}")
-    saved = run_job(doc, Xa, None if y is None else np.asarray(y), out, import_root, job_dir)
-    from flegel.estimators.loading import from_saved
-
-    return from_saved(saved)

@@ -1,9 +1,9 @@
 """Launching a job on in-memory data: the path ``flegel run`` takes, from Python.
 
 :func:`run_job` writes ``X`` (and ``y``) as ``.npy`` files with a job file into a new run
-directory, validates the job (:func:`flegel.config.load_job`), launches ``workers + 1`` MPI
-ranks with the bundled launcher (:func:`flegel.launch.launch`, as ``flegel run`` does without
-mpirun) and reads the model back (:func:`flegel.model.read_model`).
+directory, validates the job (:func:`flegel.job.config.load_job`), launches ``workers + 1`` MPI
+ranks with the bundled launcher (:func:`flegel.cli.launch.launch`, as ``flegel run`` does without
+mpirun) and reads the model back (:func:`flegel.rundir.model.read_model`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 import yaml
 
 from flegel.api import Algorithm
-from flegel.model import JOB_FILE, SavedModel, read_model
+from flegel.rundir.model import JOB_FILE, SavedModel, read_model
 
 __all__ = ["algorithm_name", "run_job", "set_path"]
 
@@ -88,8 +88,8 @@ def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
 
     The path of ``flegel run``: ``X`` and ``y`` are written as ``.npy`` files into a new run
     directory with the job (``data`` replaced by them), the job is validated
-    (:func:`flegel.config.load_job`), ``workers + 1`` ranks are launched
-    (:func:`flegel.launch.launch`), and the model is read back.  The data files are removed
+    (:func:`flegel.job.config.load_job`), ``workers + 1`` ranks are launched
+    (:func:`flegel.cli.launch.launch`), and the model is read back.  The data files are removed
     afterwards (the job file too when the run succeeded).
 
     Parameters
@@ -110,13 +110,13 @@ def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
 
     Raises
     ------
-    flegel.config.JobError
+    flegel.job.config.JobError
         A bad job (a ``ValueError`` naming the key).
     RuntimeError
         The MPI run failed (its messages were printed above).
     """
-    from flegel.config import load_job
-    from flegel.launch import launch, under_mpi
+    from flegel.cli.launch import launch, under_mpi
+    from flegel.job.config import load_job
 
     if under_mpi():
         raise RuntimeError("flegel: fit launches its own MPI job and cannot run inside one "
@@ -126,7 +126,7 @@ def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
     name = str(doc.get("name") or str(doc["algorithm"]).split(":")[-1].split(".")[-1].lower())
     run_dir = _new_run_dir(out, name, str(sync.get("model", "bsp")))
     # The inputs go to a folder of their own: the run directory must hold no run files
-    # before the run (flegel.output.claim_run_dir), and they are removed after it.
+    # before the run (flegel.rundir.writer.claim_run_dir), and they are removed after it.
     inputs = run_dir / "input"
     inputs.mkdir()
     x_file = inputs / "X.npy"

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from flegel.interval import IntervalAdjustor, Observation, Plan
+from flegel.interval.base import IntervalAdjustor, Observation, Plan
 
 
 def _rate_at(t: float, t1: float, r1: float, t2: float, r2: float) -> float:

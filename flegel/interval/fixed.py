@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flegel.interval import IntervalAdjustor, Plan
+from flegel.interval.base import IntervalAdjustor, Plan
 
 
 class FixedInterval(IntervalAdjustor):

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flegel.interval import IntervalAdjustor, Observation, Plan
+from flegel.interval.base import IntervalAdjustor, Observation, Plan
 
 #: FSPV's probes η_p last at most this fraction of the fastest worker's full pass (and the
 #: second probe, 2η_p, twice that): small probes, where the optimum can be (see above).

@@ -72,9 +72,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from flegel.block import Block
-from flegel.blocksize import device_of
 from flegel.ports import Arrays
-from flegel.store import ShardStore
+from flegel.runtime.blocksize import device_of
+from flegel.runtime.store import ShardStore
 
 #: ``runtime.exact_budget`` by default: the share of time spent on exact evaluations.
 DEFAULT_BUDGET = 0.05

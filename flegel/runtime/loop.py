@@ -20,10 +20,10 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from flegel.blocksize import BlockSizer
 from flegel.ports import Arrays, WorkerPolicy
 from flegel.protocol import Reason, Signal
-from flegel.store import ShardStore
+from flegel.runtime.blocksize import BlockSizer
+from flegel.runtime.store import ShardStore
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,8 @@ from flegel.runtime.exact import ExactObjective, FinalEvaluation
 from flegel.runtime.faults import JobFault
 from flegel.runtime.layout import Layout
 from flegel.runtime.numerics import check_aggregator, check_theta
+from flegel.runtime.stopping import StopCriteria
 from flegel.runtime.transport import Transport
-from flegel.stopping import StopCriteria
 
 
 class MasterPolicy(Protocol):
@@ -152,7 +152,7 @@ class Server:
         self._warned = {r: 0 for r in self.ranks}
         # The latest instructions of each worker and the θ version they came with.
         self._sent: dict[int, tuple[int, Instructions]] = {}
-        # Checkpoints (flegel/checkpoint.py; run.py sets it, None: none).  While one is due,
+        # Checkpoints (flegel/rundir/checkpoint.py; run.py sets it, None: none).  While one is due,
         # replies are held back until no worker computes (a quiescent point); the workers
         # whose next instructions ask for their state.
         self.checkpoint: Any = None
@@ -357,7 +357,7 @@ class Server:
         self._held_serial = {r: self._theta_serial for r in self.ranks}
 
     def checkpoint_step(self, policy: Any) -> None:
-        """Take a due checkpoint at the next quiescent point (:mod:`flegel.checkpoint`).
+        """Take a due checkpoint at the next quiescent point (:mod:`flegel.rundir.checkpoint`).
 
         Once due, replies are held back; when no worker computes and no point is in flight
         between workers, the master's state and the held replies are snapshotted, then the

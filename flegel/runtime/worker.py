@@ -19,7 +19,6 @@ from mpi4py import MPI
 
 from flegel.api import Algorithm
 from flegel.block import Block
-from flegel.blocksize import BlockSizer, device_of
 from flegel.ports import Arrays, WorkerPolicy
 from flegel.protocol import (
     COMMIT,
@@ -33,12 +32,13 @@ from flegel.protocol import (
 )
 from flegel.runtime import Backoff
 from flegel.runtime import comm as msg
+from flegel.runtime.blocksize import BlockSizer, device_of
 from flegel.runtime.exact import Evaluator
 from flegel.runtime.layout import Layout
 from flegel.runtime.loop import Wait, drive, iterate
 from flegel.runtime.numerics import check_aggregator, layout_problem
-from flegel.store import ShardStore
-from flegel.stragglers import Stragglers
+from flegel.runtime.store import ShardStore
+from flegel.runtime.stragglers import Stragglers
 
 
 @dataclass
@@ -177,7 +177,7 @@ class Worker:
 
     # -------------------------------------------------------------- checkpoints
     def checkpoint_state(self) -> dict[str, Any]:
-        """This worker's part of a checkpoint (:mod:`flegel.checkpoint`): its store, worker
+        """This worker's part of a checkpoint (:mod:`flegel.rundir.checkpoint`): its store, worker
         policy, straggler patterns, iteration count, the suspension still owed, totals."""
         import copy
 

@@ -46,12 +46,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from flegel import schema
+from flegel import validation
 from flegel.ports import Arrays, ServerPort
 from flegel.protocol import Instructions, Reason
-from flegel.schema import Key, any_of, number, one_of
 from flegel.sync.base import MasterPolicy, round_trip_s
 from flegel.sync.bsp import auto_batch
+from flegel.validation import Key, any_of, number, one_of
 
 
 def is_int(v: Any, lo: int = 0) -> bool:
@@ -94,7 +94,7 @@ class PushPolicy(MasterPolicy):
 
     OPTIONS: ClassVar[dict[str, Key]] = {
         "batch": Key("'auto', 'full' or a positive number of points per push",
-                     any_of(one_of("auto", "full"), schema.is_int(1)), "auto",
+                     any_of(one_of("auto", "full"), validation.is_int(1)), "auto",
                      "points per push: chosen after a calibration pass, a full pass, or a "
                      "fixed number"),
         "overhead": number("largest share of an iteration a push round trip may take, for "

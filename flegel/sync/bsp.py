@@ -31,8 +31,8 @@ from typing import Any, ClassVar
 
 from flegel.ports import ServerPort, WorkerPolicy, WorkerPort
 from flegel.protocol import Instructions
-from flegel.schema import Key, any_of, is_int, number, one_of
 from flegel.sync.base import BarrierPolicy, round_trip_s
+from flegel.validation import Key, any_of, is_int, number, one_of
 
 
 def auto_batch(per_point_s: float, barrier_s: float, overhead: float,

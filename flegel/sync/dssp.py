@@ -36,8 +36,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from flegel.ports import ServerPort
-from flegel.schema import Key, integer
 from flegel.sync.asynchronous import PushPolicy
+from flegel.validation import Key, integer
 
 
 def synchronization_controller(latest_p: float, interval_p: float, latest_slow: float,

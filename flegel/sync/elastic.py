@@ -9,7 +9,7 @@ at once).  Each superstep has two phases (Fig. 5):
    record).
 2. *Prediction*: it predicts the next ``R`` iteration end times of every worker and places the
    barrier where the wait of the first worker to arrive, ``max(Z) − min(Z)``, is smallest
-   (:func:`flegel.zipline.solve`, ZipLine or a variant).  The chosen set ``Z*`` tells each
+   (:func:`flegel.sync.zipline.solve`, ZipLine or a variant).  The chosen set ``Z*`` tells each
    worker after which of its iterations to stop: the server holds that worker's reply after
    the chosen push.  When every worker has made its barrier push, all receive the same θ --
    the barrier (weights synchronized, Section II) -- and the phases repeat.
@@ -30,7 +30,7 @@ simulated clock (``tests/test_elastic_waits.py``) with known iteration times iso
 causes; with no noise the prediction was already exact:
 
 * **One interval, extrapolated R times.**  The paper predicts from the latest interval alone
-  (Section 4; :func:`flegel.zipline.predict` keeps that for the authors' data).  Its error is
+  (Section 4; :func:`flegel.sync.zipline.predict` keeps that for the authors' data).  Its error is
   multiplied by the iteration index: a worker descheduled once (2 cores shared by 5 ranks) is
   predicted slow for the whole lookahead.  The interval is now the median of the worker's
   last :data:`WINDOW` iteration *spans* (θ sent to push arrived, time held excluded), kept
@@ -49,7 +49,7 @@ causes; with no noise the prediction was already exact:
   last decision -- stop here or go on -- is so taken one iteration ahead.
 * **``d*`` is the minimum of many noisy candidates.**  It is the wait if every prediction
   were exact, biased low by the choice itself.  The policy also records the *expected* wait
-  of its choice, :func:`flegel.zipline.expected_wait`: each uncertain end perturbed by the
+  of its choice, :func:`flegel.sync.zipline.expected_wait`: each uncertain end perturbed by the
   worker's own past prediction errors (span − median, one iteration's worth, since the
   rolling plan corrects the rest).  Both are reported (``predicted_wait_s`` = ZipLine's
   ``d*``, ``expected_wait_s``) beside the measured ``wait_s``.
@@ -65,7 +65,7 @@ Determinism
 ElasticBSP cannot give the same model twice, whatever the seed: between barriers the server
 applies each push as it arrives (ASP-style), so the order of the updates -- and which θ each
 worker computes from -- follows the workers' timing.  What is reproducible is the plan: for
-the same push times, the prediction and :func:`flegel.zipline.solve` choose the same barrier
+the same push times, the prediction and :func:`flegel.sync.zipline.solve` choose the same barrier
 (pure functions of the times; the expected wait's draws are seeded by the barrier number).
 For a bit-reproducible model use BSP (``docs/determinism.md``).
 """
@@ -80,9 +80,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from flegel.ports import ServerPort
-from flegel.schema import Key, choice, integer
 from flegel.sync.asynchronous import PushPolicy
-from flegel.zipline import METHODS, expected_wait, predict, solve
+from flegel.sync.zipline import METHODS, expected_wait, predict, solve
+from flegel.validation import Key, choice, integer
 
 #: Iteration spans per worker whose median is its predicted interval (module notes).
 WINDOW = 8
@@ -99,7 +99,7 @@ class ElasticBSP(PushPolicy):
     r : int
         Lookahead ``R``: predicted iteration ends per worker (default 15).
     method : str
-        The barrier solver of :func:`flegel.zipline.solve` (default ``"fast"``, exact).
+        The barrier solver of :func:`flegel.sync.zipline.solve` (default ``"fast"``, exact).
     batch, overhead
         See :class:`~flegel.sync.asynchronous.PushPolicy`.
     """
@@ -107,7 +107,7 @@ class ElasticBSP(PushPolicy):
     OPTIONS: ClassVar[dict[str, Key]] = {
         **PushPolicy.OPTIONS,
         "r": integer("lookahead R: predicted iteration ends per worker", 15, lo=1),
-        "method": choice("the barrier solver of flegel.zipline.solve ('fast' is exact)",
+        "method": choice("the barrier solver of flegel.sync.zipline.solve ('fast' is exact)",
                          METHODS, "fast", expected="one of " + ", ".join(METHODS)),
     }
     #: Remake the plan at every push (module notes).  False: the paper's one plan per

@@ -41,8 +41,8 @@ from flegel.interval import Observation, Plan, make_adjustor
 from flegel.interval.multistage import STAGE_CONFIRM, STAGE_SIGNIFICANCE, STAGE_WINDOW
 from flegel.ports import ServerPort, WorkerPolicy, WorkerPort
 from flegel.protocol import Instructions, Reason, Signal
-from flegel.schema import Key, choice, mapping, number
 from flegel.sync.base import BarrierPolicy
+from flegel.validation import Key, choice, mapping, number
 
 #: Weight of the newest measurement when smoothing the semi-centralized offsets δᵢ.
 OFFSET_SMOOTHING = 0.5

@@ -9,7 +9,7 @@ back, and starts over from the fresher θ (Section IV-A, Algorithm 2).
 Implementation:
 
 * Every θ is sent with ``mark = 1``, so the worker journals its per-point state and can roll
-  back (:meth:`flegel.store.ShardStore.mark`); the abort is ``Signal.ABORT`` for the θ
+  back (:meth:`flegel.runtime.store.ShardStore.mark`); the abort is ``Signal.ABORT`` for the θ
   version the worker computes from.
 * The paper checks the count when the timer expires; the count only grows within the window,
   so we decide at the push that makes it exceed the threshold -- the same decision, earlier,
@@ -43,8 +43,8 @@ import numpy as np
 
 from flegel.ports import ServerPort, WorkerPolicy, WorkerPort
 from flegel.protocol import Instructions, Reason, Signal
-from flegel.schema import Key, boolean, choice, number
 from flegel.sync.ssp import SSP
+from flegel.validation import Key, boolean, choice, number
 
 #: Pushes kept for the adaptive tuning (a longer epoch is tuned on its latest pushes).
 HISTORY = 4096

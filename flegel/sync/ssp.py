@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from flegel.ports import ServerPort
-from flegel.schema import Key, integer
 from flegel.sync.asynchronous import PushPolicy
+from flegel.validation import Key, integer
 
 
 class SSP(PushPolicy):

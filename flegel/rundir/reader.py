@@ -1,6 +1,6 @@
 """What a run directory holds, read back as series (``flegel report``), no matplotlib.
 
-A run directory (``flegel/output.py``) holds ``events.jsonl`` (one record per barrier or
+A run directory (``flegel/rundir/writer.py``) holds ``events.jsonl`` (one record per barrier or
 push), ``summary.json`` (written when the run ends) and ``job.yaml``; :class:`Run` reads the
 first two once for everything drawn or printed about the run, and the functions below turn
 them into series: the exact objective, the online one, every worker's columns over time,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import yaml
 
-from flegel.peak_memory import peak_rss_mib
+from flegel.runtime.peak_memory import peak_rss_mib
 
 if TYPE_CHECKING:
     from flegel.runtime.exact import FinalEvaluation
@@ -90,7 +90,7 @@ def claim_run_dir(path: Path, force: bool) -> None:
         raise RunDirError(f"--out {path}: expected a new run directory, found an existing run "
                          f"({', '.join(found)}); pass --force to overwrite it")
     for f in found:
-        if (path / f).is_dir():  # checkpoint/ (flegel/checkpoint.py)
+        if (path / f).is_dir():  # checkpoint/ (flegel/rundir/checkpoint.py)
             shutil.rmtree(path / f)
         else:
             (path / f).unlink()
@@ -220,7 +220,7 @@ class RunWriter:
                timings: Any = None) -> dict[str, Any]:
         """Write model and summary; return the summary.  ``evaluation`` (completed) gives
         the final objective and the exact objective trace; ``timings``
-        (:class:`flegel.timings.Timings`) gives the summary's ``timings``, ending now."""
+        (:class:`flegel.runtime.timings.Timings`) gives the summary's ``timings``, ending now."""
         self._events.close()
         job = self.job
         assert evaluation.final_objective is not None, "the final evaluation is complete"

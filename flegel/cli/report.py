@@ -21,7 +21,7 @@ directory's ``summary.json``, ``events.jsonl`` and ``job.yaml`` and writes into 
   overview of them all and every run gets its own page, ``report-<run>.html``.
 
 Slowed workers (``summary.json``'s ``stragglers``) are drawn dashed or in red.  The series
-are computed in :mod:`flegel.run_record`, without matplotlib (:func:`exact_trace`,
+are computed in :mod:`flegel.rundir.reader`, without matplotlib (:func:`exact_trace`,
 :func:`worker_series`, :func:`worker_intervals`, :func:`binned_shares`); matplotlib is
 imported only when a picture is drawn.
 """
@@ -38,8 +38,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flegel.report_page import Picture, page
-from flegel.run_record import (
+from flegel.cli.report_page import Picture, page
+from flegel.rundir.reader import (
     Interval,
     Run,
     Series,
@@ -70,7 +70,7 @@ TIMELINE_MAX_INTERVALS = 200
 TIMELINE_BINS = 120
 
 
-#: The record readers and series, re-exported: ``flegel.report`` is what users import.
+#: The record readers and series, re-exported: ``flegel.cli.report`` is what users import.
 __all__ = ["Interval", "Series", "barrier_events", "binned_shares", "delta_f_per_worker",
            "describe", "draw", "exact_during_run", "exact_trace", "online_series",
            "pictures", "push_events", "slowed_ranks", "worker_intervals", "worker_series"]

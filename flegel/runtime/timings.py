@@ -60,7 +60,7 @@ def process_start() -> float:
 
     The kernel's record of the start (``/proc/self/stat``, 10 ms ticks) on Linux, so the
     interpreter's own start-up counts; elsewhere the first call of this function (it is
-    called early: when :mod:`flegel.timings` is imported).
+    called early: when :mod:`flegel.runtime.timings` is imported).
     """
     return _START
 
@@ -93,7 +93,7 @@ def say_importing(rank: str | None) -> None:
     ``flegel run`` launched it with progress on (:data:`PROGRESS_ENV`)."""
     mode = os.environ.get(PROGRESS_ENV, "none")
     if rank == "0" and mode != "none":
-        from flegel.progress import Progress
+        from flegel.runtime.progress import Progress
 
         origin = launch_time()
         Progress(mode).phase("importing", time.time() - (origin or _START))

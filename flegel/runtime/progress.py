@@ -3,7 +3,7 @@
 Before training, rank 0 (and before it, ``flegel run``) says which phase the job is in --
 launching, importing, loading shards, compiling kernels, training, final evaluation,
 writing -- with the seconds since ``flegel run`` started, so a long start or end is never
-silent (issue 14); :mod:`flegel.timings` records the same phases in ``summary.json``.
+silent (issue 14); :mod:`flegel.runtime.timings` records the same phases in ``summary.json``.
 """
 
 from __future__ import annotations

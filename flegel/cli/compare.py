@@ -12,7 +12,7 @@ traversal passes (max - min) and the range of passes per point.  The migration m
 sync presets: ``fspv-off``, ``fspv-async``, ``fspv-sync`` (and ``fspb-…``), see
 ``flegel.sync.PRESETS``.
 With matplotlib, ``passes_time.png``, ``delta_f.png`` and ``held.png`` of every run are drawn
-beside ``objective.png`` (see :mod:`flegel.report`).
+beside ``objective.png`` (see :mod:`flegel.cli.report`).
 
 Example::
 
@@ -35,8 +35,8 @@ from typing import Any
 
 import yaml
 
-from flegel.config import JobError, load_job
-from flegel.launch import KILL_AFTER_S
+from flegel.cli.launch import KILL_AFTER_S
+from flegel.job.config import JobError, load_job
 from flegel.sync import PRESETS
 
 #: Short keys accepted on the command line for straggler options.
@@ -140,7 +140,7 @@ def run_one(job_file: Path, out: Path, sets: list[str], timeout: float | None) -
         _, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         # End it as a user's SIGTERM would: the run saves its last θ, every rank ends
-        # (flegel.launch); kill the launcher only if that takes too long.
+        # (flegel.cli.launch); kill the launcher only if that takes too long.
         proc.send_signal(signal.SIGTERM)
         try:
             _, err = proc.communicate(timeout=KILL_AFTER_S + 3.0)
@@ -273,7 +273,7 @@ def _compare(args: argparse.Namespace) -> int:
     print(text)
     (out / "compare.json").write_text(json.dumps({"target": target, "runs": rows}, indent=2))
     try:
-        from flegel.report import draw
+        from flegel.cli.report import draw
 
         for made in draw([Path(r["dir"]) for r in rows], out,
                          labels=[f"{r['sync']} / {r['stragglers']}" for r in rows]):

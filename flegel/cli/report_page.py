@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from flegel.run_record import Run
+from flegel.rundir.reader import Run
 
 
 @dataclass(frozen=True)

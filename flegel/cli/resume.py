@@ -1,12 +1,12 @@
 """What ``flegel run --resume RUN_DIR`` starts from: the run's own job, checked against its
-checkpoint (:mod:`flegel.checkpoint`)."""
+checkpoint (:mod:`flegel.rundir.checkpoint`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from flegel.checkpoint import CheckpointError, read_manifest
-from flegel.config import Job, apply_overrides, load_yaml, validate
+from flegel.job.config import Job, apply_overrides, load_yaml, validate
+from flegel.rundir.checkpoint import CheckpointError, read_manifest
 
 #: Keys a resumed job may change with ``--set``: when it stops and what it shows, never
 #: what it computes.

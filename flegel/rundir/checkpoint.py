@@ -47,14 +47,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flegel import schema
-from flegel.schema import Key
+from flegel import validation
+from flegel.validation import Key
 
 #: Keys of ``output.checkpoint``, declared once.
 KEYS: dict[str, Key] = {
-    "every_s": schema.number("write a checkpoint every this many seconds of training", None,
+    "every_s": validation.number("write a checkpoint every this many seconds of training", None,
                              lo=0, lo_open=True, null=True, unit="seconds"),
-    "every_iterations": schema.integer("write a checkpoint every this many iterations (θ "
+    "every_iterations": validation.integer("write a checkpoint every this many iterations (θ "
                                        "versions)", None, lo=1, null=True),
 }
 
@@ -109,7 +109,7 @@ def _sha256(path: Path) -> str:
 
 def _write_pickle(path: Path, obj: Any) -> str:
     """Pickle ``obj`` to ``path`` atomically; return the file's SHA-256."""
-    from flegel.output import atomic_path
+    from flegel.rundir.writer import atomic_path
 
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as f:
@@ -245,7 +245,7 @@ class Checkpointer:
         for rank in sorted(workers):
             files[f"worker-{rank}.pkl"] = _write_pickle(folder / f"worker-{rank}.pkl",
                                                         workers[rank])
-        from flegel.output import write_json_atomic
+        from flegel.rundir.writer import write_json_atomic
 
         write_json_atomic(self.dir / MANIFEST, {
             "format": FORMAT, "sequence": sequence, "folder": name,

@@ -35,10 +35,10 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
+from flegel.cli.rankwatch import STARTUP_S, RankWatch
 from flegel.protocol import ExitCode
-from flegel.rankwatch import STARTUP_S, RankWatch
 from flegel.runtime.lifetime import STATUS_ENV, die_with_parent, done_marker
-from flegel.timings import LAUNCH_ENV, PROGRESS_ENV, process_start
+from flegel.runtime.timings import LAUNCH_ENV, PROGRESS_ENV, process_start
 
 #: Environment variables set by MPI launchers (hydra, PMIx, Open MPI, Slurm's PMI).
 _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS",
@@ -169,21 +169,21 @@ def launch(n_ranks: int, args: list[str], progress: str = "none") -> int:
     """Run ``python -m flegel ARGS`` on ``n_ranks`` MPI ranks; return the exit code.
 
     ``progress`` is the job's ``output.progress``: unless ``none``, the launcher says it is
-    launching, and rank 0 carries on with the job's phases (:mod:`flegel.progress`).
+    launching, and rank 0 carries on with the job's phases (:mod:`flegel.runtime.progress`).
     """
     mpiexec = find_mpiexec()
     if mpiexec is None:
         sys.stderr.write("flegel: no MPI launcher found; install one with "
                          "pip install 'flegel[mpi]' (the mpich wheel) or run under mpirun\n")
         return 2
-    # The ranks measure launch_s from this process's start (flegel.timings).
+    # The ranks measure launch_s from this process's start (flegel.runtime.timings).
     env = dict(os.environ, FLEGEL_UNDER_MPI="1", **{LAUNCH_ENV: repr(process_start()),
                                                       PROGRESS_ENV: progress})
     # One BLAS/OpenMP thread per rank unless the user said otherwise (DESIGN §4).
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(var, "1")
     if progress != "none":
-        from flegel.progress import Progress
+        from flegel.runtime.progress import Progress
 
         # Plain, as rank 0's lines will be: its output reaches the terminal through a pipe.
         Progress("plain").phase(f"launching {n_ranks} ranks", time.time() - process_start())

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from flegel.schema import Key, choice, defaults, integer, number
+from flegel.validation import Key, choice, defaults, integer, number
 
 PATTERNS = ("injected", "persistent", "transient", "pause")
 

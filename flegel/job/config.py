@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import yaml
 
-from flegel import checkpoint, schema
 from flegel import sync as sync_models
-from flegel.schema import Key, SchemaError
-from flegel.stragglers import COMMON_KEYS as STRAGGLER_COMMON
-from flegel.stragglers import PATTERN_KEYS as STRAGGLER_KEYS
-from flegel.stragglers import parse_workers
+from flegel import validation
+from flegel.rundir import checkpoint
+from flegel.runtime.stragglers import COMMON_KEYS as STRAGGLER_COMMON
+from flegel.runtime.stragglers import PATTERN_KEYS as STRAGGLER_KEYS
+from flegel.runtime.stragglers import parse_workers
+from flegel.validation import Key, SchemaError
 
 if TYPE_CHECKING:
     from flegel.api import Algorithm
@@ -42,114 +43,114 @@ BUILTIN_ALGORITHMS = {
 class JobError(ValueError):
     """A problem with a job file, reported before any work starts."""
 
-    def __init__(self, file: str | Path, key: str, expected: str, found: Any = schema.MISSING,
+    def __init__(self, file: str | Path, key: str, expected: str, found: Any = validation.MISSING,
                  detail: str | None = None) -> None:
         self.file, self.key = str(file), key
-        super().__init__(f"{file}: {schema.describe(key, expected, found, detail)}")
+        super().__init__(f"{file}: {validation.describe(key, expected, found, detail)}")
 
     @classmethod
     def from_schema(cls, file: str | Path, exc: SchemaError) -> JobError:
-        """The :class:`JobError` of a :class:`flegel.schema.SchemaError` in ``file``."""
+        """The :class:`JobError` of a :class:`flegel.validation.SchemaError` in ``file``."""
         return cls(file, exc.key, exc.expected, exc.found, exc.detail)
 
 
 # --------------------------------------------------------------------------- the schema
 TOP: dict[str, Key] = {
     "name": Key("a name without '/', '\\' or '..' (it names the run's directory inside "
-                "output.dir), or null", schema.optional(schema.is_plain_name), None,
+                "output.dir), or null", validation.optional(validation.is_plain_name), None,
                 "a name for the run (shown in reports; defaults to the file name)"),
-    "algorithm": schema.text(
+    "algorithm": validation.text(
         "a built-in algorithm or your own 'package.module:Class' (looked up on sys.path, then "
         "beside the job file; `flegel validate` imports the module, running its top-level "
         "code, and checks the class has the API)",
         expected="a built-in name (" + ", ".join(BUILTIN_ALGORITHMS)
         + ") or 'package.module:Class'"),
-    "params": schema.mapping("keyword arguments of the algorithm's constructor (see below)",
+    "params": validation.mapping("keyword arguments of the algorithm's constructor (see below)",
                              None, null=True, expected="a mapping of algorithm parameters"),
-    "data": schema.mapping("the training data: a file or a synthetic generator (see below)",
+    "data": validation.mapping("the training data: a file or a synthetic generator (see below)",
                            expected="a mapping (source: synthetic, or path: FILE)"),
-    "test_data": schema.mapping("held-out data with the keys of `data`, evaluated after "
+    "test_data": validation.mapping("held-out data with the keys of `data`, evaluated after "
                                 "training (same number of features)", None, null=True,
                                 expected="a mapping like data"),
-    "workers": schema.integer("number of worker processes (MPI ranks 1..workers; rank 0 is "
+    "workers": validation.integer("number of worker processes (MPI ranks 1..workers; rank 0 is "
                               "the master); under mpirun, the world size minus one", 2, lo=1),
-    "seed": schema.integer("seed of the algorithm's initialization and of straggler "
+    "seed": validation.integer("seed of the algorithm's initialization and of straggler "
                            "randomness", 0),
-    "sync": schema.mapping("the synchronization model and its options (see below)", None,
+    "sync": validation.mapping("the synchronization model and its options (see below)", None,
                            null=True, expected="a mapping with 'model'"),
-    "stop": schema.mapping("when training stops (see below)", None, null=True),
-    "output": schema.mapping("where results go and what is shown (see below)", None,
+    "stop": validation.mapping("when training stops (see below)", None, null=True),
+    "output": validation.mapping("where results go and what is shown (see below)", None,
                              null=True),
-    "stragglers": Key("a list of straggler patterns", schema.optional(schema.is_list), None,
+    "stragglers": Key("a list of straggler patterns", validation.optional(validation.is_list), None,
                       "patterns that slow some workers down (see below)"),
-    "runtime": schema.mapping("runtime tuning (see below)", None, null=True),
+    "runtime": validation.mapping("runtime tuning (see below)", None, null=True),
 }
 
 STOP: dict[str, Key] = {
-    "max_iterations": schema.integer("stop after this many iterations (barriers, or pushes "
+    "max_iterations": validation.integer("stop after this many iterations (barriers, or pushes "
                                      "per worker for asynchronous models)", 100, lo=1,
                                      null=True),
-    "target_objective": schema.number("stop once the online objective is at or below this",
+    "target_objective": validation.number("stop once the online objective is at or below this",
                                       None, null=True),
-    "tolerance": schema.number("stop when the relative objective change between two checks "
+    "tolerance": validation.number("stop when the relative objective change between two checks "
                                "(one more full pass by every worker) is below this", 1e-4,
                                lo=0, null=True),
-    "max_time_s": schema.number("stop after this many seconds of training", None, lo=0,
+    "max_time_s": validation.number("stop after this many seconds of training", None, lo=0,
                                 lo_open=True, null=True),
 }
 
 OUTPUT: dict[str, Key] = {
-    "dir": schema.text("folder under which each run gets its own directory (relative paths "
+    "dir": validation.text("folder under which each run gets its own directory (relative paths "
                        "are relative to the job file's folder)", "runs",
                        expected="a folder path"),
-    "progress": schema.choice("progress display: a live line, plain log lines, or nothing",
+    "progress": validation.choice("progress display: a live line, plain log lines, or nothing",
                               ("auto", "plain", "none"), "auto"),
-    "save_model": schema.boolean("write model.npz and model.json", True),
-    "trace_points": schema.integer(
+    "save_model": validation.boolean("write model.npz and model.json", True),
+    "trace_points": validation.integer(
         "θ snapshots kept for the exact objective trace and time to target; those not "
         "evaluated exactly during the run are evaluated after it, within "
         "output.trace_budget; null: 50 when a target objective is set, else 0", None, lo=0,
         null=True),
-    "trace_budget": schema.number(
+    "trace_budget": validation.number(
         "share of training time the trace's θ snapshots may cost to evaluate after training "
         "(estimated; an evenly spread subset is evaluated and the rest named in summary.json "
         "final_evaluation.dropped_s; the final θ is always evaluated); null: every snapshot "
         "when a target objective is set (time to target is measured on them), else "
         "runtime.exact_budget", None, lo=0, null=True),
-    "checkpoint": schema.mapping("write checkpoints into the run directory, which `flegel run "
+    "checkpoint": validation.mapping("write checkpoints into the run directory, which `flegel run "
                                  "--resume RUN_DIR` continues from (keys in the table "
                                  "`output.checkpoint` below); null: none", None, null=True),
 }
 
 RUNTIME: dict[str, Key] = {
-    "block_ms": schema.number("least duration of one block of points, between polls for "
+    "block_ms": validation.number("least duration of one block of points, between polls for "
                               "the master's signals; longer (up to 50 ms on the CPU, 250 ms "
                               "on a GPU) when a kernel call's fixed cost would take over 15% "
                               "of it", 1.0, lo=0, lo_open=True, unit="milliseconds"),
-    "threads": schema.integer("BLAS/numba threads per rank", 1, lo=1),
-    "sample_size": schema.integer("rows sampled from the data for the algorithm's "
+    "threads": validation.integer("BLAS/numba threads per rank", 1, lo=1),
+    "sample_size": validation.integer("rows sampled from the data for the algorithm's "
                                   "initialization (info.sample)", 10_000, lo=1),
-    "stall_warning_s": schema.number("warn when no worker has reported for this long",
+    "stall_warning_s": validation.number("warn when no worker has reported for this long",
                                      10.0, lo=0, lo_open=True, unit="seconds"),
-    "stall_timeout_s": schema.number(
+    "stall_timeout_s": validation.number(
         "end the job (exit code 3, last θ saved) when a worker has not reported for this "
         "long; it bounds one worker iteration (a full pass under BSP full batch), and "
         "loading, compiling and the final evaluation with at least 60 s; null: never", 300.0,
         lo=0, lo_open=True, null=True, unit="seconds"),
-    "exact_budget": schema.number(
+    "exact_budget": validation.number(
         "share of training time the workers may spend evaluating the exact objective of θ "
         "snapshots on all the data during the run (the progress line, the exact trace and "
         "the target stop use it); 0: never, and stop.target_objective is then met on the "
         "online objective", 0.05, lo=0, hi=0.5),
 }
 
-#: The sections checked by :func:`flegel.schema.check_section` directly.
+#: The sections checked by :func:`flegel.validation.check_section` directly.
 SECTIONS: dict[str, dict[str, Key]] = {"stop": STOP, "output": OUTPUT, "runtime": RUNTIME}
 
 
 def _model_key() -> Key:
     names = sync_models.available() + list(sync_models.PRESETS)
-    return schema.choice("the synchronization model, or a preset standing for a model and "
+    return validation.choice("the synchronization model, or a preset standing for a model and "
                          "options", names, "bsp", expected="one of " + ", ".join(names))
 
 
@@ -175,13 +176,13 @@ def sync_keys(cls: type) -> dict[str, Key]:
             keys[name] = decl
         else:
             default, expected = decl
-            keys[name] = Key(expected, schema.anything, default, expected)
+            keys[name] = Key(expected, validation.anything, default, expected)
     return keys
 
 
 def _check(file: Path, prefix: str, given: Any, keys: dict[str, Key]) -> dict[str, Any]:
     try:
-        return schema.check_section(prefix, given, keys)
+        return validation.check_section(prefix, given, keys)
     except SchemaError as exc:
         raise JobError.from_schema(file, exc) from None
 
@@ -514,7 +515,7 @@ def straggler_keys(pattern: str) -> dict[str, Key]:
     Parameters
     ----------
     pattern : str
-        A key of :data:`flegel.stragglers.PATTERN_KEYS`.
+        A key of :data:`flegel.runtime.stragglers.PATTERN_KEYS`.
 
     Returns
     -------
@@ -751,12 +752,12 @@ def load_job(path: str | Path, sets: list[str] | None = None,
 REFERENCE_PATH = "docs/job-reference.md"
 
 _REFERENCE_INTRO = """\
-Every key a job file accepts, generated from the declarations in the code (`flegel/config.py`,
-`flegel/stragglers.py`, each sync model's `OPTIONS`, the data specs in `flegel/data` and the
+Every key a job file accepts, generated from the declarations in the code (`flegel/job/config.py`,
+`flegel/runtime/stragglers.py`, each sync model's `OPTIONS`, the data specs in `flegel/data` and the
 built-in algorithms' docstrings).  Do not edit by hand: regenerate with
 
 ```bash
-python -m flegel.config > docs/job-reference.md
+python -m flegel.job.config > docs/job-reference.md
 ```
 
 (`tests/test_schema.py` fails when this file is stale).  Any key can be overridden on the
@@ -764,7 +765,7 @@ command line with `--set key.path=value` (values are read as YAML); `flegel vali
 checks a job without running it."""
 
 
-def _data_sections() -> list[schema.Section]:
+def _data_sections() -> list[validation.Section]:
     import flegel.data as data
 
     intro_file = ("A file (`path:` given): `.npy`, `.npz`, CSV or CSV.gz, LIBSVM, MovieLens "
@@ -777,9 +778,9 @@ def _data_sections() -> list[schema.Section]:
             ("`data`: synthetic", intro_syn, "SYNTHETIC_SPEC", "SYNTHETIC_KEYS")):
         spec = getattr(data, spec_name, None)
         if spec is None:  # data keys not declared as Keys yet: list their names
-            spec = {k: Key("see flegel.data", schema.anything, None)
+            spec = {k: Key("see flegel.data", validation.anything, None)
                     for k in sorted(getattr(data, names_name))}
-        out.append(schema.Section(title, "data.", spec, intro, level=3))
+        out.append(validation.Section(title, "data.", spec, intro, level=3))
     return out
 
 
@@ -811,12 +812,12 @@ def _param_keys(cls: type) -> dict[str, Key]:
             continue
         kind, desc = docs.get(p.name, ("", ""))
         first = re.split(r"(?<=\.)\s+(?=[A-Z`])", desc, maxsplit=1)[0].rstrip(".")
-        default = schema.REQUIRED if p.default is p.empty else p.default
-        keys[p.name] = Key(kind or "see the algorithm", schema.anything, default, first)
+        default = validation.REQUIRED if p.default is p.empty else p.default
+        keys[p.name] = Key(kind or "see the algorithm", validation.anything, default, first)
     return keys
 
 
-def reference_sections() -> list[schema.Section]:
+def reference_sections() -> list[validation.Section]:
     """Every table of the job reference, read from the declarations.
 
     Returns
@@ -826,18 +827,18 @@ def reference_sections() -> list[schema.Section]:
         (each pattern), ``data`` (file and synthetic) and ``params`` (each built-in
         algorithm).
     """
-    S = schema.Section
+    S = validation.Section
     out = [
         S("Top level", "", TOP),
         S("`stop`", "stop.", STOP, "Training stops at the first of these that is met (FSP "
           "paper Section 5.3) or when the algorithm's `termination_check` says so."),
         S("`output`", "output.", OUTPUT),
         S("`output.checkpoint`", "output.checkpoint.", checkpoint.KEYS, "Exactly one of "
-          "the two; see `flegel/checkpoint.py` for what a checkpoint holds and when it is "
+          "the two; see `flegel/rundir/checkpoint.py` for what a checkpoint holds and when it is "
           "taken.", level=3),
         S("`runtime`", "runtime.", RUNTIME),
     ]
-    presets = ", ".join(f"`{name}` = `{schema.describe_default(v)}`"
+    presets = ", ".join(f"`{name}` = `{validation.describe_default(v)}`"
                         for name, v in sync_models.PRESETS.items())
     out.append(S("`sync`", "sync.", {"model": _model_key()},
                  "The synchronization model; the other keys depend on it (tables below).  "
@@ -880,7 +881,7 @@ def job_reference() -> str:
     str
         The whole document.
     """
-    return schema.render_reference(reference_sections(), "Job file reference",
+    return validation.render_reference(reference_sections(), "Job file reference",
                                    _REFERENCE_INTRO)
 
 

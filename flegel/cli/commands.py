@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from flegel import __version__
-from flegel.config import Job, JobError, load_job
-from flegel.launch import launch, under_mpi
-from flegel.timings import say_importing
+from flegel.cli.launch import launch, under_mpi
+from flegel.job.config import Job, JobError, load_job
+from flegel.runtime.timings import say_importing
 
 EXIT_BAD_JOB = 2
 
@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 #: Further sub-commands, each a module with ``add_parser(sub, name)`` and ``main(args)``.
-_EXTRA_COMMANDS = {"compare": "flegel.compare", "report": "flegel.report"}
+_EXTRA_COMMANDS = {"compare": "flegel.cli.compare", "report": "flegel.cli.report"}
 
 
 def _error(exc: Exception) -> int:
@@ -86,9 +86,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from flegel import checkpoint
-    from flegel.output import RunDirError, claim_run_dir, default_run_dir
-    from flegel.resume import resumed_job
+    from flegel.cli.resume import resumed_job
+    from flegel.rundir import checkpoint
+    from flegel.rundir.writer import RunDirError, claim_run_dir, default_run_dir
 
     if (args.job is None) == (args.resume is None):
         return _error(ValueError("run: expected a job file or --resume RUN_DIR (one of them)"))
@@ -118,7 +118,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             argv += ["--set", s]
         return launch(job["workers"] + 1, argv, job["output"]["progress"])
 
-    # Rank 0 says what the next second or so goes to (flegel.timings).
+    # Rank 0 says what the next second or so goes to (flegel.runtime.timings).
     say_importing(os.environ.get("PMI_RANK"))
     from mpi4py import MPI
 

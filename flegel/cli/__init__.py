@@ -1,0 +1,1 @@
+"""The ``flegel`` command: its commands, the launcher and its rank watch, compare and report."""

@@ -1,0 +1,1 @@
+"""The job: key declarations, loading, ``--set``, validation and the job reference."""
