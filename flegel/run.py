@@ -98,7 +98,7 @@ def _print_traceback(comm: MPI.Comm, exc: BaseException) -> None:
 
 def _limit_threads(n: int) -> None:
     """One BLAS/numba thread per rank by default: two per rank on shared cores made a GMM
-    pass 11x slower (DESIGN §4)."""
+    pass 11x slower (README, How the runtime works)."""
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(n)

@@ -1,6 +1,6 @@
 """Saved models: what a run leaves behind, read back for prediction and warm starts.
 
-A run directory (DESIGN §6) holds the final model as ``model.npz`` (the arrays of
+A run directory (:mod:`flegel.rundir.files`) holds the final model as ``model.npz`` (the arrays of
 :meth:`flegel.Algorithm.finalize`, no pickle) and ``model.json`` (the algorithm's job name,
 its parameters, the arrays' shapes), beside the resolved job ``job.yaml``.  This module is the
 one place that finds and reads them:

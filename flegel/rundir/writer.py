@@ -1,4 +1,4 @@
-"""The run directory (DESIGN §6): resolved job, event log, model, summary.
+"""The run directory (:mod:`flegel.rundir.files`): resolved job, event log, model, summary.
 
 Nothing is written outside it: the default directory is a child of ``output.dir`` (the job's
 ``name`` may not contain a path separator or ``..``), and an existing run directory is only
