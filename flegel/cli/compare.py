@@ -215,7 +215,7 @@ def add_parser(sub: Any, name: str) -> None:
     p.add_argument("--slack", type=float, default=1e-3,
                    help="relative slack of the auto target (default: %(default)s)")
     p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
-    p.add_argument("--out", default=None, help="folder for the runs and compare.json")
+    p.add_argument("--out", default=None, help=f"folder for the runs and {files.COMPARE}")
     p.add_argument("--timeout", type=float, default=None, help="seconds per run")
 
 

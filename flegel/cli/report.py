@@ -493,7 +493,7 @@ def add_parser(sub: Any, name: str) -> None:
         "overlaid or drawn side by side)"))
     p.add_argument("runs", nargs="+", help="run directories, or the folder of a flegel compare")
     p.add_argument("--out", default=None, help=(
-        "folder for the PNGs and report.html (default: the run's folder; for a compare "
+        f"folder for the PNGs and {files.REPORT} (default: the run's folder; for a compare "
         "folder, that folder; for several runs, the first run's folder)"))
 
 
