@@ -7,13 +7,13 @@ A run directory (``flegel run --out``, or ``output.dir/<name>-<sync>-<time>``) h
     model.npz       the final θ's arrays, no pickle (MODEL)
     model.json      the algorithm, its parameters, the arrays' shapes (MODEL_META)
     summary.json    written last, when the run ends (SUMMARY)
-    estimator.json  the estimator's own fitted attributes, after ``fit`` (ESTIMATOR)
+    estimator.json  what an estimator's ``fit`` keeps that the job cannot (ESTIMATOR)
     checkpoint/     the last checkpoint (CHECKPOINT_DIR):
         manifest.json           which folder is the checkpoint, and each file's SHA-256
         000042/master.pkl       the master's state
         000042/worker-<r>.pkl   worker r's state
-    input/          what ``fit`` hands the run: X.npy, y.npy, job.yaml; removed after a
-                    run that succeeded (FIT_INPUTS)
+    input/          what an estimator's ``fit`` hands the run (FIT_INPUTS): X.npy and y.npy,
+                    removed after the run, and job.yaml, removed after a run that succeeded
 
 ``flegel report`` writes REPORT (one page, or an overview with a page per run from
 :func:`run_report`) and its PNGs (OBJECTIVE_PNG, ...) into its ``--out`` folder;
