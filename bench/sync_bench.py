@@ -276,12 +276,11 @@ def waits_sim(seeds: int) -> dict[str, Any]:
     print(f"  {'plan':<8} {'noise':<22} {'barriers':>8} {'d*':>6} {'expected':>8} "
           f"{'measured':>8} {'/d*':>6} {'/exp':>6}")
     for replan in (False, True):
-        ElasticBSP.REPLAN = replan
         for jitter, block in ((0.0, None), (0.3, None), (0.6, None), (0.3, 200), (0.6, 200)):
             log = []
             for seed in range(seeds):
-                sim = Simulation("elastic", {"batch": 200, "r": 15}, workers=4,
-                                 points=16_000, cost_s=costs, jitter=jitter,
+                sim = Simulation("elastic", {"batch": 200, "r": 15, "replan": replan},
+                                 workers=4, points=16_000, cost_s=costs, jitter=jitter,
                                  block_points=block, latency_s=50e-6, seed=seed,
                                  stop={"max_iterations": 200}, max_sim_s=600.0).run()
                 assert isinstance(sim.policy, ElasticBSP)
@@ -295,7 +294,6 @@ def waits_sim(seeds: int) -> dict[str, Any]:
             rows.append({"plan": "rolling" if replan else "single", "noise": noise,
                          "barriers": len(log), "predicted_ms": d, "expected_ms": e,
                          "measured_ms": w, "predicted_ratio": w / d, "expected_ratio": w / e})
-    ElasticBSP.REPLAN = True
     return {"seeds": seeds, "target_ratio": 2.0, "rows": rows}
 
 

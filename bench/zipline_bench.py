@@ -4,7 +4,7 @@ Usage::
 
     python bench/zipline_bench.py [--quick] [--repeats N] [--budget SECONDS] [--json OUT]
 
-Datasets follow Section 6.1 / Table 2 (``flegel.sync.zipline.generate``: intervals uniform in
+Datasets follow Section 6.1 / Table 2 (``tests/zipline_workloads.py``: intervals uniform in
 1000-1500 ms) for n = 10, 100, 1000 workers and R = 15, 150 predicted iterations. Each cell
 reports the median wall time of one ``solve(times, method)`` call (input validation, sorting
 / merging and the scan included) next to the paper's Table 4 value (C++11 on a Xeon E5-2620 v3;
@@ -21,13 +21,18 @@ import math
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import numba
 import numpy as np
 
-from flegel.sync.zipline import EXACT_METHODS, METHODS, generate, solve
+from flegel.sync.zipline import EXACT_METHODS, METHODS, solve
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.zipline_workloads import generate  # noqa: E402 - the paper's workloads, shared
 
 CELLS: list[tuple[int, int]] = [(10, 15), (10, 150), (100, 15), (100, 150), (1000, 15), (1000, 150)]
 

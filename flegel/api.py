@@ -165,8 +165,9 @@ class Algorithm:
         """Process a block of points and return their summed aggregator delta.
 
         The default loops :meth:`update_data_point` and accumulates with :meth:`aggregate`;
-        override it with a vectorized kernel for speed (DESIGN §3).  Write per-point state
-        into ``block.state`` and set ``block.halt[i] = True`` to vote a point to halt.
+        override it with a vectorized kernel for speed (README, Writing an algorithm).
+        Write per-point state into ``block.state`` and set ``block.halt[i] = True`` to vote
+        a point to halt.
         """
         total: Aggregator | None = None
         for i in range(len(block)):

@@ -1,4 +1,4 @@
-"""Blocks of points: the unit of work the runtime schedules (DESIGN §3)."""
+"""Blocks of points: the unit of work the runtime schedules (README, Writing an algorithm)."""
 
 from __future__ import annotations
 

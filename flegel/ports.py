@@ -1,6 +1,6 @@
 """The typed seams between the runtime and the sync models.
 
-A sync model is a pair of policies (DESIGN §2): a *master policy* that decides when to apply
+A sync model is a pair of policies (docs/architecture.md): a *master policy* deciding when to apply
 what and whom to answer, and a *worker policy* that decides when a worker's iteration ends.
 Each acts on the runtime only through a port defined here:
 

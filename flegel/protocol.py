@@ -23,7 +23,7 @@ import numpy as np
 #: Shortest and longest sleep between polls while waiting.  A wait starts polling every
 #: 0.1 ms (a reply right after a commit is seen at once) and backs off to 1 ms (a long wait at a
 #: straggler's barrier costs ~2% of a core instead of the full core a blocking MPICH call burns,
-#: DESIGN §4).
+#: README, How the runtime works).
 POLL_S = 1e-4
 POLL_MAX_S = 1e-3
 

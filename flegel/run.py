@@ -39,6 +39,7 @@ from flegel.device import compiles_at_start
 from flegel.jit import cache_is_cold
 from flegel.job.config import Job, JobError
 from flegel.protocol import ExitCode, StopReason, Tag
+from flegel.rundir import files
 from flegel.rundir.checkpoint import Checkpoint, Checkpointer
 from flegel.runtime import comm as msg
 from flegel.runtime import lifetime, peers
@@ -97,7 +98,7 @@ def _print_traceback(comm: MPI.Comm, exc: BaseException) -> None:
 
 def _limit_threads(n: int) -> None:
     """One BLAS/numba thread per rank by default: two per rank on shared cores made a GMM
-    pass 11x slower (DESIGN §4)."""
+    pass 11x slower (README, How the runtime works)."""
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(n)
@@ -210,9 +211,9 @@ class _Saver:
                     return "model not saved (output.save_model: false)"
             except Exception as exc:  # noqa: BLE001 - the message must still come out
                 return f"saving the model failed too ({_one_line(exc)})"
-            return f"last θ (iteration {srv.version}) saved in {writer.dir}/model.npz"
+            return f"last θ (iteration {srv.version}) saved in {writer.dir / files.MODEL}"
         return (f"the trained model (iteration {srv.version}) was saved before, in "
-                f"{writer.dir}/model.npz")
+                f"{writer.dir / files.MODEL}")
 
 
 def run_master(comm: MPI.Comm, job: Job, out_dir: Path,

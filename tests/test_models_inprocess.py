@@ -493,11 +493,21 @@ def check_dssp(s, ev, sync):
 def check_elastic(s, ev, sync):
     barriers = [e for e in ev if "barrier" in e]
     assert len(barriers) == s["barriers"] >= 2
+    since: dict[int, list[float]] = {}  # each worker's push arrivals since the last barrier
     for i, e in enumerate(ev):
         if "barrier" not in e:
+            if "rank" in e:
+                since.setdefault(e["rank"], []).append(e["time_s"])
             continue
         assert len(e["iterations"]) == 4 and min(e["iterations"]) >= 2  # monitoring phase
-        assert e["wait_s"] >= 0 and e["predicted_wait_s"] >= 0
+        assert sorted(since) == [1, 2, 3, 4]
+        assert [len(since[r]) for r in sorted(since)] == e["iterations"]
+        # The barrier is the last barrier push; the measured wait, the spread of the
+        # barrier pushes' arrivals (ZipLine paper Section 3's τ_wait).
+        ends = [since[r][-1] for r in sorted(since)]
+        assert e["actual_s"] == pytest.approx(max(ends), abs=1e-6)
+        assert e["wait_s"] == pytest.approx(max(ends) - min(ends), abs=2e-6)
+        since = {}
         # Every worker's next work starts from the θ of the barrier.
         first: dict[int, int] = {}
         for f in ev[i + 1:]:
@@ -508,7 +518,16 @@ def check_elastic(s, ev, sync):
 
 
 def check_specsync(s, ev, sync):
-    assert s["base"] == "asp" and s["adaptive"] and s["tunings"] > 0
+    assert s["base"] == "asp" and s["adaptive"]
+    # Algorithm 1 retunes once per epoch, and an epoch ends when the slowest worker has
+    # pushed once more (SpecSync paper Section II-B): as many tunings as its pushes.
+    pushes = {w["rank"]: w["pushes"] for w in s["push_stats"]}
+    assert pushes == {r: sum(e["rank"] == r for e in _pushes(ev)) for r in pushes}
+    assert s["tunings"] == min(pushes.values()) >= 2
+    epochs = [t["epoch"] for t in s["tuning_log"]]
+    assert epochs == list(range(s["tunings"] - len(epochs) + 1, s["tunings"] + 1))
+    # The last tuning is the one in force.
+    assert s["abort_time_ms"] == pytest.approx(s["tuning_log"][-1]["abort_time_ms"], abs=1e-4)
 
 
 PUSH_MODELS = {
@@ -528,6 +547,44 @@ def test_push_model_reaches_bsp_objective(push_data, push_reference, model):
     assert s["converged"], s["stop_reason"]
     assert list(_lost(sim)) == [1] and _lost(sim)[1] > 0
     check(s, ev, sync)
+
+
+def test_elastic_predicts_each_barrier_with_zipline(push_data, monkeypatch):
+    """Each barrier's predicted wait and time are d* and the earliest optimal barrier of
+    its superstep's first plan (ZipLine paper Section 4.1, Problem 1 and Corollary 1),
+    checked by exhaustive search over the plan's predicted ends."""
+    from flegel.sync import elastic
+
+    plans: list[np.ndarray] = []  # the predicted ends of every superstep's first plan
+    plan, solve = elastic.ElasticBSP._plan, elastic.solve
+    first_plan = [False]
+
+    def spy_plan(self, waiting, t, first):
+        first_plan[0] = first
+        try:
+            plan(self, waiting, t, first)
+        finally:
+            first_plan[0] = False
+
+    def spy_solve(times, method="fast"):
+        if first_plan[0]:
+            plans.append(np.array(times, dtype=np.float64))
+        return solve(times, method)
+
+    monkeypatch.setattr(elastic.ElasticBSP, "_plan", spy_plan)
+    monkeypatch.setattr(elastic, "solve", spy_solve)
+    _, s, ev = _push_run(push_data, PUSH_MODELS["elastic"][0])
+    barriers = [e for e in ev if "barrier" in e]
+    assert len(barriers) == s["barriers"] >= 2
+    assert len(plans) - 1 <= len(barriers) <= len(plans)  # the last may not be reached
+    for e, times in zip(barriers, plans):
+        n, r = times.shape
+        assert (n, r) == (4, PUSH_MODELS["elastic"][0]["r"])
+        sets = np.stack(np.meshgrid(*times, indexing="ij"), axis=-1).reshape(-1, n)
+        d = sets.max(axis=1) - sets.min(axis=1)
+        assert e["predicted_wait_s"] == pytest.approx(d.min(), abs=1e-6)
+        assert e["predicted_s"] == pytest.approx(sets.max(axis=1)[d == d.min()].min(),
+                                                 abs=1e-6)
 
 
 def test_ssp_two_workers_bound(push_data, push_reference):

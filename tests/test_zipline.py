@@ -15,11 +15,10 @@ from flegel.sync.zipline import (
     METHODS,
     ZipLineResult,
     expected_wait,
-    generate,
-    load_authors_data,
     predict,
     solve,
 )
+from tests.zipline_workloads import generate, load_authors_data
 
 #: The ZipLine authors' vectors, copied from ../shared/testdata (see its README there).
 DATA_DIR = Path(__file__).resolve().parent / "data" / "zipline"

@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 from flegel import __version__
 from flegel.cli.launch import launch, under_mpi
 from flegel.job.config import Job, JobError, load_job
+from flegel.rundir import files
 from flegel.runtime.timings import say_importing
 
 EXIT_BAD_JOB = 2
@@ -38,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     job_args(r, optional=True)
     r.add_argument("--resume", metavar="RUN_DIR", help=(
         "continue the run in RUN_DIR from its checkpoint (output.checkpoint): the same job "
-        "(RUN_DIR/job.yaml), the same number of workers; --set may change stop.* keys"))
+        f"(RUN_DIR/{files.JOB}), the same number of workers; --set may change stop.* keys"))
     r.add_argument("--out", help="run directory (default: output.dir/<name>-<sync>-<time>)")
     r.add_argument("--force", action="store_true",
                    help="let --out overwrite an existing run directory")

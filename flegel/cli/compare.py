@@ -37,6 +37,7 @@ import yaml
 
 from flegel.cli.launch import KILL_AFTER_S
 from flegel.job.config import JobError, load_job
+from flegel.rundir import files
 from flegel.sync import PRESETS
 
 #: Short keys accepted on the command line for straggler options.
@@ -154,7 +155,7 @@ def run_one(job_file: Path, out: Path, sets: list[str], timeout: float | None) -
     if proc.returncode != 0:
         raise RunFailedError(f"run {out} ({' '.join(sets)}) failed with exit code "
                              f"{proc.returncode}:\n{err[-3000:]}")
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / files.SUMMARY).read_text())
     summary["_elapsed_s"] = time.perf_counter() - t0
     return summary
 
@@ -214,7 +215,7 @@ def add_parser(sub: Any, name: str) -> None:
     p.add_argument("--slack", type=float, default=1e-3,
                    help="relative slack of the auto target (default: %(default)s)")
     p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
-    p.add_argument("--out", default=None, help="folder for the runs and compare.json")
+    p.add_argument("--out", default=None, help=f"folder for the runs and {files.COMPARE}")
     p.add_argument("--timeout", type=float, default=None, help="seconds per run")
 
 
@@ -248,7 +249,7 @@ def _compare(args: argparse.Namespace) -> int:
     if args.target != "auto":
         target = float(args.target)
     if target is None:
-        ref = run_one(job.file, out / "reference",
+        ref = run_one(job.file, out / files.REFERENCE,
                       args.set + model_sets(syncs[0]) + ["stragglers=[]"], args.timeout)
         f = ref["online_objective"]
         target = f + args.slack * abs(f)
@@ -271,7 +272,7 @@ def _compare(args: argparse.Namespace) -> int:
                   flush=True)
     text = table(rows, syncs)
     print(text)
-    (out / "compare.json").write_text(json.dumps({"target": target, "runs": rows}, indent=2))
+    (out / files.COMPARE).write_text(json.dumps({"target": target, "runs": rows}, indent=2))
     try:
         from flegel.cli.report import draw
 
@@ -280,5 +281,5 @@ def _compare(args: argparse.Namespace) -> int:
             print(f"plot: {made}")
     except ImportError as err:  # no matplotlib: the table and compare.json are enough
         print(f"no plot: {err}")
-    print(f"results: {out / 'compare.json'}")
+    print(f"results: {out / files.COMPARE}")
     return 0

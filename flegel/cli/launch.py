@@ -1,4 +1,4 @@
-"""Start the MPI job ourselves when ``flegel run`` is not under mpirun (DESIGN §4).
+"""Start the MPI job ourselves when ``flegel run`` is not under mpirun (README, first lines).
 
 One command then works on a fresh machine: the bundled MPI (the ``mpich`` wheel of the
 ``mpi`` extra) launches ``workers + 1`` ranks of ``python -m flegel``.
@@ -179,7 +179,7 @@ def launch(n_ranks: int, args: list[str], progress: str = "none") -> int:
     # The ranks measure launch_s from this process's start (flegel.runtime.timings).
     env = dict(os.environ, FLEGEL_UNDER_MPI="1", **{LAUNCH_ENV: repr(process_start()),
                                                       PROGRESS_ENV: progress})
-    # One BLAS/OpenMP thread per rank unless the user said otherwise (DESIGN §4).
+    # One BLAS/OpenMP thread per rank unless the user set it (README, How the runtime works).
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(var, "1")
     if progress != "none":

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from flegel.cli.report_page import Picture, page
+from flegel.rundir import files
 from flegel.rundir.reader import (
     Interval,
     Run,
@@ -239,7 +240,7 @@ def objective_picture(runs: list[Run]) -> Picture:
     if "final" in used:
         caption += (" A star marks a run with no exact trace (the final θ only): set "
                     "output.trace_points to trace it.")
-    return Picture("objective.png", caption, _png(fig))
+    return Picture(files.OBJECTIVE_PNG, caption, _png(fig))
 
 
 def timeline_picture(runs: list[Run]) -> Picture:
@@ -288,7 +289,7 @@ def timeline_picture(runs: list[Run]) -> Picture:
         caption += (f" Runs of more than {TIMELINE_MAX_INTERVALS} iterations are drawn in "
                     f"{TIMELINE_BINS} bins of equal time: in each bin the blue part is the "
                     "time spent computing.")
-    return Picture("timeline.png", caption, _png(fig))
+    return Picture(files.TIMELINE_PNG, caption, _png(fig))
 
 
 def _grouped_bars(ax: Any, runs: list[Run], values: list[dict[int, float]]) -> None:
@@ -329,11 +330,11 @@ def passes_picture(runs: list[Run]) -> Picture:
     values = [{int(w["rank"]): float(w["passes"]) for w in r.summary.get("per_worker", [])}
               for r in runs]
     if not any(values):
-        raise ValueError("no summary.json with per-worker passes")
+        raise ValueError(f"no {files.SUMMARY} with per-worker passes")
     fig, ax = plt.subplots(figsize=(6, 3.5))
     _grouped_bars(ax, runs, values)
     ax.set_ylabel("traversal passes")
-    return Picture("passes.png", "Passes over its data each worker completed by the end.",
+    return Picture(files.PASSES_PNG, "Passes over its data each worker completed by the end.",
                    _png(fig))
 
 
@@ -354,7 +355,7 @@ def delta_f_picture(runs: list[Run]) -> Picture:
     _grouped_bars(ax, [runs[i] for i in keep], [values[i] for i in keep])
     ax.axhline(0.0, color="black", lw=0.6)
     ax.set_ylabel("Σ Δf (objective change reported)")
-    return Picture("delta_f.png", "Σ Δf per worker: the objective changes each worker "
+    return Picture(files.DELTA_F_PNG, "Σ Δf per worker: the objective changes each worker "
                    "reported at the barriers, summed (how much its training moved f).",
                    _png(fig))
 
@@ -408,11 +409,11 @@ PICTURES: list[tuple[str, Callable[[list[Run]], Picture]]] = [
     ("timeline", timeline_picture),
     ("passes", passes_picture),
     ("passes over time", lambda runs: series_picture(
-        runs, "passes_time.png", "passes", "traversal passes",
+        runs, files.PASSES_TIME_PNG, "passes", "traversal passes",
         "Every worker's traversal passes over time (dashed: slowed).")),
     ("sum of delta_f per worker", delta_f_picture),
     ("points held over time", lambda runs: series_picture(
-        runs, "held.png", "held", "points held",
+        runs, files.HELD_PNG, "held", "points held",
         "Points every worker held over time: data migration at work.")),
 ]
 
@@ -472,14 +473,14 @@ def draw(runs: list[Path], out: Path, labels: list[str] | None = None) -> list[P
         (out / pic.name).write_bytes(pic.png)
         made.append(out / pic.name)
     if len(read) == 1:
-        (out / "report.html").write_text(page(read, pics))
-        return made + [out / "report.html"]
-    links = {run.label: f"report-{_slug(run.label)}.html" for run in read}
+        (out / files.REPORT).write_text(page(read, pics))
+        return made + [out / files.REPORT]
+    links = {run.label: files.run_report(_slug(run.label)) for run in read}
     for run in read:
         own = pictures([run], say=lambda _: None)
         (out / links[run.label]).write_text(page([run], own))
-    (out / "report.html").write_text(page(read, pics, links))
-    return made + [out / "report.html"] + [out / name for name in links.values()]
+    (out / files.REPORT).write_text(page(read, pics, links))
+    return made + [out / files.REPORT] + [out / name for name in links.values()]
 
 
 # ------------------------------------------------------------------ the command
@@ -492,7 +493,7 @@ def add_parser(sub: Any, name: str) -> None:
         "overlaid or drawn side by side)"))
     p.add_argument("runs", nargs="+", help="run directories, or the folder of a flegel compare")
     p.add_argument("--out", default=None, help=(
-        "folder for the PNGs and report.html (default: the run's folder; for a compare "
+        f"folder for the PNGs and {files.REPORT} (default: the run's folder; for a compare "
         "folder, that folder; for several runs, the first run's folder)"))
 
 
@@ -520,27 +521,27 @@ def expand(paths: list[Path]) -> tuple[list[Path], list[str] | None, Path | None
     labels: list[str] = []
     named = False
     for p in paths:
-        if (p / "events.jsonl").exists():
+        if (p / files.EVENTS).exists():
             runs.append(p)
             labels.append("")
             continue
-        if not (p / "compare.json").exists():
-            raise ValueError(f"{p}: not a run directory (no events.jsonl) nor a compare "
-                             "folder (no compare.json)")
-        rows = json.loads((p / "compare.json").read_text()).get("runs", [])
+        if not (p / files.COMPARE).exists():
+            raise ValueError(f"{p}: not a run directory (no {files.EVENTS}) nor a compare "
+                             f"folder (no {files.COMPARE})")
+        rows = json.loads((p / files.COMPARE).read_text()).get("runs", [])
         for row in rows:
             # compare.json names each run by its path then; the folder may have moved since.
             run = Path(row["dir"])
-            if not (run / "events.jsonl").exists():
+            if not (run / files.EVENTS).exists():
                 run = p / run.name
-            if not (run / "events.jsonl").exists():
-                raise ValueError(f"{p / 'compare.json'}: run {row['dir']!r}: not found "
-                                 "(no events.jsonl there nor in the compare folder)")
+            if not (run / files.EVENTS).exists():
+                raise ValueError(f"{p / files.COMPARE}: run {row['dir']!r}: not found "
+                                 f"(no {files.EVENTS} there nor in the compare folder)")
             runs.append(run)
             labels.append(f"{row['sync']} / {row['stragglers']}")
             named = True
     if not runs:
-        raise ValueError(f"{paths[0]}: compare.json lists no runs")
+        raise ValueError(f"{paths[0]}: {files.COMPARE} lists no runs")
     default_labels = run_labels(runs)
     out_labels = [given or default for given, default in zip(labels, default_labels)]
     compare_dir = paths[0] if named and len(paths) == 1 else None

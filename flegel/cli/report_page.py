@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from flegel.rundir import files
 from flegel.rundir.reader import Run
 
 
@@ -77,7 +78,7 @@ def _headline(run: Run) -> str:
     """The run's outcome: a two-column table of the summary's main figures."""
     s = run.summary
     if not s:
-        return "<p>No summary.json: the run did not finish (see events.jsonl).</p>"
+        return f"<p>No {files.SUMMARY}: the run did not finish (see {files.EVENTS}).</p>"
     rows = [[name, _fmt(_sync_name(s) if key == "sync" else s.get(key))]
             for key, name in _HEADLINE if key in s]
     during = s.get("exact_objective")
@@ -115,10 +116,10 @@ def _workers(run: Run) -> str:
 
 def _job(run: Run) -> str:
     """The resolved job the run used, folded."""
-    path = run.path / "job.yaml"
+    path = run.path / files.JOB
     if not path.exists():
         return ""
-    return (f"<details><summary>job.yaml</summary><pre>{html.escape(path.read_text())}"
+    return (f"<details><summary>{files.JOB}</summary><pre>{html.escape(path.read_text())}"
             "</pre></details>")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from flegel.job.config import Job, apply_overrides, load_yaml, validate
+from flegel.rundir import files
 from flegel.rundir.checkpoint import CheckpointError, read_manifest
 
 #: Keys a resumed job may change with ``--set``: when it stops and what it shows, never
@@ -25,9 +26,9 @@ def resumed_job(run_dir: Path, sets: list[str], workers: int | None = None) -> J
         job computes.
     """
     run_dir = Path(run_dir)
-    job_yaml = run_dir / "job.yaml"
+    job_yaml = run_dir / files.JOB
     if not job_yaml.is_file():
-        raise CheckpointError(f"--resume {run_dir}: expected a run directory with job.yaml, "
+        raise CheckpointError(f"--resume {run_dir}: expected a run directory with {files.JOB}, "
                               f"found {'no such directory' if not run_dir.is_dir() else 'none'}")
     manifest = read_manifest(run_dir)
     for s in sets:

@@ -18,14 +18,11 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from flegel.estimators.running import run_job
+from flegel.rundir.files import ESTIMATOR as ESTIMATOR_FILE
 from flegel.rundir.model import SavedModel
 
 __all__ = ["ESTIMATOR_FILE", "FlegelEstimator", "INIT_SPEC", "RUNTIME_CONSTRAINTS",
            "init_path", "runtime_init"]
-
-#: Written beside the model by an estimator's fit: what the job file cannot hold
-#: (the original class labels).
-ESTIMATOR_FILE = "estimator.json"
 
 #: Constraints of the runtime parameters every estimator has (scikit-learn's validation).
 RUNTIME_CONSTRAINTS: dict[str, list[Any]] = {

@@ -15,7 +15,9 @@ from flegel.estimators.clustering import FuzzyCMeans, GaussianMixture, KMeans
 from flegel.estimators.decomposition import NMF
 from flegel.estimators.generic import Estimator
 from flegel.estimators.running import algorithm_name, run_job, set_path
-from flegel.rundir.model import JOB_FILE, SavedModel, read_model
+from flegel.rundir.files import JOB as JOB_FILE
+from flegel.rundir.files import MODEL_META
+from flegel.rundir.model import SavedModel, read_model
 
 __all__ = ["BUILTIN", "fit", "from_saved", "load"]
 
@@ -63,7 +65,7 @@ def from_saved(saved: SavedModel) -> FlegelEstimator:
 
     name = saved.algorithm
     if name is None:
-        raise ValueError(f"{saved.path}: no {JOB_FILE} or model.json beside it says which "
+        raise ValueError(f"{saved.path}: no {JOB_FILE} or {MODEL_META} beside it says which "
                          "algorithm trained this model; use flegel.rundir.model.read_model for the "
                          "bare arrays")
     by_target = {v: k for k, v in BUILTIN_ALGORITHMS.items()}

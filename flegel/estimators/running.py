@@ -21,7 +21,9 @@ import numpy as np
 import yaml
 
 from flegel.api import Algorithm
-from flegel.rundir.model import JOB_FILE, SavedModel, read_model
+from flegel.rundir.files import FIT_INPUTS, FIT_X, FIT_Y
+from flegel.rundir.files import JOB as JOB_FILE
+from flegel.rundir.model import SavedModel, read_model
 
 __all__ = ["algorithm_name", "run_job", "set_path"]
 
@@ -127,14 +129,14 @@ def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
     run_dir = _new_run_dir(out, name, str(sync.get("model", "bsp")))
     # The inputs go to a folder of their own: the run directory must hold no run files
     # before the run (flegel.rundir.writer.claim_run_dir), and they are removed after it.
-    inputs = run_dir / "input"
+    inputs = run_dir / FIT_INPUTS
     inputs.mkdir()
-    x_file = inputs / "X.npy"
+    x_file = inputs / FIT_X
     np.save(x_file, np.ascontiguousarray(X))
     data: dict[str, Any] = {"path": str(x_file)}
     files = [x_file]
     if y is not None:
-        y_file = inputs / "y.npy"
+        y_file = inputs / FIT_Y
         np.save(y_file, np.ascontiguousarray(y))
         data["label_path"] = str(y_file)
         files.append(y_file)

@@ -1,4 +1,4 @@
-"""Job files: loading, ``--set`` overrides and validation before any MPI work (DESIGN §7).
+"""Job files: loading, ``--set`` overrides and validation before any MPI work (docs/exit-codes.md).
 
 Every problem is reported as one :class:`JobError` naming the file, the key path, what was
 expected and what was found; the CLI prints it and exits with code 2, without a traceback.

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from flegel import validation
+from flegel.rundir import files
 from flegel.validation import Key
 
 #: Keys of ``output.checkpoint``, declared once.
@@ -58,9 +59,6 @@ KEYS: dict[str, Key] = {
                                        "versions)", None, lo=1, null=True),
 }
 
-#: The folder of checkpoints inside a run directory, and its manifest.
-DIR = "checkpoint"
-MANIFEST = "manifest.json"
 #: Version of the on-disk layout; a manifest of another version is refused.
 FORMAT = 1
 
@@ -141,7 +139,7 @@ class Checkpointer:
                  receive: Callable[[], list[tuple[int, Any]]],
                  meta: dict[str, Any] | None = None,
                  events_bytes: Callable[[], int] | None = None) -> None:
-        self.dir = Path(run_dir) / DIR
+        self.dir = Path(run_dir) / files.CHECKPOINT_DIR
         self.events_bytes = events_bytes
         self.schedule = Schedule(options.get("every_s"), options.get("every_iterations"))
         self.ranks = list(ranks)
@@ -241,16 +239,17 @@ class Checkpointer:
         name = f"{sequence:06d}"
         folder = self.dir / name
         folder.mkdir(parents=True, exist_ok=True)
-        files = {"master.pkl": _write_pickle(folder / "master.pkl", master)}
+        digests = {files.CHECKPOINT_MASTER: _write_pickle(folder / files.CHECKPOINT_MASTER,
+                                                          master)}
         for rank in sorted(workers):
-            files[f"worker-{rank}.pkl"] = _write_pickle(folder / f"worker-{rank}.pkl",
-                                                        workers[rank])
+            worker = files.checkpoint_worker(rank)
+            digests[worker] = _write_pickle(folder / worker, workers[rank])
         from flegel.rundir.writer import write_json_atomic
 
-        write_json_atomic(self.dir / MANIFEST, {
+        write_json_atomic(self.dir / files.CHECKPOINT_MANIFEST, {
             "format": FORMAT, "sequence": sequence, "folder": name,
             "iteration": master["iteration"], "elapsed_s": master["elapsed_s"],
-            "workers": len(self.ranks), "ranks": self.ranks, "files": files,
+            "workers": len(self.ranks), "ranks": self.ranks, "files": digests,
             "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **self.meta})
         # The new manifest is in place: older checkpoints can go.
         for old in self.dir.iterdir():
@@ -283,7 +282,7 @@ def read_manifest(run_dir: Path, n_workers: int | None = None) -> dict[str, Any]
     CheckpointError
         No checkpoint, a corrupt manifest, or another worker count.
     """
-    path = Path(run_dir) / DIR / MANIFEST
+    path = Path(run_dir) / files.CHECKPOINT_DIR / files.CHECKPOINT_MANIFEST
     if not path.is_file():
         raise CheckpointError(
             f"{path}: expected a checkpoint to resume from, found none (the job writes "
@@ -318,7 +317,7 @@ def load(run_dir: Path, n_workers: int | None = None) -> Checkpoint:
         As :func:`read_manifest`, or a file missing or not matching the manifest.
     """
     manifest = read_manifest(run_dir, n_workers)
-    folder = Path(run_dir) / DIR / str(manifest["folder"])
+    folder = Path(run_dir) / files.CHECKPOINT_DIR / str(manifest["folder"])
     loaded: dict[str, Any] = {}
     for name, digest in manifest["files"].items():
         path = folder / name
@@ -331,6 +330,6 @@ def load(run_dir: Path, n_workers: int | None = None) -> Checkpoint:
                                   f"{found[:12]}…: the checkpoint is corrupt")
         with open(path, "rb") as f:
             loaded[name] = pickle.load(f)  # noqa: S301 - the user's own run directory
-    workers = {int(n[len("worker-"):-len(".pkl")]): v for n, v in loaded.items()
-               if n.startswith("worker-")}
-    return Checkpoint(manifest, loaded["master.pkl"], workers)
+    workers = {rank: v for n, v in loaded.items()
+               if (rank := files.checkpoint_worker_rank(n)) is not None}
+    return Checkpoint(manifest, loaded[files.CHECKPOINT_MASTER], workers)

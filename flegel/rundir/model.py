@@ -1,6 +1,6 @@
 """Saved models: what a run leaves behind, read back for prediction and warm starts.
 
-A run directory (DESIGN §6) holds the final model as ``model.npz`` (the arrays of
+A run directory (:mod:`flegel.rundir.files`) holds the final model as ``model.npz`` (the arrays of
 :meth:`flegel.Algorithm.finalize`, no pickle) and ``model.json`` (the algorithm's job name,
 its parameters, the arrays' shapes), beside the resolved job ``job.yaml``.  This module is the
 one place that finds and reads them:
@@ -25,16 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from flegel.rundir import files
+
 if TYPE_CHECKING:
     from flegel.api import Algorithm
 
-__all__ = ["JOB_FILE", "META_FILE", "MODEL_FILE", "SUMMARY_FILE", "SavedModel",
-           "check_algorithm", "model_path", "read_model"]
-
-MODEL_FILE = "model.npz"
-META_FILE = "model.json"
-JOB_FILE = "job.yaml"
-SUMMARY_FILE = "summary.json"
+__all__ = ["SavedModel", "check_algorithm", "model_path", "read_model"]
 
 
 @dataclass
@@ -110,21 +106,21 @@ def model_path(spec: str | Path, base_dir: str | Path | None = None) -> Path:
         path = Path(base_dir) / path
     path = path.resolve()
     if path.is_dir():
-        found = path / MODEL_FILE
+        found = path / files.MODEL
         if not found.is_file():
-            if (path / JOB_FILE).is_file():
-                why = (f"it is a run directory without {MODEL_FILE}: the run is still going, "
+            if (path / files.JOB).is_file():
+                why = (f"it is a run directory without {files.MODEL}: the run is still going, "
                        "failed, or had output.save_model: false")
             else:
-                why = f"expected a run directory holding {MODEL_FILE} (written by flegel run)"
+                why = f"expected a run directory holding {files.MODEL} (written by flegel run)"
             raise FileNotFoundError(f"{path}: no model found; {why}")
         return found
     if path.suffix != ".npz":
-        raise ValueError(f"{path}: expected a run directory or a {MODEL_FILE} archive, "
+        raise ValueError(f"{path}: expected a run directory or a {files.MODEL} archive, "
                          f"found a {path.suffix or 'suffix-less'} file")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such model archive (expected a run directory or "
-                                f"a {MODEL_FILE})")
+                                f"a {files.MODEL})")
     return path
 
 
@@ -135,11 +131,11 @@ def read_model(spec: str | Path, base_dir: str | Path | None = None) -> SavedMod
     path = model_path(spec, base_dir)
     with np.load(path, allow_pickle=False) as archive:
         arrays = {k: archive[k] for k in archive.files}
-    meta_file = path.with_name(META_FILE)
+    meta_file = path.with_name(files.MODEL_META)
     meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
-    job_file = path.with_name(JOB_FILE)
+    job_file = path.with_name(files.JOB)
     job = yaml.safe_load(job_file.read_text()) if job_file.is_file() else None
-    summary_file = path.with_name(SUMMARY_FILE)
+    summary_file = path.with_name(files.SUMMARY)
     summary = json.loads(summary_file.read_text()) if summary_file.is_file() else None
     return SavedModel(path=path, arrays=arrays, meta=meta, job=job, summary=summary)
 

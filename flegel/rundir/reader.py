@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flegel.rundir import files
+
 #: One worker's column over time: (times in seconds, values).
 Series = tuple[list[float], list[float]]
 
@@ -23,13 +25,13 @@ Interval = tuple[float, float, float]
 
 def read_events(run: Path) -> list[dict[str, Any]]:
     """The records of ``run/events.jsonl``, in order (blank lines skipped)."""
-    lines = (run / "events.jsonl").read_text().splitlines()
+    lines = (run / files.EVENTS).read_text().splitlines()
     return [json.loads(line) for line in lines if line.strip()]
 
 
 def read_summary(run: Path) -> dict[str, Any]:
     """``run/summary.json``; empty for a run that did not finish (it is written last)."""
-    path = run / "summary.json"
+    path = run / files.SUMMARY
     if not path.exists():
         return {}
     out: dict[str, Any] = json.loads(path.read_text())

@@ -1,4 +1,4 @@
-"""The run directory (DESIGN §6): resolved job, event log, model, summary.
+"""The run directory (:mod:`flegel.rundir.files`): resolved job, event log, model, summary.
 
 Nothing is written outside it: the default directory is a child of ``output.dir`` (the job's
 ``name`` may not contain a path separator or ``..``), and an existing run directory is only
@@ -22,18 +22,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import yaml
 
+from flegel.rundir import files
+from flegel.rundir.files import RUN_FILES
 from flegel.runtime.peak_memory import peak_rss_mib
 
 if TYPE_CHECKING:
     from flegel.runtime.exact import FinalEvaluation
 
 CONVERGED = ("converged", "target", "algorithm", "halted")
-
-
-#: The files a run writes into its directory; :func:`claim_run_dir` says a directory holding
-#: any of them is a run.
-RUN_FILES = ("job.yaml", "events.jsonl", "model.npz", "model.json", "summary.json",
-             "checkpoint")
 
 
 class RunDirError(ValueError):
@@ -162,9 +158,9 @@ class RunWriter:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.job = job
         doc = dict(job.doc)
-        with atomic_path(self.dir / "job.yaml") as tmp:
+        with atomic_path(self.dir / files.JOB) as tmp:
             tmp.write_text(yaml.safe_dump(doc, sort_keys=False))
-        events = self.dir / "events.jsonl"
+        events = self.dir / files.EVENTS
         if events_from is not None and events.exists():
             # A resumed run: the events up to its checkpoint stay, later ones are replayed.
             with open(events, "r+b") as f:
@@ -206,9 +202,9 @@ class RunWriter:
         arrays: dict[str, np.ndarray] = {
             k: np.asarray(v) for k, v in algorithm.finalize(theta).items()}
         if getattr(self, "_saved_version", None) != version:
-            save_npz_atomic(self.dir / "model.npz", arrays)
+            save_npz_atomic(self.dir / files.MODEL, arrays)
             self._saved_version = version
-        write_json_atomic(self.dir / "model.json", {
+        write_json_atomic(self.dir / files.MODEL_META, {
             "algorithm": self.job["algorithm"], "params": self.job["params"],
             "arrays": {k: {"shape": list(a.shape), "dtype": a.dtype.str}
                        for k, a in arrays.items()},
@@ -287,5 +283,5 @@ class RunWriter:
         self.save_model(algorithm, server.theta, server.version, final_objective=final)
         if timings is not None:
             summary["timings"] = timings.summary()
-        write_json_atomic(self.dir / "summary.json", summary)
+        write_json_atomic(self.dir / files.SUMMARY, summary)
         return summary

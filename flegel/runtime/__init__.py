@@ -1,5 +1,5 @@
 """The MPI master/worker runtime: rank 0 is the master (coordinator and parameter server),
-ranks 1..n are workers holding data shards (DESIGN §4).
+ranks 1..n are workers holding data shards (FSP paper Section 5.1).
 
 The runtime never imports a sync model: it serves whatever master policy and worker policy
 the run wiring (:mod:`flegel.run`) hands it, through the ports of :mod:`flegel.ports`.

@@ -1,15 +1,15 @@
 """Ranks agree before any work: a problem on one rank ends every rank with one message, exit 2.
 
 Each rank checks what it alone can see (its file system when it validates the job, its own
-shard when it loads it, DESIGN §7), then all ranks take part in :func:`agree`: if any rank
+shard when it loads it, docs/exit-codes.md), then all ranks take part in :func:`agree`: if any rank
 found a problem, rank 0 prints the first one (the lowest failing rank's) once, and every rank
 raises :class:`Rejected`, which the command line turns into exit code 2 -- no traceback, no
 ``MPI_Abort``, nothing left running.
 
 The vote is a non-blocking all-gather of one flag per rank, completed by polling (MPICH's
 blocking collectives busy-poll, and a master waiting here while workers load large shards
-would burn a core, DESIGN §4); only the failing rank's message then travels, point to point,
-to rank 0.
+would burn a core, :mod:`flegel.runtime.comm`); only the failing rank's message then
+travels, point to point, to rank 0.
 """
 
 from __future__ import annotations

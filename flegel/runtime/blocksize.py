@@ -1,4 +1,4 @@
-"""Run-time block sizing from a fitted cost model: time = a + b·n (DESIGN §3, issue 14).
+"""Run-time block sizing from a fitted cost model: time = a + b·n (issue 14; README).
 
 A block of ``n`` points costs a fixed ``a`` per kernel call (Python and dispatch overhead:
 tens of µs on the CPU; a kernel launch and transfers on a GPU: about 6 ms) plus ``b`` per

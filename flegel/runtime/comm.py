@@ -1,8 +1,8 @@
 """Messaging primitives that never spin a core while waiting.
 
 MPICH's blocking receive and barrier busy-poll: on an oversubscribed machine a waiting rank
-burns a full core and becomes a fake straggler (DESIGN §4, measured 100% of a core).  Every
-wait here is ``Test`` plus a short ``sleep`` instead (1-3% of a core).
+burns a full core and becomes a fake straggler (measured: 100% of a core; README, How the
+runtime works).  Every wait here is ``Test`` plus a short ``sleep`` instead (1-3% of a core).
 
 A wait may be *watched*: a callable run at every poll that raises
 :class:`~flegel.runtime.faults.JobFault` to end it (a worker's FAULT message, a deadline),

@@ -1,7 +1,7 @@
 """Process lifetime of a rank: signals, the parent's death, and ending the whole job.
 
-No process outlives its job (DESIGN §7, issue 13).  The chain is ``flegel run`` (the
-launcher) -> ``mpiexec`` -> the MPI daemon (hydra's proxy) -> the ranks, and each link
+No process outlives its job (docs/exit-codes.md, Processes; issue 13).  The chain is ``flegel run``
+(the launcher) -> ``mpiexec`` -> the MPI daemon (hydra's proxy) -> the ranks, and each link
 guards the next:
 
 * the launcher forwards SIGINT/SIGTERM to ``mpiexec`` once, and asks the kernel to send

@@ -5,7 +5,7 @@ knows of each worker, and implements :class:`flegel.ports.ServerPort` for the sy
 master policy, which decides when to apply what and whom to answer.  It talks to the workers
 through a :class:`~flegel.runtime.transport.Transport` and reads time from an injected clock,
 so in-process tests run it with a fake transport and a simulated clock.  Every wait polls and
-sleeps, so the idle master uses ~1% of a core (DESIGN §4).
+sleeps, so the idle master uses ~1% of a core (README, How the runtime works).
 
 Nothing hangs and nothing is lost (issue 13): the server enforces ``stop.max_time_s`` by its
 own clock at every poll, not only at barriers; a worker silent past ``stall_timeout_s`` ends
@@ -55,13 +55,13 @@ def _algorithm_state(algorithm: Any) -> dict[str, Any] | None:
 class Trace:
     """θ snapshots spread over the run, for the exact objective trace (``objective_trace``).
 
-    Sync models are compared on the true f(θ) (DESIGN §3): the online objective mixes losses
-    computed under different θ and, before a full pass, misses unvisited points.  Every new
-    θ is kept until twice ``limit`` are held; then every other one is dropped and snapshots
-    are taken at most every ``spacing`` seconds (doubling at each thinning), so any run keeps
-    between ``limit`` and ``2 * limit`` snapshots spread over its whole length.  After
-    training, those not evaluated exactly during it are evaluated on every shard, within a
-    budget (:class:`~flegel.runtime.exact.FinalEvaluation`).
+    Sync models are compared on the true f(θ) (README, Comparing models and drawing runs): the
+    online objective mixes losses computed under different θ and, before a full pass, misses
+    unvisited points.  Every new θ is kept until twice ``limit`` are held; then every other one is
+    dropped and snapshots are taken at most every ``spacing`` seconds (doubling at each thinning),
+    so any run keeps between ``limit`` and ``2 * limit`` snapshots spread over its whole
+    length.  After training, those not evaluated exactly during it are evaluated on every shard,
+    within a budget (:class:`~flegel.runtime.exact.FinalEvaluation`).
     """
 
     def __init__(self, limit: int, spacing_s: float = 0.0) -> None:
@@ -105,7 +105,7 @@ class Server:
         At most this many θ snapshots are kept for the exact objective trace (0: none).
     stall_warning_s : float
         A worker silent this long while others wait is named on stderr, again at every
-        multiple (DESIGN §7).
+        multiple (docs/exit-codes.md, code 3).
     stall_timeout_s : float or None
         A worker silent this long ends the job (:class:`JobFault`, exit code
         ``ExitCode.STALLED``); None: never.
@@ -497,7 +497,7 @@ class Server:
 
         The one stall-warning mechanism for every model: a worker is late once it has been
         silent (since it was sent θ) for ``stall_warning_s`` while at least one other worker
-        waits, and it is named again at every further multiple (DESIGN §7).
+        waits, and it is named again at every further multiple (docs/exit-codes.md, code 3).
         """
         waiting = [r for r, w in self.workers.items() if w.waiting and not w.stopped]
         if not waiting or self.reason is not None:

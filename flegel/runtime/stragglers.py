@@ -1,4 +1,4 @@
-"""Straggler patterns injected into workers (FSP paper Section 6.1; DESIGN §5).
+"""Straggler patterns injected into workers (FSP paper Section 6.1; README, Stragglers).
 
 Each pattern slows a list of worker ranks (1..n) after a block, by sleeping (which never burns
 a core); see :meth:`Stragglers.after_block` for which patterns a barrier signal interrupts.

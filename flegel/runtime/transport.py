@@ -3,7 +3,8 @@
 :class:`MpiTransport` is the only part of the parameter server that touches MPI; the
 server's logic (:class:`flegel.runtime.server.Server`) sees a :class:`Transport`, which
 in-process tests replace with a fake.  Every send is nonblocking and every wait polls with
-``Test`` and sleeps (:mod:`flegel.runtime.comm`), so no rank spins a core (DESIGN §4).
+``Test`` and sleeps (:mod:`flegel.runtime.comm`), so no rank spins a core (README, How the
+runtime works).
 """
 
 from __future__ import annotations

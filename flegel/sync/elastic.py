@@ -46,7 +46,8 @@ causes; with no noise the prediction was already exact:
   are re-predicted from the newest data, and the barrier may move at most
   :data:`SLACK` intervals of the slowest worker past the superstep's first plan (without
   that bound the horizon would recede: a later coincidence is always found).  A worker's
-  last decision -- stop here or go on -- is so taken one iteration ahead.
+  last decision -- stop here or go on -- is so taken one iteration ahead.  The job option
+  ``sync.replan: false`` keeps the paper's single plan, to compare against.
 * **``d*`` is the minimum of many noisy candidates.**  It is the wait if every prediction
   were exact, biased low by the choice itself.  The policy also records the *expected* wait
   of its choice, :func:`flegel.sync.zipline.expected_wait`: each uncertain end perturbed by the
@@ -82,7 +83,7 @@ import numpy as np
 from flegel.ports import ServerPort
 from flegel.sync.asynchronous import PushPolicy
 from flegel.sync.zipline import METHODS, expected_wait, predict, solve
-from flegel.validation import Key, choice, integer
+from flegel.validation import Key, boolean, choice, integer
 
 #: Iteration spans per worker whose median is its predicted interval (module notes).
 WINDOW = 8
@@ -100,6 +101,10 @@ class ElasticBSP(PushPolicy):
         Lookahead ``R``: predicted iteration ends per worker (default 15).
     method : str
         The barrier solver of :func:`flegel.sync.zipline.solve` (default ``"fast"``, exact).
+    replan : bool
+        Remake the plan at every push of a worker short of its barrier (the rolling horizon
+        of the module notes; default true).  False: the paper's one plan per superstep,
+        for comparisons (``tests/test_elastic_waits.py``, ``bench/sync_bench.py --waits-sim``).
     batch, overhead
         See :class:`~flegel.sync.asynchronous.PushPolicy`.
     """
@@ -109,15 +114,15 @@ class ElasticBSP(PushPolicy):
         "r": integer("lookahead R: predicted iteration ends per worker", 15, lo=1),
         "method": choice("the barrier solver of flegel.sync.zipline.solve ('fast' is exact)",
                          METHODS, "fast", expected="one of " + ", ".join(METHODS)),
+        "replan": boolean("remake the plan at every push of a worker short of the barrier "
+                          "(false: the paper's one plan per superstep, for comparisons)", True),
     }
-    #: Remake the plan at every push (module notes).  False: the paper's one plan per
-    #: superstep, kept for comparisons (tests, benchmarks).
-    REPLAN: ClassVar[bool] = True
 
     def __init__(self, server: ServerPort, options: dict[str, Any]) -> None:
         super().__init__(server, options)
         self.R = int(options["r"])
         self.method = options["method"]
+        self.replan = bool(options["replan"])
         self.since: dict[int, list[float]] = {r: [] for r in server.ranks}  # push times
         #: Latest iteration spans per worker, kept across barriers (module notes).
         self.spans: dict[int, deque[float]] = {r: deque(maxlen=WINDOW) for r in server.ranks}
@@ -145,7 +150,7 @@ class ElasticBSP(PushPolicy):
         if self.target is None:
             if all(len(v) >= 2 for v in self.since.values()) and all(self.spans.values()):
                 self._plan(rank, t, first=True)
-        elif self.REPLAN and len(self.since[rank]) < self.target[rank]:
+        elif self.replan and len(self.since[rank]) < self.target[rank]:
             self._plan(rank, t, first=False)
 
     def interval(self, rank: int) -> float:
@@ -248,7 +253,7 @@ class ElasticBSP(PushPolicy):
             return float(np.mean([x[key] for x in b])) if b else 0.0
 
         err = [x["actual_s"] - x["predicted_s"] for x in b]
-        return {**super().summary(), "r": self.R, "method": self.method,
+        return {**super().summary(), "r": self.R, "method": self.method, "replan": self.replan,
                 "barriers": len(b),
                 "mean_barrier_wait_s": mean("wait_s"),
                 "mean_predicted_wait_s": mean("predicted_wait_s"),
