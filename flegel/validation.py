@@ -288,10 +288,16 @@ class Options(Constraint):
     def describe(self, python: bool = False) -> str:
         if python:
             return "one of " + ", ".join(map(repr, self.values))
-        shown = [f"'{c}'" if isinstance(c, str) else describe_default(c) for c in self.values]
-        if len(shown) == 1:
-            return shown[0]
-        return ", ".join(shown[:-1]) + " or " + shown[-1]
+        return _alternatives(self.words())
+
+    def words(self) -> list[str]:
+        """Each value as a job file writes it: ``'a'``, ``null``, ``true``, ``2``."""
+        return [f"'{c}'" if isinstance(c, str) else describe_default(c) for c in self.values]
+
+
+def _alternatives(words: list[str]) -> str:
+    """'x', 'x or y', 'x, y or z'."""
+    return ", ".join(words[:-1]) + " or " + words[-1] if len(words) > 1 else words[0]
 
 
 def _same(value: Any, option: Any) -> bool:
@@ -437,8 +443,10 @@ class AnyOf(Constraint):
         return any(c.is_satisfied_by(value) for c in self.constraints)
 
     def describe(self, python: bool = False) -> str:
-        words = [c.describe(python) for c in self.constraints]
-        return ", ".join(words[:-1]) + " or " + words[-1] if len(words) > 1 else words[0]
+        words: list[str] = []
+        for c in self.constraints:  # options join the list: "one character, 'a' or 'b'"
+            words += c.words() if isinstance(c, Options) and not python else [c.describe(python)]
+        return _alternatives(words)
 
     def convert(self, value: Any) -> Any:
         for c in self.constraints:
