@@ -18,7 +18,7 @@ import numpy as np
 
 from flegel import Algorithm, Block
 from flegel.device import DEVICE_PARAMS, to_host
-from flegel.validation import Constraint, check_params
+from flegel.validation import PathName, check_params
 
 __all__ = [
     "DEVICE_PARAMS", "InitSpec", "chunks", "expect_shape", "set_params",
@@ -34,7 +34,7 @@ LOG_2PI = float(np.log(2.0 * np.pi))
 
 
 # ------------------------------------------------------------------ parameter declarations
-class InitSpec(Constraint):
+class InitSpec(PathName):
     """``init``: one of ``keywords``, or a string or path naming a file or a run (checked
     when the job is validated, :func:`validate_init_file`).
 
@@ -46,13 +46,11 @@ class InitSpec(Constraint):
 
     def __init__(self, keywords: Sequence[str]) -> None:
         self.keywords = tuple(keywords)
+        kws = ", ".join(repr(k) for k in self.keywords)
+        super().__init__(f"one of {kws}, a run directory or the path of a .npy/.npz file")
 
     def is_satisfied_by(self, value: Any) -> bool:
         return isinstance(value, Path) or (isinstance(value, str) and bool(value))
-
-    def describe(self, python: bool = False) -> str:
-        kws = ", ".join(repr(k) for k in self.keywords)
-        return f"one of {kws}, a run directory or the path of a .npy/.npz file"
 
     def convert(self, value: Any) -> str:
         return str(value)
