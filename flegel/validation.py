@@ -201,7 +201,8 @@ def _in_bounds(v: float, lo: float | None, hi: float | None, lo_open: bool,
 
 def _is_bool(v: Any) -> bool:
     # NumPy's bool is no int subclass, but it is no count either
-    return isinstance(v, bool) or type(v).__name__ == "bool_"
+    return isinstance(v, bool) or (type(v).__module__ == "numpy"
+                                   and type(v).__name__ in ("bool", "bool_"))
 
 
 class Integer(Constraint):
@@ -311,10 +312,13 @@ def _same(value: Any, option: Any) -> bool:
 
 
 class Boolean(Constraint):
-    """``true`` or ``false``."""
+    """``true`` or ``false`` (Python's or NumPy's bool)."""
 
     def is_satisfied_by(self, value: Any) -> bool:
-        return isinstance(value, bool)
+        return _is_bool(value)
+
+    def convert(self, value: Any) -> bool:
+        return bool(value)
 
     def describe(self, python: bool = False) -> str:
         return "True or False" if python else "true or false"
