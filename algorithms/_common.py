@@ -1,4 +1,4 @@
-"""Small shared helpers of the built-in algorithms: parameter checks, stable log-sum-exp and
+"""Small shared helpers of the built-in algorithms: parameter declarations, stable log-sum-exp and
 softmax, k-means++ seeding on the data sample, initialization files, the per-point path, and
 what the device paths share (:mod:`flegel.device`): the block's state on the kernel's device
 (:func:`on_device`) and operands derived from θ kept there until θ changes
@@ -9,7 +9,6 @@ Everything here uses only flegel's public API, as a user-written algorithm would
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,10 +17,11 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from flegel import Algorithm, Block
-from flegel.device import to_host
+from flegel.device import DEVICE_PARAMS, to_host
+from flegel.validation import PathName, check_params
 
 __all__ = [
-    "check_choice", "check_float", "check_int", "check_init_spec", "chunks", "expect_shape",
+    "DEVICE_PARAMS", "InitSpec", "chunks", "expect_shape", "set_params",
     "kmeans_plusplus_sample", "learning_rate_at", "load_init_arrays", "logsumexp_rows",
     "on_device", "point_via_block", "resolve_init_path", "softmax_rows", "squared_distances",
     "ThetaCache", "validate_init_file",
@@ -33,38 +33,41 @@ _T = TypeVar("_T")
 LOG_2PI = float(np.log(2.0 * np.pi))
 
 
-# ------------------------------------------------------------------ parameter validation
-def check_int(name: str, value: Any, *, min_value: int = 1) -> int:
-    """Return ``value`` as an int, or raise ``ValueError`` naming the parameter."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < min_value:
-        raise ValueError(f"{name} must be an integer >= {min_value}, got {value!r}")
-    return int(value)
+# ------------------------------------------------------------------ parameter declarations
+class InitSpec(PathName):
+    """``init``: one of ``keywords``, or a string or path naming a file or a run (checked
+    when the job is validated, :func:`validate_init_file`).
+
+    Parameters
+    ----------
+    keywords : sequence of str
+        The initializations the algorithm computes itself.
+    """
+
+    def __init__(self, keywords: Sequence[str]) -> None:
+        self.keywords = tuple(keywords)
+        kws = ", ".join(repr(k) for k in self.keywords)
+        super().__init__(f"one of {kws}, a run directory or the path of a .npy/.npz file")
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        return isinstance(value, Path) or (isinstance(value, str) and bool(value))
+
+    def convert(self, value: Any) -> str:
+        return str(value)
 
 
-def check_float(name: str, value: Any, *, low: float | None = None, high: float | None = None,
-                low_open: bool = False, high_open: bool = False) -> float:
-    """Return ``value`` as a finite float inside the given bounds, or raise ``ValueError``."""
-    ok = (isinstance(value, numbers.Real) and not isinstance(value, bool)
-          and np.isfinite(float(value)))
-    if ok and low is not None:
-        ok = float(value) > low if low_open else float(value) >= low
-    if ok and high is not None:
-        ok = float(value) < high if high_open else float(value) <= high
-    if not ok:
-        lo = "" if low is None else f"{'>' if low_open else '>='} {low}"
-        hi = "" if high is None else f"{'<' if high_open else '<='} {high}"
-        bounds = " and ".join(b for b in (lo, hi) if b)
-        raise ValueError(f"{name} must be a finite number{' ' + bounds if bounds else ''}, "
-                         f"got {value!r}")
-    return float(value)
+def set_params(algorithm: Algorithm, values: dict[str, Any]) -> None:
+    """Check the constructor's arguments against the class's ``PARAMS`` and store each,
+    converted, as the attribute of its name.
 
-
-def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
-    """Return ``value`` if it is one of ``choices``, or raise ``ValueError`` listing them."""
-    if not isinstance(value, str) or value not in choices:
-        options = ", ".join(repr(c) for c in choices)
-        raise ValueError(f"{name} must be one of {options}, got {value!r}")
-    return value
+    Raises
+    ------
+    flegel.validation.ParameterError
+        Naming the first argument its declaration refuses ("n_clusters must be an integer
+        >= 1, got 0"); the job reports it as ``params.<name>``.
+    """
+    for name, value in check_params(type(algorithm).PARAMS, values).items():
+        setattr(algorithm, name, value)
 
 
 # ------------------------------------------------------------------ numerics
@@ -256,17 +259,6 @@ def kmeans_plusplus_sample(sample: np.ndarray, k: int, seed: int) -> np.ndarray:
         centers[c] = x[ids[best]]
         closest, pot = d2[best], float(pots[best])
     return centers
-
-
-def check_init_spec(init: Any, keywords: Sequence[str]) -> str:
-    """Check that ``init`` is one of ``keywords`` or a string/path naming a file or run."""
-    if isinstance(init, Path):
-        init = str(init)
-    if not isinstance(init, str) or not init:
-        kws = ", ".join(repr(k) for k in keywords)
-        raise ValueError(f"init must be one of {kws}, a run directory or the path of a "
-                         f".npy/.npz file, got {init!r}")
-    return init
 
 
 def resolve_init_path(init: str, base_dir: Path, keywords: Sequence[str]) -> Path | None:

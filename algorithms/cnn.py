@@ -29,19 +29,19 @@ import numpy as np
 
 from flegel import Algorithm, Block, DataInfo
 from flegel.device import DeviceKernels, to_host
+from flegel.validation import Described, Integer, Items, Nullable, Options, Real
 
 from ._common import (
+    DEVICE_PARAMS,
+    InitSpec,
     RowKernel,
     ThetaCache,
-    check_choice,
-    check_float,
-    check_init_spec,
-    check_int,
     expect_shape,
     learning_rate_at,
     load_init_arrays,
     logsumexp_rows,
     resolve_init_path,
+    set_params,
     validate_init_file,
 )
 
@@ -178,6 +178,41 @@ class CNN(DeviceKernels, RowKernel, Algorithm):
     needs_labels = True
     label_kind = "classes"
     objective_name = "cross-entropy"
+    # The parameters, as set_params stores them from PARAMS.
+    image_shape: tuple[int, ...] | None
+    n_filters: tuple[int, ...]
+    kernel_size: int
+    padding: int
+    pool_size: int
+    pooling: str
+    learning_rate: float
+    schedule: str
+    power_t: float
+    momentum: float
+    alpha: float
+    input_scale: float
+    dtype: str
+    chunk_size: int | None
+    init: str
+    PARAMS = {
+        "image_shape": Nullable(Described(Items(Integer(lo=1), sizes=(2, 3)),
+                                          "(H, W), (H, W, C)")),
+        "n_filters": Described(Items(Integer(lo=1)), "a non-empty list of positive integers"),
+        "kernel_size": Integer(lo=1),
+        "padding": Integer(lo=0),
+        "pool_size": Integer(lo=1),
+        "pooling": Options(_POOLINGS),
+        "learning_rate": Real(lo=0.0, lo_open=True, finite=True),
+        "schedule": Options(_SCHEDULES),
+        "power_t": Real(lo=0.0, finite=True),
+        "momentum": Real(lo=0.0, hi=1.0, hi_open=True, finite=True),
+        "alpha": Real(lo=0.0, finite=True),
+        "input_scale": Real(lo=0.0, lo_open=True, finite=True),
+        "device": DEVICE_PARAMS["device"],
+        "dtype": Options(_DTYPES),
+        "chunk_size": Nullable(Integer(lo=1)),
+        "init": InitSpec(_INITS),
+    }
 
     def __init__(self, image_shape: Sequence[int] | None = None,
                  n_filters: Sequence[int] = (6, 12), kernel_size: int = 5, padding: int = 0,
@@ -187,33 +222,10 @@ class CNN(DeviceKernels, RowKernel, Algorithm):
                  dtype: str = "float32", chunk_size: int | None = None,
                  init: str = "he") -> None:
         super().__init__()
-        if image_shape is not None:
-            if (not isinstance(image_shape, (tuple, list)) or len(image_shape) not in (2, 3)):
-                raise ValueError(f"image_shape must be (H, W), (H, W, C) or None, "
-                                 f"got {image_shape!r}")
-            image_shape = tuple(check_int("image_shape", v) for v in image_shape)
-        self.image_shape = image_shape
-        if isinstance(n_filters, (int, np.integer)) or not isinstance(n_filters, (tuple, list)) \
-                or len(n_filters) < 1:
-            raise ValueError(f"n_filters must be a non-empty list of positive integers, "
-                             f"got {n_filters!r}")
-        self.n_filters = tuple(check_int("n_filters", f) for f in n_filters)
-        self.kernel_size = check_int("kernel_size", kernel_size)
-        self.padding = check_int("padding", padding, min_value=0)
-        self.pool_size = check_int("pool_size", pool_size)
-        self.pooling = check_choice("pooling", pooling, _POOLINGS)
-        self.learning_rate = check_float("learning_rate", learning_rate, low=0.0, low_open=True)
-        self.schedule = check_choice("schedule", schedule, _SCHEDULES)
-        self.power_t = check_float("power_t", power_t, low=0.0)
-        self.momentum = check_float("momentum", momentum, low=0.0, high=1.0, high_open=True)
-        self.alpha = check_float("alpha", alpha, low=0.0)
-        self.input_scale = check_float("input_scale", input_scale, low=0.0, low_open=True)
+        set_params(self, locals())
         # no ``kernel`` parameter: the CNN has one kernel, the array one, on either device
         self._set_device(device)
         self._params = ThetaCache[dict[str, Any]]()
-        self.dtype = check_choice("dtype", dtype, _DTYPES)
-        self.chunk_size = None if chunk_size is None else check_int("chunk_size", chunk_size)
-        self.init = check_init_spec(init, _INITS)
 
     # ------------------------------------------------------------------ geometry and set-up
     def validate(self, base_dir: Path) -> None:

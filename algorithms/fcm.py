@@ -26,13 +26,13 @@ import numpy as np
 from flegel import Algorithm, Block, DataInfo
 from flegel.device import DeviceKernels, to_host
 from flegel.jit import njit
+from flegel.validation import Integer, Real
 
 from ._common import (
+    DEVICE_PARAMS,
+    InitSpec,
     RowKernel,
     ThetaCache,
-    check_float,
-    check_init_spec,
-    check_int,
     chunks,
     expect_shape,
     kmeans_plusplus_sample,
@@ -40,6 +40,7 @@ from ._common import (
     logsumexp_rows,
     on_device,
     resolve_init_path,
+    set_params,
     squared_distances,
     validate_init_file,
 )
@@ -170,14 +171,19 @@ class FuzzyCMeans(DeviceKernels, RowKernel, Algorithm):
     name = "fcm"
     objective_name = "fcm objective"
 
+    # The parameters, as set_params stores them from PARAMS.
+    n_clusters: int
+    m: float
+    init: str
+    PARAMS = {**DEVICE_PARAMS, "n_clusters": Integer(lo=1),
+              "m": Real(lo=1.0, lo_open=True, finite=True), "init": InitSpec(_INITS)}
+
     def __init__(self, n_clusters: int = 8, m: float = 2.0, init: str = "kmeans++",
                  device: str = "cpu", kernel: str = "auto") -> None:
         super().__init__()
+        set_params(self, locals())
         self._set_device(device, kernel)
         self._centers: ThetaCache[Any] = ThetaCache()
-        self.n_clusters = check_int("n_clusters", n_clusters)
-        self.m = check_float("m", m, low=1.0, low_open=True)
-        self.init = check_init_spec(init, _INITS)
 
     # ------------------------------------------------------------------ set-up
     def validate(self, base_dir: Path) -> None:

@@ -36,15 +36,14 @@ from scipy.linalg import solve_triangular
 from flegel import Algorithm, Block, DataInfo
 from flegel.device import DeviceKernels, to_host
 from flegel.jit import njit
+from flegel.validation import Integer, Options, Real
 
 from ._common import (
+    DEVICE_PARAMS,
     LOG_2PI,
+    InitSpec,
     RowKernel,
     ThetaCache,
-    check_choice,
-    check_float,
-    check_init_spec,
-    check_int,
     chunks,
     expect_shape,
     kmeans_plusplus_sample,
@@ -52,6 +51,7 @@ from ._common import (
     logsumexp_rows,
     on_device,
     resolve_init_path,
+    set_params,
     validate_init_file,
 )
 
@@ -179,17 +179,22 @@ class GaussianMixture(DeviceKernels, RowKernel, Algorithm):
     name = "gmm"
     objective_name = "negative log-likelihood"
 
+    # The parameters, as set_params stores them from PARAMS.
+    n_components: int
+    covariance_type: str
+    reg_covar: float
+    init: str
+    PARAMS = {**DEVICE_PARAMS, "n_components": Integer(lo=1),
+              "covariance_type": Options(_COVARIANCE_TYPES),
+              "reg_covar": Real(lo=0.0, finite=True), "init": InitSpec(_INITS)}
+
     def __init__(self, n_components: int = 8, covariance_type: str = "diag",
                  reg_covar: float = 1e-6, init: str = "kmeans++", device: str = "cpu",
                  kernel: str = "auto") -> None:
         super().__init__()
+        set_params(self, locals())
         self._set_device(device, kernel)
         self._operands: ThetaCache[tuple[Any, ...]] = ThetaCache()
-        self.n_components = check_int("n_components", n_components)
-        self.covariance_type = check_choice("covariance_type", covariance_type,
-                                            _COVARIANCE_TYPES)
-        self.reg_covar = check_float("reg_covar", reg_covar, low=0.0)
-        self.init = check_init_spec(init, _INITS)
 
     # ------------------------------------------------------------------ set-up
     def validate(self, base_dir: Path) -> None:

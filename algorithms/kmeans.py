@@ -26,14 +26,16 @@ import numpy as np
 from flegel import Algorithm, Block, DataInfo, PointState
 from flegel.device import DeviceKernels, to_host
 from flegel.jit import LazyKernel, njit
+from flegel.validation import Integer
 
 from ._common import (
-    check_init_spec,
-    check_int,
+    DEVICE_PARAMS,
+    InitSpec,
     expect_shape,
     kmeans_plusplus_sample,
     load_init_arrays,
     resolve_init_path,
+    set_params,
     squared_distances,
     validate_init_file,
 )
@@ -347,16 +349,20 @@ class KMeans(DeviceKernels, Algorithm):
 
     name = "kmeans"
     objective_name = "inertia"
+    # The parameters, as set_params stores them from PARAMS.
+    n_clusters: int
+    init: str
+    n_init: int
+    PARAMS = {**DEVICE_PARAMS, "n_clusters": Integer(lo=1), "init": InitSpec(_INITS),
+              "n_init": Integer(lo=1)}
 
     def __init__(self, n_clusters: int = 8, init: str = "kmeans++", n_init: int = 10,
                  device: str = "cpu", kernel: str = "auto") -> None:
         super().__init__()
-        self._set_device(device, kernel)
-        self.n_clusters = check_int("n_clusters", n_clusters)
         # scikit-learn spells it "k-means++": accept both
         init = "kmeans++" if init == "k-means++" else init
-        self.init = check_init_spec(init, _INITS)
-        self.n_init = check_int("n_init", n_init)
+        set_params(self, locals())
+        self._set_device(device, kernel)
 
     def validate(self, base_dir: Path) -> None:
         self.check_device()

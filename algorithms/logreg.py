@@ -25,19 +25,20 @@ import numpy as np
 from flegel import Algorithm, Block, DataInfo
 from flegel.device import DeviceKernels, to_host
 from flegel.jit import njit
+from flegel.validation import Boolean, Options, Real
 
 from ._common import (
+    DEVICE_PARAMS,
+    InitSpec,
     RowKernel,
     ThetaCache,
-    check_choice,
-    check_float,
-    check_init_spec,
     chunks,
     expect_shape,
     learning_rate_at,
     load_init_arrays,
     on_device,
     resolve_init_path,
+    set_params,
     softmax_rows,
     validate_init_file,
 )
@@ -196,20 +197,25 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
     label_kind = "classes"
     objective_name = "log-loss"
 
+    # The parameters, as set_params stores them from PARAMS.
+    learning_rate: float
+    schedule: str
+    power_t: float
+    alpha: float
+    fit_intercept: bool
+    init: str
+    PARAMS = {**DEVICE_PARAMS, "learning_rate": Real(lo=0.0, lo_open=True, finite=True),
+              "schedule": Options(_SCHEDULES), "power_t": Real(lo=0.0, finite=True),
+              "alpha": Real(lo=0.0, finite=True), "fit_intercept": Boolean(),
+              "init": InitSpec(_INITS)}
+
     def __init__(self, learning_rate: float = 0.1, schedule: str = "constant",
                  power_t: float = 0.5, alpha: float = 1e-4, fit_intercept: bool = True,
                  init: str = "zeros", device: str = "cpu", kernel: str = "auto") -> None:
         super().__init__()
+        set_params(self, locals())
         self._set_device(device, kernel)
         self._weights: ThetaCache[tuple[Any, Any]] = ThetaCache()
-        self.learning_rate = check_float("learning_rate", learning_rate, low=0.0, low_open=True)
-        self.schedule = check_choice("schedule", schedule, _SCHEDULES)
-        self.power_t = check_float("power_t", power_t, low=0.0)
-        self.alpha = check_float("alpha", alpha, low=0.0)
-        if not isinstance(fit_intercept, (bool, np.bool_)):
-            raise ValueError(f"fit_intercept must be True or False, got {fit_intercept!r}")
-        self.fit_intercept = bool(fit_intercept)
-        self.init = check_init_spec(init, _INITS)
 
     # ------------------------------------------------------------------ set-up
     def validate(self, base_dir: Path) -> None:

@@ -23,16 +23,16 @@ import numpy as np
 
 from flegel import Algorithm, Block, DataInfo
 from flegel.jit import njit
+from flegel.validation import Integer, Options
 
 from ._common import (
+    InitSpec,
     RowKernel,
-    check_choice,
-    check_init_spec,
-    check_int,
     chunks,
     expect_shape,
     load_init_arrays,
     resolve_init_path,
+    set_params,
     validate_init_file,
 )
 
@@ -127,14 +127,19 @@ class NMF(RowKernel, Algorithm):
     nonnegative_features = True
     objective_name = "squared Frobenius error"
 
+    # The parameters, as set_params stores them from PARAMS.
+    n_components: int
+    solver: str
+    w_iter: int
+    h_iter: int
+    init: str
+    PARAMS = {"n_components": Integer(lo=1), "solver": Options(_SOLVERS),
+              "w_iter": Integer(lo=1), "h_iter": Integer(lo=1), "init": InitSpec(_INITS)}
+
     def __init__(self, n_components: int = 10, solver: str = "hals", w_iter: int = 5,
                  h_iter: int = 5, init: str = "nndsvda") -> None:
         super().__init__()
-        self.n_components = check_int("n_components", n_components)
-        self.solver = check_choice("solver", solver, _SOLVERS)
-        self.w_iter = check_int("w_iter", w_iter)
-        self.h_iter = check_int("h_iter", h_iter)
-        self.init = check_init_spec(init, _INITS)
+        set_params(self, locals())
 
     # ------------------------------------------------------------------ set-up
     def validate(self, base_dir: Path) -> None:

@@ -33,11 +33,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from flegel.block import Block, PointState
+from flegel.validation import Constraint
 
 Params = dict[str, np.ndarray]
 Aggregator = dict[str, Any]
@@ -105,8 +106,16 @@ class Algorithm:
         Every feature value must be >= 0 (NMF); default False.
     objective_name : str
         What the objective is, for reports (e.g. ``"inertia"``).
+    PARAMS : dict of str to flegel.validation.Constraint
+        Each constructor parameter's constraint, declared once: ``__init__`` checks its
+        arguments with :func:`flegel.validation.check_params`, whose
+        :class:`~flegel.validation.ParameterError` names the parameter (a job reports it as
+        ``params.<name>``; raise one yourself for a check of your own), and the
+        scikit-learn estimators derive their parameter constraints from it.  Empty by
+        default: a ``ValueError`` without a key is reported against ``params``.
     """
 
+    PARAMS: ClassVar[dict[str, Constraint]] = {}
     name: str = "algorithm"
     needs_labels: bool = False
     label_kind: str = "any"

@@ -42,10 +42,14 @@ from typing import Any
 
 import numpy as np
 
+from flegel.validation import Constraint, Options, ParameterError, check_params
+
 #: Accepted values of an algorithm's ``device`` parameter.
 DEVICES = ("cpu", "gpu", "auto")
 #: Accepted values of an algorithm's ``kernel`` parameter.
 KERNELS = ("auto", "compiled", "array")
+#: The two parameters, declared (an algorithm's ``PARAMS`` includes them).
+DEVICE_PARAMS: dict[str, Constraint] = {"device": Options(DEVICES), "kernel": Options(KERNELS)}
 #: What to install for the GPU path.
 GPU_HINT = "install the GPU extra, e.g. pip install 'flegel[gpu]' (CuPy for CUDA 12)"
 
@@ -187,11 +191,8 @@ class DeviceKernels:
     kernel: str
 
     def _set_device(self, device: str = "cpu", kernel: str = "auto") -> None:
-        """Validate and store the two parameters (``ValueError`` naming the bad one)."""
-        for name, value, choices in (("device", device, DEVICES), ("kernel", kernel, KERNELS)):
-            if not isinstance(value, str) or value not in choices:
-                options = ", ".join(repr(c) for c in choices)
-                raise ValueError(f"{name} must be one of {options}, got {value!r}")
+        """Validate and store the two parameters (a ``ParameterError`` naming the bad one)."""
+        check_params(DEVICE_PARAMS, {"device": device, "kernel": kernel})
         self.device = device
         self.kernel = kernel
         self._choice = KernelChoice(kernel)
@@ -202,11 +203,12 @@ class DeviceKernels:
         return array_module(self.device, type(self).__name__)
 
     def check_device(self) -> None:
-        """Raise ``ValueError`` before any work when ``device: gpu`` cannot run here."""
+        """Raise a ``ParameterError`` (a ``ValueError``) naming ``device`` before any work
+        when ``device: gpu`` cannot run here."""
         try:
             array_module(self.device, type(self).__name__)
         except RuntimeError as err:
-            raise ValueError(str(err)) from None
+            raise ParameterError("device", "", detail=str(err)) from None
 
     def compiles_at_start(self) -> bool:
         """Whether the first kernel call runs the compiled kernel (so numba starts then):

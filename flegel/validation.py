@@ -1,20 +1,31 @@
-"""The job schema: every key a job accepts, declared once.
+"""One validation vocabulary: constraints that know their check and their message.
 
-A :class:`Key` says what one key must be (its check), its default, its bounds and one line of
-documentation.  Validation, defaults, ``--set`` parsing, every sync model's options and the
-generated job reference (``docs/job-reference.md``) all read these declarations, so a key is
-never described in two places.
+A *constraint* (in the manner of scikit-learn's ``_param_validation``: ``Interval``,
+``StrOptions``, ...) says what a value must be: :meth:`Constraint.is_satisfied_by` checks a
+value and :meth:`Constraint.describe` words the rule, so a bound is stated once and the
+message always agrees with the check.  One vocabulary serves every place flegel checks a value:
 
-The module has three parts:
+* the job schema: a :class:`Key` is a constraint with a default and one line of documentation;
+  validation, defaults, ``--set`` parsing, every sync model's options and the generated job
+  reference (``docs/job-reference.md``) all read these declarations;
+* the ``data:`` keys (:mod:`flegel.data.keys`);
+* the algorithms' constructor parameters (an algorithm's ``PARAMS``, checked by
+  :func:`check_params`, which raises a :class:`ParameterError` naming the parameter);
+* the scikit-learn estimators, whose ``_parameter_constraints`` are derived from the
+  algorithms' ``PARAMS`` (:mod:`flegel.estimators.base`).
 
-* check builders (:func:`is_int`, :func:`is_num`, :func:`one_of`, :func:`optional`, ...) and
-  key builders (:func:`integer`, :func:`number`, :func:`choice`, :func:`boolean`,
-  :func:`text`, :func:`mapping`) that write the "expected" text from the bounds, so a bound is
-  stated once and the message always agrees with the check;
-* the validation engine, :func:`check_section`, which raises :class:`SchemaError` (the config
-  layer turns it into a ``JobError`` naming the job file);
-* the reference generator, :func:`render_reference`, which turns :class:`Section` lists into
-  the Markdown job reference.
+A constraint words itself for a job file (YAML: ``'a' or 'b'``, ``true or false``, ``null``,
+"a positive integer") or, with ``describe(python=True)``, for a Python caller (``one of 'a',
+'b'``, ``True or False``, ``None``, "an integer >= 1"), the words of scikit-learn-style
+parameter checks.
+
+The module has four parts: the constraints; :class:`Key` and the key builders
+(:func:`integer`, :func:`number`, :func:`choice`, :func:`boolean`, :func:`text`,
+:func:`mapping`); the validation engine, :func:`check_section` and :func:`check_params`, which
+raise :class:`SchemaError` / :class:`ParameterError` carrying the key (the config layer turns
+a SchemaError into a ``JobError`` naming the job file); and the reference generator,
+:func:`render_reference`.  The check-style names (:func:`is_int`, :func:`one_of`,
+:func:`optional`, ...) are the constraints under the names job declarations use as checks.
 
 This module sits at the bottom of flegel's layers: it imports nothing from flegel.
 """
@@ -23,24 +34,44 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import numbers
+import os
+from collections import abc
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 __all__ = [
     "MISSING",
-    "describe",
     "REQUIRED",
+    "AnyOf",
+    "Anything",
+    "Boolean",
     "Check",
+    "Constraint",
+    "Described",
+    "Dict",
+    "Integer",
+    "Items",
     "Key",
+    "List",
+    "Nullable",
+    "Options",
+    "ParameterError",
+    "PathName",
+    "PlainName",
+    "Real",
     "SchemaError",
     "Section",
+    "Text",
     "any_of",
     "anything",
     "boolean",
+    "check_params",
     "check_section",
     "choice",
     "defaults",
+    "describe",
     "describe_default",
     "integer",
     "is_bool",
@@ -59,6 +90,7 @@ __all__ = [
     "text",
 ]
 
+#: A plain predicate (every :class:`Constraint` is one too).
 Check = Callable[[Any], bool]
 
 
@@ -82,26 +114,473 @@ class _Missing:
 MISSING: Any = _Missing()
 
 
-@dataclass(frozen=True)
+# --------------------------------------------------------------------------- constraints
+class Constraint:
+    """What a value must be: its check and its wording, declared together.
+
+    A constraint is also a predicate (calling it checks a value), so it serves wherever a
+    plain check did.
+    """
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        """Whether ``value`` follows the rule."""
+        raise NotImplementedError
+
+    def describe(self, python: bool = False) -> str:
+        """The rule in words, as messages show it after "expected" or "must be".
+
+        Parameters
+        ----------
+        python : bool
+            Word it for a Python caller (``None``, ``True``, ``one of 'a', 'b'``, bounds as
+            comparisons) instead of for a job file (``null``, ``true``, ``'a' or 'b'``,
+            "positive", "non-negative").
+        """
+        raise NotImplementedError
+
+    def convert(self, value: Any) -> Any:
+        """An accepted value in the form code uses (an int for an integer, ...)."""
+        return value
+
+    def __call__(self, value: Any) -> bool:
+        return self.is_satisfied_by(value)
+
+    def __str__(self) -> str:
+        return self.describe()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.describe()!r})"
+
+
+def _fmt(v: float, python: bool) -> str:
+    """A bound as words show it: as declared for Python (``0.0``), YAML-like otherwise."""
+    if python:
+        return str(v)
+    return str(int(v)) if float(v).is_integer() and abs(v) < 1e15 else repr(v)
+
+
+def _comparisons(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool,
+                 python: bool) -> str:
+    parts = []
+    if lo is not None:
+        parts.append(f"{'>' if lo_open else '>='} {_fmt(lo, python)}")
+    if hi is not None:
+        parts.append(f"{'<' if hi_open else '<='} {_fmt(hi, python)}")
+    return " and ".join(parts)
+
+
+def _bounds_text(kind: str, lo: float | None, hi: float | None, lo_open: bool,
+                 hi_open: bool, python: bool) -> str:
+    """'a positive integer', 'a number between 0 and 1 (exclusive)', 'an integer >= 3'...;
+    for Python every bound as a comparison ('an integer >= 1')."""
+    art = "an" if kind[0] in "aeiou" else "a"
+    if python or (lo is None and hi is None):
+        bounds = _comparisons(lo, hi, lo_open, hi_open, python)
+        return f"{art} {kind}" + (f" {bounds}" if bounds else "")
+    if hi is None:
+        assert lo is not None
+        if lo == 0:
+            return f"a positive {kind}" if lo_open else f"a non-negative {kind}"
+        if lo == 1 and not lo_open and kind == "integer":
+            return "a positive integer"
+        return f"{art} {kind} {'>' if lo_open else '>='} {_fmt(lo, False)}"
+    if lo is None:
+        return f"{art} {kind} {'<' if hi_open else '<='} {_fmt(hi, False)}"
+    if lo_open == hi_open:
+        which = "exclusive" if lo_open else "inclusive"
+        return f"{art} {kind} between {_fmt(lo, False)} and {_fmt(hi, False)} ({which})"
+    return f"{art} {kind} {_comparisons(lo, hi, lo_open, hi_open, False)}"
+
+
+def _in_bounds(v: float, lo: float | None, hi: float | None, lo_open: bool,
+               hi_open: bool) -> bool:
+    if lo is not None and (v <= lo if lo_open else v < lo):
+        return False
+    return hi is None or (v < hi if hi_open else v <= hi)
+
+
+def _is_bool(v: Any) -> bool:
+    # NumPy's bool is no int subclass, but it is no count either
+    return isinstance(v, bool) or (type(v).__module__ == "numpy"
+                                   and type(v).__name__ in ("bool", "bool_"))
+
+
+class Integer(Constraint):
+    """An integer (Python or NumPy, never a bool) within ``[lo, hi]``.
+
+    Parameters
+    ----------
+    lo, hi : int or None
+        Inclusive bounds; None for no bound.
+    unit : str
+        What is counted, for the words ("points" gives "a positive integer of points").
+    """
+
+    def __init__(self, lo: int | None = None, hi: int | None = None, *, unit: str = "") -> None:
+        self.lo, self.hi, self.unit = lo, hi, unit
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        return (isinstance(value, numbers.Integral) and not _is_bool(value)
+                and _in_bounds(int(value), self.lo, self.hi, False, False))
+
+    def describe(self, python: bool = False) -> str:
+        words = _bounds_text("integer", self.lo, self.hi, False, False, python)
+        return words + (f" of {self.unit}" if self.unit else "")
+
+    def convert(self, value: Any) -> int:
+        return int(value)
+
+
+class Real(Constraint):
+    """A number (int or float, Python or NumPy; never a bool, never NaN) within bounds.
+
+    Parameters
+    ----------
+    lo, hi : float or None
+        Bounds; None for no bound.
+    lo_open, hi_open : bool
+        Whether a bound itself is excluded (``lo=0, lo_open=True``: "a positive number").
+    unit : str
+        Unit for the words ("milliseconds").
+    finite : bool
+        Whether infinities are refused too ("a finite number").
+    """
+
+    def __init__(self, lo: float | None = None, hi: float | None = None, *,
+                 lo_open: bool = False, hi_open: bool = False, unit: str = "",
+                 finite: bool = False) -> None:
+        self.lo, self.hi, self.lo_open, self.hi_open = lo, hi, lo_open, hi_open
+        self.unit, self.finite = unit, finite
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        if not isinstance(value, numbers.Real) or _is_bool(value):
+            return False
+        v = float(value)
+        if math.isnan(v) or (self.finite and math.isinf(v)):
+            return False
+        return _in_bounds(v, self.lo, self.hi, self.lo_open, self.hi_open)
+
+    def describe(self, python: bool = False) -> str:
+        kind = "finite number" if self.finite else "number"
+        words = _bounds_text(kind, self.lo, self.hi, self.lo_open, self.hi_open, python)
+        return words + (f" of {self.unit}" if self.unit else "")
+
+    def convert(self, value: Any) -> float:
+        return float(value)
+
+
+class Options(Constraint):
+    """One of a few values (compared with ``==``; a bool never equals 0 or 1).
+
+    Parameters
+    ----------
+    values : iterable
+        The accepted values, in the order the words list them.
+    also : iterable
+        Accepted too but not listed (aliases).
+    """
+
+    def __init__(self, values: Iterable[Any], *, also: Iterable[Any] = ()) -> None:
+        self.values, self.also = tuple(values), tuple(also)
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        return any(_same(value, c) for c in (*self.values, *self.also))
+
+    def describe(self, python: bool = False) -> str:
+        if python:
+            return "one of " + ", ".join(map(repr, self.values))
+        return _alternatives(self.words())
+
+    def words(self) -> list[str]:
+        """Each value as a job file writes it: ``'a'``, ``null``, ``true``, ``2``."""
+        return [f"'{c}'" if isinstance(c, str) else describe_default(c) for c in self.values]
+
+
+def _alternatives(words: list[str]) -> str:
+    """'x', 'x or y', 'x, y or z'."""
+    return ", ".join(words[:-1]) + " or " + words[-1] if len(words) > 1 else words[0]
+
+
+def _same(value: Any, option: Any) -> bool:
+    if _is_bool(value) != isinstance(option, bool) or \
+            isinstance(value, str) != isinstance(option, str):
+        return False
+    try:
+        return bool(value == option)
+    except (TypeError, ValueError):  # an array compared with a number
+        return False
+
+
+class Boolean(Constraint):
+    """``true`` or ``false`` (Python's or NumPy's bool)."""
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        return _is_bool(value)
+
+    def convert(self, value: Any) -> bool:
+        return bool(value)
+
+    def describe(self, python: bool = False) -> str:
+        return "True or False" if python else "true or false"
+
+
+class Text(Constraint):
+    """A non-empty string.
+
+    Parameters
+    ----------
+    what : str
+        What the string is, for the words ("a folder path").
+    """
+
+    def __init__(self, what: str = "a string") -> None:
+        self.what = what
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        return isinstance(value, str) and bool(value)
+
+    def describe(self, python: bool = False) -> str:
+        return self.what
+
+
+class PlainName(Text):
+    """A non-empty string usable as one path component, never a way out of a folder: no
+    ``/``, ``\\``, NUL or ``..`` (a run's directory is named after it, and must stay inside
+    ``output.dir``)."""
+
+    def __init__(self, what: str = "a name without '/', '\\' or '..'") -> None:
+        super().__init__(what)
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        return super().is_satisfied_by(value) and not any(
+            bad in value for bad in ("/", "\\", "\0", ".."))
+
+
+class PathName(Text):
+    """A path: a string or ``os.PathLike`` that is not blank."""
+
+    def __init__(self, what: str = "a file path") -> None:
+        super().__init__(what)
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        return isinstance(value, (str, os.PathLike)) and bool(str(value).strip())
+
+
+class Dict(Constraint):
+    """A mapping (a section of its own, or free-form parameters)."""
+
+    def __init__(self, what: str = "a mapping") -> None:
+        self.what = what
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        return isinstance(value, dict)
+
+    def describe(self, python: bool = False) -> str:
+        return self.what
+
+
+class List(Constraint):
+    """A list."""
+
+    def __init__(self, what: str = "a list") -> None:
+        self.what = what
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        return isinstance(value, list)
+
+    def describe(self, python: bool = False) -> str:
+        return self.what
+
+
+class Items(Constraint):
+    """A tuple or list whose every item follows ``item``.
+
+    Parameters
+    ----------
+    item : Constraint
+        The rule of each item.
+    sizes : tuple of int or None
+        The lengths accepted; None: any length of at least one.
+    """
+
+    def __init__(self, item: Constraint, sizes: tuple[int, ...] | None = None) -> None:
+        self.item, self.sizes = item, sizes
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        if not isinstance(value, (tuple, list)):
+            return False
+        if len(value) not in self.sizes if self.sizes is not None else not value:
+            return False
+        return all(self.item.is_satisfied_by(v) for v in value)
+
+    def describe(self, python: bool = False) -> str:
+        n = "a non-empty" if self.sizes is None else "/".join(map(str, self.sizes)) + "-item"
+        return f"{n} list of: {self.item.describe(python)}"
+
+    def convert(self, value: Any) -> tuple[Any, ...]:
+        return tuple(self.item.convert(v) for v in value)
+
+
+class Nullable(Constraint):
+    """None (``null``), or what ``inner`` accepts."""
+
+    def __init__(self, inner: Constraint) -> None:
+        self.inner = inner
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        return value is None or self.inner.is_satisfied_by(value)
+
+    def describe(self, python: bool = False) -> str:
+        return self.inner.describe(python) + (" or None" if python else " or null")
+
+    def convert(self, value: Any) -> Any:
+        return None if value is None else self.inner.convert(value)
+
+
+class AnyOf(Constraint):
+    """Accepted by at least one of ``constraints``."""
+
+    def __init__(self, *constraints: Constraint) -> None:
+        self.constraints = constraints
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        return any(c.is_satisfied_by(value) for c in self.constraints)
+
+    def describe(self, python: bool = False) -> str:
+        words: list[str] = []
+        for c in self.constraints:  # options join the list: "one character, 'a' or 'b'"
+            words += c.words() if isinstance(c, Options) and not python else [c.describe(python)]
+        return _alternatives(words)
+
+    def convert(self, value: Any) -> Any:
+        for c in self.constraints:
+            if c.is_satisfied_by(value):
+                return c.convert(value)
+        return value
+
+
+class Anything(Constraint):
+    """Every value (for keys checked elsewhere)."""
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        return True
+
+    def describe(self, python: bool = False) -> str:
+        return "anything"
+
+
+class Described(Constraint):
+    """A rule in words of its own: ``rule``'s check (a constraint or a plain predicate, e.g.
+    one that needs NumPy) with ``text`` as its words, for a rule the generated words cannot
+    say ("a built-in name ... or 'package.module:Class'")."""
+
+    def __init__(self, rule: Constraint | Check, text: str) -> None:
+        self.rule, self.text = rule, text
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        return bool(self.rule(value))
+
+    def describe(self, python: bool = False) -> str:
+        return self.text
+
+    def convert(self, value: Any) -> Any:
+        return self.rule.convert(value) if isinstance(self.rule, Constraint) else value
+
+
+def _as_constraint(check: Constraint | Check) -> Constraint:
+    return check if isinstance(check, Constraint) else Described(check, "a valid value")
+
+
+# ----------------------------------------------------------- the constraints as checks
+def is_int(lo: int | None = None, hi: int | None = None) -> Integer:
+    """Check: an integer (not a bool) within ``[lo, hi]`` (:class:`Integer`)."""
+    return Integer(lo, hi)
+
+
+def is_num(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
+           hi_open: bool = False) -> Real:
+    """Check: an int or float (not a bool, not NaN) within the bounds (:class:`Real`)."""
+    return Real(lo, hi, lo_open=lo_open, hi_open=hi_open)
+
+
+def one_of(*choices: Any) -> Options:
+    """Check: one of ``choices`` (:class:`Options`)."""
+    return Options(choices)
+
+
+def optional(check: Constraint | Check) -> Nullable:
+    """Check: None, or what ``check`` accepts (:class:`Nullable`)."""
+    return Nullable(_as_constraint(check))
+
+
+def any_of(*checks: Constraint | Check) -> AnyOf:
+    """Check: accepted by at least one of ``checks`` (:class:`AnyOf`)."""
+    return AnyOf(*map(_as_constraint, checks))
+
+
+#: Check that accepts every value (for keys checked elsewhere).
+anything = Anything()
+#: Check: a non-empty string.
+is_str = Text()
+#: Check: a plain name (:class:`PlainName`).
+is_plain_name = PlainName()
+#: Check: ``true`` or ``false``.
+is_bool = Boolean()
+#: Check: a mapping.
+is_mapping = Dict()
+#: Check: a list.
+is_list = List()
+
+
+# --------------------------------------------------------------------------- keys
+@dataclass(frozen=True, init=False)
 class Key:
-    """One job key.
+    """One key: its constraint, its default and one line of documentation.
+
+    ``Key(constraint, default, doc)``; ``Key(expected, check, default, doc)`` declares a
+    plain predicate with its words (a :class:`Described` constraint).
 
     Attributes
     ----------
-    expected : str
-        What the value must be, as shown in messages ("a positive integer").
-    check : callable
-        Returns True when a value is acceptable.
+    constraint : Constraint
+        What the value must be.
     default : Any
         The value used when the key is absent; :data:`REQUIRED` when it must be given.
     doc : str
         One line for the job reference.
     """
 
-    expected: str
-    check: Callable[[Any], bool]
+    constraint: Constraint
     default: Any = REQUIRED
     doc: str = ""
+
+    @overload
+    def __init__(self, constraint: Constraint, default: Any = ..., doc: str = ...) -> None: ...
+
+    @overload
+    def __init__(self, constraint: str, check: Constraint | Check, default: Any = ...,
+                 doc: str = ...) -> None: ...
+
+    def __init__(self, constraint: Constraint | str, *rest: Any, **named: Any) -> None:
+        if isinstance(constraint, str):  # Key(expected, check, default, doc)
+            if rest:
+                check, *rest_ = rest
+            else:
+                check, rest_ = named.pop("check"), []
+            constraint, rest = Described(check, constraint), tuple(rest_)
+        values = dict(zip(("default", "doc"), rest), **named)
+        object.__setattr__(self, "constraint", constraint)
+        object.__setattr__(self, "default", values.get("default", REQUIRED))
+        object.__setattr__(self, "doc", values.get("doc", ""))
+
+    @property
+    def expected(self) -> str:
+        """What the value must be, as shown in messages ("a positive integer")."""
+        return self.constraint.describe()
+
+    def check(self, value: Any) -> bool:
+        """Whether ``value`` is acceptable."""
+        return self.constraint.is_satisfied_by(value)
 
     @property
     def required(self) -> bool:
@@ -127,7 +606,25 @@ class SchemaError(ValueError):
     def __init__(self, key: str, expected: str, found: Any = MISSING,
                  detail: str | None = None) -> None:
         self.key, self.expected, self.found, self.detail = key, expected, found, detail
-        super().__init__(describe(key, expected, found, detail))
+        super().__init__(self.wording())
+
+    def wording(self) -> str:
+        """The message."""
+        return describe(self.key, self.expected, self.found, self.detail)
+
+
+class ParameterError(SchemaError):
+    """A constructor parameter that does not fit its declaration, in the words of
+    scikit-learn-style checks: "n_clusters must be an integer >= 1, got 0".
+
+    ``key`` is the parameter's name, so the job names ``params.<key>`` from the declaration.
+    A ``detail`` is the whole message ("KMeans(device='gpu'): CuPy could not be imported").
+    """
+
+    def wording(self) -> str:
+        if self.detail is not None:
+            return self.detail
+        return f"{self.key} must be {self.expected}, got {self.found!r}"
 
 
 def describe(key: str, expected: str, found: Any = MISSING, detail: str | None = None) -> str:
@@ -142,243 +639,13 @@ def describe(key: str, expected: str, found: Any = MISSING, detail: str | None =
     return f"{key}: expected {expected}, found {found!r}"
 
 
-# --------------------------------------------------------------------------- checks
-def _is_real_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_real_num(v: Any) -> bool:
-    return (isinstance(v, (int, float)) and not isinstance(v, bool)
-            and not (isinstance(v, float) and math.isnan(v)))
-
-
-def _in_bounds(v: float, lo: float | None, hi: float | None, lo_open: bool,
-               hi_open: bool) -> bool:
-    if lo is not None and (v <= lo if lo_open else v < lo):
-        return False
-    return hi is None or (v < hi if hi_open else v <= hi)
-
-
-def is_int(lo: int | None = None, hi: int | None = None) -> Check:
-    """Check: an integer (not a bool) within ``[lo, hi]``.
-
-    Parameters
-    ----------
-    lo, hi : int or None
-        Inclusive bounds; None for no bound.
-
-    Returns
-    -------
-    callable
-        The check.
-    """
-    def ok(v: Any) -> bool:
-        return _is_real_int(v) and _in_bounds(v, lo, hi, False, False)
-    return ok
-
-
-def is_num(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
-           hi_open: bool = False) -> Check:
-    """Check: an int or float (not a bool, not NaN) within the bounds.
-
-    Parameters
-    ----------
-    lo, hi : float or None
-        Bounds; None for no bound.
-    lo_open, hi_open : bool
-        Whether the bound itself is excluded.
-
-    Returns
-    -------
-    callable
-        The check.
-    """
-    def ok(v: Any) -> bool:
-        return _is_real_num(v) and _in_bounds(v, lo, hi, lo_open, hi_open)
-    return ok
-
-
-def one_of(*choices: Any) -> Check:
-    """Check: one of ``choices`` (compared with ``==``, bools never equal to 0 or 1).
-
-    Parameters
-    ----------
-    *choices : Any
-        The accepted values.
-
-    Returns
-    -------
-    callable
-        The check.
-    """
-    def ok(v: Any) -> bool:
-        return any(v == c and isinstance(v, bool) == isinstance(c, bool) for c in choices)
-    return ok
-
-
-def optional(check: Check) -> Check:
-    """Check: None, or what ``check`` accepts.
-
-    Parameters
-    ----------
-    check : callable
-        The check for a value that is not None.
-
-    Returns
-    -------
-    callable
-        The check.
-    """
-    def ok(v: Any) -> bool:
-        return v is None or check(v)
-    return ok
-
-
-def any_of(*checks: Check) -> Check:
-    """Check: accepted by at least one of ``checks``.
-
-    Parameters
-    ----------
-    *checks : callable
-        The alternatives.
-
-    Returns
-    -------
-    callable
-        The check.
-    """
-    def ok(v: Any) -> bool:
-        return any(c(v) for c in checks)
-    return ok
-
-
-def anything(v: Any) -> bool:
-    """Check that accepts every value (for keys checked elsewhere).
-
-    Parameters
-    ----------
-    v : Any
-        The value.
-
-    Returns
-    -------
-    bool
-        Always True.
-    """
-    return True
-
-
-def is_str(v: Any) -> bool:
-    """Check: a non-empty string.
-
-    Parameters
-    ----------
-    v : Any
-        The value.
-
-    Returns
-    -------
-    bool
-        Whether ``v`` is a non-empty string.
-    """
-    return isinstance(v, str) and bool(v)
-
-
-def is_plain_name(v: Any) -> bool:
-    """Check: a non-empty string usable as one path component, never a way out of a folder.
-
-    Parameters
-    ----------
-    v : Any
-        The value.
-
-    Returns
-    -------
-    bool
-        Whether ``v`` is a non-empty string without ``/``, ``\\``, NUL or ``..`` (a run's
-        directory is named after it, and must stay inside ``output.dir``).
-    """
-    return is_str(v) and not any(bad in v for bad in ("/", "\\", "\0", ".."))
-
-
-def is_bool(v: Any) -> bool:
-    """Check: ``true`` or ``false``.
-
-    Parameters
-    ----------
-    v : Any
-        The value.
-
-    Returns
-    -------
-    bool
-        Whether ``v`` is a bool.
-    """
-    return isinstance(v, bool)
-
-
-def is_mapping(v: Any) -> bool:
-    """Check: a mapping.
-
-    Parameters
-    ----------
-    v : Any
-        The value.
-
-    Returns
-    -------
-    bool
-        Whether ``v`` is a dict.
-    """
-    return isinstance(v, dict)
-
-
-def is_list(v: Any) -> bool:
-    """Check: a list.
-
-    Parameters
-    ----------
-    v : Any
-        The value.
-
-    Returns
-    -------
-    bool
-        Whether ``v`` is a list.
-    """
-    return isinstance(v, list)
-
-
 # --------------------------------------------------------------------------- key builders
-def _fmt(v: float) -> str:
-    return str(int(v)) if float(v).is_integer() and abs(v) < 1e15 else repr(v)
-
-
-def _bounds_text(kind: str, lo: float | None, hi: float | None, lo_open: bool,
-                 hi_open: bool) -> str:
-    """'a positive integer', 'a number between 0 and 1 (exclusive)', 'an integer >= 3'..."""
-    art = "an" if kind[0] in "aeiou" else "a"
-    if hi is None:
-        if lo is None:
-            return f"{art} {kind}"
-        if lo == 0:
-            return f"a positive {kind}" if lo_open else f"a non-negative {kind}"
-        if lo == 1 and not lo_open and kind == "integer":
-            return "a positive integer"
-        return f"{art} {kind} {'>' if lo_open else '>='} {_fmt(lo)}"
-    if lo is None:
-        return f"{art} {kind} {'<' if hi_open else '<='} {_fmt(hi)}"
-    if lo_open == hi_open:
-        which = "exclusive" if lo_open else "inclusive"
-        return f"{art} {kind} between {_fmt(lo)} and {_fmt(hi)} ({which})"
-    return (f"{art} {kind} {'>' if lo_open else '>='} {_fmt(lo)} and "
-            f"{'<' if hi_open else '<='} {_fmt(hi)}")
-
-
-def _finish(expected: str, unit: str, null: bool) -> str:
-    if unit:
-        expected += f" of {unit}"
-    return expected + (" or null" if null else "")
+def _key(rule: Constraint, doc: str, default: Any, null: bool, expected: str | None) -> Key:
+    if null:
+        rule = Nullable(rule)
+    if expected:
+        rule = Described(rule, expected)
+    return Key(rule, default, doc)
 
 
 def integer(doc: str, default: Any = REQUIRED, *, lo: int | None = None, hi: int | None = None,
@@ -405,9 +672,7 @@ def integer(doc: str, default: Any = REQUIRED, *, lo: int | None = None, hi: int
     Key
         The declaration.
     """
-    check = is_int(lo, hi)
-    text_ = expected or _finish(_bounds_text("integer", lo, hi, False, False), unit, null)
-    return Key(text_, optional(check) if null else check, default, doc)
+    return _key(Integer(lo, hi, unit=unit), doc, default, null, expected)
 
 
 def number(doc: str, default: Any = REQUIRED, *, lo: float | None = None,
@@ -437,16 +702,8 @@ def number(doc: str, default: Any = REQUIRED, *, lo: float | None = None,
     Key
         The declaration.
     """
-    check = is_num(lo, hi, lo_open=lo_open, hi_open=hi_open)
-    text_ = expected or _finish(_bounds_text("number", lo, hi, lo_open, hi_open), unit, null)
-    return Key(text_, optional(check) if null else check, default, doc)
-
-
-def _choice_text(choices: Sequence[Any]) -> str:
-    shown = [f"'{c}'" if isinstance(c, str) else describe_default(c) for c in choices]
-    if len(shown) == 1:
-        return shown[0]
-    return ", ".join(shown[:-1]) + " or " + shown[-1]
+    rule = Real(lo, hi, lo_open=lo_open, hi_open=hi_open, unit=unit)
+    return _key(rule, doc, default, null, expected)
 
 
 def choice(doc: str, choices: Iterable[Any], default: Any = REQUIRED, *, null: bool = False,
@@ -471,10 +728,7 @@ def choice(doc: str, choices: Iterable[Any], default: Any = REQUIRED, *, null: b
     Key
         The declaration.
     """
-    options = tuple(choices)
-    check = one_of(*options)
-    text_ = expected or (_choice_text(options) + (" or null" if null else ""))
-    return Key(text_, optional(check) if null else check, default, doc)
+    return _key(Options(choices), doc, default, null, expected)
 
 
 def boolean(doc: str, default: Any = REQUIRED) -> Key:
@@ -492,7 +746,7 @@ def boolean(doc: str, default: Any = REQUIRED) -> Key:
     Key
         The declaration.
     """
-    return Key("true or false", is_bool, default, doc)
+    return Key(Boolean(), default, doc)
 
 
 def text(doc: str, default: Any = REQUIRED, *, null: bool = False,
@@ -515,8 +769,7 @@ def text(doc: str, default: Any = REQUIRED, *, null: bool = False,
     Key
         The declaration.
     """
-    return Key(expected + (" or null" if null else ""), optional(is_str) if null else is_str,
-               default, doc)
+    return _key(Text(expected), doc, default, null, None)
 
 
 def mapping(doc: str, default: Any = REQUIRED, *, null: bool = False,
@@ -539,8 +792,7 @@ def mapping(doc: str, default: Any = REQUIRED, *, null: bool = False,
     Key
         The declaration.
     """
-    return Key(expected + (" or null" if null else ""),
-               optional(is_mapping) if null else is_mapping, default, doc)
+    return _key(Dict(expected), doc, default, null, None)
 
 
 # --------------------------------------------------------------------------- validation
@@ -548,7 +800,7 @@ def _join(prefix: str, key: Any) -> str:
     return f"{prefix}.{key}" if prefix else str(key)
 
 
-def check_section(prefix: str, given: Any, schema: Mapping[str, Key], *,
+def check_section(prefix: str, given: Any, schema: abc.Mapping[str, Key], *,
                   what: str = "a mapping") -> dict[str, Any]:
     """Check one section of a job against its keys; return it completed with defaults.
 
@@ -596,7 +848,40 @@ def check_section(prefix: str, given: Any, schema: Mapping[str, Key], *,
     return out
 
 
-def defaults(schema: Mapping[str, Key]) -> dict[str, Any]:
+def check_params(params: abc.Mapping[str, Constraint],
+                 values: abc.Mapping[str, Any]) -> dict[str, Any]:
+    """Check an algorithm's constructor arguments against its declared ``PARAMS``.
+
+    Parameters
+    ----------
+    params : mapping of str to Constraint
+        The declarations, in the order the arguments are checked.
+    values : mapping of str to Any
+        The arguments given; names not declared are left out of the result.
+
+    Returns
+    -------
+    dict
+        The declared arguments in the form the code uses (:meth:`Constraint.convert`: an int
+        for an integer, a float for a number, a tuple for items).
+
+    Raises
+    ------
+    ParameterError
+        For the first argument its constraint refuses, naming it: "n_clusters must be an
+        integer >= 1, got 0".
+    """
+    out: dict[str, Any] = {}
+    for name, rule in params.items():
+        if name in values:
+            value = values[name]
+            if not rule.is_satisfied_by(value):
+                raise ParameterError(name, rule.describe(python=True), value)
+            out[name] = rule.convert(value)
+    return out
+
+
+def defaults(schema: abc.Mapping[str, Key]) -> dict[str, Any]:
     """The default of every key that has one.
 
     Parameters
@@ -633,7 +918,7 @@ class Section:
 
     title: str
     prefix: str
-    keys: Mapping[str, Key]
+    keys: abc.Mapping[str, Key]
     intro: str = ""
     level: int = 2
     notes: tuple[str, ...] = field(default_factory=tuple)

@@ -4,8 +4,10 @@ references, run in-process with :func:`flegel.local.fit_local`."""
 from __future__ import annotations
 
 import copy
+import inspect
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,10 +19,12 @@ from flegel import Algorithm, Block, PointState
 from flegel.algorithms.cnn import CNN
 from flegel.algorithms.fcm import FuzzyCMeans
 from flegel.algorithms.gmm import GaussianMixture
+from flegel.algorithms.kmeans import KMeans
 from flegel.algorithms.logreg import LogisticRegression
 from flegel.algorithms.nmf import NMF
 from flegel.device import gpu_unavailable
 from flegel.local import fit_local, make_info
+from flegel.validation import ParameterError
 from tests.fakes import cupy_stand_in
 
 
@@ -436,8 +440,6 @@ def test_cnn_geometry_errors():
 def test_kmeans_predict_transform_score_match_sklearn(blobs):
     from sklearn.cluster import KMeans as SkKMeans
 
-    from flegel.algorithms.kmeans import KMeans
-
     alg = KMeans(n_clusters=4, n_init=3)
     res = fit_local(alg, blobs, max_iterations=50)
     centers = res.theta_["centers"]
@@ -608,3 +610,32 @@ def test_warm_start_from_a_run_directory(tmp_path, factory, name, arrays, x, y):
     (tmp_path / "empty" / "job.yaml").write_text(f"algorithm: {name}\n")
     with pytest.raises(ValueError, match="no model found.*run directory without model.npz"):
         factory("empty").validate(tmp_path)
+
+
+@pytest.mark.parametrize("factory, key, message", [
+    (lambda: KMeans(n_clusters=0), "n_clusters", "n_clusters must be an integer >= 1, got 0"),
+    (lambda: FuzzyCMeans(m=1.0), "m", "m must be a finite number > 1.0, got 1.0"),
+    (lambda: NMF(solver="cd"), "solver", "solver must be one of 'hals', 'mu', got 'cd'"),
+    (lambda: LogisticRegression(fit_intercept="yes"), "fit_intercept",
+     "fit_intercept must be True or False, got 'yes'"),
+    (lambda: GaussianMixture(init=3), "init", "init must be one of 'kmeans++', a run "
+     "directory or the path of a .npy/.npz file, got 3"),
+    (lambda: KMeans(device="tpu"), "device", "device must be one of 'cpu', 'gpu', 'auto', "
+     "got 'tpu'"),
+    (lambda: CNN(momentum=1.0), "momentum",
+     "momentum must be a finite number >= 0.0 and < 1.0, got 1.0"),
+])
+def test_a_bad_parameter_error_carries_its_name(factory, key, message):
+    """The job reports params.<key> from the error's key, never by reading its words."""
+    with pytest.raises(ParameterError) as info:
+        factory()
+    assert info.value.key == key and str(info.value) == message
+
+
+def test_parameters_are_declared_once_and_stored_converted():
+    for cls in (KMeans, GaussianMixture, FuzzyCMeans, LogisticRegression, NMF, CNN):
+        init = inspect.signature(cls.__init__).parameters
+        assert set(cls.PARAMS) == set(init) - {"self"}, cls
+    km = KMeans(n_clusters=np.int64(3), init=Path("c.npy"))
+    assert type(km.n_clusters) is int and km.init == "c.npy"
+    assert CNN(n_filters=[4], image_shape=[28, 28]).n_filters == (4,)

@@ -222,3 +222,22 @@ def test_generic_fit_of_a_user_algorithm(tmp_path, monkeypatch):
                                rtol=1e-9)
     assert est.objective_ == pytest.approx(((x - x.mean(axis=0)) ** 2).sum(), rel=1e-12)
     assert est.get_params()["algorithm"] == "usermean:Mean"
+
+
+def test_algorithm_parameters_are_declared_once():
+    """An estimator's constraints of its algorithm's parameters come from the algorithm's
+    PARAMS: changing the declaration there changes what the estimator accepts."""
+    from flegel.estimators.base import sklearn_constraint
+    from flegel.job.config import resolve_algorithm
+
+    for est in (KMeans, GaussianMixture, FuzzyCMeans, LogisticRegression, NMF, CNN):
+        algo = resolve_algorithm(est.ALGORITHM)
+        for name, alg_name in est.ALGORITHM_PARAMS.items():
+            if name == "init":  # the estimator's init also takes the initial values
+                continue
+            want = [str(c) for c in sklearn_constraint(algo.PARAMS[alg_name])]
+            assert [str(c) for c in est._parameter_constraints[name]] == want, (est, name)
+    assert [str(c) for c in KMeans._parameter_constraints["n_clusters"]] == \
+        ["an int in the range [1, inf)"]
+    assert [str(c) for c in CNN._parameter_constraints["chunk_size"]] == \
+        ["an int in the range [1, inf)", "None"]

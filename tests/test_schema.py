@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 import flegel.data as data
@@ -180,3 +181,76 @@ def test_sync_options_validated_from_their_keys(tmp_path):
     assert job["sync"] == {"model": "ssp", "batch": "auto", "overhead": 0.1, "s": 5}
     job = load_job(path, ["sync.model=fspv"])
     assert job["sync"]["model"] == "fsp" and job["sync"]["interval"] == "multistage"
+
+
+@pytest.mark.parametrize("params, key", [
+    ({"n_clusters": 0}, "params.n_clusters"),
+    ({"n_clusters": 3, "n_init": "many"}, "params.n_init"),
+    ({"n_clusters": 3, "init": "nofile.npy"}, "params"),  # no parameter's declaration refused it
+])
+def test_a_bad_parameter_is_named_from_its_declaration(tmp_path, params, key):
+    from flegel.job.config import JobError
+    from tests.test_config import GOOD
+
+    path = write_job(tmp_path / "job.yaml", **{**GOOD, "params": params})
+    with pytest.raises(JobError) as info:
+        load_job(path)
+    assert info.value.key == key
+
+
+# --------------------------------------------------------------------------- the vocabulary
+@pytest.mark.parametrize("rule, good, bad, yaml, python", [
+    (validation.Integer(lo=1), [1, 7, np.int64(3)], [0, True, 1.5, "2"],
+     "a positive integer", "an integer >= 1"),
+    (validation.Integer(lo=0), [0, 5], [-1, None], "a non-negative integer", "an integer >= 0"),
+    (validation.Real(lo=0.0, lo_open=True, finite=True), [0.5, 2, np.float32(1)],
+     [0.0, float("inf"), float("nan"), False], "a positive finite number",
+     "a finite number > 0.0"),
+    (validation.Real(lo=0.0, hi=1.0, hi_open=True, finite=True), [0.0, 0.99], [1.0, -0.1],
+     "a finite number >= 0 and < 1", "a finite number >= 0.0 and < 1.0"),
+    (validation.Real(lo=0), [float("inf")], [float("nan")], "a non-negative number",
+     "a number >= 0"),
+    (validation.Options(("a", "b")), ["a", "b"], ["c", 1, None], "'a' or 'b'",
+     "one of 'a', 'b'"),
+    (validation.Options((True, "auto")), [True, "auto"], [1, False], "true or 'auto'",
+     "one of True, 'auto'"),
+    (validation.Options(("npy",), also=("idx",)), ["npy", "idx"], ["csv", np.ones(2)],
+     "'npy'", "one of 'npy'"),
+    (validation.Boolean(), [True, np.bool_(False)], [1, "yes"], "true or false",
+     "True or False"),
+    (validation.Nullable(validation.Integer(lo=1)), [None, 2], [0], "a positive integer or null",
+     "an integer >= 1 or None"),
+    (validation.AnyOf(validation.Options(("auto",)), validation.Integer(lo=1)), ["auto", 4],
+     ["full", 0], "'auto' or a positive integer", "one of 'auto' or an integer >= 1"),
+    (validation.Items(validation.Integer(lo=1), sizes=(2, 3)), [(1, 2), [1, 2, 3]],
+     [(1,), (1, 0), "ab", 5], "2/3-item list of: a positive integer",
+     "2/3-item list of: an integer >= 1"),
+    (validation.PlainName(), ["run-1"], ["a/b", "..", ""], "a name without '/', '\\' or '..'",
+     "a name without '/', '\\' or '..'"),
+])
+def test_a_constraint_knows_its_check_and_its_words(rule, good, bad, yaml, python):
+    assert all(rule.is_satisfied_by(v) and rule(v) for v in good), good
+    assert not any(rule.is_satisfied_by(v) for v in bad), bad
+    assert rule.describe() == yaml and rule.describe(python=True) == python
+
+
+def test_key_holds_a_constraint_and_keeps_the_predicate_form():
+    key = validation.Key(validation.Integer(lo=1), 3, "a count")
+    assert (key.expected, key.default, key.doc, key.check(2), key.check(0)) == \
+        ("a positive integer", 3, "a count", True, False)
+    plain = validation.Key("an even number", lambda v: v % 2 == 0, 2, "evens")
+    assert isinstance(plain.constraint, validation.Described)
+    assert (plain.expected, plain.default, plain.doc, plain.check(4), plain.check(3)) == \
+        ("an even number", 2, "evens", True, False)
+
+
+def test_check_params_names_the_parameter_and_converts():
+    params = {"k": validation.Integer(lo=1), "rate": validation.Real(lo=0.0, finite=True),
+              "shape": validation.Items(validation.Integer(lo=1))}
+    assert validation.check_params(params, {"k": np.int64(3), "rate": 1, "shape": [2, 2],
+                                            "other": "x"}) == \
+        {"k": 3, "rate": 1.0, "shape": (2, 2)}
+    with pytest.raises(validation.ParameterError) as info:
+        validation.check_params(params, {"k": 2, "rate": -1})
+    assert info.value.key == "rate"
+    assert str(info.value) == "rate must be a finite number >= 0.0, got -1"

@@ -42,10 +42,9 @@ from flegel.data.keys import (
     SYNTHETIC_KEYS,
     SYNTHETIC_SPEC,
     float_dtype,
-    is_int,
 )
 from flegel.data.partition import Shard, partition_rows
-from flegel.validation import Key
+from flegel.validation import Integer, Key
 
 __all__ = [
     "FILE_KEYS",
@@ -428,9 +427,9 @@ def load_shard(
     ValueError
         ``shard`` / ``n_shards`` out of range.
     """
-    if not is_int(n_shards) or n_shards < 1:
+    if not Integer(lo=1).is_satisfied_by(n_shards):
         raise ValueError(f"n_shards must be a positive integer, found {n_shards!r}")
-    if not is_int(shard) or not 0 <= shard < n_shards:
+    if not Integer(0, n_shards - 1).is_satisfied_by(shard):
         raise ValueError(f"shard must be in 0 .. {n_shards - 1}, found {shard!r}")
     src, reader, limit, partition = _request(spec, base_dir, key)
     part = Shard(int(shard), int(n_shards), partition, limit)
@@ -469,7 +468,7 @@ def sample_shard(
     Xs, ys : numpy.ndarray, numpy.ndarray or None
         Copies of the sampled rows, in shard order.
     """
-    if not is_int(k) or k < 0:
+    if not Integer(lo=0).is_satisfied_by(k):
         raise ValueError(f"k must be a non-negative integer, found {k!r}")
     n = len(X)
     rng = np.random.default_rng(seed)

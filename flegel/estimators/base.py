@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from numbers import Integral, Real
+from numbers import Integral
+from numbers import Real as RealNumber
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -17,12 +18,26 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from flegel.api import Algorithm
 from flegel.estimators.running import run_job
 from flegel.rundir.files import ESTIMATOR as ESTIMATOR_FILE
 from flegel.rundir.model import SavedModel
+from flegel.validation import (
+    AnyOf,
+    Boolean,
+    Constraint,
+    Described,
+    Integer,
+    Items,
+    Nullable,
+    Options,
+    PathName,
+    Real,
+    Text,
+)
 
 __all__ = ["ESTIMATOR_FILE", "FlegelEstimator", "INIT_SPEC", "RUNTIME_CONSTRAINTS",
-           "init_path", "runtime_init"]
+           "algorithm_constraints", "init_path", "runtime_init", "sklearn_constraint"]
 
 #: Constraints of the runtime parameters every estimator has (scikit-learn's validation).
 RUNTIME_CONSTRAINTS: dict[str, list[Any]] = {
@@ -33,7 +48,7 @@ RUNTIME_CONSTRAINTS: dict[str, list[Any]] = {
     "random_state": ["random_state"],
     "out": [str, os.PathLike, None],
     "max_iter": [Interval(Integral, 1, None, closed="left")],
-    "tol": [Interval(Real, 0, None, closed="left"), None],
+    "tol": [Interval(RealNumber, 0, None, closed="left"), None],
 }
 
 
@@ -174,11 +189,67 @@ def runtime_init(self: Any, workers: int, sync: Any, stragglers: Any, stop: Any,
 #: ``init`` is a keyword or a path (any string: the algorithm checks it when the job is
 #: validated, naming the keywords), or for K-means the initial centres.
 INIT_SPEC = [str, os.PathLike, np.ndarray]
-#: ``device`` and ``kernel`` of the algorithms with an array kernel (:mod:`flegel.device`).
-DEVICE_CONSTRAINTS: dict[str, list[Any]] = {
-    "device": [StrOptions({"cpu", "gpu", "auto"})],
-    "kernel": [StrOptions({"auto", "compiled", "array"})],
-}
+
+
+def sklearn_constraint(rule: Constraint) -> list[Any]:
+    """One of :mod:`flegel.validation`'s constraints as scikit-learn's parameter validation
+    states it (``Interval``, ``StrOptions``, types), so an estimator checks an algorithm's
+    parameter by the algorithm's own declaration, in scikit-learn's words.
+
+    Raises
+    ------
+    TypeError
+        For a constraint without a scikit-learn counterpart (an estimator declares that
+        parameter itself).
+    """
+    if isinstance(rule, Nullable):
+        return [*sklearn_constraint(rule.inner), None]
+    if isinstance(rule, AnyOf):
+        return [c for inner in rule.constraints for c in sklearn_constraint(inner)]
+    if isinstance(rule, Described) and isinstance(rule.rule, Constraint):
+        return sklearn_constraint(rule.rule)
+    if isinstance(rule, Integer):
+        return [Interval(Integral, rule.lo, rule.hi, closed=_closed(
+            rule.lo is not None, rule.hi is not None))]
+    if isinstance(rule, Real):
+        return [Interval(RealNumber, rule.lo, rule.hi, closed=_closed(
+            rule.lo is not None and not rule.lo_open, rule.hi is not None and not rule.hi_open))]
+    if isinstance(rule, Boolean):
+        return ["boolean"]
+    if isinstance(rule, Options) and all(isinstance(v, str) for v in rule.values):
+        return [StrOptions(set(rule.values))]
+    if isinstance(rule, Items):
+        return [tuple, list]
+    if isinstance(rule, PathName):
+        return [str, os.PathLike]
+    if isinstance(rule, Text):
+        return [str]
+    raise TypeError(f"no scikit-learn constraint for {rule!r}")
+
+
+def _closed(left: bool, right: bool) -> str:
+    return {(True, True): "both", (True, False): "left", (False, True): "right",
+            (False, False): "neither"}[(left, right)]
+
+
+def algorithm_constraints(algorithm: str, names: dict[str, str]) -> dict[str, list[Any]]:
+    """scikit-learn's ``_parameter_constraints`` of an estimator's algorithm parameters,
+    derived from the algorithm's ``PARAMS`` (declared once, there).
+
+    Parameters
+    ----------
+    algorithm : str
+        The built-in algorithm (``ALGORITHM``).
+    names : dict of str to str
+        Estimator parameter -> the algorithm's (``ALGORITHM_PARAMS``); those the algorithm
+        does not declare are left out.
+    """
+    from flegel.job.config import resolve_algorithm
+
+    cls: type[Algorithm] = resolve_algorithm(algorithm)
+    params = cls.PARAMS
+    return {est: sklearn_constraint(params[alg]) for est, alg in names.items()
+            if alg in params}
 
 
 def init_path(value: Any) -> Any:

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
 from sklearn.base import ClassifierMixin
-from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import validate_data
 
 from flegel.estimators.base import (
-    DEVICE_CONSTRAINTS,
     ESTIMATOR_FILE,
     RUNTIME_CONSTRAINTS,
     FlegelEstimator,
+    algorithm_constraints,
     runtime_init,
 )
 from flegel.rundir.model import SavedModel
@@ -115,12 +113,7 @@ class LogisticRegression(_Classifier):
                         "kernel": "kernel"}
     _parameter_constraints = {
         **RUNTIME_CONSTRAINTS,
-        **DEVICE_CONSTRAINTS,
-        "learning_rate": [Interval(Real, 0.0, None, closed="neither")],
-        "schedule": [StrOptions({"constant", "invscaling"})],
-        "power_t": [Interval(Real, 0.0, None, closed="left")],
-        "alpha": [Interval(Real, 0.0, None, closed="left")],
-        "fit_intercept": ["boolean"],
+        **algorithm_constraints(ALGORITHM, ALGORITHM_PARAMS),
         "init": [str, os.PathLike],
     }
 
@@ -183,21 +176,7 @@ class CNN(_Classifier):
         "dtype", "chunk_size", "init")}
     _parameter_constraints = {
         **RUNTIME_CONSTRAINTS,
-        "image_shape": [tuple, list, None],
-        "n_filters": [tuple, list],
-        "kernel_size": [Interval(Integral, 1, None, closed="left")],
-        "padding": [Interval(Integral, 0, None, closed="left")],
-        "pool_size": [Interval(Integral, 1, None, closed="left")],
-        "pooling": [StrOptions({"max", "avg"})],
-        "learning_rate": [Interval(Real, 0.0, None, closed="neither")],
-        "schedule": [StrOptions({"constant", "invscaling"})],
-        "power_t": [Interval(Real, 0.0, None, closed="left")],
-        "momentum": [Interval(Real, 0.0, 1.0, closed="left")],
-        "alpha": [Interval(Real, 0.0, None, closed="left")],
-        "input_scale": [Interval(Real, 0.0, None, closed="neither")],
-        "device": DEVICE_CONSTRAINTS["device"],
-        "dtype": [StrOptions({"float32", "float64"})],
-        "chunk_size": [Interval(Integral, 1, None, closed="left"), None],
+        **algorithm_constraints(ALGORITHM, ALGORITHM_PARAMS),
         "init": [str, os.PathLike],
     }
 

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import os
-from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
 from sklearn.base import ClusterMixin, DensityMixin, TransformerMixin
-from sklearn.utils._param_validation import Interval, StrOptions
 
 from flegel.estimators.base import (
-    DEVICE_CONSTRAINTS,
     INIT_SPEC,
     RUNTIME_CONSTRAINTS,
     FlegelEstimator,
+    algorithm_constraints,
     init_path,
     runtime_init,
 )
@@ -65,10 +63,8 @@ default="k-means++"
                         "device": "device", "kernel": "kernel"}
     _parameter_constraints = {
         **RUNTIME_CONSTRAINTS,
-        **DEVICE_CONSTRAINTS,
-        "n_clusters": [Interval(Integral, 1, None, closed="left")],
+        **algorithm_constraints(ALGORITHM, ALGORITHM_PARAMS),
         "init": INIT_SPEC,
-        "n_init": [Interval(Integral, 1, None, closed="left")],
     }
 
     def __init__(self, n_clusters: int = 8, *, init: Any = "k-means++", n_init: int = 10,
@@ -150,10 +146,7 @@ class GaussianMixture(DensityMixin, FlegelEstimator):
                         "kernel": "kernel"}
     _parameter_constraints = {
         **RUNTIME_CONSTRAINTS,
-        **DEVICE_CONSTRAINTS,
-        "n_components": [Interval(Integral, 1, None, closed="left")],
-        "covariance_type": [StrOptions({"diag", "full"})],
-        "reg_covar": [Interval(Real, 0.0, None, closed="left")],
+        **algorithm_constraints(ALGORITHM, ALGORITHM_PARAMS),
         "init": [str, os.PathLike],
     }
 
@@ -230,9 +223,7 @@ class FuzzyCMeans(ClusterMixin, FlegelEstimator):
                         "device": "device", "kernel": "kernel"}
     _parameter_constraints = {
         **RUNTIME_CONSTRAINTS,
-        **DEVICE_CONSTRAINTS,
-        "n_clusters": [Interval(Integral, 1, None, closed="left")],
-        "m": [Interval(Real, 1.0, None, closed="neither")],
+        **algorithm_constraints(ALGORITHM, ALGORITHM_PARAMS),
         "init": [str, os.PathLike],
     }
 

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import os
-from numbers import Integral
 from typing import Any
 
 import numpy as np
 from sklearn.base import TransformerMixin
-from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from flegel.estimators.base import RUNTIME_CONSTRAINTS, FlegelEstimator, runtime_init
+from flegel.estimators.base import (
+    RUNTIME_CONSTRAINTS,
+    FlegelEstimator,
+    algorithm_constraints,
+    runtime_init,
+)
 from flegel.rundir.model import SavedModel
 
 __all__ = ["NMF"]
@@ -44,10 +47,7 @@ class NMF(TransformerMixin, FlegelEstimator):
                         "h_iter": "h_iter", "init": "init"}
     _parameter_constraints = {
         **RUNTIME_CONSTRAINTS,
-        "n_components": [Interval(Integral, 1, None, closed="left")],
-        "solver": [StrOptions({"hals", "mu"})],
-        "w_iter": [Interval(Integral, 1, None, closed="left")],
-        "h_iter": [Interval(Integral, 1, None, closed="left")],
+        **algorithm_constraints(ALGORITHM, ALGORITHM_PARAMS),
         "init": [str, os.PathLike],
     }
 

@@ -391,14 +391,12 @@ REQUIRED_HOOKS = (("init_parameter",), ("update_data_point", "update_block"),
                   ("update_parameter",), ("evaluate",))
 
 
-def _params_key(params: dict[str, Any], message: str) -> str:
-    """The job key an algorithm's error is about: ``params.<name>`` when the message names
-    one of the job's parameters as scikit-learn-style checks do (``"n_clusters must be ..."``,
-    ``"KMeans(device='gpu'): ..."``), else ``params``."""
-    for name in params:
-        if message.startswith(f"{name} ") or f"({name}=" in message:
-            return f"params.{name}"
-    return "params"
+def _params_key(params: dict[str, Any], exc: Exception) -> str:
+    """The job key an algorithm's error is about: ``params.<name>`` when the error carries
+    the name of one of the job's parameters (a :class:`flegel.validation.ParameterError`,
+    from the algorithm's declared ``PARAMS``), else ``params``."""
+    key = exc.key if isinstance(exc, SchemaError) else None
+    return f"params.{key}" if key in params else "params"
 
 
 def resolve_algorithm(name: str, base_dir: Path | None = None) -> type:
@@ -693,7 +691,7 @@ def validate(doc: dict[str, Any], file: Path, workers: int | None = None) -> Job
         algo = cls(**job["params"])
         algo.validate(file.parent)
     except (TypeError, ValueError) as exc:
-        raise JobError(file, _params_key(job["params"], str(exc)), "",
+        raise JobError(file, _params_key(job["params"], exc), "",
                        detail=f"{job['algorithm']}: {exc}") from None
     info = _validate_data(file, "data", job["data"], file.parent, job["workers"])
     if getattr(cls, "needs_labels", False) and not info.has_labels:

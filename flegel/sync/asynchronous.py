@@ -54,16 +54,6 @@ from flegel.sync.bsp import auto_batch
 from flegel.validation import Key, any_of, number, one_of
 
 
-def is_int(v: Any, lo: int = 0) -> bool:
-    """True for an integer (not a bool) at least ``lo``."""
-    return isinstance(v, int) and not isinstance(v, bool) and v >= lo
-
-
-def is_num(v: Any) -> bool:
-    """True for an int or float (not a bool)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 class RunningStat:
     """Count, mean and maximum of a stream of numbers, in constant memory."""
 
