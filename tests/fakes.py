@@ -12,7 +12,8 @@ messaging are simulated:
 * time is a :class:`SimClock` that jumps from event to event (a heap ordered by time); a block
   of ``n`` points "takes" ``n · cost_s · slowdown(t)`` seconds (optionally with seeded
   relative noise, ``jitter``), straggler patterns add their delays to the simulated clock, and
-  the master's poll loop is a tick every ``poll_s``;
+  the master runs the real loop's turn (:meth:`Server.poll_once`) at each commit's arrival
+  and, when nothing arrived, every ``poll_s`` (a tick);
 * messages (:class:`FakeTransport`) arrive after a constant ``latency_s``; θ and aggregators
   cross the "wire" through their real :class:`flegel.runtime.layout.Layout` and headers
   through the real :data:`flegel.protocol.PARAMS` / :data:`~flegel.protocol.COMMIT` /
@@ -81,6 +82,7 @@ from flegel.runtime.server import Server
 from flegel.runtime.stopping import StopCriteria
 from flegel.runtime.store import ID_SHIFT, ShardStore, origin_of
 from flegel.runtime.stragglers import Stragglers
+from flegel.runtime.transport import Commit
 from flegel.sync import policy_class
 
 
@@ -210,8 +212,9 @@ class FakeTransport:
     """:class:`flegel.runtime.transport.Transport` on a simulated clock.
 
     Records every send with its simulated time, and hands each message to ``deliver`` with
-    its arrival time (send time + ``latency_s``).  :meth:`poll` returns nothing: the
-    simulation hands each commit to :meth:`Server.dispatch` at its arrival time.  Headers
+    its arrival time (send time + ``latency_s``).  :meth:`poll` returns what the simulation
+    put in :attr:`inbox`: at each commit's arrival time it does so and runs one turn of the
+    master loop (:meth:`Server.poll_once`).  Headers
     are written and read back through the real wire headers, θ through its real
     :class:`~flegel.runtime.layout.Layout`.
 
@@ -237,7 +240,7 @@ class FakeTransport:
         self.params: list[SentParams] = []
         self.signals: list[SentSignal] = []
         self.orders: list[SentOrder] = []
-        self.inbox: list[tuple[int, dict[str, float], Arrays]] = []
+        self.inbox: list[Commit] = []
         self.closed = False
 
     def send_params(self, rank: int, fields: dict[str, float], theta: dict | None) -> None:
@@ -271,7 +274,7 @@ class FakeTransport:
         self.orders.append(SentOrder(now, rank, dict(message)))
         self.deliver(now + self.latency_s, rank, "order", dict(message))
 
-    def poll(self) -> list[tuple[int, dict[str, float], Arrays]]:
+    def poll(self) -> list[Commit]:
         out, self.inbox = self.inbox, []
         return out
 
@@ -970,7 +973,8 @@ class Simulation:
         if kind == _COMMIT:
             rank, header, agg = payload
             before, sent, late = srv.version, len(self.transport.params), srv.reason is not None
-            srv.dispatch(rank, dict(header), agg, self.policy, self.latency_s)
+            self.transport.inbox.append(Commit(rank, dict(header), agg, self.latency_s))
+            srv.poll_once(self.policy)
             self.arrivals.append(Arrival(self.clock(), rank, header, before, srv.version, sent,
                                          late, agg))
         elif kind == _ORDER:
@@ -993,7 +997,7 @@ class Simulation:
                 self._step(rank)
         elif kind == _TICK:
             if not srv.done:
-                srv.tick(self.policy)
+                srv.poll_once(self.policy)  # nothing arrives between events: a tick
                 self._push(self._tick_time(payload + 1), _TICK, payload + 1)
 
     def _tick_time(self, k: int) -> float:
@@ -1011,8 +1015,7 @@ class Simulation:
         self.server.preload()
         self._drain(until=self.latency_s)
         self._t0 = self.clock()
-        self.server.start = self._t0
-        self.policy.start()
+        self.server.begin(self.policy)
         self._push(self._tick_time(1), _TICK, 1)
 
     def _drain(self, until: float) -> None:
@@ -1036,7 +1039,7 @@ class Simulation:
                 raise
             return self  # a cap hit inside a worker's pause
         if self.server.done:
-            self.transport.close()
+            self.server.close(lambda: self._sleep_inline(POLL_MAX_S))
         return self
 
     def _run_events(self, until: float | None, strict: bool = True) -> bool:

@@ -512,48 +512,39 @@ class Server:
                                  f"{late:.1f} s; worker(s) {waiting} wait\n")
                 sys.stderr.flush()
 
-    def serve(self, policy: MasterPolicy, watch: Callable[[], None] = lambda: None,
-              resume: dict[str, Any] | None = None) -> None:
-        """Run ``policy`` until every worker has been told to stop.
-
-        ``watch`` runs at every poll and may raise to end training at once (a signal: see
-        :func:`flegel.runtime.lifetime.deferred`).  ``resume``: a checkpoint's master
-        snapshot to continue from (:meth:`resume`).
-        """
+    def begin(self, policy: MasterPolicy, resume: dict[str, Any] | None = None) -> None:
+        """Start the training clock and ``policy`` (or continue from ``resume``, a
+        checkpoint's master snapshot: :meth:`resume`)."""
         self.start = self.clock()
-        cpu0 = time.process_time()
         if resume is None:
             policy.start()
         else:
             self.resume(policy, resume)
-        backoff = Backoff()
-        idle_wall = idle_cpu = 0.0
-        while not self.done:
-            watch()
-            self.exact_step()
-            commits = self.transport.poll()
-            if commits:
-                backoff.reset()
-                for rank, header, agg in commits:
-                    latency = max(time.time() - header["sent_at"], 0.0)
-                    self.dispatch(rank, header, agg, policy, latency)
-                self.checkpoint_step(policy)
-            else:
-                w0, c0 = time.perf_counter(), time.process_time()
-                self.tick(policy)
-                self.checkpoint_step(policy)
-                backoff.sleep()
-                idle_wall += time.perf_counter() - w0
-                idle_cpu += time.process_time() - c0
-        elapsed = max(self.now(), 1e-9)
-        self.cpu_fraction = (time.process_time() - cpu0) / elapsed
-        # CPU used while nothing arrived: what waiting costs (the rest is barrier work).
-        self.idle_cpu_fraction = idle_cpu / max(idle_wall, 1e-9)
-        self.idle_fraction = idle_wall / elapsed
-        def pause() -> None:
-            watch()
-            backoff.sleep()
 
+    def poll_once(self, policy: MasterPolicy) -> bool:
+        """One turn of the master loop; True when commits arrived (poll again at once),
+        False when none did (wait before the next poll).
+
+        The turn: take exact-evaluation replies and request the next evaluation
+        (:meth:`exact_step`); hand every commit that arrived to ``policy``
+        (:meth:`dispatch`), or, when none did, let it act on its timers (:meth:`tick`);
+        then take a checkpoint if one is due and the workers are quiescent
+        (:meth:`checkpoint_step`).  It reads time only from the injected clock and never
+        sleeps, so the simulated-clock tests drive the very loop :meth:`serve` runs.
+        """
+        self.exact_step()
+        commits = self.transport.poll()
+        for c in commits:
+            self.dispatch(c.rank, c.header, c.agg, policy, c.latency_s)
+        if not commits:
+            self.tick(policy)
+        self.checkpoint_step(policy)
+        return bool(commits)
+
+    def close(self, pause: Callable[[], None]) -> None:
+        """After the last worker was told to stop: complete what is still on its way
+        (checkpoint states asked for, exact-evaluation replies), then close the transport.
+        ``pause()`` runs between polls."""
         if self.checkpoint is not None:
             # States asked for are on their way: their sends must complete.
             self.checkpoint.drain(self._asked, pause)
@@ -561,3 +552,40 @@ class Server:
             # Every request answered before the transport closes (its sends must complete).
             self.exact.finish(self.transport, pause)
         self.transport.close()
+
+    def serve(self, policy: MasterPolicy, watch: Callable[[], None] = lambda: None,
+              resume: dict[str, Any] | None = None) -> None:
+        """Run ``policy`` until every worker has been told to stop: :meth:`poll_once` until
+        done, sleeping between polls that found nothing (backing off from ``POLL_S`` to
+        ``POLL_MAX_S``).
+
+        ``watch`` runs at every poll and may raise to end training at once (a signal: see
+        :func:`flegel.runtime.lifetime.deferred`).  ``resume``: a checkpoint's master
+        snapshot to continue from (:meth:`resume`).  The CPU figures of the summary are
+        measured here, around the turns, not in them.
+        """
+        cpu0 = time.process_time()
+        self.begin(policy, resume)
+        backoff = Backoff()
+        idle_wall = idle_cpu = 0.0
+        while not self.done:
+            watch()
+            w0, c0 = self.clock(), time.process_time()
+            if self.poll_once(policy):
+                backoff.reset()
+                continue
+            backoff.sleep()
+            # A turn that found nothing, and the sleep after it: what waiting costs (the
+            # rest is barrier work).
+            idle_wall += self.clock() - w0
+            idle_cpu += time.process_time() - c0
+        elapsed = max(self.now(), 1e-9)
+        self.cpu_fraction = (time.process_time() - cpu0) / elapsed
+        self.idle_cpu_fraction = idle_cpu / max(idle_wall, 1e-9)
+        self.idle_fraction = idle_wall / elapsed
+
+        def pause() -> None:
+            watch()
+            backoff.sleep()
+
+        self.close(pause)

@@ -9,7 +9,7 @@ in-process tests replace with a fake.  Every send is nonblocking and every wait 
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 from mpi4py import MPI
@@ -18,8 +18,16 @@ from flegel.protocol import COMMIT, PARAMS, SIGNAL, Header, Signal, Tag
 from flegel.runtime import comm as msg
 from flegel.runtime.layout import Layout
 
-#: One received commit: (rank, COMMIT header, aggregator).
-Commit = tuple[int, dict[str, float], dict]
+
+class Commit(NamedTuple):
+    """One received commit."""
+
+    rank: int
+    header: dict[str, float]   # the COMMIT header
+    agg: dict                  # the aggregator
+    #: Its transit, measured on receipt against the sender's ``sent_at`` (the wire's clock,
+    #: ``time.time()``, is the transport's business: the server reads only its own clock).
+    latency_s: float
 
 
 class Transport(Protocol):
@@ -124,7 +132,7 @@ class MpiTransport:
             header = COMMIT.read(buf)
             agg = self.agg_layout.unpack(buf[Header.SIZE:])
             self._reqs[i] = self.comm.Irecv(buf, source=rank, tag=Tag.COMMIT)
-            out.append((rank, header, agg))
+            out.append(Commit(rank, header, agg, max(time.time() - header["sent_at"], 0.0)))
         return out
 
     def close(self) -> None:
