@@ -29,14 +29,14 @@ messaging are simulated:
   migrator's waits: synchronous migration, the drain at stop) advances simulated time by
   one poll interval while the rest of the simulation goes on.
 
-The simulated worker (:class:`SimWorker`) runs the runtime's own iteration loop,
-:func:`flegel.runtime.loop.iterate` -- the generator the MPI worker drives in real time -- on
-the simulated clock: the kernel runs for real and its time is the cost model's, and what takes
-time is yielded (:class:`Sleep`, the loop's ``Wait``), as are sends (:class:`Send`) and waits
-(:class:`Recv`).  Its ``run`` mirrors :meth:`flegel.runtime.worker.Worker.run`:
-``while_waiting`` runs at every poll while the worker waits for θ (with the real back-off from
-``POLL_S`` to ``POLL_MAX_S``), ``on_stop`` after the stop flag (its report is kept in
-:attr:`SimWorker.side`).
+The simulated worker (:class:`SimWorker`) runs the runtime's own worker loop,
+:func:`flegel.runtime.loop.work` (waits for instructions, iterations, commits) -- the generator
+the MPI worker drives in real time -- on the simulated clock: the kernel runs for real and its
+time is the cost model's, and what takes time is yielded (:class:`Sleep`, the loop's ``Wait``),
+as are sends (:class:`Send`) and the polls of a worker waiting for θ (the loop's ``Poll``,
+with the real back-off from ``POLL_S`` to ``POLL_MAX_S``; a waiting worker is resumed as soon
+as θ arrives).  ``while_waiting`` runs at every poll, ``on_stop`` after the stop flag (its
+report is kept in :attr:`SimWorker.side`).
 
 What is *not* modelled: MPI itself (buffers, request completion, message ordering beyond
 "FIFO per send time"), wall-clock effects (scheduling, CPU contention, the master's back-off
@@ -77,7 +77,7 @@ from flegel.protocol import (
 )
 from flegel.runtime.blocksize import BlockSizer
 from flegel.runtime.layout import Layout
-from flegel.runtime.loop import Wait, iterate
+from flegel.runtime.loop import Poll, Totals, Wait, await_params, strongest, work
 from flegel.runtime.server import Server
 from flegel.runtime.stopping import StopCriteria
 from flegel.runtime.store import ID_SHIFT, ShardStore, origin_of
@@ -410,14 +410,6 @@ Sleep = Wait
 
 
 @dataclass(frozen=True)
-class Recv:
-    """The worker waits for the next PARAMS message; with ``timeout_s`` it is also resumed
-    (with None) after that long if none came (one poll of a waiting worker)."""
-
-    timeout_s: float | None = None
-
-
-@dataclass(frozen=True)
 class Send:
     """The worker sends a commit (nonblocking: it goes on at once)."""
 
@@ -430,7 +422,7 @@ class Hang:
     """The worker never does anything again (a silent worker)."""
 
 
-Command = Sleep | Recv | Send | Hang
+Command = Sleep | Poll | Send | Hang
 
 
 @dataclass(frozen=True)
@@ -478,9 +470,9 @@ def _const(value: float) -> Callable[[float], float]:
 class SimWorker:
     """One simulated worker; implements :class:`flegel.ports.WorkerPort` on the sim clock.
 
-    Its :meth:`run` generator mirrors :meth:`flegel.runtime.worker.Worker.run` and runs the
-    runtime's loop (:func:`flegel.runtime.loop.iterate`); what takes wall time there yields a
-    :class:`Sleep` here.
+    Its :meth:`run` generator runs the runtime's worker loop (:func:`flegel.runtime.loop.work`)
+    as :meth:`flegel.runtime.worker.Worker.run` does; what takes wall time there yields a
+    :class:`Sleep` here; it implements the loop's ``WorkerHost`` on the simulated clock.
 
     Parameters
     ----------
@@ -559,7 +551,7 @@ class SimWorker:
         self.aborted_points = 0
         self.slowed_s = 0.0
         self.wait_s = 0.0
-        self._last_wait = 0.0
+        self.last_wait_s = 0.0
         self.stragglers.clock = self.now
         self._current: Iteration | None = None
 
@@ -633,39 +625,32 @@ class SimWorker:
     def poll_signal(self, version: float) -> Signal:
         """Signals delivered by now, for ``version``: the strongest (older ones dropped)."""
         now = self.now()
-        kind = Signal.NONE
-        keep = []
-        for at, sig in self.signal_inbox:
-            if at > now:
-                keep.append((at, sig))
-            elif sig["version"] == version:
-                kind = max(kind, Signal(int(sig["kind"])))
-        self.signal_inbox = keep
+        arrived = [sig for at, sig in self.signal_inbox if at <= now]
+        self.signal_inbox = [(at, sig) for at, sig in self.signal_inbox if at > now]
+        kind = strongest(arrived, version)
         if kind and self._current is not None:
             self._current.signals.append((now, kind))
         return kind
 
-    # ------------------------------------------------------------------ the loop
-    def _receive(self, poll: bool = True) -> Generator[Command, Any, dict[str, float]]:
-        """:meth:`Worker.receive_params`: the policy's ``while_waiting`` at every poll, the
-        polls backing off from ``POLL_S`` to ``POLL_MAX_S`` (θ⁰'s receipt, in ``run.py``,
-        has no policy: ``poll=False``)."""
-        t0 = self.now()
-        delay = POLL_S
-        got = None
-        while got is None:
-            if poll and self.polls_while_waiting:
-                self.policy.while_waiting(self)
-                got = yield Recv(timeout_s=delay)
-                delay = min(delay * 1.5, POLL_MAX_S)
-            else:
-                got = yield Recv()
-        header, theta = got
+    # ------------------------------------------------------------------ WorkerHost
+    def wall_time(self) -> float:
+        return self.now()
+
+    def take_params(self) -> dict[str, float] | None:
+        if not self.params_inbox:
+            return None
+        header, theta = self.params_inbox.pop(0)
         if header["has_theta"]:
             assert theta is not None
             self.theta = theta
-        self._last_wait = self.now() - t0
-        self.wait_s += self._last_wait
+        return header
+
+    def wait_params(self) -> Generator[Command, Any, dict[str, float]]:
+        """The loop's wait for θ (:func:`flegel.runtime.loop.await_params`), timed."""
+        t0 = self.now()
+        header = yield from await_params(self)
+        self.last_wait_s = self.now() - t0
+        self.wait_s += self.last_wait_s
         return header
 
     def block_size(self) -> int:
@@ -681,44 +666,40 @@ class SimWorker:
             yield Sleep(dt)
         return delta, dt
 
-    def _iterate(self, version: float) -> Generator[Command, Any,
-                                                    tuple[Arrays, dict[str, float]]]:
-        """The runtime's own loop (:func:`flegel.runtime.loop.iterate`) on the sim clock."""
-        agg, meta, totals = yield from iterate(self, version)
+    def began(self, version: int, instructions: Instructions) -> Generator[Command, Any, None]:
+        """Record the iteration (the shard as the policy's begin left it); a silent worker
+        hangs here."""
+        self._current = Iteration(self.rank, version, instructions, self.now(),
+                                  Snapshot.of(self.store))
+        self.iterations.append(self._current)
+        if self.silent:
+            yield Hang()
+
+    def add(self, totals: Totals) -> None:
         self.points += totals.points
         self.slowed_s += totals.slowed_s
         self.aborted_points += totals.aborted
+
+    def commit(self, agg: Arrays, fields: dict[str, float]) -> Generator[Command, Any, None]:
+        """Through the real COMMIT header and aggregator layout, then :class:`Send`."""
+        buf = np.empty(Header.SIZE + self.agg_layout.size)
+        COMMIT.write(buf, sent_at=self.now(), **fields)
+        wire = self.agg_layout.unpack(self.agg_layout.pack(agg, buf[Header.SIZE:]))
+        commit = COMMIT.read(buf)
         assert self._current is not None
-        self._current.reason = Reason(int(meta["reason"]))
-        return agg, meta
+        self._current.reason = Reason(int(fields["reason"]))
+        self._current.ended = self.now()
+        self._current.header = commit
+        self._current.end = Snapshot.of(self.store)
+        self._current = None
+        yield Send(commit, wire)
 
     def run(self) -> Generator[Command, Any, None]:
-        """The worker's life: θ⁰, then iterations until the stop flag."""
-        yield from self._receive(poll=False)  # θ⁰, preloaded once
+        """The worker's life: θ⁰ (preloaded once), then the runtime's loop until the stop
+        flag, then the policy's ``on_stop``."""
+        yield from self.wait_params()
         self.stragglers.reset_clock()
-        header = yield from self._receive()
-        while not header["stop"]:
-            lag = self.now() - header["sent_at"]
-            instructions = Instructions.from_header(header)
-            self.policy.begin(self, instructions, lag)
-            self._current = Iteration(self.rank, int(header["version"]), instructions,
-                                      self.now(), Snapshot.of(self.store))
-            self.iterations.append(self._current)
-            if self.silent:
-                yield Hang()
-            agg, meta = yield from self._iterate(header["version"])
-            self.iteration_clock += 1
-            buf = np.empty(Header.SIZE + self.agg_layout.size)
-            COMMIT.write(buf, clock=self.iteration_clock, version=header["version"],
-                         wait_s=self._last_wait, sent_at=self.now(), **meta)
-            wire = self.agg_layout.unpack(self.agg_layout.pack(agg, buf[Header.SIZE:]))
-            commit = COMMIT.read(buf)
-            self._current.ended = self.now()
-            self._current.header = commit
-            self._current.end = Snapshot.of(self.store)
-            self._current = None
-            yield Send(commit, wire)
-            header = yield from self._receive()
+        header = yield from work(self)
         self.side = self.policy.on_stop(self)
         self.final_header = header
 
@@ -933,6 +914,17 @@ class Simulation:
                 except StopIteration:
                     return
                 value = None
+                if isinstance(cmd, Poll):
+                    # Waiting for θ: resumed when it arrives, and after the poll interval
+                    # when the policy works at polls (skipping no-op polls keeps the other
+                    # models' event counts down).
+                    if w.params_inbox:
+                        continue
+                    self._waiting.add(rank)
+                    if w.polls_while_waiting:
+                        self._push(self.clock() + cmd.seconds, _RESUME,
+                                   (rank, self._tokens[rank]))
+                    return
                 if isinstance(cmd, Sleep):
                     self._push(self.clock() + cmd.seconds, _RESUME, (rank, self._tokens[rank]))
                     return
@@ -940,15 +932,6 @@ class Simulation:
                     self._push(self.clock() + self.latency_s, _COMMIT,
                                (rank, cmd.header, cmd.agg))
                     continue
-                if isinstance(cmd, Recv):
-                    if w.params_inbox:
-                        value = w.params_inbox.pop(0)
-                        continue
-                    self._waiting.add(rank)
-                    if cmd.timeout_s is not None:
-                        self._push(self.clock() + cmd.timeout_s, _RESUME,
-                                   (rank, self._tokens[rank]))
-                    return
                 if isinstance(cmd, Hang):
                     return
                 raise TypeError(f"unknown command {cmd!r}")
@@ -986,7 +969,7 @@ class Simulation:
             w.params_inbox.append(message)
             if rank in self._waiting:
                 self._waiting.discard(rank)
-                self._step(rank, w.params_inbox.pop(0))
+                self._step(rank)
         elif kind == _SIGNAL:
             rank, sig = payload
             self.workers[rank].signal_inbox.append((self.clock(), sig))
