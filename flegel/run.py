@@ -150,6 +150,7 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     evaluator = Evaluator(algorithm) if job["runtime"]["exact_budget"] > 0 else None
     worker = Worker(comm, algorithm, store, layouts["theta"], layouts["agg"], policy,
                     stragglers, block_ms=job["runtime"]["block_ms"], evaluator=evaluator)
+    policy.attach(worker)  # the policy's extension point (FSP: data migration)
     if resumed is not None:
         worker.restore(resumed)
     worker.receive_params()  # θ⁽⁰⁾, sent once

@@ -20,8 +20,12 @@ messaging are simulated:
   :data:`~flegel.protocol.SIGNAL` layouts, so a misspelt field fails as it would on MPI;
   migration orders (``send_order``) arrive after the same latency, before any PARAMS sent
   after them;
-* data migration (FSP paper Section 4.3): every worker implements the whole
-  :class:`flegel.ports.WorkerPort`, migration members included, and holds its points with the
+* data migration (FSP paper Section 4.3): every worker implements
+  :class:`flegel.ports.WorkerPort` and the migration extension,
+  :class:`flegel.balance.ports.MigrationPort` (attached to its policy as ``flegel.run``
+  does), and the server the master's :class:`~flegel.balance.ports.OrderPort`; the orders
+  and messages are the typed records of :mod:`flegel.protocol`.  Workers hold their points
+  with the
   real run's global ids (``rank << ID_SHIFT | row``).  Worker-to-worker messages
   (:class:`Network`) leave each worker's link one after the other at ``bandwidth_Bps`` and
   arrive ``latency_s`` after their last byte left, so a window is really in flight for a
@@ -51,6 +55,7 @@ generators: two runs with the same arguments give identical results.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import heapq
 import types
@@ -70,10 +75,13 @@ from flegel.protocol import (
     POLL_MAX_S,
     POLL_S,
     SIGNAL,
-    Header,
     Instructions,
+    MigrationOrder,
+    PeerMessage,
+    Reactivate,
     Reason,
     Signal,
+    Window,
 )
 from flegel.runtime.blocksize import BlockSizer
 from flegel.runtime.layout import Layout
@@ -195,7 +203,7 @@ class SentOrder:
 
     time: float
     rank: int
-    message: dict[str, Any]
+    message: MigrationOrder
 
 
 @dataclass(frozen=True)
@@ -247,12 +255,12 @@ class FakeTransport:
         if self.closed:
             raise RuntimeError("send_params after close")
         now = self.clock()
-        buf = np.empty(Header.SIZE + self.theta_layout.size)
+        buf = np.empty(PARAMS.size + self.theta_layout.size)
         PARAMS.write(buf, sent_at=now, has_theta=float(theta is not None), **fields)
         header = PARAMS.read(buf)
         wire = None
         if theta is not None:
-            wire = self.theta_layout.unpack(self.theta_layout.pack(theta, buf[Header.SIZE:]))
+            wire = self.theta_layout.unpack(self.theta_layout.pack(theta, buf[PARAMS.size:]))
         self.params.append(SentParams(now, rank, header, wire))
         self.deliver(now + self.latency_s, rank, "params", (header, wire))
 
@@ -260,19 +268,19 @@ class FakeTransport:
         if self.closed:
             raise RuntimeError("send_signal after close")
         now = self.clock()
-        buf = np.empty(Header.SIZE)
+        buf = np.empty(SIGNAL.size)
         SIGNAL.write(buf, kind=float(kind), version=version, sent_at=now)
         self.signals.append(SentSignal(now, rank, Signal(int(kind)), int(version)))
         self.deliver(now + self.latency_s, rank, "signal", SIGNAL.read(buf))
 
-    def send_order(self, rank: int, message: dict[str, Any]) -> None:
+    def send_order(self, rank: int, order: MigrationOrder) -> None:
         """A migration order; it arrives after the latency, before any PARAMS sent after it
         (the simulation delivers orders before PARAMS of the same instant)."""
         if self.closed:
             raise RuntimeError("send_order after close")
         now = self.clock()
-        self.orders.append(SentOrder(now, rank, dict(message)))
-        self.deliver(now + self.latency_s, rank, "order", dict(message))
+        self.orders.append(SentOrder(now, rank, order))
+        self.deliver(now + self.latency_s, rank, "order", order)
 
     def poll(self) -> list[Commit]:
         out, self.inbox = self.inbox, []
@@ -294,7 +302,10 @@ class FakeTransport:
 # --------------------------------------------------------------------------- network
 def message_bytes(message: Any) -> int:
     """Bytes a worker-to-worker message puts on the wire: its arrays' bytes, 8 per scalar
-    (dict keys and pickling overhead are not counted)."""
+    (field names, dict keys and pickling overhead are not counted)."""
+    if dataclasses.is_dataclass(message):
+        return sum(message_bytes(getattr(message, f.name))
+                   for f in dataclasses.fields(message))
     if isinstance(message, dict):
         return sum(message_bytes(v) for v in message.values())
     if isinstance(message, (list, tuple)):
@@ -308,6 +319,7 @@ def message_bytes(message: Any) -> int:
 class Post:
     """One worker-to-worker message (``WorkerPort.post``).
 
+    ``kind`` names the message's type (``window``, ``shortfall``, ``reactivate``, ``fin``);
     ``bytes`` is everything on the wire (:func:`message_bytes`); ``data_bytes`` the features
     and labels it carries (what ``Migrator.bytes_moved`` counts); ``ids`` the points it
     moves (empty for a ``fin``).
@@ -321,7 +333,7 @@ class Post:
     data_bytes: int
     ids: np.ndarray = field(repr=False)
     arrival: float
-    message: dict[str, Any] = field(repr=False)
+    message: PeerMessage = field(repr=False)
 
 
 class Network:
@@ -352,14 +364,14 @@ class Network:
         self._pending: dict[int, list[float]] = {}        # src -> arrival times of its sends
         self._seq = 0
 
-    def post(self, src: int, dest: int, message: dict[str, Any]) -> Post:
+    def post(self, src: int, dest: int, message: PeerMessage) -> Post:
         """Send ``message`` from ``src`` to ``dest``; return its record."""
         now = self.clock()
         size = message_bytes(message)
         start = max(now, self._link_free.get(src, now))
         done = start + size / self.bandwidth_Bps
         self._link_free[src] = done
-        points = message.get("points")
+        points = getattr(message, "points", None)
         data = 0
         ids = np.empty(0, dtype=np.int64)
         if isinstance(points, dict):
@@ -368,7 +380,7 @@ class Network:
                 y = points.get("y")
                 data = int(np.asarray(points["x"]).nbytes
                            + (0 if y is None else np.asarray(y).nbytes))
-        record = Post(now, src, dest, str(message.get("kind")), size, data, ids,
+        record = Post(now, src, dest, type(message).__name__.lower(), size, data, ids,
                       done + self.latency_s, message)
         self.posts.append(record)
         self._seq += 1
@@ -383,12 +395,12 @@ class Network:
         self._pending[src] = left
         return len(left)
 
-    def receive(self, dest: int, limit: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+    def receive(self, dest: int, limit: int | None = None) -> list[tuple[int, PeerMessage]]:
         """``(source, message)`` of the messages that arrived at ``dest``, in arrival order,
         at most ``limit``."""
         now = self.clock()
         box = self._mail.get(dest, [])
-        out: list[tuple[int, dict[str, Any]]] = []
+        out: list[tuple[int, PeerMessage]] = []
         while box and box[0][0] <= now and (limit is None or len(out) < limit):
             _, _, record = heapq.heappop(box)
             out.append((record.src, record.message))
@@ -537,7 +549,7 @@ class SimWorker:
         self._peers = [int(r) for r in peers]
         self.network = network
         self._sleep = sleep
-        self.order_inbox: list[dict[str, Any]] = []
+        self.order_inbox: list[MigrationOrder] = []
         self.side: dict[str, Any] = {}  # what policy.on_stop returned
         # Poll while waiting for θ only when the policy does work there (as the real loop
         # does; skipping the no-op polls keeps the other models' event counts down).
@@ -589,16 +601,16 @@ class SimWorker:
             raise RuntimeError(f"worker {self.rank} has no network (migration needs one)")
         return self.network
 
-    def post(self, dest: int, message: dict[str, Any]) -> None:
+    def post(self, dest: int, message: PeerMessage) -> None:
         self._net().post(self.rank, dest, message)
 
     def sends_pending(self) -> int:
         return 0 if self.network is None else self.network.sends_pending(self.rank)
 
-    def receive(self, limit: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+    def receive(self, limit: int | None = None) -> list[tuple[int, PeerMessage]]:
         return [] if self.network is None else self.network.receive(self.rank, limit)
 
-    def orders(self) -> list[dict[str, Any]]:
+    def orders(self) -> list[MigrationOrder]:
         out, self.order_inbox = self.order_inbox, []
         return out
 
@@ -682,9 +694,9 @@ class SimWorker:
 
     def commit(self, agg: Arrays, fields: dict[str, float]) -> Generator[Command, Any, None]:
         """Through the real COMMIT header and aggregator layout, then :class:`Send`."""
-        buf = np.empty(Header.SIZE + self.agg_layout.size)
+        buf = np.empty(COMMIT.size + self.agg_layout.size)
         COMMIT.write(buf, sent_at=self.now(), **fields)
-        wire = self.agg_layout.unpack(self.agg_layout.pack(agg, buf[Header.SIZE:]))
+        wire = self.agg_layout.unpack(self.agg_layout.pack(agg, buf[COMMIT.size:]))
         commit = COMMIT.read(buf)
         assert self._current is not None
         self._current.reason = Reason(int(fields["reason"]))
@@ -872,6 +884,7 @@ class Simulation:
                 rng=np.random.default_rng([seed, r]),
                 peers=[p for p in self.ranks if p != r], network=self.network,
                 sleep=self._sleep_inline)
+            self.workers[r].policy.attach(self.workers[r])  # as flegel.run does
         self.policy = cls(self.server, self.options)
         self.arrivals: list[Arrival] = []
         self.n_events = 0
@@ -1098,7 +1111,9 @@ class Simulation:
             keep = ~st.inactive
             out[self.global_index(st.ids[keep])] = st.visits[keep]
         for p in self.in_transit():
-            out[self.global_index(p.ids)] = p.message["points"]["visits"]
+            moving = p.message
+            assert isinstance(moving, (Window, Reactivate))
+            out[self.global_index(p.ids)] = moving.points["visits"]
         return out
 
     def barrier_events(self) -> list[dict[str, Any]]:

@@ -24,8 +24,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from flegel.api import Algorithm
 from flegel.ports import Arrays, WorkerRecord
-from flegel.protocol import ExitCode, Instructions, Signal, StopReason
+from flegel.protocol import ExitCode, Instructions, MigrationOrder, Signal, StopReason
 from flegel.runtime import Backoff
 from flegel.runtime.exact import ExactObjective, FinalEvaluation
 from flegel.runtime.faults import JobFault
@@ -36,7 +37,8 @@ from flegel.runtime.transport import Transport
 
 
 class MasterPolicy(Protocol):
-    """What the server calls on a sync model's master policy."""
+    """What the server calls on a sync model's master policy (:class:`flegel.sync.base.
+    MasterPolicy`): its hooks, and its checkpoint state (:class:`flegel.state.Stateful`)."""
 
     def start(self) -> None: ...
 
@@ -44,8 +46,16 @@ class MasterPolicy(Protocol):
 
     def on_tick(self, now: float) -> None: ...
 
+    def checkpoint_state(self) -> dict[str, Any]: ...
 
-def _algorithm_state(algorithm: Any) -> dict[str, Any] | None:
+    def restore(self, state: dict[str, Any]) -> None: ...
+
+
+#: A reply held back for a checkpoint: ("send", rank, instructions) or ("order", rank, order).
+Held = tuple[str, int, "Instructions | MigrationOrder"]
+
+
+def _algorithm_state(algorithm: Algorithm) -> dict[str, Any] | None:
     """The algorithm's own state when it keeps any (:class:`flegel.state.Stateful`)."""
     from flegel.state import Stateful
 
@@ -113,7 +123,8 @@ class Server:
         Monotonic seconds (a simulated clock in tests).
     """
 
-    def __init__(self, transport: Transport, ranks: list[int], algorithm: Any, theta: Arrays,
+    def __init__(self, transport: Transport, ranks: list[int], algorithm: Algorithm,
+                 theta: Arrays,
                  zero: Callable[[], Arrays], stop: StopCriteria,
                  events: Callable[[dict[str, Any]], None],
                  progress: Callable[..., None] | None = None,
@@ -156,7 +167,7 @@ class Server:
         # replies are held back until no worker computes (a quiescent point); the workers
         # whose next instructions ask for their state.
         self.checkpoint: Any = None
-        self._held: list[tuple[str, int, Any]] | None = None
+        self._held: list[Held] | None = None
         self._owed: set[int] = set()
         self._asked: set[int] = set()  # ... and those asked already
 
@@ -275,11 +286,13 @@ class Server:
     def record(self, event: dict[str, Any]) -> None:
         self.events(event)
 
-    def order(self, rank: int, message: dict[str, Any]) -> None:
+    def order(self, rank: int, order: MigrationOrder) -> None:
+        """Send a migration order to ``rank`` (it arrives before the next instructions): the
+        server's side of :class:`flegel.balance.ports.OrderPort`."""
         if self._held is not None:
-            self._held.append(("order", rank, message))
+            self._held.append(("order", rank, order))
             return
-        self.transport.send_order(rank, message)
+        self.transport.send_order(rank, order)
 
     @property
     def target_objective(self) -> float | None:
@@ -356,7 +369,7 @@ class Server:
         self._theta_serial += 1  # preload() sent this θ to every worker
         self._held_serial = {r: self._theta_serial for r in self.ranks}
 
-    def checkpoint_step(self, policy: Any) -> None:
+    def checkpoint_step(self, policy: MasterPolicy) -> None:
         """Take a due checkpoint at the next quiescent point (:mod:`flegel.rundir.checkpoint`).
 
         Once due, replies are held back; when no worker computes and no point is in flight
@@ -390,22 +403,25 @@ class Server:
         self._owed, self._asked = {w.rank for w in live}, set()
         self._release(self._held)
 
-    def _release(self, held: list[tuple[str, int, Any]]) -> None:
+    def _release(self, held: list[Held]) -> None:
         """Send replies held back for a checkpoint (or saved in one), in order."""
         self._held = None
-        for kind, rank, payload in held:
-            if kind == "order":
+        for _, rank, payload in held:
+            if isinstance(payload, MigrationOrder):
                 self.order(rank, payload)
             else:
                 self.send(rank, payload)
 
-    def resume(self, policy: Any, snapshot: dict[str, Any]) -> None:
+    def resume(self, policy: MasterPolicy, snapshot: dict[str, Any]) -> None:
         """Continue from a checkpoint's master snapshot instead of ``policy.start()``:
         restore the server, the policy (and the algorithm, if it keeps state), and send the
         replies that were held when it was taken."""
         self.restore(snapshot["server"])
         policy.restore(snapshot["policy"])
         if snapshot.get("algorithm") is not None:
+            from flegel.state import Stateful
+
+            assert isinstance(self.algorithm, Stateful)  # it saved its state: it keeps one
             self.algorithm.restore(snapshot["algorithm"])
         self._release(snapshot["held"])
 

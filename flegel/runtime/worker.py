@@ -25,8 +25,12 @@ from flegel.protocol import (
     PARAMS,
     POLL_MAX_S,
     SIGNAL,
-    Header,
+    EvalEnd,
+    EvalReply,
+    EvalRequest,
     Instructions,
+    MigrationOrder,
+    PeerMessage,
     Signal,
     Tag,
 )
@@ -89,9 +93,9 @@ class Worker:
         self.stragglers = stragglers
         self.sizer = BlockSizer(target_s=block_ms / 1000.0, device=device_of(algorithm))
         self.stats = WorkerStats()
-        self._params_buf = np.empty(Header.SIZE + theta_layout.size)
-        self._commit_buf = np.empty(Header.SIZE + agg_layout.size)
-        self._signal_buf = np.empty(Header.SIZE)
+        self._params_buf = np.empty(PARAMS.size + theta_layout.size)
+        self._commit_buf = np.empty(COMMIT.size + agg_layout.size)
+        self._signal_buf = np.empty(SIGNAL.size)
         self._params_req = comm.Irecv(self._params_buf, source=0, tag=Tag.PARAMS)
         self._signal_req = comm.Irecv(self._signal_buf, source=0, tag=Tag.SIGNAL)
         self._commit_req: MPI.Request | None = None
@@ -133,7 +137,7 @@ class Worker:
     def peers(self) -> list[int]:
         return [r for r in range(1, self.comm.size) if r != self.comm.rank]
 
-    def post(self, dest: int, message: dict[str, Any]) -> None:
+    def post(self, dest: int, message: PeerMessage) -> None:
         self._posted.append(self.comm.isend(message, dest=dest, tag=Tag.MIGRATE))
 
     def sends_pending(self) -> int:
@@ -141,19 +145,19 @@ class Worker:
             self._posted = [r for r in self._posted if not r.Test()]
         return len(self._posted)
 
-    def receive(self, limit: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+    def receive(self, limit: int | None = None) -> list[tuple[int, PeerMessage]]:
         return self._receive_tagged(Tag.MIGRATE, limit)
 
-    def orders(self) -> list[dict[str, Any]]:
+    def orders(self) -> list[MigrationOrder]:
         return [m for _, m in self._receive_tagged(Tag.ORDER)]
 
     def pause(self) -> None:
         time.sleep(POLL_MAX_S)
 
-    def eval_requests(self) -> list[dict[str, Any]]:
+    def eval_requests(self) -> list[EvalRequest | EvalEnd]:
         return [m for _, m in self._receive_tagged(Tag.EVAL)]
 
-    def reply_eval(self, message: dict[str, Any]) -> None:
+    def reply_eval(self, message: EvalReply) -> None:
         self._eval_sent = [r for r in self._eval_sent if not r.Test()]
         self._eval_sent.append(self.comm.isend(message, dest=0, tag=Tag.EVAL))
 
@@ -205,7 +209,7 @@ class Worker:
             return None
         header = PARAMS.read(self._params_buf)
         if header["has_theta"]:
-            self.theta = self.theta_layout.unpack(self._params_buf[Header.SIZE:])
+            self.theta = self.theta_layout.unpack(self._params_buf[PARAMS.size:])
         self._params_req = self.comm.Irecv(self._params_buf, source=0, tag=Tag.PARAMS)
         if header["checkpoint"]:
             # Before any work on these instructions: the state matches the master's snapshot.
@@ -251,7 +255,7 @@ class Worker:
             check_aggregator(agg, self.agg_layout, self.rank, header["version"],
                              header["clock"])
         COMMIT.write(self._commit_buf, sent_at=time.time(), **header)
-        self.agg_layout.pack(agg, self._commit_buf[Header.SIZE:])
+        self.agg_layout.pack(agg, self._commit_buf[COMMIT.size:])
         self._commit_req = self.comm.Isend(self._commit_buf, dest=0, tag=Tag.COMMIT)
         self.stats.commits += 1
 
