@@ -46,8 +46,9 @@ What is *not* modelled: MPI itself (buffers, request completion, message orderin
 "FIFO per send time"), wall-clock effects (scheduling, CPU contention, the master's back-off
 between polls -- it ticks at a fixed ``poll_s``), the time the master spends applying an update
 (``apply`` is instantaneous on the simulated clock), clock skew between hosts, MPI's rendezvous
-(a worker-to-worker send completes when it arrives, taken or not), checkpoints and the run
-directory.  ``pause()`` runs the rest of the simulation inline (the pausing worker's frame
+(a worker-to-worker send completes when it arrives, taken or not), and the run directory
+(checkpoints are taken by the master loop's turn only where a test gives the server a
+checkpoint writer, ``tests/test_checkpoint.py``).  ``pause()`` runs the rest of the simulation inline (the pausing worker's frame
 stays on the stack), so a worker pausing while another pauses resumes at the later of the
 two ends: waits may end up to one poll late.  No threads, no wall clock, no randomness beyond seeded
 generators: two runs with the same arguments give identical results.

@@ -51,6 +51,34 @@ class MasterPolicy(Protocol):
     def restore(self, state: dict[str, Any]) -> None: ...
 
 
+class Checkpoints(Protocol):
+    """The checkpoint writer as the server and the run wiring see it
+    (:class:`flegel.rundir.checkpoint.Checkpointer`)."""
+
+    #: Checkpoints taken so far (a resumed job's count goes on).
+    sequence: int
+
+    @property
+    def pending(self) -> bool:
+        """The last snapshot waits for workers' states."""
+        ...
+
+    def due(self, now_s: float, version: int) -> bool: ...
+
+    def force(self) -> None: ...
+
+    def resumed(self, sequence: int, now_s: float, version: int) -> None: ...
+
+    def take(self, master: dict[str, Any], now_s: float, version: int,
+             expect: list[int]) -> None: ...
+
+    def collect(self) -> None: ...
+
+    def drain(self, owed: set[int], pause: Callable[[], None]) -> None: ...
+
+    def wait(self) -> None: ...
+
+
 #: A reply held back for a checkpoint: ("send", rank, instructions) or ("order", rank, order).
 Held = tuple[str, int, "Instructions | MigrationOrder"]
 
@@ -166,7 +194,7 @@ class Server:
         # Checkpoints (flegel/rundir/checkpoint.py; run.py sets it, None: none).  While one is due,
         # replies are held back until no worker computes (a quiescent point); the workers
         # whose next instructions ask for their state.
-        self.checkpoint: Any = None
+        self.checkpoint: Checkpoints | None = None
         self._held: list[Held] | None = None
         self._owed: set[int] = set()
         self._asked: set[int] = set()  # ... and those asked already
