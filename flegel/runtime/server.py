@@ -3,8 +3,9 @@
 :class:`Server` owns θ, the online objective, the stop criteria, the event log and what it
 knows of each worker, and implements :class:`flegel.ports.ServerPort` for the sync model's
 master policy, which decides when to apply what and whom to answer.  It talks to the workers
-through a :class:`~flegel.runtime.transport.Transport` and reads time from an injected clock,
-so in-process tests run it with a fake transport and a simulated clock.  Every wait polls and
+through a :class:`~flegel.runtime.transport.Transport` and reads time from an injected clock
+only, so in-process tests run it with a fake transport and a simulated clock, driving its loop
+one turn at a time (:meth:`Server.poll_once`).  Every wait polls and
 sleeps, so the idle master uses ~1% of a core (DESIGN §4).
 
 Nothing hangs and nothing is lost (issue 13): the server enforces ``stop.max_time_s`` by its
@@ -121,7 +122,11 @@ class Trace:
 
 
 class Server:
-    """Rank 0's state; implements :class:`flegel.ports.ServerPort`.
+    """Rank 0's state; implements :class:`flegel.ports.ServerPort` (and the data migration's
+    :class:`flegel.balance.ports.OrderPort`).
+
+    :meth:`serve` runs the master loop in real time; :meth:`poll_once` is one turn of it,
+    which the simulated-clock tests drive between their events.
 
     Parameters
     ----------

@@ -3,7 +3,8 @@
 One loop serves every synchronization model (:mod:`flegel.runtime.loop`, driven here in real
 time); what differs between models lives in their worker policy
 (:class:`flegel.ports.WorkerPolicy`), which acts on the worker through the
-:class:`flegel.ports.WorkerPort` this class implements.  Signals are polled with a
+:class:`flegel.ports.WorkerPort` this class implements (and, for FSP's data migration,
+:class:`flegel.balance.ports.MigrationPort`).  Signals are polled with a
 non-blocking ``Test``; every wait sleeps between polls instead of spinning a core.
 """
 
@@ -58,7 +59,10 @@ class WorkerStats:
 
 
 class Worker:
-    """One worker rank; implements :class:`flegel.ports.WorkerPort` for its policy.
+    """One worker rank; implements :class:`flegel.ports.WorkerPort` for its policy, the
+    loop's :class:`~flegel.runtime.loop.WorkerHost` (:func:`~flegel.runtime.loop.work` runs on
+    it) and the data migration's :class:`flegel.balance.ports.MigrationPort` (attached to
+    the policy by the wiring).
 
     Parameters
     ----------
