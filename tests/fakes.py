@@ -48,10 +48,11 @@ between polls -- it ticks at a fixed ``poll_s``), the time the master spends app
 (``apply`` is instantaneous on the simulated clock), clock skew between hosts, MPI's rendezvous
 (a worker-to-worker send completes when it arrives, taken or not), and the run directory
 (checkpoints are taken by the master loop's turn only where a test gives the server a
-checkpoint writer, ``tests/test_checkpoint.py``).  ``pause()`` runs the rest of the simulation inline (the pausing worker's frame
-stays on the stack), so a worker pausing while another pauses resumes at the later of the
-two ends: waits may end up to one poll late.  No threads, no wall clock, no randomness beyond seeded
-generators: two runs with the same arguments give identical results.
+checkpoint writer, ``tests/test_checkpoint.py``).  ``pause()`` runs the rest of the
+simulation inline (the pausing worker's frame stays on the stack), so a worker pausing while
+another pauses resumes at the later of the two ends: waits may end up to one poll late.
+No threads, no wall clock, no randomness beyond seeded generators: two runs with the same
+arguments give identical results.
 """
 
 from __future__ import annotations
