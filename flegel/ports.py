@@ -239,7 +239,9 @@ class WorkerPolicy(AttributeState):
 
     @property
     def in_flight(self) -> int:
-        """Points locked in migration windows being sent (reported at each commit)."""
+        """Points of this worker on their way to another worker, trained by neither
+        (reported at each commit, the COMMIT header's ``in_flight``: the master takes no
+        checkpoint while any are; FSP's data migration windows)."""
         return 0
 
     def between_blocks(self, port: WorkerPort) -> None:
