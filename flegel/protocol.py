@@ -299,15 +299,22 @@ class EvalEnd:
 
 @dataclass(frozen=True)
 class EvalReply:
-    """Worker -> master (``Tag.EVAL``): one request's partial sum over the worker's points.
+    """Worker -> master: partial sums over the worker's points, one per θ evaluated.
 
-    ``count`` points were evaluated, their ids summing to ``checksum``
+    During training one θ, the request ``id``'s (``Tag.EVAL``); after training every θ the
+    master still lacks, in one pass (``id`` 0, in the worker's end-of-run report).  ``count``
+    points were evaluated, their ids summing to ``checksum``
     (:func:`flegel.runtime.exact.id_checksum`), in ``seconds``; ``skipped``: not evaluated
     (a request that came after the stop: nobody reads it)."""
 
     id: int
-    value: float
+    values: list[float]
     count: int
     checksum: int
     seconds: float
     skipped: bool = False
+
+    @property
+    def value(self) -> float:
+        """The partial sum of the one θ of a request during training."""
+        return self.values[0] if self.values else 0.0

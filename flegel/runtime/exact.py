@@ -152,18 +152,14 @@ class Tally:
         self.seconds += time.perf_counter() - t0
         return stop >= len(store)
 
-    def reply(self) -> dict[str, Any]:
-        """What a worker reports about the pass after training (in its end-of-run report)."""
-        return {"values": self.values, "count": self.count, "checksum": self.checksum,
-                "seconds": self.seconds}
-
-    def reply_to(self, request: int) -> EvalReply:
-        """What a worker sends the master about the pass of one θ during training."""
-        return EvalReply(request, self.values[0], self.count, self.checksum, self.seconds)
+    def reply(self, request: int = 0) -> EvalReply:
+        """What a worker tells the master about the pass (``request``: the id of the request
+        it answers during training; 0 after training)."""
+        return EvalReply(request, list(self.values), self.count, self.checksum, self.seconds)
 
 
 def evaluate_snapshots(algorithm: Algorithm, store: ShardStore,
-                       thetas: Sequence[Arrays]) -> dict[str, Any]:
+                       thetas: Sequence[Arrays]) -> EvalReply:
     """After training: f of every θ of ``thetas`` on the points this worker holds, in one
     pass over them, each chunk read once for every θ.  The chunks have a fixed size
     (:data:`CHUNK_ROWS`, :data:`GPU_CHUNK_ROWS` for an algorithm on a GPU), not the timed
@@ -439,10 +435,10 @@ class FinalEvaluation:
         picked |= {outside[i] for i in _spread(len(outside), n - m)}
         return [k for k in pending if k in picked]
 
-    def complete(self, replies: Sequence[dict[str, Any]]) -> None:
+    def complete(self, replies: Sequence[EvalReply]) -> None:
         """Add the workers' :func:`evaluate_snapshots` answers: the final objective and the
         snapshots' values."""
-        values = [float(sum(r["values"][i] for r in replies)) for i in range(len(self.keys))]
+        values = [float(sum(r.values[i] for r in replies)) for i in range(len(self.keys))]
         got = dict(zip(self.keys, values))
         if not self.final_reused:
             self.final_objective = values[0]
@@ -450,10 +446,10 @@ class FinalEvaluation:
             if s.value is None and s.key in got:
                 s.value = got[s.key]
         if self.keys:
-            self.measured_s = max(float(r["seconds"]) for r in replies)
+            self.measured_s = max(r.seconds for r in replies)
             if self.expected is not None:
-                count = sum(int(r["count"]) for r in replies)
-                checksum = sum(int(r["checksum"]) for r in replies) % (1 << 64)
+                count = sum(r.count for r in replies)
+                checksum = sum(r.checksum for r in replies) % (1 << 64)
                 self.exact = (count, checksum) == self.expected
 
     def trace(self) -> list[tuple[float, float]]:
@@ -530,7 +526,7 @@ class Evaluator:
             done = tally.advance(self.algorithm, port.shard, max(rows, self.chunk_rows))
             self.busy_s += tally.seconds - spent
             if done:
-                port.reply_eval(tally.reply_to(rid))
+                port.reply_eval(tally.reply(rid))
                 self.current = None
 
     def drain(self, port: EvalPort, pause: Callable[[], None]) -> None:
@@ -540,7 +536,7 @@ class Evaluator:
             self._take(port)
             ids = ([self.current[0]] if self.current else []) + [r.id for r in self.queue]
             for rid in ids:
-                port.reply_eval(EvalReply(rid, 0.0, 0, 0, 0.0, skipped=True))
+                port.reply_eval(EvalReply(rid, [], 0, 0, 0.0, skipped=True))
             self.current, self.queue = None, []
             if not self.ended:
                 pause()
