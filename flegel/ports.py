@@ -8,12 +8,18 @@ Each acts on the runtime only through a port defined here:
   aggregator, answer or signal a worker, mark and roll back θ, read the clock, the online
   objective and what it knows of each worker, check the stop criteria, record an event.
 * :class:`WorkerPort` -- what a worker policy may do with the worker loop: read the clock and
-  the block sizer's estimate, mark, roll back or unmark the shard, reach the shard's
-  migration operations (:class:`MigratingShard`) and exchange migration messages.
+  the block sizer's estimate, mark, roll back or unmark the shard.
+
+A policy that needs more reaches it through an extension point: the wiring hands a worker
+policy its worker once (:meth:`WorkerPolicy.attach`), and a master policy holds the server
+it was made with; the policy checks that they implement its extension's port (FSP's data
+migration: :mod:`flegel.balance.ports`).
 
 The runtime implements the ports (:class:`flegel.runtime.server.Server`,
 :class:`flegel.runtime.worker.Worker`); in-process tests implement them with a fake transport
-and a simulated clock (``tests/fakes.py``).  This module imports only :mod:`flegel.protocol`.
+and a simulated clock (``tests/fakes.py``).  This module imports :mod:`flegel.protocol` and
+:mod:`flegel.state` (the checkpoint protocol of :class:`WorkerPolicy`), nothing else of
+flegel.
 """
 
 from __future__ import annotations
@@ -128,10 +134,6 @@ class ServerPort(Protocol):
         """Append one record to ``events.jsonl``."""
         ...
 
-    def order(self, rank: int, message: dict[str, Any]) -> None:
-        """Send a migration order to ``rank`` (it arrives before the next instructions)."""
-        ...
-
     @property
     def target_objective(self) -> float | None:
         """The job's target objective (``stop.target_objective``), if any."""
@@ -141,28 +143,6 @@ class ServerPort(Protocol):
     def time_left_s(self) -> float | None:
         """Training time left before ``stop.max_time_s``, if set."""
         ...
-
-
-class MigratingShard(Protocol):
-    """What migration may do to a worker's shard (:class:`flegel.runtime.store.ShardStore`)."""
-
-    @property
-    def marked(self) -> bool: ...
-
-    @property
-    def n_held(self) -> int: ...
-
-    def select_behind_cursor(self, count: int) -> Any: ...
-
-    def lock(self, rows: Any) -> None: ...
-
-    def export(self, rows: Any) -> dict[str, Any]: ...
-
-    def admit(self, payload: dict[str, Any]) -> Any: ...
-
-    def retire(self, origin: int, count: int) -> dict[str, Any]: ...
-
-    def reactivate(self, taken: dict[str, Any]) -> Any: ...
 
 
 class WorkerPort(Protocol):
@@ -189,42 +169,6 @@ class WorkerPort(Protocol):
         """Return to the mark: traversal position, per-point state and halt votes."""
         ...
 
-    @property
-    def shard(self) -> MigratingShard:
-        """The worker's shard, for migration."""
-        ...
-
-    @property
-    def rank(self) -> int:
-        """This worker's rank."""
-        ...
-
-    @property
-    def peers(self) -> list[int]:
-        """The other workers' ranks."""
-        ...
-
-    def post(self, dest: int, message: dict[str, Any]) -> None:
-        """Send ``message`` to worker ``dest`` without blocking (``Tag.MIGRATE``)."""
-        ...
-
-    def sends_pending(self) -> int:
-        """Messages :meth:`post` sent that have not completed yet."""
-        ...
-
-    def receive(self, limit: int | None = None) -> list[tuple[int, dict[str, Any]]]:
-        """``(source, message)`` of the worker messages that arrived, at most ``limit``
-        (never blocks)."""
-        ...
-
-    def orders(self) -> list[dict[str, Any]]:
-        """Migration orders from the master that arrived (never blocks)."""
-        ...
-
-    def pause(self) -> None:
-        """Sleep one poll interval (waiting without spinning a core)."""
-        ...
-
 
 class WorkerPolicy(AttributeState):
     """The worker side of a sync model: when one iteration ends.
@@ -246,6 +190,12 @@ class WorkerPolicy(AttributeState):
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self.options = options or {}
         self.instructions = Instructions()
+
+    def attach(self, worker: WorkerPort) -> None:
+        """The extension point: the wiring hands over the worker itself, once, before
+        training, for a policy that needs more of it than :class:`WorkerPort` (FSP's data
+        migration takes its :class:`flegel.balance.ports.MigrationPort`).  Default:
+        nothing."""
 
     def begin(self, port: WorkerPort, instructions: Instructions, sent_lag_s: float) -> None:
         """An iteration begins with ``instructions``; θ was sent ``sent_lag_s`` ago."""
@@ -289,7 +239,9 @@ class WorkerPolicy(AttributeState):
 
     @property
     def in_flight(self) -> int:
-        """Points locked in migration windows being sent (reported at each commit)."""
+        """Points of this worker on their way to another worker, trained by neither
+        (reported at each commit, the COMMIT header's ``in_flight``: the master takes no
+        checkpoint while any are; FSP's data migration windows)."""
         return 0
 
     def between_blocks(self, port: WorkerPort) -> None:

@@ -9,14 +9,21 @@ crosses the wire is named here once:
 * :class:`Signal` -- control signals from the master to a computing worker;
 * :class:`StopReason` -- why training ended;
 * :class:`Header` and its three instances :data:`COMMIT`, :data:`PARAMS`, :data:`SIGNAL` --
-  the named float64 fields at the front of every buffer message;
-* :class:`Instructions` -- what a master policy tells one worker together with θ.
+  the named float64 fields at the front of every buffer message, each as long as its fields;
+* :class:`Instructions` -- what a master policy tells one worker together with θ;
+* the pickled messages, typed records sent as they are (their classes are here, on every
+  rank): the data migration's :class:`MigrationOrder` (master -> worker, ``Tag.ORDER``) and
+  :data:`PeerMessage` -- :class:`Window`, :class:`Shortfall`, :class:`Reactivate`,
+  :class:`Fin` (worker -> worker, ``Tag.MIGRATE``; FSP paper Section 4.3); the exact
+  evaluation's :class:`EvalRequest`, :class:`EvalEnd` (master -> worker) and
+  :class:`EvalReply` (worker -> master, ``Tag.EVAL``).
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -108,20 +115,18 @@ class Header:
     Parameters
     ----------
     fields : tuple of str
-        Field names, in buffer order (at most :attr:`SIZE`).
+        Field names, in buffer order.  The header is :attr:`size` floats long, one per
+        field: a buffer's payload (θ, an aggregator) starts there.
     """
 
-    SIZE = 24
-
     def __init__(self, fields: tuple[str, ...]) -> None:
-        if len(fields) > self.SIZE:
-            raise ValueError("too many header fields")
         self.fields = fields
+        self.size = len(fields)
         self.index = {name: i for i, name in enumerate(fields)}
 
     def write(self, buf: np.ndarray, **values: float) -> None:
         """Zero the header of ``buf`` and write ``values`` (unknown names raise KeyError)."""
-        buf[: self.SIZE] = 0.0
+        buf[: self.size] = 0.0
         for k, v in values.items():
             buf[self.index[k]] = v
 
@@ -211,3 +216,105 @@ class Instructions:
                    offset_s=header["offset_s"], mark=int(header["mark"]),
                    rollback=bool(header["rollback"]), stop=bool(header["stop"]),
                    orders=int(header["orders"]))
+
+
+# ------------------------------------------------------------------ data migration (§4.3)
+#: Points travelling between workers with their per-point state: the dict of arrays of
+#: :meth:`flegel.runtime.store.ShardStore.export` (ids, features, labels, state, visits) or
+#: of ``retire`` (no features: virtual migration).
+Points = dict[str, Any]
+
+
+class OrderKind(str, enum.Enum):
+    """What a :class:`MigrationOrder` asks of its worker."""
+
+    SEND = "send"      # send ``points`` of your points to ``peer``
+    RETURN = "return"  # give ``points`` parked copies back to ``peer``, their origin
+    EXPECT = "expect"  # ``points`` will arrive from ``peer`` (synchronous migration waits)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class MigrationOrder:
+    """Master -> worker (``Tag.ORDER``): one order of a planning round, sent before the
+    instructions that count it (:attr:`Instructions.orders`)."""
+
+    kind: OrderKind
+    peer: int     # the target (send, return) or the source (expect)
+    points: int
+    round: int    # the planning round: a new round's orders replace what is left of the last
+
+
+@dataclass(frozen=True)
+class Window:
+    """Worker -> worker (``Tag.MIGRATE``): a window of points, features and state."""
+
+    points: Points
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """Worker -> worker: this many of the points ordered to the receiver will not come (the
+    sender had none left to give), so a synchronous receiver stops waiting for them."""
+
+    points: int
+
+
+@dataclass(frozen=True)
+class Reactivate:
+    """Worker -> worker: take these points of yours up again (virtual migration: ids,
+    per-point state and visits, never the features); ``ordered`` is what was ordered back,
+    which the receiver counts as arrived even if fewer were found."""
+
+    points: Points
+    ordered: int
+
+
+@dataclass(frozen=True)
+class Fin:
+    """Worker -> worker, at stop: the messages the sender sent the receiver in all."""
+
+    sent: int
+
+
+#: A worker-to-worker message of the data migration.
+PeerMessage = Window | Shortfall | Reactivate | Fin
+
+
+# ------------------------------------------------------------------ exact evaluation
+@dataclass(frozen=True)
+class EvalRequest:
+    """Master -> worker (``Tag.EVAL``): evaluate this θ snapshot on the points you hold."""
+
+    id: int
+    theta: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class EvalEnd:
+    """Master -> worker: no request follows (answer those still queued first)."""
+
+
+@dataclass(frozen=True)
+class EvalReply:
+    """Worker -> master: partial sums over the worker's points, one per θ evaluated.
+
+    During training one θ, the request ``id``'s (``Tag.EVAL``); after training every θ the
+    master still lacks, in one pass (``id`` 0, in the worker's end-of-run report).  ``count``
+    points were evaluated, their ids summing to ``checksum``
+    (:func:`flegel.runtime.exact.id_checksum`), in ``seconds``; ``skipped``: not evaluated
+    (a request that came after the stop: nobody reads it)."""
+
+    id: int
+    values: list[float]
+    count: int
+    checksum: int
+    seconds: float
+    skipped: bool = False
+
+    @property
+    def value(self) -> float:
+        """The partial sum of the one θ of a request during training."""
+        return self.values[0] if self.values else 0.0

@@ -151,6 +151,7 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     evaluator = Evaluator(algorithm) if job["runtime"]["exact_budget"] > 0 else None
     worker = Worker(comm, algorithm, store, layouts["theta"], layouts["agg"], policy,
                     stragglers, block_ms=job["runtime"]["block_ms"], evaluator=evaluator)
+    policy.attach(worker)  # the policy's extension point (FSP: data migration)
     if resumed is not None:
         worker.restore(resumed)
     worker.receive_params()  # θ⁽⁰⁾, sent once
@@ -174,7 +175,7 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     # The exact objective, on this shard, of the θs the master still lacks: the final θ (the
     # model it saves) and θ snapshots of the trace (flegel.runtime.exact.FinalEvaluation).
     thetas = msg.recv_object(comm, source=0)[0]
-    report.update(evaluate_snapshots(algorithm, store, thetas))
+    report["snapshots"] = evaluate_snapshots(algorithm, store, thetas)
     report["load_s"] = time.perf_counter() - t0 - report["compute_s"] - report["wait_s"]
     report["peak_rss_mib"] = peak_rss_mib()  # after the final evaluation: the whole run's peak
     peers.disarm()  # the master may exit once it has every report
@@ -400,7 +401,7 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     reports = msg.gather_objects(comm, ranks, watch)
     peers.disarm()  # the workers are done: they may exit before the master
     results = [reports[r] for r in ranks]
-    evaluation.complete(results)
+    evaluation.complete([r["snapshots"] for r in results])
     timings.begin("write_s")
     summary = writer.finish(server, policy, algorithm, info, results, infos, evaluation,
                             timings)

@@ -12,15 +12,20 @@ messaging are simulated:
 * time is a :class:`SimClock` that jumps from event to event (a heap ordered by time); a block
   of ``n`` points "takes" ``n · cost_s · slowdown(t)`` seconds (optionally with seeded
   relative noise, ``jitter``), straggler patterns add their delays to the simulated clock, and
-  the master's poll loop is a tick every ``poll_s``;
+  the master runs the real loop's turn (:meth:`Server.poll_once`) at each commit's arrival
+  and, when nothing arrived, every ``poll_s`` (a tick);
 * messages (:class:`FakeTransport`) arrive after a constant ``latency_s``; θ and aggregators
   cross the "wire" through their real :class:`flegel.runtime.layout.Layout` and headers
   through the real :data:`flegel.protocol.PARAMS` / :data:`~flegel.protocol.COMMIT` /
   :data:`~flegel.protocol.SIGNAL` layouts, so a misspelt field fails as it would on MPI;
   migration orders (``send_order``) arrive after the same latency, before any PARAMS sent
   after them;
-* data migration (FSP paper Section 4.3): every worker implements the whole
-  :class:`flegel.ports.WorkerPort`, migration members included, and holds its points with the
+* data migration (FSP paper Section 4.3): every worker implements
+  :class:`flegel.ports.WorkerPort` and the migration extension,
+  :class:`flegel.balance.ports.MigrationPort` (attached to its policy as ``flegel.run``
+  does), and the server the master's :class:`~flegel.balance.ports.OrderPort`; the orders
+  and messages are the typed records of :mod:`flegel.protocol`.  Workers hold their points
+  with the
   real run's global ids (``rank << ID_SHIFT | row``).  Worker-to-worker messages
   (:class:`Network`) leave each worker's link one after the other at ``bandwidth_Bps`` and
   arrive ``latency_s`` after their last byte left, so a window is really in flight for a
@@ -28,28 +33,31 @@ messaging are simulated:
   migrator's waits: synchronous migration, the drain at stop) advances simulated time by
   one poll interval while the rest of the simulation goes on.
 
-The simulated worker (:class:`SimWorker`) runs the runtime's own iteration loop,
-:func:`flegel.runtime.loop.iterate` -- the generator the MPI worker drives in real time -- on
-the simulated clock: the kernel runs for real and its time is the cost model's, and what takes
-time is yielded (:class:`Sleep`, the loop's ``Wait``), as are sends (:class:`Send`) and waits
-(:class:`Recv`).  Its ``run`` mirrors :meth:`flegel.runtime.worker.Worker.run`:
-``while_waiting`` runs at every poll while the worker waits for θ (with the real back-off from
-``POLL_S`` to ``POLL_MAX_S``), ``on_stop`` after the stop flag (its report is kept in
-:attr:`SimWorker.side`).
+The simulated worker (:class:`SimWorker`) runs the runtime's own worker loop,
+:func:`flegel.runtime.loop.work` (waits for instructions, iterations, commits) -- the generator
+the MPI worker drives in real time -- on the simulated clock: the kernel runs for real and its
+time is the cost model's, and what takes time is yielded (:class:`Sleep`, the loop's ``Wait``),
+as are sends (:class:`Send`) and the polls of a worker waiting for θ (the loop's ``Poll``,
+with the real back-off from ``POLL_S`` to ``POLL_MAX_S``; a waiting worker is resumed as soon
+as θ arrives).  ``while_waiting`` runs at every poll, ``on_stop`` after the stop flag (its
+report is kept in :attr:`SimWorker.side`).
 
 What is *not* modelled: MPI itself (buffers, request completion, message ordering beyond
 "FIFO per send time"), wall-clock effects (scheduling, CPU contention, the master's back-off
 between polls -- it ticks at a fixed ``poll_s``), the time the master spends applying an update
 (``apply`` is instantaneous on the simulated clock), clock skew between hosts, MPI's rendezvous
-(a worker-to-worker send completes when it arrives, taken or not), checkpoints and the run
-directory.  ``pause()`` runs the rest of the simulation inline (the pausing worker's frame
-stays on the stack), so a worker pausing while another pauses resumes at the later of the
-two ends: waits may end up to one poll late.  No threads, no wall clock, no randomness beyond seeded
-generators: two runs with the same arguments give identical results.
+(a worker-to-worker send completes when it arrives, taken or not), and the run directory
+(checkpoints are taken by the master loop's turn only where a test gives the server a
+checkpoint writer, ``tests/test_checkpoint.py``).  ``pause()`` runs the rest of the
+simulation inline (the pausing worker's frame stays on the stack), so a worker pausing while
+another pauses resumes at the later of the two ends: waits may end up to one poll late.
+No threads, no wall clock, no randomness beyond seeded generators: two runs with the same
+arguments give identical results.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import heapq
 import types
@@ -69,18 +77,22 @@ from flegel.protocol import (
     POLL_MAX_S,
     POLL_S,
     SIGNAL,
-    Header,
     Instructions,
+    MigrationOrder,
+    PeerMessage,
+    Reactivate,
     Reason,
     Signal,
+    Window,
 )
 from flegel.runtime.blocksize import BlockSizer
 from flegel.runtime.layout import Layout
-from flegel.runtime.loop import Wait, iterate
+from flegel.runtime.loop import Poll, Totals, Wait, await_params, strongest, work
 from flegel.runtime.server import Server
 from flegel.runtime.stopping import StopCriteria
 from flegel.runtime.store import ID_SHIFT, ShardStore, origin_of
 from flegel.runtime.stragglers import Stragglers
+from flegel.runtime.transport import Commit
 from flegel.sync import policy_class
 
 
@@ -193,7 +205,7 @@ class SentOrder:
 
     time: float
     rank: int
-    message: dict[str, Any]
+    message: MigrationOrder
 
 
 @dataclass(frozen=True)
@@ -210,8 +222,9 @@ class FakeTransport:
     """:class:`flegel.runtime.transport.Transport` on a simulated clock.
 
     Records every send with its simulated time, and hands each message to ``deliver`` with
-    its arrival time (send time + ``latency_s``).  :meth:`poll` returns nothing: the
-    simulation hands each commit to :meth:`Server.dispatch` at its arrival time.  Headers
+    its arrival time (send time + ``latency_s``).  :meth:`poll` returns what the simulation
+    put in :attr:`inbox`: at each commit's arrival time it does so and runs one turn of the
+    master loop (:meth:`Server.poll_once`).  Headers
     are written and read back through the real wire headers, θ through its real
     :class:`~flegel.runtime.layout.Layout`.
 
@@ -237,19 +250,19 @@ class FakeTransport:
         self.params: list[SentParams] = []
         self.signals: list[SentSignal] = []
         self.orders: list[SentOrder] = []
-        self.inbox: list[tuple[int, dict[str, float], Arrays]] = []
+        self.inbox: list[Commit] = []
         self.closed = False
 
     def send_params(self, rank: int, fields: dict[str, float], theta: dict | None) -> None:
         if self.closed:
             raise RuntimeError("send_params after close")
         now = self.clock()
-        buf = np.empty(Header.SIZE + self.theta_layout.size)
+        buf = np.empty(PARAMS.size + self.theta_layout.size)
         PARAMS.write(buf, sent_at=now, has_theta=float(theta is not None), **fields)
         header = PARAMS.read(buf)
         wire = None
         if theta is not None:
-            wire = self.theta_layout.unpack(self.theta_layout.pack(theta, buf[Header.SIZE:]))
+            wire = self.theta_layout.unpack(self.theta_layout.pack(theta, buf[PARAMS.size:]))
         self.params.append(SentParams(now, rank, header, wire))
         self.deliver(now + self.latency_s, rank, "params", (header, wire))
 
@@ -257,21 +270,21 @@ class FakeTransport:
         if self.closed:
             raise RuntimeError("send_signal after close")
         now = self.clock()
-        buf = np.empty(Header.SIZE)
+        buf = np.empty(SIGNAL.size)
         SIGNAL.write(buf, kind=float(kind), version=version, sent_at=now)
         self.signals.append(SentSignal(now, rank, Signal(int(kind)), int(version)))
         self.deliver(now + self.latency_s, rank, "signal", SIGNAL.read(buf))
 
-    def send_order(self, rank: int, message: dict[str, Any]) -> None:
+    def send_order(self, rank: int, order: MigrationOrder) -> None:
         """A migration order; it arrives after the latency, before any PARAMS sent after it
         (the simulation delivers orders before PARAMS of the same instant)."""
         if self.closed:
             raise RuntimeError("send_order after close")
         now = self.clock()
-        self.orders.append(SentOrder(now, rank, dict(message)))
-        self.deliver(now + self.latency_s, rank, "order", dict(message))
+        self.orders.append(SentOrder(now, rank, order))
+        self.deliver(now + self.latency_s, rank, "order", order)
 
-    def poll(self) -> list[tuple[int, dict[str, float], Arrays]]:
+    def poll(self) -> list[Commit]:
         out, self.inbox = self.inbox, []
         return out
 
@@ -291,7 +304,10 @@ class FakeTransport:
 # --------------------------------------------------------------------------- network
 def message_bytes(message: Any) -> int:
     """Bytes a worker-to-worker message puts on the wire: its arrays' bytes, 8 per scalar
-    (dict keys and pickling overhead are not counted)."""
+    (field names, dict keys and pickling overhead are not counted)."""
+    if dataclasses.is_dataclass(message):
+        return sum(message_bytes(getattr(message, f.name))
+                   for f in dataclasses.fields(message))
     if isinstance(message, dict):
         return sum(message_bytes(v) for v in message.values())
     if isinstance(message, (list, tuple)):
@@ -305,6 +321,7 @@ def message_bytes(message: Any) -> int:
 class Post:
     """One worker-to-worker message (``WorkerPort.post``).
 
+    ``kind`` names the message's type (``window``, ``shortfall``, ``reactivate``, ``fin``);
     ``bytes`` is everything on the wire (:func:`message_bytes`); ``data_bytes`` the features
     and labels it carries (what ``Migrator.bytes_moved`` counts); ``ids`` the points it
     moves (empty for a ``fin``).
@@ -318,7 +335,7 @@ class Post:
     data_bytes: int
     ids: np.ndarray = field(repr=False)
     arrival: float
-    message: dict[str, Any] = field(repr=False)
+    message: PeerMessage = field(repr=False)
 
 
 class Network:
@@ -349,14 +366,14 @@ class Network:
         self._pending: dict[int, list[float]] = {}        # src -> arrival times of its sends
         self._seq = 0
 
-    def post(self, src: int, dest: int, message: dict[str, Any]) -> Post:
+    def post(self, src: int, dest: int, message: PeerMessage) -> Post:
         """Send ``message`` from ``src`` to ``dest``; return its record."""
         now = self.clock()
         size = message_bytes(message)
         start = max(now, self._link_free.get(src, now))
         done = start + size / self.bandwidth_Bps
         self._link_free[src] = done
-        points = message.get("points")
+        points = getattr(message, "points", None)
         data = 0
         ids = np.empty(0, dtype=np.int64)
         if isinstance(points, dict):
@@ -365,7 +382,7 @@ class Network:
                 y = points.get("y")
                 data = int(np.asarray(points["x"]).nbytes
                            + (0 if y is None else np.asarray(y).nbytes))
-        record = Post(now, src, dest, str(message.get("kind")), size, data, ids,
+        record = Post(now, src, dest, type(message).__name__.lower(), size, data, ids,
                       done + self.latency_s, message)
         self.posts.append(record)
         self._seq += 1
@@ -380,12 +397,12 @@ class Network:
         self._pending[src] = left
         return len(left)
 
-    def receive(self, dest: int, limit: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+    def receive(self, dest: int, limit: int | None = None) -> list[tuple[int, PeerMessage]]:
         """``(source, message)`` of the messages that arrived at ``dest``, in arrival order,
         at most ``limit``."""
         now = self.clock()
         box = self._mail.get(dest, [])
-        out: list[tuple[int, dict[str, Any]]] = []
+        out: list[tuple[int, PeerMessage]] = []
         while box and box[0][0] <= now and (limit is None or len(out) < limit):
             _, _, record = heapq.heappop(box)
             out.append((record.src, record.message))
@@ -407,14 +424,6 @@ Sleep = Wait
 
 
 @dataclass(frozen=True)
-class Recv:
-    """The worker waits for the next PARAMS message; with ``timeout_s`` it is also resumed
-    (with None) after that long if none came (one poll of a waiting worker)."""
-
-    timeout_s: float | None = None
-
-
-@dataclass(frozen=True)
 class Send:
     """The worker sends a commit (nonblocking: it goes on at once)."""
 
@@ -427,7 +436,7 @@ class Hang:
     """The worker never does anything again (a silent worker)."""
 
 
-Command = Sleep | Recv | Send | Hang
+Command = Sleep | Poll | Send | Hang
 
 
 @dataclass(frozen=True)
@@ -475,9 +484,9 @@ def _const(value: float) -> Callable[[float], float]:
 class SimWorker:
     """One simulated worker; implements :class:`flegel.ports.WorkerPort` on the sim clock.
 
-    Its :meth:`run` generator mirrors :meth:`flegel.runtime.worker.Worker.run` and runs the
-    runtime's loop (:func:`flegel.runtime.loop.iterate`); what takes wall time there yields a
-    :class:`Sleep` here.
+    Its :meth:`run` generator runs the runtime's worker loop (:func:`flegel.runtime.loop.work`)
+    as :meth:`flegel.runtime.worker.Worker.run` does; what takes wall time there yields a
+    :class:`Sleep` here; it implements the loop's ``WorkerHost`` on the simulated clock.
 
     Parameters
     ----------
@@ -542,7 +551,7 @@ class SimWorker:
         self._peers = [int(r) for r in peers]
         self.network = network
         self._sleep = sleep
-        self.order_inbox: list[dict[str, Any]] = []
+        self.order_inbox: list[MigrationOrder] = []
         self.side: dict[str, Any] = {}  # what policy.on_stop returned
         # Poll while waiting for θ only when the policy does work there (as the real loop
         # does; skipping the no-op polls keeps the other models' event counts down).
@@ -556,7 +565,7 @@ class SimWorker:
         self.aborted_points = 0
         self.slowed_s = 0.0
         self.wait_s = 0.0
-        self._last_wait = 0.0
+        self.last_wait_s = 0.0
         self.stragglers.clock = self.now
         self._current: Iteration | None = None
 
@@ -594,16 +603,16 @@ class SimWorker:
             raise RuntimeError(f"worker {self.rank} has no network (migration needs one)")
         return self.network
 
-    def post(self, dest: int, message: dict[str, Any]) -> None:
+    def post(self, dest: int, message: PeerMessage) -> None:
         self._net().post(self.rank, dest, message)
 
     def sends_pending(self) -> int:
         return 0 if self.network is None else self.network.sends_pending(self.rank)
 
-    def receive(self, limit: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+    def receive(self, limit: int | None = None) -> list[tuple[int, PeerMessage]]:
         return [] if self.network is None else self.network.receive(self.rank, limit)
 
-    def orders(self) -> list[dict[str, Any]]:
+    def orders(self) -> list[MigrationOrder]:
         out, self.order_inbox = self.order_inbox, []
         return out
 
@@ -630,39 +639,32 @@ class SimWorker:
     def poll_signal(self, version: float) -> Signal:
         """Signals delivered by now, for ``version``: the strongest (older ones dropped)."""
         now = self.now()
-        kind = Signal.NONE
-        keep = []
-        for at, sig in self.signal_inbox:
-            if at > now:
-                keep.append((at, sig))
-            elif sig["version"] == version:
-                kind = max(kind, Signal(int(sig["kind"])))
-        self.signal_inbox = keep
+        arrived = [sig for at, sig in self.signal_inbox if at <= now]
+        self.signal_inbox = [(at, sig) for at, sig in self.signal_inbox if at > now]
+        kind = strongest(arrived, version)
         if kind and self._current is not None:
             self._current.signals.append((now, kind))
         return kind
 
-    # ------------------------------------------------------------------ the loop
-    def _receive(self, poll: bool = True) -> Generator[Command, Any, dict[str, float]]:
-        """:meth:`Worker.receive_params`: the policy's ``while_waiting`` at every poll, the
-        polls backing off from ``POLL_S`` to ``POLL_MAX_S`` (θ⁰'s receipt, in ``run.py``,
-        has no policy: ``poll=False``)."""
-        t0 = self.now()
-        delay = POLL_S
-        got = None
-        while got is None:
-            if poll and self.polls_while_waiting:
-                self.policy.while_waiting(self)
-                got = yield Recv(timeout_s=delay)
-                delay = min(delay * 1.5, POLL_MAX_S)
-            else:
-                got = yield Recv()
-        header, theta = got
+    # ------------------------------------------------------------------ WorkerHost
+    def wall_time(self) -> float:
+        return self.now()
+
+    def take_params(self) -> dict[str, float] | None:
+        if not self.params_inbox:
+            return None
+        header, theta = self.params_inbox.pop(0)
         if header["has_theta"]:
             assert theta is not None
             self.theta = theta
-        self._last_wait = self.now() - t0
-        self.wait_s += self._last_wait
+        return header
+
+    def wait_params(self) -> Generator[Command, Any, dict[str, float]]:
+        """The loop's wait for θ (:func:`flegel.runtime.loop.await_params`), timed."""
+        t0 = self.now()
+        header = yield from await_params(self)
+        self.last_wait_s = self.now() - t0
+        self.wait_s += self.last_wait_s
         return header
 
     def block_size(self) -> int:
@@ -678,44 +680,40 @@ class SimWorker:
             yield Sleep(dt)
         return delta, dt
 
-    def _iterate(self, version: float) -> Generator[Command, Any,
-                                                    tuple[Arrays, dict[str, float]]]:
-        """The runtime's own loop (:func:`flegel.runtime.loop.iterate`) on the sim clock."""
-        agg, meta, totals = yield from iterate(self, version)
+    def began(self, version: int, instructions: Instructions) -> Generator[Command, Any, None]:
+        """Record the iteration (the shard as the policy's begin left it); a silent worker
+        hangs here."""
+        self._current = Iteration(self.rank, version, instructions, self.now(),
+                                  Snapshot.of(self.store))
+        self.iterations.append(self._current)
+        if self.silent:
+            yield Hang()
+
+    def add(self, totals: Totals) -> None:
         self.points += totals.points
         self.slowed_s += totals.slowed_s
         self.aborted_points += totals.aborted
+
+    def commit(self, agg: Arrays, fields: dict[str, float]) -> Generator[Command, Any, None]:
+        """Through the real COMMIT header and aggregator layout, then :class:`Send`."""
+        buf = np.empty(COMMIT.size + self.agg_layout.size)
+        COMMIT.write(buf, sent_at=self.now(), **fields)
+        wire = self.agg_layout.unpack(self.agg_layout.pack(agg, buf[COMMIT.size:]))
+        commit = COMMIT.read(buf)
         assert self._current is not None
-        self._current.reason = Reason(int(meta["reason"]))
-        return agg, meta
+        self._current.reason = Reason(int(fields["reason"]))
+        self._current.ended = self.now()
+        self._current.header = commit
+        self._current.end = Snapshot.of(self.store)
+        self._current = None
+        yield Send(commit, wire)
 
     def run(self) -> Generator[Command, Any, None]:
-        """The worker's life: θ⁰, then iterations until the stop flag."""
-        yield from self._receive(poll=False)  # θ⁰, preloaded once
+        """The worker's life: θ⁰ (preloaded once), then the runtime's loop until the stop
+        flag, then the policy's ``on_stop``."""
+        yield from self.wait_params()
         self.stragglers.reset_clock()
-        header = yield from self._receive()
-        while not header["stop"]:
-            lag = self.now() - header["sent_at"]
-            instructions = Instructions.from_header(header)
-            self.policy.begin(self, instructions, lag)
-            self._current = Iteration(self.rank, int(header["version"]), instructions,
-                                      self.now(), Snapshot.of(self.store))
-            self.iterations.append(self._current)
-            if self.silent:
-                yield Hang()
-            agg, meta = yield from self._iterate(header["version"])
-            self.iteration_clock += 1
-            buf = np.empty(Header.SIZE + self.agg_layout.size)
-            COMMIT.write(buf, clock=self.iteration_clock, version=header["version"],
-                         wait_s=self._last_wait, sent_at=self.now(), **meta)
-            wire = self.agg_layout.unpack(self.agg_layout.pack(agg, buf[Header.SIZE:]))
-            commit = COMMIT.read(buf)
-            self._current.ended = self.now()
-            self._current.header = commit
-            self._current.end = Snapshot.of(self.store)
-            self._current = None
-            yield Send(commit, wire)
-            header = yield from self._receive()
+        header = yield from work(self)
         self.side = self.policy.on_stop(self)
         self.final_header = header
 
@@ -888,6 +886,7 @@ class Simulation:
                 rng=np.random.default_rng([seed, r]),
                 peers=[p for p in self.ranks if p != r], network=self.network,
                 sleep=self._sleep_inline)
+            self.workers[r].policy.attach(self.workers[r])  # as flegel.run does
         self.policy = cls(self.server, self.options)
         self.arrivals: list[Arrival] = []
         self.n_events = 0
@@ -930,6 +929,17 @@ class Simulation:
                 except StopIteration:
                     return
                 value = None
+                if isinstance(cmd, Poll):
+                    # Waiting for θ: resumed when it arrives, and after the poll interval
+                    # when the policy works at polls (skipping no-op polls keeps the other
+                    # models' event counts down).
+                    if w.params_inbox:
+                        continue
+                    self._waiting.add(rank)
+                    if w.polls_while_waiting:
+                        self._push(self.clock() + cmd.seconds, _RESUME,
+                                   (rank, self._tokens[rank]))
+                    return
                 if isinstance(cmd, Sleep):
                     self._push(self.clock() + cmd.seconds, _RESUME, (rank, self._tokens[rank]))
                     return
@@ -937,15 +947,6 @@ class Simulation:
                     self._push(self.clock() + self.latency_s, _COMMIT,
                                (rank, cmd.header, cmd.agg))
                     continue
-                if isinstance(cmd, Recv):
-                    if w.params_inbox:
-                        value = w.params_inbox.pop(0)
-                        continue
-                    self._waiting.add(rank)
-                    if cmd.timeout_s is not None:
-                        self._push(self.clock() + cmd.timeout_s, _RESUME,
-                                   (rank, self._tokens[rank]))
-                    return
                 if isinstance(cmd, Hang):
                     return
                 raise TypeError(f"unknown command {cmd!r}")
@@ -970,7 +971,8 @@ class Simulation:
         if kind == _COMMIT:
             rank, header, agg = payload
             before, sent, late = srv.version, len(self.transport.params), srv.reason is not None
-            srv.dispatch(rank, dict(header), agg, self.policy, self.latency_s)
+            self.transport.inbox.append(Commit(rank, dict(header), agg, self.latency_s))
+            srv.poll_once(self.policy)
             self.arrivals.append(Arrival(self.clock(), rank, header, before, srv.version, sent,
                                          late, agg))
         elif kind == _ORDER:
@@ -982,7 +984,7 @@ class Simulation:
             w.params_inbox.append(message)
             if rank in self._waiting:
                 self._waiting.discard(rank)
-                self._step(rank, w.params_inbox.pop(0))
+                self._step(rank)
         elif kind == _SIGNAL:
             rank, sig = payload
             self.workers[rank].signal_inbox.append((self.clock(), sig))
@@ -993,7 +995,7 @@ class Simulation:
                 self._step(rank)
         elif kind == _TICK:
             if not srv.done:
-                srv.tick(self.policy)
+                srv.poll_once(self.policy)  # nothing arrives between events: a tick
                 self._push(self._tick_time(payload + 1), _TICK, payload + 1)
 
     def _tick_time(self, k: int) -> float:
@@ -1011,8 +1013,7 @@ class Simulation:
         self.server.preload()
         self._drain(until=self.latency_s)
         self._t0 = self.clock()
-        self.server.start = self._t0
-        self.policy.start()
+        self.server.begin(self.policy)
         self._push(self._tick_time(1), _TICK, 1)
 
     def _drain(self, until: float) -> None:
@@ -1036,7 +1037,7 @@ class Simulation:
                 raise
             return self  # a cap hit inside a worker's pause
         if self.server.done:
-            self.transport.close()
+            self.server.close(lambda: self._sleep_inline(POLL_MAX_S))
         return self
 
     def _run_events(self, until: float | None, strict: bool = True) -> bool:
@@ -1112,7 +1113,9 @@ class Simulation:
             keep = ~st.inactive
             out[self.global_index(st.ids[keep])] = st.visits[keep]
         for p in self.in_transit():
-            out[self.global_index(p.ids)] = p.message["points"]["visits"]
+            moving = p.message
+            assert isinstance(moving, (Window, Reactivate))
+            out[self.global_index(p.ids)] = moving.points["visits"]
         return out
 
     def barrier_events(self) -> list[dict[str, Any]]:

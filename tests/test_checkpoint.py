@@ -23,7 +23,7 @@ from flegel.runtime.stopping import StopCriteria
 from flegel.runtime.store import ShardStore
 from flegel.runtime.stragglers import Stragglers
 from flegel.state import AttributeState
-from tests.fakes import _COMMIT, _TICK, Simulation
+from tests.fakes import Simulation
 
 
 def _pickled(state: dict[str, Any]) -> dict[str, Any]:
@@ -134,9 +134,9 @@ def test_fsp_policy_and_adjustor_state():
 
 # ----------------------------------------------------------------------------- quiescence
 class _Checkpointed(Simulation):
-    """The simulation with the server's checkpoint step where :meth:`Server.serve` has it
-    (after commits, at ticks); a worker asked for its state answers with its store as it is
-    when asked (it waits for these instructions: it is what it will be on receiving them)."""
+    """The simulation with checkpoints: the master loop's turn (:meth:`Server.poll_once`)
+    takes them; a worker asked for its state answers with its store as it is when asked (it
+    waits for these instructions: it is what it will be on receiving them)."""
 
     def __init__(self, run_dir: Path, every: dict[str, Any], *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
@@ -165,10 +165,6 @@ class _Checkpointed(Simulation):
         out, self.answers = self.answers, []
         return out
 
-    def _handle(self, kind: int, payload: Any) -> None:
-        super()._handle(kind, payload)
-        if kind in (_COMMIT, _TICK) and not self.server.done:
-            self.server.checkpoint_step(self.policy)
 
 
 @pytest.mark.parametrize("model", ["bsp", "fsp", "elastic", "asp", "ssp", "dssp", "specsync"])

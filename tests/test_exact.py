@@ -3,13 +3,12 @@ master's ExactObjective and the workers' Evaluators over an in-memory transport.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
 
 from flegel.algorithms.kmeans import KMeans
 from flegel.block import Block
+from flegel.protocol import EvalEnd, EvalReply, EvalRequest
 from flegel.runtime.exact import Evaluator, ExactObjective, id_checksum
 from flegel.runtime.store import ShardStore, global_ids
 
@@ -18,14 +17,14 @@ class Wire:
     """Master <-> workers messages, in order per direction and pair (as MPI's)."""
 
     def __init__(self, ranks: list[int]) -> None:
-        self.to_worker: dict[int, list[dict[str, Any]]] = {r: [] for r in ranks}
-        self.to_master: list[tuple[int, dict[str, Any]]] = []
+        self.to_worker: dict[int, list[EvalRequest | EvalEnd]] = {r: [] for r in ranks}
+        self.to_master: list[tuple[int, EvalReply]] = []
 
     # the master's transport
-    def send_eval(self, rank: int, message: dict[str, Any]) -> None:
+    def send_eval(self, rank: int, message: EvalRequest | EvalEnd) -> None:
         self.to_worker[rank].append(message)
 
-    def poll_evals(self) -> list[tuple[int, dict[str, Any]]]:
+    def poll_evals(self) -> list[tuple[int, EvalReply]]:
         out, self.to_master = self.to_master, []
         return out
 
@@ -40,11 +39,11 @@ class Port:
     def shard(self) -> ShardStore:
         return self.store
 
-    def eval_requests(self) -> list[dict[str, Any]]:
+    def eval_requests(self) -> list[EvalRequest | EvalEnd]:
         out, self.wire.to_worker[self.rank] = self.wire.to_worker[self.rank], []
         return out
 
-    def reply_eval(self, message: dict[str, Any]) -> None:
+    def reply_eval(self, message: EvalReply) -> None:
         self.wire.to_master.append((self.rank, message))
 
 
@@ -86,7 +85,7 @@ def test_evaluation_is_the_objective_on_all_data_chunk_by_chunk():
     assert ev.exact and ev.version == 7 and ev.time_s == 0.5
     assert ev.value == pytest.approx(full, rel=1e-12)
     # Chunks of 1,000 rows of 3,334 rows: the replies came after 4 steps, not in one.
-    assert all(r["count"] == len(stores[k]) for k, r in ev.replies.items())
+    assert all(r.count == len(stores[k]) for k, r in ev.replies.items())
     assert master.trace()[0]["objective"] == ev.value and master.trace()[0]["exact"]
 
 
@@ -99,7 +98,7 @@ def test_budget_spaces_the_evaluations():
     master.request(wire, theta, 0, now=0.0)
     ev = run_until_done(master, wire, ports, evaluators, now=2.0)
     c = ev.cost_s
-    assert c == max(r["seconds"] for r in ev.replies.values()) > 0
+    assert c == max(r.seconds for r in ev.replies.values()) > 0
     # Then the last cost is the estimate: two evaluations stay within 5% of the time.
     assert not master.due(2 * c / 0.05 - c - 1e-9) and master.due(2 * c / 0.05 - c + 1e-9)
     assert master.summary(train_s=10.0)["cost_fraction"] == pytest.approx(c / 10.0,
@@ -128,7 +127,7 @@ def test_a_point_counted_twice_is_caught_by_the_checksum_not_only_the_count():
     stores[2].admit(payload)
     master.request(wire, theta, 0, now=0.0)
     ev = run_until_done(master, wire, ports, evaluators)
-    assert sum(r["count"] for r in ev.replies.values()) == len(x)
+    assert sum(r.count for r in ev.replies.values()) == len(x)
     assert not ev.exact
 
 

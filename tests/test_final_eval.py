@@ -87,14 +87,14 @@ def test_one_pass_evaluates_every_theta_on_each_chunk_read_once() -> None:
     ths = thetas(x, 5)
     reply = evaluate_snapshots(algorithm, stores[1], ths)
     n = len(stores[1])
-    assert reply["count"] == n  # the points once, not once per θ
-    assert reply["values"] == pytest.approx([f(KMeans(3), th, stores[1].x) for th in ths],
+    assert reply.count == n  # the points once, not once per θ
+    assert reply.values == pytest.approx([f(KMeans(3), th, stores[1].x) for th in ths],
                                             rel=1e-12)
     chunks = -(-n // CHUNK_ROWS)
     assert all(algorithm.calls[fingerprint(th)] == chunks for th in ths)
     # The first chunk is one block for the 5 θs: read once.
     assert algorithm.blocks[:5] == [algorithm.blocks[0]] * 5
-    assert evaluate_snapshots(algorithm, stores[1], [])["count"] == 0
+    assert evaluate_snapshots(algorithm, stores[1], []).count == 0
 
 
 # ------------------------------------------------------------------ reuse, once each

@@ -164,3 +164,26 @@ def test_simulation_is_deterministic():
     b = run("fsp", opts, stop={"max_iterations": 15}, jitter=0.3)
     assert trace(a) == trace(b)
     assert a.objective() == b.objective()
+
+
+class _NoWallClock:
+    """Stands in for the ``time`` module: any read of the wall clock fails the test."""
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"time.{name} read where only the injected clock may be")
+
+
+@pytest.mark.parametrize("model, options", [("bsp", {"batch": "full"}),
+                                            ("fsp", {"interval": "binary"}),
+                                            ("ssp", {"s": 2, "batch": 50})])
+def test_the_master_loop_and_the_worker_loop_read_only_the_injected_clock(monkeypatch, model,
+                                                                          options):
+    # The simulation drives the runtime's own loops (Server.poll_once, loop.work) on its
+    # clock; a turn that read the wall clock would mix two time bases.
+    import flegel.runtime.loop
+    import flegel.runtime.server
+
+    monkeypatch.setattr(flegel.runtime.server, "time", _NoWallClock())
+    monkeypatch.setattr(flegel.runtime.loop, "time", _NoWallClock())
+    sim = Simulation(model, options, stop={"max_iterations": 10}).run()
+    assert sim.server.done and sim.server.version >= 10

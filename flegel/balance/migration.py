@@ -22,6 +22,12 @@ Master side, :class:`Balancer` (called by the FSP master policy at every barrier
   features -- and i takes them up again.  ``bytes_moved`` counts only features and labels;
   the state sent back is counted apart (``state_bytes``).
 
+The orders and the worker-to-worker messages are the typed records of
+:mod:`flegel.protocol` (:class:`~flegel.protocol.MigrationOrder`, :class:`~flegel.protocol.Window`,
+:class:`~flegel.protocol.Shortfall`, :class:`~flegel.protocol.Reactivate`,
+:class:`~flegel.protocol.Fin`); each side reaches the runtime through the ports of
+:mod:`flegel.balance.ports`.
+
 Worker side, :class:`Migrator` (called by the FSP worker policy between blocks, while
 waiting for θ, and at stop):
 
@@ -48,6 +54,16 @@ import numpy as np
 from flegel import validation
 from flegel.balance.monitor import DEFAULT_EPSILON, WorkerStat, group, imbalanced
 from flegel.balance.planner import DEFAULT_ROUNDS, Move, plan_round
+from flegel.balance.ports import MigrationPort
+from flegel.protocol import (
+    Fin,
+    MigrationOrder,
+    OrderKind,
+    Points,
+    Reactivate,
+    Shortfall,
+    Window,
+)
 
 #: Migration modes of ``sync.migration.mode``.
 MODES = ("off", "async", "sync")
@@ -121,13 +137,13 @@ class MigrationOptions:
         return cls(**{**validation.defaults(KEYS), **(section or {})})
 
 
-def payload_bytes(payload: dict[str, Any]) -> int:
+def payload_bytes(payload: Points) -> int:
     """Bytes of features and labels in a window (what migration costs the network)."""
     y = payload.get("y")
     return int(np.asarray(payload["x"]).nbytes + (0 if y is None else np.asarray(y).nbytes))
 
 
-def state_bytes(payload: dict[str, Any]) -> int:
+def state_bytes(payload: Points) -> int:
     """Bytes of per-point state, ids and visits travelling with points."""
     arrays = [payload["ids"], payload["visits"], *payload["state"].values()]
     return int(sum(np.asarray(a).nbytes for a in arrays))
@@ -195,7 +211,7 @@ class Balancer:
 
     def at_barrier(self, now: float, commits: dict[int, dict[str, float]], objective: float,
                    target: float | None, time_left: float | None
-                   ) -> dict[int, list[dict[str, Any]]]:
+                   ) -> dict[int, list[MigrationOrder]]:
         """Plan at a barrier; return the orders for each rank (empty: nothing to do)."""
         opts = self.options
         T = self.remaining_time(now, objective, target, time_left)
@@ -288,10 +304,10 @@ class Balancer:
                 out.append(Move(m.source, m.target, points))
         return out
 
-    def orders(self, moves: list[Move]) -> dict[int, list[dict[str, Any]]]:
+    def orders(self, moves: list[Move]) -> dict[int, list[MigrationOrder]]:
         """Orders for each rank: ``send`` to move points, ``return`` to give back points
         the target still holds copies of (virtual migration)."""
-        out: dict[int, list[dict[str, Any]]] = {}
+        out: dict[int, list[MigrationOrder]] = {}
         for m in moves:
             points = m.points
             if self.options.virtual:
@@ -303,25 +319,21 @@ class Balancer:
                     self.returned += back
                     points -= back
                     out.setdefault(m.source, []).append(
-                        {"kind": "return", "to": m.target, "points": back,
-                         "round": self.rounds})
+                        MigrationOrder(OrderKind.RETURN, m.target, back, self.rounds))
                     # The origin expects them back: synchronous migration waits for every
                     # expected point before training (without this its reactivations sat in
                     # its queue, taken one per barrier, the points trained by no one).
                     out.setdefault(m.target, []).append(
-                        {"kind": "expect", "from": m.source, "points": back,
-                         "round": self.rounds})
+                        MigrationOrder(OrderKind.EXPECT, m.source, back, self.rounds))
             if points:
                 if self.options.virtual:
                     key = (m.source, m.target)
                     self.parked[key] = self.parked.get(key, 0) + points
                 self.ordered += points
                 out.setdefault(m.source, []).append(
-                    {"kind": "send", "to": m.target, "points": points,
-                     "round": self.rounds})
+                    MigrationOrder(OrderKind.SEND, m.target, points, self.rounds))
                 out.setdefault(m.target, []).append(
-                    {"kind": "expect", "from": m.source, "points": points,
-                     "round": self.rounds})
+                    MigrationOrder(OrderKind.EXPECT, m.source, points, self.rounds))
         return out
 
     def summary(self) -> dict[str, Any]:
@@ -359,7 +371,7 @@ class Migrator:
         return 0 if self.window is None else len(self.window[1])
 
     # ------------------------------------------------------------------ messages
-    def take_orders(self, port: Any) -> int:
+    def take_orders(self, port: MigrationPort) -> int:
         """Book the orders that arrived; return how many.
 
         Each round's orders replace what is left of the previous round's: the planner saw
@@ -367,44 +379,43 @@ class Migrator:
         """
         orders = port.orders()
         for order in orders:
-            if order["round"] != self.round:
-                self.round = order["round"]
+            if order.round != self.round:
+                self.round = order.round
                 self.quota.clear()
-            book = {"send": self.quota, "expect": self.expected, "return": self.returns}
-            peer = order["to"] if "to" in order else order["from"]
-            book[order["kind"]][peer] = book[order["kind"]].get(peer, 0) + order["points"]
+            book = {OrderKind.SEND: self.quota, OrderKind.EXPECT: self.expected,
+                    OrderKind.RETURN: self.returns}[order.kind]
+            book[order.peer] = book.get(order.peer, 0) + order.points
         return len(orders)
 
-    def _post(self, port: Any, dest: int, message: dict[str, Any]) -> None:
+    def _post(self, port: MigrationPort, dest: int,
+              message: Window | Shortfall | Reactivate) -> None:
         port.post(dest, message)
         self.sent[dest] = self.sent.get(dest, 0) + 1
 
-    def take_messages(self, port: Any, limit: int | None = None) -> None:
+    def take_messages(self, port: MigrationPort, limit: int | None = None) -> None:
         """Admit windows and reactivations that arrived (at most ``limit``: a step between
         blocks takes one, so a flood of windows cannot hold training up)."""
         shard = port.shard
         for src, message in port.receive(limit):
-            kind = message["kind"]
-            if kind == "fin":
-                self._fins[src] = message["sent"]
+            if isinstance(message, Fin):
+                self._fins[src] = message.sent
                 continue
             self.received[src] = self.received.get(src, 0) + 1
-            if kind == "window":
-                shard.admit(message["points"])
-                n = len(message["points"]["ids"])
+            if isinstance(message, Window):
+                shard.admit(message.points)
+                n = len(message.points["ids"])
                 self.arrived[src] = self.arrived.get(src, 0) + n
-            elif kind == "shortfall":
-                self.arrived[src] = self.arrived.get(src, 0) + int(message["points"])
-            elif kind == "reactivate":
-                rows = shard.reactivate(message["points"])
+            elif isinstance(message, Shortfall):
+                self.arrived[src] = self.arrived.get(src, 0) + message.points
+            else:
+                rows = shard.reactivate(message.points)
                 self.reactivated += len(rows)
                 # Count what was ordered back, not what came: a holder may find fewer points
                 # to retire, and a synchronous origin must not wait for them forever.
-                n = int(message.get("ordered", len(rows)))
-                self.arrived[src] = self.arrived.get(src, 0) + n
+                self.arrived[src] = self.arrived.get(src, 0) + message.ordered
 
     # ------------------------------------------------------------------ async work
-    def step(self, port: Any) -> None:
+    def step(self, port: MigrationPort) -> None:
         """Nonblocking progress: orders, arrivals, the window in flight, the next window."""
         self.take_orders(port)
         shard = port.shard
@@ -419,14 +430,13 @@ class Migrator:
             del self.returns[origin]
             # Posted even when empty: the origin expects ``count`` points back (sync mode).
             self.state_bytes += state_bytes(taken)
-            self._post(port, origin, {"kind": "reactivate", "points": taken,
-                                      "ordered": count})
+            self._post(port, origin, Reactivate(taken, count))
         if self.window is not None and port.sends_pending() == 0:
             self.window = None  # sent: its rows stay inactive here (kept for virtual)
         if self.window is None:
             self._next_window(port, self.options.window)
 
-    def _next_window(self, port: Any, size: int) -> None:
+    def _next_window(self, port: MigrationPort, size: int) -> None:
         shard = port.shard
         for target, left in list(self.quota.items()):
             if left <= 0:
@@ -439,7 +449,7 @@ class Migrator:
                 # Nothing left to give: say so, or a synchronous target would wait forever
                 # for the rest of what was ordered.
                 del self.quota[target]
-                self._post(port, target, {"kind": "shortfall", "points": left})
+                self._post(port, target, Shortfall(left))
                 return
             shard.lock(rows)
             payload = shard.export(rows)
@@ -447,12 +457,12 @@ class Migrator:
             self.points_moved += len(rows)
             self.bytes_moved += payload_bytes(payload)
             self.state_bytes += state_bytes(payload)
-            self._post(port, target, {"kind": "window", "points": payload})
+            self._post(port, target, Window(payload))
             self.window = (target, rows)
             return
 
     # ------------------------------------------------------------------ sync work
-    def transfer_now(self, port: Any, orders: int) -> None:
+    def transfer_now(self, port: MigrationPort, orders: int) -> None:
         """Synchronous migration at the barrier: take the ``orders`` announced with θ, send
         every point at once, and wait until every expected point arrived and every send
         completed (no training meanwhile)."""
@@ -471,11 +481,12 @@ class Migrator:
         self.window = None
 
     # ------------------------------------------------------------------ the end
-    def drain(self, port: Any, peers: list[int]) -> dict[str, Any]:
+    def drain(self, port: MigrationPort) -> dict[str, Any]:
         """At stop: tell every peer what was sent to it, receive everything still in flight,
         wait for every send to complete.  Every point then sits on exactly one worker."""
+        peers = port.peers
         for p in peers:
-            port.post(p, {"kind": "fin", "sent": self.sent.get(p, 0)})
+            port.post(p, Fin(self.sent.get(p, 0)))
         while True:
             self.take_messages(port)
             done = all(p in self._fins and self.received.get(p, 0) >= self._fins[p]

@@ -65,14 +65,16 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
+from flegel.api import Algorithm
 from flegel.block import Block
 from flegel.ports import Arrays
+from flegel.protocol import EvalEnd, EvalReply, EvalRequest
 from flegel.runtime.blocksize import device_of
 from flegel.runtime.store import ShardStore
 
@@ -127,7 +129,7 @@ class Tally:
     def of(cls, thetas: Sequence[Arrays]) -> Tally:
         return cls(list(thetas), [0.0] * len(thetas))
 
-    def advance(self, algorithm: Any, store: ShardStore, rows: int) -> bool:
+    def advance(self, algorithm: Algorithm, store: ShardStore, rows: int) -> bool:
         """Evaluate every θ on the next ``rows`` rows of ``store`` (rows sent away to
         another worker skipped: they count there); True once the pass reached the end."""
         t0 = time.perf_counter()
@@ -150,14 +152,14 @@ class Tally:
         self.seconds += time.perf_counter() - t0
         return stop >= len(store)
 
-    def reply(self) -> dict[str, Any]:
-        """What a worker sends the master about the pass."""
-        return {"values": self.values, "count": self.count, "checksum": self.checksum,
-                "seconds": self.seconds}
+    def reply(self, request: int = 0) -> EvalReply:
+        """What a worker tells the master about the pass (``request``: the id of the request
+        it answers during training; 0 after training)."""
+        return EvalReply(request, list(self.values), self.count, self.checksum, self.seconds)
 
 
-def evaluate_snapshots(algorithm: Any, store: ShardStore,
-                       thetas: Sequence[Arrays]) -> dict[str, Any]:
+def evaluate_snapshots(algorithm: Algorithm, store: ShardStore,
+                       thetas: Sequence[Arrays]) -> EvalReply:
     """After training: f of every θ of ``thetas`` on the points this worker holds, in one
     pass over them, each chunk read once for every θ.  The chunks have a fixed size
     (:data:`CHUNK_ROWS`, :data:`GPU_CHUNK_ROWS` for an algorithm on a GPU), not the timed
@@ -176,9 +178,9 @@ def evaluate_snapshots(algorithm: Any, store: ShardStore,
 class EvalTransport(Protocol):
     """What the master needs to reach the workers for evaluations."""
 
-    def send_eval(self, rank: int, message: dict[str, Any]) -> None: ...
+    def send_eval(self, rank: int, message: EvalRequest | EvalEnd) -> None: ...
 
-    def poll_evals(self) -> list[tuple[int, dict[str, Any]]]: ...
+    def poll_evals(self) -> list[tuple[int, EvalReply]]: ...
 
 
 @dataclass
@@ -189,7 +191,7 @@ class Evaluation:
     version: int
     time_s: float            # when θ was snapshotted (training time)
     theta: dict[str, np.ndarray] = field(repr=False)
-    replies: dict[int, dict[str, Any]] = field(default_factory=dict)
+    replies: dict[int, EvalReply] = field(default_factory=dict)
     value: float | None = None
     exact: bool = False
     done_s: float | None = None
@@ -252,7 +254,7 @@ class ExactObjective:
         self._ids += 1
         self.pending = Evaluation(self._ids, version, now, snap)
         for r in self.ranks:
-            transport.send_eval(r, {"kind": "evaluate", "id": self._ids, "theta": snap})
+            transport.send_eval(r, EvalRequest(self._ids, snap))
             self.sent[r] += 1
 
     def collect(self, transport: EvalTransport, now: float) -> Evaluation | None:
@@ -261,7 +263,7 @@ class ExactObjective:
         for rank, reply in transport.poll_evals():
             self.replied[rank] += 1
             ev = self.pending
-            if ev is None or reply["id"] != ev.id:
+            if ev is None or reply.id != ev.id:
                 continue  # an answer to a request made before the end: nothing to do
             ev.replies[rank] = reply
             if len(ev.replies) == len(self.ranks):
@@ -272,13 +274,13 @@ class ExactObjective:
     def _complete(self, ev: Evaluation, now: float) -> None:
         # in rank order, not arrival order: the same θ gives the same bits in every run
         replies = [ev.replies[r] for r in sorted(ev.replies)]
-        total = float(sum(r["value"] for r in replies))
-        count = int(sum(r["count"] for r in replies))
-        checksum = sum(int(r["checksum"]) for r in replies) % (1 << 64)
+        total = float(sum(r.value for r in replies))
+        count = int(sum(r.count for r in replies))
+        checksum = sum(int(r.checksum) for r in replies) % (1 << 64)
         ev.exact = count == self.n_points and checksum == self.checksum
         ev.value = total if ev.exact or count == 0 else total * self.n_points / count
         ev.done_s = now
-        ev.cost_s = max(float(r["seconds"]) for r in replies)
+        ev.cost_s = max(float(r.seconds) for r in replies)
         self.pending = None
         self.done.append(ev)
 
@@ -307,13 +309,13 @@ class ExactObjective:
                 "inexact": sum(not e.exact for e in self.done)}
 
     # ------------------------------------------------------------------ the end
-    def finish(self, transport: EvalTransport, wait: Any) -> None:
+    def finish(self, transport: EvalTransport, wait: Callable[[], None]) -> None:
         """After training: tell every worker no request follows (it answers those still
         queued first: same tag, same order), and take every reply still owed, so that no
         message is left unreceived.  ``wait()`` runs between polls (it sleeps, and may
         raise to end a stalled job)."""
         for r in self.ranks:
-            transport.send_eval(r, {"kind": "end"})
+            transport.send_eval(r, EvalEnd())
         while any(self.replied[r] < self.sent[r] for r in self.ranks):
             for rank, _ in transport.poll_evals():
                 self.replied[rank] += 1
@@ -433,10 +435,10 @@ class FinalEvaluation:
         picked |= {outside[i] for i in _spread(len(outside), n - m)}
         return [k for k in pending if k in picked]
 
-    def complete(self, replies: Sequence[dict[str, Any]]) -> None:
+    def complete(self, replies: Sequence[EvalReply]) -> None:
         """Add the workers' :func:`evaluate_snapshots` answers: the final objective and the
         snapshots' values."""
-        values = [float(sum(r["values"][i] for r in replies)) for i in range(len(self.keys))]
+        values = [float(sum(r.values[i] for r in replies)) for i in range(len(self.keys))]
         got = dict(zip(self.keys, values))
         if not self.final_reused:
             self.final_objective = values[0]
@@ -444,10 +446,10 @@ class FinalEvaluation:
             if s.value is None and s.key in got:
                 s.value = got[s.key]
         if self.keys:
-            self.measured_s = max(float(r["seconds"]) for r in replies)
+            self.measured_s = max(r.seconds for r in replies)
             if self.expected is not None:
-                count = sum(int(r["count"]) for r in replies)
-                checksum = sum(int(r["checksum"]) for r in replies) % (1 << 64)
+                count = sum(r.count for r in replies)
+                checksum = sum(r.checksum for r in replies) % (1 << 64)
                 self.exact = (count, checksum) == self.expected
 
     def trace(self) -> list[tuple[float, float]]:
@@ -479,9 +481,9 @@ class EvalPort(Protocol):
     @property
     def shard(self) -> ShardStore: ...
 
-    def eval_requests(self) -> list[dict[str, Any]]: ...
+    def eval_requests(self) -> list[EvalRequest | EvalEnd]: ...
 
-    def reply_eval(self, message: dict[str, Any]) -> None: ...
+    def reply_eval(self, message: EvalReply) -> None: ...
 
 
 class Evaluator:
@@ -496,10 +498,10 @@ class Evaluator:
         Rows evaluated per step at least (more when training blocks are larger).
     """
 
-    def __init__(self, algorithm: Any, chunk_rows: int = CHUNK_ROWS) -> None:
+    def __init__(self, algorithm: Algorithm, chunk_rows: int = CHUNK_ROWS) -> None:
         self.algorithm = algorithm
         self.chunk_rows = chunk_rows
-        self.queue: list[dict[str, Any]] = []
+        self.queue: list[EvalRequest] = []
         self.current: tuple[int, Tally] | None = None  # the request's id, its pass
         self.ended = False
         self.busy_s = 0.0  # seconds spent evaluating, over the run
@@ -507,7 +509,7 @@ class Evaluator:
     def _take(self, port: EvalPort) -> None:
         """Queue the requests that arrived; note the master's ``end``."""
         for message in port.eval_requests():
-            if message["kind"] == "end":
+            if isinstance(message, EvalEnd):
                 self.ended = True
             else:
                 self.queue.append(message)
@@ -517,25 +519,24 @@ class Evaluator:
         self._take(port)
         if self.current is None and self.queue:
             req = self.queue.pop(0)
-            self.current = (req["id"], Tally.of([req["theta"]]))
+            self.current = (req.id, Tally.of([req.theta]))
         if self.current is not None:
             rid, tally = self.current
             spent = tally.seconds
             done = tally.advance(self.algorithm, port.shard, max(rows, self.chunk_rows))
             self.busy_s += tally.seconds - spent
             if done:
-                port.reply_eval({"id": rid, "value": tally.values[0], **tally.reply()})
+                port.reply_eval(tally.reply(rid))
                 self.current = None
 
-    def drain(self, port: EvalPort, pause: Any) -> None:
+    def drain(self, port: EvalPort, pause: Callable[[], None]) -> None:
         """After training: answer every request until the master's ``end`` (requests that
         came after the stop are answered without evaluating: nobody reads them)."""
         while not self.ended or self.current is not None or self.queue:
             self._take(port)
-            ids = ([self.current[0]] if self.current else []) + [r["id"] for r in self.queue]
+            ids = ([self.current[0]] if self.current else []) + [r.id for r in self.queue]
             for rid in ids:
-                port.reply_eval({"id": rid, "value": 0.0, "count": 0, "checksum": 0,
-                                 "seconds": 0.0, "skipped": True})
+                port.reply_eval(EvalReply(rid, [], 0, 0, 0.0, skipped=True))
             self.current, self.queue = None, []
             if not self.ended:
                 pause()

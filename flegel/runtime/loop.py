@@ -1,11 +1,18 @@
-"""One worker iteration: process blocks until the worker policy (or a full pass) ends it.
+"""A worker's loop: wait for instructions, run iterations, commit, until the stop flag.
 
-The loop is written once, as a generator that yields a :class:`Wait` wherever wall time
-passes outside the kernel (a straggler's suspension or slowdown) and asks its host to run
-each block (:meth:`LoopHost.compute`).  The MPI worker (:class:`flegel.runtime.worker.Worker`)
-drives it with real sleeps and measured kernel times (:func:`drive`); the in-process
-simulation of the tests drives the very same loop on a simulated clock, so a policy is tested
-against the loop that runs it.
+The loop is written once, as generators that yield a :class:`Wait` wherever wall time
+passes outside the kernel (a straggler's suspension or slowdown, a poll while waiting for
+instructions: :class:`Poll`) and ask their host to run each block
+(:meth:`LoopHost.compute`), take instructions that arrived (:meth:`WorkerHost.take_params`)
+and send a commit (:meth:`WorkerHost.commit`).  The MPI worker
+(:class:`flegel.runtime.worker.Worker`) drives them with real sleeps and measured kernel times
+(:func:`drive`); the in-process simulation of the tests drives the very same loop on a
+simulated clock, so a policy is tested against the loop that runs it:
+
+* :func:`work` -- a worker's training, iteration after iteration until the stop flag;
+* :func:`await_params` -- waiting for the next instructions, the policy's side work going on;
+* :func:`iterate` -- one iteration: process blocks until the worker policy (or a full pass)
+  ends it.
 
 Between blocks the loop polls for signals and commits right after the block it is on (FSP
 paper Section 3.1).  A completed traversal pass since the iteration began always ends the
@@ -16,13 +23,16 @@ iteration: θ is fixed within an iteration, so a second pass would only repeat w
 from __future__ import annotations
 
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from flegel.ports import Arrays, WorkerPolicy
-from flegel.protocol import Reason, Signal
+from flegel.api import Algorithm
+from flegel.block import Block
+from flegel.ports import Arrays, WorkerPolicy, WorkerPort
+from flegel.protocol import POLL_MAX_S, POLL_S, Instructions, Reason, Signal
 from flegel.runtime.blocksize import BlockSizer
+from flegel.runtime.layout import Layout
 from flegel.runtime.store import ShardStore
 
 
@@ -31,6 +41,12 @@ class Wait:
     """Yielded by the loop: this many seconds pass (a sleep, real or simulated)."""
 
     seconds: float
+
+
+@dataclass(frozen=True)
+class Poll(Wait):
+    """Yielded while waiting for instructions: at most ``seconds`` pass before the next poll
+    (a driver may resume the loop as soon as instructions arrive)."""
 
 
 @dataclass
@@ -43,15 +59,15 @@ class Totals:
     aborted: int = 0
 
 
-class LoopHost(Protocol):
-    """What the loop needs of the worker that runs it (a :class:`~flegel.ports.WorkerPort`
-    too, for the policy's hooks)."""
+class LoopHost(WorkerPort, Protocol):
+    """What one iteration needs of the worker that runs it (a
+    :class:`~flegel.ports.WorkerPort` too, for the policy's hooks)."""
 
     store: ShardStore
     policy: WorkerPolicy
-    algorithm: Any
+    algorithm: Algorithm
     sizer: BlockSizer
-    agg_layout: Any
+    agg_layout: Layout
     theta: Arrays
     debt_s: float
 
@@ -65,7 +81,7 @@ class LoopHost(Protocol):
         """(suspension to serve, blocking delay) after a block (the straggler patterns)."""
         ...
 
-    def compute(self, block: Any, t: int) -> Generator[Wait, Any, tuple[Arrays, float]]:
+    def compute(self, block: Block, t: int) -> Generator[Wait, Any, tuple[Arrays, float]]:
         """Run the kernel on ``block``; return its aggregator and the seconds it took."""
         ...
 
@@ -75,7 +91,95 @@ class LoopHost(Protocol):
         ...
 
 
-def suspend(host: Any, version: float) -> Generator[Wait, Any, Reason | None]:
+class WorkerHost(LoopHost, Protocol):
+    """What a worker's whole loop (:func:`work`) needs of the worker that runs it."""
+
+    #: Iterations committed so far (the COMMIT header's ``clock``; a checkpoint keeps it).
+    iteration_clock: int
+    #: Seconds the latest instructions were waited for (the COMMIT header's ``wait_s``).
+    last_wait_s: float
+
+    def wall_time(self) -> float:
+        """The clock of the wire's ``sent_at`` stamps (``time.time()`` over MPI)."""
+        ...
+
+    def take_params(self) -> dict[str, float] | None:
+        """The PARAMS header of instructions that arrived, θ taken in when it came with
+        them; None if none arrived (never blocks)."""
+        ...
+
+    def wait_params(self) -> Generator[Wait, Any, dict[str, float]]:
+        """Wait for the next instructions (:func:`await_params`, with the host's own
+        accounting of the wait); return their PARAMS header."""
+        ...
+
+    def began(self, version: int, instructions: Instructions) -> Generator[Wait, Any, None]:
+        """Right after the policy began an iteration, before its first block (nothing over
+        MPI; the simulation records the iteration there)."""
+        ...
+
+    def add(self, totals: Totals) -> None:
+        """Add an iteration's totals to the worker's."""
+        ...
+
+    def commit(self, agg: Arrays, fields: dict[str, float]
+               ) -> Generator[Wait, Any, None]:
+        """Send the master ``agg`` behind a COMMIT header of ``fields`` (nonblocking)."""
+        ...
+
+
+def strongest(signals: Iterable[dict[str, float]], version: float) -> Signal:
+    """The strongest of the SIGNAL headers ``signals`` meant for θ ``version`` (NONE if
+    none).  Signals for an older version arrive after the worker already committed for it
+    (e.g. it finished a pass just as the master paused everyone) and are dropped."""
+    kind = Signal.NONE
+    for sig in signals:
+        if sig["version"] == version:
+            kind = max(kind, Signal(int(sig["kind"])))
+    return kind
+
+
+def await_params(host: WorkerHost) -> Generator[Wait, Any, dict[str, float]]:
+    """Wait for the next instructions; return their PARAMS header.
+
+    Polls without spinning: a :class:`Poll` between polls, growing from
+    :data:`~flegel.protocol.POLL_S` to :data:`~flegel.protocol.POLL_MAX_S`; the worker
+    policy's side work (:meth:`~flegel.ports.WorkerPolicy.while_waiting`, migration) and the
+    host's (exact evaluations) go on at every poll.
+    """
+    delay = POLL_S
+    while (header := host.take_params()) is None:
+        host.policy.while_waiting(host)
+        host.side_work()
+        yield Poll(delay)
+        delay = min(delay * 1.5, POLL_MAX_S)
+    return header
+
+
+def work(host: WorkerHost) -> Generator[Wait, Any, dict[str, float]]:
+    """A worker's training (θ⁽⁰⁾ received): iterations until the master's stop flag.
+
+    Each iteration begins the worker policy with the instructions that came with θ (and how
+    long ago the master sent them), runs :func:`iterate`, and commits its aggregator with
+    the COMMIT header's fields.  Returns the PARAMS header that carried the stop flag.
+    """
+    policy = host.policy
+    header = yield from host.wait_params()
+    while not header["stop"]:
+        instructions = Instructions.from_header(header)
+        policy.begin(host, instructions, host.wall_time() - header["sent_at"])
+        yield from host.began(int(header["version"]), instructions)
+        agg, meta, totals = yield from iterate(host, header["version"])
+        host.add(totals)
+        host.iteration_clock += 1
+        yield from host.commit(agg, {"clock": host.iteration_clock,
+                                     "version": header["version"],
+                                     "wait_s": host.last_wait_s, **meta})
+        header = yield from host.wait_params()
+    return header
+
+
+def suspend(host: LoopHost, version: float) -> Generator[Wait, Any, Reason | None]:
     """Serve the straggler suspension in slices; stop early for a signal or the deadline.
 
     Returns why the iteration ends if a signal interrupted it.  What is left of the
@@ -103,7 +207,7 @@ def suspend(host: Any, version: float) -> Generator[Wait, Any, Reason | None]:
     return None
 
 
-def iterate(host: Any, version: float
+def iterate(host: LoopHost, version: float
             ) -> Generator[Wait, Any, tuple[Arrays, dict[str, float], Totals]]:
     """One iteration from θ version ``version``: the aggregate, the COMMIT header fields and
     the totals it adds."""

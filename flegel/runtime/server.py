@@ -3,9 +3,10 @@
 :class:`Server` owns θ, the online objective, the stop criteria, the event log and what it
 knows of each worker, and implements :class:`flegel.ports.ServerPort` for the sync model's
 master policy, which decides when to apply what and whom to answer.  It talks to the workers
-through a :class:`~flegel.runtime.transport.Transport` and reads time from an injected clock,
-so in-process tests run it with a fake transport and a simulated clock.  Every wait polls and
-sleeps, so the idle master uses ~1% of a core (README, How the runtime works).
+through a :class:`~flegel.runtime.transport.Transport` and reads time from an injected clock
+only, so in-process tests run it with a fake transport and a simulated clock, driving its loop
+one turn at a time (:meth:`Server.poll_once`).  Every wait polls and sleeps, so the idle master
+uses ~1% of a core (README, How the runtime works).
 
 Nothing hangs and nothing is lost (issue 13): the server enforces ``stop.max_time_s`` by its
 own clock at every poll, not only at barriers; a worker silent past ``stall_timeout_s`` ends
@@ -24,8 +25,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from flegel.api import Algorithm
 from flegel.ports import Arrays, WorkerRecord
-from flegel.protocol import ExitCode, Instructions, Signal, StopReason
+from flegel.protocol import ExitCode, Instructions, MigrationOrder, Signal, StopReason
 from flegel.runtime import Backoff
 from flegel.runtime.exact import ExactObjective, FinalEvaluation
 from flegel.runtime.faults import JobFault
@@ -36,7 +38,8 @@ from flegel.runtime.transport import Transport
 
 
 class MasterPolicy(Protocol):
-    """What the server calls on a sync model's master policy."""
+    """What the server calls on a sync model's master policy (:class:`flegel.sync.base.
+    MasterPolicy`): its hooks, and its checkpoint state (:class:`flegel.state.Stateful`)."""
 
     def start(self) -> None: ...
 
@@ -44,8 +47,44 @@ class MasterPolicy(Protocol):
 
     def on_tick(self, now: float) -> None: ...
 
+    def checkpoint_state(self) -> dict[str, Any]: ...
 
-def _algorithm_state(algorithm: Any) -> dict[str, Any] | None:
+    def restore(self, state: dict[str, Any]) -> None: ...
+
+
+class Checkpoints(Protocol):
+    """The checkpoint writer as the server and the run wiring see it
+    (:class:`flegel.rundir.checkpoint.Checkpointer`)."""
+
+    #: Checkpoints taken so far (a resumed job's count goes on).
+    sequence: int
+
+    @property
+    def pending(self) -> bool:
+        """The last snapshot waits for workers' states."""
+        ...
+
+    def due(self, now_s: float, version: int) -> bool: ...
+
+    def force(self) -> None: ...
+
+    def resumed(self, sequence: int, now_s: float, version: int) -> None: ...
+
+    def take(self, master: dict[str, Any], now_s: float, version: int,
+             expect: list[int]) -> None: ...
+
+    def collect(self) -> None: ...
+
+    def drain(self, owed: set[int], pause: Callable[[], None]) -> None: ...
+
+    def wait(self) -> None: ...
+
+
+#: A reply held back for a checkpoint: ("send", rank, instructions) or ("order", rank, order).
+Held = tuple[str, int, "Instructions | MigrationOrder"]
+
+
+def _algorithm_state(algorithm: Algorithm) -> dict[str, Any] | None:
     """The algorithm's own state when it keeps any (:class:`flegel.state.Stateful`)."""
     from flegel.state import Stateful
 
@@ -83,7 +122,11 @@ class Trace:
 
 
 class Server:
-    """Rank 0's state; implements :class:`flegel.ports.ServerPort`.
+    """Rank 0's state; implements :class:`flegel.ports.ServerPort` (and the data migration's
+    :class:`flegel.balance.ports.OrderPort`).
+
+    :meth:`serve` runs the master loop in real time; :meth:`poll_once` is one turn of it,
+    which the simulated-clock tests drive between their events.
 
     Parameters
     ----------
@@ -113,7 +156,8 @@ class Server:
         Monotonic seconds (a simulated clock in tests).
     """
 
-    def __init__(self, transport: Transport, ranks: list[int], algorithm: Any, theta: Arrays,
+    def __init__(self, transport: Transport, ranks: list[int], algorithm: Algorithm,
+                 theta: Arrays,
                  zero: Callable[[], Arrays], stop: StopCriteria,
                  events: Callable[[dict[str, Any]], None],
                  progress: Callable[..., None] | None = None,
@@ -155,8 +199,8 @@ class Server:
         # Checkpoints (flegel/rundir/checkpoint.py; run.py sets it, None: none).  While one is due,
         # replies are held back until no worker computes (a quiescent point); the workers
         # whose next instructions ask for their state.
-        self.checkpoint: Any = None
-        self._held: list[tuple[str, int, Any]] | None = None
+        self.checkpoint: Checkpoints | None = None
+        self._held: list[Held] | None = None
         self._owed: set[int] = set()
         self._asked: set[int] = set()  # ... and those asked already
 
@@ -275,11 +319,13 @@ class Server:
     def record(self, event: dict[str, Any]) -> None:
         self.events(event)
 
-    def order(self, rank: int, message: dict[str, Any]) -> None:
+    def order(self, rank: int, order: MigrationOrder) -> None:
+        """Send a migration order to ``rank`` (it arrives before the next instructions): the
+        server's side of :class:`flegel.balance.ports.OrderPort`."""
         if self._held is not None:
-            self._held.append(("order", rank, message))
+            self._held.append(("order", rank, order))
             return
-        self.transport.send_order(rank, message)
+        self.transport.send_order(rank, order)
 
     @property
     def target_objective(self) -> float | None:
@@ -356,7 +402,7 @@ class Server:
         self._theta_serial += 1  # preload() sent this θ to every worker
         self._held_serial = {r: self._theta_serial for r in self.ranks}
 
-    def checkpoint_step(self, policy: Any) -> None:
+    def checkpoint_step(self, policy: MasterPolicy) -> None:
         """Take a due checkpoint at the next quiescent point (:mod:`flegel.rundir.checkpoint`).
 
         Once due, replies are held back; when no worker computes and no point is in flight
@@ -390,22 +436,25 @@ class Server:
         self._owed, self._asked = {w.rank for w in live}, set()
         self._release(self._held)
 
-    def _release(self, held: list[tuple[str, int, Any]]) -> None:
+    def _release(self, held: list[Held]) -> None:
         """Send replies held back for a checkpoint (or saved in one), in order."""
         self._held = None
-        for kind, rank, payload in held:
-            if kind == "order":
+        for _, rank, payload in held:
+            if isinstance(payload, MigrationOrder):
                 self.order(rank, payload)
             else:
                 self.send(rank, payload)
 
-    def resume(self, policy: Any, snapshot: dict[str, Any]) -> None:
+    def resume(self, policy: MasterPolicy, snapshot: dict[str, Any]) -> None:
         """Continue from a checkpoint's master snapshot instead of ``policy.start()``:
         restore the server, the policy (and the algorithm, if it keeps state), and send the
         replies that were held when it was taken."""
         self.restore(snapshot["server"])
         policy.restore(snapshot["policy"])
         if snapshot.get("algorithm") is not None:
+            from flegel.state import Stateful
+
+            assert isinstance(self.algorithm, Stateful)  # it saved its state: it keeps one
             self.algorithm.restore(snapshot["algorithm"])
         self._release(snapshot["held"])
 
@@ -512,48 +561,39 @@ class Server:
                                  f"{late:.1f} s; worker(s) {waiting} wait\n")
                 sys.stderr.flush()
 
-    def serve(self, policy: MasterPolicy, watch: Callable[[], None] = lambda: None,
-              resume: dict[str, Any] | None = None) -> None:
-        """Run ``policy`` until every worker has been told to stop.
-
-        ``watch`` runs at every poll and may raise to end training at once (a signal: see
-        :func:`flegel.runtime.lifetime.deferred`).  ``resume``: a checkpoint's master
-        snapshot to continue from (:meth:`resume`).
-        """
+    def begin(self, policy: MasterPolicy, resume: dict[str, Any] | None = None) -> None:
+        """Start the training clock and ``policy`` (or continue from ``resume``, a
+        checkpoint's master snapshot: :meth:`resume`)."""
         self.start = self.clock()
-        cpu0 = time.process_time()
         if resume is None:
             policy.start()
         else:
             self.resume(policy, resume)
-        backoff = Backoff()
-        idle_wall = idle_cpu = 0.0
-        while not self.done:
-            watch()
-            self.exact_step()
-            commits = self.transport.poll()
-            if commits:
-                backoff.reset()
-                for rank, header, agg in commits:
-                    latency = max(time.time() - header["sent_at"], 0.0)
-                    self.dispatch(rank, header, agg, policy, latency)
-                self.checkpoint_step(policy)
-            else:
-                w0, c0 = time.perf_counter(), time.process_time()
-                self.tick(policy)
-                self.checkpoint_step(policy)
-                backoff.sleep()
-                idle_wall += time.perf_counter() - w0
-                idle_cpu += time.process_time() - c0
-        elapsed = max(self.now(), 1e-9)
-        self.cpu_fraction = (time.process_time() - cpu0) / elapsed
-        # CPU used while nothing arrived: what waiting costs (the rest is barrier work).
-        self.idle_cpu_fraction = idle_cpu / max(idle_wall, 1e-9)
-        self.idle_fraction = idle_wall / elapsed
-        def pause() -> None:
-            watch()
-            backoff.sleep()
 
+    def poll_once(self, policy: MasterPolicy) -> bool:
+        """One turn of the master loop; True when commits arrived (poll again at once),
+        False when none did (wait before the next poll).
+
+        The turn: take exact-evaluation replies and request the next evaluation
+        (:meth:`exact_step`); hand every commit that arrived to ``policy``
+        (:meth:`dispatch`), or, when none did, let it act on its timers (:meth:`tick`);
+        then take a checkpoint if one is due and the workers are quiescent
+        (:meth:`checkpoint_step`).  It reads time only from the injected clock and never
+        sleeps, so the simulated-clock tests drive the very loop :meth:`serve` runs.
+        """
+        self.exact_step()
+        commits = self.transport.poll()
+        for c in commits:
+            self.dispatch(c.rank, c.header, c.agg, policy, c.latency_s)
+        if not commits:
+            self.tick(policy)
+        self.checkpoint_step(policy)
+        return bool(commits)
+
+    def close(self, pause: Callable[[], None]) -> None:
+        """After the last worker was told to stop: complete what is still on its way
+        (checkpoint states asked for, exact-evaluation replies), then close the transport.
+        ``pause()`` runs between polls."""
         if self.checkpoint is not None:
             # States asked for are on their way: their sends must complete.
             self.checkpoint.drain(self._asked, pause)
@@ -561,3 +601,40 @@ class Server:
             # Every request answered before the transport closes (its sends must complete).
             self.exact.finish(self.transport, pause)
         self.transport.close()
+
+    def serve(self, policy: MasterPolicy, watch: Callable[[], None] = lambda: None,
+              resume: dict[str, Any] | None = None) -> None:
+        """Run ``policy`` until every worker has been told to stop: :meth:`poll_once` until
+        done, sleeping between polls that found nothing (backing off from ``POLL_S`` to
+        ``POLL_MAX_S``).
+
+        ``watch`` runs at every poll and may raise to end training at once (a signal: see
+        :func:`flegel.runtime.lifetime.deferred`).  ``resume``: a checkpoint's master
+        snapshot to continue from (:meth:`resume`).  The CPU figures of the summary are
+        measured here, around the turns, not in them.
+        """
+        cpu0 = time.process_time()
+        self.begin(policy, resume)
+        backoff = Backoff()
+        idle_wall = idle_cpu = 0.0
+        while not self.done:
+            watch()
+            w0, c0 = self.clock(), time.process_time()
+            if self.poll_once(policy):
+                backoff.reset()
+                continue
+            backoff.sleep()
+            # A turn that found nothing, and the sleep after it: what waiting costs (the
+            # rest is barrier work).
+            idle_wall += self.clock() - w0
+            idle_cpu += time.process_time() - c0
+        elapsed = max(self.now(), 1e-9)
+        self.cpu_fraction = (time.process_time() - cpu0) / elapsed
+        self.idle_cpu_fraction = idle_cpu / max(idle_wall, 1e-9)
+        self.idle_fraction = idle_wall / elapsed
+
+        def pause() -> None:
+            watch()
+            backoff.sleep()
+
+        self.close(pause)

@@ -10,17 +10,35 @@ runtime works).
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 from mpi4py import MPI
 
-from flegel.protocol import COMMIT, PARAMS, SIGNAL, Header, Signal, Tag
+from flegel.protocol import (
+    COMMIT,
+    PARAMS,
+    SIGNAL,
+    EvalEnd,
+    EvalReply,
+    EvalRequest,
+    MigrationOrder,
+    Signal,
+    Tag,
+)
 from flegel.runtime import comm as msg
 from flegel.runtime.layout import Layout
 
-#: One received commit: (rank, COMMIT header, aggregator).
-Commit = tuple[int, dict[str, float], dict]
+
+class Commit(NamedTuple):
+    """One received commit."""
+
+    rank: int
+    header: dict[str, float]   # the COMMIT header
+    agg: dict                  # the aggregator
+    #: Its transit, measured on receipt against the sender's ``sent_at`` (the wire's clock,
+    #: ``time.time()``, is the transport's business: the server reads only its own clock).
+    latency_s: float
 
 
 class Transport(Protocol):
@@ -34,7 +52,7 @@ class Transport(Protocol):
         """Send a control signal about θ ``version``."""
         ...
 
-    def send_order(self, rank: int, message: dict[str, Any]) -> None:
+    def send_order(self, rank: int, order: MigrationOrder) -> None:
         """Send a small pickled migration order (it precedes the next PARAMS)."""
         ...
 
@@ -42,11 +60,11 @@ class Transport(Protocol):
         """Commits that arrived since the last poll (never blocks)."""
         ...
 
-    def send_eval(self, rank: int, message: dict[str, Any]) -> None:
+    def send_eval(self, rank: int, message: EvalRequest | EvalEnd) -> None:
         """Send an exact-evaluation request (pickled, with its θ snapshot) or its end."""
         ...
 
-    def poll_evals(self) -> list[tuple[int, dict[str, Any]]]:
+    def poll_evals(self) -> list[tuple[int, EvalReply]]:
         """Exact-evaluation replies that arrived (never blocks)."""
         ...
 
@@ -70,11 +88,10 @@ class MpiTransport:
         self.theta_layout = theta_layout
         self.agg_layout = agg_layout
         self.ranks = list(range(1, comm.size))
-        size = Header.SIZE
-        self._recv = {r: np.empty(size + agg_layout.size) for r in self.ranks}
-        self._send = {r: np.empty(size + theta_layout.size) for r in self.ranks}
+        self._recv = {r: np.empty(COMMIT.size + agg_layout.size) for r in self.ranks}
+        self._send = {r: np.empty(PARAMS.size + theta_layout.size) for r in self.ranks}
         self._send_req: dict[int, MPI.Request | None] = {r: None for r in self.ranks}
-        self._sig = {r: np.empty(size) for r in self.ranks}
+        self._sig = {r: np.empty(SIGNAL.size) for r in self.ranks}
         self._sig_req: dict[int, MPI.Request | None] = {r: None for r in self.ranks}
         self._reqs = [comm.Irecv(self._recv[r], source=r, tag=Tag.COMMIT) for r in self.ranks]
         self._orders: list[MPI.Request] = []
@@ -85,7 +102,7 @@ class MpiTransport:
             msg.wait(req)
         buf = self._send[rank]
         PARAMS.write(buf, sent_at=time.time(), has_theta=float(theta is not None), **fields)
-        n = Header.SIZE
+        n = PARAMS.size
         if theta is not None:
             self.theta_layout.pack(theta, buf[n:])
             n += self.theta_layout.size
@@ -99,16 +116,16 @@ class MpiTransport:
         SIGNAL.write(self._sig[rank], kind=float(kind), version=version, sent_at=time.time())
         self._sig_req[rank] = self.comm.Isend(self._sig[rank], dest=rank, tag=Tag.SIGNAL)
 
-    def send_order(self, rank: int, message: dict[str, Any]) -> None:
+    def send_order(self, rank: int, order: MigrationOrder) -> None:
         self._orders = [r for r in self._orders if not r.Test()]
-        self._orders.append(self.comm.isend(message, dest=rank, tag=Tag.ORDER))
+        self._orders.append(self.comm.isend(order, dest=rank, tag=Tag.ORDER))
 
-    def send_eval(self, rank: int, message: dict[str, Any]) -> None:
+    def send_eval(self, rank: int, message: EvalRequest | EvalEnd) -> None:
         self._orders = [r for r in self._orders if not r.Test()]
         self._orders.append(self.comm.isend(message, dest=rank, tag=Tag.EVAL))
 
-    def poll_evals(self) -> list[tuple[int, dict[str, Any]]]:
-        out: list[tuple[int, dict[str, Any]]] = []
+    def poll_evals(self) -> list[tuple[int, EvalReply]]:
+        out: list[tuple[int, EvalReply]] = []
         status = MPI.Status()
         while self.comm.iprobe(source=MPI.ANY_SOURCE, tag=Tag.EVAL, status=status):
             src = status.Get_source()
@@ -123,9 +140,9 @@ class MpiTransport:
             rank = self.ranks[i]
             buf = self._recv[rank]
             header = COMMIT.read(buf)
-            agg = self.agg_layout.unpack(buf[Header.SIZE:])
+            agg = self.agg_layout.unpack(buf[COMMIT.size:])
             self._reqs[i] = self.comm.Irecv(buf, source=rank, tag=Tag.COMMIT)
-            out.append((rank, header, agg))
+            out.append(Commit(rank, header, agg, max(time.time() - header["sent_at"], 0.0)))
         return out
 
     def close(self) -> None:

@@ -3,7 +3,8 @@
 One loop serves every synchronization model (:mod:`flegel.runtime.loop`, driven here in real
 time); what differs between models lives in their worker policy
 (:class:`flegel.ports.WorkerPolicy`), which acts on the worker through the
-:class:`flegel.ports.WorkerPort` this class implements.  Signals are polled with a
+:class:`flegel.ports.WorkerPort` this class implements (and, for FSP's data migration,
+:class:`flegel.balance.ports.MigrationPort`).  Signals are polled with a
 non-blocking ``Test``; every wait sleeps between polls instead of spinning a core.
 """
 
@@ -25,17 +26,20 @@ from flegel.protocol import (
     PARAMS,
     POLL_MAX_S,
     SIGNAL,
-    Header,
+    EvalEnd,
+    EvalReply,
+    EvalRequest,
     Instructions,
+    MigrationOrder,
+    PeerMessage,
     Signal,
     Tag,
 )
-from flegel.runtime import Backoff
 from flegel.runtime import comm as msg
 from flegel.runtime.blocksize import BlockSizer, device_of
 from flegel.runtime.exact import Evaluator
 from flegel.runtime.layout import Layout
-from flegel.runtime.loop import Wait, drive, iterate
+from flegel.runtime.loop import Totals, Wait, await_params, drive, strongest, work
 from flegel.runtime.numerics import check_aggregator, layout_problem
 from flegel.runtime.store import ShardStore
 from flegel.runtime.stragglers import Stragglers
@@ -55,7 +59,10 @@ class WorkerStats:
 
 
 class Worker:
-    """One worker rank; implements :class:`flegel.ports.WorkerPort` for its policy.
+    """One worker rank; implements :class:`flegel.ports.WorkerPort` for its policy, the
+    loop's :class:`~flegel.runtime.loop.WorkerHost` (:func:`~flegel.runtime.loop.work` runs on
+    it) and the data migration's :class:`flegel.balance.ports.MigrationPort` (attached to
+    the policy by the wiring).
 
     Parameters
     ----------
@@ -90,19 +97,19 @@ class Worker:
         self.stragglers = stragglers
         self.sizer = BlockSizer(target_s=block_ms / 1000.0, device=device_of(algorithm))
         self.stats = WorkerStats()
-        self._params_buf = np.empty(Header.SIZE + theta_layout.size)
-        self._commit_buf = np.empty(Header.SIZE + agg_layout.size)
-        self._signal_buf = np.empty(Header.SIZE)
+        self._params_buf = np.empty(PARAMS.size + theta_layout.size)
+        self._commit_buf = np.empty(COMMIT.size + agg_layout.size)
+        self._signal_buf = np.empty(SIGNAL.size)
         self._params_req = comm.Irecv(self._params_buf, source=0, tag=Tag.PARAMS)
         self._signal_req = comm.Irecv(self._signal_buf, source=0, tag=Tag.SIGNAL)
         self._commit_req: MPI.Request | None = None
-        self._last_wait = 0.0
+        self.last_wait_s = 0.0
         self._posted: list[MPI.Request] = []
         self.evaluator = evaluator
         self._eval_sent: list[MPI.Request] = []
         self._state_sent: list[MPI.Request] = []
         self.theta: Arrays = {}
-        self.clock = 0
+        self.iteration_clock = 0
         self.debt_s = 0.0  # straggler suspension still to serve
 
     # -------------------------------------------------------------- WorkerPort
@@ -134,7 +141,7 @@ class Worker:
     def peers(self) -> list[int]:
         return [r for r in range(1, self.comm.size) if r != self.comm.rank]
 
-    def post(self, dest: int, message: dict[str, Any]) -> None:
+    def post(self, dest: int, message: PeerMessage) -> None:
         self._posted.append(self.comm.isend(message, dest=dest, tag=Tag.MIGRATE))
 
     def sends_pending(self) -> int:
@@ -142,19 +149,19 @@ class Worker:
             self._posted = [r for r in self._posted if not r.Test()]
         return len(self._posted)
 
-    def receive(self, limit: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+    def receive(self, limit: int | None = None) -> list[tuple[int, PeerMessage]]:
         return self._receive_tagged(Tag.MIGRATE, limit)
 
-    def orders(self) -> list[dict[str, Any]]:
+    def orders(self) -> list[MigrationOrder]:
         return [m for _, m in self._receive_tagged(Tag.ORDER)]
 
     def pause(self) -> None:
         time.sleep(POLL_MAX_S)
 
-    def eval_requests(self) -> list[dict[str, Any]]:
+    def eval_requests(self) -> list[EvalRequest | EvalEnd]:
         return [m for _, m in self._receive_tagged(Tag.EVAL)]
 
-    def reply_eval(self, message: dict[str, Any]) -> None:
+    def reply_eval(self, message: EvalReply) -> None:
         self._eval_sent = [r for r in self._eval_sent if not r.Test()]
         self._eval_sent.append(self.comm.isend(message, dest=0, tag=Tag.EVAL))
 
@@ -182,7 +189,8 @@ class Worker:
         import copy
 
         return {"store": self.store.checkpoint_state(), "policy": self.policy.checkpoint_state(),
-                "stragglers": self.stragglers.checkpoint_state(), "clock": self.clock,
+                "stragglers": self.stragglers.checkpoint_state(),
+                "clock": self.iteration_clock,
                 "debt_s": self.debt_s, "stats": copy.copy(self.stats)}
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -190,49 +198,57 @@ class Worker:
         self.store.restore(state["store"])
         self.policy.restore(state["policy"])
         self.stragglers.restore(state["stragglers"])
-        self.clock, self.debt_s, self.stats = state["clock"], state["debt_s"], state["stats"]
+        self.iteration_clock, self.debt_s = state["clock"], state["debt_s"]
+        self.stats = state["stats"]
 
     # -------------------------------------------------------------- messaging
-    def receive_params(self) -> dict[str, float]:
-        """Wait (without spinning) for the next instructions; θ comes with them when it
-        changed (kept in :attr:`theta`).  The worker policy's side work goes on while it
-        waits.  Return the PARAMS header."""
-        t0, c0 = time.perf_counter(), time.process_time()
-        busy0 = self._eval_busy_s
-        backoff = Backoff()
-        while not self._params_req.Test():
-            self.policy.while_waiting(self)
-            self.side_work()
-            backoff.sleep()
+    def wall_time(self) -> float:
+        return time.time()
+
+    def take_params(self) -> dict[str, float] | None:
+        """The PARAMS header of instructions that arrived (θ kept in :attr:`theta` when it
+        came with them), the worker's state sent first when they ask for it; None if none
+        arrived."""
+        if not self._params_req.Test():
+            return None
         header = PARAMS.read(self._params_buf)
         if header["has_theta"]:
-            self.theta = self.theta_layout.unpack(self._params_buf[Header.SIZE:])
+            self.theta = self.theta_layout.unpack(self._params_buf[PARAMS.size:])
         self._params_req = self.comm.Irecv(self._params_buf, source=0, tag=Tag.PARAMS)
         if header["checkpoint"]:
             # Before any work on these instructions: the state matches the master's snapshot.
             self._state_sent = [r for r in self._state_sent if not r.Test()]
             self._state_sent.append(self.comm.isend(self.checkpoint_state(), dest=0,
                                                     tag=Tag.CHECKPOINT))
-        self._last_wait = time.perf_counter() - t0
-        self.stats.wait_s += self._last_wait
-        # Exact evaluations done meanwhile are work, not the cost of waiting.
+        return header
+
+    def wait_params(self) -> Generator[Wait, Any, dict[str, float]]:
+        """:func:`~flegel.runtime.loop.await_params`, timed: the wait and the CPU it used
+        (exact evaluations done meanwhile are work, not the cost of waiting)."""
+        t0, c0 = time.perf_counter(), time.process_time()
+        busy0 = self._eval_busy_s
+        header = yield from await_params(self)
+        self.last_wait_s = time.perf_counter() - t0
+        self.stats.wait_s += self.last_wait_s
         busy = self._eval_busy_s - busy0
         self.stats.wait_cpu_s += max(time.process_time() - c0 - busy, 0.0)
         return header
 
-    def poll_signal(self, version: float) -> Signal:
-        """Return the strongest signal meant for θ version ``version`` (NONE if none).
+    def receive_params(self) -> dict[str, float]:
+        """Wait (without spinning) for the next instructions; θ comes with them when it
+        changed (kept in :attr:`theta`).  The worker policy's side work goes on while it
+        waits.  Return the PARAMS header."""
+        header: dict[str, float] = drive(self.wait_params())
+        return header
 
-        Signals for an older version arrive after this worker already committed for it
-        (e.g. it finished a pass just as the master paused everyone) and are dropped.
-        """
-        kind = Signal.NONE
+    def poll_signal(self, version: float) -> Signal:
+        """Return the strongest signal meant for θ version ``version`` (NONE if none;
+        :func:`~flegel.runtime.loop.strongest`)."""
+        arrived = []
         while self._signal_req.Test():
-            sig = SIGNAL.read(self._signal_buf)
+            arrived.append(SIGNAL.read(self._signal_buf))
             self._signal_req = self.comm.Irecv(self._signal_buf, source=0, tag=Tag.SIGNAL)
-            if sig["version"] == version:
-                kind = max(kind, Signal(int(sig["kind"])))
-        return kind
+        return strongest(arrived, version)
 
     def _commit(self, agg: Arrays, **header: float) -> None:
         if self._commit_req is not None:
@@ -243,7 +259,7 @@ class Worker:
             check_aggregator(agg, self.agg_layout, self.rank, header["version"],
                              header["clock"])
         COMMIT.write(self._commit_buf, sent_at=time.time(), **header)
-        self.agg_layout.pack(agg, self._commit_buf[Header.SIZE:])
+        self.agg_layout.pack(agg, self._commit_buf[COMMIT.size:])
         self._commit_req = self.comm.Isend(self._commit_buf, dest=0, tag=Tag.COMMIT)
         self.stats.commits += 1
 
@@ -261,15 +277,22 @@ class Worker:
         return delta, time.perf_counter() - t0
         yield  # noqa: B901 - never reached: makes this a generator
 
-    def _iterate(self, version: float) -> tuple[Arrays, dict[str, float]]:
-        """One iteration (:func:`flegel.runtime.loop.iterate`) in real time."""
-        agg, meta, totals = drive(iterate(self, version))
+    def began(self, version: int, instructions: Instructions) -> Generator[Wait, Any, None]:
+        return
+        yield  # noqa: B901 - never reached: makes this a generator
+
+    def add(self, totals: Totals) -> None:
         s = self.stats
         s.points += totals.points
         s.compute_s += totals.compute_s
         s.slowed_s += totals.slowed_s
         s.aborted_points += totals.aborted
-        return agg, meta
+
+    def commit(self, agg: Arrays, fields: dict[str, float]) -> Generator[Wait, Any, None]:
+        """:meth:`_commit` (a generator only to fit :func:`loop.work`)."""
+        self._commit(agg, **fields)
+        return
+        yield  # noqa: B901 - never reached: makes this a generator
 
     def close(self) -> None:
         """Complete the last commit and cancel the receives still posted, so MPI finalizes
@@ -286,15 +309,7 @@ class Worker:
     def run(self) -> dict[str, Any]:
         """Train until the master says stop; return this worker's end-of-run report."""
         self.stragglers.reset_clock()
-        header = self.receive_params()
-        while not header["stop"]:
-            lag = time.time() - header["sent_at"]
-            self.policy.begin(self, Instructions.from_header(header), lag)
-            agg, meta = self._iterate(header["version"])
-            self.clock += 1
-            self._commit(agg, clock=self.clock, version=header["version"],
-                         wait_s=self._last_wait, **meta)
-            header = self.receive_params()
+        header: dict[str, float] = drive(work(self))
         side = self.policy.on_stop(self)
         if self.evaluator is not None:
             self.evaluator.drain(self, self.pause)

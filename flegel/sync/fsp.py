@@ -37,6 +37,7 @@ import numpy as np
 
 from flegel.balance.migration import KEYS as MIGRATION_KEYS
 from flegel.balance.migration import Balancer, MigrationOptions, Migrator
+from flegel.balance.ports import MigrationPort, OrderPort
 from flegel.interval import Observation, Plan, make_adjustor
 from flegel.interval.multistage import STAGE_CONFIRM, STAGE_SIGNIFICANCE, STAGE_WINDOW
 from flegel.ports import ServerPort, WorkerPolicy, WorkerPort
@@ -65,7 +66,13 @@ class FSPWorker(WorkerPolicy):
     lag outside [0, :data:`MAX_CLOCK_LAG_S`) means the clocks disagree across hosts, and the
     local receipt time is used instead.  Knowing its deadline ahead, the worker shrinks its
     last block to end on it instead of overrunning it by up to a block.
+
+    Data migration (Section 4.3) acts on the worker through its
+    :class:`~flegel.balance.ports.MigrationPort`, which :meth:`attach` takes from it.
     """
+
+    #: The worker (a reference) is no state of the policy.
+    NOT_STATE: ClassVar[tuple[str, ...]] = ("options", "mesh")
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         super().__init__(options)
@@ -73,6 +80,20 @@ class FSPWorker(WorkerPolicy):
         mig = MigrationOptions.of(self.options.get("migration"))
         self.migrator = Migrator(mig) if mig.mode != "off" else None
         self.sync_migration = mig.mode == "sync"
+        self.mesh: MigrationPort | None = None
+
+    def attach(self, worker: WorkerPort) -> None:
+        if self.migrator is None:
+            return
+        if not isinstance(worker, MigrationPort):
+            raise TypeError(f"data migration needs a worker that implements MigrationPort, "
+                            f"found {type(worker).__name__}")
+        self.mesh = worker
+
+    def _port(self) -> MigrationPort:
+        if self.mesh is None:
+            raise RuntimeError("data migration: the worker was not attached (attach())")
+        return self.mesh
 
     @property
     def in_flight(self) -> int:
@@ -80,25 +101,25 @@ class FSPWorker(WorkerPolicy):
 
     def between_blocks(self, port: WorkerPort) -> None:
         if self.migrator is not None and not self.sync_migration:
-            self.migrator.step(port)
+            self.migrator.step(self._port())
 
     def while_waiting(self, port: WorkerPort) -> None:
         if self.migrator is not None and self.sync_migration:
             # At the barrier: take what peers send now, so no sender waits on this worker.
-            self.migrator.take_messages(port)
+            self.migrator.take_messages(self._port())
         else:
             self.between_blocks(port)
 
     def on_stop(self, port: WorkerPort) -> dict[str, Any]:
         if self.migrator is None:
             return {}
-        return self.migrator.drain(port, port.peers)
+        return self.migrator.drain(self._port())
 
     def begin(self, port: WorkerPort, instructions: Instructions, sent_lag_s: float) -> None:
         super().begin(port, instructions, sent_lag_s)
         if self.migrator is not None and self.sync_migration:
             # Synchronous migration: the points move before the iteration starts.
-            self.migrator.transfer_now(port, instructions.orders)
+            self.migrator.transfer_now(self._port(), instructions.orders)
         self._deadline = None
         if instructions.eta_s > 0:
             now = port.now()
@@ -206,6 +227,8 @@ class FSP(BarrierPolicy):
     WORKER = FSPWorker
     #: The interval adjustor is checkpointed through its own ``checkpoint_state()``.
     NESTED: ClassVar[tuple[str, ...]] = ("adjustor",)
+    #: The server, under its migration port too, is no state of the policy.
+    NOT_STATE: ClassVar[tuple[str, ...]] = ("server", "options", "order_port")
 
     def __init__(self, server: ServerPort, options: dict[str, Any]) -> None:
         super().__init__(server, options)
@@ -230,6 +253,13 @@ class FSP(BarrierPolicy):
         self._start_estimate = 0.0
         mig = MigrationOptions.of(options.get("migration"))
         self.balancer = Balancer(mig) if mig.mode != "off" else None
+        self.order_port: OrderPort | None = None
+        if self.balancer is not None:
+            # The migration extension of the server it was made with (flegel.balance.ports).
+            if not isinstance(server, OrderPort):
+                raise TypeError(f"data migration needs a server that implements OrderPort, "
+                                f"found {type(server).__name__}")
+            self.order_port = server
         self._orders: dict[int, int] = {}
 
     # ---------------------------------------------------------------- sending
@@ -260,14 +290,15 @@ class FSP(BarrierPolicy):
     def before_broadcast(self, commits: dict[int, dict[str, float]]) -> None:
         """Migration (Section 4): balance passes at barriers outside FSPV's probes, whose
         roll-back must find the data where they were."""
-        if self.balancer is None or self.plan.mark or self.plan.rollback:
+        if (self.balancer is None or self.order_port is None or self.plan.mark
+                or self.plan.rollback):
             return
         srv = self.server
         orders = self.balancer.at_barrier(srv.now(), commits, srv.estimated_objective(),
                                           srv.target_objective, srv.time_left_s)
         for rank, messages in orders.items():
-            for message in messages:
-                srv.order(rank, message)
+            for order in messages:
+                self.order_port.order(rank, order)
             self._orders[rank] = len(messages)
 
     # ---------------------------------------------------------------- receiving
