@@ -5,16 +5,16 @@ documentation.  Validation, defaults, ``--set`` parsing, every sync model's opti
 generated job reference (``docs/job-reference.md``) all read these declarations, so a key is
 never described in two places.
 
-The module has three parts:
+The module has two parts:
 
 * check builders (:func:`is_int`, :func:`is_num`, :func:`one_of`, :func:`optional`, ...) and
   key builders (:func:`integer`, :func:`number`, :func:`choice`, :func:`boolean`,
   :func:`text`, :func:`mapping`) that write the "expected" text from the bounds, so a bound is
   stated once and the message always agrees with the check;
-* the validation engine, :func:`check_section`, which raises :class:`SchemaError` (the config
-  layer turns it into a ``JobError`` naming the job file);
-* the reference generator, :func:`render_reference`, which turns :class:`Section` lists into
-  the Markdown job reference.
+* the validation engine, :func:`check_section`, which raises :class:`SchemaError` (the job
+  layer turns it into a ``JobError`` naming the job file).
+
+The job reference is rendered from the declarations by :mod:`flegel.job.reference`.
 
 This module sits at the bottom of flegel's layers: it imports nothing from flegel.
 """
@@ -24,7 +24,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -34,7 +34,6 @@ __all__ = [
     "Check",
     "Key",
     "SchemaError",
-    "Section",
     "any_of",
     "anything",
     "boolean",
@@ -54,8 +53,6 @@ __all__ = [
     "number",
     "one_of",
     "optional",
-    "render_reference",
-    "render_section",
     "text",
 ]
 
@@ -612,33 +609,7 @@ def defaults(schema: Mapping[str, Key]) -> dict[str, Any]:
     return {k: key.default for k, key in schema.items() if not key.required}
 
 
-# --------------------------------------------------------------------------- reference
-@dataclass(frozen=True)
-class Section:
-    """One table of the job reference.
-
-    Attributes
-    ----------
-    title : str
-        Heading (Markdown inline code allowed).
-    prefix : str
-        Written before every key name in the table (``"stop."``, ``"stragglers[]."``).
-    keys : mapping of str to Key
-        The keys, in the order shown.
-    intro : str
-        A paragraph under the heading.
-    level : int
-        Heading level (2 for ``##``).
-    """
-
-    title: str
-    prefix: str
-    keys: Mapping[str, Key]
-    intro: str = ""
-    level: int = 2
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-
+# --------------------------------------------------------------------------- values
 def describe_default(value: Any) -> str:
     """Write a default as it would appear in YAML.
 
@@ -663,61 +634,3 @@ def describe_default(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {describe_default(v)}" for k, v in value.items()) + "}"
     return str(value)
-
-
-def _cell(s: str) -> str:
-    return s.replace("|", "\\|").replace("\n", " ").strip()
-
-
-def render_section(section: Section) -> str:
-    """Render one :class:`Section` as a Markdown heading, paragraph and table.
-
-    Parameters
-    ----------
-    section : Section
-        The section.
-
-    Returns
-    -------
-    str
-        Markdown ending with a blank line.
-    """
-    lines = ["#" * section.level + " " + section.title, ""]
-    if section.intro:
-        lines += [section.intro, ""]
-    if section.keys:
-        lines += ["| key | expected | default | description |", "|---|---|---|---|"]
-    for name, key in section.keys.items():
-        default = describe_default(key.default)
-        shown = default if key.required else f"`{default}`"
-        lines.append(f"| `{section.prefix}{name}` | {_cell(key.expected)} | {_cell(shown)} "
-                     f"| {_cell(key.doc) or '(undocumented)'} |")
-    if section.keys:
-        lines.append("")
-    for note in section.notes:
-        lines += [note, ""]
-    return "\n".join(lines)
-
-
-def render_reference(sections: Sequence[Section], title: str, intro: str = "") -> str:
-    """Render the whole job reference.
-
-    Parameters
-    ----------
-    sections : sequence of Section
-        The tables, in order.
-    title : str
-        The document's ``#`` heading.
-    intro : str
-        Paragraphs under the title.
-
-    Returns
-    -------
-    str
-        Markdown text ending with one newline.
-    """
-    parts = [f"# {title}", ""]
-    if intro:
-        parts += [intro.strip(), ""]
-    out = "\n".join(parts) + "\n" + "\n".join(render_section(s) for s in sections)
-    return out.rstrip("\n") + "\n"

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import yaml
 
-from flegel.job.config import load_job
+from flegel.job.validate import load_job
 from tests.conftest import ROOT, child_env
 
 #: Every page whose marked blocks are run.

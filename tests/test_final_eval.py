@@ -16,7 +16,7 @@ import pytest
 
 from flegel.algorithms.kmeans import KMeans
 from flegel.block import Block
-from flegel.job.config import load_job
+from flegel.job.validate import load_job
 from flegel.runtime.exact import (
     CHUNK_ROWS,
     Evaluation,

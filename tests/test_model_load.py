@@ -11,7 +11,8 @@ import pytest
 
 import flegel
 from flegel.data import load_shard
-from flegel.job.config import JobError, load_job
+from flegel.job.errors import JobError
+from flegel.job.validate import load_job
 from flegel.rundir.model import model_path, read_model
 from tests.conftest import events, mpirun, summary, write_job
 

@@ -21,7 +21,7 @@ import pytest
 from flegel.cli import report
 from flegel.cli.commands import main as cli_main
 from flegel.cli.compare import model_sets, row_figures, table
-from flegel.job.config import load_job
+from flegel.job.validate import load_job
 from flegel.sync import PRESETS
 
 #: pytest's fixture of captured output.
