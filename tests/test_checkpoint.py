@@ -264,7 +264,7 @@ def _job(tmp_path: Path, **output: Any) -> dict[str, Any]:
 def test_checkpoint_keys(tmp_path):
     job = validate(_job(tmp_path, checkpoint={"every_s": 30}), tmp_path / "job.yaml")
     assert job.output.checkpoint == {"every_s": 30, "every_iterations": None}
-    assert validate(_job(tmp_path), tmp_path / "job.yaml")["output"]["checkpoint"] is None
+    assert validate(_job(tmp_path), tmp_path / "job.yaml").output.checkpoint is None
     with pytest.raises(JobError, match="output.checkpoint.every_s.*exactly one of every_s "
                        "and every_iterations .found every_s and every_iterations"):
         validate(_job(tmp_path, checkpoint={"every_s": 3, "every_iterations": 2}),

@@ -277,4 +277,4 @@ def test_unmovable_per_point_state_is_named(tmp_path):
     assert "tablealgo:Tabled" in text and "table" in text and "sync.migration.mode" in text
     # With migration off the same algorithm is fine.
     doc["sync"] = {"model": "fsp", "migration": {"mode": "off"}}
-    assert validate(doc, tmp_path / "job.yaml")["algorithm"] == "tablealgo:Tabled"
+    assert validate(doc, tmp_path / "job.yaml").algorithm == "tablealgo:Tabled"

@@ -52,6 +52,8 @@ class Section:
         A paragraph under the heading.
     level : int
         Heading level (2 for ``##``).
+    notes : tuple of str
+        Paragraphs under the table.
     """
 
     title: str

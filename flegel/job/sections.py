@@ -39,21 +39,21 @@ TOP: dict[str, Key] = {
         expected="a built-in name (" + ", ".join(BUILTIN_ALGORITHMS)
         + ") or 'package.module:Class'"),
     "params": validation.mapping("keyword arguments of the algorithm's constructor (see below)",
-                             None, null=True, expected="a mapping of algorithm parameters"),
+                                 None, null=True, expected="a mapping of algorithm parameters"),
     "data": validation.mapping("the training data: a file or a synthetic generator (see below)",
-                           expected="a mapping (source: synthetic, or path: FILE)"),
+                               expected="a mapping (source: synthetic, or path: FILE)"),
     "test_data": validation.mapping("held-out data with the keys of `data`, evaluated after "
-                                "training (same number of features)", None, null=True,
-                                expected="a mapping like data"),
+                                    "training (same number of features)", None, null=True,
+                                    expected="a mapping like data"),
     "workers": validation.integer("number of worker processes (MPI ranks 1..workers; rank 0 is "
-                              "the master); under mpirun, the world size minus one", 2, lo=1),
+                                  "the master); under mpirun, the world size minus one", 2, lo=1),
     "seed": validation.integer("seed of the algorithm's initialization and of straggler "
-                           "randomness", 0),
+                               "randomness", 0),
     "sync": validation.mapping("the synchronization model and its options (see below)", None,
-                           null=True, expected="a mapping with 'model'"),
+                               null=True, expected="a mapping with 'model'"),
     "stop": validation.mapping("when training stops (see below)", None, null=True),
     "output": validation.mapping("where results go and what is shown (see below)", None,
-                             null=True),
+                                 null=True),
     "stragglers": Key("a list of straggler patterns", validation.optional(validation.is_list), None,
                       "patterns that slow some workers down (see below)"),
     "runtime": validation.mapping("runtime tuning (see below)", None, null=True),
@@ -61,23 +61,23 @@ TOP: dict[str, Key] = {
 
 STOP: dict[str, Key] = {
     "max_iterations": validation.integer("stop after this many iterations (barriers, or pushes "
-                                     "per worker for asynchronous models)", 100, lo=1,
-                                     null=True),
+                                         "per worker for asynchronous models)", 100, lo=1,
+                                         null=True),
     "target_objective": validation.number("stop once the online objective is at or below this",
-                                      None, null=True),
+                                          None, null=True),
     "tolerance": validation.number("stop when the relative objective change between two checks "
-                               "(one more full pass by every worker) is below this", 1e-4,
-                               lo=0, null=True),
+                                   "(one more full pass by every worker) is below this", 1e-4,
+                                   lo=0, null=True),
     "max_time_s": validation.number("stop after this many seconds of training", None, lo=0,
-                                lo_open=True, null=True),
+                                    lo_open=True, null=True),
 }
 
 OUTPUT: dict[str, Key] = {
     "dir": validation.text("folder under which each run gets its own directory (relative paths "
-                       "are relative to the job file's folder)", "runs",
-                       expected="a folder path"),
+                           "are relative to the job file's folder)", "runs",
+                           expected="a folder path"),
     "progress": validation.choice("progress display: a live line, plain log lines, or nothing",
-                              ("auto", "plain", "none"), "auto"),
+                                  ("auto", "plain", "none"), "auto"),
     "save_model": validation.boolean("write model.npz and model.json", True),
     "trace_points": validation.integer(
         "θ snapshots kept for the exact objective trace and time to target; those not "
@@ -91,20 +91,20 @@ OUTPUT: dict[str, Key] = {
         "when a target objective is set (time to target is measured on them), else "
         "runtime.exact_budget", None, lo=0, null=True),
     "checkpoint": validation.mapping("write checkpoints into the run directory, which `flegel run "
-                                 "--resume RUN_DIR` continues from (keys in the table "
-                                 "`output.checkpoint` below); null: none", None, null=True),
+                                     "--resume RUN_DIR` continues from (keys in the table "
+                                     "`output.checkpoint` below); null: none", None, null=True),
 }
 
 RUNTIME: dict[str, Key] = {
     "block_ms": validation.number("least duration of one block of points, between polls for "
-                              "the master's signals; longer (up to 50 ms on the CPU, 250 ms "
-                              "on a GPU) when a kernel call's fixed cost would take over 15% "
-                              "of it", 1.0, lo=0, lo_open=True, unit="milliseconds"),
+                                  "the master's signals; longer (up to 50 ms on the CPU, 250 ms "
+                                  "on a GPU) when a kernel call's fixed cost would take over 15% "
+                                  "of it", 1.0, lo=0, lo_open=True, unit="milliseconds"),
     "threads": validation.integer("BLAS/numba threads per rank", 1, lo=1),
     "sample_size": validation.integer("rows sampled from the data for the algorithm's "
-                                  "initialization (info.sample)", 10_000, lo=1),
+                                      "initialization (info.sample)", 10_000, lo=1),
     "stall_warning_s": validation.number("warn when no worker has reported for this long",
-                                     10.0, lo=0, lo_open=True, unit="seconds"),
+                                         10.0, lo=0, lo_open=True, unit="seconds"),
     "stall_timeout_s": validation.number(
         "end the job (exit code 3, last θ saved) when a worker has not reported for this "
         "long; it bounds one worker iteration (a full pass under BSP full batch), and "
