@@ -44,12 +44,12 @@ def main() -> None:
     import flegel
     from flegel.algorithms.kmeans import KMeans as KMeansAlgorithm
     from flegel.data import load_shard
-    from flegel.job.config import load_job
+    from flegel.job.validate import load_job
     from flegel.local import make_info
 
     job = load_job(JOB)
-    x, _ = load_shard(job["data"], 0, 1, job.base_dir)
-    k = job["params"]["n_clusters"]
+    x, _ = load_shard(job.data, 0, 1, job.base_dir)
+    k = job.params["n_clusters"]
     print(f"data: {x.shape[0]} x {x.shape[1]}, K = {k}")
     with tempfile.TemporaryDirectory() as tmp:
         runs = [flegel_run(Path(tmp) / f"run{i}") for i in (1, 2)]
@@ -70,7 +70,7 @@ def main() -> None:
         sk10 = SkKMeans(k, n_init=10, random_state=0).fit(x)
         print(f"sklearn KMeans(n_init=10): inertia {sk10.inertia_:.6e}; "
               f"flegel / sklearn - 1 = {ours / sk10.inertia_ - 1:+.2e}")
-        info = make_info(x, None, seed=job["seed"], n_workers=job["workers"])
+        info = make_info(x, None, seed=job.seed, n_workers=job.workers)
         for n_init in (1, 10):
             alg = KMeansAlgorithm(n_clusters=k, n_init=n_init)
             alg.init_parameter(info)  # warm caches

@@ -3,7 +3,7 @@
 The estimators (``KMeans``, ``GaussianMixture``, ``FuzzyCMeans``, ``LogisticRegression``,
 ``NMF``, ``CNN``), :func:`fit` and :func:`load` are imported on first use, so ``import flegel``
 stays light: it loads neither scikit-learn nor MPI.  (They live one layer up,
-docs/architecture.md: ``flegel.estimators`` imports ``flegel.job.config``, which imports this
+docs/architecture.md: ``flegel.estimators`` imports ``flegel.job``, which imports this
 package, so they are looked up by name here, not imported.)
 """
 

@@ -27,6 +27,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,8 @@ from flegel.api import Algorithm, DataInfo, zero_aggregator
 from flegel.block import Block
 from flegel.device import compiles_at_start
 from flegel.jit import cache_is_cold
-from flegel.job.config import Job, JobError
+from flegel.job.errors import JobError
+from flegel.job.job import Job
 from flegel.protocol import ExitCode, StopReason, Tag
 from flegel.rundir import files
 from flegel.rundir.checkpoint import Checkpoint, Checkpointer
@@ -128,15 +130,15 @@ def _warm_up(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None, theta: d
 def run_worker(comm: MPI.Comm, job: Job) -> None:
     from flegel.data import sample_shard
 
-    _limit_threads(job["runtime"]["threads"])
+    _limit_threads(job.runtime.threads)
     n_workers = comm.size - 1
     shard = comm.rank - 1
     t0 = time.perf_counter()
     # Bad data content ends every rank with one message and exit 2, before any work.
     x, y = agreed(comm, (JobError,), job.load_shard, shard, n_workers)
     algorithm = job.make_algorithm()
-    k = max(1, job["runtime"]["sample_size"] // n_workers)
-    sx, sy = sample_shard(x, y, k, job["seed"] + shard)
+    k = max(1, job.runtime.sample_size // n_workers)
+    sx, sy = sample_shard(x, y, k, job.seed + shard)
     msg.send_object(comm, {"n": len(x), "d": x.shape[1], "dtype": x.dtype.str,
                            "sample": sx, "sample_y": sy,
                            "n_classes": None if y is None else int(np.max(y)) + 1,
@@ -146,11 +148,11 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     resumed = msg.recv_object(comm, source=0)[0] if layouts.get("resume") else None
     store = ShardStore(x, y, algorithm.init_state(len(x), x.shape[1]),
                        ids=global_ids(comm.rank, len(x)))
-    stragglers = Stragglers.for_rank(job["stragglers"], comm.rank, job["seed"])
-    policy = policy_class(job["sync"]["model"]).WORKER(job["sync"])
-    evaluator = Evaluator(algorithm) if job["runtime"]["exact_budget"] > 0 else None
+    stragglers = Stragglers.for_rank(job.stragglers, comm.rank, job.seed)
+    policy = policy_class(job.sync.model).WORKER(job.sync.options)
+    evaluator = Evaluator(algorithm) if job.runtime.exact_budget > 0 else None
     worker = Worker(comm, algorithm, store, layouts["theta"], layouts["agg"], policy,
-                    stragglers, block_ms=job["runtime"]["block_ms"], evaluator=evaluator)
+                    stragglers, block_ms=job.runtime.block_ms, evaluator=evaluator)
     policy.attach(worker)  # the policy's extension point (FSP: data migration)
     if resumed is not None:
         worker.restore(resumed)
@@ -319,12 +321,12 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     from flegel.runtime.progress import Progress
     from flegel.runtime.timings import Timings
 
-    progress = Progress(job["output"]["progress"])
+    progress = Progress(job.output.progress)
     timings = Timings(on_phase=progress.phase)
     timings.begin("load_s")
-    _limit_threads(job["runtime"]["threads"])
+    _limit_threads(job.runtime.threads)
     n_workers = comm.size - 1
-    timeout = job["runtime"]["stall_timeout_s"]
+    timeout = job.runtime.stall_timeout_s
     ranks = list(range(1, comm.size))
     loading = _watch(comm, timeout, "loading their shards")
     # The ranks agree that every shard (and test_data, checked here meanwhile) is good data.
@@ -339,7 +341,7 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
         max(infos[r]["n_classes"] for r in ranks) if labelled else None)
     info = DataInfo(n_features=infos[ranks[0]]["d"], n_points=sum(i["n"] for i in infos.values()),
                     n_workers=n_workers, sample=sample, sample_y=sample_y, n_classes=n_classes,
-                    seed=job["seed"], dtype=np.dtype(infos[ranks[0]]["dtype"]),
+                    seed=job.seed, dtype=np.dtype(infos[ranks[0]]["dtype"]),
                     base_dir=job.base_dir)
     algorithm = job.make_algorithm()
     theta = algorithm.init_parameter(info)
@@ -359,18 +361,18 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     saver.writer, saver.algorithm = writer, algorithm
     progress.name = algorithm.objective_name
     server = Server(MpiTransport(comm, theta_layout, agg_layout), ranks, algorithm, theta,
-                    agg_layout.zeros, StopCriteria(**job["stop"]), events=writer.event,
-                    progress=progress, trace_points=job["output"]["trace_points"],
-                    stall_warning_s=job["runtime"]["stall_warning_s"],
+                    agg_layout.zeros, StopCriteria(**asdict(job.stop)), events=writer.event,
+                    progress=progress, trace_points=job.output.trace_points,
+                    stall_warning_s=job.runtime.stall_warning_s,
                     stall_timeout_s=timeout)
     server.shard_sizes = {r: infos[r]["n"] for r in ranks}
-    budget = job["runtime"]["exact_budget"]
+    budget = job.runtime.exact_budget
     if budget > 0:
         ids = sum(id_checksum(global_ids(r, infos[r]["n"])) for r in ranks) % (1 << 64)
         server.exact = ExactObjective(ranks, info.n_points, ids, budget)
-    if job["output"]["checkpoint"] is not None:
+    if job.output.checkpoint is not None:
         server.checkpoint = Checkpointer(
-            out_dir, job["output"]["checkpoint"], ranks,
+            out_dir, job.output.checkpoint, ranks,
             receive=lambda: msg.received(comm, Tag.CHECKPOINT),
             meta={"job_file": str(job.file)}, events_bytes=writer.events_bytes)
     server.preload()
@@ -379,7 +381,7 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     # Every worker is loaded and warmed up: the clock may start.
     msg.gather_objects(comm, ranks, _watch(comm, timeout, "compiling their kernels"))
     timings.begin("train_s")
-    policy = policy_class(job["sync"]["model"])(server, job["sync"])
+    policy = policy_class(job.sync.model)(server, job.sync.options)
     saver.phase = "training"
     snapshot = None
     if resume is not None:
@@ -395,7 +397,7 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     timings.begin("final_eval_s")
     saver.phase = "evaluating the final θ"
     watch = _watch(comm, timeout, saver.phase)
-    evaluation = server.final_evaluation(job["output"]["trace_budget"])
+    evaluation = server.final_evaluation(job.output.trace_budget)
     msg.bcast_object(comm, evaluation.thetas, watch=watch)
     # Every worker's end-of-run report (evaluated objectives, totals), in rank order.
     reports = msg.gather_objects(comm, ranks, watch)

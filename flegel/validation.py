@@ -19,13 +19,14 @@ A constraint words itself for a job file (YAML: ``'a' or 'b'``, ``true or false`
 'b'``, ``True or False``, ``None``, "an integer >= 1"), the words of scikit-learn-style
 parameter checks.
 
-The module has four parts: the constraints; :class:`Key` and the key builders
+The module has three parts: the constraints; :class:`Key` and the key builders
 (:func:`integer`, :func:`number`, :func:`choice`, :func:`boolean`, :func:`text`,
 :func:`mapping`); the validation engine, :func:`check_section` and :func:`check_params`, which
-raise :class:`SchemaError` / :class:`ParameterError` carrying the key (the config layer turns
-a SchemaError into a ``JobError`` naming the job file); and the reference generator,
-:func:`render_reference`.  The check-style names (:func:`is_int`, :func:`one_of`,
-:func:`optional`, ...) are the constraints under the names job declarations use as checks.
+raise :class:`SchemaError` / :class:`ParameterError` carrying the key (the job layer turns
+a SchemaError into a ``JobError`` naming the job file).  The job reference is rendered from
+these declarations by :mod:`flegel.job.reference`.  The check-style names (:func:`is_int`,
+:func:`one_of`, :func:`optional`, ...) are the constraints under the names job declarations
+use as checks.
 
 This module sits at the bottom of flegel's layers: it imports nothing from flegel.
 """
@@ -37,8 +38,8 @@ import math
 import numbers
 import os
 from collections import abc
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, overload
 
 __all__ = [
@@ -62,7 +63,6 @@ __all__ = [
     "PlainName",
     "Real",
     "SchemaError",
-    "Section",
     "Text",
     "any_of",
     "anything",
@@ -85,8 +85,6 @@ __all__ = [
     "number",
     "one_of",
     "optional",
-    "render_reference",
-    "render_section",
     "text",
 ]
 
@@ -897,33 +895,7 @@ def defaults(schema: abc.Mapping[str, Key]) -> dict[str, Any]:
     return {k: key.default for k, key in schema.items() if not key.required}
 
 
-# --------------------------------------------------------------------------- reference
-@dataclass(frozen=True)
-class Section:
-    """One table of the job reference.
-
-    Attributes
-    ----------
-    title : str
-        Heading (Markdown inline code allowed).
-    prefix : str
-        Written before every key name in the table (``"stop."``, ``"stragglers[]."``).
-    keys : mapping of str to Key
-        The keys, in the order shown.
-    intro : str
-        A paragraph under the heading.
-    level : int
-        Heading level (2 for ``##``).
-    """
-
-    title: str
-    prefix: str
-    keys: abc.Mapping[str, Key]
-    intro: str = ""
-    level: int = 2
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-
+# --------------------------------------------------------------------------- values
 def describe_default(value: Any) -> str:
     """Write a default as it would appear in YAML.
 
@@ -948,61 +920,3 @@ def describe_default(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {describe_default(v)}" for k, v in value.items()) + "}"
     return str(value)
-
-
-def _cell(s: str) -> str:
-    return s.replace("|", "\\|").replace("\n", " ").strip()
-
-
-def render_section(section: Section) -> str:
-    """Render one :class:`Section` as a Markdown heading, paragraph and table.
-
-    Parameters
-    ----------
-    section : Section
-        The section.
-
-    Returns
-    -------
-    str
-        Markdown ending with a blank line.
-    """
-    lines = ["#" * section.level + " " + section.title, ""]
-    if section.intro:
-        lines += [section.intro, ""]
-    if section.keys:
-        lines += ["| key | expected | default | description |", "|---|---|---|---|"]
-    for name, key in section.keys.items():
-        default = describe_default(key.default)
-        shown = default if key.required else f"`{default}`"
-        lines.append(f"| `{section.prefix}{name}` | {_cell(key.expected)} | {_cell(shown)} "
-                     f"| {_cell(key.doc) or '(undocumented)'} |")
-    if section.keys:
-        lines.append("")
-    for note in section.notes:
-        lines += [note, ""]
-    return "\n".join(lines)
-
-
-def render_reference(sections: Sequence[Section], title: str, intro: str = "") -> str:
-    """Render the whole job reference.
-
-    Parameters
-    ----------
-    sections : sequence of Section
-        The tables, in order.
-    title : str
-        The document's ``#`` heading.
-    intro : str
-        Paragraphs under the title.
-
-    Returns
-    -------
-    str
-        Markdown text ending with one newline.
-    """
-    parts = [f"# {title}", ""]
-    if intro:
-        parts += [intro.strip(), ""]
-    out = "\n".join(parts) + "\n" + "\n".join(render_section(s) for s in sections)
-    return out.rstrip("\n") + "\n"

@@ -70,6 +70,7 @@ import numpy as np
 
 from flegel.api import Algorithm, DataInfo, zero_aggregator
 from flegel.block import Block
+from flegel.job.sections import sync_keys
 from flegel.ports import Arrays, WorkerPolicy
 from flegel.protocol import (
     COMMIT,
@@ -94,16 +95,16 @@ from flegel.runtime.store import ID_SHIFT, ShardStore, origin_of
 from flegel.runtime.stragglers import Stragglers
 from flegel.runtime.transport import Commit
 from flegel.sync import policy_class
+from flegel.validation import check_section
 
 
 # --------------------------------------------------------------------------- options
 def sync_options(model: str, **given: Any) -> dict[str, Any]:
     """A complete, validated ``sync`` section for ``model``: ``given`` plus every default.
 
-    Goes through the job schema as ``flegel.job.config`` does (``config.sync_keys`` and
-    ``schema.check_section``, then the model's ``check_options`` when it has one); if that
-    API is not there, reads the defaults from the class's ``OPTIONS`` directly, whether they
-    are :class:`flegel.validation.Key` declarations or ``(default, expected)`` pairs.
+    Goes through the job schema as :mod:`flegel.job.validate` does
+    (:func:`flegel.job.sections.sync_keys` and :func:`flegel.validation.check_section`, then
+    the model's ``check_options`` when it has one).
 
     Raises
     ------
@@ -116,19 +117,7 @@ def sync_options(model: str, **given: Any) -> dict[str, Any]:
         # Policy tests check FSP without migration unless they ask for it (its default is
         # async; tests/test_migration_*.py ask).
         section["migration"] = {"mode": "off"}
-    try:
-        from flegel import validation as schema
-        from flegel.job import config
-
-        out = schema.check_section("sync", section, config.sync_keys(cls))
-    except (ImportError, AttributeError):
-        out = {"model": model}
-        for name, decl in getattr(cls, "OPTIONS", {}).items():
-            default = getattr(decl, "default", None) if not isinstance(decl, tuple) else decl[0]
-            out[name] = given.get(name, default)
-        unknown = set(given) - set(out)
-        if unknown:
-            raise ValueError(f"unknown sync options for {model}: {sorted(unknown)}") from None
+    out = check_section("sync", section, sync_keys(cls))
     check = getattr(cls, "check_options", None)
     if check is not None:
         problem = check(out)

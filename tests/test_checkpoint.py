@@ -16,7 +16,8 @@ import pytest
 
 from flegel.block import Block
 from flegel.cli.resume import resumed_job
-from flegel.job.config import JobError, validate
+from flegel.job.errors import JobError
+from flegel.job.validate import validate
 from flegel.rundir import checkpoint
 from flegel.rundir.checkpoint import Checkpointer, CheckpointError, Schedule
 from flegel.runtime.stopping import StopCriteria
@@ -258,8 +259,8 @@ def _job(tmp_path: Path, **output: Any) -> dict[str, Any]:
 
 def test_checkpoint_keys(tmp_path):
     job = validate(_job(tmp_path, checkpoint={"every_s": 30}), tmp_path / "job.yaml")
-    assert job["output"]["checkpoint"] == {"every_s": 30, "every_iterations": None}
-    assert validate(_job(tmp_path), tmp_path / "job.yaml")["output"]["checkpoint"] is None
+    assert job.output.checkpoint == {"every_s": 30, "every_iterations": None}
+    assert validate(_job(tmp_path), tmp_path / "job.yaml").output.checkpoint is None
     with pytest.raises(JobError, match="output.checkpoint.every_s.*exactly one of every_s "
                        "and every_iterations .found every_s and every_iterations"):
         validate(_job(tmp_path, checkpoint={"every_s": 3, "every_iterations": 2}),
@@ -272,7 +273,7 @@ def test_resume_refuses_to_change_what_the_job_computes(tmp_path):
     _written(tmp_path)
     (tmp_path / "job.yaml").write_text(json.dumps(_job(tmp_path)))
     job = resumed_job(tmp_path, ["stop.max_iterations=9"])
-    assert job["stop"]["max_iterations"] == 9
+    assert job.stop.max_iterations == 9
     with pytest.raises(CheckpointError, match="--set params.n_clusters=3: expected a key "
                        "under stop."):
         resumed_job(tmp_path, ["params.n_clusters=3"])

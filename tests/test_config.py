@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -9,7 +10,10 @@ import numpy as np
 import pytest
 
 from flegel.cli.commands import main
-from flegel.job.config import JobError, apply_overrides, load_job
+from flegel.job.errors import JobError
+from flegel.job.overrides import apply_overrides
+from flegel.job.sections import DEFAULT_SYNC_MODEL, OUTPUT, RUNTIME, STOP
+from flegel.job.validate import load_job
 from tests.conftest import ROOT, child_env, write_job
 
 GOOD = {"algorithm": "kmeans", "params": {"n_clusters": 3},
@@ -126,8 +130,24 @@ def test_overrides_parse_yaml_values(tmp_path):
 def test_overrides_reach_the_job(tmp_path):
     path = write_job(tmp_path / "job.yaml", **GOOD)
     job = load_job(path, ["workers=3", "sync.batch=auto", "stop.max_iterations=7"])
-    assert job["workers"] == 3 and job["sync"]["batch"] == "auto"
-    assert job["stop"]["max_iterations"] == 7
+    assert job.workers == 3 and job.sync.options["batch"] == "auto"
+    assert job.stop.max_iterations == 7
+
+
+def test_the_job_is_typed_once_from_its_declarations(tmp_path):
+    """Each typed section has the declared keys, in order, with the values job.yaml holds."""
+    doc = {k: v for k, v in GOOD.items() if k != "sync"}
+    job = load_job(write_job(tmp_path / "job.yaml", **doc, stop={"max_time_s": 2.5}))
+    for record, keys in ((job.stop, STOP), (job.output, OUTPUT), (job.runtime, RUNTIME)):
+        assert [f.name for f in dataclasses.fields(record)] == list(keys)
+    assert dataclasses.asdict(job.stop) == job.doc["stop"]
+    assert job.stop.max_time_s == 2.5 and job.runtime.stall_timeout_s == 300.0
+    assert job.output.dir == str(tmp_path / "runs")  # relative to the job file's folder
+    assert job.sync.model == DEFAULT_SYNC_MODEL == job.doc["sync"]["model"]
+    assert job.sync.options is job.doc["sync"]
+    assert (job.workers, job.seed, job.params) == (2, 0, {"n_clusters": 3})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.workers = 3  # type: ignore[misc]
 
 
 def test_run_cli_bad_job_exits_2_without_traceback(tmp_path):
@@ -147,7 +167,7 @@ def test_job_error_message_format(tmp_path):
 def test_switching_sync_model_drops_the_old_options(tmp_path):
     path = write_job(tmp_path / "job.yaml", **{**GOOD, "sync": {"model": "bsp", "batch": 50}})
     job = load_job(path, ["sync.eta_ms=5", "sync.model=fsp", "sync.interval=fixed"])
-    assert job["sync"]["model"] == "fsp" and job["sync"]["eta_ms"] == 5
-    assert "batch" not in job["sync"]
+    assert job.sync.model == "fsp" and job.sync.options["eta_ms"] == 5
+    assert "batch" not in job.sync.options
     job = load_job(path, ["sync.model=bsp"])  # same model: its options stay
-    assert job["sync"]["batch"] == 50
+    assert job.sync.options["batch"] == 50

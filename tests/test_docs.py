@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import yaml
 
-from flegel.job.config import load_job
+from flegel.job.validate import load_job
 from tests.conftest import ROOT, child_env
 
 #: Every page whose marked blocks are run.
@@ -202,8 +202,8 @@ def test_every_relative_path_in_a_job_is_relative_to_the_job_file(
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # the working directory plays no part
     loaded = load_job(Path("..") / "project" / "jobs" / "job.yaml")
-    assert Path(loaded["output"]["dir"]) == jobs / "out"
+    assert Path(loaded.output.dir) == jobs / "out"
     assert loaded.data_info.n_rows == 40  # data.path found beside the job file
     # Absolute paths stay as they are.
     loaded = load_job(job, [f"output.dir={tmp_path / 'abs'}"])
-    assert Path(loaded["output"]["dir"]) == tmp_path / "abs"
+    assert Path(loaded.output.dir) == tmp_path / "abs"

@@ -228,7 +228,7 @@ def test_algorithm_parameters_are_declared_once():
     """An estimator's constraints of its algorithm's parameters come from the algorithm's
     PARAMS: changing the declaration there changes what the estimator accepts."""
     from flegel.estimators.base import sklearn_constraint
-    from flegel.job.config import resolve_algorithm
+    from flegel.job.algorithms import resolve_algorithm
 
     for est in (KMeans, GaussianMixture, FuzzyCMeans, LogisticRegression, NMF, CNN):
         algo = resolve_algorithm(est.ALGORITHM)

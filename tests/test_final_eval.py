@@ -16,7 +16,7 @@ import pytest
 
 from flegel.algorithms.kmeans import KMeans
 from flegel.block import Block
-from flegel.job.config import load_job
+from flegel.job.validate import load_job
 from flegel.runtime.exact import (
     CHUNK_ROWS,
     Evaluation,
@@ -235,9 +235,9 @@ def test_the_budget_caps_a_drawing_trace_and_not_a_time_to_target_one(tmp_path: 
     job = write_job(tmp_path / "job.yaml", algorithm="kmeans", params={"n_clusters": 2},
                     data={"source": "synthetic", "kind": "blobs", "n_points": 100,
                           "n_features": 2, "centers": 2, "seed": 0}, workers=2)
-    assert load_job(job)["output"]["trace_budget"] == 0.05  # runtime.exact_budget
-    assert load_job(job, ["runtime.exact_budget=0.1"])["output"]["trace_budget"] == 0.1
+    assert load_job(job).output.trace_budget == 0.05  # runtime.exact_budget
+    assert load_job(job, ["runtime.exact_budget=0.1"]).output.trace_budget == 0.1
     # With a target, every snapshot counts for time to target: no cap.
-    assert load_job(job, ["stop.target_objective=1.0"])["output"]["trace_budget"] is None
+    assert load_job(job, ["stop.target_objective=1.0"]).output.trace_budget is None
     assert load_job(job, ["stop.target_objective=1.0", "output.trace_budget=0.2"]
-                    )["output"]["trace_budget"] == 0.2
+                    ).output.trace_budget == 0.2

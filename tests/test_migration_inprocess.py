@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from flegel.job.config import JobError, validate
+from flegel.job.errors import JobError
+from flegel.job.validate import validate
 from flegel.runtime.store import ID_SHIFT
 from tests.fakes import Simulation, kmeans_theta0, slow_then_fast
 
@@ -257,7 +258,7 @@ def test_migration_outside_fsp_is_a_validation_error(tmp_path):
     # Under FSP the same section is valid.
     job = validate(_job(tmp_path, {"model": "fsp", "migration": {"mode": "async"}}),
                    tmp_path / "job.yaml")
-    assert job["sync"]["migration"]["mode"] == "async"
+    assert job.sync.options["migration"]["mode"] == "async"
 
 
 def test_unmovable_per_point_state_is_named(tmp_path):
@@ -276,4 +277,4 @@ def test_unmovable_per_point_state_is_named(tmp_path):
     assert "tablealgo:Tabled" in text and "table" in text and "sync.migration.mode" in text
     # With migration off the same algorithm is fine.
     doc["sync"] = {"model": "fsp", "migration": {"mode": "off"}}
-    assert validate(doc, tmp_path / "job.yaml")["algorithm"] == "tablealgo:Tabled"
+    assert validate(doc, tmp_path / "job.yaml").algorithm == "tablealgo:Tabled"

@@ -11,7 +11,8 @@ import pytest
 
 import flegel
 from flegel.data import load_shard
-from flegel.job.config import JobError, load_job
+from flegel.job.errors import JobError
+from flegel.job.validate import load_job
 from flegel.rundir.model import model_path, read_model
 from tests.conftest import events, mpirun, summary, write_job
 
@@ -48,7 +49,7 @@ def test_load_returns_a_fitted_kmeans(kmeans_run):
     assert km.inertia_ == s["final_objective"] and km.n_iter_ == s["iterations"]
     with np.load(out / "model.npz") as archive:
         np.testing.assert_array_equal(km.cluster_centers_, archive["centers"])
-    x, _ = load_shard(load_job(job)["data"], 0, 1, job.parent)
+    x, _ = load_shard(load_job(job).data, 0, 1, job.parent)
     # scikit-learn's predictions with the same centres
     sk = SkKMeans(4, init=km.cluster_centers_, n_init=1, max_iter=1).fit(x)
     sk.cluster_centers_ = km.cluster_centers_
@@ -76,7 +77,7 @@ def test_fit_a_job_file_on_arrays_warm_started_by_a_relative_path(kmeans_run):
     """flegel.fit on a job file: its data replaced by X, its relative init still meaning the
     run directory beside it."""
     folder, job, out = kmeans_run
-    x, _ = load_shard(load_job(job)["data"], 0, 1, job.parent)
+    x, _ = load_shard(load_job(job).data, 0, 1, job.parent)
     warm = _kmeans_job(folder, "relative.yaml", init=out.name)
     est = flegel.fit(warm, x, out=folder / "fits")
     assert isinstance(est, flegel.KMeans) and est.get_params()["init"] == out.name

@@ -115,7 +115,7 @@ def _simulate(name: str, params: dict, x: np.ndarray, sync: dict, *, y=None,
     """Run the built-in ``name`` under ``sync`` on ``workers`` simulated workers, θ⁰ from its
     ``init_parameter`` as the runtime builds it (``base_dir``: the job's folder); check what
     every run of the old mpirun test checked."""
-    from flegel.job.config import resolve_algorithm
+    from flegel.job.algorithms import resolve_algorithm
 
     algorithm = resolve_algorithm(name)(**params)
     theta0 = algorithm.init_parameter(make_info(x, y, base_dir=base_dir, n_workers=workers))

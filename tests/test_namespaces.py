@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from flegel.cli.launch import find_mpiexec
-from flegel.job.config import BUILTIN_ALGORITHMS, load_job, resolve_algorithm
+from flegel.job.algorithms import BUILTIN_ALGORITHMS, resolve_algorithm
+from flegel.job.validate import load_job
 from tests.conftest import ROOT, summary, write_job
 
 MINE = '''
@@ -80,6 +81,19 @@ def test_builtins_are_flegel_algorithms():
         assert target.startswith("flegel.algorithms.")
         cls = resolve_algorithm(name)
         assert cls.__module__ == target.partition(":")[0]
+        assert cls.name == name  # the name a saved model is matched on (rundir/model.py)
+
+
+def test_one_registry_of_builtin_algorithms():
+    """The estimators' map is read from the estimators' ``ALGORITHM``, each a registered
+    built-in, and every built-in has its estimator: the names are declared once."""
+    from flegel.estimators.functional import BUILTIN, ESTIMATORS
+
+    assert len(BUILTIN) == len(ESTIMATORS)  # no two estimators of one algorithm
+    assert list(BUILTIN) == list(BUILTIN_ALGORITHMS)
+    for name, est in BUILTIN.items():
+        assert est.ALGORITHM == name
+        assert type(est()._algorithm()) is resolve_algorithm(name)
 
 
 def test_import_algorithms_is_free_outside_the_repository(tmp_path):

@@ -21,7 +21,7 @@ import pytest
 from flegel.cli import report
 from flegel.cli.commands import main as cli_main
 from flegel.cli.compare import model_sets, row_figures, table
-from flegel.job.config import load_job
+from flegel.job.validate import load_job
 from flegel.sync import PRESETS
 
 #: pytest's fixture of captured output.
@@ -208,12 +208,12 @@ def test_migration_presets_select_fsp_with_each_mode(tmp_path: Path) -> None:
     for preset, mode in (("fspv", "async"), ("fspv-off", "off"), ("fspv-async", "async"),
                          ("fspv-sync", "sync"), ("fspb-async", "async"), ("fspb-off", "off")):
         # The user's own migration keys add to the preset's instead of replacing them.
-        sync = load_job(job, ["sync.migration.window=256"] + model_sets(preset))["sync"]
+        sync = load_job(job, ["sync.migration.window=256"] + model_sets(preset)).sync.options
         assert sync["model"] == "fsp"
         assert sync["interval"] == ("binary" if preset.startswith("fspb") else "multistage")
         assert sync["migration"]["mode"] == mode
         assert sync["migration"]["window"] == 256
-    bsp = load_job(job, model_sets("bspb"))["sync"]
+    bsp = load_job(job, model_sets("bspb")).sync.options
     assert (bsp["model"], bsp["batch"]) == ("bsp", "full")
 
 

@@ -8,6 +8,7 @@ are replaced atomically.  All in-process (no MPI).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 from flegel.cli.commands import main
-from flegel.job.config import load_job
+from flegel.job.validate import load_job
 from flegel.rundir.writer import (
     RUN_FILES,
     RunDirError,
@@ -137,9 +138,8 @@ def test_default_run_dir_is_a_new_child_of_output_dir(tmp_path: Path) -> None:
     assert out.parent == tmp_path / "runs" and out.name.startswith("trial.1-bsp-")
     assert not out.exists()
     # The guard holds even for a name that bypassed validation.
-    job.doc["name"] = "../../escaped"
     with pytest.raises(RunDirError, match="expected a directory inside output.dir"):
-        default_run_dir(job)
+        default_run_dir(dataclasses.replace(job, name="../../escaped"))
 
 
 # ------------------------------------------------------------------- --out and --force

@@ -17,7 +17,9 @@ from typing import Any, NoReturn
 
 from flegel import __version__
 from flegel.cli.launch import launch, under_mpi
-from flegel.job.config import Job, JobError, load_job
+from flegel.job.errors import JobError
+from flegel.job.job import Job
+from flegel.job.validate import load_job
 from flegel.rundir import files
 from flegel.runtime.timings import say_importing
 
@@ -81,8 +83,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return _error(exc)
     info = job.data_info
     values = "" if checked is None else f", {checked} rows of values checked"
-    print(f"{job.file}: ok ({job['algorithm']}, sync {job['sync']['model']}, "
-          f"{job['workers']} workers, data {info.n_rows} x {info.n_features}{values})")
+    print(f"{job.file}: ok ({job.algorithm}, sync {job.sync.model}, "
+          f"{job.workers} workers, data {info.n_rows} x {info.n_features}{values})")
     return 0
 
 
@@ -104,7 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         argv = ["run", "--resume", str(Path(args.resume).resolve())]
         for s in args.set:
             argv += ["--set", s]
-        return launch(job["workers"] + 1, argv)
+        return launch(job.workers + 1, argv)
     if not under_mpi():
         try:
             job = load_job(args.job, args.set)
@@ -117,7 +119,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         argv = ["run", str(job.file), "--out", str(out), "--force"]
         for s in args.set:
             argv += ["--set", s]
-        return launch(job["workers"] + 1, argv, job["output"]["progress"])
+        return launch(job.workers + 1, argv, job.output.progress)
 
     # Rank 0 says what the next second or so goes to (flegel.runtime.timings).
     say_importing(os.environ.get("PMI_RANK"))

@@ -36,7 +36,8 @@ from typing import Any
 import yaml
 
 from flegel.cli.launch import KILL_AFTER_S
-from flegel.job.config import JobError, load_job
+from flegel.job.errors import JobError
+from flegel.job.validate import load_job
 from flegel.rundir import files
 from flegel.sync import PRESETS
 
@@ -236,16 +237,16 @@ def _compare(args: argparse.Namespace) -> int:
     syncs = [s.strip() for s in args.sync.split(",") if s.strip()]
     try:
         settings = ([parse_stragglers(s) for s in args.stragglers] if args.stragglers
-                    else [job["stragglers"]])
+                    else [job.stragglers])
         for st in settings:  # validate every combination before running anything
             for sy in syncs:
                 load_job(args.job, args.set + model_sets(sy) + [f"stragglers={json.dumps(st)}"])
     except (JobError, ValueError) as exc:
         sys.stderr.write(f"flegel: error: {exc}\n")
         return 2
-    out = Path(args.out or Path(job["output"]["dir"]) / f"compare-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = Path(args.out or Path(job.output.dir) / f"compare-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    target = job["stop"]["target_objective"]
+    target = job.stop.target_objective
     if args.target != "auto":
         target = float(args.target)
     if target is None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flegel.job.config import Job, apply_overrides, load_yaml, validate
+from flegel.job.job import Job
+from flegel.job.overrides import apply_overrides
+from flegel.job.validate import validate
+from flegel.job.yaml_file import load_yaml
 from flegel.rundir import files
 from flegel.rundir.checkpoint import CheckpointError, read_manifest
 
@@ -39,5 +42,5 @@ def resumed_job(run_dir: Path, sets: list[str], workers: int | None = None) -> J
     origin = Path(manifest.get("job_file") or job_yaml)
     doc = apply_overrides(load_yaml(job_yaml), list(sets), job_yaml)
     job = validate(doc, origin, workers)
-    read_manifest(run_dir, job["workers"])
+    read_manifest(run_dir, job.workers)
     return job

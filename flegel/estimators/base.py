@@ -142,7 +142,7 @@ class FlegelEstimator(BaseEstimator):
     # ------------------------------------------------------------------ the model
     def _algorithm(self) -> Any:
         """The algorithm object of the fitted parameters (its kernels serve prediction)."""
-        from flegel.job.config import resolve_algorithm
+        from flegel.job.algorithms import resolve_algorithm
 
         # Prediction never depends on the initialization: the default init avoids re-saving
         # an init array (K-means) and re-checking a warm-start path that may be gone.
@@ -244,7 +244,7 @@ def algorithm_constraints(algorithm: str, names: dict[str, str]) -> dict[str, li
         Estimator parameter -> the algorithm's (``ALGORITHM_PARAMS``); those the algorithm
         does not declare are left out.
     """
-    from flegel.job.config import resolve_algorithm
+    from flegel.job.algorithms import resolve_algorithm
 
     cls: type[Algorithm] = resolve_algorithm(algorithm)
     params = cls.PARAMS

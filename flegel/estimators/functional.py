@@ -52,16 +52,18 @@ def load(run_dir: str | Path) -> FlegelEstimator:
     return from_saved(read_model(run_dir))
 
 
-#: Built-in algorithm names -> their estimator.
-BUILTIN: dict[str, type[FlegelEstimator]] = {
-    "kmeans": KMeans, "gmm": GaussianMixture, "fcm": FuzzyCMeans,
-    "logreg": LogisticRegression, "nmf": NMF, "cnn": CNN,
-}
+#: The estimators of the built-in algorithms.
+ESTIMATORS: tuple[type[FlegelEstimator], ...] = (
+    KMeans, GaussianMixture, FuzzyCMeans, LogisticRegression, NMF, CNN)
+
+#: Built-in algorithm names (:data:`flegel.job.algorithms.BUILTIN_ALGORITHMS`) -> their
+#: estimator, read from each estimator's ``ALGORITHM``.
+BUILTIN: dict[str, type[FlegelEstimator]] = {cls.ALGORITHM: cls for cls in ESTIMATORS}
 
 
 def from_saved(saved: SavedModel) -> FlegelEstimator:
     """The fitted estimator of a saved model, with the parameters of its run."""
-    from flegel.job.config import BUILTIN_ALGORITHMS
+    from flegel.job.algorithms import BUILTIN_ALGORITHMS
 
     name = saved.algorithm
     if name is None:
@@ -118,7 +120,7 @@ def fit(job_or_algorithm: Any, X: Any, y: Any = None, **overrides: Any) -> Flege
     >>> est = flegel.fit("kmeans", X, params={"n_clusters": 3}, workers=2)  # doctest: +SKIP
     >>> est.predict(X)  # doctest: +SKIP
     """
-    from flegel.job.config import load_yaml
+    from flegel.job.yaml_file import load_yaml
 
     import_root = job_dir = None
     if isinstance(job_or_algorithm, dict):

@@ -78,7 +78,7 @@ class Estimator(FlegelEstimator):
         return self
 
     def _algorithm(self) -> Any:
-        from flegel.job.config import resolve_algorithm
+        from flegel.job.algorithms import resolve_algorithm
 
         name, _ = algorithm_name(self.algorithm)
         return resolve_algorithm(name)(**self._algorithm_params())

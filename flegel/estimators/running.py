@@ -1,7 +1,7 @@
 """Launching a job on in-memory data: the path ``flegel run`` takes, from Python.
 
 :func:`run_job` writes ``X`` (and ``y``) as ``.npy`` files with a job file into a new run
-directory, validates the job (:func:`flegel.job.config.load_job`), launches ``workers + 1`` MPI
+directory, validates the job (:func:`flegel.job.validate.load_job`), launches ``workers + 1`` MPI
 ranks with the bundled launcher (:func:`flegel.cli.launch.launch`, as ``flegel run`` does without
 mpirun) and reads the model back (:func:`flegel.rundir.model.read_model`).
 """
@@ -90,7 +90,7 @@ def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
 
     The path of ``flegel run``: ``X`` and ``y`` are written as ``.npy`` files into a new run
     directory with the job (``data`` replaced by them), the job is validated
-    (:func:`flegel.job.config.load_job`), ``workers + 1`` ranks are launched
+    (:func:`flegel.job.validate.load_job`), ``workers + 1`` ranks are launched
     (:func:`flegel.cli.launch.launch`), and the model is read back.  The data files are removed
     afterwards (the job file too when the run succeeded).
 
@@ -112,13 +112,14 @@ def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
 
     Raises
     ------
-    flegel.job.config.JobError
+    flegel.job.errors.JobError
         A bad job (a ``ValueError`` naming the key).
     RuntimeError
         The MPI run failed (its messages were printed above).
     """
     from flegel.cli.launch import launch, under_mpi
-    from flegel.job.config import load_job
+    from flegel.job.sections import DEFAULT_SYNC_MODEL
+    from flegel.job.validate import load_job
 
     if under_mpi():
         raise RuntimeError("flegel: fit launches its own MPI job and cannot run inside one "
@@ -126,7 +127,7 @@ def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
     doc = dict(doc)
     sync = doc.get("sync") or {}
     name = str(doc.get("name") or str(doc["algorithm"]).split(":")[-1].split(".")[-1].lower())
-    run_dir = _new_run_dir(out, name, str(sync.get("model", "bsp")))
+    run_dir = _new_run_dir(out, name, str(sync.get("model", DEFAULT_SYNC_MODEL)))
     # The inputs go to a folder of their own: the run directory must hold no run files
     # before the run (flegel.rundir.writer.claim_run_dir), and they are removed after it.
     inputs = run_dir / FIT_INPUTS
@@ -152,7 +153,7 @@ def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
     try:
         job = load_job(job_file)
         with _importable(import_root):
-            code = launch(job["workers"] + 1, ["run", str(job_file), "--out", str(run_dir)])
+            code = launch(job.workers + 1, ["run", str(job_file), "--out", str(run_dir)])
     finally:
         for f in files:
             f.unlink(missing_ok=True)

@@ -44,16 +44,16 @@ def default_run_dir(job: Any) -> Path:
     RunDirError
         The path would leave ``output.dir`` (the job validation refuses such names first).
     """
-    name = job["name"] or job["algorithm"].split(":")[-1].split(".")[-1].lower()
+    name = job.name or job.algorithm.split(":")[-1].split(".")[-1].lower()
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path(job["output"]["dir"]).expanduser()
+    base = Path(job.output.dir).expanduser()
     if not base.is_absolute():
         base = Path.cwd() / base
-    path = base / f"{name}-{job['sync']['model']}-{stamp}"
+    path = base / f"{name}-{job.sync.model}-{stamp}"
     i = 1
     while path.exists():
         i += 1
-        path = base / f"{name}-{job['sync']['model']}-{stamp}-{i}"
+        path = base / f"{name}-{job.sync.model}-{stamp}-{i}"
     if path.resolve().parent != base.resolve():
         raise RunDirError(f"run directory {path}: expected a directory inside output.dir "
                           f"{base}")
@@ -197,7 +197,7 @@ class RunWriter:
         JSON); the arrays are written once per version.  False when ``output.save_model``
         is off.  The master saves the model before the final evaluation and whenever a job
         ends early, so a failure there leaves the last good θ (issue 13)."""
-        if not self.job["output"]["save_model"]:
+        if not self.job.output.save_model:
             return False
         arrays: dict[str, np.ndarray] = {
             k: np.asarray(v) for k, v in algorithm.finalize(theta).items()}
@@ -205,7 +205,7 @@ class RunWriter:
             save_npz_atomic(self.dir / files.MODEL, arrays)
             self._saved_version = version
         write_json_atomic(self.dir / files.MODEL_META, {
-            "algorithm": self.job["algorithm"], "params": self.job["params"],
+            "algorithm": self.job.algorithm, "params": self.job.params,
             "arrays": {k: {"shape": list(a.shape), "dtype": a.dtype.str}
                        for k, a in arrays.items()},
             "theta_version": version, **meta})
@@ -222,9 +222,9 @@ class RunWriter:
         assert evaluation.final_objective is not None, "the final evaluation is complete"
         final = evaluation.final_objective
         summary: dict[str, Any] = {
-            "algorithm": job["algorithm"],
+            "algorithm": job.algorithm,
             "objective_name": algorithm.objective_name,
-            "sync": job["sync"],
+            "sync": job.sync.options,
             "workers": len(results),
             "n_points": info.n_points,
             "n_features": info.n_features,
@@ -245,7 +245,7 @@ class RunWriter:
         trace = evaluation.trace()
         summary["objective_trace"] = [[round(t, 6), f] for t, f in trace]
         summary["final_evaluation"] = evaluation.summary()
-        target = job["stop"]["target_objective"]
+        target = job.stop.target_objective
         if target is not None:
             summary["target_objective"] = target
             # Time to target on the exact objective of the θ snapshots (comparable across
@@ -278,7 +278,7 @@ class RunWriter:
                 moved[key] = sum(r["migration"][key] for r in results if "migration" in r)
             data_bytes = sum(r["data_bytes"] for r in results)
             moved["bytes_fraction"] = moved["bytes_moved"] / max(data_bytes, 1)
-        if job["test_data"] is not None:
+        if job.test_data is not None:
             summary["test"] = self._test_metrics(algorithm, server.theta)
         self.save_model(algorithm, server.theta, server.version, final_objective=final)
         if timings is not None:
