@@ -29,7 +29,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from mpi4py import MPI
@@ -57,6 +57,9 @@ from flegel.runtime.stragglers import Stragglers
 from flegel.runtime.transport import MpiTransport
 from flegel.runtime.worker import Worker
 from flegel.sync import policy_class
+
+if TYPE_CHECKING:  # the writer is imported when the master needs it (start-up cost)
+    from flegel.rundir.writer import RunWriter
 
 
 def abort_on_error(comm: MPI.Comm, fn: Any, *args: Any) -> Any:
@@ -190,8 +193,8 @@ class _Saver:
     """What the master needs to save the last good θ when the job ends early."""
 
     def __init__(self) -> None:
-        self.writer: Any = None
-        self.algorithm: Any = None
+        self.writer: RunWriter | None = None
+        self.algorithm: Algorithm | None = None
         self.server: Server | None = None
         self.saved = False  # the final θ is on disk already
         self.phase = "loading their shards"  # what the workers are doing, for messages
@@ -205,7 +208,7 @@ class _Saver:
     def save(self) -> str:
         """Save the server's θ (the last good one); say where, for the message."""
         srv, writer = self.server, self.writer
-        if srv is None or writer is None:
+        if srv is None or writer is None or self.algorithm is None:
             return "no model saved: training had not started"
         if not self.saved:
             try:

@@ -40,7 +40,7 @@ import os
 from collections import abc
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any
 
 __all__ = [
     "MISSING",
@@ -535,8 +535,8 @@ is_list = List()
 class Key:
     """One key: its constraint, its default and one line of documentation.
 
-    ``Key(constraint, default, doc)``; ``Key(expected, check, default, doc)`` declares a
-    plain predicate with its words (a :class:`Described` constraint).
+    ``Key(constraint, default, doc)``; a rule the generated words cannot say is a
+    :class:`Described` constraint (a check and its words).
 
     Attributes
     ----------
@@ -552,24 +552,10 @@ class Key:
     default: Any = REQUIRED
     doc: str = ""
 
-    @overload
-    def __init__(self, constraint: Constraint, default: Any = ..., doc: str = ...) -> None: ...
-
-    @overload
-    def __init__(self, constraint: str, check: Constraint | Check, default: Any = ...,
-                 doc: str = ...) -> None: ...
-
-    def __init__(self, constraint: Constraint | str, *rest: Any, **named: Any) -> None:
-        if isinstance(constraint, str):  # Key(expected, check, default, doc)
-            if rest:
-                check, *rest_ = rest
-            else:
-                check, rest_ = named.pop("check"), []
-            constraint, rest = Described(check, constraint), tuple(rest_)
-        values = dict(zip(("default", "doc"), rest), **named)
+    def __init__(self, constraint: Constraint, default: Any = REQUIRED, doc: str = "") -> None:
         object.__setattr__(self, "constraint", constraint)
-        object.__setattr__(self, "default", values.get("default", REQUIRED))
-        object.__setattr__(self, "doc", values.get("doc", ""))
+        object.__setattr__(self, "default", default)
+        object.__setattr__(self, "doc", doc)
 
     @property
     def expected(self) -> str:

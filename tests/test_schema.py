@@ -217,11 +217,12 @@ def test_a_constraint_knows_its_check_and_its_words(rule, good, bad, yaml, pytho
     assert rule.describe() == yaml and rule.describe(python=True) == python
 
 
-def test_key_holds_a_constraint_and_keeps_the_predicate_form():
+def test_key_holds_a_constraint_and_a_predicate_only_with_its_words():
     key = validation.Key(validation.Integer(lo=1), 3, "a count")
     assert (key.expected, key.default, key.doc, key.check(2), key.check(0)) == \
         ("a positive integer", 3, "a count", True, False)
-    plain = validation.Key("an even number", lambda v: v % 2 == 0, 2, "evens")
+    plain = validation.Key(validation.Described(lambda v: v % 2 == 0, "an even number"), 2,
+                           "evens")
     assert isinstance(plain.constraint, validation.Described)
     assert (plain.expected, plain.default, plain.doc, plain.check(4), plain.check(3)) == \
         ("an even number", 2, "evens", True, False)

@@ -64,6 +64,7 @@ BUILTIN: dict[str, type[FlegelEstimator]] = {cls.ALGORITHM: cls for cls in ESTIM
 def from_saved(saved: SavedModel) -> FlegelEstimator:
     """The fitted estimator of a saved model, with the parameters of its run."""
     from flegel.job.algorithms import BUILTIN_ALGORITHMS
+    from flegel.job.sections import STOP, TOP
 
     name = saved.algorithm
     if name is None:
@@ -75,8 +76,10 @@ def from_saved(saved: SavedModel) -> FlegelEstimator:
     job = saved.job or {}
     stop = dict(job.get("stop") or {})
     runtime: dict[str, Any] = {
-        "max_iter": stop.pop("max_iterations", 100), "tol": stop.pop("tolerance", 1e-4),
-        "workers": job.get("workers", 2), "sync": job.get("sync"),
+        # A job.yaml written by an older flegel may lack a key: the declared default.
+        "max_iter": stop.pop("max_iterations", STOP["max_iterations"].default),
+        "tol": stop.pop("tolerance", STOP["tolerance"].default),
+        "workers": job.get("workers", TOP["workers"].default), "sync": job.get("sync"),
         "stragglers": job.get("stragglers") or None,
         "stop": {k: v for k, v in stop.items() if v is not None} or None,
         "random_state": job.get("seed"), "out": str(saved.run_dir.parent)}

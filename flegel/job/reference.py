@@ -177,7 +177,8 @@ def _param_keys(cls: type) -> dict[str, Key]:
         kind, desc = docs.get(p.name, ("", ""))
         first = re.split(r"(?<=\.)\s+(?=[A-Z`])", desc, maxsplit=1)[0].rstrip(".")
         default = validation.REQUIRED if p.default is p.empty else p.default
-        keys[p.name] = Key(kind or "see the algorithm", validation.anything, default, first)
+        rule = validation.Described(validation.anything, kind or "see the algorithm")
+        keys[p.name] = Key(rule, default, first)
     return keys
 
 

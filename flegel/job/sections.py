@@ -29,8 +29,10 @@ from flegel.validation import Key
 DEFAULT_SYNC_MODEL = "bsp"
 
 TOP: dict[str, Key] = {
-    "name": Key("a name without '/', '\\' or '..' (it names the run's directory inside "
-                "output.dir), or null", validation.optional(validation.is_plain_name), None,
+    "name": Key(validation.Described(
+        validation.optional(validation.is_plain_name),
+        "a name without '/', '\\' or '..' (it names the run's directory inside output.dir), or "
+        "null"), None,
                 "a name for the run (shown in reports; defaults to the file name)"),
     "algorithm": validation.text(
         "a built-in algorithm or your own 'package.module:Class' (looked up on sys.path, then "
@@ -54,7 +56,8 @@ TOP: dict[str, Key] = {
     "stop": validation.mapping("when training stops (see below)", None, null=True),
     "output": validation.mapping("where results go and what is shown (see below)", None,
                                  null=True),
-    "stragglers": Key("a list of straggler patterns", validation.optional(validation.is_list), None,
+    "stragglers": Key(validation.Described(validation.optional(validation.is_list),
+                                           "a list of straggler patterns"), None,
                       "patterns that slow some workers down (see below)"),
     "runtime": validation.mapping("runtime tuning (see below)", None, null=True),
 }

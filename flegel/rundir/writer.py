@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import yaml
@@ -27,7 +27,17 @@ from flegel.rundir.files import RUN_FILES
 from flegel.runtime.peak_memory import peak_rss_mib
 
 if TYPE_CHECKING:
+    from flegel.api import Algorithm, DataInfo
     from flegel.runtime.exact import FinalEvaluation
+    from flegel.runtime.server import Server
+    from flegel.runtime.timings import Timings
+
+
+class SummarizingPolicy(Protocol):
+    """What the run directory needs of a sync model's master policy: the figures it adds
+    to ``summary.json`` (:meth:`flegel.sync.base.MasterPolicy.summary`)."""
+
+    def summary(self) -> dict[str, Any]: ...
 
 CONVERGED = ("converged", "target", "algorithm", "halted")
 
@@ -211,9 +221,9 @@ class RunWriter:
             "theta_version": version, **meta})
         return True
 
-    def finish(self, server: Any, policy: Any, algorithm: Any, info: Any,
-               results: list[dict], infos: dict[int, dict], evaluation: FinalEvaluation,
-               timings: Any = None) -> dict[str, Any]:
+    def finish(self, server: Server, policy: SummarizingPolicy, algorithm: Algorithm,
+               info: DataInfo, results: list[dict], infos: dict[int, dict],
+               evaluation: FinalEvaluation, timings: Timings | None = None) -> dict[str, Any]:
         """Write model and summary; return the summary.  ``evaluation`` (completed) gives
         the final objective and the exact objective trace; ``timings``
         (:class:`flegel.runtime.timings.Timings`) gives the summary's ``timings``, ending now."""

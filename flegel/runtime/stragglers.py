@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from flegel.validation import Key, choice, defaults, integer, number
+from flegel.validation import Described, Key, choice, defaults, integer, number
 
 PATTERNS = ("injected", "persistent", "transient", "pause")
 
@@ -100,7 +100,7 @@ def _ranks_given(value: Any) -> bool:
 COMMON_KEYS: dict[str, Key] = {
     "pattern": choice("which pattern slows the workers", PATTERNS,
                       expected="one of " + ", ".join(PATTERNS)),
-    "workers": Key("worker ranks such as [1, 2] or '1-4'", _ranks_given,
+    "workers": Key(Described(_ranks_given, "worker ranks such as [1, 2] or '1-4'"),
                    doc="the worker ranks (1..workers) it slows: a rank, a list or '1-4,6'"),
 }
 

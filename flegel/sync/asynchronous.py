@@ -51,7 +51,7 @@ from flegel.ports import Arrays, ServerPort
 from flegel.protocol import Instructions, Reason
 from flegel.sync.base import MasterPolicy, round_trip_s
 from flegel.sync.bsp import auto_batch
-from flegel.validation import Key, any_of, number, one_of
+from flegel.validation import Described, Key, any_of, number, one_of
 
 
 class RunningStat:
@@ -83,8 +83,8 @@ class PushPolicy(MasterPolicy):
     """
 
     OPTIONS: ClassVar[dict[str, Key]] = {
-        "batch": Key("'auto', 'full' or a positive number of points per push",
-                     any_of(one_of("auto", "full"), validation.is_int(1)), "auto",
+        "batch": Key(Described(any_of(one_of("auto", "full"), validation.is_int(1)),
+                               "'auto', 'full' or a positive number of points per push"), "auto",
                      "points per push: chosen after a calibration pass, a full pass, or a "
                      "fixed number"),
         "overhead": number("largest share of an iteration a push round trip may take, for "

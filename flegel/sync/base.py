@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from flegel.ports import Arrays, ServerPort, WorkerPolicy
 from flegel.protocol import POLL_S, Instructions, Reason
 from flegel.state import AttributeState
+from flegel.validation import Key
 
 
 def round_trip_s(latency_s: float, apply_s: float) -> float:
@@ -39,7 +40,7 @@ class MasterPolicy(AttributeState):
     """
 
     #: Options of the ``sync`` section this model accepts.
-    OPTIONS: ClassVar[dict[str, Any]] = {}
+    OPTIONS: ClassVar[dict[str, Key]] = {}
     #: The worker side of this model.
     WORKER: ClassVar[type[WorkerPolicy]] = WorkerPolicy
     NOT_STATE: ClassVar[tuple[str, ...]] = ("server", "options")

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 from flegel.ports import ServerPort, WorkerPolicy, WorkerPort
 from flegel.protocol import Instructions
 from flegel.sync.base import BarrierPolicy, round_trip_s
-from flegel.validation import Key, any_of, is_int, number, one_of
+from flegel.validation import Described, Key, any_of, is_int, number, one_of
 
 
 def auto_batch(per_point_s: float, barrier_s: float, overhead: float,
@@ -101,11 +101,11 @@ class BSP(BarrierPolicy):
     """
 
     OPTIONS: ClassVar[dict[str, Key]] = {
-        "batch": Key("'full', 'auto' or a positive number of points per worker",
-                     any_of(one_of("full", "auto"), is_int(1)), "full",
+        "batch": Key(Described(any_of(one_of("full", "auto"), is_int(1)),
+                               "'full', 'auto' or a positive number of points per worker"), "full",
                      "points per worker per iteration: all of them (BSPB), chosen after a "
                      "calibration iteration (BSPV), or a fixed number"),
-        "block": Key("a positive number of points", is_int(1), BLOCK,
+        "block": Key(Described(is_int(1), "a positive number of points"), BLOCK,
                      "points per block within an iteration, fixed so the sums are the same "
                      "in every run; each block costs ~40 µs of runtime work and a max_time "
                      "stop waits for the block in progress: lower it for an algorithm "
