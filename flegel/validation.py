@@ -364,30 +364,37 @@ class PathName(Text):
         return isinstance(value, (str, os.PathLike)) and bool(str(value).strip())
 
 
-class Dict(Constraint):
+class _OfType(Constraint):
+    """A value of one Python type, worded by what it is for."""
+
+    kind: type = object
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def is_satisfied_by(self, value: Any) -> bool:
+        return isinstance(value, self.kind)
+
+    def describe(self, python: bool = False) -> str:
+        return self.what
+
+
+class Dict(_OfType):
     """A mapping (a section of its own, or free-form parameters)."""
 
+    kind = dict
+
     def __init__(self, what: str = "a mapping") -> None:
-        self.what = what
-
-    def is_satisfied_by(self, value: Any) -> bool:
-        return isinstance(value, dict)
-
-    def describe(self, python: bool = False) -> str:
-        return self.what
+        super().__init__(what)
 
 
-class List(Constraint):
+class List(_OfType):
     """A list."""
 
+    kind = list
+
     def __init__(self, what: str = "a list") -> None:
-        self.what = what
-
-    def is_satisfied_by(self, value: Any) -> bool:
-        return isinstance(value, list)
-
-    def describe(self, python: bool = False) -> str:
-        return self.what
+        super().__init__(what)
 
 
 class Items(Constraint):
