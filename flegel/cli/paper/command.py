@@ -10,11 +10,12 @@ real MPI jobs (:mod:`flegel.cli.paper.runner`), and writes one run folder::
     OUT/runs/...        every run's folder (summary.json, events.jsonl)
 
 ``--quick`` (a 2-core laptop, well under 15 minutes) also rewrites ``docs/paper.md`` of the
-source tree it runs from, with the pictures beside it in ``docs/paper/`` -- only when it runs
-every figure (without ``--only``), so a partial run never replaces the whole page.  ``--full`` is the
-paper's scale (16 workers, four slow, 20x the data; a cluster).  ``--only FIG`` (repeatable)
-runs some figures only: ``7``, ``8``, ``9a``, ``9b``, ``10``, ``11``, ``12``, ``13``,
-``14``, ``15``, ``16``, ``table2``, ``migration``, ``elastic``, ``dssp``, ``specsync``.
+source tree it runs from, with the pictures beside it in ``docs/paper/`` -- only when it
+runs every figure (without ``--only``), so a partial run never replaces the whole page.
+``--full`` is the paper's scale (16 workers, four slow, 20x the data; a cluster).
+``--only FIG`` (repeatable) runs some figures only: ``7``, ``8``, ``9a``, ``9b``, ``10``,
+``11``, ``12``, ``13``, ``14``, ``15``, ``16``, ``table2``, ``migration``, ``elastic``,
+``dssp``, ``specsync``.
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"  -> {fig.ours} [{fig.verdict}]", flush=True)
         figs.append(fig)
     wall = time.perf_counter() - t0
-    write(figs, out, machine(), command, wall, docs=DOCS if mode.name == "quick" and not args.only else None)
+    docs = DOCS if mode.name == "quick" and not args.only else None
+    write(figs, out, machine(), command, wall, docs=docs)
     print(f"page: {out / 'paper.md'} ({wall / 60:.1f} min)")
     return 0
 

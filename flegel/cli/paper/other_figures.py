@@ -40,7 +40,8 @@ def _pair(ctx: Ctx, key: str, title: str, paper: str, paper_value: float | None,
         time_row([s, x.time.text(), f"{(x.summary or {}).get('final_objective', 'failed')}"])
         for s, x in ((slow, rs), (fast, rf))] + failures([rs, rf])
     return Figure(key, title, paper, paper_value=paper_value,
-                  holds=r.value > 1.0 and r.qualifier != "<" if paper_value is None else None,
+                  holds=(r.value > 1.0 and r.qualifier in ("", ">")) if paper_value is None
+                  else None,
                   ours=f"{fast} {r.text()} faster than {slow}", ours_value=r.value,
                   qualifier=r.qualifier,
                   setting=f"logistic regression, {ctx.data(a)}, contiguous shards of sorted "

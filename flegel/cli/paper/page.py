@@ -140,7 +140,7 @@ def render(figs: list[Figure], machine: str, command: str, wall_s: float,
            "whether it held.  `>x` / `<x`: a bound (a run did not reach the target in its "
            "time).",
            "- times are to a target objective: the reference run's (BSPB, no stragglers, "
-           "shuffled shards) final exact objective plus a small slack, as the paper's "
+           "the same shards) final exact objective plus a small slack, as the paper's "
            "Section 6.1 pre-sets one.  2 cores shared by every rank (and by other work): "
            "absolute times are noisy, ratios from one run.", "",
            *summary_table(figs), ""]
