@@ -69,9 +69,11 @@ draws of each worker's own past errors, and of the sets found the one with the s
 wait averaged over common draws is taken (known ends -- held workers' pushes, the waiting
 worker's current one -- are never perturbed).  On the simulated clock that takes the ratio
 from 1.48 to 1.43 (±30 % per iteration) and 1.90 to 1.63 (±60 %), with lower measured waits
-(``tests/test_elastic_waits.py``); on ``bench/sync_bench.py --waits`` from a median 1.80 to
-1.48.  The first plan records ZipLine's ``d*`` of the point forecast as before.  The
-paper's single plan (``replan: false``) keeps the paper's choice.
+(``tests/test_elastic_waits.py``); on ``bench/sync_bench.py --waits --quick --repeats 3
+--models elastic`` (2 shared cores, load 14-15) from medians of 2.19 and 2.28 (the point
+choice) to 1.45 and 1.48, in two alternating rounds.  The first plan records ZipLine's
+``d*`` of the point forecast as before.  The paper's single plan (``replan: false``) keeps
+the paper's choice.
 
 Recorded per barrier: the first plan's barrier time ``predicted_s``, ``d*`` and expected wait,
 the actual barrier time (the last barrier push) and wait, ``d`` of the last plan (the one
