@@ -72,8 +72,8 @@ from 1.48 to 1.43 (±30 % per iteration) and 1.90 to 1.63 (±60 %), with lower m
 (``tests/test_elastic_waits.py``); on ``bench/sync_bench.py --waits --quick --repeats 3
 --models elastic`` (2 shared cores, load 14-15) from medians of 2.19 and 2.28 (the point
 choice) to 1.45 and 1.48, in two alternating rounds.  The first plan records ZipLine's
-``d*`` of the point forecast as before.  The paper's single plan (``replan: false``) keeps
-the paper's choice.
+``d*`` and barrier time of the point forecast as before.  The paper's single plan
+(``replan: false``) keeps the paper's choice.
 
 Recorded per barrier: the first plan's barrier time ``predicted_s``, ``d*`` and expected wait,
 the actual barrier time (the last barrier push) and wait, ``d`` of the last plan (the one
@@ -237,10 +237,11 @@ class ElasticBSP(PushPolicy):
                      for i, r in enumerate(ranks)]
             expected = expected_wait(ends, noise, seed=len(self.barriers))
             slowest = max(step_of.values())
-            # ZipLine's d* of the point forecast, whatever set was chosen (res.d >= d*).
-            d_star = solve(times, self.method).d if self.replan else res.d
-            self.plan = {"planned_at_s": t, "predicted_s": float(res.t_sync),
-                         "predicted_wait_s": float(d_star), "expected_wait_s": expected,
+            # ZipLine's d* and earliest optimal barrier of the point forecast (the paper's
+            # prediction), whatever set was chosen (res.d >= d*).
+            zl = solve(times, self.method) if self.replan else res
+            self.plan = {"planned_at_s": t, "predicted_s": float(zl.t_sync),
+                         "predicted_wait_s": float(zl.d), "expected_wait_s": expected,
                          "horizon_s": float(res.t_sync) + SLACK * slowest, "replans": 0}
         else:
             self.plan["replans"] += 1
