@@ -166,8 +166,9 @@ def _elastic_waits(doc: dict[str, Any] | None, out: str) -> list[Reading]:
                     f"MPI runs{tail}"),
             Reading("/expected", med.get("expected"), 2.0, "<=",
                     f"ElasticBSP measured wait / its expected wait, median of {n} MPI runs"),
-            Reading("/placed d", final, 2.0, "<=",
-                    "ElasticBSP measured wait / d of the (re-)plan that placed the barrier, "
+            Reading("/placed d", final, 1.5, "<=",
+                    "ElasticBSP measured wait / d of the (re-)plan that placed the barrier "
+                    "(issue 19: 1.5x), "
                     f"median of {n} MPI runs")]
 
 

@@ -111,3 +111,17 @@ def test_a_late_worker_is_shifted_not_collapsed() -> None:
     # The clipped rows of the old code would have tied worker 2's first four ends at 10.
     clipped = np.maximum(np.array([[10.0, 11, 12, 13, 14], [7.0, 8, 9, 10, 11]]), 10.0)
     assert solve(clipped).index[1] == 3
+
+
+def test_measured_waits_stay_within_1_5x_of_the_placing_plan() -> None:
+    """Issue 19, item 6: with ±30 % noise on whole iterations the measured waits stay within
+    1.5x of ``d`` of the (re-)plan that placed each barrier (1.48x when re-plans took
+    ZipLine's point-forecast choice; the robust choice of :func:`solve_robust` gives 1.43x)."""
+    sims = [run(0.3, BATCH, seed=s) for s in range(3)]
+    log = [b for sim in sims for b in elastic(sim).barriers]
+    measured = fmean(b["wait_s"] for b in log)
+    placed = fmean(b["final_predicted_wait_s"] for b in log)
+    assert measured <= 1.5 * placed, (measured, placed)
+    # d* stays ZipLine's optimum of the first plan's point forecast: never above the
+    # chosen plan's own d, which may give up some of d* for a smaller expected wait.
+    assert all(b["predicted_wait_s"] >= 0.0 for b in log)

@@ -1,4 +1,4 @@
-"""The ``flegel`` command: run, validate (and compare, report when installed).
+"""The ``flegel`` command: run, validate (and compare, report, paper when installed).
 
 ``flegel run JOB.yaml`` under ``mpirun -n N+1`` uses the world it is given; without mpirun it
 validates the job, then starts ``workers + 1`` ranks itself with the bundled MPI.
@@ -67,7 +67,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 #: Further sub-commands, each a module with ``add_parser(sub, name)`` and ``main(args)``.
-_EXTRA_COMMANDS = {"compare": "flegel.cli.compare", "report": "flegel.cli.report"}
+_EXTRA_COMMANDS = {"compare": "flegel.cli.compare", "report": "flegel.cli.report",
+                   "paper": "flegel.cli.paper"}
 
 
 def _error(exc: Exception) -> int:

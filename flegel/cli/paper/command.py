@@ -1,0 +1,138 @@
+"""``flegel paper``: the FSP paper's figures, side by side with flegel's, in one command.
+
+Runs scaled-down analogues of the FSP paper's Figs. 7-16 and Table 2 (Section 6) and the
+headline comparisons of the ElasticBSP, DSSP and SpecSync papers (:data:`FIGURES`), each as
+real MPI jobs (:mod:`flegel.cli.paper.runner`), and writes one run folder::
+
+    OUT/paper.md        the page: per figure the paper's number, flegel's, the verdict
+    OUT/paper.json      the same, as data
+    OUT/pictures/*.png  one or more pictures per figure
+    OUT/runs/...        every run's folder (summary.json, events.jsonl)
+
+``--quick`` (a 2-core laptop, well under 15 minutes) also rewrites ``docs/paper.md`` of the
+source tree it runs from, with the pictures beside it in ``docs/paper/`` -- only when it
+runs every figure (without ``--only``), so a partial run never replaces the whole page.
+``--full`` is the paper's scale (16 workers, four slow, 20x the data; a cluster).
+``--only FIG`` (repeatable) runs some figures only: ``7``, ``8``, ``9a``, ``9b``, ``10``,
+``11``, ``12``, ``13``, ``14``, ``15``, ``16``, ``table2``, ``migration``, ``elastic``,
+``dssp``, ``specsync``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from flegel.cli.paper import fsp_figures, opt_figures, other_figures
+from flegel.cli.paper.common import Ctx
+from flegel.cli.paper.page import NOT_RUN, Figure, render, verdict
+from flegel.cli.paper.runner import Runner
+from flegel.cli.paper.workloads import MODES
+
+#: Every figure, in page order: key -> the function that makes it.
+FIGURES: dict[str, Callable[[Ctx], Figure]] = {
+    "7": fsp_figures.fig7, "8": fsp_figures.fig8, "9a": fsp_figures.fig9a,
+    "9b": fsp_figures.fig9b, "10": fsp_figures.fig10, "11": opt_figures.fig11,
+    "migration": opt_figures.migration, "12": opt_figures.fig12, "13": opt_figures.fig13,
+    "14": fsp_figures.fig14, "15": fsp_figures.fig15, "16": other_figures.fig16,
+    "table2": other_figures.table2, "elastic": other_figures.elastic,
+    "dssp": other_figures.dssp, "specsync": other_figures.specsync,
+}
+
+#: docs/paper.md of the source tree this module belongs to.
+DOCS = Path(__file__).resolve().parents[3] / "docs"
+
+
+def machine() -> str:
+    """Cores, load, Python and platform, in words (for the page)."""
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    return (f"{os.cpu_count()} cores, load average {load[0]:.2f} / {load[1]:.2f} / "
+            f"{load[2]:.2f} (1/5/15 min, at the end), {platform.system()} "
+            f"{platform.machine()}, Python {platform.python_version()}")
+
+
+def add_parser(sub: Any, name: str) -> None:
+    p = sub.add_parser(name, help="reproduce the FSP paper's figures side by side "
+                                  "(docs/paper.md)", description=__doc__.split("\n\n")[0])
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true",
+                      help="laptop scale: 4 workers, one slow, small data (the default)")
+    size.add_argument("--full", action="store_true",
+                      help="the paper's scale: 16 workers, four slow, 20x the data")
+    p.add_argument("--only", action="append", default=None, metavar="FIG",
+                   help=f"run only this figure (repeatable): {', '.join(FIGURES)}")
+    p.add_argument("--out", default=None,
+                   help="run folder (default: runs/paper-<mode>-<time>)")
+
+
+def main(args: argparse.Namespace) -> int:
+    mode = MODES["full" if args.full else "quick"]
+    only = args.only or list(FIGURES)
+    unknown = [f for f in only if f not in FIGURES]
+    if unknown:
+        sys.stderr.write(f"flegel: error: unknown figure(s) {', '.join(unknown)}; choose from "
+                         f"{', '.join(FIGURES)}\n")
+        return 2
+    out = Path(args.out or f"runs/paper-{mode.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    (out / "pictures").mkdir(parents=True, exist_ok=True)
+    command = "flegel paper " + " ".join(
+        [f"--{mode.name}"] + [f"--only {shlex.quote(f)}" for f in args.only or []])
+    t0 = time.perf_counter()
+    ctx = Ctx(Runner(mode, out), out / "pictures")
+    figs = []
+    for key in [k for k in FIGURES if k in only]:
+        print(f"Fig. {key}:" if key[0].isdigit() else f"{key}:", flush=True)
+        t = time.perf_counter()
+        try:
+            fig = FIGURES[key](ctx)
+        except Exception as exc:  # one figure's failure must not lose the others
+            fig = Figure(key, "failed", "-", verdict=NOT_RUN,
+                         note=f"the figure failed: {type(exc).__name__}: {exc}")
+        fig.seconds = time.perf_counter() - t
+        verdict(fig)
+        print(f"  -> {fig.ours} [{fig.verdict}]", flush=True)
+        figs.append(fig)
+    wall = time.perf_counter() - t0
+    docs = DOCS if mode.name == "quick" and not args.only else None
+    write(figs, out, machine(), command, wall, docs=docs)
+    print(f"page: {out / 'paper.md'} ({wall / 60:.1f} min)")
+    return 0
+
+
+def write(figs: list[Figure], out: Path, machine_text: str, command: str, wall_s: float,
+          docs: Path | None = None) -> list[Path]:
+    """Write ``paper.md`` and ``paper.json`` into ``out``; with ``docs``, also
+    ``docs/paper.md`` and its pictures in ``docs/paper/`` (replaced).
+
+    Returns
+    -------
+    list of Path
+        The pages written.
+    """
+    made = [out / "paper.md", out / "paper.json"]
+    made[0].write_text(render(figs, machine_text, command, wall_s, pictures="pictures"))
+    made[1].write_text(json.dumps({"command": command, "machine": machine_text,
+                                   "wall_s": wall_s, "figures": [asdict(f) for f in figs]},
+                                  indent=2))
+    if docs is not None and docs.is_dir():
+        pics = docs / "paper"
+        if pics.exists():
+            shutil.rmtree(pics)
+        pics.mkdir()
+        for f in figs:
+            for p in f.pictures:
+                shutil.copy(out / "pictures" / p, pics / p)
+        (docs / "paper.md").write_text(render(figs, machine_text, command, wall_s,
+                                              pictures="paper"))
+        made.append(docs / "paper.md")
+    return made

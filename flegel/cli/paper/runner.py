@@ -1,0 +1,184 @@
+"""The runs behind ``flegel paper``: one MPI job per setting, shared between figures.
+
+Every run goes through :func:`flegel.cli.compare.run_one` (``flegel run`` as its own MPI job,
+as ``flegel compare`` does) with the sync preset's keys from
+:func:`flegel.cli.compare.model_sets`.  A setting -- algorithm, partition, sync model, straggler
+pattern and extra ``--set`` keys -- runs once and is shared by every figure that uses it
+(Fig. 10 reads Fig. 7's runs, Fig. 12 Fig. 11's, ...).
+
+Targets (FSP paper Section 6.1, "pre-setting the target of objective"): per algorithm and
+partition, a reference run -- BSPB without stragglers on the same shards, for ``ref_time_s``
+-- and the target is its final exact objective plus the workload's slack times its
+magnitude.  Per partition, because the start depends on it (K-means' random centres are
+drawn from the workers' samples): on contiguous shards BSPB may settle in another basin than
+on shuffled ones, and a target from the other partition would measure the start, not the
+synchronization (issue 19 compares FSPV with BSPB "from the same start").  Every
+other run stops at the target or after ``max_time_s``; its time to target is
+``summary.json``'s ``time_to_target_s`` (exact objectives of θ snapshots).  A run that does not
+reach the target within its time counts as *at least* its training time: ratios with it are
+bounds (:class:`Time`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flegel.cli.compare import RunFailedError, model_sets, parse_stragglers, run_one
+from flegel.cli.paper.workloads import Mode, Workload, workloads, write_data, write_job
+
+
+@dataclass(frozen=True)
+class Time:
+    """A time to target: ``s`` seconds, or (``reached`` false) more than ``s``."""
+
+    s: float
+    reached: bool
+
+    def text(self) -> str:
+        return f"{self.s:.2f}" if self.reached else f">{self.s:.1f}"
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """``a / b`` of two times, with what it is when one side did not reach the target:
+    ``qualifier`` ``""`` exact, ``">"`` a lower bound, ``"<"`` an upper bound, ``"?"``
+    unknown (neither reached it)."""
+
+    value: float
+    qualifier: str = ""
+
+    @classmethod
+    def of(cls, a: Time, b: Time) -> Ratio:
+        v = a.s / max(b.s, 1e-9)
+        if a.reached and b.reached:
+            return cls(v)
+        if b.reached:
+            return cls(v, ">")  # a took longer than recorded: the ratio is at least v
+        if a.reached:
+            return cls(v, "<")
+        return cls(v, "?")
+
+    def text(self, unit: str = "x") -> str:
+        return f"{self.qualifier}{self.value:.2f}{unit}"
+
+
+@dataclass
+class RunResult:
+    """One finished (or failed) run."""
+
+    key: str
+    folder: Path
+    summary: dict[str, Any] | None
+    error: str | None
+    target: float | None
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.summary is not None
+
+    @property
+    def time(self) -> Time:
+        """Time to target (:class:`Time`); a failed run counts as not reaching it."""
+        s = self.summary or {}
+        t = s.get("time_to_target_s")
+        if t is not None:
+            return Time(float(t), True)
+        return Time(float(s.get("wall_time_s", 0.0)), False)
+
+
+@dataclass
+class Runner:
+    """Runs settings once each, in ``out``; see the module notes.
+
+    Parameters
+    ----------
+    mode : Mode
+        Scale and times.
+    out : Path
+        The run folder (``data/``, ``jobs/``, ``runs/``).
+    say : callable
+        Progress lines.
+    """
+
+    mode: Mode
+    out: Path
+    say: Callable[[str], None] = print
+    runs: dict[str, RunResult] = field(default_factory=dict)
+    targets: dict[tuple[str, str], float] = field(default_factory=dict)
+    work: dict[str, Workload] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.work = workloads(self.mode)
+
+    def job(self, algorithm: str, partition: str) -> Path:
+        """The job file of ``algorithm`` on ``partition`` (data written on first use)."""
+        w = self.work[algorithm]
+        path = self.out / "jobs" / f"{algorithm}-{partition}.yaml"
+        if not path.exists():
+            data = write_data(w, self.out / "data")
+            write_job(w, self.mode, data, partition, path.parent)
+        return path
+
+    def target(self, algorithm: str, partition: str) -> float | None:
+        """The target objective of ``algorithm`` on ``partition`` (module notes); None if
+        its reference failed."""
+        if (algorithm, partition) not in self.targets:
+            ref = self._run(algorithm, partition, "bspb", "none",
+                            [f"stop.max_time_s={self.mode.ref_time_s}", "stop.tolerance=1e-7"],
+                            target=None, name="reference")
+            if not ref.ok:
+                return None
+            assert ref.summary is not None
+            f = float(ref.summary["final_objective"])
+            self.targets[algorithm, partition] = f + self.work[algorithm].slack * abs(f)
+        return self.targets.get((algorithm, partition))
+
+    def run(self, algorithm: str, partition: str, sync: str, stragglers: str = "none",
+            sets: tuple[str, ...] = ()) -> RunResult:
+        """Run one setting to ``algorithm``'s target (once; later calls get the same result).
+
+        Parameters
+        ----------
+        algorithm, partition : str
+            The workload and how its sorted rows are split (:mod:`.workloads`).
+        sync : str
+            A sync model or preset (``bspv``, ``fspv-off``, ``elastic``, ...).
+        stragglers : str
+            A ``flegel compare --stragglers`` spec, e.g. ``"injected:tau=32,workers=1"``.
+        sets : tuple of str
+            Further ``--set`` keys.
+        """
+        return self._run(algorithm, partition, sync, stragglers, list(sets),
+                         self.target(algorithm, partition), name=None)
+
+    def _run(self, algorithm: str, partition: str, sync: str, stragglers: str,
+             sets: list[str], target: float | None, name: str | None) -> RunResult:
+        key = json.dumps([algorithm, partition, sync, stragglers, sets, name])
+        if key in self.runs:
+            return self.runs[key]
+        digest = hashlib.sha1(key.encode()).hexdigest()[:6]
+        folder = self.out / "runs" / f"{algorithm}-{partition}-{name or sync}-{digest}"
+        all_sets = (model_sets(sync)
+                    + [f"stragglers={json.dumps(parse_stragglers(stragglers))}"] + sets)
+        if target is not None:
+            all_sets.append(f"stop.target_objective={target!r}")
+        t0 = time.perf_counter()
+        summary, error = None, None
+        try:
+            summary = run_one(self.job(algorithm, partition), folder, all_sets,
+                              timeout=3 * self.mode.ref_time_s + 60)
+        except (RunFailedError, OSError, ValueError) as exc:
+            error = str(exc).strip().splitlines()[0][:300]
+        res = RunResult(key, folder, summary, error, target, time.perf_counter() - t0)
+        self.runs[key] = res
+        what = " ".join([f"{algorithm}/{partition}/{name or sync}/{stragglers}", *sets])
+        self.say(f"  {what}: " + (f"{res.time.text()} s to target" if res.ok and name is None
+                                  else "reference done" if res.ok else f"FAILED: {error}"))
+        return res
