@@ -77,11 +77,18 @@ class _Classifier(ClassifierMixin, FlegelEstimator):
 
 
 class LogisticRegression(_Classifier):
-    """L2-regularized logistic regression by mini-batch gradient descent on flegel's runtime.
+    """L2-regularized logistic regression on flegel's runtime: L-BFGS under full-batch BSP
+    (the default), scale-free gradient steps under the other sync models
+    (:mod:`flegel.algorithms.logreg`).
 
     Parameters
     ----------
-    learning_rate : float, default=0.1
+    learning_rate : "auto" or float, default="auto"
+        Gradient steps' size: ``"auto"`` adapts it to the data's scale (1 / L in internally
+        standardised coordinates); a number is the step in the original units.
+    solver : {"auto", "lbfgs", "gd"}, default="auto"
+        L-BFGS on full batches and gradient steps otherwise (``auto``, ``lbfgs``), or always
+        gradient steps (``gd``, the FSP paper's Eq. 1).
     schedule : {"constant", "invscaling"}, default="constant"
     power_t : float, default=0.5
     alpha : float, default=1e-4
@@ -94,8 +101,12 @@ class LogisticRegression(_Classifier):
         Where the workers' kernel runs (CuPy on a GPU; :mod:`flegel.device`).
     kernel : {"auto", "compiled", "array"}, default="auto"
         Which CPU kernel runs (numba, NumPy, or NumPy until numba pays; :mod:`flegel.device`).
-    max_iter, tol, workers, sync, stragglers, stop, random_state, out
-        As in :class:`KMeans` (``max_iter`` counts gradient steps under BSP full batch).
+    tol : float or None, default=1e-4
+        scikit-learn's meaning: stop once the largest entry of the gradient of the mean
+        objective is at most ``tol`` (averaged over the last pass under mini-batch models).
+    max_iter, workers, sync, stragglers, stop, random_state, out, verbose
+        As in :class:`KMeans` (``max_iter`` counts barriers: L-BFGS evaluations under BSP
+        full batch).
 
     Attributes
     ----------
@@ -107,7 +118,9 @@ class LogisticRegression(_Classifier):
     """
 
     ALGORITHM = "logreg"
-    ALGORITHM_PARAMS = {"learning_rate": "learning_rate", "schedule": "schedule",
+    TOL_IN_ALGORITHM = True
+    ALGORITHM_PARAMS = {"learning_rate": "learning_rate", "solver": "solver",
+                        "schedule": "schedule",
                         "power_t": "power_t", "alpha": "alpha",
                         "fit_intercept": "fit_intercept", "init": "init", "device": "device",
                         "kernel": "kernel"}
@@ -117,13 +130,15 @@ class LogisticRegression(_Classifier):
         "init": [str, os.PathLike],
     }
 
-    def __init__(self, *, learning_rate: float = 0.1, schedule: str = "constant",
+    def __init__(self, *, learning_rate: Any = "auto", solver: str = "auto",
+                 schedule: str = "constant",
                  power_t: float = 0.5, alpha: float = 1e-4, fit_intercept: bool = True,
                  init: Any = "zeros", device: str = "cpu", kernel: str = "auto",
                  max_iter: int = 100, tol: float | None = 1e-4, workers: int = 2,
                  sync: Any = None, stragglers: Any = None, stop: Any = None,
-                 random_state: Any = None, out: Any = None) -> None:
+                 random_state: Any = None, out: Any = None, verbose: int = 0) -> None:
         self.learning_rate = learning_rate
+        self.solver = solver
         self.schedule = schedule
         self.power_t = power_t
         self.alpha = alpha
@@ -131,7 +146,8 @@ class LogisticRegression(_Classifier):
         self.init = init
         self.device = device
         self.kernel = kernel
-        runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol)
+        runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol,
+                     verbose)
 
     @staticmethod
     def _n_classes(arrays: dict[str, np.ndarray]) -> int:
@@ -159,7 +175,7 @@ class CNN(_Classifier):
     image_shape, n_filters, kernel_size, padding, pool_size, pooling, learning_rate,
     schedule, power_t, momentum, alpha, input_scale, device, dtype, chunk_size, init
         The algorithm's (:class:`flegel.algorithms.cnn.CNN`).
-    max_iter, tol, workers, sync, stragglers, stop, random_state, out
+    max_iter, tol, workers, sync, stragglers, stop, random_state, out, verbose
         As in :class:`KMeans`.
 
     Attributes
@@ -188,7 +204,7 @@ class CNN(_Classifier):
                  dtype: str = "float32", chunk_size: int | None = None, init: Any = "he",
                  max_iter: int = 100, tol: float | None = 1e-4, workers: int = 2,
                  sync: Any = None, stragglers: Any = None, stop: Any = None,
-                 random_state: Any = None, out: Any = None) -> None:
+                 random_state: Any = None, out: Any = None, verbose: int = 0) -> None:
         self.image_shape = image_shape
         self.n_filters = n_filters
         self.kernel_size = kernel_size
@@ -205,7 +221,8 @@ class CNN(_Classifier):
         self.dtype = dtype
         self.chunk_size = chunk_size
         self.init = init
-        runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol)
+        runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol,
+                     verbose)
 
     def _algorithm_params(self) -> dict[str, Any]:
         params = super()._algorithm_params()
