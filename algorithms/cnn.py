@@ -49,6 +49,7 @@ _POOLINGS = ("max", "avg")
 _SCHEDULES = ("constant", "invscaling")
 _DTYPES = ("float32", "float64")
 _INITS = ("he",)
+_MAX_LAYERS = 64
 
 
 def _to_host(a: Any) -> np.ndarray:
@@ -129,7 +130,8 @@ class CNN(DeviceKernels, RowKernel, Algorithm):
         flattened rows.  None: square single-channel images, side ``sqrt(n_features)``
         (28×28 for MNIST).
     n_filters : sequence of int, default=(6, 12)
-        Kernels of each convolutional layer (one layer per entry).
+        Kernels of each convolutional layer (one layer per entry; empty: none, a softmax
+        layer on the pixels).
     kernel_size : int, default=5
         Side of the square convolution kernels.
     padding : int, default=0
@@ -197,7 +199,10 @@ class CNN(DeviceKernels, RowKernel, Algorithm):
     PARAMS = {
         "image_shape": Nullable(Described(Items(Integer(lo=1), sizes=(2, 3)),
                                           "(H, W), (H, W, C)")),
-        "n_filters": Described(Items(Integer(lo=1)), "a non-empty list of positive integers"),
+        # Empty: no convolutional layer, a softmax layer on the pixels (the estimator fits
+        # that when an inferred image is too small for any layer).
+        "n_filters": Described(Items(Integer(lo=1), sizes=tuple(range(_MAX_LAYERS + 1))),
+                               f"a list of at most {_MAX_LAYERS} positive integers"),
         "kernel_size": Integer(lo=1),
         "padding": Integer(lo=0),
         "pool_size": Integer(lo=1),

@@ -147,8 +147,8 @@ class FlegelEstimator(BaseEstimator):
 
     def _fit_run(self, X: np.ndarray, y: np.ndarray | None = None) -> SavedModel:
         self._check_samples(X)
-        self._algorithm()  # the algorithm's own parameter checks, before any process starts
         self._check_fit_data(X)
+        self._algorithm()  # the algorithm's own parameter checks, before any process starts
         saved = run_job(self._job(), X, y, self.out, verbose=getattr(self, "verbose", 0))
         self._warn_unconverged(saved)
         return saved

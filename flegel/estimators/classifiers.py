@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Any
 
@@ -170,6 +171,14 @@ class LogisticRegression(_Classifier):
 class CNN(_Classifier):
     """Convolutional network classifier (conv-ReLU-pool layers + softmax) on flegel's runtime.
 
+    ``fit`` checks the data's shape before anything is launched.  With ``image_shape`` given,
+    ``X`` must have ``H·W·C`` features and every layer must fit the image (``ValueError``,
+    scikit-learn's words, otherwise).  Without it the shape is inferred: a square number of
+    features is a square single-channel image (28×28 for MNIST), any other number a one-row
+    image ``(1, n_features)`` (tabular data); and of ``n_filters`` the layers that fit the
+    inferred image are kept (none for a small or one-row image: the network is then its
+    softmax layer).  The fitted ``image_shape_`` and ``n_filters_`` say what was trained.
+
     Parameters
     ----------
     image_shape, n_filters, kernel_size, padding, pool_size, pooling, learning_rate,
@@ -181,6 +190,10 @@ class CNN(_Classifier):
     Attributes
     ----------
     classes_ : ndarray
+    image_shape_ : tuple of int
+        ``(H, W, C)`` of the images trained on (given or inferred).
+    n_filters_ : tuple of int
+        The convolutional layers trained (those of ``n_filters`` that fit the image).
     n_iter_ : int
     run_dir_ : Path
     """
@@ -226,11 +239,53 @@ class CNN(_Classifier):
 
     def _algorithm_params(self) -> dict[str, Any]:
         params = super()._algorithm_params()
+        # What fit found the data to be (inferred shape, the layers that fit), once known.
+        params["image_shape"] = getattr(self, "image_shape_", params["image_shape"])
+        params["n_filters"] = getattr(self, "n_filters_", params["n_filters"])
         for key in ("image_shape", "n_filters"):  # YAML-friendly lists
             if params[key] is not None:
                 params[key] = list(params[key])
         return params
 
+    def _check_fit_data(self, X: np.ndarray) -> None:
+        """The image shape and the layers, checked (given) or inferred, before launching."""
+        from flegel.job.algorithms import resolve_algorithm
+
+        d = X.shape[1]
+        algo_cls = resolve_algorithm(self.ALGORITHM)
+        if self.image_shape is not None:
+            h, w, c = (*self.image_shape, 1)[:3]
+            if h * w * c != d:
+                raise ValueError(f"X has {d} features, but {type(self).__name__} is expecting "
+                                 f"{h * w * c} features as input (image_shape="
+                                 f"{tuple(self.image_shape)}).")
+            layers = tuple(self.n_filters)
+            # The algorithm's own check of the layers, raised here rather than on rank 0
+            algo_cls(image_shape=(h, w, c), n_filters=layers, kernel_size=self.kernel_size,
+                     padding=self.padding, pool_size=self.pool_size).layer_shapes(d)
+        else:
+            side = math.isqrt(d)
+            h, w, c = (side, side, 1) if side * side == d else (1, d, 1)
+            layers = tuple(self.n_filters)
+            while layers:
+                try:
+                    algo_cls(image_shape=(h, w, c), n_filters=layers,
+                             kernel_size=self.kernel_size, padding=self.padding,
+                             pool_size=self.pool_size).layer_shapes(d)
+                    break
+                except ValueError:
+                    layers = layers[:-1]
+        self.image_shape_ = (h, w, c)
+        self.n_filters_ = layers
+
     @staticmethod
     def _n_classes(arrays: dict[str, np.ndarray]) -> int:
         return int(arrays["dense_b"].shape[0])
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        # Plain SGD with a fixed step (FSP paper Eq. 1) for max_iter steps: scikit-learn's
+        # checks fit a handful of steps on unscaled blobs, short of their 0.83 accuracy
+        # (MLPClassifier-like models that stop early declare the same).
+        tags.classifier_tags.poor_score = True
+        return tags
