@@ -417,7 +417,7 @@ def test_per_point_path_alone_fits_the_same(factory, data):
     (lambda: NMF(solver="cd"), "solver"),
     (lambda: NMF(w_iter=0), "w_iter"),
     (lambda: CNN(device="tpu"), "device"),
-    (lambda: CNN(n_filters=()), "n_filters"),
+    (lambda: CNN(n_filters=(0,)), "n_filters"),
     (lambda: CNN(image_shape=(28,)), "image_shape"),
     (lambda: CNN(momentum=1.0), "momentum"),
     (lambda: CNN(padding=-1), "padding"),

@@ -153,7 +153,7 @@ class FlegelEstimator(BaseEstimator):
         self._warn_unconverged(saved)
         return saved
 
-    def _warn_unconverged(self, saved: SavedModel) -> None:
+    def _warn_unconverged(self, saved: SavedModel, stacklevel: int = 4) -> None:
         """scikit-learn's ``ConvergenceWarning`` when the run stopped at ``max_iter`` (or the
         time limit) before meeting a tolerance it had (summary.json's ``stop_reason``)."""
         summary = saved.summary or {}
@@ -167,7 +167,7 @@ class FlegelEstimator(BaseEstimator):
             warnings.warn(f"{type(self).__name__} stopped at {limit} after "
                           f"{summary.get('iterations', '?')} iterations without meeting its "
                           f"tolerance (tol={self.tol}); increase max_iter or scale the data. "
-                          f"Run directory: {saved.run_dir}", ConvergenceWarning, stacklevel=4)
+                          f"Run directory: {saved.run_dir}", ConvergenceWarning, stacklevel=stacklevel)
 
     def fit(self, X: Any, y: Any = None) -> FlegelEstimator:
         """Train on ``X`` under MPI with ``workers`` worker processes; return self."""

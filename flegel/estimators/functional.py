@@ -154,5 +154,5 @@ def fit(job_or_algorithm: Any, X: Any, y: Any = None, **overrides: Any) -> Flege
     saved = run_job(doc, Xa, None if y is None else np.asarray(y), out, import_root, job_dir,
                     verbose=verbose)
     est = from_saved(saved)
-    est._warn_unconverged(saved)
+    est._warn_unconverged(saved, stacklevel=3)
     return est
