@@ -167,7 +167,8 @@ class FlegelEstimator(BaseEstimator):
             warnings.warn(f"{type(self).__name__} stopped at {limit} after "
                           f"{summary.get('iterations', '?')} iterations without meeting its "
                           f"tolerance (tol={self.tol}); increase max_iter or scale the data. "
-                          f"Run directory: {saved.run_dir}", ConvergenceWarning, stacklevel=stacklevel)
+                          f"Run directory: {saved.run_dir}", ConvergenceWarning,
+                          stacklevel=stacklevel)
 
     def fit(self, X: Any, y: Any = None) -> FlegelEstimator:
         """Train on ``X`` under MPI with ``workers`` worker processes; return self."""

@@ -20,12 +20,12 @@ import io
 import os
 import re
 import sys
-import threading
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import numpy as np
 import yaml
@@ -102,8 +102,17 @@ def child_error(text: str) -> BaseException:
         lines = [ln for ln in text.splitlines() if ln.startswith("flegel:")]
         exc = RuntimeError(lines[-1][len("flegel: "):] if lines else "flegel run failed")
     if text.strip():
-        exc.add_note("the run's error output:\n" + text.rstrip())
+        _note(exc, "the run's error output:\n" + text.rstrip())
     return exc
+
+
+def _note(exc: BaseException, text: str) -> None:
+    """Attach ``text`` to ``exc`` as a note (Python >= 3.11; before, it goes to stderr)."""
+    add = getattr(exc, "add_note", None)
+    if callable(add):
+        add(text)
+    else:  # pragma: no cover - Python 3.10
+        sys.stderr.write(text + "\n")
 
 
 @contextlib.contextmanager
@@ -242,7 +251,7 @@ def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
         with _importable(import_root), contextlib.redirect_stderr(said):
             code = launch(job.workers + 1, ["run", str(job_file), "--out", str(run_dir)],
                           job.output.progress if verbose >= 1 else "none",
-                          stdout=out_sink, stderr=err_sink)
+                          stdout=cast(IO[bytes], out_sink), stderr=cast(IO[bytes], err_sink))
     finally:
         for f in files:
             f.unlink(missing_ok=True)
@@ -254,7 +263,7 @@ def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
         sys.stdout.write(said.getvalue())
     if code != 0:
         exc = child_error(err_sink.text() + said.getvalue())
-        exc.add_note(f"flegel run failed (exit code {code}); job file: {job_file}")
+        _note(exc, f"flegel run failed (exit code {code}); job file: {job_file}")
         raise exc
     return read_model(run_dir)
 
