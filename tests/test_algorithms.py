@@ -713,3 +713,21 @@ def test_logreg_tol_stops_incremental_training_on_the_pass_gradient():
     none = LogisticRegression(tol=None)
     res = fit_local(none, x, y, batch=300, max_iterations=20, tolerance=None)
     assert not res.converged_ and res.n_iter_ == 20
+
+
+def test_cnn_auto_input_scale_makes_training_scale_free():
+    """input_scale="auto" (1 / max |x| of the sample): raw bytes and [0, 1] pixels train the
+    same network, and the scale is saved with the model."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, size=(60, 36)).astype(np.float64)
+    y = (x[:, :18].sum(axis=1) > x[:, 18:].sum(axis=1)).astype(np.int64)
+    runs = []
+    for data in (x, x / 255.0):
+        alg = CNN(n_filters=(2,), kernel_size=3, dtype="float64")
+        runs.append((alg, fit_local(alg, data, y, max_iterations=5, tolerance=None)))
+    (a, ra), (b, rb) = runs
+    np.testing.assert_allclose(ra.theta_["dense_w"], rb.theta_["dense_w"], rtol=1e-9)
+    assert float(ra.theta_["input_scale"][0]) == pytest.approx(1.0 / x.max())
+    assert a.finalize(ra.theta_)["input_scale"][0] == pytest.approx(1.0 / x.max())
+    np.testing.assert_allclose(a.predict_proba(ra.theta_, x), b.predict_proba(rb.theta_, x / 255),
+                               rtol=1e-9)

@@ -213,7 +213,7 @@ class CNN(_Classifier):
                  kernel_size: int = 5, padding: int = 0, pool_size: int = 2,
                  pooling: str = "max", learning_rate: float = 0.05,
                  schedule: str = "constant", power_t: float = 0.5, momentum: float = 0.0,
-                 alpha: float = 0.0, input_scale: float = 1.0, device: str = "cpu",
+                 alpha: float = 0.0, input_scale: Any = "auto", device: str = "cpu",
                  dtype: str = "float32", chunk_size: int | None = None, init: Any = "he",
                  max_iter: int = 100, tol: float | None = 1e-4, workers: int = 2,
                  sync: Any = None, stragglers: Any = None, stop: Any = None,
