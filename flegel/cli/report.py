@@ -180,10 +180,14 @@ _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", "h", ">", "p", "d")
 
 
 def _run_style(i: int, n: int) -> tuple[str, str]:
-    """Colour and marker of run ``i`` of ``n``: tab10's colours up to 10 runs, tab20's
-    beyond; the markers cycle on a different period, so no two of 20 runs look the same."""
-    color = f"C{i % 10}" if n <= 10 else _tab20(i)
+    """Colour and marker of run ``i`` of ``n``: tab10's colours up to 10 runs (gray last),
+    tab20's beyond; the markers cycle on a different period, so no two of 20 runs look the same."""
+    color = f"C{_TAB10[i % 10]}" if n <= 10 else _tab20(i)
     return color, _MARKERS[i % len(_MARKERS)]
+
+
+#: tab10's colours with its gray (C7) last: the legend of series is drawn in gray.
+_TAB10 = (0, 1, 2, 3, 4, 5, 6, 8, 9, 7)
 
 
 def _tab20(i: int) -> Any:
