@@ -29,7 +29,7 @@ import numpy as np
 
 from flegel import Algorithm, Block, DataInfo
 from flegel.device import DeviceKernels, to_host
-from flegel.validation import Described, Integer, Items, Nullable, Options, Real
+from flegel.validation import AnyOf, Described, Integer, Items, Nullable, Options, Real
 
 from ._common import (
     DEVICE_PARAMS,
@@ -49,6 +49,7 @@ _POOLINGS = ("max", "avg")
 _SCHEDULES = ("constant", "invscaling")
 _DTYPES = ("float32", "float64")
 _INITS = ("he",)
+_MAX_LAYERS = 64
 
 
 def _to_host(a: Any) -> np.ndarray:
@@ -129,7 +130,8 @@ class CNN(DeviceKernels, RowKernel, Algorithm):
         flattened rows.  None: square single-channel images, side ``sqrt(n_features)``
         (28×28 for MNIST).
     n_filters : sequence of int, default=(6, 12)
-        Kernels of each convolutional layer (one layer per entry).
+        Kernels of each convolutional layer (one layer per entry; empty: none, a softmax
+        layer on the pixels).
     kernel_size : int, default=5
         Side of the square convolution kernels.
     padding : int, default=0
@@ -148,8 +150,11 @@ class CNN(DeviceKernels, RowKernel, Algorithm):
     alpha : float, default=0.0
         L2 weight decay on kernels and dense weights (not biases); per-point loss then carries
         ``(α/2)‖w‖²`` as in :class:`~algorithms.logreg.LogisticRegression`.
-    input_scale : float, default=1.0
-        Factor applied to the pixels first (e.g. 1/255 for raw MNIST bytes).
+    input_scale : "auto" or float, default="auto"
+        Factor applied to the pixels first.  ``"auto"``: 1 / the largest absolute value in the
+        job's data sample (1/255 for raw MNIST bytes, 1 for pixels in [0, 1]), so the fixed
+        step size suits the data whatever its scale; kept in θ and the saved model as
+        ``input_scale``.  A number is used as given.
     device : {"cpu", "gpu", "auto"}, default="cpu"
         Where the kernels run: NumPy, or CuPy on the current CUDA device (``"auto"``: the GPU
         when CuPy and a device are present, else the CPU, said once on standard error).
@@ -190,14 +195,17 @@ class CNN(DeviceKernels, RowKernel, Algorithm):
     power_t: float
     momentum: float
     alpha: float
-    input_scale: float
+    input_scale: Any
     dtype: str
     chunk_size: int | None
     init: str
     PARAMS = {
         "image_shape": Nullable(Described(Items(Integer(lo=1), sizes=(2, 3)),
                                           "(H, W), (H, W, C)")),
-        "n_filters": Described(Items(Integer(lo=1)), "a non-empty list of positive integers"),
+        # Empty: no convolutional layer, a softmax layer on the pixels (the estimator fits
+        # that when an inferred image is too small for any layer).
+        "n_filters": Described(Items(Integer(lo=1), sizes=tuple(range(_MAX_LAYERS + 1))),
+                               f"a list of at most {_MAX_LAYERS} positive integers"),
         "kernel_size": Integer(lo=1),
         "padding": Integer(lo=0),
         "pool_size": Integer(lo=1),
@@ -207,7 +215,7 @@ class CNN(DeviceKernels, RowKernel, Algorithm):
         "power_t": Real(lo=0.0, finite=True),
         "momentum": Real(lo=0.0, hi=1.0, hi_open=True, finite=True),
         "alpha": Real(lo=0.0, finite=True),
-        "input_scale": Real(lo=0.0, lo_open=True, finite=True),
+        "input_scale": AnyOf(Options(("auto",)), Real(lo=0.0, lo_open=True, finite=True)),
         "device": DEVICE_PARAMS["device"],
         "dtype": Options(_DTYPES),
         "chunk_size": Nullable(Integer(lo=1)),
@@ -218,7 +226,7 @@ class CNN(DeviceKernels, RowKernel, Algorithm):
                  n_filters: Sequence[int] = (6, 12), kernel_size: int = 5, padding: int = 0,
                  pool_size: int = 2, pooling: str = "max", learning_rate: float = 0.05,
                  schedule: str = "constant", power_t: float = 0.5, momentum: float = 0.0,
-                 alpha: float = 0.0, input_scale: float = 1.0, device: str = "cpu",
+                 alpha: float = 0.0, input_scale: Any = "auto", device: str = "cpu",
                  dtype: str = "float32", chunk_size: int | None = None,
                  init: str = "he") -> None:
         super().__init__()
@@ -292,14 +300,29 @@ class CNN(DeviceKernels, RowKernel, Algorithm):
             for key in list(theta):
                 theta[f"v_{key}"] = np.zeros_like(theta[key])
         theta["step"] = np.zeros(1)
+        theta["input_scale"] = np.array([self._resolve_scale(info.sample)])
         return theta
+
+    def _resolve_scale(self, sample: np.ndarray) -> float:
+        """``input_scale`` as a number: ``"auto"`` is 1 / max |x| over the data sample."""
+        if self.input_scale != "auto":
+            return float(self.input_scale)
+        x = np.asarray(sample, dtype=np.float64)
+        top = float(np.max(np.abs(x))) if x.size else 0.0
+        return 1.0 / top if top > 0 and np.isfinite(top) else 1.0
+
+    def _scale(self, theta: dict[str, np.ndarray]) -> float:
+        """The input scale of θ (a θ or model saved before it was kept: the parameter)."""
+        if "input_scale" in theta:
+            return float(np.asarray(theta["input_scale"]).ravel()[0])
+        return 1.0 if self.input_scale == "auto" else float(self.input_scale)
 
     def init_state(self, n: int, n_features: int) -> dict[str, np.ndarray]:
         return {"loss": np.zeros(n)}
 
     @staticmethod
     def _param_keys(theta: dict[str, np.ndarray]) -> list[str]:
-        return [k for k in theta if k != "step" and not k.startswith("v_")]
+        return [k for k in theta if k not in ("step", "input_scale") and not k.startswith("v_")]
 
     def zero_aggregator(self, theta: dict[str, np.ndarray]) -> dict:
         agg: dict[str, Any] = {f"grad_{k}": np.zeros_like(theta[k])
@@ -324,7 +347,7 @@ class CNN(DeviceKernels, RowKernel, Algorithm):
             k: xp.asarray(th[k], dtype=self.dtype) for k in self._param_keys(th)})
 
     def _forward(self, xp: Any, params: dict[str, Any], x: Any, y: Any | None,
-                 grads: dict[str, Any] | None) -> tuple[Any, Any]:
+                 grads: dict[str, Any] | None, scale: float = 1.0) -> tuple[Any, Any]:
         """Forward pass of a chunk ``x`` (B × n_features) on ``xp``; returns the per-image
         cross-entropy (None without labels) and the logits.  With ``grads``, backpropagates
         and adds the summed gradients into it (float64, on ``xp``)."""
@@ -332,8 +355,8 @@ class CNN(DeviceKernels, RowKernel, Algorithm):
         k, pad, p = self.kernel_size, self.padding, self.pool_size
         h, w, c = self._image_hwc(x.shape[1])
         a = x.reshape(x.shape[0], h, w, c)
-        if self.input_scale != 1.0:
-            a = a * self.input_scale
+        if scale != 1.0:
+            a = a * scale
         caches = []
         for n in range(1, n_layers + 1):
             if pad:
@@ -393,7 +416,8 @@ class CNN(DeviceKernels, RowKernel, Algorithm):
         losses = np.empty(len(block))
         for sl in self._chunks(xp, len(block)):
             x = xp.asarray(block.x[sl], dtype=self.dtype)
-            loss, _ = self._forward(xp, params, x, xp.asarray(y_all[sl]), grads)
+            loss, _ = self._forward(xp, params, x, xp.asarray(y_all[sl]), grads,
+                                    self._scale(theta))
             losses[sl] = _to_host(loss)
         losses += self._penalty(theta)
         old = block.state["loss"]
@@ -432,7 +456,7 @@ class CNN(DeviceKernels, RowKernel, Algorithm):
         for sl in self._chunks(xp, len(block)):
             x = xp.asarray(block.x[sl], dtype=self.dtype)
             y = xp.asarray(np.asarray(block.y[sl]).astype(np.int64))
-            loss, _ = self._forward(xp, params, x, y, None)
+            loss, _ = self._forward(xp, params, x, y, None, self._scale(theta))
             total += float(_to_host(loss).sum())
         return total + len(block) * self._penalty(theta)
 
@@ -444,7 +468,7 @@ class CNN(DeviceKernels, RowKernel, Algorithm):
         out = np.empty((len(x), theta["dense_b"].shape[0]))
         for sl in self._chunks(xp, len(x)):
             _, logits = self._forward(xp, params, xp.asarray(x[sl], dtype=self.dtype), None,
-                                      None)
+                                      None, self._scale(theta))
             out[sl] = _to_host(logits)
         return out
 
@@ -463,4 +487,6 @@ class CNN(DeviceKernels, RowKernel, Algorithm):
         return float(np.mean(self.predict(theta, x) == np.asarray(y).astype(np.int64)))
 
     def finalize(self, theta: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {k: theta[k] for k in self._param_keys(theta)}
+        out = {k: theta[k] for k in self._param_keys(theta)}
+        out["input_scale"] = np.array([self._scale(theta)])
+        return out

@@ -1,8 +1,26 @@
-"""Logistic regression by mini-batch gradient descent (FSP paper Section 2.1, Eq. 1; Table 1: LR).
+"""Logistic regression: L-BFGS on full batches, scale-free gradient steps on mini-batches
+(FSP paper Section 2.1, Eq. 1; Table 1: LR).
 
 The points processed between two barriers form the mini-batch B of Eq. (1): a delta holds the
-summed gradient of their losses and their count, and the M-step takes one step
-``θ ← θ − η_t (Σ_B ∇F_i / |B| + α θ)``.  Under full-batch BSP this is plain gradient descent.
+summed gradient of their losses, their count, their summed loss and the θ version they were
+computed at.  ``update_parameter`` looks at the aggregate:
+
+* a **full batch at the current θ** (every point, all computed at the θ being updated: BSPB,
+  or a one-process full pass) gives the exact objective and gradient, and with
+  ``solver="auto"`` (or ``"lbfgs"``) one L-BFGS evaluation follows (:mod:`._quasinewton`),
+  as scikit-learn's default solver does;
+* anything else (BSPV, FSP, ASP, SSP, ...: partial or stale sums) takes the gradient step of
+  Eq. (1), ``θ ← θ − η_t (Σ_B ∇F_i / |B| + α θ)``.  With ``learning_rate="auto"`` the step is
+  taken in internally standardised coordinates (the features' mean and deviation from the
+  job's sample) with η = 1 / L, L a Lipschitz estimate from the same sample: the step adapts
+  to the data's scale, and θ stays in the original units.  A number is Eq. (1)'s η as given,
+  in the original coordinates (the paper's experiments).
+
+``tol`` has scikit-learn's meaning: training stops (``stop_reason: algorithm``) once the
+largest entry of the gradient of the mean objective ``(1/n) Σ logloss + (α/2)‖w‖²`` is at most
+``tol`` -- at an L-BFGS iterate, or for gradient steps averaged over the last full pass of
+mini-batch gradients (computed at the several θ of that pass: an estimate, the best a
+mini-batch run has without an extra pass).
 
 Binary labels (0/1) use the sigmoid loss of Section 2.1; with more than two classes
 (``info.n_classes > 2``) the model is multinomial (softmax) with one weight column per class.
@@ -25,7 +43,7 @@ import numpy as np
 from flegel import Algorithm, Block, DataInfo
 from flegel.device import DeviceKernels, to_host
 from flegel.jit import njit
-from flegel.validation import Boolean, Options, Real
+from flegel.validation import AnyOf, Boolean, Nullable, Options, Real
 
 from ._common import (
     DEVICE_PARAMS,
@@ -42,9 +60,11 @@ from ._common import (
     softmax_rows,
     validate_init_file,
 )
+from ._quasinewton import LBFGS, Preconditioner
 
 _SCHEDULES = ("constant", "invscaling")
 _INITS = ("zeros",)
+_SOLVERS = ("auto", "lbfgs", "gd")
 
 
 def _first_bad_label(y: np.ndarray, n_classes: int) -> int:
@@ -149,14 +169,24 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
 
 
 class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
-    """L2-regularized logistic regression (binary or multinomial) by mini-batch GD.
+    """L2-regularized logistic regression (binary or multinomial): L-BFGS or gradient steps.
 
-    FSP paper Section 2.1 (Eq. 1) and Table 1 (LR).
+    FSP paper Section 2.1 (Eq. 1) and Table 1 (LR); the module docstring says which optimiser
+    runs when.
 
     Parameters
     ----------
-    learning_rate : float, default=0.1
-        Step size η₀ (> 0).
+    learning_rate : "auto" or float, default="auto"
+        Step size η₀ of gradient steps: ``"auto"`` is 1 / L in standardised coordinates (L a
+        Lipschitz estimate of the data's sample), a number (> 0) is η₀ in the original
+        coordinates.  L-BFGS iterations need none.
+    solver : {"auto", "lbfgs", "gd"}, default="auto"
+        ``auto`` and ``lbfgs``: L-BFGS whenever an aggregate is a full batch at the current θ,
+        gradient steps otherwise; ``gd``: always gradient steps (Eq. 1, the paper's LR).
+    tol : float or None, default=None
+        Stop once the largest entry of the mean objective's gradient is at most ``tol``
+        (scikit-learn's ``tol`` of ``LogisticRegression``); None: only the job's ``stop``
+        criteria end training.
     schedule : {"constant", "invscaling"}, default="constant"
         ``constant``: η_t = η₀; ``invscaling``: η_t = η₀ / t^power_t, t the number of
         parameter updates so far (1-based, kept in θ as ``step``).
@@ -198,24 +228,36 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
     objective_name = "log-loss"
 
     # The parameters, as set_params stores them from PARAMS.
-    learning_rate: float
+    learning_rate: Any
+    solver: str
+    tol: float | None
     schedule: str
     power_t: float
     alpha: float
     fit_intercept: bool
     init: str
-    PARAMS = {**DEVICE_PARAMS, "learning_rate": Real(lo=0.0, lo_open=True, finite=True),
+    PARAMS = {**DEVICE_PARAMS,
+              "learning_rate": AnyOf(Options(("auto",)), Real(lo=0.0, lo_open=True,
+                                                               finite=True)),
+              "solver": Options(_SOLVERS), "tol": Nullable(Real(lo=0.0, finite=True)),
               "schedule": Options(_SCHEDULES), "power_t": Real(lo=0.0, finite=True),
               "alpha": Real(lo=0.0, finite=True), "fit_intercept": Boolean(),
               "init": InitSpec(_INITS)}
 
-    def __init__(self, learning_rate: float = 0.1, schedule: str = "constant",
+    def __init__(self, learning_rate: Any = "auto", schedule: str = "constant",
                  power_t: float = 0.5, alpha: float = 1e-4, fit_intercept: bool = True,
-                 init: str = "zeros", device: str = "cpu", kernel: str = "auto") -> None:
+                 init: str = "zeros", device: str = "cpu", kernel: str = "auto",
+                 solver: str = "auto", tol: float | None = None) -> None:
         super().__init__()
         set_params(self, locals())
         self._set_device(device, kernel)
         self._weights: ThetaCache[tuple[Any, Any]] = ThetaCache()
+        # The master's optimiser state (never sent): the L-BFGS machine, the θ version it
+        # asked to evaluate, the last pass's mini-batch gradient sums, and the stop flag.
+        self._lbfgs: LBFGS | None = None
+        self._trial_step = -1.0
+        self._pass: list[Any] = [0.0, 0.0, 0.0]
+        self._converged = False
 
     # ------------------------------------------------------------------ set-up
     def validate(self, base_dir: Path) -> None:
@@ -240,7 +282,15 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
             coef = expect_shape(path, "coef", arrays["coef"], coef.shape, job)
             intercept = expect_shape(path, "intercept", arrays.get("intercept", intercept),
                                      intercept.shape, job)
-        return {"coef": coef, "intercept": intercept, "step": np.zeros(1)}
+        self._lbfgs, self._trial_step, self._converged = None, -1.0, False
+        self._pass = [0.0, 0.0, 0.0]
+        sample = np.asarray(info.sample, dtype=np.float64)
+        shift, scale = Preconditioner.estimate(sample, self.fit_intercept)
+        lip = Preconditioner(shift, scale).lipschitz(
+            sample, 0.25 if n_classes <= 2 else 0.5, self.alpha, self.fit_intercept)
+        return {"coef": coef, "intercept": intercept, "step": np.zeros(1),
+                "shift": shift, "scale": scale, "lipschitz": np.array([lip]),
+                "n_points": np.array([float(info.n_points)])}
 
     def init_state(self, n: int, n_features: int) -> dict[str, np.ndarray]:
         return {"loss": np.zeros(n)}
@@ -248,7 +298,7 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
     def zero_aggregator(self, theta: dict[str, np.ndarray]) -> dict:
         return {"grad_coef": np.zeros_like(theta["coef"]),
                 "grad_intercept": np.zeros_like(theta["intercept"]),
-                "count": 0.0, "objective": 0.0}
+                "count": 0.0, "objective": 0.0, "loss": 0.0, "at_step": 0.0}
 
     @staticmethod
     def _check_labels(y: np.ndarray, n_classes: int) -> None:
@@ -311,23 +361,101 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
                                         loss, compiled)
             grad_coef = x.T @ res
             grad_intercept = res.sum(axis=0, keepdims=coef.ndim == 1)
+            loss_sum = float(loss.sum())
         grad_intercept = np.ascontiguousarray(to_host(grad_intercept), dtype=np.float64)
         if not self.fit_intercept:
             grad_intercept[...] = 0.0
+        # at_step: Σ (θ version × points), so the master can tell a full batch at its θ
+        step = float(theta["step"][0]) if "step" in theta else 0.0
         return {"grad_coef": to_host(grad_coef), "grad_intercept": grad_intercept,
-                "count": float(b), "objective": dobj}
+                "count": float(b), "objective": dobj, "loss": loss_sum,
+                "at_step": step * b}
 
     def update_parameter(self, agg: dict, theta: dict[str, np.ndarray]) -> dict:
         count = float(agg["count"])
         if count <= 0.0:
             return dict(theta)
+        if "shift" not in theta:  # a θ of an older layout: Eq. (1) as it was
+            return self._plain_step(agg, theta, count)
+        step = float(theta["step"][0])
+        n = float(theta["n_points"][0])
+        full = count >= n - 0.5 and abs(float(agg["at_step"]) - step * count) < 0.5
+        g_coef = agg["grad_coef"] / count + self.alpha * theta["coef"]
+        g_int = agg["grad_intercept"] / count
+        if full and self.solver != "gd":
+            return self._lbfgs_step(agg, theta, g_coef, g_int, count)
+        self._lbfgs = None
+        self._check_pass(agg, theta, count, n)
+        if self.learning_rate != "auto":
+            return self._plain_step(agg, theta, count)
+        pre = Preconditioner(theta["shift"], theta["scale"])
+        eta = learning_rate_at(1.0 / float(theta["lipschitz"][0]), self.schedule,
+                               self.power_t, step + 1.0)
+        u = pre.to_u(theta["coef"], theta["intercept"]) - eta * pre.grad_u(g_coef, g_int)
+        return self._at(theta, *pre.from_u(u, theta["coef"].shape))
+
+    def termination_check(self, agg: dict, t: int) -> bool:
+        """True once the mean objective's gradient met ``tol`` (set by the update)."""
+        return self._converged
+
+    def _at(self, theta: dict[str, np.ndarray], coef: np.ndarray,
+            intercept: np.ndarray) -> dict[str, np.ndarray]:
+        """θ at (coef, intercept), one version on."""
+        if not self.fit_intercept:
+            intercept = np.zeros_like(theta["intercept"])
+        return {**theta, "coef": coef, "intercept": intercept.reshape(theta["intercept"].shape),
+                "step": theta["step"] + 1.0}
+
+    def _met_tol(self, g_coef: np.ndarray, g_int: np.ndarray) -> bool:
+        if self.tol is None:
+            return False
+        top = max(float(np.max(np.abs(g_coef))) if g_coef.size else 0.0,
+                  float(np.max(np.abs(g_int))) if self.fit_intercept else 0.0)
+        return top <= self.tol
+
+    def _lbfgs_step(self, agg: dict, theta: dict[str, np.ndarray], g_coef: np.ndarray,
+                    g_int: np.ndarray, count: float) -> dict[str, np.ndarray]:
+        """One L-BFGS evaluation: ``agg`` holds f and ∇f at θ, the point asked for last
+        (or a fresh start when θ is not that point: a roll-back, a resumed run)."""
+        pre = Preconditioner(theta["shift"], theta["scale"])
+        step = float(theta["step"][0])
+        if self._lbfgs is None or self._trial_step != step:
+            self._lbfgs = LBFGS(float(theta["lipschitz"][0]))
+        u = pre.to_u(theta["coef"], theta["intercept"])
+        g_u = pre.grad_u(g_coef, g_int)
+        if not self.fit_intercept:
+            g_u[g_coef.size:] = 0.0
+        nxt = self._lbfgs.step(u, float(agg["loss"]) / count, g_u)
+        if self._lbfgs.accepted and self._met_tol(g_coef, g_int):
+            self._converged = True
+            nxt = u  # stay at the iterate that met the tolerance
+        self._trial_step = step + 1.0
+        return self._at(theta, *pre.from_u(nxt, theta["coef"].shape))
+
+    def _check_pass(self, agg: dict, theta: dict[str, np.ndarray], count: float,
+                    n: float) -> None:
+        """Accumulate mini-batch gradients; after each full pass, test ``tol`` on their mean
+        (plus the penalty's gradient at the current θ)."""
+        if self.tol is None:
+            return
+        gc, gi, c = self._pass
+        self._pass = [agg["grad_coef"] + gc, agg["grad_intercept"] + gi, c + count]
+        if self._pass[2] >= n - 0.5:
+            gc, gi, c = self._pass
+            self._pass = [0.0, 0.0, 0.0]
+            self._converged = self._met_tol(gc / c + self.alpha * theta["coef"], gi / c)
+
+    def _plain_step(self, agg: dict, theta: dict[str, np.ndarray],
+                    count: float) -> dict[str, np.ndarray]:
+        """Eq. (1) with the given η in the original coordinates."""
         step = theta["step"] + 1.0
-        eta = learning_rate_at(self.learning_rate, self.schedule, self.power_t, float(step[0]))
+        rate = 0.1 if self.learning_rate == "auto" else float(self.learning_rate)
+        eta = learning_rate_at(rate, self.schedule, self.power_t, float(step[0]))
         coef = theta["coef"] - eta * (agg["grad_coef"] / count + self.alpha * theta["coef"])
         intercept = theta["intercept"]
         if self.fit_intercept:
             intercept = intercept - eta * (agg["grad_intercept"] / count)
-        return {"coef": coef, "intercept": intercept, "step": step}
+        return {**theta, "coef": coef, "intercept": intercept, "step": step}
 
     def evaluate(self, theta: dict[str, np.ndarray], block: Block) -> float:
         assert block.y is not None  # needs_labels: the job check guarantees labelled data

@@ -64,6 +64,7 @@ __all__ = [
     "Real",
     "SchemaError",
     "Text",
+    "YamlWord",
     "any_of",
     "anything",
     "boolean",
@@ -85,6 +86,7 @@ __all__ = [
     "number",
     "one_of",
     "optional",
+    "settle",
     "text",
 ]
 
@@ -538,6 +540,51 @@ is_list = List()
 
 
 # --------------------------------------------------------------------------- keys
+class YamlWord(str):
+    """A YAML 1.1 boolean word (``on``, ``off``, ``yes``, ``no``) as the file wrote it.
+
+    YAML 1.1 reads these words as booleans, so ``mode: off`` would be ``False`` where the key
+    means the word ``'off'``.  The job loader (:mod:`flegel.job.yaml_file`) keeps the word and
+    its boolean reading both, and :func:`settle` picks the one the key accepts: the word for a
+    key that expects words (``sync.migration.mode: off``, ``output.progress: none``), the
+    boolean for a key that expects ``true``/``false`` (``output.save_model: no``).  ``true``
+    and ``false`` stay booleans (the words YAML 1.2 keeps).
+
+    Parameters
+    ----------
+    text : str
+        The word as written.
+    flag : bool
+        YAML 1.1's reading of it.
+    """
+
+    flag: bool
+
+    def __new__(cls, text: str, flag: bool) -> YamlWord:
+        self = super().__new__(cls, text)
+        self.flag = bool(flag)
+        return self
+
+    def __reduce__(self) -> tuple[Any, tuple[str, bool]]:
+        return (YamlWord, (str(self), self.flag))
+
+
+def settle(rule: Constraint | Check, value: Any) -> Any:
+    """``value``, or for a :class:`YamlWord` the reading ``rule`` accepts, tried in this
+    order: the word as written (``off`` for ``'off'``); its boolean (``no`` for ``false``);
+    for ``off``/``no``, the key's own word for off (``'off'``, else ``'none'``: so
+    ``output.progress: off`` is ``'none'``).  The word itself when none is accepted, so the
+    message shows what was written."""
+    if not isinstance(value, YamlWord):
+        return value
+    text = str(value)
+    tries: tuple[Any, ...] = (text, value.flag) + (() if value.flag else ("off", "none"))
+    for reading in tries:
+        if rule(reading):
+            return reading
+    return value
+
+
 @dataclass(frozen=True, init=False)
 class Key:
     """One key: its constraint, its default and one line of documentation.
@@ -832,10 +879,11 @@ def check_section(prefix: str, given: Any, schema: abc.Mapping[str, Key], *,
             if key.required:
                 raise SchemaError(_join(prefix, k), key.expected)
             out[k] = key.default
-        elif not key.check(given[k]):
-            raise SchemaError(_join(prefix, k), key.expected, given[k])
         else:
-            out[k] = given[k]
+            value = settle(key.check, given[k])
+            if not key.check(value):
+                raise SchemaError(_join(prefix, k), key.expected, value)
+            out[k] = value
     return out
 
 
@@ -865,7 +913,7 @@ def check_params(params: abc.Mapping[str, Constraint],
     out: dict[str, Any] = {}
     for name, rule in params.items():
         if name in values:
-            value = values[name]
+            value = settle(rule, values[name])
             if not rule.is_satisfied_by(value):
                 raise ParameterError(name, rule.describe(python=True), value)
             out[name] = rule.convert(value)

@@ -417,7 +417,7 @@ def test_per_point_path_alone_fits_the_same(factory, data):
     (lambda: NMF(solver="cd"), "solver"),
     (lambda: NMF(w_iter=0), "w_iter"),
     (lambda: CNN(device="tpu"), "device"),
-    (lambda: CNN(n_filters=()), "n_filters"),
+    (lambda: CNN(n_filters=(0,)), "n_filters"),
     (lambda: CNN(image_shape=(28,)), "image_shape"),
     (lambda: CNN(momentum=1.0), "momentum"),
     (lambda: CNN(padding=-1), "padding"),
@@ -639,3 +639,95 @@ def test_parameters_are_declared_once_and_stored_converted():
     km = KMeans(n_clusters=np.int64(3), init=Path("c.npy"))
     assert type(km.n_clusters) is int and km.init == "c.npy"
     assert CNN(n_filters=[4], image_shape=[28, 28]).n_filters == (4,)
+
+
+# ------------------------------------------- logistic regression on raw features (issue 22)
+def test_preconditioner_round_trip_and_chain_rule():
+    from flegel.algorithms._quasinewton import Preconditioner
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(5.0, 3.0, size=(50, 4))
+    pre = Preconditioner(*Preconditioner.estimate(x, center=True))
+    for shape in ((4,), (4, 3)):
+        coef, b = rng.normal(size=shape), rng.normal(size=(1,) if len(shape) == 1 else (3,))
+        back = pre.from_u(pre.to_u(coef, b), shape)
+        np.testing.assert_allclose(back[0], coef, rtol=1e-12)
+        np.testing.assert_allclose(back[1], b, rtol=1e-12)
+
+        # f(coef, b) = Σ (x·coef + b)² / 2: its gradient in u by the chain rule vs. numbers
+        def f(u, shape=shape):
+            c, bb = pre.from_u(u, shape)
+            return 0.5 * float(((x @ c + (bb if len(shape) == 2 else bb[0])) ** 2).sum())
+
+        z = x @ coef + (b if len(shape) == 2 else b[0])
+        g = pre.grad_u(x.T @ z, z.sum(axis=0, keepdims=len(shape) == 1))
+        u = pre.to_u(coef, b)
+        num = [(f(u + e) - f(u - e)) / 2e-6 for e in np.eye(len(u)) * 1e-6]
+        np.testing.assert_allclose(g, num, rtol=1e-5, atol=1e-4)
+
+
+def _digits_even_odd():
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    return x, y % 2
+
+
+def test_logreg_lbfgs_converges_on_raw_features_to_sklearns_optimum():
+    """Raw pixels (0..16): full batches run L-BFGS, which stops on scikit-learn's tol (the
+    largest gradient entry of the mean objective) at scikit-learn's optimum."""
+    from sklearn.linear_model import LogisticRegression as SkLR
+
+    x, y = _digits_even_odd()
+    alg = LogisticRegression(alpha=1.0 / len(x), tol=1e-5)  # = scikit-learn's C=1
+    res = fit_local(alg, x, y, max_iterations=300, tolerance=None)
+    assert res.converged_ and res.n_iter_ < 200
+    sk = SkLR(C=1.0, tol=1e-8, max_iter=5000).fit(x, y)
+    sk_theta = {"coef": sk.coef_[0], "intercept": sk.intercept_}
+    ref = alg.evaluate(sk_theta, Block.from_arrays(x, y))
+    assert res.objective_ <= ref * (1 + 1e-6)
+    assert alg.evaluate_accuracy(res.theta_, x, y) == pytest.approx(sk.score(x, y), abs=0.005)
+
+
+def test_logreg_incremental_steps_adapt_to_the_scale():
+    """Mini-batches (not a full batch at the current θ) take gradient steps of 1/L in
+    standardised coordinates: the same accuracy on raw and on 100×-scaled features, where a
+    fixed step of 0.1 diverges on the scaled ones."""
+    x, y = _digits_even_odd()
+    accs = []
+    for scale in (1.0, 100.0):
+        alg = LogisticRegression()
+        res = fit_local(alg, x * scale, y, batch=256, max_iterations=120, tolerance=None)
+        accs.append(alg.evaluate_accuracy(res.theta_, x * scale, y))
+    assert min(accs) >= 0.9 and abs(accs[0] - accs[1]) <= 0.01
+    fixed = LogisticRegression(learning_rate=0.1, solver="gd")
+    res = fit_local(fixed, x * 100.0, y, batch=256, max_iterations=120, tolerance=None)
+    assert fixed.evaluate_accuracy(res.theta_, x * 100.0, y) < min(accs)
+
+
+def test_logreg_tol_stops_incremental_training_on_the_pass_gradient():
+    x, y = _digits_even_odd()
+    loose = LogisticRegression(tol=1e-1)
+    res = fit_local(loose, x, y, batch=300, max_iterations=200, tolerance=None)
+    assert res.converged_ and res.n_iter_ < 200
+    none = LogisticRegression(tol=None)
+    res = fit_local(none, x, y, batch=300, max_iterations=20, tolerance=None)
+    assert not res.converged_ and res.n_iter_ == 20
+
+
+def test_cnn_auto_input_scale_makes_training_scale_free():
+    """input_scale="auto" (1 / max |x| of the sample): raw bytes and [0, 1] pixels train the
+    same network, and the scale is saved with the model."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, size=(60, 36)).astype(np.float64)
+    y = (x[:, :18].sum(axis=1) > x[:, 18:].sum(axis=1)).astype(np.int64)
+    runs = []
+    for data in (x, x / 255.0):
+        alg = CNN(n_filters=(2,), kernel_size=3, dtype="float64")
+        runs.append((alg, fit_local(alg, data, y, max_iterations=5, tolerance=None)))
+    (a, ra), (b, rb) = runs
+    np.testing.assert_allclose(ra.theta_["dense_w"], rb.theta_["dense_w"], rtol=1e-9)
+    assert float(ra.theta_["input_scale"][0]) == pytest.approx(1.0 / x.max())
+    assert a.finalize(ra.theta_)["input_scale"][0] == pytest.approx(1.0 / x.max())
+    np.testing.assert_allclose(a.predict_proba(ra.theta_, x), b.predict_proba(rb.theta_, x / 255),
+                               rtol=1e-9)

@@ -171,3 +171,87 @@ def test_switching_sync_model_drops_the_old_options(tmp_path):
     assert "batch" not in job.sync.options
     job = load_job(path, ["sync.model=bsp"])  # same model: its options stay
     assert job.sync.options["batch"] == 50
+
+
+# ----------------------------------------------------------------- YAML 1.1 words (issue 22)
+_JOB_HEAD = """algorithm: kmeans
+params: {n_clusters: 3}
+data: {source: synthetic, kind: blobs, n_points: 500, n_features: 2, centers: 3, seed: 0}
+workers: 2
+"""
+
+
+def _job_text(tmp_path, text):
+    path = tmp_path / "job.yaml"
+    path.write_text(_JOB_HEAD + text)
+    return path
+
+
+def test_unquoted_off_validates_as_people_write_it(tmp_path, capsys):
+    """The issue's two lines, unquoted: YAML 1.1 reads off as false, the loader keeps it."""
+    path = _job_text(tmp_path, "sync: {model: fsp, migration: {mode: off}}\n"
+                               "output: {progress: off}\n")
+    assert main(["validate", str(path)]) == 0, capsys.readouterr().err
+    job = load_job(path)
+    assert job.sync.options["migration"]["mode"] == "off"
+    assert job.output.progress == "none"  # progress's own word for off
+
+
+@pytest.mark.parametrize("word, save", [("no", False), ("off", False), ("yes", True),
+                                        ("On", True), ("false", False), ("TRUE", True)])
+def test_boolean_keys_keep_yaml_1_1_booleans(tmp_path, word, save):
+    job = load_job(_job_text(tmp_path, f"output: {{save_model: {word}}}\n"))
+    assert job.output.save_model is save
+
+
+@pytest.mark.parametrize("word", ["no", "NO", "Off"])
+def test_off_words_mean_off_for_migration(tmp_path, word):
+    job = load_job(_job_text(tmp_path, f"sync: {{model: fsp, migration: {{mode: {word}}}}}\n"))
+    assert job.sync.options["migration"]["mode"] == "off"
+
+
+def test_a_word_no_key_takes_is_refused_as_written(tmp_path, capsys):
+    err = _bad(tmp_path, capsys, text=_JOB_HEAD + "sync: {model: fsp, migration: {mode: on}}\n")
+    assert "sync.migration.mode" in err and "'on'" in err
+
+
+def test_set_override_takes_off_unquoted(tmp_path):
+    path = _job_text(tmp_path, "sync: {model: fsp}\n")
+    job = load_job(path, ["sync.migration.mode=off", "output.progress=off"])
+    assert job.sync.options["migration"]["mode"] == "off"
+    assert job.output.progress == "none"
+
+
+def test_a_dumped_job_reads_back_the_same(tmp_path):
+    """A job this loader read, written back with yaml.safe_dump (as fit and the run
+    directory do), keeps the word unquoted and reads back the same."""
+    import yaml
+
+    from flegel.job.yaml_file import parse_yaml
+
+    doc = parse_yaml("sync: {model: fsp, migration: {mode: off}}\noutput: {save_model: no}\n")
+    text = yaml.safe_dump(doc)
+    assert "mode: off" in text and "save_model: no" in text
+    again = parse_yaml(text)
+    assert again == doc and again["sync"]["migration"]["mode"] == "off"
+
+
+def _inline_sync_snippets(page, needle):
+    """Every inline-code ``{...}`` mapping on ``page`` that contains ``needle``, as printed."""
+    import re
+
+    text = (ROOT / page).read_text()
+    return sorted({m for m in re.findall(r"`(\{[^`]*\})`", text) if needle in m})
+
+
+@pytest.mark.parametrize("snippet", _inline_sync_snippets("docs/job-reference.md", "mode: off"))
+def test_job_reference_presets_with_mode_off_validate_as_printed(tmp_path, snippet):
+    job = load_job(_job_text(tmp_path, f"sync: {snippet}\n"))
+    assert job.sync.options["migration"]["mode"] == "off"
+
+
+def test_readme_mode_off_validates_as_printed(tmp_path):
+    """The README says "Set `mode: off`" under migration: that line, in the sync section."""
+    assert "Set `mode: off`" in (ROOT / "README.md").read_text()
+    job = load_job(_job_text(tmp_path, "sync:\n  model: fsp\n  migration:\n    mode: off\n"))
+    assert job.sync.options["migration"]["mode"] == "off"

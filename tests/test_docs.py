@@ -31,6 +31,7 @@ import pytest
 import yaml
 
 from flegel.job.validate import load_job
+from flegel.job.yaml_file import parse_yaml
 from tests.conftest import ROOT, child_env
 
 #: Every page whose marked blocks are run.
@@ -134,7 +135,7 @@ def run_example(ex: Example, folder: Path) -> None:
         assert ex.name, f"{ex}: test: file needs a file name"
         (folder / ex.name).write_text(ex.text)
     elif ex.lang == "yaml":
-        doc = yaml.safe_load(ex.text)
+        doc = parse_yaml(ex.text)  # as flegel reads a job file (YAML 1.1's off stays 'off')
         _run_job(_merge(BASE_JOB, doc) if ex.kind == "part" else doc, folder, ex)
     elif ex.lang == "python":
         _run([sys.executable, "-c", ex.text], folder, ex)

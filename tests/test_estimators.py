@@ -105,7 +105,8 @@ def test_parameters_are_stored_as_given_and_clone_works():
     (GaussianMixture(), "covariance_type", "spherical",
      r"The 'covariance_type' parameter of GaussianMixture must be a str among"),
     (LogisticRegression(), "learning_rate", -1.0,
-     r"The 'learning_rate' parameter of LogisticRegression must be a float in the range "
+     r"The 'learning_rate' parameter of LogisticRegression must be a str among \{'auto'\} or "
+     r"a float in the range "
      r"\(0\.0, inf\)"),
     (NMF(), "solver", "cd", r"The 'solver' parameter of NMF must be a str among"),
 ])
@@ -241,3 +242,170 @@ def test_algorithm_parameters_are_declared_once():
         ["an int in the range [1, inf)"]
     assert [str(c) for c in CNN._parameter_constraints["chunk_size"]] == \
         ["an int in the range [1, inf)", "None"]
+
+
+# ------------------------------------------------- issue 22: a scikit-learn user's first hour
+def test_child_error_is_the_failing_ranks_own_error():
+    from flegel.estimators.running import child_error
+
+    out = ("Traceback (most recent call last):\n  ...\nValueError: boom\n"
+           "flegel: rank 0 (master) failed: ValueError: CNN: 3 features; set image_shape; "
+           "no model saved: training had not started\n")
+    exc = child_error(out)
+    assert type(exc) is ValueError and str(exc) == "CNN: 3 features; set image_shape"
+    assert "Traceback" in "".join(exc.__notes__)  # the run's own lines come along
+    exc = child_error("flegel: worker 2 (pid 77) failed: MemoryError: no room; last θ "
+                      "(iteration 3) saved in /x/model.npz\n")
+    assert type(exc) is MemoryError and str(exc) == "no room"
+    exc = child_error("flegel: worker 1 (pid 7) failed: numpy.linalg.LinAlgError: singular\n")
+    assert type(exc) is RuntimeError and "LinAlgError: singular" in str(exc)
+    exc = child_error("flegel: worker 1 (pid 9) died while training; the job ended\n")
+    assert type(exc) is RuntimeError and str(exc).startswith("worker 1 (pid 9) died")
+
+
+def test_cnn_checks_the_data_shape_before_launching(tmp_path):
+    x, y = np.ones((20, 10)), np.arange(20) % 2
+    with pytest.raises(ValueError, match="X has 10 features, but CNN is expecting 16 "
+                                         "features as input"):
+        CNN(image_shape=(4, 4), out=tmp_path).fit(x, y)
+    with pytest.raises(ValueError, match="layer 1 gets a 4×4 input, too small"):
+        CNN(image_shape=(4, 4), kernel_size=5, out=tmp_path).fit(np.ones((20, 16)), y)
+    assert not any(tmp_path.iterdir())  # refused before any run directory or process
+
+
+def test_cnn_infers_the_image_and_keeps_the_layers_that_fit():
+    cnn = CNN(n_filters=(4, 8), kernel_size=3, pool_size=2)
+    cnn._check_fit_data(np.ones((5, 64)))  # 8×8: conv 6×6, pool 3×3, conv 1×1, pool 0: one
+    assert cnn.image_shape_ == (8, 8, 1) and cnn.n_filters_ == (4,)
+    cnn._check_fit_data(np.ones((5, 7)))  # not a square: one row, no layer fits
+    assert cnn.image_shape_ == (1, 7, 1) and cnn.n_filters_ == ()
+    assert cnn.get_params()["n_filters"] == (4, 8)  # the parameters stay as given
+
+
+def test_a_bad_parameter_is_a_value_error_before_any_process(tmp_path):
+    with pytest.raises(ValueError, match="solver"):
+        LogisticRegression(solver="newton", out=tmp_path).fit(np.ones((4, 2)), [0, 1, 0, 1])
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.mpi
+def test_fit_is_quiet_and_notebook_safe_and_warns_when_unconverged(tmp_path, capfd):
+    """Nothing on stdout (not even at the file-descriptor level), under redirect_stdout to a
+    stream without a file descriptor; max_iter=3 stops short: scikit-learn's warning."""
+    import contextlib
+    import io
+    import warnings
+
+    from sklearn.datasets import load_digits
+    from sklearn.exceptions import ConvergenceWarning
+
+    x, y = load_digits(return_X_y=True)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lr = LogisticRegression(max_iter=3, out=tmp_path).fit(x, y % 2)
+    assert buf.getvalue() == ""
+    assert capfd.readouterr().out == ""
+    assert not lr.converged_ and lr.n_iter_ == 3
+    assert [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)  # converged: no warning
+        lr = LogisticRegression(out=tmp_path).fit(x, y % 2)
+    assert lr.converged_ and lr.n_iter_ < 100
+
+
+@pytest.mark.mpi
+def test_verbose_shows_progress_on_sys_stdout(tmp_path):
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        KMeans(n_clusters=2, max_iter=3, verbose=1, out=tmp_path).fit(np.eye(6))
+    text = buf.getvalue()
+    assert "training" in text and "iter" in text and "run directory" not in text
+
+
+FAILING_ALGORITHM = '''
+from flegel import Algorithm
+
+
+class Fails(Algorithm):
+    """Refuses its data on the workers, after the launch."""
+
+    def init_parameter(self, info):
+        import numpy as np
+        return {"m": np.zeros(info.n_features)}
+
+    def update_data_point(self, point, state, theta, t):
+        raise ArithmeticError("Fails: this point is not welcome")
+
+    def update_parameter(self, agg, theta):
+        return theta
+
+    def evaluate(self, theta, block):
+        return 0.0
+'''
+
+
+@pytest.mark.mpi
+def test_a_failed_fit_raises_the_childs_own_error(tmp_path, monkeypatch):
+    (tmp_path / "userfails.py").write_text(FAILING_ALGORITHM)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from userfails import Fails  # type: ignore[import-not-found]
+
+    with pytest.raises(ArithmeticError, match="^Fails: this point is not welcome"):
+        flegel.fit(Fails, np.ones((20, 2)), workers=2, out=tmp_path / "runs")
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_cnn_passes_sklearn_check_estimator():
+    """scikit-learn's whole check_estimator on the CNN with 5 iterations (a minute: every
+    fit is an MPI job).  None fails; ``poor_score`` declares that 5 SGD steps do not reach the
+    accuracy check_classifiers_train asks of a converged classifier."""
+    import warnings
+
+    from sklearn.utils.estimator_checks import check_estimator
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results = check_estimator(CNN(workers=2, max_iter=5), on_fail=None)
+    failed = [(r["check_name"], repr(r["exception"])) for r in results
+              if r["status"] == "failed"]
+    assert failed == []
+    assert sum(r["status"] == "passed" for r in results) >= 50
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_raw_digits_logistic_regression_matches_sklearn():
+    """The issue's done-when: raw digits, even vs odd, five stratified 70/30 splits: flegel's
+    default LogisticRegression within 0.02 of scikit-learn's (bench/logreg_digits.py)."""
+    import importlib.util
+
+    from tests.conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("logreg_digits",
+                                                  ROOT / "bench" / "logreg_digits.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--splits", "5"]) == 0
+
+
+@pytest.mark.mpi
+def test_flegel_run_says_when_it_stopped_unconverged(tmp_path):
+    from tests.conftest import child_env
+
+    job = tmp_path / "job.yaml"
+    job.write_text("algorithm: kmeans\nparams: {n_clusters: 3}\n"
+                   "data: {source: synthetic, kind: blobs, n_points: 600, n_features: 2, "
+                   "centers: 3, seed: 0}\nworkers: 2\n"
+                   "stop: {max_iterations: 1, tolerance: 1.0e-9}\noutput: {progress: off}\n")
+    proc = subprocess.run([sys.executable, "-m", "flegel", "run", str(job), "--out",
+                           str(tmp_path / "run")], capture_output=True, text=True,
+                          env=child_env(tmp_path), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if "without meeting its tolerance" in ln]
+    assert len(lines) == 1 and "stop.max_iterations" in lines[0]

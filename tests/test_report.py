@@ -391,3 +391,28 @@ def test_report_of_a_compare_folder_overlays_its_runs(real_runs: dict[str, Path]
     (folder / "compare.json").write_text(json.dumps({"runs": [
         {"sync": "bsp", "stragglers": "none", "dir": str(tmp_path / "gone")}]}))
     assert cli_main(["report", str(folder)]) == 2
+
+
+# ------------------------------------------------------------ plots at a glance (issue 22)
+def test_objective_frame_fits_the_exact_values_and_clips_the_online_curve():
+    pytest.importorskip("matplotlib")
+    from flegel.cli.report import _clip_online, _objective_limits, _pyplot
+
+    lo, hi = _objective_limits([100.0, 90.0, 80.0, float("nan")])
+    assert lo == pytest.approx(78.8) and hi == pytest.approx(101.2)  # 6 % of the range
+    fig, ax = _pyplot().subplots()
+    # the online sum starts at 0 (below) and overshoots once (above): both on the edges
+    assert _clip_online(ax, [0, 1, 2, 3], [0.0, 95.0, 150.0, 85.0], (lo, hi), "C0")
+    line, *marks = ax.lines
+    assert min(line.get_ydata()) == lo and max(line.get_ydata()) == hi
+    assert sorted(m.get_marker() for m in marks) == ["^", "v"]
+    assert not _clip_online(ax, [0, 1], [85.0, 84.0], (lo, hi), "C1")
+    _pyplot().close(fig)
+
+
+def test_eight_runs_get_eight_looks():
+    from flegel.cli.report import _run_style
+
+    looks = [_run_style(i, 8) for i in range(8)]
+    assert len({c for c, _ in looks}) == 8 and len({m for _, m in looks}) == 8
+    assert len({(str(c), m) for c, m in (_run_style(i, 20) for i in range(20))}) == 20

@@ -164,6 +164,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     brief = {k: summary[k] for k in ("iterations", "final_objective", "wall_time_s",
                                      "converged", "stop_reason")}
     print(json.dumps(brief))
+    if not summary["converged"] and summary["stop_reason"] in ("max_iterations", "max_time"):
+        # Said as scikit-learn's ConvergenceWarning says it for an estimator (issue 22).
+        tol = job.params.get("tol", job.stop.tolerance)
+        if tol is not None or job.stop.target_objective is not None:
+            limit = ("stop.max_iterations" if summary["stop_reason"] == "max_iterations"
+                     else "stop.max_time_s")
+            print(f"flegel: warning: the run ended at {limit} without meeting its tolerance "
+                  "(not converged)", file=sys.stderr)
     _end_rank(MPI)
     return 0  # not reached
 

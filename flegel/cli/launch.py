@@ -165,11 +165,16 @@ class _Job:
         return ExitCode.for_signal(-rc) if rc < 0 else rc
 
 
-def launch(n_ranks: int, args: list[str], progress: str = "none") -> int:
+def launch(n_ranks: int, args: list[str], progress: str = "none", *,
+           stdout: IO[bytes] | None = None, stderr: IO[bytes] | None = None) -> int:
     """Run ``python -m flegel ARGS`` on ``n_ranks`` MPI ranks; return the exit code.
 
     ``progress`` is the job's ``output.progress``: unless ``none``, the launcher says it is
     launching, and rank 0 carries on with the job's phases (:mod:`flegel.runtime.progress`).
+    ``stdout`` and ``stderr`` receive the ranks' output (byte streams with ``write`` and
+    ``flush``); by default it goes to this process's, through their file descriptors when
+    they have no byte buffer.  An estimator's fit passes its own, so it never needs a
+    terminal (``sys.stdout`` may be a ``StringIO`` or a notebook's stream).
     """
     mpiexec = find_mpiexec()
     if mpiexec is None:
@@ -190,11 +195,11 @@ def launch(n_ranks: int, args: list[str], progress: str = "none") -> int:
     with tempfile.TemporaryDirectory(prefix="flegel-") as tmp:
         status = Path(tmp) / "status"
         env[STATUS_ENV] = str(status)
-        return _run(mpiexec, n_ranks, args, env, status)
+        return _run(mpiexec, n_ranks, args, env, status, (stdout, stderr))
 
 
 def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
-         status: Path) -> int:
+         status: Path, sinks: tuple[IO[bytes] | None, IO[bytes] | None] = (None, None)) -> int:
     """Run the MPI job and relay its output; return its exit code (see :func:`launch`)."""
     cmd = [mpiexec, "-n", str(n_ranks)]
     if (Path(mpiexec).parent / "hydra_pmi_proxy").exists() and "HYDRA_HOST_FILE" not in env:
@@ -223,8 +228,10 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
         return _code_in(status) is not None or watch.dead_worker() is not None
 
     assert proc.stdout is not None and proc.stderr is not None
-    relays = [threading.Thread(target=_relay, args=(src, _binary(dst), quiet), daemon=True)
-              for src, dst in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]
+    relays = [threading.Thread(target=_relay, args=(src, sink or _binary(dst), quiet),
+                               daemon=True)
+              for src, dst, sink in ((proc.stdout, sys.stdout, sinks[0]),
+                                     (proc.stderr, sys.stderr, sinks[1]))]
     for relay in relays:
         relay.start()
     try:

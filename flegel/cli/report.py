@@ -163,80 +163,198 @@ def _png(fig: Any) -> bytes:
 
 
 #: How each objective series is drawn (matplotlib keywords), and its name in the legend.
+#: Colour and marker say which run; the line and the marker's fill say which series.
 _STYLES: dict[str, tuple[dict[str, Any], str]] = {
-    "during": ({"lw": 1.8, "marker": "s", "ms": 4}, "exact f(θ), evaluated during the run"),
+    "during": ({"lw": 1.8, "ms": 5}, "exact f(θ), evaluated during the run"),
     "estimate": ({"ls": "none", "marker": "x", "ms": 4}, "estimate, during the run"),
-    "snapshots": ({"lw": 0, "marker": "o", "ms": 3}, "exact f(θ), θ snapshots after training"),
+    "snapshots": ({"lw": 0.9, "ms": 5, "mfc": "none"},
+                  "exact f(θ), θ snapshots after training"),
     "final": ({"ls": "none", "marker": "*", "ms": 11}, "exact f(θ) of the final θ only"),
     "online": ({"lw": 0.9, "ls": ":", "alpha": 0.8}, ONLINE_LABEL),
+    "clipped": ({"ls": "none", "ms": 5, "alpha": 0.8}, "online, off the frame (▲ above, ▼ below)"),
     "target": ({"lw": 0.7, "ls": "--", "alpha": 0.6}, "target"),
 }
 
+#: One marker per run (with one colour per run: up to 20 runs tell apart).
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", "h", ">", "p", "d")
 
-def _objective_limits(ax: Any, exact: list[float]) -> None:
-    """Frame the exact values: the online objective starts far below them (its sum fills
-    up over the first pass) and would squash the curves that matter into a line."""
-    finite = [v for v in exact if math.isfinite(v)]
+
+def _run_style(i: int, n: int) -> tuple[str, str]:
+    """Colour and marker of run ``i`` of ``n``: tab10's colours up to 10 runs (gray last),
+    tab20's beyond; the markers cycle on a different period, so no two of 20 runs look the same."""
+    color = f"C{_TAB10[i % 10]}" if n <= 10 else _tab20(i)
+    return color, _MARKERS[i % len(_MARKERS)]
+
+
+#: tab10's colours with its gray (C7) last: the legend of series is drawn in gray.
+_TAB10 = (0, 1, 2, 3, 4, 5, 6, 8, 9, 7)
+
+
+def _tab20(i: int) -> Any:
+    import matplotlib
+
+    return matplotlib.colormaps["tab20"](i % 20)
+
+
+def _objective_limits(values: list[float]) -> tuple[float, float] | None:
+    """The y-range that frames ``values`` (the exact objective) with a margin; None when
+    there is none.  The online objective starts far below them (its sum fills up over the
+    first pass) and estimates scatter: both would squash the curves that matter into a line,
+    so they are clipped to this frame instead (:func:`_clip_online`)."""
+    finite = [v for v in values if math.isfinite(v)]
     if not finite:
-        return
+        return None
     lo, hi = min(finite), max(finite)
-    pad = max(0.1 * (hi - lo), 1e-3 * max(abs(lo), abs(hi)), 1e-12)
-    ax.set_ylim(lo - pad, hi + pad)
+    pad = max(0.06 * (hi - lo), 1e-6 * max(abs(lo), abs(hi)), 1e-12)
+    return lo - pad, hi + pad
+
+
+def _clip_online(ax: Any, t: list[float], f: list[float], frame: tuple[float, float] | None,
+                 color: Any) -> bool:
+    """Draw the online series inside ``frame``: the dotted line clipped to it, and every
+    point off it as a triangle on the frame's edge (pointing the way it went).  Returns
+    whether any point was off the frame."""
+    if not t:
+        return False
+    if frame is None:
+        ax.plot(t, f, color=color, **_STYLES["online"][0])
+        return False
+    lo, hi = frame
+    ax.plot(t, [min(max(v, lo), hi) for v in f], color=color, **_STYLES["online"][0])
+    above = [(x, hi) for x, v in zip(t, f) if v > hi]
+    below = [(x, lo) for x, v in zip(t, f) if v < lo]
+    for pts, marker in ((above, "^"), (below, "v")):
+        if pts:
+            step = max(1, len(pts) // 12)  # a few triangles say it; hundreds would hide it
+            xs, ys = zip(*pts[::step])
+            ax.plot(xs, ys, color=color, marker=marker, clip_on=False,
+                    **_STYLES["clipped"][0])
+    return bool(above or below)
+
+
+def _gap_axes(ax: Any, runs: list[Run], best: float, styles: list[tuple[str, str]]) -> None:
+    """The relative gap ``(f − f_best) / |f_best|`` of every run's exact objective, on a log
+    axis (f_best: the lowest exact value of all runs): where the runs differ by 0.1 % or by
+    1e-6, which the objective's own axis cannot show when they start far apart."""
+    scale = abs(best) if best != 0 else 1.0
+    floor = None
+    series = []
+    for run, (color, marker) in zip(runs, styles):
+        t, f = exact_trace(run.summary)
+        (et, ef), _ = exact_during_run(run.summary)
+        for kind, (ts, fs) in (("during", (et, ef)), ("snapshots", (t, f))):
+            gaps = [(x, (v - best) / scale) for x, v in zip(ts, fs) if math.isfinite(v)]
+            series.append((kind, gaps, color, marker))
+            positive = [g for _, g in gaps if g > 0]
+            if positive:
+                floor = min(positive) if floor is None else min(floor, min(positive))
+    floor = (floor or 1e-12) / 3  # where the best run's own points sit (its gap is 0)
+    for kind, gaps, color, marker in series:
+        if gaps:
+            xs, ys = zip(*gaps)
+            ax.plot(xs, [max(g, floor) for g in ys], color=color, marker=marker,
+                    **_STYLES[kind][0])
+    ax.set_yscale("log")
+    ax.set_ylabel("relative gap to\nthe best f(θ)")
+    ax.grid(alpha=0.3, which="both")
 
 
 def objective_picture(runs: list[Run]) -> Picture:
     """The exact objective against time for every run overlaid, the online one beside it.
 
-    One colour per run; the line style says which series it is (a legend of runs and one of
-    series).  The y axis frames the exact values.
+    One colour and one marker per run; the line (and the marker's fill) says which series it
+    is -- a legend of runs and one of series, both outside the axes.  The y axis frames the
+    exact values; the online curve and estimates are clipped to it, with triangles where
+    they leave it.  With several runs a second panel shows each run's relative gap to the
+    best exact objective on a log axis.
     """
     from matplotlib.lines import Line2D
 
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(9, 4.8))
-    exact_values: list[float] = []
+    several = len(runs) > 1 and any(exact_trace(r.summary)[0] for r in runs)
+    if several:
+        fig, (ax, gap_ax) = plt.subplots(2, 1, figsize=(9, 7), sharex=True,
+                                         gridspec_kw={"height_ratios": [3, 2]})
+    else:
+        fig, ax = plt.subplots(figsize=(9, 4.8))
     used: set[str] = set()
+    styles = [_run_style(i, len(runs)) for i in range(len(runs))]
+    exact_values: list[float] = []
+    for run in runs:
+        exact_values += exact_trace(run.summary)[1] + exact_during_run(run.summary)[0][1]
+        target = run.summary.get("target_objective")
+        if target is not None:
+            exact_values.append(float(target))
+    frame = _objective_limits(exact_values)
 
-    def draw(kind: str, t: list[float], f: list[float], color: str) -> None:
-        if t:
-            ax.plot(t, f, color=color, **_STYLES[kind][0])
-            used.add(kind)
+    def draw(kind: str, t: list[float], f: list[float], color: Any, marker: str) -> None:
+        if not t:
+            return
+        style = dict(_STYLES[kind][0])
+        if kind in ("during", "snapshots"):
+            style["marker"] = marker
+        if frame is not None and kind == "estimate":  # estimates off the frame: on its edge
+            f = [min(max(v, frame[0]), frame[1]) for v in f]
+        ax.plot(t, f, color=color, **style)
+        used.add(kind)
 
-    for i, run in enumerate(runs):
-        color = f"C{i % 10}"
+    for run, (color, marker) in zip(runs, styles):
         t, f = exact_trace(run.summary)
         (et, ef), (st, sf) = exact_during_run(run.summary)
-        draw("during", et, ef, color)
-        draw("estimate", st, sf, color)
+        draw("during", et, ef, color, marker)
+        draw("estimate", st, sf, color, marker)
         if len(t) > 1:
-            draw("snapshots", t, f, color)
+            draw("snapshots", t, f, color, marker)
         elif not et:  # nothing but the final θ: a star at the end
-            draw("final", t, f, color)
-        draw("online", *online_series(run.events), color)
-        exact_values += f + ef
+            draw("final", t, f, color, marker)
+        ot, of = online_series(run.events)
+        if ot:
+            used.add("online")
+        if _clip_online(ax, ot, of, frame, color):
+            used.add("clipped")
         target = run.summary.get("target_objective")
         if target is not None:
             ax.axhline(float(target), color=color, **_STYLES["target"][0])
             used.add("target")
-            exact_values.append(float(target))
-    ax.set_xlabel("training time (s)")
+    if frame is not None:
+        ax.set_ylim(*frame)
+    ax.ticklabel_format(axis="y", useOffset=False)  # the values as they are, no "+7.4e5"
     ax.set_ylabel(f"objective ({runs[0].summary.get('objective_name', 'f')})")
-    _objective_limits(ax, exact_values)
     ax.grid(alpha=0.3)
+    bottom = ax
+    if several:
+        best = min(v for v in exact_values if math.isfinite(v)) if any(
+            math.isfinite(v) for v in exact_values) else 0.0
+        _gap_axes(gap_ax, runs, best, styles)
+        bottom = gap_ax
+    bottom.set_xlabel("training time (s)")
     # Figure legends beside the axes (the saved image's bounding box takes them in whole).
-    fig.legend(handles=[Line2D([], [], color=f"C{i % 10}", lw=2, label=run.label)
-                        for i, run in enumerate(runs)],
+    fig.legend(handles=[Line2D([], [], color=c, marker=m, lw=2, label=run.label)
+                        for run, (c, m) in zip(runs, styles)],
                fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 0.97), title="run")
-    fig.legend(handles=[Line2D([], [], color="gray", label=name, **style)
-                        for kind, (style, name) in _STYLES.items() if kind in used],
-               fontsize=7, loc="lower left", bbox_to_anchor=(1.0, 0.1))
-    caption = ("Exact objective f(θ) against training time, one colour per run: the solid "
-               "line with squares is f(θ) evaluated during the run (what the progress line "
-               "showed and the "
-               "target stop used; crosses: estimates on part of the data), circles are θ "
-               "snapshots evaluated on every shard after training.  Dotted: the online "
-               "objective (per-point losses as last seen), which under FSP and the "
-               "asynchronous models is the objective of no θ; dashed: the target.")
+    series_handles = []
+    for kind, (style, name) in _STYLES.items():
+        if kind in used:
+            style = dict(style)
+            if kind in ("during", "snapshots"):
+                style["marker"] = "o"
+            if kind == "clipped":
+                style["marker"] = "^"
+            series_handles.append(Line2D([], [], color="gray", label=name, **style))
+    fig.legend(handles=series_handles, fontsize=7, loc="lower left",
+               bbox_to_anchor=(1.0, 0.1))
+    caption = ("Exact objective f(θ) against training time, one colour and marker per run: "
+               "the solid line is f(θ) evaluated during the run (what the progress line "
+               "showed and the target stop used; crosses: estimates on part of the data), "
+               "the thin line with open markers θ snapshots evaluated on every shard after "
+               "training.  Dotted: the online objective (per-point losses as last seen), "
+               "which under FSP and the asynchronous models is the objective of no θ; "
+               "dashed: the target.  The y axis frames the exact values: the online curve "
+               "and estimates are clipped to it, triangles marking where they leave it.")
+    if several:
+        caption += (" Below: each run's relative gap (f − f_best) / |f_best| to the lowest "
+                    "exact objective of all runs, on a log axis (the best run's own points "
+                    "sit on the floor).")
     if "final" in used:
         caption += (" A star marks a run with no exact trace (the final θ only): set "
                     "output.trace_points to trace it.")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from numbers import Integral
 from numbers import Real as RealNumber
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
@@ -49,7 +51,11 @@ RUNTIME_CONSTRAINTS: dict[str, list[Any]] = {
     "out": [str, os.PathLike, None],
     "max_iter": [Interval(Integral, 1, None, closed="left")],
     "tol": [Interval(RealNumber, 0, None, closed="left"), None],
+    "verbose": ["verbose"],
 }
+
+#: Stop reasons that end a run before its tolerance was met (summary.json's stop_reason).
+UNCONVERGED = ("max_iterations", "max_time")
 
 
 class FlegelEstimator(BaseEstimator):
@@ -68,6 +74,9 @@ class FlegelEstimator(BaseEstimator):
     SUPERVISED: ClassVar[bool] = False
     #: The parameter that ``fit`` needs at least as many rows as (n_clusters, ...), if any.
     MIN_SAMPLES_PARAM: ClassVar[str | None] = None
+    #: ``tol`` is the algorithm's own parameter (its ``termination_check`` applies it, with
+    #: scikit-learn's meaning) rather than the runtime's relative-change ``stop.tolerance``.
+    TOL_IN_ALGORITHM: ClassVar[bool] = False
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = dict(RUNTIME_CONSTRAINTS)
     # The runtime parameters (set by each subclass's __init__ through runtime_init).
     workers: int
@@ -78,10 +87,14 @@ class FlegelEstimator(BaseEstimator):
     out: Any
     max_iter: int
     tol: float | None
+    verbose: int
 
     # ------------------------------------------------------------------ the job
     def _algorithm_params(self) -> dict[str, Any]:
-        return {alg: getattr(self, est) for est, alg in self.ALGORITHM_PARAMS.items()}
+        params = {alg: getattr(self, est) for est, alg in self.ALGORITHM_PARAMS.items()}
+        if self.TOL_IN_ALGORITHM:
+            params["tol"] = self.tol
+        return params
 
     def _seed(self) -> int:
         rs = self.random_state
@@ -92,7 +105,8 @@ class FlegelEstimator(BaseEstimator):
     def _job(self) -> dict[str, Any]:
         """The job document of this estimator's parameters (``data`` is added by fit)."""
         sync = self.sync
-        stop = {"max_iterations": self.max_iter, "tolerance": self.tol, **(self.stop or {})}
+        tolerance = None if self.TOL_IN_ALGORITHM else self.tol
+        stop = {"max_iterations": self.max_iter, "tolerance": tolerance, **(self.stop or {})}
         doc: dict[str, Any] = {
             "algorithm": self.ALGORITHM, "params": self._algorithm_params(),
             "workers": self.workers, "seed": self._seed(),
@@ -127,9 +141,34 @@ class FlegelEstimator(BaseEstimator):
             raise ValueError(f"Negative values in data passed to {type(self).__name__} "
                              "(input X)")
 
+    def _check_fit_data(self, X: np.ndarray) -> None:
+        """What the algorithm would refuse about ``X``, checked before launching (a
+        subclass adds its own; the default has nothing more to check)."""
+
     def _fit_run(self, X: np.ndarray, y: np.ndarray | None = None) -> SavedModel:
         self._check_samples(X)
-        return run_job(self._job(), X, y, self.out)
+        self._check_fit_data(X)
+        self._algorithm()  # the algorithm's own parameter checks, before any process starts
+        saved = run_job(self._job(), X, y, self.out, verbose=getattr(self, "verbose", 0))
+        self._warn_unconverged(saved)
+        return saved
+
+    def _warn_unconverged(self, saved: SavedModel, stacklevel: int = 4) -> None:
+        """scikit-learn's ``ConvergenceWarning`` when the run stopped at ``max_iter`` (or the
+        time limit) before meeting a tolerance it had (summary.json's ``stop_reason``)."""
+        summary = saved.summary or {}
+        reason = summary.get("stop_reason")
+        stop = self.stop or {}
+        had_tol = self.tol is not None or stop.get("tolerance") is not None \
+            or stop.get("target_objective") is not None
+        if reason in UNCONVERGED and not summary.get("converged", False) and had_tol:
+            limit = (f"max_iter={self.max_iter}" if reason == "max_iterations"
+                     else "the time limit")
+            warnings.warn(f"{type(self).__name__} stopped at {limit} after "
+                          f"{summary.get('iterations', '?')} iterations without meeting its "
+                          f"tolerance (tol={self.tol}); increase max_iter or scale the data. "
+                          f"Run directory: {saved.run_dir}", ConvergenceWarning,
+                          stacklevel=stacklevel)
 
     def fit(self, X: Any, y: Any = None) -> FlegelEstimator:
         """Train on ``X`` under MPI with ``workers`` worker processes; return self."""
@@ -174,8 +213,10 @@ class FlegelEstimator(BaseEstimator):
 
 
 def runtime_init(self: Any, workers: int, sync: Any, stragglers: Any, stop: Any,
-                  random_state: Any, out: Any, max_iter: int, tol: float | None) -> None:
+                 random_state: Any, out: Any, max_iter: int, tol: float | None,
+                 verbose: int = 0) -> None:
     """Store the runtime parameters as given (one place for every estimator's __init__)."""
+    self.verbose = verbose
     self.workers = workers
     self.sync = sync
     self.stragglers = stragglers

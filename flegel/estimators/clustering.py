@@ -71,13 +71,14 @@ default="k-means++"
                  device: str = "cpu", kernel: str = "auto", max_iter: int = 300,
                  tol: float | None = 1e-4, workers: int = 2, sync: Any = None,
                  stragglers: Any = None, stop: Any = None, random_state: Any = None,
-                 out: Any = None) -> None:
+                 out: Any = None, verbose: int = 0) -> None:
         self.n_clusters = n_clusters
         self.init = init
         self.n_init = n_init
         self.device = device
         self.kernel = kernel
-        runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol)
+        runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol,
+                     verbose)
 
     def _job(self) -> dict[str, Any]:
         doc = super()._job()
@@ -126,7 +127,7 @@ class GaussianMixture(DensityMixin, FlegelEstimator):
         Where the workers' kernel runs (CuPy on a GPU; :mod:`flegel.device`).
     kernel : {"auto", "compiled", "array"}, default="auto"
         Which CPU kernel runs (numba, NumPy, or NumPy until numba pays; :mod:`flegel.device`).
-    max_iter, tol, workers, sync, stragglers, stop, random_state, out
+    max_iter, tol, workers, sync, stragglers, stop, random_state, out, verbose
         As in :class:`KMeans`.
 
     Attributes
@@ -154,14 +155,15 @@ class GaussianMixture(DensityMixin, FlegelEstimator):
                  reg_covar: float = 1e-6, init: Any = "kmeans++", device: str = "cpu",
                  kernel: str = "auto", max_iter: int = 100, tol: float | None = 1e-4,
                  workers: int = 2, sync: Any = None, stragglers: Any = None, stop: Any = None,
-                 random_state: Any = None, out: Any = None) -> None:
+                 random_state: Any = None, out: Any = None, verbose: int = 0) -> None:
         self.n_components = n_components
         self.covariance_type = covariance_type
         self.reg_covar = reg_covar
         self.init = init
         self.device = device
         self.kernel = kernel
-        runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol)
+        runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol,
+                     verbose)
 
     def _set_fitted(self, saved: SavedModel) -> None:
         super()._set_fitted(saved)
@@ -203,7 +205,7 @@ class FuzzyCMeans(ClusterMixin, FlegelEstimator):
         Where the workers' kernel runs (CuPy on a GPU; :mod:`flegel.device`).
     kernel : {"auto", "compiled", "array"}, default="auto"
         Which CPU kernel runs (numba, NumPy, or NumPy until numba pays; :mod:`flegel.device`).
-    max_iter, tol, workers, sync, stragglers, stop, random_state, out
+    max_iter, tol, workers, sync, stragglers, stop, random_state, out, verbose
         As in :class:`KMeans`.
 
     Attributes
@@ -231,13 +233,14 @@ class FuzzyCMeans(ClusterMixin, FlegelEstimator):
                  device: str = "cpu", kernel: str = "auto", max_iter: int = 300,
                  tol: float | None = 1e-4, workers: int = 2, sync: Any = None,
                  stragglers: Any = None, stop: Any = None, random_state: Any = None,
-                 out: Any = None) -> None:
+                 out: Any = None, verbose: int = 0) -> None:
         self.n_clusters = n_clusters
         self.m = m
         self.init = init
         self.device = device
         self.kernel = kernel
-        runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol)
+        runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol,
+                     verbose)
 
     def fit(self, X: Any, y: Any = None) -> FuzzyCMeans:
         """Cluster ``X`` under MPI; return self."""

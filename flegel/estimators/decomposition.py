@@ -29,7 +29,7 @@ class NMF(TransformerMixin, FlegelEstimator):
     solver : {"hals", "mu"}, default="hals"
     w_iter, h_iter : int, default=5
     init : {"nndsvda", "random"} or path, default="nndsvda"
-    max_iter, tol, workers, sync, stragglers, stop, random_state, out
+    max_iter, tol, workers, sync, stragglers, stop, random_state, out, verbose
         As in :class:`KMeans`.
 
     Attributes
@@ -55,13 +55,14 @@ class NMF(TransformerMixin, FlegelEstimator):
                  h_iter: int = 5, init: Any = "nndsvda", max_iter: int = 200,
                  tol: float | None = 1e-4, workers: int = 2, sync: Any = None,
                  stragglers: Any = None, stop: Any = None, random_state: Any = None,
-                 out: Any = None) -> None:
+                 out: Any = None, verbose: int = 0) -> None:
         self.n_components = n_components
         self.solver = solver
         self.w_iter = w_iter
         self.h_iter = h_iter
         self.init = init
-        runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol)
+        runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol,
+                     verbose)
 
     def _set_fitted(self, saved: SavedModel) -> None:
         super()._set_fitted(saved)

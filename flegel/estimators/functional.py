@@ -89,6 +89,8 @@ def from_saved(saved: SavedModel) -> FlegelEstimator:
         cls = BUILTIN[key]
         inverse = {alg: est for est, alg in cls.ALGORITHM_PARAMS.items()}
         params = {inverse[k]: v for k, v in saved.params.items() if k in inverse}
+        if cls.TOL_IN_ALGORITHM:  # the estimator's tol is the algorithm's (scikit-learn's)
+            runtime["tol"] = saved.params.get("tol", runtime["tol"])
         est = cls(**params, **runtime)
     est._set_fitted(saved)
     return est
@@ -110,7 +112,8 @@ def fit(job_or_algorithm: Any, X: Any, y: Any = None, **overrides: Any) -> Flege
     **overrides
         Job keys: ``params={...}``, ``workers=4``, ``sync="fsp"``, ``seed=1``, ``stop={...}``,
         or dotted paths given as a dict, ``**{"sync.model": "fsp"}``.  ``out`` is the folder
-        under which the run directory is made.
+        under which the run directory is made; ``verbose`` (0, 1, 2) what the run shows on
+        ``sys.stdout``, as for the estimators.
 
     Returns
     -------
@@ -139,6 +142,7 @@ def fit(job_or_algorithm: Any, X: Any, y: Any = None, **overrides: Any) -> Flege
         name, import_root = algorithm_name(doc.get("algorithm"))
         doc["algorithm"] = name
     out = overrides.pop("out", None)
+    verbose = int(overrides.pop("verbose", 0))
     for key, value in overrides.items():
         if key == "sync" and isinstance(value, str):
             doc["sync"] = {"model": value}  # a model name resets the section, as --set does
@@ -147,5 +151,8 @@ def fit(job_or_algorithm: Any, X: Any, y: Any = None, **overrides: Any) -> Flege
     Xa = np.asarray(X)
     if Xa.ndim != 2:
         raise ValueError(f"X must be a 2-D array (n_samples, n_features), got shape {Xa.shape}")
-    saved = run_job(doc, Xa, None if y is None else np.asarray(y), out, import_root, job_dir)
-    return from_saved(saved)
+    saved = run_job(doc, Xa, None if y is None else np.asarray(y), out, import_root, job_dir,
+                    verbose=verbose)
+    est = from_saved(saved)
+    est._warn_unconverged(saved, stacklevel=3)
+    return est

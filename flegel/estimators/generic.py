@@ -28,7 +28,7 @@ class Estimator(FlegelEstimator):
         ``"package.module:Class"`` or the class.
     params : dict or None
         The algorithm's parameters.
-    max_iter, tol, workers, sync, stragglers, stop, random_state, out
+    max_iter, tol, workers, sync, stragglers, stop, random_state, out, verbose
         As in :class:`KMeans`.
 
     Attributes
@@ -47,10 +47,11 @@ class Estimator(FlegelEstimator):
     def __init__(self, algorithm: Any = None, params: dict[str, Any] | None = None, *,
                  max_iter: int = 100, tol: float | None = 1e-4, workers: int = 2,
                  sync: Any = None, stragglers: Any = None, stop: Any = None,
-                 random_state: Any = None, out: Any = None) -> None:
+                 random_state: Any = None, out: Any = None, verbose: int = 0) -> None:
         self.algorithm = algorithm
         self.params = params
-        runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol)
+        runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol,
+                     verbose)
 
     def _algorithm_params(self) -> dict[str, Any]:
         return dict(self.params or {})
@@ -63,7 +64,9 @@ class Estimator(FlegelEstimator):
     def _fit_run(self, X: np.ndarray, y: np.ndarray | None = None) -> SavedModel:
         self._check_samples(X)
         doc = self._job()
-        return run_job(doc, X, y, self.out, self._import_root)
+        saved = run_job(doc, X, y, self.out, self._import_root, verbose=self.verbose)
+        self._warn_unconverged(saved)
+        return saved
 
     def fit(self, X: Any, y: Any = None) -> Estimator:
         """Train on ``X`` (and integer labels ``y``) under MPI; return self."""

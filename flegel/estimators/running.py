@@ -4,18 +4,28 @@
 directory, validates the job (:func:`flegel.job.validate.load_job`), launches ``workers + 1`` MPI
 ranks with the bundled launcher (:func:`flegel.cli.launch.launch`, as ``flegel run`` does without
 mpirun) and reads the model back (:func:`flegel.rundir.model.read_model`).
+
+The ranks' output comes back through pipes into :class:`Captured` streams, never through this
+process's file descriptors, so a fit works wherever ``sys.stdout`` is not a terminal
+(``contextlib.redirect_stdout``, pytest's capture, a notebook).  ``verbose`` chooses what is
+shown (scikit-learn's meaning): 0 nothing, 1 the progress lines, 2 everything the run prints.
+A failed run raises the error the failing rank raised (:func:`child_error`).
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import io
 import os
+import re
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import numpy as np
 import yaml
@@ -25,7 +35,84 @@ from flegel.rundir.files import FIT_INPUTS, FIT_X, FIT_Y
 from flegel.rundir.files import JOB as JOB_FILE
 from flegel.rundir.model import SavedModel, read_model
 
-__all__ = ["algorithm_name", "run_job", "set_path"]
+__all__ = ["Captured", "algorithm_name", "child_error", "run_job", "set_path"]
+
+
+class Captured(io.RawIOBase):
+    """A byte sink for one of the ranks' streams: keeps everything, and echoes the lines
+    ``show`` accepts to ``sys.stdout`` (as text, so any stream works)."""
+
+    def __init__(self, show: Any = None) -> None:
+        super().__init__()
+        self._chunks: list[bytes] = []
+        self._partial = b""
+        self._show = show
+        self._lock = threading.Lock()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, chunk: Any) -> int:
+        data = bytes(chunk)
+        with self._lock:
+            self._chunks.append(data)
+            if self._show is not None:
+                lines = (self._partial + data).split(b"\n")
+                self._partial = lines.pop()
+                for line in lines:
+                    text = line.decode(errors="replace").rstrip("\r")
+                    if self._show(text):
+                        sys.stdout.write(text + "\n")
+        return len(data)
+
+    def text(self) -> str:
+        """Everything received, decoded."""
+        with self._lock:
+            return b"".join(self._chunks).decode(errors="replace")
+
+
+def _progress_line(line: str) -> bool:
+    """A line of ``verbose=1``: the run's progress, not its closing summary."""
+    return bool(line.strip()) and not line.startswith(("run directory:", "{"))
+
+
+#: The launcher's closing line of a failed run: who failed, the error type, its message, and
+#: what was saved (flegel.run.run_master).
+_FAILED = re.compile(r"^flegel: (?:rank \d+ \([^)]*\)|worker \d+[^:]*?) failed: "
+                     r"([A-Za-z_][\w.]*): (.*)$", re.M)
+_SAVED = re.compile(r"; (?:no model saved|model not saved|saving the model failed|last θ "
+                    r"\(iteration|the trained model \(iteration).*$")
+
+
+def child_error(text: str) -> BaseException:
+    """The exception a failed run's output names: the failing rank's own type (a built-in
+    exception, e.g. ``ValueError``) and message, else a ``RuntimeError`` with the run's last
+    ``flegel:`` line.  The run's whole error output is attached as a note."""
+    found = list(_FAILED.finditer(text))
+    exc: BaseException
+    if found:
+        name, message = found[-1].group(1), _SAVED.sub("", found[-1].group(2))
+        cls = getattr(builtins, name.rsplit(".", 1)[-1], None)
+        if isinstance(cls, type) and issubclass(cls, Exception) \
+                and not issubclass(cls, Warning):
+            exc = cls(message)
+        else:
+            exc = RuntimeError(f"{name}: {message}")
+    else:
+        lines = [ln for ln in text.splitlines() if ln.startswith("flegel:")]
+        exc = RuntimeError(lines[-1][len("flegel: "):] if lines else "flegel run failed")
+    if text.strip():
+        _note(exc, "the run's error output:\n" + text.rstrip())
+    return exc
+
+
+def _note(exc: BaseException, text: str) -> None:
+    """Attach ``text`` to ``exc`` as a note (Python >= 3.11; before, it goes to stderr)."""
+    add = getattr(exc, "add_note", None)
+    if callable(add):
+        add(text)
+    else:  # pragma: no cover - Python 3.10
+        sys.stderr.write(text + "\n")
 
 
 @contextlib.contextmanager
@@ -85,7 +172,8 @@ def _new_run_dir(out: str | os.PathLike[str] | None, name: str, sync: str) -> Pa
 
 def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
             out: str | os.PathLike[str] | None = None,
-            import_root: Path | None = None, job_dir: Path | None = None) -> SavedModel:
+            import_root: Path | None = None, job_dir: Path | None = None,
+            verbose: int = 0) -> SavedModel:
     """Train the job ``doc`` on ``X`` (and labels ``y``) under MPI; return the saved model.
 
     The path of ``flegel run``: ``X`` and ``y`` are written as ``.npy`` files into a new run
@@ -109,13 +197,17 @@ def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
         Folder to write the job file into (a hidden ``.flegel-fit-*.yaml``): the folder of
         the user's job file, so its relative paths keep their meaning.  Default: the run
         directory's ``input`` folder.
+    verbose : int, default=0
+        What reaches ``sys.stdout``: 0 nothing, 1 the run's progress lines, 2 all the run
+        prints (its error output included).  Output is captured through pipes either way.
 
     Raises
     ------
     flegel.job.errors.JobError
         A bad job (a ``ValueError`` naming the key).
-    RuntimeError
-        The MPI run failed (its messages were printed above).
+    Exception
+        The MPI run failed: the failing rank's own error type and message when it is a
+        built-in exception (:func:`child_error`), else ``RuntimeError``.
     """
     from flegel.cli.launch import launch, under_mpi
     from flegel.job.sections import DEFAULT_SYNC_MODEL
@@ -143,17 +235,23 @@ def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
         files.append(y_file)
     doc["data"] = data
     doc.setdefault("output", {})
-    doc["output"] = {"progress": "none", **(doc["output"] or {})}
+    doc["output"] = {"progress": "plain" if verbose >= 1 else "none",
+                     **(doc["output"] or {})}
     # Beside the user's job file when there is one, so its relative paths (params.init,
     # test_data, a module beside it) mean what they meant there.
     job_file = inputs / JOB_FILE if job_dir is None else \
         Path(job_dir) / f".flegel-fit-{run_dir.name}.yaml"
     job_file.write_text(yaml.safe_dump(doc, sort_keys=False))
     code = -1
+    show_out = None if verbose <= 0 else (_progress_line if verbose == 1 else bool)
+    out_sink, err_sink = Captured(show_out), Captured(bool if verbose >= 2 else None)
+    said = io.StringIO()  # the launcher's own lines (it writes them to sys.stderr)
     try:
         job = load_job(job_file)
-        with _importable(import_root):
-            code = launch(job.workers + 1, ["run", str(job_file), "--out", str(run_dir)])
+        with _importable(import_root), contextlib.redirect_stderr(said):
+            code = launch(job.workers + 1, ["run", str(job_file), "--out", str(run_dir)],
+                          job.output.progress if verbose >= 1 else "none",
+                          stdout=cast(IO[bytes], out_sink), stderr=cast(IO[bytes], err_sink))
     finally:
         for f in files:
             f.unlink(missing_ok=True)
@@ -161,9 +259,12 @@ def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
             job_file.unlink(missing_ok=True)
             if not any(inputs.iterdir()):
                 inputs.rmdir()
+    if verbose >= 2 and said.getvalue():
+        sys.stdout.write(said.getvalue())
     if code != 0:
-        raise RuntimeError(f"flegel run failed (exit code {code}); its messages are above. "
-                           f"Job file: {job_file}")
+        exc = child_error(err_sink.text() + said.getvalue())
+        _note(exc, f"flegel run failed (exit code {code}); job file: {job_file}")
+        raise exc
     return read_model(run_dir)
 
 

@@ -1,8 +1,21 @@
 """Reading a job file: YAML as users mean it, and no key given twice.
 
-Two things plain ``yaml.safe_load`` gets wrong for a job file: YAML 1.1 reads ``1e-4`` as a
-string, and a mapping that gives the same key twice silently keeps the last value.  Both are
-fixed here, and any problem becomes a :class:`~flegel.job.errors.JobError` naming the line.
+Three things plain ``yaml.safe_load`` gets wrong for a job file, all fixed here:
+
+* YAML 1.1 reads ``1e-4`` as a string; users mean a number, as in YAML 1.2.
+* YAML 1.1 reads ``on``, ``off``, ``yes`` and ``no`` (in any of their spellings ``off``,
+  ``Off``, ``OFF``) as booleans, so ``sync: {migration: {mode: off}}`` and
+  ``output: {progress: off}`` -- written unquoted, as people write them -- would arrive as
+  ``False`` where the key means a word.  The loader reads these four words as
+  :class:`~flegel.validation.YamlWord`: a string that remembers YAML 1.1's boolean, and the
+  job's validation (:func:`flegel.validation.settle`) keeps the word where the key expects a
+  word and the boolean where it expects ``true``/``false`` (``save_model: no`` still means
+  false).  ``true`` and ``false`` stay booleans.  A word no key accepts is refused with the
+  word in the message.  ``output.progress: off`` is accepted as ``none`` (the key's word for
+  off), see :mod:`flegel.job.sections`.
+* A mapping that gives the same key twice silently keeps the last value.
+
+Any problem becomes a :class:`~flegel.job.errors.JobError` naming the line.
 """
 
 from __future__ import annotations
@@ -14,6 +27,7 @@ from typing import Any
 import yaml
 
 from flegel.job.errors import JobError
+from flegel.validation import YamlWord
 
 
 class _Loader(yaml.SafeLoader):
@@ -28,6 +42,26 @@ _Loader.add_implicit_resolver(
                  |[-+]?\.(?:inf|Inf|INF)
                  |\.(?:nan|NaN|NAN))$""", re.X),
     list("-+0123456789."))
+
+
+def _boolean_word(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> bool | YamlWord:
+    """``true``/``false`` as booleans; YAML 1.1's other boolean words as :class:`YamlWord`."""
+    text = str(loader.construct_scalar(node))
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return YamlWord(text, text.lower() in ("yes", "on"))
+
+
+_Loader.add_constructor("tag:yaml.org,2002:bool", _boolean_word)
+
+
+def _represent_word(dumper: yaml.SafeDumper, word: YamlWord) -> yaml.ScalarNode:
+    """A job written back (``yaml.safe_dump`` of a document this loader read) keeps the word
+    as it was written, unquoted, so it reads back the same."""
+    return dumper.represent_scalar("tag:yaml.org,2002:bool", str(word))
+
+
+yaml.SafeDumper.add_representer(YamlWord, _represent_word)
 
 
 class DuplicateKeyError(yaml.YAMLError):

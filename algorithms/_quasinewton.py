@@ -1,0 +1,193 @@
+"""Full-batch L-BFGS driven one evaluation per barrier, and the diagonal preconditioner the
+gradient-trained algorithms share.
+
+The FSP paper trains logistic regression by gradient steps (Section 2.1, Eq. 1) with a fixed
+step η.  A fixed η only works when it suits the data's scale: on raw features (pixel values
+0..16) the curvature is hundreds of times that of standardised ones, and a step that suits one
+oscillates or crawls on the other.  scikit-learn fits ``LogisticRegression`` with L-BFGS, which
+needs no step size.  Under full-batch BSP (BSPB) every barrier delivers the exact objective and
+gradient of the current θ, which is all L-BFGS needs: :class:`LBFGS` is a state machine that
+takes one (f, ∇f) per barrier and returns the next point to evaluate -- either the next iterate
+along the quasi-Newton direction or, when the Armijo condition fails, a shorter trial along the
+same direction (backtracking with quadratic interpolation).  One barrier is one function
+evaluation, as one iteration of scipy's L-BFGS usually is.
+
+:class:`Preconditioner` is the internal standardisation: the optimiser works on
+``w' = σ ⊙ w``, ``b' = b + μ·w`` (μ, σ the features' mean and deviation, estimated from the
+job's sample), in which the problem is well conditioned; θ stays in the original units, so
+workers, saved models and predictions never see the change.  The same coordinates give a
+Lipschitz bound for incremental (mini-batch) gradient steps.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+__all__ = ["LBFGS", "Preconditioner"]
+
+
+class Preconditioner:
+    """Affine change of coordinates ``(w, b) <-> u`` that standardises the features.
+
+    Parameters
+    ----------
+    shift : ndarray of shape (d,)
+        Feature means μ (zeros without an intercept: centring needs one).
+    scale : ndarray of shape (d,)
+        Feature deviations σ (> 0).
+    """
+
+    def __init__(self, shift: np.ndarray, scale: np.ndarray) -> None:
+        self.shift = np.asarray(shift, dtype=np.float64)
+        self.scale = np.asarray(scale, dtype=np.float64)
+
+    @staticmethod
+    def estimate(sample: np.ndarray, center: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(μ, σ) of the sample's columns; a constant column gets σ = 1, and σ is floored at
+        1e-3 of the largest deviation so a nearly constant feature cannot make the penalty's
+        curvature α/σ² dominate."""
+        x = np.asarray(sample, dtype=np.float64)
+        if x.ndim != 2 or len(x) == 0:
+            d = x.shape[1] if x.ndim == 2 else 0
+            return np.zeros(d), np.ones(d)
+        mu = x.mean(axis=0) if center else np.zeros(x.shape[1])
+        sd = x.std(axis=0)
+        top = float(sd.max()) if sd.size else 0.0
+        sd = np.where(sd > 0, np.maximum(sd, 1e-3 * top), 1.0)
+        return mu, sd
+
+    def to_u(self, coef: np.ndarray, intercept: np.ndarray) -> np.ndarray:
+        """The optimiser's coordinates of (coef, intercept), flattened."""
+        w = coef * self.scale[:, None] if coef.ndim == 2 else coef * self.scale
+        b = intercept + self.shift @ coef
+        return np.concatenate([w.ravel(), np.ravel(b)])
+
+    def from_u(self, u: np.ndarray, coef_shape: tuple[int, ...]) -> tuple[np.ndarray,
+                                                                          np.ndarray]:
+        """(coef, intercept) in the original units of the point ``u``."""
+        size = int(np.prod(coef_shape))
+        w = u[:size].reshape(coef_shape)
+        coef = w / self.scale[:, None] if len(coef_shape) == 2 else w / self.scale
+        intercept = u[size:] - self.shift @ coef
+        return coef, np.asarray(intercept, dtype=np.float64).reshape(-1)
+
+    def grad_u(self, g_coef: np.ndarray, g_intercept: np.ndarray) -> np.ndarray:
+        """The gradient in ``u`` of a function whose gradient in (coef, intercept) is given:
+        ``∂/∂w'_j = (∂/∂w_j − μ_j ∂/∂b) / σ_j`` and ``∂/∂b' = ∂/∂b`` (chain rule through
+        ``w = w'/σ``, ``b = b' − μ·w``)."""
+        gb = np.ravel(g_intercept)
+        if g_coef.ndim == 2:
+            gw = (g_coef - np.outer(self.shift, gb)) / self.scale[:, None]
+        else:
+            gw = (g_coef - self.shift * gb[0]) / self.scale
+        return np.concatenate([gw.ravel(), gb])
+
+    def lipschitz(self, sample: np.ndarray, curvature: float, alpha: float,
+                  intercept: bool) -> float:
+        """An estimate of the gradient's Lipschitz constant in ``u`` on the sample:
+        ``curvature · λ_max(ZᵀZ / m) + α / min σ²`` with Z the standardised sample (and a
+        column of ones for the intercept); ``curvature`` bounds the loss's second derivative
+        in the margin (¼ for the logistic loss, ½ for softmax)."""
+        x = np.asarray(sample, dtype=np.float64)
+        if x.ndim != 2 or len(x) == 0:
+            return 1.0 + alpha
+        z = (x - self.shift) / self.scale
+        if intercept:
+            z = np.column_stack([z, np.ones(len(z))])
+        top = float(np.linalg.norm(z, 2)) ** 2 / len(z)
+        return max(curvature * top + alpha / float(np.min(self.scale)) ** 2, 1e-12)
+
+
+class LBFGS:
+    """Limited-memory BFGS with a backtracking Armijo line search, one evaluation per call.
+
+    Call :meth:`step` with the objective and gradient at the point it asked for last (the
+    first call: at the starting point); it returns the next point to evaluate.  A point whose
+    value meets the Armijo condition ``f ≤ f_k + c₁ a ∇f_kᵀd`` becomes the new iterate (its
+    curvature pair is stored when ``sᵀy > 0``); otherwise the step ``a`` shrinks by quadratic
+    interpolation, clamped to [0.1 a, 0.5 a].  A direction that is not a descent direction, or
+    a line search that shrinks below round-off, resets the memory to a steepest-descent step
+    of length ``1 / lipschitz``.
+
+    Parameters
+    ----------
+    lipschitz : float
+        Curvature estimate: the first step and every reset are ``−∇f / lipschitz``.
+    memory : int, default=10
+        Curvature pairs kept (scipy's ``maxcor`` default).
+    c1 : float, default=1e-4
+        Armijo constant.
+    """
+
+    def __init__(self, lipschitz: float, memory: int = 10, c1: float = 1e-4) -> None:
+        self.lipschitz = float(lipschitz)
+        self.c1 = c1
+        self.pairs: deque[tuple[np.ndarray, np.ndarray, float]] = deque(maxlen=memory)
+        self.x: np.ndarray | None = None
+        self.f = 0.0
+        self.g: np.ndarray | None = None
+        self.d: np.ndarray | None = None
+        self.a = 1.0
+        self.slope = 0.0
+        #: Whether the last point given to :meth:`step` was accepted as the iterate.
+        self.accepted = False
+
+    def step(self, u: np.ndarray, f: float, g: np.ndarray) -> np.ndarray:
+        """Take the value ``f`` and gradient ``g`` at ``u`` (the point asked for last);
+        return the next point to evaluate."""
+        if self.x is None or self.d is None or self.g is None:
+            return self._accept(u, f, g)
+        if np.isfinite(f) and f <= self.f + self.c1 * self.a * self.slope:
+            return self._accept(u, f, g)
+        self.accepted = False
+        excess = f - self.f - self.slope * self.a
+        a = 0.1 * self.a
+        if np.isfinite(excess) and excess > 0:
+            a = min(max(-self.slope * self.a ** 2 / (2.0 * excess), 0.1 * self.a),
+                    0.5 * self.a)
+        step_norm = a * float(np.linalg.norm(self.d))
+        if step_norm <= 1e-14 * (1.0 + float(np.linalg.norm(self.x))):
+            self.pairs.clear()
+            self.d = -self.g / self.lipschitz
+            self.slope = float(self.g @ self.d)
+            a = 1.0
+        self.a = a
+        return self.x + self.a * self.d
+
+    def _accept(self, u: np.ndarray, f: float, g: np.ndarray) -> np.ndarray:
+        if self.x is not None and self.g is not None:
+            s, y = u - self.x, g - self.g
+            sy = float(s @ y)
+            if sy > 1e-10 * float(np.linalg.norm(s) * np.linalg.norm(y)):
+                self.pairs.append((s, y, 1.0 / sy))
+        self.x, self.f, self.g = np.array(u, dtype=np.float64), float(f), np.asarray(g)
+        self.accepted = True
+        d = -self._two_loop(self.g)
+        slope = float(self.g @ d)
+        if not slope < 0:
+            self.pairs.clear()
+            d = -self.g / self.lipschitz
+            slope = float(self.g @ d)
+        self.d, self.slope, self.a = d, slope, 1.0
+        return self.x + d
+
+    def _two_loop(self, g: np.ndarray) -> np.ndarray:
+        """H·g by the two-loop recursion (Nocedal & Wright, Algorithm 7.4); H₀ = γI with
+        γ = sᵀy / yᵀy of the newest pair, or 1/lipschitz without pairs."""
+        q = g.copy()
+        alphas = []
+        for s, y, rho in reversed(self.pairs):
+            a = rho * float(s @ q)
+            alphas.append(a)
+            q -= a * y
+        if self.pairs:
+            s, y, rho = self.pairs[-1]
+            q *= 1.0 / (rho * float(y @ y))
+        else:
+            q /= self.lipschitz
+        for (s, y, rho), a in zip(self.pairs, reversed(alphas)):
+            b = rho * float(y @ q)
+            q += (a - b) * s
+        return q
