@@ -365,6 +365,10 @@ class Migrator:
         self.bytes_moved = 0
         self.state_bytes = 0
         self.reactivated = 0
+        #: Ids of points this worker received or sent: a point sent from here that is in
+        #: it moves again (churn, issue 19); a reactivated point moved back.
+        self._moved_ids: set[int] = set()
+        self.moved_again = 0
 
     @property
     def in_flight(self) -> int:
@@ -403,6 +407,7 @@ class Migrator:
             self.received[src] = self.received.get(src, 0) + 1
             if isinstance(message, Window):
                 shard.admit(message.points)
+                self._moved_ids.update(np.asarray(message.points["ids"]).tolist())
                 n = len(message.points["ids"])
                 self.arrived[src] = self.arrived.get(src, 0) + n
             elif isinstance(message, Shortfall):
@@ -410,6 +415,7 @@ class Migrator:
             else:
                 rows = shard.reactivate(message.points)
                 self.reactivated += len(rows)
+                self.moved_again += len(rows)  # sent from here before: back again
                 # Count what was ordered back, not what came: a holder may find fewer points
                 # to retire, and a synchronous origin must not wait for them forever.
                 self.arrived[src] = self.arrived.get(src, 0) + message.ordered
@@ -453,6 +459,9 @@ class Migrator:
                 return
             shard.lock(rows)
             payload = shard.export(rows)
+            ids = np.asarray(payload["ids"]).tolist()
+            self.moved_again += sum(1 for i in ids if i in self._moved_ids)
+            self._moved_ids.update(ids)
             self.quota[target] = left - len(rows)
             self.points_moved += len(rows)
             self.bytes_moved += payload_bytes(payload)
@@ -498,4 +507,5 @@ class Migrator:
         return {"migration": {"points_moved": self.points_moved,
                               "bytes_moved": self.bytes_moved,
                               "state_bytes": self.state_bytes,
-                              "reactivated": self.reactivated}}
+                              "reactivated": self.reactivated,
+                              "moved_again": self.moved_again}}
