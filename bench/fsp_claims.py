@@ -120,7 +120,7 @@ def slow_worker_gap(folder: Path, job: dict[str, Any], ref_objective: float, slo
     s = run_one(_job_file(folder, job), folder / f"fspv-async-slow{slow}",
                 ["sync.model=fspv-async",
                  f"stragglers={json.dumps([{**STRAGGLER, 'workers': [slow]}])}",
-                 f"stop.max_time_s={seconds}", "stop.tolerance=0"], None)
+                 f"stop.max_time_s={seconds}", "stop.tolerance=null"], None)
     mig = s.get("migration", {})
     pp = s["point_passes"]
     return {"slow": slow, "gap": s["final_objective"] / ref_objective - 1.0,
