@@ -140,6 +140,15 @@ SPEED_CHANGE = 0.5
 #: Rounds a role holds: a worker given one in round k keeps it in round k + 1 (unless its
 #: speed changed by :data:`SPEED_CHANGE`).
 LOCK_ROUNDS = 1
+#: A move between workers whose speeds are within :data:`PEER_SPEED` of each other carries
+#: at most this share of its source's points per round: their speeds wander on shared
+#: cores, and Eq. 9 on a short split moved nearly all of a worker's points after a burst of
+#: load (issue 19: 106,362 of 112,000 points at 20 s of a 30 s run, the worker then trained
+#: its 5,569 points 920 times while the others trained theirs 140-412 times).  A straggler
+#: (slower than that) may give away all it must.
+PEER_SHARE = 0.25
+#: Speeds within this factor count as peers for :data:`PEER_SHARE`.
+PEER_SPEED = 2.0
 #: Speeds and point counts of one super worker's members are within this factor (1 + it) of
 #: each other (:meth:`Balancer.supers`).
 GROUP_SPREAD = 0.5
@@ -347,6 +356,8 @@ class Balancer:
         * A move under :data:`MIN_MOVE_FRACTION` of the smaller side is dropped.
         * A move that reverses a worker's last role without a change of its speed that
           justifies it is dropped (:meth:`reversal`).
+        * A move between peers (speeds within :data:`PEER_SPEED`) carries at most
+          :data:`PEER_SHARE` of the source's points.
         """
         pred, threshold = self.predicted_end(stats, T)
         left = {s.rank: s.n for s in stats}
@@ -360,6 +371,8 @@ class Balancer:
                 self.held_back += 1
                 continue
             points = min(m.points, left[m.source] - self.kept)
+            if speeds[m.source] < PEER_SPEED * speeds[m.target]:
+                points = min(points, int(PEER_SHARE * held[m.source]))
             smaller = min(held[m.source], held[m.target])
             if points >= max(1.0, MIN_MOVE_FRACTION * smaller):
                 left[m.source] -= points
@@ -369,21 +382,28 @@ class Balancer:
     def reversal(self, move: Move, speeds: dict[int, float]) -> bool:
         """Whether ``move`` reverses a role without a speed change that justifies it.
 
-        Hysteresis (issue 19): in the round after the one that gave it a role, the source
-        *received* points and is not slower now by a factor ``1 +`` :data:`SPEED_CHANGE`
-        than it was then (it would pass points on, or send back what it was given), or the
-        target *sent* points and is not faster now by that factor (points would come back).
-        A worker whose speed changed that much -- a straggler that recovered, a fast worker
-        that became one -- may change role at once; any other after :data:`LOCK_ROUNDS`
-        rounds, when its passes (not its speed) may call for it: Eq. 9 on a short T can give
-        a straggler's data away beyond balance, and only a later round gives them back.
+        Hysteresis (issue 19): within :data:`LOCK_ROUNDS` rounds of the round that gave
+        them a role, the source *received* points (it would pass points on, or send back
+        what it was given) or the target *sent* points (points would come back), and
+        neither worker's speed changed enough to justify it: the source did not become
+        ``1 +`` :data:`SPEED_CHANGE` times slower than it was then, nor the target that much
+        faster.  A worker whose speed changed that much -- a straggler that recovered, a
+        fast worker that became one -- may change role at once; any other after
+        :data:`LOCK_ROUNDS` rounds, when its passes (not its speed) may call for it: Eq. 9
+        on a short T can give a straggler's data away beyond balance, and only a later
+        round gives them back.
         """
         grow = 1.0 + SPEED_CHANGE
+        locked = justified = False
         role, v, k = self.roles.get(move.source, (0, 0.0, 0))
-        if role > 0 and self.rounds - k < LOCK_ROUNDS and speeds[move.source] < grow * v:
-            return True
+        if role > 0 and self.rounds - k < LOCK_ROUNDS:
+            locked = True
+            justified |= speeds[move.source] >= grow * v
         role, v, k = self.roles.get(move.target, (0, 0.0, 0))
-        return role < 0 and self.rounds - k < LOCK_ROUNDS and speeds[move.target] * grow > v
+        if role < 0 and self.rounds - k < LOCK_ROUNDS:
+            locked = True
+            justified |= speeds[move.target] * grow <= v
+        return locked and not justified
 
     def orders(self, moves: list[Move]) -> dict[int, list[MigrationOrder]]:
         """Orders for each rank: ``send`` to move points, ``return`` to give back points
