@@ -147,8 +147,11 @@ LOCK_ROUNDS = 1
 #: its 5,569 points 920 times while the others trained theirs 140-412 times).  A straggler
 #: (slower than that) may give away all it must.
 PEER_SHARE = 0.25
-#: Speeds within this factor count as peers for :data:`PEER_SHARE`.
-PEER_SPEED = 2.0
+#: Speeds within this factor count as peers for :data:`PEER_SHARE`: an injected straggler
+#: (τ = 32 ms per 1,000 points) is ~30x slower; a fast worker under a burst of load from
+#: other processes looked 2-3x slower and gave away 131,512 of its 135,000 points in one
+#: round (issue 19, 400k points, load average 14).
+PEER_SPEED = 4.0
 #: Speeds and point counts of one super worker's members are within this factor (1 + it) of
 #: each other (:meth:`Balancer.supers`).
 GROUP_SPREAD = 0.5

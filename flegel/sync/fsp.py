@@ -48,7 +48,7 @@ from flegel.interval.multistage import (
 from flegel.ports import ServerPort, WorkerPolicy, WorkerPort
 from flegel.protocol import Instructions, Reason, Signal
 from flegel.sync.base import BarrierPolicy, round_trip_s
-from flegel.validation import Key, choice, mapping, number
+from flegel.validation import Key, boolean, choice, mapping, number
 
 #: Weight of the newest measurement when smoothing the semi-centralized offsets δᵢ.
 OFFSET_SMOOTHING = 0.5
@@ -91,6 +91,11 @@ class FSPWorker(WorkerPolicy):
         self.mesh: MigrationPort | None = None
 
     def attach(self, worker: WorkerPort) -> None:
+        if self.options.get("shuffle", True) and isinstance(worker, MigrationPort):
+            # Traverse the shard in a random order, seeded by the shard (its first global
+            # id, rank << ID_SHIFT): see ShardStore.shuffle.
+            ids = getattr(worker.shard, "ids", None)
+            worker.shard.shuffle(int(ids[0]) if ids is not None and len(ids) else 0)
         if self.migrator is None:
             return
         if not isinstance(worker, MigrationPort):
@@ -222,6 +227,11 @@ class FSP(BarrierPolicy):
                                   hi_open=True),
         "eta_min_ms": number("smallest interval an adjustor may choose", 1.0, lo=0,
                              lo_open=True, unit="milliseconds"),
+        "shuffle": boolean("each worker traverses its shard in a seeded random order, not "
+                           "the stored one: on sorted data (contiguous ranges of a file "
+                           "sorted by cluster or label) the stored order makes a slow "
+                           "worker's first iterations cover one cluster, and θ is fitted "
+                           "without the others", True),
         "migration": mapping("data migration between workers (keys in the table "
                              "`sync.migration` below)", None, null=True),
     }
