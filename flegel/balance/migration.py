@@ -140,17 +140,17 @@ SPEED_CHANGE = 0.5
 #: Rounds a role holds: a worker given one in round k keeps it in round k + 1 (unless its
 #: speed changed by :data:`SPEED_CHANGE`).
 LOCK_ROUNDS = 1
-#: A move between workers whose speeds are within :data:`PEER_SPEED` of each other carries
-#: at most this share of its source's points per round: their speeds wander on shared
+#: A move carries at most this share of its source's points per round unless the source is
+#: a straggler (:meth:`Balancer.keep_some`): the speeds of the others wander on shared
 #: cores, and Eq. 9 on a short split moved nearly all of a worker's points after a burst of
 #: load (issue 19: 106,362 of 112,000 points at 20 s of a 30 s run, the worker then trained
 #: its 5,569 points 920 times while the others trained theirs 140-412 times).  A straggler
 #: (slower than that) may give away all it must.
 PEER_SHARE = 0.25
-#: Speeds within this factor count as peers for :data:`PEER_SHARE`: an injected straggler
-#: (τ = 32 ms per 1,000 points) is ~30x slower; a fast worker under a burst of load from
-#: other processes looked 2-3x slower and gave away 131,512 of its 135,000 points in one
-#: round (issue 19, 400k points, load average 14).
+#: A straggler is this many times slower than the median worker, two rounds in a row: an
+#: injected straggler (τ = 32 ms per 1,000 points) is ~30x slower; under bursts of load from
+#: other processes fast workers looked 2-4x slower than another and gave away 111,000-
+#: 131,000 of their ~135,000 points in one round (issue 19, 400k points, load average 14-16).
 PEER_SPEED = 4.0
 #: Speeds and point counts of one super worker's members are within this factor (1 + it) of
 #: each other (:meth:`Balancer.supers`).
@@ -209,6 +209,9 @@ class Balancer:
     #: (s/point) then and the round: the hysteresis of :meth:`reversal`.
     roles: dict[int, tuple[int, float, int]] = field(default_factory=dict)
     held_back: int = 0               # moves dropped by the hysteresis
+    #: Per rank, consecutive planned rounds at which it was PEER_SPEED x slower than the
+    #: median worker (a straggler; see keep_some).
+    slow_streak: dict[int, int] = field(default_factory=dict)
 
     def stats(self, commits: dict[int, dict[str, float]]) -> list[WorkerStat]:
         """Eq. 8's statistics from the commits of one barrier.
@@ -276,6 +279,9 @@ class Balancer:
         moves = self.keep_some(plan_round(self.supers(stats), T,
                                           opts.rounds), stats, T)
         speeds = {st.rank: st.v for st in stats}
+        median = float(np.median(list(speeds.values())))
+        self.slow_streak = {r: (self.slow_streak.get(r, 0) + 1 if v >= PEER_SPEED * median
+                                else 0) for r, v in speeds.items()}
         self.round_k += 1
         self.rounds += 1
         for m in moves:
@@ -359,8 +365,11 @@ class Balancer:
         * A move under :data:`MIN_MOVE_FRACTION` of the smaller side is dropped.
         * A move that reverses a worker's last role without a change of its speed that
           justifies it is dropped (:meth:`reversal`).
-        * A move between peers (speeds within :data:`PEER_SPEED`) carries at most
-          :data:`PEER_SHARE` of the source's points.
+        * A move carries at most :data:`PEER_SHARE` of the source's points unless the
+          source is a straggler: :data:`PEER_SPEED` times slower than the median worker at
+          this round and at the round before (:attr:`slow_streak`; a burst of load on a
+          shared machine makes a fast worker look that slow for a moment, rarely for two
+          rounds in a row).
         """
         pred, threshold = self.predicted_end(stats, T)
         left = {s.rank: s.n for s in stats}
@@ -374,7 +383,7 @@ class Balancer:
                 self.held_back += 1
                 continue
             points = min(m.points, left[m.source] - self.kept)
-            if speeds[m.source] < PEER_SPEED * speeds[m.target]:
+            if self.slow_streak.get(m.source, 0) < 1:
                 points = min(points, int(PEER_SHARE * held[m.source]))
             smaller = min(held[m.source], held[m.target])
             if points >= max(1.0, MIN_MOVE_FRACTION * smaller):
