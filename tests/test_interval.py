@@ -11,6 +11,7 @@ from flegel.interval.multistage import (
     PROBE_PASS_FRACTION,
     STAGE_CONFIRM,
     STAGE_WINDOW,
+    TRUST_FACTOR,
     best_interval,
     eq7_gain,
 )
@@ -81,7 +82,7 @@ def test_multistage_probes_rolls_back_and_picks_eq7_maximizer():
         return Observation(eta_s=eta, progress=(a * eta + b) * eta, valid_s=eta,
                            wall_s=eta + phi, barrier_s=phi, eta_max_s=1.0)
 
-    adj = make_adjustor("multistage", probe_s=0.2)
+    adj = make_adjustor("multistage", probe_s=0.2, probes="rollback")
     plan = adj.start(0.5, 2.0)  # passes of 2 s: the 200 ms probe fits (at most 1/8 pass)
     assert plan.mark and plan.eta_s == pytest.approx(0.2) and plan.phase == "probe1"
     plan = adj.observe(obs(plan.eta_s))
@@ -97,7 +98,7 @@ def test_multistage_probes_rolls_back_and_picks_eq7_maximizer():
 
 
 def test_multistage_opens_new_stage_when_behind_prediction():
-    adj = make_adjustor("multistage", probe_s=0.1, window=3)
+    adj = make_adjustor("multistage", probe_s=0.1, window=3, probes="rollback")
     plan = adj.start(0.1, 1.0)
     for _ in range(4 + 6):  # probes, then two windows of the stage: strong progress
         plan = adj.observe(Observation(plan.eta_s, 10 * plan.eta_s, plan.eta_s,
@@ -120,10 +121,11 @@ def test_fixed_holds():
 
 def test_multistage_probes_short_passes_at_an_eighth():
     assert PROBE_PASS_FRACTION == pytest.approx(1 / 8)
-    adj = make_adjustor("multistage", probe_s=0.2)
+    adj = make_adjustor("multistage", probe_s=0.2, probes="rollback")
     assert adj.start(0.01, 0.08).eta_s == pytest.approx(0.01)
     # Passes longer than 8 η_p: the paper's 200 ms.
-    assert make_adjustor("multistage", probe_s=0.2).start(0.01, 4.0).eta_s == pytest.approx(0.2)
+    adj = make_adjustor("multistage", probe_s=0.2, probes="rollback")
+    assert adj.start(0.01, 4.0).eta_s == pytest.approx(0.2)
 
 
 # --------------------------------------------------------------------------- FSPB, decaying
@@ -287,3 +289,38 @@ def test_semi_offsets_are_signed_both_ways_in_process():
     sent = [p.instructions.offset_s for p in sim.transport.params
             if p.rank == 1 and p.time > 0 and not p.stop]
     assert min(sent) < 0  # a fast worker was told to compute longer than η
+
+
+# --------------------------------------------------------------------------- FSPV, interleaved
+def test_multistage_interleaved_probes_abba_without_rollback_and_fit_eq7():
+    """Interleaved probes (issue 19): η/√2 and √2·η around the first interval, in the order
+    η₁ η₁ η₂ η₂ η₂ η₂ η₁ η₁, no mark, no roll-back; on an exactly linear g the fit finds
+    Eq. 7's optimum."""
+    observe = _decaying(0.06, phi=0.01)
+    adj = make_adjustor("multistage")
+    plan = adj.start(0.05, 10.0)
+    seen = []
+    for _ in range(8):
+        assert plan.phase == "probe" and not plan.mark and not plan.rollback
+        seen.append(plan.eta_s)
+        plan = adj.observe(observe(plan.eta_s))
+    lo, hi = 0.05 / np.sqrt(2), 0.05 * np.sqrt(2)
+    assert seen == pytest.approx([lo, lo, hi, hi, hi, hi, lo, lo])
+    assert plan.phase == "run" and plan.eta_s == pytest.approx(0.06, rel=1e-6)
+
+
+def test_multistage_interleaved_never_below_phi_and_within_trust():
+    """η* below the barrier cost φ is not taken (φ is the floor), and η* is kept within
+    TRUST_FACTOR of the probes."""
+    adj = make_adjustor("multistage")
+    observe = _decaying(0.008, phi=0.01)  # the model's optimum is below φ
+    plan = adj.start(0.02, 10.0)
+    for _ in range(8):
+        plan = adj.observe(observe(plan.eta_s))
+    assert plan.eta_s == pytest.approx(0.01)
+    adj = make_adjustor("multistage")
+    observe = _decaying(1.0, phi=0.01)  # far above the probes
+    plan = adj.start(0.02, 10.0)
+    for _ in range(8):
+        plan = adj.observe(observe(plan.eta_s))
+    assert plan.eta_s == pytest.approx(0.02 * np.sqrt(2) * TRUST_FACTOR)

@@ -154,9 +154,10 @@ def test_no_point_is_skipped_or_trained_twice_within_a_pass(interval, iterations
         # FSPV's probes roll back (the work counted, the traversals undone).
         assert visits.sum() <= trained
     # Per-point traversals stay together with migration; without, the straggler's points
-    # lag many passes behind the others'.
+    # lag many passes behind the others'.  (FSP traverses each shard in a shuffled order,
+    # issue 19: the multistage run ends 3 traversals apart, against 9 without migration.)
     spread, spread_off = np.ptp(visits), np.ptp(visits_off)
-    assert spread <= 2 and spread_off >= 3 * spread, (spread, spread_off)
+    assert spread <= 3 and spread_off >= 3 * spread, (spread, spread_off)
 
 
 def test_migrator_counts_what_it_sent():

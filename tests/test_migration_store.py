@@ -147,3 +147,20 @@ def test_counters_kept_per_window_match_a_full_recount():
             s._recount()
             assert kept == counters(s), i
     assert a.n_held + b.n_held == 6000
+
+
+def test_shuffle_permutes_rows_together_once_before_training():
+    """FSP's shuffled traversal (issue 19): features, labels, state and ids move together;
+    nothing changes once a point was trained."""
+    x = np.arange(20, dtype=float).reshape(10, 2)
+    y = np.arange(10)
+    s = ShardStore(x.copy(), y.copy(), {"a": np.arange(10) * 10}, ids=np.arange(10) + 100)
+    s.shuffle(3)
+    assert sorted(s.ids.tolist()) == list(range(100, 110)) and s.ids.tolist() != sorted(s.ids)
+    rows = s.ids - 100
+    assert np.array_equal(s.x, x[rows]) and np.array_equal(s.y, y[rows])
+    assert np.array_equal(s.state["a"], rows * 10)
+    before = s.ids.copy()
+    s.visited = 1
+    s.shuffle(4)
+    assert np.array_equal(s.ids, before)

@@ -188,9 +188,9 @@ def test_fsp_binary_search_adjusts_eta():
         assert events[i - 1]["eta_ms"] == pytest.approx(2 * eta)
 
 
-def test_fsp_multistage_probes_mark_then_roll_back():
+def test_fsp_multistage_paper_probes_mark_then_roll_back():
     sim = Simulation("fsp", {"interval": "multistage", "coordination": "centralized",
-                             "probe_ms": 0.4, "eta_min_ms": 0.05},
+                             "probe_ms": 0.4, "eta_min_ms": 0.05, "probes": "rollback"},
                      points=1500, slowdown={3: 2.0}, latency_s=LAT, jitter=0.2,
                      stop={"max_iterations": 30}).run()
     params = [p for p in sim.transport.params if p.time > 0 and not p.stop]

@@ -14,8 +14,11 @@ Master side, :class:`Balancer` (called by the FSP master policy at every barrier
 * the remaining time T (Section 3.3) is ``|f − f_target| / g`` when the job has a target
   objective, g being the slope of the estimated objective over the last barriers; without a
   target (the paper's case is a convergence test whose end is unknown) we take T = the
-  training time so far (the run is assumed to last as long again), capped by
-  ``stop.max_time_s`` when set.  A cycle ends after d rounds or once Eq. 8 holds.
+  training time so far (the run is assumed to last as long again), or the time left under
+  ``stop.max_time_s`` when set (the run's end is then known: planning on the time so far
+  made the first rounds, 0.1 s into a 10 s run, equalize passes within 25 ms, and a
+  straggler gave away all but 344 of its 25,000 points, to be over-trained 1.8x for the
+  rest of the run; issue 19).  A cycle ends after d rounds or once Eq. 8 holds.
 * virtual migration (last paragraph of Section 4.3): when a move would send points from j to
   i while i still holds inactive copies of points it sent to j, j is told to *return* them:
   it deactivates its copies and sends i their ids, per-point state and visits -- never the
@@ -52,7 +55,14 @@ from typing import Any
 import numpy as np
 
 from flegel import validation
-from flegel.balance.monitor import DEFAULT_EPSILON, WorkerStat, group, imbalanced
+from flegel.balance.monitor import (
+    DEFAULT_EPSILON,
+    SuperWorker,
+    Tolerance,
+    WorkerStat,
+    group,
+    imbalanced,
+)
 from flegel.balance.planner import DEFAULT_ROUNDS, Move, plan_round
 from flegel.balance.ports import MigrationPort
 from flegel.protocol import (
@@ -92,7 +102,7 @@ SLOPE_SAMPLES = 8
 #: Seconds of a worker's compute its speed V is measured over (the most recent barriers
 #: that cover them, at least :data:`MIN_HISTORY`): a count of barriers would not do, as
 #: FSPV's barriers may be 1 ms apart, with a fraction of it computed on shared cores.
-SPEED_WINDOW_S = 0.05
+SPEED_WINDOW_S = 0.25
 #: At most this many barriers of speed history per worker (bounds the cost per barrier).
 SPEED_BARRIERS = 512
 #: Barriers of speed history before the first plan: one flexible-barrier iteration's speed is
@@ -119,6 +129,32 @@ MIN_MOVE_FRACTION = 0.05
 #: than it gives (measured: without stragglers, a fixed ε = 1 moved 40% of the data for a run
 #: 1.9x slower).  The issue's balance target reads the same way (ε, or 10% of the mean).
 RELATIVE_EPSILON = 0.1
+#: Hysteresis (issue 19): a worker that received points in a round may send only once it has
+#: become this much slower (its seconds per point × (1 + this)) than when it received, and a
+#: worker that sent may receive only once it has become this much faster.  Without it, the
+#: fast workers of a shared 2-core machine, whose speeds wander by tens of percent, passed a
+#: straggler's points on and back: 60% of the moves of a 10 s run (100k x 28, worker 1
+#: slowed) were of points that had moved before, and the bytes moved reached 1.1-1.8x the
+#: data in 30 s.
+SPEED_CHANGE = 0.5
+#: Rounds a role holds: a worker given one in round k keeps it in round k + 1 (unless its
+#: speed changed by :data:`SPEED_CHANGE`).
+LOCK_ROUNDS = 1
+#: A move carries at most this share of its source's points per round unless the source is
+#: a straggler (:meth:`Balancer.keep_some`): the speeds of the others wander on shared
+#: cores, and Eq. 9 on a short split moved nearly all of a worker's points after a burst of
+#: load (issue 19: 106,362 of 112,000 points at 20 s of a 30 s run, the worker then trained
+#: its 5,569 points 920 times while the others trained theirs 140-412 times).  A straggler
+#: (slower than that) may give away all it must.
+PEER_SHARE = 0.25
+#: A straggler is this many times slower than the median worker, two rounds in a row: an
+#: injected straggler (τ = 32 ms per 1,000 points) is ~30x slower; under bursts of load from
+#: other processes fast workers looked 2-4x slower than another and gave away 111,000-
+#: 131,000 of their ~135,000 points in one round (issue 19, 400k points, load average 14-16).
+PEER_SPEED = 4.0
+#: Speeds and point counts of one super worker's members are within this factor (1 + it) of
+#: each other (:meth:`Balancer.supers`).
+GROUP_SPREAD = 0.5
 
 
 @dataclass
@@ -169,6 +205,13 @@ class Balancer:
     samples: list[tuple[float, float]] = field(default_factory=list)
     speed: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
     log: list[dict[str, Any]] = field(default_factory=list)
+    #: Per rank, its last role in a planned move (+1 received, -1 sent), its speed V
+    #: (s/point) then and the round: the hysteresis of :meth:`reversal`.
+    roles: dict[int, tuple[int, float, int]] = field(default_factory=dict)
+    held_back: int = 0               # moves dropped by the hysteresis
+    #: Per rank, consecutive planned rounds at which it was PEER_SPEED x slower than the
+    #: median worker (a straggler; see keep_some).
+    slow_streak: dict[int, int] = field(default_factory=dict)
 
     def stats(self, commits: dict[int, dict[str, float]]) -> list[WorkerStat]:
         """Eq. 8's statistics from the commits of one barrier.
@@ -206,7 +249,7 @@ class Balancer:
                 # shards between workers of equal speed.
                 t_rem = max((objective - target) / -slope, now)
         if time_left is not None:
-            t_rem = min(t_rem, time_left)
+            t_rem = min(t_rem, time_left) if target is not None else time_left
         return max(t_rem, 0.0)
 
     def at_barrier(self, now: float, commits: dict[int, dict[str, float]], objective: float,
@@ -233,15 +276,46 @@ class Balancer:
             return {}
         if self.round_k >= opts.rounds:
             self.round_k = 0  # a new cycle
-        moves = self.keep_some(plan_round(group(stats), T, opts.rounds), stats, T)
+        moves = self.keep_some(plan_round(self.supers(stats), T,
+                                          opts.rounds), stats, T)
+        speeds = {st.rank: st.v for st in stats}
+        median = float(np.median(list(speeds.values())))
+        self.slow_streak = {r: (self.slow_streak.get(r, 0) + 1 if v >= PEER_SPEED * median
+                                else 0) for r, v in speeds.items()}
         self.round_k += 1
         self.rounds += 1
-        self.round_end = now + T / opts.rounds
+        for m in moves:
+            self.roles[m.source] = (-1, speeds[m.source], self.rounds)
+            self.roles[m.target] = (1, speeds[m.target], self.rounds)
+        # Re-plan after a split of the time so far when that is shorter than T's: a long T
+        # keeps Eq. 9 from over-reacting to early pass gaps, and the early rounds still
+        # come soon enough to spread a straggler's data and correct the first plans.
+        self.round_end = now + min(T, now) / opts.rounds
         orders = self.orders(moves)
         self.log.append({"time_s": round(now, 6), "round": self.rounds, "T_s": round(T, 6),
                          "moves": [[m.source, m.target, m.points] for m in moves],
                          "passes": [round(s.p, 4) for s in stats]})
         return orders
+
+    def supers(self, stats: list[WorkerStat]) -> list[SuperWorker]:
+        """Super workers (§4.2): workers with "the same statistics" read loosely, speeds
+        and counts within :data:`GROUP_SPREAD`, passes within Eq. 8's threshold on the
+        passes so far (ε, or :data:`RELATIVE_EPSILON` of their mean).
+
+        :func:`group`'s default (speeds within 10%, counts within 1%, passes within 0.1)
+        split the fast workers of a shared machine, whose speeds wander by tens of percent
+        and whose passes differ by the ranks' start-up lag: they were paired with each
+        other and passed points back and forth, and a straggler's points all went to one of
+        them, to be passed on (issue 19: 60% of the moves of a 10 s run were of points that
+        had moved before).  Grouped, a straggler's points are split among all of them at
+        once, and none moves between them.  (Passes within 5 instead of Eq. 8's threshold
+        -- the ranks' start-up lag -- made ``bench/migration_sim.py``'s noisy speeds end
+        15-19% apart under sync migration instead of 6%.)
+        """
+        mean_p = sum(s.p for s in stats) / max(len(stats), 1)
+        tol = Tolerance(v_rel=GROUP_SPREAD, n_rel=GROUP_SPREAD,
+                        p_abs=max(self.options.epsilon, RELATIVE_EPSILON * mean_p))
+        return group(stats, tol)
 
     def predicted_end(self, stats: list[WorkerStat], T: float) -> tuple[dict[int, float],
                                                                         float]:
@@ -289,20 +363,59 @@ class Balancer:
           noise of shared cores (measured: 8,000-17,000 points per round among the three
           fast workers of a 6 s run with one injected straggler).
         * A move under :data:`MIN_MOVE_FRACTION` of the smaller side is dropped.
+        * A move that reverses a worker's last role without a change of its speed that
+          justifies it is dropped (:meth:`reversal`).
+        * A move carries at most :data:`PEER_SHARE` of the source's points unless the
+          source is a straggler: :data:`PEER_SPEED` times slower than the median worker at
+          this round and at the round before (:attr:`slow_streak`; a burst of load on a
+          shared machine makes a fast worker look that slow for a moment, rarely for two
+          rounds in a row).
         """
         pred, threshold = self.predicted_end(stats, T)
         left = {s.rank: s.n for s in stats}
         held = dict(left)
+        speeds = {s.rank: s.v for s in stats}
         out = []
         for m in moves:
             if abs(pred[m.target] - pred[m.source]) <= threshold:
                 continue
+            if self.reversal(m, speeds):
+                self.held_back += 1
+                continue
             points = min(m.points, left[m.source] - self.kept)
+            if self.slow_streak.get(m.source, 0) < 1:
+                points = min(points, int(PEER_SHARE * held[m.source]))
             smaller = min(held[m.source], held[m.target])
             if points >= max(1.0, MIN_MOVE_FRACTION * smaller):
                 left[m.source] -= points
                 out.append(Move(m.source, m.target, points))
         return out
+
+    def reversal(self, move: Move, speeds: dict[int, float]) -> bool:
+        """Whether ``move`` reverses a role without a speed change that justifies it.
+
+        Hysteresis (issue 19): within :data:`LOCK_ROUNDS` rounds of the round that gave
+        them a role, the source *received* points (it would pass points on, or send back
+        what it was given) or the target *sent* points (points would come back), and
+        neither worker's speed changed enough to justify it: the source did not become
+        ``1 +`` :data:`SPEED_CHANGE` times slower than it was then, nor the target that much
+        faster.  A worker whose speed changed that much -- a straggler that recovered, a
+        fast worker that became one -- may change role at once; any other after
+        :data:`LOCK_ROUNDS` rounds, when its passes (not its speed) may call for it: Eq. 9
+        on a short T can give a straggler's data away beyond balance, and only a later
+        round gives them back.
+        """
+        grow = 1.0 + SPEED_CHANGE
+        locked = justified = False
+        role, v, k = self.roles.get(move.source, (0, 0.0, 0))
+        if role > 0 and self.rounds - k < LOCK_ROUNDS:
+            locked = True
+            justified |= speeds[move.source] >= grow * v
+        role, v, k = self.roles.get(move.target, (0, 0.0, 0))
+        if role < 0 and self.rounds - k < LOCK_ROUNDS:
+            locked = True
+            justified |= speeds[move.target] * grow <= v
+        return locked and not justified
 
     def orders(self, moves: list[Move]) -> dict[int, list[MigrationOrder]]:
         """Orders for each rank: ``send`` to move points, ``return`` to give back points
@@ -338,7 +451,8 @@ class Balancer:
 
     def summary(self) -> dict[str, Any]:
         return {"rounds": self.rounds, "points_ordered": self.ordered,
-                "points_returned": self.returned, "round_log": self.log[-200:]}
+                "points_returned": self.returned, "moves_held_back": self.held_back,
+                "round_log": self.log[-200:]}
 
 
 # =============================================================================== worker side
@@ -365,6 +479,10 @@ class Migrator:
         self.bytes_moved = 0
         self.state_bytes = 0
         self.reactivated = 0
+        #: Ids of points this worker received or sent: a point sent from here that is in
+        #: it moves again (churn, issue 19); a reactivated point moved back.
+        self._moved_ids: set[int] = set()
+        self.moved_again = 0
 
     @property
     def in_flight(self) -> int:
@@ -403,6 +521,7 @@ class Migrator:
             self.received[src] = self.received.get(src, 0) + 1
             if isinstance(message, Window):
                 shard.admit(message.points)
+                self._moved_ids.update(np.asarray(message.points["ids"]).tolist())
                 n = len(message.points["ids"])
                 self.arrived[src] = self.arrived.get(src, 0) + n
             elif isinstance(message, Shortfall):
@@ -410,6 +529,7 @@ class Migrator:
             else:
                 rows = shard.reactivate(message.points)
                 self.reactivated += len(rows)
+                self.moved_again += len(rows)  # sent from here before: back again
                 # Count what was ordered back, not what came: a holder may find fewer points
                 # to retire, and a synchronous origin must not wait for them forever.
                 self.arrived[src] = self.arrived.get(src, 0) + message.ordered
@@ -453,6 +573,9 @@ class Migrator:
                 return
             shard.lock(rows)
             payload = shard.export(rows)
+            ids = np.asarray(payload["ids"]).tolist()
+            self.moved_again += sum(1 for i in ids if i in self._moved_ids)
+            self._moved_ids.update(ids)
             self.quota[target] = left - len(rows)
             self.points_moved += len(rows)
             self.bytes_moved += payload_bytes(payload)
@@ -498,4 +621,5 @@ class Migrator:
         return {"migration": {"points_moved": self.points_moved,
                               "bytes_moved": self.bytes_moved,
                               "state_bytes": self.state_bytes,
-                              "reactivated": self.reactivated}}
+                              "reactivated": self.reactivated,
+                              "moved_again": self.moved_again}}

@@ -148,8 +148,8 @@ class Tolerance:
     def __post_init__(self) -> None:
         for name in ("v_rel", "n_rel", "p_abs"):
             value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"Tolerance.{name} must be finite and >= 0, got {value}")
+            if not value >= 0:  # inf allowed: that statistic is not compared
+                raise ValueError(f"Tolerance.{name} must be >= 0, got {value}")
 
     def same(self, a: WorkerStat, b: WorkerStat) -> bool:
         """Whether ``a`` and ``b`` have the same statistics within this tolerance."""

@@ -286,6 +286,10 @@ class RunWriter:
             moved = summary.setdefault("migration", {})
             for key in ("points_moved", "bytes_moved", "state_bytes", "reactivated"):
                 moved[key] = sum(r["migration"][key] for r in results if "migration" in r)
+            # Moves of points that had moved before (sent on, or taken back by virtual
+            # migration): migration's churn (issue 19).
+            moved["points_moved_more_than_once"] = sum(
+                r["migration"].get("moved_again", 0) for r in results if "migration" in r)
             data_bytes = sum(r["data_bytes"] for r in results)
             moved["bytes_fraction"] = moved["bytes_moved"] / max(data_bytes, 1)
         if job.test_data is not None:

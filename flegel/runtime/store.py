@@ -232,6 +232,26 @@ class ShardStore:
                      {k: v[keep] for k, v in self.state.items()},
                      np.zeros(len(keep), dtype=bool))
 
+    def shuffle(self, seed: int) -> None:
+        """Traverse the shard in a seeded random order: permute its rows (features, labels,
+        per-point state, ids) once, before training (FSP, issue 19).
+
+        On a shard of sorted data (a contiguous range of a file sorted by cluster or label)
+        the first iterations of a worker cover one cluster after another; under flexible
+        barriers θ is then fitted for a while without the clusters a slow worker has not
+        reached, and training settles in another basin.  A no-op once anything was trained
+        or moved.
+        """
+        n = len(self)
+        if n != self.n_native or self.visited or self._mark is not None or n < 2:
+            return
+        perm = np.random.default_rng(seed).permutation(n)
+        self.x = np.ascontiguousarray(self.x[perm])
+        if self.y is not None:
+            self.y = self.y[perm]
+        self.state = {k: v[perm] for k, v in self.state.items()}
+        self.ids = self.ids[perm]
+
     # ------------------------------------------------------------------ migration
     def select_behind_cursor(self, count: int) -> np.ndarray:
         """Rows to migrate: up to ``count`` active native rows just behind the cursor, taken

@@ -39,11 +39,16 @@ from flegel.balance.migration import KEYS as MIGRATION_KEYS
 from flegel.balance.migration import Balancer, MigrationOptions, Migrator
 from flegel.balance.ports import MigrationPort, OrderPort
 from flegel.interval import Observation, Plan, make_adjustor
-from flegel.interval.multistage import STAGE_CONFIRM, STAGE_SIGNIFICANCE, STAGE_WINDOW
+from flegel.interval.multistage import (
+    PROBE_MODES,
+    STAGE_CONFIRM,
+    STAGE_SIGNIFICANCE,
+    STAGE_WINDOW,
+)
 from flegel.ports import ServerPort, WorkerPolicy, WorkerPort
 from flegel.protocol import Instructions, Reason, Signal
-from flegel.sync.base import BarrierPolicy
-from flegel.validation import Key, choice, mapping, number
+from flegel.sync.base import BarrierPolicy, round_trip_s
+from flegel.validation import Key, boolean, choice, mapping, number
 
 #: Weight of the newest measurement when smoothing the semi-centralized offsets δᵢ.
 OFFSET_SMOOTHING = 0.5
@@ -55,6 +60,9 @@ OFFSET_BOUND = 0.25
 #: A timer anchored at the master's send time only when the measured lag is in [0, this):
 #: a lag outside means the clocks of the two hosts disagree.
 MAX_CLOCK_LAG_S = 0.05
+#: FSPV's first interval gives the barrier this share of the iteration: BSPV's ρ
+#: (flegel.sync.bsp, ``overhead``), so FSPV starts from BSPV's choice.
+FIRST_OVERHEAD = 0.1
 
 
 class FSPWorker(WorkerPolicy):
@@ -83,6 +91,11 @@ class FSPWorker(WorkerPolicy):
         self.mesh: MigrationPort | None = None
 
     def attach(self, worker: WorkerPort) -> None:
+        if self.options.get("shuffle", True) and isinstance(worker, MigrationPort):
+            # Traverse the shard in a random order, seeded by the shard (its first global
+            # id, rank << ID_SHIFT): see ShardStore.shuffle.
+            ids = getattr(worker.shard, "ids", None)
+            worker.shard.shuffle(int(ids[0]) if ids is not None and len(ids) else 0)
         if self.migrator is None:
             return
         if not isinstance(worker, MigrationPort):
@@ -202,6 +215,10 @@ class FSP(BarrierPolicy):
         "probe_ms": number("η_p of FSPV's probes (paper: 200 ms; at most an eighth of the "
                            "fastest worker's full pass)", 200.0, lo=0, lo_open=True,
                            unit="milliseconds"),
+        "probes": choice("how FSPV probes g(η): interleaved η/√2 and √2·η around the "
+                         "interval in force, nothing thrown away (first centre: BSPV's "
+                         "interval, a barrier a tenth of the iteration), or the paper's two "
+                         "probes with a roll-back", PROBE_MODES, "interleaved"),
         "stage_tolerance": number("relative shortfall of FSPV's progress rate against the "
                                   "stage's own rate (its line f(t)) that opens a new stage "
                                   f"(judged on windows of {STAGE_WINDOW} iterations, beyond "
@@ -210,6 +227,11 @@ class FSP(BarrierPolicy):
                                   hi_open=True),
         "eta_min_ms": number("smallest interval an adjustor may choose", 1.0, lo=0,
                              lo_open=True, unit="milliseconds"),
+        "shuffle": boolean("each worker traverses its shard in a seeded random order, not "
+                           "the stored one: on sorted data (contiguous ranges of a file "
+                           "sorted by cluster or label) the stored order makes a slow "
+                           "worker's first iterations cover one cluster, and θ is fitted "
+                           "without the others", True),
         "migration": mapping("data migration between workers (keys in the table "
                              "`sync.migration` below)", None, null=True),
     }
@@ -238,7 +260,8 @@ class FSP(BarrierPolicy):
             extra["factor"] = options["factor"]
         elif kind == "multistage":
             extra.update(probe_s=options["probe_ms"] / 1e3,
-                         stage_tolerance=options["stage_tolerance"])
+                         stage_tolerance=options["stage_tolerance"],
+                         probes=options["probes"])
         self.adjustor = make_adjustor(kind, **extra)
         self.semi = options["coordination"] == "semi"
         self.plan = Plan(0.0, phase="calibration")  # no timer: ends with the first full pass
@@ -338,10 +361,26 @@ class FSP(BarrierPolicy):
         self.eta_log.append(self.plan.eta_s)
         if self.plan.phase == "calibration":
             eta0 = (self.options["eta_ms"] / 1e3 if self.options["eta_ms"] is not None
-                    else obs.valid_s)
+                    else self._first_interval(commits, obs))
             self.plan = self.adjustor.start(eta0, self.eta_max_s)
         else:
             self.plan = self.adjustor.observe(obs)
+
+    def _first_interval(self, commits: dict[int, dict[str, float]], obs: Observation) -> float:
+        """η⁰ after the calibration iteration.
+
+        FSPB: the calibration's valid time (a full pass of the fastest worker, Section 3.3).
+        FSPV with interleaved probes: BSPV's interval, whose barrier -- one round trip φ₀
+        measured as BSPV measures it -- takes :data:`FIRST_OVERHEAD` of the iteration,
+        ``η⁰ = φ₀ (1 − ρ)/ρ``: FSPV then starts where BSPV ends its own calibration, and
+        probes from there (issue 19: the paper's probes made FSPV's start cost more than
+        BSPV's).
+        """
+        if self.options["interval"] != "multistage" or self.options["probes"] != "interleaved":
+            return obs.valid_s
+        latency = sorted(h["latency_s"] for h in commits.values())[len(commits) // 2]
+        phi0 = round_trip_s(latency, self.apply_s)
+        return phi0 * (1.0 - FIRST_OVERHEAD) / FIRST_OVERHEAD
 
     def _update_eta_max(self, commits: dict[int, dict[str, float]]) -> None:
         """The longest useful η: a full pass of the fastest worker (Section 3.3)."""

@@ -1,0 +1,189 @@
+"""The FSP paper's promise, issue 19 items 2-4, measured in one run.
+
+1. **FSPV against BSPV** (FSP paper Figs. 7-8): time to a target objective, K-means
+   (K = 16) on 4 workers, without stragglers and with worker 1 slowed (injected, τ = 32 ms
+   per 1,000 points).  Two workloads: the issue's 400k × 28 blobs (target 1.002 × BSPB's
+   converged objective: a one-pass problem) and the overlapping workload below (target
+   1.002 × BSPB's: many passes).  Ratio = BSPV's time / FSPV's (> 1: FSPV faster).
+2. **A result that does not depend on which worker is slow**: the overlapping workload --
+   16 clusters with centres ~ N(0, I₂₈) and unit noise, sorted by cluster and split into
+   contiguous ranges, one random initial θ shared by every run -- with worker 1, then worker
+   3, slowed; FSPV with asynchronous migration runs ``--seconds``; the gap is its final exact
+   objective over BSPB's converged one, minus 1.
+3. **Migration without churn**: of those runs, the bytes moved over the data's bytes, the
+   max/min passes over every point, and the moves of points that had moved before
+   (``summary.json``'s ``migration.points_moved_more_than_once``).
+
+Usage::
+
+    python bench/fsp_claims.py [--quick] [--points 400000] [--seconds 30] [--keep DIR]
+        [--json OUT] [--only ratio,gap]
+
+``--quick``: 100,000 points, 10 s runs (about 3 minutes on 2 cores).  The measuring
+functions -- :func:`overlap_data`, :func:`reference`, :func:`time_to_target_ratio`,
+:func:`slow_worker_gap` -- are importable (no side effects at import), for ``flegel paper``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from flegel.cli.compare import run_one
+
+#: One injected straggler, the paper's τ = 32 ms per 1,000 points (Section 6.1).
+STRAGGLER = {"pattern": "injected", "tau_ms": 32, "every": 1000}
+#: Target of the time-to-target comparisons: BSPB's converged objective times this.
+TARGET_FACTOR = 1.002
+
+
+def overlap_data(folder: Path, n: int = 400_000, seed: int = 0, k: int = 16,
+                 d: int = 28) -> dict[str, Any]:
+    """Write the overlapping workload: ``data.npy`` (k clusters, centres ~ N(0, I), unit
+    noise, rows sorted by cluster) and ``init.npy`` (k random rows: the one initial θ every
+    run shares).  Returns the job (a dict) that trains K-means on it, 4 workers, contiguous
+    shards."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((k, d))
+    sizes = rng.multinomial(n, np.full(k, 1.0 / k))
+    x = np.concatenate([c + rng.standard_normal((m, d)) for c, m in zip(centres, sizes)])
+    np.save(folder / "data.npy", x)
+    np.save(folder / "init.npy", x[rng.choice(n, k, replace=False)])
+    return {"algorithm": "kmeans",
+            "params": {"n_clusters": k, "init": str(folder / "init.npy")},
+            "data": {"path": str(folder / "data.npy"), "partition": "contiguous"},
+            "workers": 4, "sync": {"model": "bsp"}, "seed": 0,
+            "stop": {"max_iterations": 1_000_000, "tolerance": 1e-7, "max_time_s": 60},
+            "output": {"progress": "none", "trace_points": 200}}
+
+
+def blobs_job(n: int = 400_000) -> dict[str, Any]:
+    """The issue's first workload: jobs/kmeans.yaml's blobs at ``n`` points."""
+    return {"algorithm": "kmeans", "params": {"n_clusters": 16, "init": "kmeans++"},
+            "data": {"source": "synthetic", "kind": "blobs", "n_points": n,
+                     "n_features": 28, "centers": 16, "seed": 1},
+            "workers": 4, "sync": {"model": "bsp"}, "seed": 0,
+            "stop": {"max_iterations": 1_000_000, "tolerance": 1e-7, "max_time_s": 20},
+            "output": {"progress": "none", "trace_points": 200}}
+
+
+def _job_file(folder: Path, job: dict[str, Any]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+def reference(folder: Path, job: dict[str, Any]) -> float:
+    """BSPB without stragglers run to convergence: its final exact objective."""
+    s = run_one(_job_file(folder, job), folder / "bspb", ["sync.model=bspb"], None)
+    return float(s["final_objective"])
+
+
+def time_to_target_ratio(folder: Path, job: dict[str, Any], target: float,
+                         straggler: int | None, max_time_s: float) -> dict[str, Any]:
+    """BSPV's and FSPV's (no migration) times to ``target`` and their ratio BSPV / FSPV;
+    with a straggler also FSPV with async migration's (``fspv_async_s``, ``ratio_async``).
+
+    ``straggler``: the worker slowed by :data:`STRAGGLER`, or None.  A run that misses the
+    target counts as ``max_time_s`` (the ratio is then a bound, ``bound`` says which way).
+    """
+    job_file = _job_file(folder, job)
+    slow = [] if straggler is None else [{**STRAGGLER, "workers": [straggler]}]
+    out: dict[str, Any] = {}
+    runs = [("bspv", "sync.model=bspv"), ("fspv", "sync.model=fspv-off")]
+    if straggler is not None:
+        runs.append(("fspv_async", "sync.model=fspv-async"))
+    for name, sync in runs:
+        s = run_one(job_file, folder / f"{name}-{straggler}",
+                    [sync, f"stragglers={json.dumps(slow)}",
+                     f"stop.target_objective={target!r}", f"stop.max_time_s={max_time_s}"],
+                    None)
+        out[f"{name}_s"] = s.get("time_to_target_s")
+        out[f"{name}_summary"] = {k: s.get(k) for k in ("mean_eta_ms", "batch", "iterations",
+                                                        "final_objective")}
+    b, f = out["bspv_s"], out["fspv_s"]
+    out["ratio"] = (b or max_time_s) / (f or max_time_s)
+    out["bound"] = "" if (b and f) else (">" if f else ("<" if b else "?"))
+    if straggler is not None:
+        a = out["fspv_async_s"]
+        out["ratio_async"] = (b or max_time_s) / (a or max_time_s)
+    return out
+
+
+def slow_worker_gap(folder: Path, job: dict[str, Any], ref_objective: float, slow: int,
+                    seconds: float) -> dict[str, Any]:
+    """FSPV with async migration, worker ``slow`` slowed, for ``seconds``: the gap to BSPB's
+    converged objective and the migration figures (bytes moved / data bytes, max/min point
+    passes, moves of points that had moved before)."""
+    s = run_one(_job_file(folder, job), folder / f"fspv-async-slow{slow}",
+                ["sync.model=fspv-async",
+                 f"stragglers={json.dumps([{**STRAGGLER, 'workers': [slow]}])}",
+                 f"stop.max_time_s={seconds}", "stop.tolerance=null"], None)
+    mig = s.get("migration", {})
+    pp = s["point_passes"]
+    return {"slow": slow, "gap": s["final_objective"] / ref_objective - 1.0,
+            "bytes_fraction": mig.get("bytes_fraction", 0.0),
+            "points_moved": mig.get("points_moved", 0),
+            "moved_more_than_once": mig.get("points_moved_more_than_once"),
+            "reactivated": mig.get("reactivated", 0), "rounds": mig.get("rounds", 0),
+            "passes_min": pp["min"], "passes_max": pp["max"],
+            "passes_ratio": pp["max"] / max(pp["min"], 1e-12),
+            "mean_eta_ms": s.get("mean_eta_ms")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="100,000 points, 10 s runs")
+    ap.add_argument("--points", type=int, default=400_000)
+    ap.add_argument("--seconds", type=float, default=30.0, help="length of the gap runs")
+    ap.add_argument("--only", default="ratio,gap", help="ratio, gap or both (comma)")
+    ap.add_argument("--keep", type=Path, default=None, help="keep the runs under this folder")
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = ap.parse_args()
+    n, seconds = (100_000, 10.0) if args.quick else (args.points, args.seconds)
+    only = set(args.only.split(","))
+    root = args.keep or Path(tempfile.mkdtemp(prefix="fsp_claims_"))
+    figures: dict[str, Any] = {"points": n, "seconds": seconds}
+    overlap = overlap_data(root / "overlap-data", n)
+    ref_overlap = reference(root / "overlap-ref", overlap)
+    figures["bspb_overlap"] = ref_overlap
+    if "ratio" in only:
+        blobs = blobs_job(n)
+        ref_blobs = reference(root / "blobs-ref", blobs)
+        print(f"time to target {TARGET_FACTOR}x BSPB, BSPV / FSPV (>1: FSPV faster):")
+        for label, job, ref in (("blobs", blobs, ref_blobs), ("overlap", overlap, ref_overlap)):
+            for straggler in (None, 1):
+                r = time_to_target_ratio(root / f"ratio-{label}", job, ref * TARGET_FACTOR,
+                                         straggler, max_time_s=20.0)
+                figures[f"ratio_{label}_{straggler or 'none'}"] = r
+                print(f"  {label:8s} straggler {str(straggler or '-'):4s} BSPV {r['bspv_s']}"
+                      f"  FSPV {r['fspv_s']}  ratio {r['bound']}{r['ratio']:.2f}"
+                      f"  (FSPV mean η {r['fspv_summary']['mean_eta_ms']} ms)"
+                      + (f"; FSPV+async {r['fspv_async_s']}  ratio {r['ratio_async']:.2f}"
+                         if straggler else ""))
+    if "gap" in only:
+        print(f"FSPV + async migration after {seconds:g} s, overlapping workload "
+              f"(BSPB converged: {ref_overlap:.6g}):")
+        for slow in (1, 3):
+            g = slow_worker_gap(root / "gap", overlap, ref_overlap, slow, seconds)
+            figures[f"gap_slow{slow}"] = g
+            print(f"  worker {slow} slow: gap {100 * g['gap']:+.3f}%  bytes moved "
+                  f"{g['bytes_fraction']:.2f}x data  passes max/min {g['passes_ratio']:.2f}"
+                  f" ({g['passes_min']}..{g['passes_max']})  moved more than once "
+                  f"{g['moved_more_than_once']} of {g['points_moved']} moved, "
+                  f"{g['rounds']} rounds")
+    print(f"runs in {root}")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()

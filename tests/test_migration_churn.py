@@ -1,0 +1,138 @@
+"""Migration without churn (issue 19): the balancer's rules against moving points back and
+forth, on the simulated clock.
+
+* among balanced workers nothing moves (Eq. 8 holds on the predicted passes);
+* a worker that received points in a round does not send in the next, and one that sent does
+  not receive, unless its speed changed enough to justify it (hysteresis,
+  :data:`flegel.balance.migration.SPEED_CHANGE`);
+* a straggler's points are split among all the workers ahead of it at once (one super
+  worker), not passed on from one to the next.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from flegel.balance.migration import (
+    LOCK_ROUNDS,
+    MIN_HISTORY,
+    SPEED_CHANGE,
+    Balancer,
+    MigrationOptions,
+)
+from flegel.balance.planner import Move
+from flegel.protocol import OrderKind
+from tests.fakes import Simulation, kmeans_theta0
+
+N_PER = 10_000
+
+
+def commits(n: dict[int, int], v: dict[int, float], p: dict[int, float],
+            compute_s: float = 0.1) -> dict[int, dict[str, float]]:
+    """One barrier's commit headers: worker r holds n[r] points, computes at v[r] s/point
+    and has completed p[r] passes."""
+    return {r: {"compute_s": compute_s, "points": compute_s / v[r], "n_active": n[r],
+                "passes": p[r], "in_flight": 0, "queued": 0} for r in n}
+
+
+def settle(b: Balancer, n: dict[int, int], v: dict[int, float], p: dict[int, float],
+           now: float) -> dict[int, list[Any]]:
+    """Feed enough barriers of history (no round planned meanwhile), then one barrier at
+    ``now``: that barrier's orders."""
+    b.round_end = float("inf")
+    for k in range(MIN_HISTORY):
+        b.at_barrier(now - 1e-3 * (MIN_HISTORY - k), commits(n, v, p), 1.0, None, 100.0)
+    b.round_end = None  # the next barrier may plan
+    return b.at_barrier(now, commits(n, v, p), 1.0, None, 100.0)
+
+
+def sends(orders: dict[int, list[Any]]) -> set[tuple[int, int]]:
+    return {(r, o.peer) for r, os in orders.items() for o in os
+            if o.kind in (OrderKind.SEND, OrderKind.RETURN)}
+
+
+def test_nothing_moves_among_balanced_workers():
+    """Equal speeds, equal points, passes within Eq. 8's ε: no round moves anything, at any
+    barrier, whatever the timing noise of a few percent."""
+    b = Balancer(MigrationOptions.of({"mode": "async"}))
+    rng = np.random.default_rng(0)
+    n = dict.fromkeys(range(1, 5), N_PER)
+    for t in range(200):
+        v = {r: 1e-6 * (1 + 0.05 * rng.standard_normal()) for r in n}
+        p = {r: 0.01 * t + 0.3 * rng.random() for r in n}
+        assert b.at_barrier(0.1 + 0.05 * t, commits(n, v, p), 1.0, None, 100.0) == {}
+    assert b.ordered == 0 and b.summary()["points_ordered"] == 0
+
+
+def test_a_straggler_gives_to_every_worker_ahead_at_once():
+    """One straggler, three fast workers of speeds 30% apart (shared cores): the fast ones
+    form one super worker and each receives a share in the same round."""
+    b = Balancer(MigrationOptions.of({"mode": "async"}))
+    n = dict.fromkeys(range(1, 5), N_PER)
+    v = {1: 50e-6, 2: 1.0e-6, 3: 1.3e-6, 4: 1.15e-6}
+    p = {1: 0.1, 2: 3.0, 3: 2.4, 4: 2.7}
+    orders = settle(b, n, v, p, now=0.5)
+    assert sends(orders) == {(1, 2), (1, 3), (1, 4)}
+
+
+def _two_rounds(speed_change: float) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
+    """Round 1 moves points from the slow worker 1 to worker 2; in round 2 worker 2 is
+    behind (it holds the points it was given), its speed multiplied by ``speed_change``."""
+    b = Balancer(MigrationOptions.of({"mode": "async"}))
+    n = {1: N_PER, 2: N_PER}
+    v = {1: 4e-6, 2: 1e-6}
+    first = sends(settle(b, n, v, {1: 0.5, 2: 2.0}, now=1.0))
+    # Worker 2 now holds most of the data and is behind in passes; its speed is v·change.
+    n2 = {1: 2_000, 2: 18_000}
+    v2 = {1: 4e-6, 2: 1e-6 * speed_change}
+    second = sends(settle(b, n2, v2, {1: 40.0, 2: 3.0}, now=2.0))
+    return first, second
+
+
+def test_no_point_moves_back_in_the_next_round_without_a_speed_change():
+    first, second = _two_rounds(1.0)
+    assert first == {(1, 2)}
+    assert second == set(), "points went back from 2 to 1 with no change of speed"
+
+
+def test_a_speed_change_justifies_moving_back():
+    """Worker 2 became (1 + SPEED_CHANGE) x slower and more: it may give points back."""
+    first, second = _two_rounds(2.0 * (1 + SPEED_CHANGE))
+    assert first == {(1, 2)}
+    assert second == {(2, 1)}
+
+
+def test_roles_hold_for_lock_rounds_only():
+    """After LOCK_ROUNDS rounds a worker may change role on its passes alone (Eq. 9 on a
+    short T can give a straggler's data away beyond balance)."""
+    assert LOCK_ROUNDS >= 1
+    b = Balancer(MigrationOptions.of({"mode": "async"}))
+    b.rounds = 5
+    b.roles = {2: (1, 1e-6, 5)}
+    assert b.reversal(Move(2, 1, 100), {1: 4e-6, 2: 1e-6})
+    b.rounds = 5 + LOCK_ROUNDS
+    assert not b.reversal(Move(2, 1, 100), {1: 4e-6, 2: 1e-6})
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_simulated_run_never_reverses_a_move_in_the_next_round(mode):
+    """On the simulated clock, a straggler 8x slower among three equal workers: no round's
+    move is undone by the next round's, and every worker's passes end balanced."""
+    rng = np.random.default_rng(0)
+    centers = rng.uniform(-10.0, 10.0, size=(4, 3))
+    labels = np.sort(rng.integers(0, 4, size=4000))
+    x = centers[labels] + rng.normal(0.0, 1.0, size=(4000, 3))
+    theta0 = kmeans_theta0(centers + rng.normal(0.0, 1.5, size=(4, 3)))
+    sim = Simulation("fsp", {"interval": "fixed", "eta_ms": 2.0,
+                             "migration": {"mode": mode, "window": 64}},
+                     workers=4, data=x, theta0=theta0, slowdown={4: 8.0},
+                     bandwidth_Bps=5e6, stop={"max_iterations": 120}).run()
+    log = sim.policy.summary()["migration"]["round_log"]
+    assert log and any(r["moves"] for r in log)
+    for before, after in zip(log, log[1:]):
+        there = {(s, t) for s, t, _ in before["moves"]}
+        back = {(t, s) for s, t, _ in after["moves"]}
+        assert not there & back, (before, after)
