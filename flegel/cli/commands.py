@@ -157,6 +157,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             out = Path(args.out) if args.out else default_run_dir(job)
         summary = run(comm, job, out, resumed[0] if resumed else None)
     except Rejected:  # rank 0 has printed why (bad data found by a worker at load, ...)
+        from flegel.runtime.lifetime import agreed_end
+
+        agreed_end(comm.rank, EXIT_BAD_JOB)  # no rank's exit is then taken for a death
         return EXIT_BAD_JOB
     assert summary is not None  # the master returns the summary
     print(f"run directory: {out}")

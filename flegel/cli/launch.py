@@ -48,6 +48,10 @@ _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LO
 #: master needs well under a second to save θ; the whole job must end within 10 s).
 KILL_AFTER_S = 7.0
 
+#: Seconds the launcher waits for ranks still alive once ``mpiexec`` ended without a signal
+#: (they die with their MPI daemon within milliseconds) before it kills them.
+RANKS_GONE_S = 3.0
+
 #: Lines of the MPI launcher and library that repeat what flegel says in its own line.
 _NOISE = re.compile(
     rb"^(\[mpiexec@[^\]]*\] (Sending Ctrl-C to processes as requested|Press Ctrl-C again to "
@@ -145,6 +149,18 @@ class _Job:
         if self.proc.poll() is None:
             self.kill()
 
+    def wait_ranks(self, watch: RankWatch) -> None:
+        """After ``mpiexec`` ended: wait for the ranks it leaves (they end with their MPI
+        daemon, or finish saving θ after a signal) until the signal's kill time, or
+        :data:`RANKS_GONE_S`; kill any left then."""
+        left = RANKS_GONE_S
+        if self.kill_at is not None:
+            left = max(self.kill_at - time.monotonic(), left)
+        killed = watch.wait_gone(left)
+        if killed:
+            sys.stderr.write(f"flegel: rank(s) {', '.join(map(str, killed))} still ran after "
+                             "mpiexec ended; killed\n")
+
     def wait(self, status: Path) -> int:
         """Wait for ``mpiexec`` (sleeping in the kernel) and return the job's exit code."""
         while True:
@@ -223,17 +239,21 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
         return _code_in(status) is not None or watch.dead_worker() is not None
 
     assert proc.stdout is not None and proc.stderr is not None
-    relays = [threading.Thread(target=_relay, args=(src, _binary(dst), quiet), daemon=True)
-              for src, dst in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]
+    sinks = [_binary(sys.stdout), _binary(sys.stderr)]
+    relays = [threading.Thread(target=_relay, args=(src, sink, quiet), daemon=True)
+              for src, sink in zip((proc.stdout, proc.stderr), sinks)]
     for relay in relays:
         relay.start()
     try:
         code = job.wait(status)
+        # mpiexec may end before its ranks (hydra on SIGTERM): none may outlive this call.
+        job.wait_ranks(watch)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
     for relay in relays:
         relay.join(timeout=2.0)  # the last lines (the master's message) come out first
+    _close(proc, relays, sinks)
     told, message = _read_status(status)
     dead = watch.dead_worker()
     if message:  # the master left it here: it may not have lived to print it
@@ -254,6 +274,21 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
 
 
 def _binary(stream: IO[str]) -> IO[bytes]:
-    """The byte stream under a text stream (its file descriptor when it has no buffer)."""
+    """The byte stream under a text stream (its file descriptor when it has no buffer:
+    :func:`_close` closes that one)."""
     buffer = getattr(stream, "buffer", None)
     return buffer if buffer is not None else open(stream.fileno(), "wb", closefd=False)
+
+
+def _close(proc: subprocess.Popen[bytes], relays: list[threading.Thread],
+           sinks: list[IO[bytes]]) -> None:
+    """Close what the launch opened once its relays are done: ``mpiexec``'s pipes and the
+    byte streams :func:`_binary` opened (no unclosed file or pipe is left, issue 21).  A
+    relay still reading (a process outside the job holds the pipe) keeps its own."""
+    assert proc.stdout is not None and proc.stderr is not None
+    for relay, pipe, sink in zip(relays, (proc.stdout, proc.stderr), sinks):
+        if relay.is_alive():
+            continue
+        pipe.close()
+        if sink not in (getattr(sys.stdout, "buffer", None), getattr(sys.stderr, "buffer", None)):
+            sink.close()  # closefd=False: the descriptor itself stays open

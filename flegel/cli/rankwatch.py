@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import subprocess
 import threading
 import time
@@ -89,11 +90,13 @@ class RankWatch:
         self.first: list[tuple[int, int]] = []  # the ranks found dead at the first wake-up
         #: Ranks never found within ``startup_s`` (their process ended, or never began).
         self.missing: list[int] = []
+        #: rank -> pid of every rank found so far (:meth:`wait_gone` waits for them).
+        self.pids: dict[int, int] = {}
         if os.path.isdir("/proc") and hasattr(os, "pidfd_open"):
             threading.Thread(target=self._watch, daemon=True, name="flegel-ranks").start()
 
     def _watch(self) -> None:
-        ranks: dict[int, int] = {}
+        ranks = self.pids
         fds: dict[int, int] = {}  # pidfd -> rank
         poller = select.poll()
         deadline = None if self.startup_s is None else time.monotonic() + self.startup_s
@@ -145,9 +148,57 @@ class RankWatch:
         self.first = dead
         self.on_death()
 
+    def wait_gone(self, timeout_s: float) -> list[int]:
+        """Return once every rank found has exited: the launcher must not return before its
+        ranks are gone (a scheduler that sees it exit reuses the node; issue 21).
+
+        Waits in ``poll()`` on the ranks' pidfds for at most ``timeout_s``; a rank still
+        alive then is killed (SIGKILL) and waited for a second more.  Returns the ranks that
+        had to be killed.
+        """
+        fds: dict[int, int] = {}  # pidfd -> rank
+        for rank, pid in list(self.pids.items()):
+            try:
+                fds[os.pidfd_open(pid)] = rank
+            except OSError:  # gone already (or no pidfds here)
+                continue
+        killed: list[int] = []
+        try:
+            if fds and _wait_exits(fds, timeout_s):
+                for fd, rank in fds.items():
+                    try:
+                        signal.pidfd_send_signal(fd, signal.SIGKILL)
+                        killed.append(rank)
+                    except ProcessLookupError:
+                        continue
+                _wait_exits(fds, 1.0)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return sorted(killed)
+
     def dead_worker(self) -> tuple[int, int] | None:
         """(rank, pid) of the worker that died first, when that is clear: it was the only
         rank found dead at the first wake-up (the others die of its death after it)."""
         if len(self.first) == 1 and self.first[0][0] != 0:
             return self.first[0]
         return None
+
+
+def _wait_exits(fds: dict[int, int], timeout_s: float) -> bool:
+    """Sleep in ``poll()`` until every process of ``fds`` (pidfds) exited or ``timeout_s``
+    passed; True if some are still alive."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    left = len(fds)
+    deadline = time.monotonic() + timeout_s
+    while left:
+        wait_ms = int(max(deadline - time.monotonic(), 0) * 1000)
+        ready = poller.poll(wait_ms)
+        if not ready:
+            return True
+        for fd, _ in ready:
+            poller.unregister(fd)
+            left -= 1
+    return False
