@@ -21,6 +21,7 @@ from flegel.job.errors import JobError
 from flegel.job.job import Job
 from flegel.job.validate import load_job
 from flegel.rundir import files
+from flegel.runtime.lifetime import mark_started
 from flegel.runtime.timings import say_importing
 
 EXIT_BAD_JOB = 2
@@ -122,6 +123,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return launch(job.workers + 1, argv, job.output.progress)
 
     # Rank 0 says what the next second or so goes to (flegel.runtime.timings).
+    mark_started()  # flegel runs in this rank: its exit from now on is no failed start
     say_importing(os.environ.get("PMI_RANK"))
     from mpi4py import MPI
 

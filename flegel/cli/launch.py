@@ -37,7 +37,7 @@ from typing import IO
 
 from flegel.cli.rankwatch import STARTUP_S, RankWatch
 from flegel.protocol import ExitCode
-from flegel.runtime.lifetime import STATUS_ENV, die_with_parent, done_marker
+from flegel.runtime.lifetime import STATUS_ENV, die_with_parent, done_marker, started_marker
 from flegel.runtime.timings import LAUNCH_ENV, PROGRESS_ENV, process_start
 
 #: Environment variables set by MPI launchers (hydra, PMIx, Open MPI, Slurm's PMI).
@@ -233,7 +233,8 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
     watch = RankWatch(proc, n_ranks, f"{STATUS_ENV}={status}",
                       done=lambda rank: os.path.exists(done_marker(str(status), rank)),
                       on_death=died, startup_s=STARTUP_S if one_host else None,
-                      on_missing=job.kill_if_running)
+                      on_missing=job.kill_if_running,
+                      started=lambda rank: os.path.exists(started_marker(str(status), rank)))
 
     def quiet() -> bool:  # hydra's report of a dead rank is redundant (and wrong) now
         return _code_in(status) is not None or watch.dead_worker() is not None

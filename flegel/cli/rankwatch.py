@@ -73,13 +73,18 @@ class RankWatch:
     on_missing : callable, optional
         Called instead of ``on_death`` when a rank is missing (the others are still in
         ``MPI_Init``: nothing to save, the job may end at once).
+    started : callable, optional
+        ``started(rank)``: flegel runs in the rank.  A rank found but ending before it
+        started counts as missing too (its Python exited at start-up, after hydra started
+        it: whether it is seen alive first is a race).
     """
 
     def __init__(self, proc: subprocess.Popen[bytes], n_ranks: int, marker: str,
                  done: Callable[[int], bool] = lambda rank: False,
                  on_death: Callable[[], None] = lambda: None,
                  startup_s: float | None = None,
-                 on_missing: Callable[[], None] | None = None) -> None:
+                 on_missing: Callable[[], None] | None = None,
+                 started: Callable[[int], bool] = lambda rank: True) -> None:
         self.proc = proc
         self.n_ranks = n_ranks
         self.marker = marker.encode()
@@ -87,6 +92,7 @@ class RankWatch:
         self.on_death = on_death
         self.startup_s = startup_s
         self.on_missing = on_death if on_missing is None else on_missing
+        self.started = started
         self.first: list[tuple[int, int]] = []  # the ranks found dead at the first wake-up
         #: Ranks never found within ``startup_s`` (their process ended, or never began).
         self.missing: list[int] = []
@@ -145,6 +151,11 @@ class RankWatch:
                 os.close(fd)
 
     def _died(self, dead: list[tuple[int, int]]) -> None:
+        early = [rank for rank, _ in dead if not self.started(rank)]
+        if early and self.startup_s is not None:  # never started: as if never found
+            self.missing = sorted(early)
+            self.on_missing()
+            return
         self.first = dead
         self.on_death()
 

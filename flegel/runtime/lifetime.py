@@ -252,6 +252,21 @@ def done_marker(status: str, rank: int) -> str:
     return f"{status}.done{rank}"
 
 
+def started_marker(status: str, rank: int) -> str:
+    """The file a rank creates beside the launcher's status file as soon as flegel runs in
+    it: a rank that exits without it never started (its Python failed before flegel)."""
+    return f"{status}.started{rank}"
+
+
+def mark_started() -> None:
+    """Tell ``flegel run`` that flegel runs in this rank (``PMI_RANK``): from now on its exit
+    is a death, not a failed start (:class:`flegel.cli.rankwatch.RankWatch`)."""
+    status, rank = os.environ.get(STATUS_ENV), os.environ.get("PMI_RANK")
+    if status and rank is not None and rank.isdigit():
+        with contextlib.suppress(OSError):
+            open(started_marker(status, int(rank)), "w").close()
+
+
 def mark_done(rank: int) -> None:
     """Tell ``flegel run`` that this rank's work is over: its exit is not a death."""
     status = os.environ.get(STATUS_ENV)

@@ -651,13 +651,14 @@ class Server:
             if w.waiting or w.stopped or self._warned[r] < 0:
                 continue
             late = now - w.started_at
-            usual = self._iteration_s.get(r)
+            # Its own last iteration; before its first, the slowest anyone took.
+            usual = self._iteration_s.get(r, self.slowest_s)
             if not waiting and (usual is None or late < 2 * usual):
                 continue
             if late >= self.stall_warning_s * (1 + self._warned[r]):
                 self._warned[r] += 1
                 who = f"worker(s) {waiting} wait" if waiting else (
-                    f"its last iteration took {usual:.3g} s")
+                    f"an iteration took {usual:.3g} s")
                 self._warn(f"{self.who(r)} has not reported for {late:.1f} s; {who}")
 
     def _warn(self, text: str) -> None:
