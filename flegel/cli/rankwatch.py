@@ -190,10 +190,14 @@ class RankWatch:
 
     def dead_worker(self) -> tuple[int, int] | None:
         """(rank, pid) of the worker that died first, when that is clear: it was the only
-        rank found dead at the first wake-up (the others die of its death after it)."""
-        if len(self.first) == 1 and self.first[0][0] != 0:
-            return self.first[0]
-        return None
+        worker found dead at the first wake-up (the others die of its death after it).
+
+        The master may be found dead beside it: MPICH ends a process that touches a dead
+        peer, and on a loaded machine that comes within the same wake-up (issue 21: exit 9,
+        no line, once in ten fault matrices).  The worker is the cause then: a master dying
+        first and a worker dying at once of something else is far less likely than that."""
+        workers = [d for d in self.first if d[0] != 0]
+        return workers[0] if len(workers) == 1 else None
 
 
 def _wait_exits(fds: dict[int, int], timeout_s: float) -> bool:

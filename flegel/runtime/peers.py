@@ -27,7 +27,7 @@ from mpi4py import MPI
 
 from flegel.protocol import ExitCode
 from flegel.runtime import comm as msg
-from flegel.runtime.lifetime import STATUS_ENV
+from flegel.runtime.lifetime import STATUS_ENV, mark_done
 
 #: Bytes of a host name kept for messages (a longer one is cut).
 _NAME_BYTES = 64
@@ -122,6 +122,8 @@ def watch(comm: MPI.Comm) -> None:
         return
 
     def master_died(rank: int, pid: int) -> None:
+        # A consequence, not a cause: flegel run must not take this exit for a death.
+        mark_done(comm.rank)
         status = os.environ.get(STATUS_ENV)
         if not (status and os.path.exists(status)):  # else the master said why it ended
             sys.stderr.write(f"flegel: worker {comm.rank}: the master (rank 0, pid {pid}) "
