@@ -203,8 +203,10 @@ CASES = [
          r"flegel: error: \(on rank 2\) .*bad\.csv: row 26 \(line 26\) column 2 is nan, "
          r"expected a finite number.*", None, 90),
     Case("killed worker", {}, "kill-worker", ExitCode.WORKER_DIED,
-         r"flegel: worker 2 \(pid \d+\) died(; the job ended before the master could save θ"
-         r"| while computing its iteration \d+ .*)", ("job.yaml", "events.jsonl"), 10,
+         r"flegel: (worker 2 \(pid \d+\) died(; the job ended before the master could save θ"
+         r"| while computing its iteration \d+ .*)|ranks (\d \(pid \d+\), )+2 \(pid \d+\) "
+         r"died at once; the job ended before the master could save θ)",
+         ("job.yaml", "events.jsonl"), 10,
          maybe=("model.npz", "model.json")),
     # The kernel sends mpiexec SIGTERM (PR_SET_PDEATHSIG): the ranks end as on SIGTERM, and
     # the checkpoint is there whatever happens.

@@ -237,7 +237,7 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
                       started=lambda rank: os.path.exists(started_marker(str(status), rank)))
 
     def quiet() -> bool:  # hydra's report of a dead rank is redundant (and wrong) now
-        return _code_in(status) is not None or watch.dead_worker() is not None
+        return _code_in(status) is not None or bool(watch.first)
 
     assert proc.stdout is not None and proc.stderr is not None
     sinks = [_binary(sys.stdout), _binary(sys.stderr)]
@@ -270,6 +270,14 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
         # dead peer): the launcher names the worker.
         sys.stderr.write(f"flegel: worker {dead[0]} (pid {dead[1]}) died; the job ended "
                          "before the master could save θ\n")
+        code = ExitCode.WORKER_DIED
+    elif (any(rank for rank, _ in watch.first) and told is None and job.signum is None
+          and code != 0):
+        # Several ranks were found dead at once (a loaded machine wakes the watch late) and
+        # the master said nothing: which died first is unknown, so all are named.
+        ranks = ", ".join(f"{rank} (pid {pid})" for rank, pid in watch.first)
+        sys.stderr.write(f"flegel: ranks {ranks} died at once; the job ended before the "
+                         "master could save θ\n")
         code = ExitCode.WORKER_DIED
     return code
 
