@@ -249,7 +249,8 @@ def _job(folder: Path, case: Case) -> Path:
 
 
 def _left(folder: Path) -> list[str]:
-    found = subprocess.run(["pgrep", "-af", str(folder)], capture_output=True, text=True)
+    # The folder with its slash: case1 must not match case10's processes.
+    found = subprocess.run(["pgrep", "-af", f"{folder}/"], capture_output=True, text=True)
     return [ln for ln in found.stdout.splitlines() if "pgrep" not in ln]
 
 

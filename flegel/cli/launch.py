@@ -255,6 +255,7 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
     for relay in relays:
         relay.join(timeout=2.0)  # the last lines (the master's message) come out first
     _close(proc, relays, sinks)
+    watch.settle()  # every rank is gone: the watch has seen who died first
     told, message = _read_status(status)
     dead = watch.dead_worker()
     if message:  # the master left it here: it may not have lived to print it

@@ -98,8 +98,18 @@ class RankWatch:
         self.missing: list[int] = []
         #: rank -> pid of every rank found so far (:meth:`wait_gone` waits for them).
         self.pids: dict[int, int] = {}
+        self._thread: threading.Thread | None = None
         if os.path.isdir("/proc") and hasattr(os, "pidfd_open"):
-            threading.Thread(target=self._watch, daemon=True, name="flegel-ranks").start()
+            self._thread = threading.Thread(target=self._watch, daemon=True,
+                                            name="flegel-ranks")
+            self._thread.start()
+
+    def settle(self, timeout_s: float = 2.0) -> None:
+        """Wait (at most ``timeout_s``) for the watching thread to take in the ranks' ends,
+        once they are gone: on a loaded machine the launcher otherwise read :attr:`first`
+        before the thread had woken up (issue 21: exit 9 and no line for a killed worker)."""
+        if self._thread is not None:
+            self._thread.join(timeout_s)
 
     def _watch(self) -> None:
         ranks = self.pids
