@@ -50,7 +50,7 @@ from flegel.runtime.exact import Evaluator, ExactObjective, evaluate_snapshots, 
 from flegel.runtime.faults import JobFault
 from flegel.runtime.layout import Layout
 from flegel.runtime.peak_memory import peak_rss_mib
-from flegel.runtime.server import Server
+from flegel.runtime.server import AUTO, STALL_UNMEASURED_S, Server
 from flegel.runtime.stopping import StopCriteria
 from flegel.runtime.store import ShardStore, global_ids
 from flegel.runtime.stragglers import Stragglers
@@ -76,13 +76,24 @@ def abort_on_error(comm: MPI.Comm, fn: Any, *args: Any) -> Any:
         if isinstance(exc, Rejected) or (isinstance(exc, SystemExit) and not exc.code):
             raise  # Rejected: every rank agreed to stop before any work; rank 0 said why
         code = exc.code if isinstance(exc, JobFault) else ExitCode.FAILED
+        if comm.rank == 0:
+            if not lifetime.decide(code):  # a cause came first: this is a consequence
+                lifetime.await_end(comm, code)
+            if not isinstance(exc, JobFault):
+                _print_traceback(comm, exc)
+            else:
+                sys.stderr.write(f"flegel: {exc}\n")
+            lifetime.end_job(comm, code)
+        if lifetime.pending() is not None or lifetime.decided() is not None:
+            # The job is ending (a signal, the master gone): this failure is a consequence.
+            lifetime.await_end(comm, code)
         if not isinstance(exc, JobFault):
             _print_traceback(comm, exc)
-        if comm.rank == 0:
-            if isinstance(exc, JobFault):
-                sys.stderr.write(f"flegel: {exc}\n")
-        else:
-            msg.send_fault(comm, code, _one_line(exc), lifetime.GRACE_S)
+        msg.send_fault(comm, code, _one_line(exc), lifetime.GRACE_S)
+        # The master did not end the job: this worker does, and says why.
+        lifetime.decide(code, f"worker {comm.rank} (pid {os.getpid()}) failed: "
+                              f"{_one_line(exc)}; the master did not end the job within "
+                              f"{lifetime.GRACE_S:g} s: no θ saved")
         lifetime.end_job(comm, code)
 
 
@@ -233,13 +244,18 @@ def run_master(comm: MPI.Comm, job: Job, out_dir: Path,
     except BaseException as exc:  # noqa: BLE001 - every failure must end the job
         if isinstance(exc, Rejected) or (isinstance(exc, SystemExit) and not exc.code):
             raise  # Rejected: every rank agreed to stop before any work; rank 0 said why
+        code = exc.code if isinstance(exc, JobFault) else ExitCode.FAILED
+        if not lifetime.decide(code):
+            # A cause was decided first (a worker died: its thread ends the job); this
+            # exception is its consequence, not to be reported.
+            lifetime.await_end(comm, code)
         if isinstance(exc, JobFault):
-            code, what = exc.code, str(exc)
+            what = str(exc)
             if saver.server is not None and saver.server.reason is None:
                 saver.server.reason = exc.reason
         else:
             _print_traceback(comm, exc)
-            code, what = ExitCode.FAILED, f"rank 0 (master) failed: {_one_line(exc)}"
+            what = f"rank 0 (master) failed: {_one_line(exc)}"
         sys.stderr.write(f"flegel: {what}; {saver.save()}\n")
         lifetime.end_job(comm, code)
         raise  # not reached: end_job never returns
@@ -250,10 +266,12 @@ def _worker_died(comm: MPI.Comm, saver: _Saver, rank: int, pid: int) -> None:
     it, save the last θ and end the job at once, before the main loop touches MPI again
     (MPICH would end this process there without a word)."""
     what = f"worker {rank} (pid {pid}) died while {saver.doing(rank)}"
+    # Said first, in case saving θ takes longer than MPI lets this process live.
+    if not lifetime.decide(ExitCode.WORKER_DIED, what):
+        return  # the job is ending for another cause: this death is its consequence
+    launched = lifetime.tell_launcher(ExitCode.WORKER_DIED, what)
     if saver.server is not None and saver.server.reason is None:
         saver.server.reason = StopReason.FAILED
-    # Said first, in case saving θ takes longer than MPI lets this process live.
-    launched = lifetime.tell_launcher(ExitCode.WORKER_DIED, what)
     what = f"{what}; {saver.save()}"
     if launched:  # the launcher prints it, whatever happens to this process
         lifetime.tell_launcher(ExitCode.WORKER_DIED, what)
@@ -300,10 +318,15 @@ def final_checkpoint(server: Server) -> Callable[[], None]:
     return watch
 
 
-def _watch(comm: MPI.Comm, timeout_s: float | None, what: str) -> Any:
+def _watch(comm: MPI.Comm, timeout_s: float | str | None, what: str) -> Any:
     """A watch for the master's waits on workers outside training: a worker's FAULT ends
     it, and so does silence past ``timeout_s`` (``runtime.stall_timeout_s``, at least
-    :data:`PHASE_MIN_S`), naming who and what."""
+    :data:`PHASE_MIN_S`; ``auto``: :data:`~flegel.runtime.server.STALL_UNMEASURED_S`, as
+    loading, compiling and evaluating scale with the shard, not with an iteration), naming
+    who and what."""
+    if timeout_s == AUTO:
+        timeout_s = STALL_UNMEASURED_S
+    assert not isinstance(timeout_s, str)
     limit = None if timeout_s is None else max(timeout_s, PHASE_MIN_S)
     deadline = None if limit is None else time.monotonic() + limit
 
@@ -369,6 +392,7 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
                     stall_warning_s=job.runtime.stall_warning_s,
                     stall_timeout_s=timeout)
     server.shard_sizes = {r: infos[r]["n"] for r in ranks}
+    server.where = peers.where()  # host and pid of each worker, for the messages
     budget = job.runtime.exact_budget
     if budget > 0:
         ids = sum(id_checksum(global_ids(r, infos[r]["n"])) for r in ranks) % (1 << 64)

@@ -141,7 +141,7 @@ def test_the_job_is_typed_once_from_its_declarations(tmp_path):
     for record, keys in ((job.stop, STOP), (job.output, OUTPUT), (job.runtime, RUNTIME)):
         assert [f.name for f in dataclasses.fields(record)] == list(keys)
     assert dataclasses.asdict(job.stop) == job.doc["stop"]
-    assert job.stop.max_time_s == 2.5 and job.runtime.stall_timeout_s == 300.0
+    assert job.stop.max_time_s == 2.5 and job.runtime.stall_timeout_s == "auto"
     assert job.output.dir == str(tmp_path / "runs")  # relative to the job file's folder
     assert job.sync.model == DEFAULT_SYNC_MODEL == job.doc["sync"]["model"]
     assert job.sync.options is job.doc["sync"]

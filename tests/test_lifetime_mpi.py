@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -177,8 +178,11 @@ def test_a_stalled_worker_ends_the_job_after_its_warnings(tmp_path):
     _gone_within(tmp_path, 10)
     lines = _messages(proc.stderr)
     # Warnings first (worker 1 waits at the barrier), then the one line that ends the job.
-    assert lines[0].startswith("flegel: warning: worker 2 has not reported for 1.")
-    assert lines[-1].startswith("flegel: worker 2 has not reported for 2.5")
+    # The worker is named by rank, host and PID (issue 21).
+    assert re.match(r"flegel: warning: worker 2 \(host \S+, pid \d+\) has not reported for "
+                    r"1\.", lines[0]), lines
+    assert re.match(r"flegel: worker 2 \(host \S+, pid \d+\) has not reported for 2\.5",
+                    lines[-1]), lines
     assert "(runtime.stall_timeout_s: 2.5); it was computing its iteration 3" in lines[-1]
     assert lines[-1].endswith(f"last θ (iteration 2) saved in {out}/model.npz")
     meta = json.loads((out / "model.json").read_text())

@@ -21,6 +21,7 @@ from flegel.job.errors import JobError
 from flegel.job.job import Job
 from flegel.job.validate import load_job
 from flegel.rundir import files
+from flegel.runtime.lifetime import mark_started
 from flegel.runtime.timings import say_importing
 
 EXIT_BAD_JOB = 2
@@ -123,6 +124,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return launch(job.workers + 1, argv, job.output.progress)
 
     # Rank 0 says what the next second or so goes to (flegel.runtime.timings).
+    mark_started()  # flegel runs in this rank: its exit from now on is no failed start
     say_importing(os.environ.get("PMI_RANK"))
     from mpi4py import MPI
 
@@ -158,6 +160,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             out = Path(args.out) if args.out else default_run_dir(job)
         summary = run(comm, job, out, resumed[0] if resumed else None)
     except Rejected:  # rank 0 has printed why (bad data found by a worker at load, ...)
+        from flegel.runtime.lifetime import agreed_end
+
+        agreed_end(comm.rank, EXIT_BAD_JOB)  # no rank's exit is then taken for a death
         return EXIT_BAD_JOB
     assert summary is not None  # the master returns the summary
     print(f"run directory: {out}")

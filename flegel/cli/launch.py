@@ -37,7 +37,7 @@ from typing import IO
 
 from flegel.cli.rankwatch import STARTUP_S, RankWatch
 from flegel.protocol import ExitCode
-from flegel.runtime.lifetime import STATUS_ENV, die_with_parent, done_marker
+from flegel.runtime.lifetime import STATUS_ENV, die_with_parent, done_marker, started_marker
 from flegel.runtime.timings import LAUNCH_ENV, PROGRESS_ENV, process_start
 
 #: Environment variables set by MPI launchers (hydra, PMIx, Open MPI, Slurm's PMI).
@@ -47,6 +47,10 @@ _MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LO
 #: Seconds after a forwarded signal before the launcher kills the MPI job outright (the
 #: master needs well under a second to save θ; the whole job must end within 10 s).
 KILL_AFTER_S = 7.0
+
+#: Seconds the launcher waits for ranks still alive once ``mpiexec`` ended without a signal
+#: (they die with their MPI daemon within milliseconds) before it kills them.
+RANKS_GONE_S = 3.0
 
 #: Lines of the MPI launcher and library that repeat what flegel says in its own line.
 _NOISE = re.compile(
@@ -145,6 +149,18 @@ class _Job:
         if self.proc.poll() is None:
             self.kill()
 
+    def wait_ranks(self, watch: RankWatch) -> None:
+        """After ``mpiexec`` ended: wait for the ranks it leaves (they end with their MPI
+        daemon, or finish saving θ after a signal) until the signal's kill time, or
+        :data:`RANKS_GONE_S`; kill any left then."""
+        left = RANKS_GONE_S
+        if self.kill_at is not None:
+            left = max(self.kill_at - time.monotonic(), left)
+        killed = watch.wait_gone(left)
+        if killed:
+            sys.stderr.write(f"flegel: rank(s) {', '.join(map(str, killed))} still ran after "
+                             "mpiexec ended; killed\n")
+
     def wait(self, status: Path) -> int:
         """Wait for ``mpiexec`` (sleeping in the kernel) and return the job's exit code."""
         while True:
@@ -222,25 +238,30 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
     watch = RankWatch(proc, n_ranks, f"{STATUS_ENV}={status}",
                       done=lambda rank: os.path.exists(done_marker(str(status), rank)),
                       on_death=died, startup_s=STARTUP_S if one_host else None,
-                      on_missing=job.kill_if_running)
+                      on_missing=job.kill_if_running,
+                      started=lambda rank: os.path.exists(started_marker(str(status), rank)))
 
     def quiet() -> bool:  # hydra's report of a dead rank is redundant (and wrong) now
-        return _code_in(status) is not None or watch.dead_worker() is not None
+        return _code_in(status) is not None or bool(watch.first)
 
     assert proc.stdout is not None and proc.stderr is not None
-    relays = [threading.Thread(target=_relay, args=(src, sink or _binary(dst), quiet),
-                               daemon=True)
-              for src, dst, sink in ((proc.stdout, sys.stdout, sinks[0]),
-                                     (proc.stderr, sys.stderr, sinks[1]))]
+    # The caller's sinks (an estimator's captured output) are its own to close.
+    outs = [given or _binary(std) for given, std in zip(sinks, (sys.stdout, sys.stderr))]
+    relays = [threading.Thread(target=_relay, args=(src, out, quiet), daemon=True)
+              for src, out in zip((proc.stdout, proc.stderr), outs)]
     for relay in relays:
         relay.start()
     try:
         code = job.wait(status)
+        # mpiexec may end before its ranks (hydra on SIGTERM): none may outlive this call.
+        job.wait_ranks(watch)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
     for relay in relays:
         relay.join(timeout=2.0)  # the last lines (the master's message) come out first
+    _close(proc, relays, outs, keep=[given for given in sinks if given is not None])
+    watch.settle()  # every rank is gone: the watch has seen who died first
     told, message = _read_status(status)
     dead = watch.dead_worker()
     if message:  # the master left it here: it may not have lived to print it
@@ -257,10 +278,34 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
         sys.stderr.write(f"flegel: worker {dead[0]} (pid {dead[1]}) died; the job ended "
                          "before the master could save θ\n")
         code = ExitCode.WORKER_DIED
+    elif (any(rank for rank, _ in watch.first) and told is None and job.signum is None
+          and code != 0):
+        # Several ranks were found dead at once (a loaded machine wakes the watch late) and
+        # the master said nothing: which died first is unknown, so all are named.
+        ranks = ", ".join(f"{rank} (pid {pid})" for rank, pid in watch.first)
+        sys.stderr.write(f"flegel: ranks {ranks} died at once; the job ended before the "
+                         "master could save θ\n")
+        code = ExitCode.WORKER_DIED
     return code
 
 
 def _binary(stream: IO[str]) -> IO[bytes]:
-    """The byte stream under a text stream (its file descriptor when it has no buffer)."""
+    """The byte stream under a text stream (its file descriptor when it has no buffer:
+    :func:`_close` closes that one)."""
     buffer = getattr(stream, "buffer", None)
     return buffer if buffer is not None else open(stream.fileno(), "wb", closefd=False)
+
+
+def _close(proc: subprocess.Popen[bytes], relays: list[threading.Thread],
+           sinks: list[IO[bytes]], keep: list[IO[bytes]]) -> None:
+    """Close what the launch opened once its relays are done: ``mpiexec``'s pipes and the
+    byte streams :func:`_binary` opened (no unclosed file or pipe is left, issue 21).  A
+    relay still reading (a process outside the job holds the pipe) keeps its own."""
+    assert proc.stdout is not None and proc.stderr is not None
+    for relay, pipe, sink in zip(relays, (proc.stdout, proc.stderr), sinks):
+        if relay.is_alive():
+            continue
+        pipe.close()
+        if sink not in (getattr(sys.stdout, "buffer", None), getattr(sys.stderr, "buffer", None),
+                        *keep):
+            sink.close()  # closefd=False: the descriptor itself stays open

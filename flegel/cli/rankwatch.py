@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import subprocess
 import threading
 import time
@@ -72,13 +73,18 @@ class RankWatch:
     on_missing : callable, optional
         Called instead of ``on_death`` when a rank is missing (the others are still in
         ``MPI_Init``: nothing to save, the job may end at once).
+    started : callable, optional
+        ``started(rank)``: flegel runs in the rank.  A rank found but ending before it
+        started counts as missing too (its Python exited at start-up, after hydra started
+        it: whether it is seen alive first is a race).
     """
 
     def __init__(self, proc: subprocess.Popen[bytes], n_ranks: int, marker: str,
                  done: Callable[[int], bool] = lambda rank: False,
                  on_death: Callable[[], None] = lambda: None,
                  startup_s: float | None = None,
-                 on_missing: Callable[[], None] | None = None) -> None:
+                 on_missing: Callable[[], None] | None = None,
+                 started: Callable[[int], bool] = lambda rank: True) -> None:
         self.proc = proc
         self.n_ranks = n_ranks
         self.marker = marker.encode()
@@ -86,14 +92,27 @@ class RankWatch:
         self.on_death = on_death
         self.startup_s = startup_s
         self.on_missing = on_death if on_missing is None else on_missing
+        self.started = started
         self.first: list[tuple[int, int]] = []  # the ranks found dead at the first wake-up
         #: Ranks never found within ``startup_s`` (their process ended, or never began).
         self.missing: list[int] = []
+        #: rank -> pid of every rank found so far (:meth:`wait_gone` waits for them).
+        self.pids: dict[int, int] = {}
+        self._thread: threading.Thread | None = None
         if os.path.isdir("/proc") and hasattr(os, "pidfd_open"):
-            threading.Thread(target=self._watch, daemon=True, name="flegel-ranks").start()
+            self._thread = threading.Thread(target=self._watch, daemon=True,
+                                            name="flegel-ranks")
+            self._thread.start()
+
+    def settle(self, timeout_s: float = 2.0) -> None:
+        """Wait (at most ``timeout_s``) for the watching thread to take in the ranks' ends,
+        once they are gone: on a loaded machine the launcher otherwise read :attr:`first`
+        before the thread had woken up (issue 21: exit 9 and no line for a killed worker)."""
+        if self._thread is not None:
+            self._thread.join(timeout_s)
 
     def _watch(self) -> None:
-        ranks: dict[int, int] = {}
+        ranks = self.pids
         fds: dict[int, int] = {}  # pidfd -> rank
         poller = select.poll()
         deadline = None if self.startup_s is None else time.monotonic() + self.startup_s
@@ -142,12 +161,69 @@ class RankWatch:
                 os.close(fd)
 
     def _died(self, dead: list[tuple[int, int]]) -> None:
+        early = [rank for rank, _ in dead if not self.started(rank)]
+        if early and self.startup_s is not None:  # never started: as if never found
+            self.missing = sorted(early)
+            self.on_missing()
+            return
         self.first = dead
         self.on_death()
 
+    def wait_gone(self, timeout_s: float) -> list[int]:
+        """Return once every rank found has exited: the launcher must not return before its
+        ranks are gone (a scheduler that sees it exit reuses the node; issue 21).
+
+        Waits in ``poll()`` on the ranks' pidfds for at most ``timeout_s``; a rank still
+        alive then is killed (SIGKILL) and waited for a second more.  Returns the ranks that
+        had to be killed.
+        """
+        fds: dict[int, int] = {}  # pidfd -> rank
+        for rank, pid in list(self.pids.items()):
+            try:
+                fds[os.pidfd_open(pid)] = rank
+            except OSError:  # gone already (or no pidfds here)
+                continue
+        killed: list[int] = []
+        try:
+            if fds and _wait_exits(fds, timeout_s):
+                for fd, rank in fds.items():
+                    try:
+                        signal.pidfd_send_signal(fd, signal.SIGKILL)
+                        killed.append(rank)
+                    except ProcessLookupError:
+                        continue
+                _wait_exits(fds, 1.0)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return sorted(killed)
+
     def dead_worker(self) -> tuple[int, int] | None:
         """(rank, pid) of the worker that died first, when that is clear: it was the only
-        rank found dead at the first wake-up (the others die of its death after it)."""
-        if len(self.first) == 1 and self.first[0][0] != 0:
-            return self.first[0]
-        return None
+        worker found dead at the first wake-up (the others die of its death after it).
+
+        The master may be found dead beside it: MPICH ends a process that touches a dead
+        peer, and on a loaded machine that comes within the same wake-up (issue 21: exit 9,
+        no line, once in ten fault matrices).  The worker is the cause then: a master dying
+        first and a worker dying at once of something else is far less likely than that."""
+        workers = [d for d in self.first if d[0] != 0]
+        return workers[0] if len(workers) == 1 else None
+
+
+def _wait_exits(fds: dict[int, int], timeout_s: float) -> bool:
+    """Sleep in ``poll()`` until every process of ``fds`` (pidfds) exited or ``timeout_s``
+    passed; True if some are still alive."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    left = len(fds)
+    deadline = time.monotonic() + timeout_s
+    while left:
+        wait_ms = int(max(deadline - time.monotonic(), 0) * 1000)
+        ready = poller.poll(wait_ms)
+        if not ready:
+            return True
+        for fd, _ in ready:
+            poller.unregister(fd)
+            left -= 1
+    return False

@@ -21,6 +21,13 @@ from typing import Any
 from flegel import sync as sync_models
 from flegel import validation
 from flegel.job.algorithms import BUILTIN_ALGORITHMS
+from flegel.runtime.server import (
+    AUTO,
+    MAX_TIME_GRACE_S,
+    STALL_FACTOR,
+    STALL_FLOOR_S,
+    STALL_UNMEASURED_S,
+)
 from flegel.runtime.stragglers import COMMON_KEYS as STRAGGLER_COMMON
 from flegel.runtime.stragglers import PATTERN_KEYS as STRAGGLER_KEYS
 from flegel.validation import Key
@@ -71,8 +78,10 @@ STOP: dict[str, Key] = {
     "tolerance": validation.number("stop when the relative objective change between two checks "
                                    "(one more full pass by every worker) is below this", 1e-4,
                                    lo=0, null=True),
-    "max_time_s": validation.number("stop after this many seconds of training", None, lo=0,
-                                    lo_open=True, null=True),
+    "max_time_s": validation.number(
+        "stop after this many seconds of training; it bounds the whole training: a worker "
+        f"that has not answered {MAX_TIME_GRACE_S:g} s plus one of its blocks after it ends "
+        "the job (exit code 3, last θ saved)", None, lo=0, lo_open=True, null=True),
 }
 
 OUTPUT: dict[str, Key] = {
@@ -106,13 +115,21 @@ RUNTIME: dict[str, Key] = {
     "threads": validation.integer("BLAS/numba threads per rank", 1, lo=1),
     "sample_size": validation.integer("rows sampled from the data for the algorithm's "
                                       "initialization (info.sample)", 10_000, lo=1),
-    "stall_warning_s": validation.number("warn when no worker has reported for this long",
-                                         10.0, lo=0, lo_open=True, unit="seconds"),
-    "stall_timeout_s": validation.number(
+    "stall_warning_s": validation.number(
+        "warn when a worker has not reported for this long while others wait (or for over "
+        "twice its last iteration), again at every multiple", 10.0, lo=0, lo_open=True,
+        unit="seconds"),
+    "stall_timeout_s": Key(
+        validation.Described(
+            validation.optional(validation.any_of(validation.is_num(lo=0, lo_open=True),
+                                                  validation.one_of(AUTO))),
+            f"a positive number of seconds, '{AUTO}' or null"), AUTO,
         "end the job (exit code 3, last θ saved) when a worker has not reported for this "
         "long; it bounds one worker iteration (a full pass under BSP full batch), and "
-        "loading, compiling and the final evaluation with at least 60 s; null: never", 300.0,
-        lo=0, lo_open=True, null=True, unit="seconds"),
+        "loading, compiling and the final evaluation with at least 60 s; "
+        f"{AUTO}: {STALL_FACTOR:g} times the slowest iteration seen so far, at least "
+        f"{STALL_FLOOR_S:g} s ({STALL_UNMEASURED_S:g} s before the first iteration and "
+        "outside training); null: never"),
     "exact_budget": validation.number(
         "share of training time the workers may spend evaluating the exact objective of θ "
         "snapshots on all the data during the run (the progress line, the exact trace and "
@@ -219,7 +236,7 @@ class Runtime:
     threads: int
     sample_size: int
     stall_warning_s: float
-    stall_timeout_s: float | None
+    stall_timeout_s: float | str | None
     exact_budget: float
 
 

@@ -171,7 +171,8 @@ def tell_launcher(code: int, message: str | None = None) -> bool:
     """Leave the job's exit code (and a one-line ``message`` the launcher prints for us) in
     the file ``flegel run`` named; False when not launched by ``flegel run``.
 
-    Written whole through a rename, so the launcher never reads half of it.
+    Written whole through a rename, so the launcher never reads half of it.  Only the
+    process that won :func:`decide` calls it (to say more, e.g. where θ went).
     """
     status = os.environ.get(STATUS_ENV)
     if not status:
@@ -184,10 +185,86 @@ def tell_launcher(code: int, message: str | None = None) -> bool:
     return True
 
 
+class _Decision:
+    """The cause this process decided the job ends with (:func:`decide`)."""
+
+    lock = threading.Lock()
+    code: int | None = None
+
+
+def decide(code: int, message: str | None = None) -> bool:
+    """Claim the job's end for this cause: True for the first cause in the whole job, False
+    when one was decided before (in this process, another of its threads; in another, the
+    launcher's status file exists).
+
+    The first real error decides the exit code (issue 21): a rank that dies because the job
+    is ending, or a second fault found while θ is saved, is a consequence, never the cause.
+    The caller that gets True says what happened and ends the job; one that gets False says
+    nothing and lets the decider end it (:func:`await_end`).  Across processes the status
+    file is created by ``link``, which fails if it exists: one winner however the ranks'
+    ends are ordered.  Not launched by ``flegel run``: the first in this process wins.
+    """
+    with _Decision.lock:
+        if _Decision.code is not None:
+            return False
+        status = os.environ.get(STATUS_ENV)
+        if status:
+            tmp = f"{status}.{os.getpid()}"
+            try:
+                with open(tmp, "w") as f:
+                    f.write(f"{int(code)}\n" + (f"{message}\n" if message else ""))
+                os.link(tmp, status)
+            except FileExistsError:
+                return False  # another rank decided (the master, or a worker ending it)
+            except OSError:
+                pass  # the launcher's folder is not on this host: this process decides
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+        _Decision.code = int(code)
+        return True
+
+
+def decided() -> int | None:
+    """The exit code this process decided the job ends with (None: none yet)."""
+    return _Decision.code
+
+
+def await_end(comm: Any, code: int, timeout_s: float = GRACE_S) -> NoReturn:
+    """Another cause decided the job's end (:func:`decide` returned False): wait for its
+    decider to end the job, silently; if it has not within ``timeout_s``, end it here with
+    the decided code (else ``code``)."""
+    time.sleep(timeout_s)  # the decider's MPI_Abort ends this process meanwhile
+    end_job(comm, _Decision.code if _Decision.code is not None else code)
+
+
+def agreed_end(rank: int, code: int) -> None:
+    """Every rank agreed to stop before any work (:mod:`flegel.runtime.agreement`; rank 0
+    printed why): this rank's exit is no death, and rank 0's ``code`` is the job's."""
+    mark_done(rank)
+    if rank == 0:
+        decide(code)
+
+
 def done_marker(status: str, rank: int) -> str:
     """The file a rank creates beside the launcher's status file once it may exit normally
     (the launcher then does not take its exit for a death)."""
     return f"{status}.done{rank}"
+
+
+def started_marker(status: str, rank: int) -> str:
+    """The file a rank creates beside the launcher's status file as soon as flegel runs in
+    it: a rank that exits without it never started (its Python failed before flegel)."""
+    return f"{status}.started{rank}"
+
+
+def mark_started() -> None:
+    """Tell ``flegel run`` that flegel runs in this rank (``PMI_RANK``): from now on its exit
+    is a death, not a failed start (:class:`flegel.cli.rankwatch.RankWatch`)."""
+    status, rank = os.environ.get(STATUS_ENV), os.environ.get("PMI_RANK")
+    if status and rank is not None and rank.isdigit():
+        with contextlib.suppress(OSError):
+            open(started_marker(status, int(rank)), "w").close()
 
 
 def mark_done(rank: int) -> None:
@@ -198,7 +275,7 @@ def mark_done(rank: int) -> None:
             open(done_marker(status, rank), "w").close()
 
 
-def end_job(comm: Any, code: int) -> None:
+def end_job(comm: Any, code: int) -> NoReturn:
     """End every rank of ``comm``'s job with exit status ``code``; never returns.
 
     ``MPI_Abort`` is the portable way to end all ranks; with some MPICH builds it returns
@@ -209,8 +286,8 @@ def end_job(comm: Any, code: int) -> None:
     """
     sys.stdout.flush()
     sys.stderr.flush()
-    if comm.rank == 0 and not os.path.exists(os.environ.get(STATUS_ENV) or "/nonexistent"):
-        tell_launcher(code)
+    if comm.rank == 0:
+        decide(code)  # unless a cause was decided before (it keeps its code)
     # Our lines reach the user through hydra's proxy, which MPI_Abort tears down: under a
     # plain mpirun on a loaded machine the message was lost (empty stderr, exit 1).  The
     # job is ending anyway; a moment lets the proxy pass the lines on.

@@ -27,15 +27,34 @@ from mpi4py import MPI
 
 from flegel.protocol import ExitCode
 from flegel.runtime import comm as msg
-from flegel.runtime.lifetime import STATUS_ENV
+from flegel.runtime.lifetime import STATUS_ENV, mark_done
+
+#: Bytes of a host name kept for messages (a longer one is cut).
+_NAME_BYTES = 64
 
 
 def host_pids(comm: MPI.Comm) -> dict[int, tuple[int, int]]:
-    """Every rank's (host id, pid), gathered without a spinning collective."""
-    mine = np.array([zlib.crc32(socket.gethostname().encode()), os.getpid()], dtype=np.int64)
+    """Every rank's (host id, pid), gathered without a spinning collective; every rank's
+    host name and pid, for messages, are kept for :func:`where`."""
+    name = socket.gethostname().encode()
+    mine = np.array([zlib.crc32(name), os.getpid()], dtype=np.int64)
     table = np.empty((comm.size, 2), dtype=np.int64)
-    msg.wait(comm.Iallgather(mine, table))
+    names = np.zeros((comm.size, _NAME_BYTES), dtype=np.uint8)
+    mine_name = np.frombuffer(name[:_NAME_BYTES].ljust(_NAME_BYTES, b"\0"), dtype=np.uint8)
+    msg.wait_all([comm.Iallgather(mine, table), comm.Iallgather(mine_name, names)])
+    for r in range(comm.size):
+        host = bytes(names[r]).rstrip(b"\0").decode(errors="replace")
+        _where[r] = f"host {host}, pid {int(table[r][1])}"
     return {r: (int(h), int(p)) for r, (h, p) in enumerate(table)}
+
+
+#: rank -> "host H, pid P" (:func:`host_pids` fills it).
+_where: dict[int, str] = {}
+
+
+def where() -> dict[int, str]:
+    """rank -> ``"host H, pid P"`` of every rank (empty before :func:`watch`)."""
+    return dict(_where)
 
 
 class PeerWatch:
@@ -103,6 +122,8 @@ def watch(comm: MPI.Comm) -> None:
         return
 
     def master_died(rank: int, pid: int) -> None:
+        # A consequence, not a cause: flegel run must not take this exit for a death.
+        mark_done(comm.rank)
         status = os.environ.get(STATUS_ENV)
         if not (status and os.path.exists(status)):  # else the master said why it ended
             sys.stderr.write(f"flegel: worker {comm.rank}: the master (rank 0, pid {pid}) "

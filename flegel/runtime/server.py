@@ -8,11 +8,14 @@ only, so in-process tests run it with a fake transport and a simulated clock, dr
 one turn at a time (:meth:`Server.poll_once`).  Every wait polls and sleeps, so the idle master
 uses ~1% of a core (README, How the runtime works).
 
-Nothing hangs and nothing is lost (issue 13): the server enforces ``stop.max_time_s`` by its
-own clock at every poll, not only at barriers; a worker silent past ``stall_timeout_s`` ends
-the job (after the stall warnings); every aggregator is checked against the aggregator
-layout and for NaN/inf as it arrives, and θ after every update, so a fault stops the job at
-the iteration it appears in.  These end the job by raising
+Nothing hangs and nothing is lost (issues 13 and 21): the server enforces ``stop.max_time_s``
+by its own clock at every poll, not only at barriers, and it bounds the whole run: a worker
+that has not answered :data:`MAX_TIME_GRACE_S` plus one of its blocks after the time ran out
+ends the job (exit code 3, :meth:`Server.check_time`); a worker silent past the stall timeout
+(``runtime.stall_timeout_s``; by default :func:`auto_stall_timeout` of the slowest iteration
+seen) ends it too, after the stall warnings; every aggregator is checked against the
+aggregator layout and for NaN/inf as it arrives, and θ after every update, so a fault stops the
+job at the iteration it appears in.  These end the job by raising
 :class:`~flegel.runtime.faults.JobFault` with θ still the last good one.
 """
 
@@ -35,6 +38,38 @@ from flegel.runtime.layout import Layout
 from flegel.runtime.numerics import check_aggregator, check_theta
 from flegel.runtime.stopping import StopCriteria
 from flegel.runtime.transport import Transport
+
+#: Seconds a worker may take to answer after ``stop.max_time_s``, on top of one of its blocks
+#: (the ``block_s`` of its last commit): a live worker commits after the block it is on when
+#: told to PAUSE (every model), so only a stalled one is still silent then (issue 21).
+MAX_TIME_GRACE_S = 5.0
+#: ... and it is named in a warning once it is this late (a worker that answers after one
+#: block is never named).
+MAX_TIME_WARN_S = 1.0
+#: The automatic stall timeout (``runtime.stall_timeout_s: auto``): this many times the
+#: slowest iteration seen so far, ...
+STALL_FACTOR = 10.0
+#: ... and never less than this many seconds ...
+STALL_FLOOR_S = 60.0
+#: ... and this many until an iteration was measured (the first may be a long full pass),
+#: the bound of the waits outside training too (loading, compiling, the final evaluation).
+STALL_UNMEASURED_S = 300.0
+#: The value of ``runtime.stall_timeout_s`` that asks for :func:`auto_stall_timeout`.
+AUTO = "auto"
+
+
+def auto_stall_timeout(slowest_s: float | None) -> float:
+    """The automatic stall timeout: :data:`STALL_FACTOR` times the slowest iteration seen
+    (``slowest_s``; None before the first), at least :data:`STALL_FLOOR_S`, and
+    :data:`STALL_UNMEASURED_S` while nothing was measured.
+
+    The papers leave failure detection out; a fixed bound is either too short for a long
+    full-batch pass or minutes of silence for a job whose iterations take milliseconds, so
+    the bound follows what the job measured, with a floor for scheduling noise.
+    """
+    if slowest_s is None:
+        return STALL_UNMEASURED_S
+    return max(STALL_FLOOR_S, STALL_FACTOR * slowest_s)
 
 
 class MasterPolicy(Protocol):
@@ -147,11 +182,12 @@ class Server:
     trace_points : int
         At most this many θ snapshots are kept for the exact objective trace (0: none).
     stall_warning_s : float
-        A worker silent this long while others wait is named on stderr, again at every
-        multiple (docs/exit-codes.md, code 3).
-    stall_timeout_s : float or None
+        A worker silent this long while others wait (or for over twice its last iteration)
+        is named on stderr, again at every multiple (docs/exit-codes.md, code 3).
+    stall_timeout_s : float, "auto" or None
         A worker silent this long ends the job (:class:`JobFault`, exit code
-        ``ExitCode.STALLED``); None: never.
+        ``ExitCode.STALLED``); ``"auto"``: :func:`auto_stall_timeout` of the slowest
+        iteration seen so far; None: never.
     clock : callable
         Monotonic seconds (a simulated clock in tests).
     """
@@ -162,7 +198,7 @@ class Server:
                  events: Callable[[dict[str, Any]], None],
                  progress: Callable[..., None] | None = None,
                  trace_points: int = 100, stall_warning_s: float = 10.0,
-                 stall_timeout_s: float | None = None,
+                 stall_timeout_s: float | str | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.transport = transport
         self.ranks = list(ranks)
@@ -183,6 +219,13 @@ class Server:
         self.version = 0
         self.objective = 0.0
         self.reason: StopReason | None = None
+        # Where each worker runs, "host H, pid P", for the messages that name it (run.py).
+        self.where: dict[int, str] = {}
+        # The slowest worker iteration seen (θ sent to commit), for the automatic stall
+        # timeout; each worker's last one, for the stall warnings.
+        self.slowest_s: float | None = None
+        self._iteration_s: dict[int, float] = {}
+        self._paused = False  # the busy workers were told to commit at stop.max_time_s
         self.time_to_target: float | None = None
         self.train_s = 0.0
         self.start = clock()
@@ -337,6 +380,18 @@ class Server:
         return None if limit is None else max(limit - self.now(), 0.0)
 
     # -------------------------------------------------------------- faults
+    def who(self, rank: int) -> str:
+        """``worker R (host H, pid P)`` where the run wiring told where it runs."""
+        where = self.where.get(rank)
+        return f"worker {rank}" + (f" ({where})" if where else "")
+
+    def stall_limit(self) -> float | None:
+        """The stall timeout in force now (``stall_timeout_s``, resolved when automatic)."""
+        if self.stall_timeout_s == AUTO:
+            return auto_stall_timeout(self.slowest_s)
+        assert not isinstance(self.stall_timeout_s, str)
+        return self.stall_timeout_s
+
     def doing(self, rank: int) -> str:
         """What the master last told worker ``rank`` to do, for stall messages."""
         w = self.workers[rank]
@@ -353,30 +408,66 @@ class Server:
     def check_stalls(self, now: float) -> None:
         """Raise :class:`JobFault` when a computing worker has been silent for
         ``stall_timeout_s`` since it was sent θ (the stall warnings come first)."""
-        limit = self.stall_timeout_s
+        limit = self.stall_limit()
         if limit is None:
             return
+        auto = " auto" if self.stall_timeout_s == AUTO else ""
         for r, w in self.workers.items():
             if w.waiting or w.stopped:
                 continue
             late = now - w.started_at
             if late >= limit:
-                raise JobFault(f"worker {r} has not reported for {late:.1f} s "
-                               f"(runtime.stall_timeout_s: {limit:g}); it was {self.doing(r)}",
-                               ExitCode.STALLED, StopReason.STALLED)
+                raise JobFault(f"{self.who(r)} has not reported for {late:.1f} s "
+                               f"(runtime.stall_timeout_s:{auto} {limit:g}); it was "
+                               f"{self.doing(r)}", ExitCode.STALLED, StopReason.STALLED)
+
+    def max_time_grace(self, rank: int) -> float:
+        """Seconds worker ``rank`` may take to answer once ``stop.max_time_s`` passed: one
+        of its blocks (as its last commit measured it) plus :data:`MAX_TIME_GRACE_S`."""
+        return self.workers[rank].header.get("block_s", 0.0) + MAX_TIME_GRACE_S
 
     def check_time(self, now: float) -> None:
         """End training once ``stop.max_time_s`` passed on the master's own clock, whether
-        or not a worker reached a barrier; busy workers are told to stop as they commit."""
+        or not a worker reached a barrier; busy workers are told to stop as they commit.
+
+        ``max_time_s`` bounds the whole run, not only training: a worker still silent
+        :meth:`max_time_grace` seconds after the time ran out (or after training ended or
+        it was sent θ, if later) has stalled: it is named in a warning once it is late, and
+        then it ends the job (exit code 3) with θ the last one applied.
+        """
         limit = self.stop.max_time_s
-        if limit is None or self.reason is not None or now < limit:
+        if limit is None or now < limit:
             return
-        self.finish(StopReason.MAX_TIME)
+        if self.reason is None:
+            self.finish(StopReason.MAX_TIME)
+        elif self._paused:  # whatever ended training, the bound holds
+            self._check_late(now, limit)
+            return
+        self._paused = True
         # A worker computing until signalled (FSP) commits at once on PAUSE: a signal counts
         # only for the θ version the worker computes from.
         for r, w in self.workers.items():
             if not w.waiting and not w.stopped and r in self._sent:
                 self.signal([r], Signal.PAUSE, self._sent[r][0])
+
+    def _check_late(self, now: float, limit: float) -> None:
+        """After ``stop.max_time_s``: warn once about each worker the master still waits
+        for, and end the job when one is past its grace (:meth:`check_time`)."""
+        for r, w in self.workers.items():
+            if w.waiting or w.stopped:
+                continue
+            grace = self.max_time_grace(r)
+            since = max(limit, self.train_s, w.started_at)
+            if now - since >= grace:
+                raise JobFault(f"{self.who(r)} did not answer within {grace:.1f} s after the "
+                               f"training time ran out (stop.max_time_s: {limit:g}); it was "
+                               f"{self.doing(r)}", ExitCode.STALLED, StopReason.MAX_TIME)
+            late = now - since - (grace - MAX_TIME_GRACE_S)  # past the block it was on
+            if late >= MAX_TIME_WARN_S and self._warned[r] >= 0:  # once: -1 marks it
+                self._warned[r] = -1
+                self._warn(f"{self.who(r)} has not answered {now - since:.1f} s after the "
+                           f"training time ran out (stop.max_time_s: {limit:g}); waiting at "
+                           f"most {grace - (now - since):.1f} s more; it is {self.doing(r)}")
 
     # -------------------------------------------------------------- checkpoints
     def checkpoint_state(self) -> dict[str, Any]:
@@ -478,6 +569,9 @@ class Server:
         check_aggregator(agg, self.agg_layout, rank, header.get("version", 0.0),
                          header.get("clock", 0.0))
         w.header, w.arrived_at, w.waiting = header, self.now(), True
+        took = w.arrived_at - w.started_at  # θ sent to commit: what a stall bound scales on
+        self._iteration_s[rank] = took
+        self.slowest_s = took if self.slowest_s is None else max(self.slowest_s, took)
         w.commits += 1
         w.points += int(header["points"])
         if self.reason is not None:
@@ -546,20 +640,30 @@ class Server:
 
         The one stall-warning mechanism for every model: a worker is late once it has been
         silent (since it was sent θ) for ``stall_warning_s`` while at least one other worker
-        waits, and it is named again at every further multiple (docs/exit-codes.md, code 3).
+        waits -- or, as under the asynchronous models where nobody waits for long, for over
+        twice its own last iteration -- and it is named again at every further multiple
+        (docs/exit-codes.md, code 3).  After ``stop.max_time_s`` :meth:`check_time` warns.
         """
-        waiting = [r for r, w in self.workers.items() if w.waiting and not w.stopped]
-        if not waiting or self.reason is not None:
+        if self.reason is not None:
             return
+        waiting = [r for r, w in self.workers.items() if w.waiting and not w.stopped]
         for r, w in self.workers.items():
-            if w.waiting or w.stopped:
+            if w.waiting or w.stopped or self._warned[r] < 0:
                 continue
             late = now - w.started_at
+            # Its own last iteration; before its first, the slowest anyone took.
+            usual = self._iteration_s.get(r, self.slowest_s)
+            if not waiting and (usual is None or late < 2 * usual):
+                continue
             if late >= self.stall_warning_s * (1 + self._warned[r]):
                 self._warned[r] += 1
-                sys.stderr.write(f"flegel: warning: worker {r} has not reported for "
-                                 f"{late:.1f} s; worker(s) {waiting} wait\n")
-                sys.stderr.flush()
+                who = f"worker(s) {waiting} wait" if waiting else (
+                    f"an iteration took {usual:.3g} s")
+                self._warn(f"{self.who(r)} has not reported for {late:.1f} s; {who}")
+
+    def _warn(self, text: str) -> None:
+        sys.stderr.write(f"flegel: warning: {text}\n")
+        sys.stderr.flush()
 
     def begin(self, policy: MasterPolicy, resume: dict[str, Any] | None = None) -> None:
         """Start the training clock and ``policy`` (or continue from ``resume``, a
