@@ -101,3 +101,8 @@ def test_workloads_are_sorted_so_contiguous_shards_differ(tmp_path: Path) -> Non
     assert job.workers == QUICK.workers and job.data_info.n_rows == w.n_points
     x = np.load(write_data(small["nmf"], tmp_path))
     assert np.all(np.diff(x.sum(axis=1)) >= 0)  # NMF's rows by their sum
+def test_a_failed_run_reads_failed_not_nan():
+    from flegel.cli.paper.opt_figures import _ms, _x
+
+    assert (_ms(float("nan")), _x(float("nan"))) == ("failed", "failed")
+    assert (_ms(2.345), _x(1.5)) == ("2.35", "1.50x")
