@@ -194,9 +194,13 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     report["snapshots"] = evaluate_snapshots(algorithm, store, thetas)
     report["load_s"] = time.perf_counter() - t0 - report["compute_s"] - report["wait_s"]
     report["peak_rss_mib"] = peak_rss_mib()  # after the final evaluation: the whole run's peak
-    peers.disarm()  # the master may exit once it has every report
     lifetime.mark_done(comm.rank)
     msg.send_object(comm, report, dest=0)
+    # Exit only once the master has every report and stopped watching the workers: a worker
+    # that left at once was seen dying by the master's watch before it could disarm (the
+    # job then ended as a worker's death, or hung with the master in MPI_Finalize).
+    msg.recv_object(comm, source=0)
+    peers.disarm()  # the master may exit now
 
 
 # ------------------------------------------------------------------------------- master side
@@ -429,6 +433,8 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     # Every worker's end-of-run report (evaluated objectives, totals), in rank order.
     reports = msg.gather_objects(comm, ranks, watch)
     peers.disarm()  # the workers are done: they may exit before the master
+    for rank in ranks:
+        msg.send_object(comm, "leave", dest=rank)
     results = [reports[r] for r in ranks]
     evaluation.complete([r["snapshots"] for r in results])
     timings.begin("write_s")

@@ -10,6 +10,7 @@ import argparse
 import atexit
 import json
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -200,6 +201,10 @@ def _end_rank(mpi: Any) -> NoReturn:
     from flegel.runtime.lifetime import c_exit, outlive_parent
 
     outlive_parent()
+    # MPI_Finalize holds the GIL: a Python handler could not run there, and a rank stuck in
+    # it would outlive its job.  The work is done, so a signal just ends the process.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     if not mpi.Is_finalized():
         mpi.Finalize()
     c_exit(0)
