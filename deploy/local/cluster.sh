@@ -6,6 +6,7 @@
 #   deploy/local/cluster.sh status                             hosts, addresses, link limits
 #   deploy/local/cluster.sh down                               remove everything `up` made
 #   deploy/local/cluster.sh exec HOST CMD...                   run a command on one host
+#   deploy/local/cluster.sh mpiexec ARGS...                    MPICH's mpiexec over the hosts
 #
 # Run as root (network namespaces).  Each host hK is
 #   - a network namespace NAME-hK with loopback up and one veth link (eth0, address
@@ -130,7 +131,7 @@ while [ \$# -gt 0 ]; do case \$1 in -*) shift ;; *) break ;; esac; done
 host=\$1; shift
 # Like an ssh session: the host's side ends when the side that started it does.
 FLEGEL_CLUSTER=$NAME exec "$HERE/cluster.sh" exec "\$host" \\
-  setpriv --pdeathsig TERM -- sh -c "\$*"
+  setpriv --pdeathsig TERM -- sh -c "exec \$*"
 EOF
   chmod +x "$STATE/launch"
   trap - EXIT
@@ -155,18 +156,31 @@ status() {
   done
 }
 
-run() {
+# mpiexec ARGS...: MPICH's mpiexec on h1 with the cluster's hostfile and launcher.
+hydra() {
   need_root
   [ -e "$STATE/hosts.list" ] || die "cluster '$NAME' is down (cluster.sh up N first)"
+  # hydra reads its options from the environment.  The hosts share one kernel, so UCX
+  # (MPICH's netmod) would find them one machine and pass messages through shared memory;
+  # real hosts cannot: TCP over eth0 only.
+  enter h1 env HYDRA_HOST_FILE="$STATE/hostfile" HYDRA_LAUNCHER=ssh \
+    HYDRA_LAUNCHER_EXEC="$STATE/launch" UCX_TLS=tcp,self UCX_NET_DEVICES=eth0 "$@"
+}
+
+run() {
   [ $# -ge 1 ] || die "usage: cluster.sh run JOB [flegel run args...]"
   flegel=${FLEGEL:-$(command -v flegel || true)}
   [ -n "$flegel" ] || die "no flegel command on PATH (activate its environment, or set FLEGEL)"
-  # The launcher runs on h1 (rank 0 too); hydra reads its options from the environment.
-  # The hosts share one kernel, so UCX (MPICH's netmod) would find them one machine and
-  # pass messages through shared memory; real hosts cannot: TCP over eth0 only.
-  enter h1 env HYDRA_HOST_FILE="$STATE/hostfile" HYDRA_LAUNCHER=ssh \
-    HYDRA_LAUNCHER_EXEC="$STATE/launch" UCX_TLS=tcp,self UCX_NET_DEVICES=eth0 \
-    "$flegel" run "$@"
+  # The launcher runs on h1 (rank 0 too) and starts mpiexec with the environment above.
+  hydra "$flegel" run "$@"
+}
+
+mpiexec_on() {
+  py=$(command -v python3 || command -v python || true)
+  mpiexec=${MPIEXEC:-$([ -n "$py" ] && "$py" -c 'import os, sys; print(os.path.join(os.path.dirname(os.path.realpath(sys.executable)), "mpiexec"))')}
+  [ -x "$mpiexec" ] || mpiexec=$(command -v mpiexec || true)
+  [ -n "$mpiexec" ] || die "no mpiexec (pip install 'flegel[mpi]', or set MPIEXEC)"
+  hydra "$mpiexec" "$@"
 }
 
 on() {  # exec HOST CMD...: a command on one host
@@ -180,13 +194,29 @@ inside() {  # _hosts CMD...: (in a host's fresh mount namespace) the cluster's /
   exec "$@"
 }
 
+cluster_pids() {  # every process on the cluster's hosts
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$NAME-h[0-9]*$" || true); do
+    ip netns pids "$ns" 2>/dev/null || true
+  done
+}
+
 down() {
   need_root
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$NAME-h[0-9]*$" || true); do
-    # Every process on the host (a host is killed, not asked).
-    pids=$(ip netns pids "$ns" 2>/dev/null || true)
-    [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
+  # As a scheduler ending its jobs: SIGTERM to each job's root on the hosts (a process whose
+  # parent is not on them: `run`'s flegel launcher, which ends every rank on every host and
+  # has the master save θ), up to STOP_S seconds for them to end, then every process left
+  # is killed (a host is switched off).
+  all=$(cluster_pids)
+  for pid in $all; do
+    ppid=$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ') || continue
+    case " $(echo $all) " in *" $ppid "*) ;; *) kill -TERM "$pid" 2>/dev/null || true ;; esac
   done
+  waited=0
+  while [ -n "$(cluster_pids)" ] && [ "$waited" -lt "${STOP_S:-10}0" ]; do
+    sleep 0.1; waited=$((waited + 1))
+  done
+  pids=$(cluster_pids)
+  [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
   # The hosts' namespace files (bind mounts), deepest first, then the folder's own mount.
   for f in $(awk -v d="$STATE/" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r); do
     umount "$f" 2>/dev/null || umount -l "$f" 2>/dev/null || true
@@ -214,6 +244,7 @@ case $cmd in
   status) status ;;
   down) down ;;
   exec) on "$@" ;;
+  mpiexec) mpiexec_on "$@" ;;
   _hosts) inside "$@" ;;
-  *) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
