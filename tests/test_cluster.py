@@ -236,6 +236,30 @@ def test_hostfile_path_on_the_cluster(cluster: Cluster, jobs: Path, tmp_path: Pa
     assert sorted(_hosts(out).values()) == ["h1", "h2", "h3"]
 
 
+def test_data_missing_on_one_host_is_named_with_host_and_path(cluster: Cluster, jobs: Path,
+                                                              tmp_path: Path) -> None:
+    """The job's data folder is empty on h2 (its own mount there, the rest of the file
+    system shared): the job ends before any work, exit 2, one line naming rank 1, its
+    host and the path."""
+    data, empty = tmp_path / "data", tmp_path / "empty"
+    data.mkdir()
+    empty.mkdir()
+    shutil.copy(jobs / "x.npy", data / "x.npy")
+    job = write_job(tmp_path / "job.yaml", algorithm="kmeans", params={"n_clusters": 3},
+                    data={"path": "data/x.npy"}, workers=3, sync={"model": "bspb"},
+                    stop={"max_iterations": 5}, output={"progress": "none"})
+    mounts = Path(f"/run/flegel-cluster/{cluster.name}/h2.mounts")
+    mounts.write_text(f"{empty} {data}\n")
+    try:
+        proc = cluster.start(job, tmp_path / "run")
+        _, err = proc.communicate(timeout=120)
+    finally:
+        mounts.unlink()
+    assert proc.returncode == 2, err
+    _one_line(err, rf"error: \(on rank 1, host h2\) .*{re.escape(str(data / 'x.npy'))}: "
+                   "file not found")
+
+
 # ------------------------------------------------------------------------------ the faults
 
 def _started(out: Path, proc: subprocess.Popen[str], timeout_s: float = 90) -> None:

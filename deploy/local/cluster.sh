@@ -60,7 +60,7 @@ enter() {
   h=$1; shift
   [ -e "$STATE/$h.uts" ] || die "no host '$h' in cluster '$NAME'"
   exec nsenter --net="/run/netns/$NAME-$h" --uts="$STATE/$h.uts" -- \
-    unshare --mount --propagation private -- "$0" _hosts "$@"
+    unshare --mount --propagation private -- "$0" _hosts "$h" "$@"
 }
 
 shape() {  # shape DEV RATE DELAY [netns]: DEV's egress limited to RATE, delayed by DELAY ms
@@ -189,8 +189,16 @@ on() {  # exec HOST CMD...: a command on one host
   enter "$@"
 }
 
-inside() {  # _hosts CMD...: (in a host's fresh mount namespace) the cluster's /etc/hosts
+inside() {  # _hosts HOST CMD...: (in a host's fresh mount namespace) the cluster's
+  # /etc/hosts, and the host's own mounts: lines "SOURCE TARGET" in $STATE/HOST.mounts, bound
+  # over the shared file system (a folder that differs on one host, e.g. data missing there).
+  h=$1; shift
   mount --bind "$STATE/etc-hosts" /etc/hosts
+  if [ -f "$STATE/$h.mounts" ]; then
+    while read -r src dst; do
+      [ -n "$src" ] && mount --bind "$src" "$dst"
+    done < "$STATE/$h.mounts"
+  fi
   exec "$@"
 }
 

@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -291,13 +292,14 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
 
 
 def _where(status: Path, rank: int, pid: int) -> str:
-    """``host H, pid P`` of a rank, its host as the rank wrote it in its start marker
-    (:func:`flegel.runtime.lifetime.mark_started`; ``pid P`` alone where it is not here)."""
+    """``host H, pid P`` of a rank on another host than the launcher's, its host as the rank
+    wrote it in its start marker (:func:`flegel.runtime.lifetime.mark_started`); ``pid P``
+    on this host."""
     try:
         host = Path(started_marker(str(status), rank)).read_text().strip()
     except OSError:
         host = ""
-    return f"host {host}, pid {pid}" if host else f"pid {pid}"
+    return f"host {host}, pid {pid}" if host and host != socket.gethostname() else f"pid {pid}"
 
 
 def _binary(stream: IO[str]) -> IO[bytes]:
