@@ -4,6 +4,7 @@
 #   deploy/local/cluster.sh up N [--rate RATE] [--delay MS]   make hosts h1..hN
 #   deploy/local/cluster.sh run JOB [flegel run args...]      run a job across them
 #   deploy/local/cluster.sh status                             hosts, addresses, link limits
+#   deploy/local/cluster.sh shape [--rate RATE] [--delay MS]   new link limits (none: unlimited)
 #   deploy/local/cluster.sh down                               remove everything `up` made
 #   deploy/local/cluster.sh exec HOST CMD...                   run a command on one host
 #   deploy/local/cluster.sh mpiexec ARGS...                    MPICH's mpiexec over the hosts
@@ -138,6 +139,28 @@ EOF
   status
 }
 
+reshape() {  # shape [--rate RATE] [--delay MS]: new link limits on a running cluster
+  need_root
+  [ -e "$STATE/hosts.list" ] || die "cluster '$NAME' is down (cluster.sh up N first)"
+  rate="" delay=""
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --rate) [ $# -ge 2 ] || die "--rate needs a value (e.g. 100mbit)"; rate=$2; shift 2 ;;
+      --delay) [ $# -ge 2 ] || die "--delay needs milliseconds"; delay=$2; shift 2 ;;
+      *) die "unknown option '$1'" ;;
+    esac
+  done
+  for h in $(hosts); do
+    ip netns exec "$NAME-$h" tc qdisc del dev eth0 root 2>/dev/null || true
+    tc qdisc del dev "$NAME-$h" root 2>/dev/null || true
+    shape eth0 "$rate" "$delay" "$NAME-$h"
+    shape "$NAME-$h" "$rate" ""
+  done
+  printf 'rate=%s\ndelay=%s\nsubnet=%s\n' "${rate:-none}" "${delay:-0}" "$SUBNET" \
+    > "$STATE/limits"
+  status
+}
+
 status() {
   if [ ! -e "$STATE/hosts.list" ]; then
     echo "cluster '$NAME' is down"
@@ -250,9 +273,10 @@ case $cmd in
   up) up "$@" ;;
   run) run "$@" ;;
   status) status ;;
+  shape) reshape "$@" ;;
   down) down ;;
   exec) on "$@" ;;
   mpiexec) mpiexec_on "$@" ;;
   _hosts) inside "$@" ;;
-  *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -219,10 +219,11 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
          status: Path, sinks: tuple[IO[bytes] | None, IO[bytes] | None] = (None, None)) -> int:
     """Run the MPI job and relay its output; return its exit code (see :func:`launch`)."""
     cmd = [mpiexec, "-n", str(n_ranks)]
-    if (Path(mpiexec).parent / "hydra_pmi_proxy").exists():
+    if (Path(mpiexec).parent / "hydra_pmi_proxy").exists() and "HYDRA_HOST_FILE" not in env:
         # A dead rank must not take every other rank with it at once: the master names it,
-        # saves θ and ends the job (flegel.runtime.peers on this host; on other hosts of a
-        # hostfile, runtime.stall_timeout_s: issue 20).
+        # saves θ and ends the job (flegel.runtime.peers; all ranks are on this host).  Not
+        # over several hosts: there hydra's mpiexec then died of SIGPIPE at the end of 2 to
+        # 6 in 14 finished jobs (exit 141; issue 20, deploy/local/cluster.sh).
         cmd.append("-disable-auto-cleanup")
     cmd += [sys.executable, "-m", "flegel", *args]
     proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
