@@ -191,6 +191,18 @@ def test_mpi_between_hosts_goes_over_the_limited_link(cluster: Cluster, tmp_path
     assert mb_s < 100e6 / 8 / 1e6 * 1.3, f"{mb_s:.1f} MB/s: not through the 100 Mbit/s link"
 
 
+def test_table2_measures_the_link_on_its_counters(cluster: Cluster) -> None:
+    """flegel paper's Table 2 finds the cluster and measures a link at its rate."""
+    from flegel.cli.paper import network
+
+    found = network.find(cluster.name)
+    assert found is not None and found.hosts == ["h1", "h2", "h3"] and found.rate == "100mbit"
+    assert found.link_bps() == 100e6 / 8
+    assert network.find(f"{cluster.name}x") is None
+    mb_s = network.link_mb_s(found)
+    assert 0.5 * 12.5 < mb_s < 1.3 * 12.5, mb_s
+
+
 def test_bspb_across_hosts_is_bit_for_bit_the_one_host_model(cluster: Cluster, jobs: Path,
                                                            tmp_path: Path) -> None:
     one, many = tmp_path / "one", tmp_path / "many"
