@@ -105,7 +105,6 @@ def table2(ctx: Ctx) -> Figure:
                           "features) on blobs sorted by cluster, contiguous shards, worker 1 "
                           "Injected (32 ms per 1,000 points), FSPV with async migration",
                   table=network.table(rows),
-                  note="Throughput on the sending hosts' links (their byte counters) over "
-                       "the samples where they were busy, the same way for all three "
-                       "columns; link: one 32 MB MPI message between two hosts (the "
-                       "paper's iPerf).")
+                  note="Throughput on the straggler host's link (its byte counter) over "
+                       "the samples where it was busy, the same way for all three columns; "
+                       "link: one 32 MB MPI message between two hosts (the paper's iPerf).")
