@@ -10,7 +10,7 @@ time to target.  How each is measured: :mod:`flegel.cli.paper.network`.
 Usage (as root, from the checkout)::
 
     python bench/network_bench.py [--rates 200mbit,100mbit] [--points 200000]
-        [--workers 4] [--slack 0.005] [--repeat 3] [--quick] [--json OUT]
+        [--workers 4] [--slack 0.0] [--repeat 3] [--quick] [--json OUT]
 
 It brings up a cluster of its own (``FLEGEL_CLUSTER=netbench``, workers + 1 hosts, one rank
 each) and takes it down at the end.  ``--quick``: 100,000 points, one run per rate.
@@ -37,8 +37,8 @@ def main() -> int:
     ap.add_argument("--rates", default="200mbit,100mbit")
     ap.add_argument("--points", type=int, default=200_000)
     ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--slack", type=float, default=0.005,
-                    help="target = Lloyd's optimum x (1 + slack)")
+    ap.add_argument("--slack", type=float, default=0.0,
+                    help="target = the inertia of the blobs' own centers x (1 + slack)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per rate (medians shown)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", type=Path)

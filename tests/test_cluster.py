@@ -26,7 +26,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -274,20 +274,20 @@ def test_data_missing_on_one_host_is_named_with_host_and_path(cluster: Cluster, 
 
 # ------------------------------------------------------------------------------ the faults
 
-def _started(out: Path, proc: subprocess.Popen[str], timeout_s: float = 90) -> None:
-    """Return once the job trains (its first barrier is in events.jsonl)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+def _fault(c: Cluster, out: Path, job: Path, act: Callable[[subprocess.Popen[str]], object]
+           ) -> tuple[int, str, float]:
+    """Start ``job`` on the cluster, ``act`` once it trains (its first barrier is in
+    events.jsonl); its exit code, stderr and the seconds from ``act`` to its end."""
+    proc = c.start(job, out)
+    deadline = time.monotonic() + 90
+    while not ((out / "events.jsonl").exists()
+               and '"t": 1,' in (out / "events.jsonl").read_text()):
         if proc.poll() is not None:
             raise AssertionError(f"the job ended early:\n{proc.communicate()}")
-        events = out / "events.jsonl"
-        if events.exists() and '"t": 1,' in events.read_text():
-            return
+        assert time.monotonic() < deadline, "the job did not start training"
         time.sleep(0.2)
-    raise AssertionError("the job did not start training")
-
-
-def _ended(proc: subprocess.Popen[str], t0: float) -> tuple[int, str, float]:
+    t0 = time.monotonic()
+    act(proc)
     _, err = proc.communicate(timeout=60)
     return proc.returncode, err, time.monotonic() - t0
 
@@ -315,11 +315,9 @@ def _one_line(err: str, pattern: str) -> str:
 def test_sigterm_to_flegel_run_ends_every_rank_on_every_host(cluster: Cluster, jobs: Path,
                                                              tmp_path: Path) -> None:
     out = tmp_path / "term"
-    proc = cluster.start(jobs / "long.yaml", out)
-    _started(out, proc)
-    t0 = time.monotonic()
-    proc.send_signal(signal.SIGTERM)  # the process is flegel run (cluster.sh execs it)
-    code, err, took = _ended(proc, t0)
+    # The process is flegel run: cluster.sh execs it.
+    code, err, took = _fault(cluster, out, jobs / "long.yaml",
+                             lambda proc: proc.send_signal(signal.SIGTERM))
     assert code == 128 + signal.SIGTERM, err
     _one_line(err, r"interrupted by SIGTERM; last θ \(iteration \d+\) saved")
     assert (out / "model.npz").exists() and took < 10
@@ -329,15 +327,12 @@ def test_sigterm_to_flegel_run_ends_every_rank_on_every_host(cluster: Cluster, j
 def test_a_hosts_link_down_ends_the_job_naming_rank_and_host(cluster: Cluster, jobs: Path,
                                                              tmp_path: Path) -> None:
     out = tmp_path / "link"
-    proc = cluster.start(jobs / "long.yaml", out)
-    _started(out, proc)
-    t0 = time.monotonic()
-    subprocess.run(["ip", "-n", f"{cluster.name}-h3", "link", "set", "eth0", "down"], check=True)
+    link = ["ip", "-n", f"{cluster.name}-h3", "link", "set", "eth0"]
     try:
-        code, err, took = _ended(proc, t0)
+        code, err, took = _fault(cluster, out, jobs / "long.yaml",
+                                 lambda proc: subprocess.run([*link, "down"], check=True))
     finally:
-        subprocess.run(["ip", "-n", f"{cluster.name}-h3", "link", "set", "eth0", "up"],
-                       check=True)
+        subprocess.run([*link, "up"], check=True)
     assert code == 3, err  # stalled
     # Worker 2 is on h3: the master names it after runtime.stall_timeout_s, θ kept.
     _one_line(err, r"worker 2 \(host h3, pid \d+\) has not reported for \d.* \(runtime\."
@@ -353,14 +348,14 @@ def test_a_killed_host_ends_the_job_naming_rank_and_host(cluster: Cluster, jobs:
     control connection closed), too soon for the master to save θ; the launcher names the
     worker and its host."""
     out = tmp_path / "kill"
-    proc = cluster.start(jobs / "long.yaml", out)
-    _started(out, proc)
-    h2 = subprocess.run(["ip", "netns", "pids", f"{cluster.name}-h2"], capture_output=True,
-                        text=True, check=True).stdout.split()
-    assert h2, "no process on h2"
-    t0 = time.monotonic()
-    subprocess.run(["kill", "-9", *h2], check=False)
-    code, err, took = _ended(proc, t0)
+
+    def kill_h2(proc: subprocess.Popen[str]) -> None:
+        h2 = subprocess.run(["ip", "netns", "pids", f"{cluster.name}-h2"], capture_output=True,
+                            text=True, check=True).stdout.split()
+        assert h2, "no process on h2"
+        subprocess.run(["kill", "-9", *h2], check=False)
+
+    code, err, took = _fault(cluster, out, jobs / "long.yaml", kill_h2)
     assert code == 5, err  # a worker died
     _one_line(err, r"worker 1 \(host h2, pid \d+\) died")
     assert took < STALL_S + SLACK_S, took
@@ -371,11 +366,7 @@ def test_down_while_a_job_runs_ends_it_and_leaves_nothing(jobs: Path, tmp_path: 
     c = _up(f"d{os.getpid() % 10_000}", f"10.252.{os.getpid() % 250}")
     try:
         out = tmp_path / "down"
-        proc = c.start(jobs / "long.yaml", out)
-        _started(out, proc)
-        t0 = time.monotonic()
-        c.sh("down", timeout=60)
-        code, err, took = _ended(proc, t0)
+        code, err, took = _fault(c, out, jobs / "long.yaml", lambda proc: c.sh("down"))
     finally:
         _down(c)
     assert code == 128 + signal.SIGTERM, err

@@ -77,12 +77,7 @@ shape() {  # shape DEV RATE DELAY [netns]: DEV's egress limited to RATE, delayed
   fi
 }
 
-up() {
-  need_root
-  [ $# -ge 1 ] || die "usage: cluster.sh up N [--rate RATE] [--delay MS]"
-  n=$1; shift
-  case $n in *[!0-9]*|"") die "N must be a number (got '$n')";; esac
-  [ "$n" -ge 1 ] && [ "$n" -le 250 ] || die "N must be 1..250"
+limits() {  # [--rate RATE] [--delay MS] -> $rate, $delay
   rate="" delay=""
   while [ $# -gt 0 ]; do
     case $1 in
@@ -91,6 +86,15 @@ up() {
       *) die "unknown option '$1'" ;;
     esac
   done
+}
+
+up() {
+  need_root
+  [ $# -ge 1 ] || die "usage: cluster.sh up N [--rate RATE] [--delay MS]"
+  n=$1; shift
+  case $n in *[!0-9]*|"") die "N must be a number (got '$n')";; esac
+  [ "$n" -ge 1 ] && [ "$n" -le 250 ] || die "N must be 1..250"
+  limits "$@"
   if [ -e "$STATE" ] || ip link show "$BRIDGE" >/dev/null 2>&1; then
     die "cluster '$NAME' is up already (cluster.sh down first)"
   fi
@@ -142,14 +146,7 @@ EOF
 reshape() {  # shape [--rate RATE] [--delay MS]: new link limits on a running cluster
   need_root
   [ -e "$STATE/hosts.list" ] || die "cluster '$NAME' is down (cluster.sh up N first)"
-  rate="" delay=""
-  while [ $# -gt 0 ]; do
-    case $1 in
-      --rate) [ $# -ge 2 ] || die "--rate needs a value (e.g. 100mbit)"; rate=$2; shift 2 ;;
-      --delay) [ $# -ge 2 ] || die "--delay needs milliseconds"; delay=$2; shift 2 ;;
-      *) die "unknown option '$1'" ;;
-    esac
-  done
+  limits "$@"
   for h in $(hosts); do
     ip netns exec "$NAME-$h" tc qdisc del dev eth0 root 2>/dev/null || true
     tc qdisc del dev "$NAME-$h" root 2>/dev/null || true
