@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -220,7 +221,9 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
     cmd = [mpiexec, "-n", str(n_ranks)]
     if (Path(mpiexec).parent / "hydra_pmi_proxy").exists() and "HYDRA_HOST_FILE" not in env:
         # A dead rank must not take every other rank with it at once: the master names it,
-        # saves θ and ends the job (flegel.runtime.peers; all ranks are on this host).
+        # saves θ and ends the job (flegel.runtime.peers; all ranks are on this host).  Not
+        # over several hosts: there hydra's mpiexec then died of SIGPIPE at the end of 2 to
+        # 6 in 14 finished jobs (exit 141; issue 20, deploy/local/cluster.sh).
         cmd.append("-disable-auto-cleanup")
     cmd += [sys.executable, "-m", "flegel", *args]
     proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -275,8 +278,8 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
     elif dead is not None and told is None and job.signum is None and code != 0:
         # The master died of it before it could say so (MPICH ends a rank that touches a
         # dead peer): the launcher names the worker.
-        sys.stderr.write(f"flegel: worker {dead[0]} (pid {dead[1]}) died; the job ended "
-                         "before the master could save θ\n")
+        sys.stderr.write(f"flegel: worker {dead[0]} ({_where(status, *dead)}) died; the job "
+                         "ended before the master could save θ\n")
         code = ExitCode.WORKER_DIED
     elif (any(rank for rank, _ in watch.first) and told is None and job.signum is None
           and code != 0):
@@ -287,6 +290,17 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
                          "master could save θ\n")
         code = ExitCode.WORKER_DIED
     return code
+
+
+def _where(status: Path, rank: int, pid: int) -> str:
+    """``host H, pid P`` of a rank on another host than the launcher's, its host as the rank
+    wrote it in its start marker (:func:`flegel.runtime.lifetime.mark_started`); ``pid P``
+    on this host."""
+    try:
+        host = Path(started_marker(str(status), rank)).read_text().strip()
+    except OSError:
+        host = ""
+    return f"host {host}, pid {pid}" if host and host != socket.gethostname() else f"pid {pid}"
 
 
 def _binary(stream: IO[str]) -> IO[bytes]:

@@ -113,11 +113,16 @@ def describe(run: Path) -> str:
     dfs = delta_f_per_worker(ev)
     held = worker_series(ev, "held")
     slowed = slowed_ranks(summary)
-    lines = [f"{run}", f"  {'worker':>6} {'passes':>8} {'sum delta_f':>14} {'held':>19}"]
+    # The worker's host (summary.json's per_worker[].host): where a run spans several.
+    hosts = {int(w["rank"]): str(w["host"]) for w in summary.get("per_worker", [])
+             if w.get("host")}
+    lines = [f"{run}", f"  {'worker':>6} {'passes':>8} {'sum delta_f':>14} {'held':>19}"
+             + ("  host" if hosts else "")]
     for rank, (_, p) in sorted(passes.items()):
         h = held.get(rank)
         h_txt = f"{f'{int(h[1][0])} -> {int(h[1][-1])}' if h else '-':>19}"
         lines.append(f"  {rank:>6} {p[-1]:8.2f} {dfs.get(rank, 0.0):14.6g} {h_txt}"
+                     + (f"  {hosts.get(rank, '-')}" if hosts else "")
                      + ("  (slowed)" if rank in slowed else ""))
     mig = summary.get("migration")
     if mig:

@@ -101,10 +101,10 @@ def _workers(run: Run) -> str:
         rank = int(w["rank"])
         mark = (f"<span class=slowed>slowed ({_fmt(slowed[rank].get('pattern'))})</span>"
                 if rank in slowed else "")
-        rows.append([str(rank), _fmt(w.get("n_points")), _fmt(w.get("passes")),
+        rows.append([str(rank), _fmt(w.get("host")), _fmt(w.get("n_points")), _fmt(w.get("passes")),
                      _fmt(w.get("compute_s")), _fmt(w.get("wait_s")),
                      _fmt(w.get("slowed_s")), mark])
-    text = _table(["worker", "points held", "passes", "compute (s)", "wait (s)",
+    text = _table(["worker", "host", "points held", "passes", "compute (s)", "wait (s)",
                    "slowed (s)", ""], rows)
     mig = run.summary.get("migration")
     if mig:

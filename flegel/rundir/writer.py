@@ -270,7 +270,8 @@ class RunWriter:
                                           "trace": exact.trace()}
         keys = ("rank", "n_points", "points", "passes", "compute_s", "wait_s",
                 "wait_cpu_fraction", "slowed_s", "commits", "aborted_points", "peak_rss_mib")
-        summary["per_worker"] = [{**{k: r[k] for k in keys},
+        # "host": the worker's host name as it reported it (several hosts: deploy/README.md).
+        summary["per_worker"] = [{**{k: r[k] for k in keys}, "host": r.get("host"),
                                   "point_passes": {"min": r["visits"]["min"],
                                                    "max": r["visits"]["max"]}}
                                  for r in results]

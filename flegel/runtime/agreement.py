@@ -14,6 +14,7 @@ travels, point to point, to rank 0.
 
 from __future__ import annotations
 
+import socket
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -63,7 +64,8 @@ def agree(comm: MPI.Comm, problem: str | None,
     ------
     Rejected
         On every rank, when any rank passed a problem.  Rank 0 has printed the first failing
-        rank's problem to stderr (naming the rank when it is not rank 0).
+        rank's problem to stderr (naming the rank when it is not rank 0, and its host
+        when that is not rank 0's).
     """
     flags = np.zeros(comm.size, dtype=np.int8)
     mine = np.array([problem is not None], dtype=np.int8)
@@ -78,11 +80,14 @@ def agree(comm: MPI.Comm, problem: str | None,
         return
     first = int(failed[0])
     if comm.rank == first and first != 0:
-        msg.send_object(comm, problem, dest=0)
+        # Its host too: on several hosts, a file may be missing on one (issue 20).
+        msg.send_object(comm, (problem, socket.gethostname()), dest=0)
     text = problem
     if comm.rank == 0:
         if first != 0:
-            text = f"(on rank {first}) " + str(msg.recv_object(comm, source=first)[0])
+            told, host = msg.recv_object(comm, source=first)[0]
+            where = f", host {host}" if host != socket.gethostname() else ""
+            text = f"(on rank {first}{where}) {told}"
         others = len(failed) - 1
         more = f" [and {others} more rank{'s' if others > 1 else ''}]" if others else ""
         sys.stderr.write(f"flegel: error: {text}{more}\n")

@@ -28,6 +28,7 @@ import ctypes.util
 import functools
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -260,11 +261,12 @@ def started_marker(status: str, rank: int) -> str:
 
 def mark_started() -> None:
     """Tell ``flegel run`` that flegel runs in this rank (``PMI_RANK``): from now on its exit
-    is a death, not a failed start (:class:`flegel.cli.rankwatch.RankWatch`)."""
+    is a death, not a failed start (:class:`flegel.cli.rankwatch.RankWatch`).  The marker
+    holds the rank's host name, for the launcher's message if it dies (issue 20)."""
     status, rank = os.environ.get(STATUS_ENV), os.environ.get("PMI_RANK")
     if status and rank is not None and rank.isdigit():
-        with contextlib.suppress(OSError):
-            open(started_marker(status, int(rank)), "w").close()
+        with contextlib.suppress(OSError), open(started_marker(status, int(rank)), "w") as f:
+            f.write(socket.gethostname())
 
 
 def mark_done(rank: int) -> None:

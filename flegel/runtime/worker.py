@@ -10,6 +10,7 @@ non-blocking ``Test``; every wait sleeps between polls instead of spinning a cor
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -317,7 +318,8 @@ class Worker:
         s = self.stats
         held = ~self.store.inactive
         visits = self.store.visits[held]
-        return {"rank": self.comm.rank, "n_points": self.store.n_held,
+        return {"rank": self.comm.rank, "host": socket.gethostname(),
+                "n_points": self.store.n_held,
                 # Counted, not indexed: x[held] would copy the shard at the run's end.
                 "data_bytes": self.store.n_held * int(self.store.x[:1].nbytes),
                 "passes": self.store.passes, "points": s.points, "compute_s": s.compute_s,
