@@ -161,7 +161,8 @@ class MultiStage(IntervalAdjustor):
             raise ValueError(f"probes must be one of {PROBE_MODES}, got {probes!r}")
         self.probes = probes
         self._schedule: list[int] = []   # interleaved: slot (0: η₁, 1: η₂) per iteration
-        self._parts = [[0.0] * 4 for _ in range(3)]  # interleaved: the runs η₁ | η₂ | η₁
+        # interleaved: (slot, progress, valid, time) per probe iteration (_slot_rates)
+        self._probe_log: list[tuple[int, float, float, float]] = []
         self._etas = (0.0, 0.0)
         self.probe_s = probe_s
         self.stage_tolerance = stage_tolerance
@@ -212,21 +213,16 @@ class MultiStage(IntervalAdjustor):
         self.eta_p = lo
         k = PROBE_REPEAT
         self._schedule = [0] * k + [1] * (2 * k) + [0] * k
-        # [progress, valid, wall, start] of the three runs η₁ | η₂ | η₁ (drift, _slot_rates)
-        self._parts = [[0.0, 0.0, 0.0, 0.0] for _ in range(3)]
+        self._probe_log = []
         self.phase, self.step, self.g = "probe", 0, []
         self._probe_wall = 0.0
         self.eta_s = self._etas[self._schedule[0]]
         return Plan(self.eta_s, phase="probe")
 
     def _observe_interleaved(self, obs: Observation) -> Plan:
-        k = PROBE_REPEAT
-        part = self._parts[0 if self.step < k else (1 if self.step < 3 * k else 2)]
-        if part[2] == 0.0:
-            part[3] = self._probe_wall  # when this run began, in wall time of the probes
-        part[0] += obs.progress
-        part[1] += obs.valid_s
-        part[2] += obs.wall_s
+        # (slot, progress, valid time, middle of the iteration in the probes' wall time)
+        self._probe_log.append((self._schedule[self.step], obs.progress, obs.valid_s,
+                                self._probe_wall + obs.wall_s / 2))
         self._probe_wall += obs.wall_s
         self.step += 1
         if self.step < len(self._schedule):
@@ -236,29 +232,31 @@ class MultiStage(IntervalAdjustor):
         return self._fit(obs)
 
     def _slot_rates(self) -> list[float]:
-        """g(η₁) and g(η₂) (progress per valid second) from the runs η₁ | η₂ | η₁, with the
-        drift of the rate over the probes taken out.
+        """g(η₁) and g(η₂) (progress per valid second) from the probes η₁ η₂ η₂ η₁, with
+        the drift of the rate over the probes taken out.
 
         The symmetric order cancels a *linear* drift.  Progress decays faster than that
         where it matters most -- the first probes follow the calibration pass, whose points
         are revisited for the first time under a fitted θ -- and there the first run of η₁
         took most of the progress (issue 19: g(η₁) 20x g(η₂) on FCM and NMF, so the fit
         chose the shortest interval it was allowed and workers computed 12-29% of the
-        time).  When both runs of η₁ made progress, g(η₁) is therefore read at the middle of
-        η₂'s run on the exponential through the two (log-linear in time: a rate decaying
-        as e^(−t/τ) is compared at one time); otherwise (noise around zero, near
-        convergence) the two runs are pooled as before.
+        time).  When every probe iteration made progress, the per-iteration rates are fitted
+        as ``ln g = c_slot + λ·t`` (one decay λ shared by both intervals, least squares) and
+        both g are read at the same time, the probes' middle: a rate decaying as e^(−t/τ) is
+        compared at one time.  Otherwise (noise around zero, near convergence) each slot's
+        iterations are pooled, as the paper's probes are.
         """
-        (p1, v1, w1, s1), (p2, v2, w2, s2), (p3, v3, w3, s3) = self._parts
-        g_hi = p2 / max(v2, 1e-12)
-        r1, r3 = p1 / max(v1, 1e-12), p3 / max(v3, 1e-12)
-        t1, t2, t3 = s1 + w1 / 2, s2 + w2 / 2, s3 + w3 / 2
-        if r1 > 0 and r3 > 0 and t3 > t1:
-            x = (t2 - t1) / (t3 - t1)
-            g_lo = float(np.exp((1 - x) * np.log(r1) + x * np.log(r3)))
-        else:
-            g_lo = (p1 + p3) / max(v1 + v3, 1e-12)
-        return [g_lo, g_hi]
+        log = self._probe_log
+        slot = np.array([x[0] for x in log])
+        progress = np.array([x[1] for x in log])
+        valid = np.maximum(np.array([x[2] for x in log]), 1e-12)
+        t = np.array([x[3] for x in log])
+        pooled = [float(progress[slot == k].sum() / valid[slot == k].sum()) for k in (0, 1)]
+        if np.any(progress <= 0) or np.ptp(t) <= 0:
+            return pooled
+        design = np.column_stack([slot == 0, slot == 1, t - t.mean()]).astype(float)
+        coef, *_ = np.linalg.lstsq(design, np.log(progress / valid), rcond=None)
+        return [float(np.exp(coef[0])), float(np.exp(coef[1]))]
 
     def observe(self, obs: Observation) -> Plan:
         # φ: what an iteration costs beyond its interval (Eq. 7's wall time per iteration is
