@@ -146,8 +146,10 @@ class FSPWorker(WorkerPolicy):
         if instructions.eta_s > 0:
             now = port.now()
             lag = sent_lag_s if 0.0 <= sent_lag_s < MAX_CLOCK_LAG_S else 0.0
-            anchor = now - min(lag, MAX_LAG_CREDIT_S)
-            self._deadline = anchor + max(instructions.eta_s - instructions.offset_s, 0.0)
+            interval = max(instructions.eta_s - instructions.offset_s, 0.0)
+            # At most a poll's lag, and never more than half the interval: a worker computes
+            # for at least half its interval once it runs.
+            self._deadline = now - min(lag, MAX_LAG_CREDIT_S, interval / 2) + interval
 
     def deadline(self) -> float | None:
         return self._deadline
