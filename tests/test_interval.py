@@ -353,3 +353,28 @@ def test_multistage_interleaved_pools_when_a_probe_made_no_progress():
         plan = adj.observe(Observation(eta, next(progress), eta, eta + 0.01, 0.01, 10.0))
     lo, hi = 0.05 / np.sqrt(2), 0.05 * np.sqrt(2)
     assert adj.g == pytest.approx([2.5 / (4 * lo), 8.0 / (4 * hi)])
+
+
+def test_multistage_an_optimum_at_the_pass_is_a_barrier_per_pass():
+    """When Eq. 7's optimum lies at or past the fastest worker's pass (here: progress per
+    valid second does not fall with η), FSPV sets η to PASS_REACH passes, so the pass --
+    not a timer racing it -- calls each barrier; probes past the pass are fitted as the
+    pass they ran for.  Before issue 19 η was clamped to the measured pass itself."""
+    from flegel.interval.multistage import PASS_REACH
+
+    pass_s, phi = 0.02, 0.005
+
+    def obs(eta):
+        ran = min(eta, pass_s)  # the pass calls the barrier
+        return Observation(eta_s=eta, progress=3.0 * ran, valid_s=ran, wall_s=ran + phi,
+                           barrier_s=phi, eta_max_s=pass_s)
+
+    adj = make_adjustor("multistage")
+    plan = adj.start(0.1, pass_s)  # BSPV's interval, five passes: the centre is 2 passes
+    seen = []
+    for _ in range(8):
+        seen.append(plan.eta_s)
+        plan = adj.observe(obs(plan.eta_s))
+    assert max(seen) == pytest.approx(PASS_REACH * pass_s)
+    assert min(seen) == pytest.approx(pass_s / np.sqrt(2))
+    assert plan.phase == "run" and plan.eta_s == pytest.approx(PASS_REACH * pass_s)
