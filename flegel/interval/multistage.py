@@ -32,7 +32,14 @@ paper's ratio of 2 between the probes).  Its η* is kept within a factor
 :data:`TRUST_FACTOR` of the probes (a line fitted on two points is not trusted far
 outside them; the next stage probes around the new η) and at least φ: an interval shorter
 than what an iteration costs beyond it spends more than half the time on barriers, which a
-fit of two noisy points suggested often and measurements never supported.
+fit of two noisy points suggested often and measurements never supported.  Two more
+choices (issue 19, measured with ``python bench/fsp_claims.py --only horizons``): the probes'
+rates are compared at one time, with the decay of the rate over the probes fitted out
+(:meth:`MultiStage._slot_rates`: right after the calibration pass progress decays much
+faster than linearly, and the first run of η₁ read as η₁'s advantage), and an optimum at
+the fastest worker's pass is an η of :data:`PASS_REACH` passes, so the pass calls each
+barrier (an η set at the measured pass is raced by the timers, which on shared cores end
+most workers' iterations with a fraction of a pass or nothing).
 ``probes="rollback"`` keeps the paper's scheme (the first centre is η_p, as below).
 
 Choices where the paper is vague, all documented here:

@@ -81,8 +81,9 @@ class FSPWorker(WorkerPolicy):
     (its poll may lag by up to a poll interval), so all workers time the same interval; only
     up to :data:`MAX_LAG_CREDIT_S` of lag is credited (a worker that waited longer for a core
     times its interval from its start), and a lag outside [0, :data:`MAX_CLOCK_LAG_S`) means
-    the clocks disagree across hosts, and the local receipt time is used instead.  Knowing its deadline ahead, the worker shrinks its
-    last block to end on it instead of overrunning it by up to a block.
+    the clocks disagree across hosts, and the local receipt time is used instead.  Knowing
+    its deadline ahead, the worker shrinks its last block to end on it instead of overrunning
+    it by up to a block.
 
     Data migration (Section 4.3) acts on the worker through its
     :class:`~flegel.balance.ports.MigrationPort`, which :meth:`attach` takes from it.
