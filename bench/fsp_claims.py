@@ -14,10 +14,18 @@
    max/min passes over every point, and the moves of points that had moved before
    (``summary.json``'s ``migration.points_moved_more_than_once``).
 
+4. **FSPV against BSPV at every horizon** (issue 19, Fig. 8 without stragglers):
+   ``flegel paper``'s six workloads on shuffled shards; per algorithm the time to the
+   objective BSPV reached after 0.2 s, 0.5 s, 1 s, 2 s and 4 s (no target below BSPB's
+   converged objective plus the workload's slack), BSPV / FSPV, and where each run's time
+   went (barriers, mean barrier cost, mean η or batch, workers' compute share).  The same
+   measurement as ``flegel paper``'s Fig. 8 (:mod:`flegel.cli.paper.horizons`).
+
 Usage::
 
     python bench/fsp_claims.py [--quick] [--points 400000] [--seconds 30] [--keep DIR]
-        [--json OUT] [--only ratio,gap]
+        [--json OUT] [--only ratio,gap,horizons] [--algorithms kmeans,...]
+        [--partition strided]
 
 ``--quick``: 100,000 points, 10 s runs (about 3 minutes on 2 cores).  The measuring
 functions -- :func:`overlap_data`, :func:`reference`, :func:`time_to_target_ratio`,

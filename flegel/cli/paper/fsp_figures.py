@@ -70,18 +70,20 @@ def fig7(ctx: Ctx) -> Figure:
 
 
 def horizon_table(ctx: Ctx, algorithms: tuple[str, ...], partition: str
-                  ) -> tuple[list[str], list[Ratio], list[RunResult]]:
+                  ) -> tuple[list[str], list[Ratio], list[Ratio], list[RunResult]]:
     """FSPV vs BSPV at every horizon (:mod:`flegel.cli.paper.horizons`, the measurement
     ``bench/fsp_claims.py --only horizons`` prints): the table lines, each algorithm's
-    geometric mean over its horizons, and the runs."""
+    geometric mean over its horizons, every horizon's ratio, and the runs."""
     head = ["algorithm"] + [f"{h:g} s" for h in horizons.HORIZONS] + [
         "mean", "BSPV: barrier, batch, compute share", "FSPV: barrier, mean η, compute share"]
     table = [time_row(head), time_row(["---"] * len(head))]
     means: list[Ratio] = []
+    every: list[Ratio] = []
     runs: list[RunResult] = []
     for a in algorithms:
         m = horizons.measure(ctx.runner, a, partition)
         runs += m["runs"]
+        every += [r.ratio for r in m["rows"]]
         cells = {r.horizon_s: r.ratio.text() for r in m["rows"]}
         fb, ff = (m["figures"][s] for s in ("bspv", "fspv-off"))
         if m["rows"]:
@@ -91,7 +93,7 @@ def horizon_table(ctx: Ctx, algorithms: tuple[str, ...], partition: str
             + [f"{fb['mean_barrier_ms']:.1f} ms, {fb['batch']}, {fb['compute_share']:.2f}",
                f"{ff['mean_barrier_ms']:.1f} ms, {ff['mean_eta_ms'] or 0:.1f} ms, "
                f"{ff['compute_share']:.2f}"]))
-    return table, means, runs
+    return table, means, every, runs
 
 
 def fig8(ctx: Ctx) -> Figure:
@@ -100,15 +102,18 @@ def fig8(ctx: Ctx) -> Figure:
     converged one), and the four frameworks' times to that target."""
     table, vs_bspv, vs_fspb, runs, pic = _speedups(
         ctx, "8", "none", {"strided": ctx.algorithms(), "contiguous": ("kmeans", "logreg")})
-    h_table, h_means, h_runs = horizon_table(ctx, ctx.algorithms(), "strided")
+    h_table, h_means, h_every, h_runs = horizon_table(ctx, ctx.algorithms(), "strided")
     mean = geo_mean(h_means)
-    lowest = min(h_means, key=lambda r: r.value) if h_means else Ratio(float("nan"), "?")
+    nan = Ratio(float("nan"), "?")
+    lowest = min(h_means, key=lambda r: r.value) if h_means else nan
+    lowest_any = min(h_every, key=lambda r: r.value) if h_every else nan
     return Figure(
         "8", "runtime without stragglers",
         "FSPV 1.3x faster on average than its competitors (BSPV, FSPB) without stragglers; "
         "FSPV always the best", paper_value=1.3,
         ours=f"{mean.text()} (FSPV vs BSPV, geometric mean over algorithms and horizons); "
-             f"lowest algorithm {lowest.text()}; at the paper's target vs FSPB "
+             f"lowest algorithm {lowest.text()}, lowest at any horizon "
+             f"{lowest_any.text()}; at the paper's target vs FSPB "
              f"{geo_mean(list(vs_fspb.values())).text()}",
         ours_value=mean.value, qualifier=mean.qualifier,
         setting=f"six algorithms, {ctx.mode.workers} workers, no stragglers; horizons on "

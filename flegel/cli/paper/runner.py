@@ -185,7 +185,8 @@ class Runner:
             error = str(exc).strip().splitlines()[0][:300]
         res = RunResult(key, folder, summary, error, target, time.perf_counter() - t0)
         self.runs[key] = res
-        what = " ".join([f"{algorithm}/{partition}/{name or sync}/{stragglers}", *sets])
+        what = " ".join([f"{algorithm}/{partition}/{name or sync}/{stragglers}",
+                         *(sets if name is None else [])])
         self.say(f"  {what}: " + (f"{res.time.text()} s to target" if res.ok and name is None
                                   else f"{name} done" if res.ok else f"FAILED: {error}"))
         return res
