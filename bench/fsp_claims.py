@@ -14,10 +14,18 @@
    max/min passes over every point, and the moves of points that had moved before
    (``summary.json``'s ``migration.points_moved_more_than_once``).
 
+4. **FSPV against BSPV at every horizon** (issue 19, Fig. 8 without stragglers):
+   ``flegel paper``'s six workloads on shuffled shards; per algorithm the time to the
+   objective BSPV reached after 0.2 s, 0.5 s, 1 s, 2 s and 4 s (no target below BSPB's
+   converged objective plus the workload's slack), BSPV / FSPV, and where each run's time
+   went (barriers, mean barrier cost, mean η or batch, workers' compute share).  The same
+   measurement as ``flegel paper``'s Fig. 8 (:mod:`flegel.cli.paper.horizons`).
+
 Usage::
 
     python bench/fsp_claims.py [--quick] [--points 400000] [--seconds 30] [--keep DIR]
-        [--json OUT] [--only ratio,gap]
+        [--json OUT] [--only ratio,gap,horizons] [--algorithms kmeans,...]
+        [--partition strided]
 
 ``--quick``: 100,000 points, 10 s runs (about 3 minutes on 2 cores).  The measuring
 functions -- :func:`overlap_data`, :func:`reference`, :func:`time_to_target_ratio`,
@@ -36,6 +44,9 @@ import numpy as np
 import yaml
 
 from flegel.cli.compare import run_one
+from flegel.cli.paper import horizons as hz
+from flegel.cli.paper.runner import Runner
+from flegel.cli.paper.workloads import ALGORITHMS, QUICK
 
 #: One injected straggler, the paper's τ = 32 ms per 1,000 points (Section 6.1).
 STRAGGLER = {"pattern": "injected", "tau_ms": 32, "every": 1000}
@@ -139,12 +150,48 @@ def slow_worker_gap(folder: Path, job: dict[str, Any], ref_objective: float, slo
             "mean_eta_ms": s.get("mean_eta_ms")}
 
 
+def horizon_table(root: Path, algorithms: list[str], partition: str,
+                  stragglers: str = "none") -> dict[str, Any]:
+    """FSPV / BSPV at every horizon (:mod:`flegel.cli.paper.horizons`) on ``flegel paper``'s
+    workloads: prints one line per algorithm (the ratio at each horizon, BSPV / FSPV, > 1:
+    FSPV faster) and where each run's time went."""
+    runner = Runner(QUICK, root, say=lambda _: None)
+    out: dict[str, Any] = {}
+    print(f"time to BSPV's objective at each horizon, BSPV / FSPV (>1: FSPV faster), "
+          f"{partition} shards, stragglers: {stragglers}")
+    print(f"  {'algorithm':9s} " + " ".join(f"{h:>7g}s" for h in hz.HORIZONS) + "   mean")
+    for a in algorithms:
+        m = hz.measure(runner, a, partition, stragglers)
+        cells = {r.horizon_s: r.ratio.text() for r in m["rows"]}
+        print(f"  {a:9s} " + " ".join(f"{cells.get(h, '-'):>8s}" for h in hz.HORIZONS)
+              + f"  {m['mean'].text():>6s}", flush=True)
+        for s, f in m["figures"].items():
+            print(f"      {s:9s} barriers {f['barriers']}, barrier {f['mean_barrier_ms']:.2f} ms,"
+                  f" η {f['mean_eta_ms'] and round(f['mean_eta_ms'], 2)} ms, batch "
+                  f"{f['batch']}, compute share {f['compute_share']:.2f}, final "
+                  f"{f['final_objective']:.7g}" if f["final_objective"] is not None
+                  else f"      {s:9s} failed")
+        out[a] = {"rows": [r.as_dict() for r in m["rows"]], "mean": m["mean"].value,
+                  "bound": m["mean"].qualifier, "figures": m["figures"]}
+    means = [v["mean"] for v in out.values() if v["rows"]]
+    if means:
+        g = float(np.exp(np.mean(np.log(np.maximum(means, 1e-12)))))
+        worst = min(r["ratio"] for v in out.values() for r in v["rows"])
+        print(f"  geometric mean over algorithms {g:.2f}x; lowest at any horizon {worst:.2f}x")
+        out["_mean"], out["_lowest"] = g, worst
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="100,000 points, 10 s runs")
     ap.add_argument("--points", type=int, default=400_000)
     ap.add_argument("--seconds", type=float, default=30.0, help="length of the gap runs")
-    ap.add_argument("--only", default="ratio,gap", help="ratio, gap or both (comma)")
+    ap.add_argument("--only", default="ratio,gap,horizons",
+                    help="ratio, gap, horizons (comma-separated)")
+    ap.add_argument("--algorithms", default=",".join(ALGORITHMS),
+                    help="horizons: which of flegel paper's algorithms")
+    ap.add_argument("--partition", default="strided", help="horizons: strided or contiguous")
     ap.add_argument("--keep", type=Path, default=None, help="keep the runs under this folder")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args()
@@ -152,6 +199,14 @@ def main() -> None:
     only = set(args.only.split(","))
     root = args.keep or Path(tempfile.mkdtemp(prefix="fsp_claims_"))
     figures: dict[str, Any] = {"points": n, "seconds": seconds}
+    if "horizons" in only:
+        figures["horizons"] = horizon_table(root / "horizons", args.algorithms.split(","),
+                                            args.partition)
+    if not only & {"ratio", "gap"}:
+        print(f"runs in {root}")
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=2, default=str))
+        return
     overlap = overlap_data(root / "overlap-data", n)
     ref_overlap = reference(root / "overlap-ref", overlap)
     figures["bspb_overlap"] = ref_overlap

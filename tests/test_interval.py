@@ -324,3 +324,57 @@ def test_multistage_interleaved_never_below_phi_and_within_trust():
     for _ in range(8):
         plan = adj.observe(observe(plan.eta_s))
     assert plan.eta_s == pytest.approx(0.02 * np.sqrt(2) * TRUST_FACTOR)
+
+
+@pytest.mark.parametrize("tau", [1.0, 0.3, 0.1])
+def test_multistage_interleaved_probes_see_through_a_fast_decay(tau):
+    """Progress decaying as e^(−t/τ) over the probes (right after the calibration pass,
+    issue 19) does not pass for "shorter intervals train faster": the per-iteration rates
+    are fitted with a shared decay and compared at one time, so η* is Eq. 7's optimum
+    (0.06 s).  Pooling each slot's iterations (before issue 19) read the first run of η₁,
+    taken while progress was fastest, as η₁'s advantage: η* 0.055, 0.035 and 0.021 s, the
+    last near the barrier cost φ = 0.01 s."""
+    observe = _decaying(0.06, phi=0.01, tau=tau)
+    adj = make_adjustor("multistage")
+    plan = adj.start(0.05, 10.0)
+    for _ in range(8):
+        plan = adj.observe(observe(plan.eta_s))
+    assert plan.phase == "run" and plan.eta_s == pytest.approx(0.06, rel=0.02)
+
+
+def test_multistage_interleaved_pools_when_a_probe_made_no_progress():
+    """Near convergence a probe iteration may show no progress (or a rise of the online
+    objective): no logarithm then, each slot's iterations are pooled."""
+    adj = make_adjustor("multistage")
+    plan = adj.start(0.05, 10.0)
+    progress = iter([1.0, -0.5, 2.0, 2.0, 2.0, 2.0, 1.0, 1.0])
+    for _ in range(8):
+        eta = plan.eta_s
+        plan = adj.observe(Observation(eta, next(progress), eta, eta + 0.01, 0.01, 10.0))
+    lo, hi = 0.05 / np.sqrt(2), 0.05 * np.sqrt(2)
+    assert adj.g == pytest.approx([2.5 / (4 * lo), 8.0 / (4 * hi)])
+
+
+def test_multistage_an_optimum_at_the_pass_is_a_barrier_per_pass():
+    """When Eq. 7's optimum lies at or past the fastest worker's pass (here: progress per
+    valid second does not fall with η), FSPV sets η to PASS_REACH passes, so the pass --
+    not a timer racing it -- calls each barrier; probes past the pass are fitted as the
+    pass they ran for.  Before issue 19 η was clamped to the measured pass itself."""
+    from flegel.interval.multistage import PASS_REACH
+
+    pass_s, phi = 0.02, 0.005
+
+    def obs(eta):
+        ran = min(eta, pass_s)  # the pass calls the barrier
+        return Observation(eta_s=eta, progress=3.0 * ran, valid_s=ran, wall_s=ran + phi,
+                           barrier_s=phi, eta_max_s=pass_s)
+
+    adj = make_adjustor("multistage")
+    plan = adj.start(0.1, pass_s)  # BSPV's interval, five passes: the centre is 2 passes
+    seen = []
+    for _ in range(8):
+        seen.append(plan.eta_s)
+        plan = adj.observe(obs(plan.eta_s))
+    assert max(seen) == pytest.approx(PASS_REACH * pass_s)
+    assert min(seen) == pytest.approx(pass_s / np.sqrt(2))
+    assert plan.phase == "run" and plan.eta_s == pytest.approx(PASS_REACH * pass_s)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flegel.protocol import POLL_S, Signal
+from flegel.protocol import POLL_S, Reason, Signal
 from flegel.sync.fsp import OFFSET_BOUND
 from tests.fakes import Simulation, slow_then_fast
 
@@ -226,3 +226,42 @@ def test_fsp_multistage_paper_probes_mark_then_roll_back():
     assert ev[v_mark + 1]["eta_ms"] == pytest.approx(adj.stages[0]["eta_p_s"] * 1e3)
     assert ev[v_roll + 1]["eta_ms"] == pytest.approx(2 * adj.stages[0]["eta_p_s"] * 1e3)
     assert adj.history and adj.history[0] == pytest.approx(adj.stages[0]["eta_s"])
+
+
+# --------------------------------------------------------------------------- issue 19
+def test_fsp_semi_worker_computes_its_interval_when_theta_arrives_late():
+    """A worker whose θ reaches it well after the master sent it (here a 10 ms one-way
+    latency, standing for a rank that waited for a core) still computes for its interval:
+    the timer credits at most a poll's lag (MAX_LAG_CREDIT_S), so no commit is empty.
+    Anchored at the send time (before issue 19's fix) every timer of η = 5 ms had expired
+    on arrival and every commit carried 0 points."""
+    from flegel.sync.fsp import MAX_LAG_CREDIT_S
+
+    eta = 5e-3
+    sim = Simulation("fsp", {"interval": "fixed", "eta_ms": eta * 1e3, "coordination": "semi"},
+                     points=30_000, cost_s=1e-6, block_ms=0.5, latency_s=10e-3,
+                     stop={"max_iterations": 12}).run()
+    timed = [it for r in sim.ranks for it in sim.iterations(r)[1:]
+             if it.header["reason"] == Reason.TIMER]
+    assert timed, "no iteration ended on its timer"
+    for it in timed:
+        # Each computed for about its interval, less the credited lag (offsets are 0 here,
+        # all workers alike).
+        assert it.header["points"] * 1e-6 >= eta - MAX_LAG_CREDIT_S - 1e-3
+
+
+def test_fsp_eta_max_is_the_fastest_pass_in_wall_time():
+    """The longest useful η is the fastest worker's full pass in the time it took for its
+    points (compute_s less injected sleeps), not in kernel time alone (``rate``): a pass
+    whose kernel takes 1 ms but whose points took 4 ms allows η up to 4 ms."""
+    sim = Simulation("fsp", {"interval": "multistage"}, stop={"max_iterations": 1})
+    policy = sim.policy
+    commits = {1: {"n_active": 1000.0, "points": 500.0, "compute_s": 2e-3, "slowed_s": 0.0,
+                   "rate": 1e6},
+               2: {"n_active": 1000.0, "points": 500.0, "compute_s": 9e-3, "slowed_s": 6e-3,
+                   "rate": 1e6}}
+    policy._update_eta_max(commits)
+    assert policy.eta_max_s == pytest.approx(4e-3)  # worker 1: 2 ms for half its points
+    # Worker 2's injected 6 ms do not count: 3 ms for half its points, a 6 ms pass.
+    policy._update_eta_max({2: commits[2]})
+    assert policy.eta_max_s == pytest.approx(6e-3)

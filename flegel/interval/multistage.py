@@ -32,7 +32,14 @@ paper's ratio of 2 between the probes).  Its η* is kept within a factor
 :data:`TRUST_FACTOR` of the probes (a line fitted on two points is not trusted far
 outside them; the next stage probes around the new η) and at least φ: an interval shorter
 than what an iteration costs beyond it spends more than half the time on barriers, which a
-fit of two noisy points suggested often and measurements never supported.
+fit of two noisy points suggested often and measurements never supported.  Two more
+choices (issue 19, measured with ``python bench/fsp_claims.py --only horizons``): the probes'
+rates are compared at one time, with the decay of the rate over the probes fitted out
+(:meth:`MultiStage._slot_rates`: right after the calibration pass progress decays much
+faster than linearly, and the first run of η₁ read as η₁'s advantage), and an optimum at
+the fastest worker's pass is an η of :data:`PASS_REACH` passes, so the pass calls each
+barrier (an η set at the measured pass is raced by the timers, which on shared cores end
+most workers' iterations with a fraction of a pass or nothing).
 ``probes="rollback"`` keeps the paper's scheme (the first centre is η_p, as below).
 
 Choices where the paper is vague, all documented here:
@@ -92,6 +99,12 @@ PROBE_REPEAT = 2
 #: Interleaved probes: η* stays within this factor of the probed intervals (below η₁,
 #: above η₂).
 TRUST_FACTOR = 2.0
+#: Interleaved probes: an η this many times the fastest worker's full pass stands for "a
+#: barrier per pass" -- the pass itself calls the barrier (Section 3.3), whatever noise there
+#: is in the measured pass time.  An η set *at* the measured pass was reached by the timers
+#: as often as by the pass: measured (issue 19, logistic regression, 4 workers on 2 shared
+#: cores) workers then committed after a fraction of a pass, most of them 0 points.
+PASS_REACH = 2.0
 #: The probe modes of :class:`MultiStage`.
 PROBE_MODES = ("interleaved", "rollback")
 
@@ -161,7 +174,8 @@ class MultiStage(IntervalAdjustor):
             raise ValueError(f"probes must be one of {PROBE_MODES}, got {probes!r}")
         self.probes = probes
         self._schedule: list[int] = []   # interleaved: slot (0: η₁, 1: η₂) per iteration
-        self._sums = [[0.0, 0.0], [0.0, 0.0]]  # interleaved: [progress, valid] per slot
+        # interleaved: (slot, progress, valid, time) per probe iteration (_slot_rates)
+        self._probe_log: list[tuple[int, float, float, float]] = []
         self._etas = (0.0, 0.0)
         self.probe_s = probe_s
         self.stage_tolerance = stage_tolerance
@@ -190,7 +204,7 @@ class MultiStage(IntervalAdjustor):
 
     def start(self, eta0_s: float, eta_max_s: float) -> Plan:
         if self.probes == "interleaved":
-            self.eta_s = self.clamp(eta0_s, eta_max_s)
+            self.eta_s = self.clamp(eta0_s, PASS_REACH * eta_max_s)
         return self._new_stage(eta_max_s)
 
     def _new_stage(self, eta_max: float) -> Plan:
@@ -205,30 +219,60 @@ class MultiStage(IntervalAdjustor):
     def _new_interleaved(self, eta_max: float) -> Plan:
         """Probe ``η/√2`` and ``√2·η`` around the interval in force, in the order
         η₁ η₂ η₂ η₁ (:data:`PROBE_REPEAT` iterations each), training all the while."""
-        centre = self.clamp(self.eta_s or self.probe_s, eta_max)
-        lo = self.clamp(centre / np.sqrt(2.0), eta_max)
-        hi = self.clamp(centre * np.sqrt(2.0), eta_max)
+        reach = PASS_REACH * eta_max
+        centre = self.clamp(self.eta_s or self.probe_s, reach)
+        # At a pass-long centre the probes are a pass (called by the pass itself) and a
+        # share of one: the fit then says whether stopping short of the pass pays.
+        lo = self.clamp(min(centre, eta_max) / np.sqrt(2.0), eta_max)
+        hi = self.clamp(centre * np.sqrt(2.0), reach)
         self._etas = (lo, hi)
         self.eta_p = lo
         k = PROBE_REPEAT
         self._schedule = [0] * k + [1] * (2 * k) + [0] * k
-        self._sums = [[0.0, 0.0], [0.0, 0.0]]
+        self._probe_log = []
         self.phase, self.step, self.g = "probe", 0, []
         self._probe_wall = 0.0
         self.eta_s = self._etas[self._schedule[0]]
         return Plan(self.eta_s, phase="probe")
 
     def _observe_interleaved(self, obs: Observation) -> Plan:
-        slot = self._schedule[self.step]
-        self._sums[slot][0] += obs.progress
-        self._sums[slot][1] += obs.valid_s
+        # (slot, progress, valid time, middle of the iteration in the probes' wall time)
+        self._probe_log.append((self._schedule[self.step], obs.progress, obs.valid_s,
+                                self._probe_wall + obs.wall_s / 2))
         self._probe_wall += obs.wall_s
         self.step += 1
         if self.step < len(self._schedule):
             self.eta_s = self._etas[self._schedule[self.step]]
             return Plan(self.eta_s, phase="probe")
-        self.g = [p / max(v, 1e-12) for p, v in self._sums]
+        self.g = self._slot_rates()
         return self._fit(obs)
+
+    def _slot_rates(self) -> list[float]:
+        """g(η₁) and g(η₂) (progress per valid second) from the probes η₁ η₂ η₂ η₁, with
+        the drift of the rate over the probes taken out.
+
+        The symmetric order cancels a *linear* drift.  Progress decays faster than that
+        where it matters most -- the first probes follow the calibration pass, whose points
+        are revisited for the first time under a fitted θ -- and there the first run of η₁
+        took most of the progress (issue 19: g(η₁) 20x g(η₂) on FCM and NMF, so the fit
+        chose the shortest interval it was allowed and workers computed 12-29% of the
+        time).  When every probe iteration made progress, the per-iteration rates are fitted
+        as ``ln g = c_slot + λ·t`` (one decay λ shared by both intervals, least squares) and
+        both g are read at the same time, the probes' middle: a rate decaying as e^(−t/τ) is
+        compared at one time.  Otherwise (noise around zero, near convergence) each slot's
+        iterations are pooled, as the paper's probes are.
+        """
+        log = self._probe_log
+        slot = np.array([x[0] for x in log])
+        progress = np.array([x[1] for x in log])
+        valid = np.maximum(np.array([x[2] for x in log]), 1e-12)
+        t = np.array([x[3] for x in log])
+        pooled = [float(progress[slot == k].sum() / valid[slot == k].sum()) for k in (0, 1)]
+        if np.any(progress <= 0) or np.ptp(t) <= 0:
+            return pooled
+        design = np.column_stack([slot == 0, slot == 1, t - t.mean()]).astype(float)
+        coef, *_ = np.linalg.lstsq(design, np.log(progress / valid), rcond=None)
+        return [float(np.exp(coef[0])), float(np.exp(coef[1]))]
 
     def observe(self, obs: Observation) -> Plan:
         # φ: what an iteration costs beyond its interval (Eq. 7's wall time per iteration is
@@ -313,7 +357,8 @@ class MultiStage(IntervalAdjustor):
     def _fit(self, obs: Observation) -> Plan:
         eta_max = max(obs.eta_max_s, self.eta_min_s)
         if self.probes == "interleaved":
-            eta1, eta2 = self._etas
+            # A probe past the pass ran for a pass (the pass called the barrier).
+            eta1, eta2 = (min(e, eta_max) for e in self._etas)
         else:
             eta1, eta2 = self.eta_p, 2 * self.eta_p
         g1, g2 = self.g
@@ -325,8 +370,10 @@ class MultiStage(IntervalAdjustor):
             lo = self.clamp(max(eta1 / TRUST_FACTOR, phi), eta_max)
             hi = self.clamp(max(eta2 * TRUST_FACTOR, lo), eta_max)
             best = best_interval(a, b, phi, lo, hi)
-            # No progress predicted anywhere: keep the larger probe (fewer barriers).
-            self.eta_s = eta2 if best is None else best
+            # No progress predicted anywhere: keep the larger probe (fewer barriers).  An
+            # optimum at the pass is a barrier per pass (PASS_REACH).
+            best = self._etas[1] if best is None else best
+            self.eta_s = PASS_REACH * eta_max if best >= eta_max * (1 - 1e-9) else best
         else:
             best = best_interval(a, b, phi, self.eta_min_s, eta_max)
             self.eta_s = self.eta_p if best is None else best

@@ -46,7 +46,7 @@ from flegel.interval.multistage import (
     STAGE_WINDOW,
 )
 from flegel.ports import ServerPort, WorkerPolicy, WorkerPort
-from flegel.protocol import Instructions, Reason, Signal
+from flegel.protocol import POLL_MAX_S, Instructions, Reason, Signal
 from flegel.sync.base import BarrierPolicy, round_trip_s
 from flegel.validation import Key, boolean, choice, mapping, number
 
@@ -60,6 +60,14 @@ OFFSET_BOUND = 0.25
 #: A timer anchored at the master's send time only when the measured lag is in [0, this):
 #: a lag outside means the clocks of the two hosts disagree.
 MAX_CLOCK_LAG_S = 0.05
+#: Of the lag between the master's send and this worker's start, the timer credits at most
+#: this much: what a poll for θ may take (two of the longest poll interval, POLL_MAX_S).  A
+#: longer lag is a worker that had no core to run on (ranks sharing cores, a busy host); its
+#: timer then runs from its start, so it still computes for its interval.  Measured (issue
+#: 19, 4 workers and the master on 2 shared cores, logistic regression at η ≈ 2 ms): timers
+#: anchored at the send time had expired on arrival, most commits carried 0 points, and the
+#: workers computed 5% of the time.
+MAX_LAG_CREDIT_S = 2 * POLL_MAX_S
 #: FSPV's first interval gives the barrier this share of the iteration: BSPV's ρ
 #: (flegel.sync.bsp, ``overhead``), so FSPV starts from BSPV's choice.
 FIRST_OVERHEAD = 0.1
@@ -70,10 +78,12 @@ class FSPWorker(WorkerPolicy):
     its own timer η − δᵢ expires (semi-centralized, Section 5.2), and on a full pass.
 
     Semi-centralized timers start when the master sent θ, not when this worker noticed it
-    (its poll may lag by up to a poll interval), so all workers time the same interval; a
-    lag outside [0, :data:`MAX_CLOCK_LAG_S`) means the clocks disagree across hosts, and the
-    local receipt time is used instead.  Knowing its deadline ahead, the worker shrinks its
-    last block to end on it instead of overrunning it by up to a block.
+    (its poll may lag by up to a poll interval), so all workers time the same interval; only
+    up to :data:`MAX_LAG_CREDIT_S` of lag is credited (a worker that waited longer for a core
+    times its interval from its start), and a lag outside [0, :data:`MAX_CLOCK_LAG_S`) means
+    the clocks disagree across hosts, and the local receipt time is used instead.  Knowing
+    its deadline ahead, the worker shrinks its last block to end on it instead of overrunning
+    it by up to a block.
 
     Data migration (Section 4.3) acts on the worker through its
     :class:`~flegel.balance.ports.MigrationPort`, which :meth:`attach` takes from it.
@@ -136,8 +146,11 @@ class FSPWorker(WorkerPolicy):
         self._deadline = None
         if instructions.eta_s > 0:
             now = port.now()
-            anchor = now - sent_lag_s if 0.0 <= sent_lag_s < MAX_CLOCK_LAG_S else now
-            self._deadline = anchor + max(instructions.eta_s - instructions.offset_s, 0.0)
+            lag = sent_lag_s if 0.0 <= sent_lag_s < MAX_CLOCK_LAG_S else 0.0
+            interval = max(instructions.eta_s - instructions.offset_s, 0.0)
+            # At most a poll's lag, and never more than half the interval: a worker computes
+            # for at least half its interval once it runs.
+            self._deadline = now - min(lag, MAX_LAG_CREDIT_S, interval / 2) + interval
 
     def deadline(self) -> float | None:
         return self._deadline
@@ -383,9 +396,20 @@ class FSP(BarrierPolicy):
         return phi0 * (1.0 - FIRST_OVERHEAD) / FIRST_OVERHEAD
 
     def _update_eta_max(self, commits: dict[int, dict[str, float]]) -> None:
-        """The longest useful η: a full pass of the fastest worker (Section 3.3)."""
-        passes = [h["n_active"] / h["rate"] for h in commits.values()
-                  if h["rate"] > 0 and h["n_active"] > 0]
+        """The longest useful η: a full pass of the fastest worker (Section 3.3), in the
+        wall time the worker took for its points (``compute_s`` less injected sleeps).
+
+        Not in pure kernel time (``rate``): a pass also costs the blocks' polls, the
+        runtime's per-block work and, where ranks share cores, the time the worker waits
+        for one.  Measured (issue 19, 4 workers on 2 cores, ``flegel paper``'s logistic
+        regression) a pass of 1.3 ms of kernel time took 3-5 ms, and capping η at the kernel
+        time held FSPV's interval below the barrier's own cost (workers computed 8% of the
+        time); an η past the pass costs nothing, as the pass itself calls the barrier.
+        """
+        passes = [h["n_active"] * max(h["compute_s"] - h.get("slowed_s", 0.0), 0.0)
+                  / h["points"] for h in commits.values()
+                  if h["points"] > 0 and h["n_active"] > 0 and h["compute_s"] > 0]
+        passes = [p for p in passes if p > 0]
         if passes:
             self.eta_max_s = float(min(passes))
 

@@ -158,6 +158,13 @@ class Runner:
         return self._run(algorithm, partition, sync, stragglers, list(sets),
                          self.target(algorithm, partition), name=None)
 
+    def trace_run(self, algorithm: str, partition: str, sync: str, stragglers: str,
+                  sets: tuple[str, ...]) -> RunResult:
+        """Run one setting without a target (``sets`` give its length and trace): for
+        measurements on its ``objective_trace`` (:mod:`flegel.cli.paper.horizons`)."""
+        return self._run(algorithm, partition, sync, stragglers, list(sets), target=None,
+                         name=f"trace-{sync}")
+
     def _run(self, algorithm: str, partition: str, sync: str, stragglers: str,
              sets: list[str], target: float | None, name: str | None) -> RunResult:
         key = json.dumps([algorithm, partition, sync, stragglers, sets, name])
@@ -178,7 +185,8 @@ class Runner:
             error = str(exc).strip().splitlines()[0][:300]
         res = RunResult(key, folder, summary, error, target, time.perf_counter() - t0)
         self.runs[key] = res
-        what = " ".join([f"{algorithm}/{partition}/{name or sync}/{stragglers}", *sets])
+        what = " ".join([f"{algorithm}/{partition}/{name or sync}/{stragglers}",
+                         *(sets if name is None else [])])
         self.say(f"  {what}: " + (f"{res.time.text()} s to target" if res.ok and name is None
-                                  else "reference done" if res.ok else f"FAILED: {error}"))
+                                  else f"{name} done" if res.ok else f"FAILED: {error}"))
         return res

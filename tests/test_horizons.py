@@ -1,0 +1,41 @@
+"""The every-horizon comparison of FSPV and BSPV (flegel/cli/paper/horizons.py): targets
+from BSPV's own trace, times from both traces, bounds where FSPV never got there."""
+
+from __future__ import annotations
+
+import pytest
+
+from flegel.cli.paper.horizons import best_by, compare, first_reach, geo_mean_ratio
+
+
+def test_targets_are_bspv_objectives_at_each_horizon_and_ratios_bspv_over_fspv():
+    bspv = [[0.1, 10.0], [0.3, 8.0], [0.6, 6.0], [1.5, 5.0], [3.0, 4.5]]
+    fspv = [[0.05, 9.0], [0.2, 7.5], [0.4, 5.5], [1.0, 4.9], [2.0, 4.8]]
+    rows = compare(bspv, fspv, fspv_wall_s=4.0, horizons=(0.2, 0.5, 1.0, 2.0, 4.0))
+    # 0.2 s: BSPV's best so far is 10 (at 0.1 s), FSPV had 9 at 0.05 s.
+    assert [r.horizon_s for r in rows] == [0.2, 0.5, 1.0, 2.0]  # 4 s is past BSPV's trace
+    assert [r.target for r in rows] == [10.0, 8.0, 6.0, 5.0]
+    assert [r.bspv.s for r in rows] == [0.1, 0.3, 0.6, 1.5]
+    assert [r.fspv.s for r in rows] == [0.05, 0.2, 0.4, 1.0]
+    assert [r.ratio.value for r in rows] == pytest.approx([2.0, 1.5, 1.5, 1.5])
+    assert all(r.ratio.qualifier == "" for r in rows)
+    assert geo_mean_ratio(rows).value == pytest.approx((2.0 * 1.5 ** 3) ** 0.25)
+
+
+def test_a_target_fspv_never_reached_is_a_bound_and_the_floor_merges_horizons():
+    bspv = [[0.1, 10.0], [0.4, 6.0], [0.9, 5.0], [1.9, 4.0]]
+    fspv = [[0.1, 9.0], [0.3, 6.5], [2.0, 6.2]]
+    rows = compare(bspv, fspv, fspv_wall_s=2.0, horizons=(0.2, 0.5, 1.0, 2.0))
+    assert rows[1].fspv.reached is False and rows[1].ratio.qualifier == "<"
+    assert rows[1].ratio.value == pytest.approx(0.4 / 2.0)
+    # No target below the floor (BSPB's converged objective): 1 s and 2 s would measure
+    # the basin BSPV settled in; they merge into the 0.5 s row.
+    floored = compare(bspv, fspv, fspv_wall_s=2.0, horizons=(0.2, 0.5, 1.0, 2.0), floor=6.5)
+    assert [r.target for r in floored] == [10.0, 6.5]
+    assert floored[1].fspv.s == 0.3 and floored[1].bspv.s == 0.4
+
+
+def test_trace_helpers():
+    trace = [[0.1, 3.0], [0.2, float("nan")], [0.3, 2.0]]
+    assert first_reach(trace, 2.5) == 0.3 and first_reach(trace, 1.0) is None
+    assert best_by(trace, 0.25) == 3.0 and best_by(trace, 0.05) is None
