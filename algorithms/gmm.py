@@ -313,6 +313,11 @@ class GaussianMixture(DeviceKernels, RowKernel, Algorithm):
         k = self.n_components
         return float(b * d * k * (d if self.covariance_type == "full" else 1))
 
+    def pass_units(self, n: int, d: int) -> float:
+        """Work units of a pass over ``n`` points (:meth:`work_units`), as ``kernel: auto``
+        plans a job of known length (:mod:`flegel.device`)."""
+        return self.work_units(n, d)
+
     def _update_rows(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
         """The vectorized kernel of a block; both hooks run it (one piece of math).
 
