@@ -11,8 +11,10 @@ tile, ``‖x‖² − 2x·c + ‖c‖²``, then one numba pass that takes the ar
 accumulates the signed changes of only the points whose cluster changed.  The array kernel
 does the same math in whole-array operations on ``xp`` (NumPy, or CuPy with ``device:
 gpu``): the moved points' changes are one (K × m) signed one-hot matrix times their features.
-With ``kernel: auto`` a CPU worker starts on the array kernel and switches to numba once its
-work would have paid numba's start-up.
+With ``kernel: auto`` a job whose whole work (``max_iterations`` passes over the shard) pays
+numba's start-up runs numba from its first block, loaded before training; a shorter one starts
+on the array kernel and switches to numba once its work would have paid numba's start-up
+(:mod:`flegel.device`).
 """
 
 from __future__ import annotations
@@ -366,8 +368,9 @@ class KMeans(DeviceKernels, Algorithm):
         Where the training kernel runs: NumPy/numba, or CuPy on the current CUDA device
         (:mod:`flegel.device`).
     kernel : {"auto", "compiled", "array"}, default="auto"
-        On the CPU: numba, the NumPy array kernel, or the array kernel until the work done
-        would have paid numba's start-up, then numba (:mod:`flegel.device`).
+        On the CPU: numba, the NumPy array kernel, or (``auto``) numba from the first block
+        when the job's known work (``max_iterations`` passes) pays its start-up, else the
+        array kernel until the work done would have, then numba (:mod:`flegel.device`).
 
     Notes
     -----
