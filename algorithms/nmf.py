@@ -206,10 +206,12 @@ class NMF(RowKernel, Algorithm):
 
     # ------------------------------------------------------------------ kernels
     def _solve_rows(self, Wt: np.ndarray, XHt_t: np.ndarray, G: np.ndarray, n_iter: int,
-                    solver: str | None = None) -> None:
+                    solver: str | None = None, fresh: np.ndarray | None = None) -> None:
         """Refine the rows of W in place given H, transposed (``Wt = Wᵀ``, r × b) as
-        :func:`_hals_rows` takes them, through ``XHt_t = H Xᵀ`` and ``G = H Hᵀ``."""
-        fresh = ~Wt.any(axis=0)
+        :func:`_hals_rows` takes them, through ``XHt_t = H Xᵀ`` and ``G = H Hᵀ``.  ``fresh``:
+        the rows to start from the best constant (default: the rows of W that are zero)."""
+        if fresh is None:
+            fresh = ~Wt.any(axis=0)
         if fresh.any():
             gsum = float(G.sum())
             c = XHt_t[:, fresh].sum(axis=0) / gsum if gsum > 0 else np.zeros(int(fresh.sum()))
@@ -252,12 +254,15 @@ class NMF(RowKernel, Algorithm):
         G = H @ H.T
         XHt_t = H @ x.T
         Wt = w_old.T.copy()  # a copy even where the transpose is contiguous (one row)
-        self._solve_rows(Wt, XHt_t, G, self.w_iter)
+        self._solve_rows(Wt, XHt_t, G, self.w_iter, fresh=first)
         loss = self._row_losses(x, Wt, XHt_t, G, xsq)
         old_loss = block.state["loss"]
         dobj = float(loss.sum() - old_loss.sum())
-        agg = {"wtw": Wt @ Wt.T - w_old.T @ w_old, "wtx": (Wt - w_old.T) @ x,
-               "objective": dobj}
+        change = Wt - w_old.T
+        # ΔA = W_newᵀW_new − W_oldᵀW_old is the symmetric part of (W_new − W_old)ᵀ(W_new +
+        # W_old): one product, not two
+        s = change @ (Wt + w_old.T).T
+        agg = {"wtw": 0.5 * (s + s.T), "wtx": change @ x, "objective": dobj}
         w_old[...] = Wt.T
         old_loss[...] = loss
         return agg
