@@ -210,12 +210,11 @@ class NMF(RowKernel, Algorithm):
         """Refine the rows of W in place given H, transposed (``Wt = Wᵀ``, r × b) as
         :func:`_hals_rows` takes them, through ``XHt_t = H Xᵀ`` and ``G = H Hᵀ``.  ``fresh``:
         the rows to start from the best constant (default: the rows of W that are zero)."""
-        if fresh is None:
-            fresh = ~Wt.any(axis=0)
-        if fresh.any():
+        new = ~Wt.any(axis=0) if fresh is None else fresh
+        if new.any():
             gsum = float(G.sum())
-            c = XHt_t[:, fresh].sum(axis=0) / gsum if gsum > 0 else np.zeros(int(fresh.sum()))
-            Wt[:, fresh] = np.maximum(c, 0.0)
+            c = XHt_t[:, new].sum(axis=0) / gsum if gsum > 0 else np.zeros(int(new.sum()))
+            Wt[:, new] = np.maximum(c, 0.0)
         if (solver or self.solver) == "hals":
             _hals_rows(Wt, XHt_t, G, n_iter)
         else:

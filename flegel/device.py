@@ -27,13 +27,12 @@ were calibrated on K-means; for an algorithm whose two kernels are closer in spe
 regression) the switch comes earlier than its own break-even, which costs at most numba's
 start-up once.
 
-A job whose length is known (``stop.max_iterations``) is planned instead (issue 23): the
-worker knows its shard's size before loading it (the job's validated ``SourceInfo``), so
-before any work it compares the whole job's work on the array kernel with numba's start-up
-(:meth:`KernelChoice.plan`) -- the offline choice the ski-rental rule approximates.  A job
-planned onto the compiled kernel runs it from its first block, and numba is started (its
-kernels loaded from numba's cache) while the master computes θ⁽⁰⁾ (:func:`load_ahead`), so
-neither the training clock nor a barrier pays for it.  A job
+A job whose length is known (``stop.max_iterations``) is planned instead (issue 23): once a
+worker has loaded its shard it compares the whole job's work (``max_iterations`` passes over
+the shard) with :data:`PLAN_UNITS` (:meth:`KernelChoice.plan`) -- the offline choice the
+ski-rental rule approximates.  A job planned onto the compiled kernel runs it from its first
+block, and numba is started (its kernels loaded from numba's cache) while the master computes
+θ⁽⁰⁾ (:func:`load_ahead`), so neither the training clock nor a barrier pays for it.  A job
 without a known length (``max_iterations: null``, a time limit) keeps the ski-rental rule.
 Both choices depend only on the job and the shard's size: the same blocks run the same
 kernel in every run (bit-for-bit determinism under BSP).
@@ -173,7 +172,7 @@ def load_ahead(algorithm: object, n_points: int, n_features: int, dtype: np.dtyp
     """
     if not isinstance(algorithm, DeviceKernels):
         return False
-    if not algorithm.plan_kernels(n_points, n_features, passes) or algorithm.xp is not np:
+    if not algorithm.plan_kernels(n_points, n_features, passes):
         return False
     if not first:
         from flegel.jit import cache_is_cold
