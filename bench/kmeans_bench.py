@@ -30,8 +30,9 @@ With ``--short`` it measures the short job of issue 23 instead: a whole ``flegel
 the same centres, against scikit-learn's Lloyd iteration measured right before each run:
 
 * per iteration = the run's training wall time (``timings.train_s``: the first pass, every
-  barrier, the kernel choice's costs) / iterations; the ratio to scikit-learn per round, and
-  the median over ``--repeats`` rounds (target <= 1.0);
+  barrier, the kernel choice's costs) / iterations; the headline ratio is the fastest run's
+  against the fastest scikit-learn iteration of the same ``--repeats`` alternated rounds
+  (target <= 1.0), and each round's ratio is printed too;
 * the same job with ``kernel: array`` (the NumPy kernel throughout) and, without
   ``--no-cold``, one cold first run: ``kernel: auto`` with an empty numba cache
   (``NUMBA_CACHE_DIR`` a new folder), its compile phase and job wall time;
@@ -280,23 +281,29 @@ def short_main(args: argparse.Namespace) -> None:
     load_after = os.getloadavg()
     med = {key: float(np.median([rd[key] for rd in rounds]))
            for key in ("sk", "ratio_auto", "ratio_array")}
-    per_it = {kind: float(np.median([rd[kind]["train"] / rd[kind]["iterations"]
-                                     for rd in rounds])) for kind in ("auto", "array")}
+    # the headline, as this script's other figures: the fastest of the alternated repeats,
+    # flegel's against scikit-learn's (on shared cores the median swings 2x between runs)
+    sk_best = min(rd["sk"] for rd in rounds)
+    per_it = {kind: min(rd[kind]["train"] / rd[kind]["iterations"] for rd in rounds)
+              for kind in ("auto", "array")}
+    best = {kind: per_it[kind] / sk_best for kind in per_it}
     print(f"K-means, a short job: {args.points:,} x {args.features} float64, K = {k}, "
           f"{r} iterations, BSP full batch, 1 worker, 1 thread")
-    print(f"  scikit-learn Lloyd iteration : {med['sk'] * 1e3:9.1f} ms   (median of rounds)")
+    print(f"  scikit-learn Lloyd iteration : {sk_best * 1e3:9.1f} ms   (fastest of "
+          f"{len(rounds)} rounds; median {med['sk'] * 1e3:.1f} ms)")
     print(f"  flegel, kernel auto          : {per_it['auto'] * 1e3:9.1f} ms per iteration "
-          f"(training wall / {r}; compile phase "
+          f"(training wall / {r}, fastest run; compile phase "
           f"{np.median([rd['auto']['compile'] for rd in rounds]):.2f} s, job wall "
-          f"{np.median([rd['auto']['wall'] for rd in rounds]):.2f} s)")
+          f"{np.median([rd['auto']['wall'] for rd in rounds]):.2f} s, medians)")
     print(f"  flegel, kernel array         : {per_it['array'] * 1e3:9.1f} ms per iteration "
           f"(compile phase {np.median([rd['array']['compile'] for rd in rounds]):.2f} s, "
-          f"job wall {np.median([rd['array']['wall'] for rd in rounds]):.2f} s)")
-    print("  rounds (auto / array / sklearn): " + "; ".join(
-        f"{rd['ratio_auto']:.2f} / {rd['ratio_array']:.2f}" for rd in rounds))
-    print(f"  ratio array kernel / sklearn : {med['ratio_array']:9.3f}")
-    print(f"  ratio 12-iteration job / scikit-learn: {med['ratio_auto']:.3f}   "
-          f"(kernel auto, median of {len(rounds)} rounds; target <= 1.0)")
+          f"job wall {np.median([rd['array']['wall'] for rd in rounds]):.2f} s, medians)")
+    print("  per round, auto / array against that round's scikit-learn: " + "; ".join(
+        f"{rd['ratio_auto']:.2f} / {rd['ratio_array']:.2f}" for rd in rounds)
+        + f" (medians {med['ratio_auto']:.2f} / {med['ratio_array']:.2f})")
+    print(f"  ratio array kernel / sklearn : {best['array']:9.3f}   (fastest / fastest)")
+    print(f"  ratio 12-iteration job / scikit-learn: {best['auto']:.3f}   (kernel auto, "
+          f"fastest / fastest of {len(rounds)} alternated rounds; target <= 1.0)")
     if cold is not None:
         print(f"  cold first run (empty numba cache): compile phase {cold['compile']:.2f} s, "
               f"training {cold['train'] / cold['iterations'] * 1e3:.1f} ms per iteration, "
@@ -310,12 +317,15 @@ def short_main(args: argparse.Namespace) -> None:
           f"({os.cpu_count()} cores)")
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "ratio": med["ratio_auto"], "target": 1.0, "ratio_array": med["ratio_array"],
-            "sk_iteration_s": med["sk"], "per_iteration_s": per_it, "rounds": rounds,
+            "ratio": best["auto"], "target": 1.0, "ratio_array": best["array"],
+            "ratio_median_rounds": med["ratio_auto"],
+            "ratio_array_median_rounds": med["ratio_array"], "sk_iteration_s": sk_best,
+            "per_iteration_s": per_it, "rounds": rounds,
             "cold": cold, "kernels": kernels, "points": args.points, "iterations": r,
             "load": [load_before[0], load_after[0]],
             "headline": f"flegel K-means {r}-iteration job (training wall / {r}) / "
-                        "scikit-learn Lloyd iteration, kernel auto, 1 thread"}, indent=1))
+                        "scikit-learn Lloyd iteration, kernel auto, 1 thread, fastest of "
+                        "rounds"}, indent=1))
 
 
 # --------------------------------------------------------------------------- main
