@@ -239,15 +239,20 @@ def bare_kernels(x: np.ndarray, c0: np.ndarray, repeats: int) -> dict[str, float
     return best
 
 
-def short_main(args: argparse.Namespace) -> None:
-    """The short job (issue 23, item 1): see the module docstring."""
-    load_before = os.getloadavg()
+def bench_data(args: argparse.Namespace) -> tuple[dict, np.ndarray, np.ndarray]:
+    """The synthetic data's spec, its points and the K starting centres both sides share."""
     spec = {"source": "synthetic", "kind": "blobs", "n_points": args.points,
             "n_features": args.features, "centers": args.clusters, "seed": 7}
     x, _ = load_shard(spec, 0, 1, ROOT)
-    k = args.clusters
-    c0 = x[np.random.default_rng(0).choice(len(x), k, replace=False)].copy()
-    r = args.iterations
+    c0 = x[np.random.default_rng(0).choice(len(x), args.clusters, replace=False)].copy()
+    return spec, x, c0
+
+
+def short_main(args: argparse.Namespace) -> None:
+    """The short job (issue 23, item 1): see the module docstring."""
+    load_before = os.getloadavg()
+    spec, x, c0 = bench_data(args)
+    k, r = args.clusters, args.iterations
     with threadpool_limits(1):
         from sklearn.cluster import KMeans as SKKMeans
         from sklearn.cluster._k_means_lloyd import lloyd_iter_chunked_dense
@@ -367,12 +372,8 @@ def main() -> None:
     if args.quick:
         args.points, args.iterations, args.repeats = 200_000, 5, 2
     load_before = os.getloadavg()
-    spec = {"source": "synthetic", "kind": "blobs", "n_points": args.points,
-            "n_features": args.features, "centers": args.clusters, "seed": 7}
-    x, _ = load_shard(spec, 0, 1, ROOT)
-    k = args.clusters
-    c0 = x[np.random.default_rng(0).choice(len(x), k, replace=False)].copy()
-    r = args.iterations
+    spec, x, c0 = bench_data(args)
+    k, r = args.clusters, args.iterations
 
     with threadpool_limits(1):
         from sklearn.cluster import KMeans as SKKMeans
