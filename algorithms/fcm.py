@@ -157,8 +157,9 @@ class FuzzyCMeans(DeviceKernels, RowKernel, Algorithm):
         Where the training kernel runs: NumPy/numba, or CuPy on the current CUDA device
         (:mod:`flegel.device`).
     kernel : {"auto", "compiled", "array"}, default="auto"
-        On the CPU: numba, the NumPy array kernel, or the array kernel until the work done
-        would have paid numba's start-up, then numba (:mod:`flegel.device`).
+        On the CPU: numba, the NumPy array kernel, or (``auto``) numba from the first block
+        when the job's known work (``max_iterations`` passes) pays its start-up, else the
+        array kernel until the work done would have, then numba (:mod:`flegel.device`).
 
     Notes
     -----

@@ -163,8 +163,9 @@ class GaussianMixture(DeviceKernels, RowKernel, Algorithm):
         Where the training kernel runs: NumPy/numba, or CuPy on the current CUDA device
         (:mod:`flegel.device`).
     kernel : {"auto", "compiled", "array"}, default="auto"
-        On the CPU: numba, the NumPy array kernel, or the array kernel until the work done
-        would have paid numba's start-up, then numba (:mod:`flegel.device`).
+        On the CPU: numba, the NumPy array kernel, or (``auto``) numba from the first block
+        when the job's known work (``max_iterations`` passes) pays its start-up, else the
+        array kernel until the work done would have, then numba (:mod:`flegel.device`).
 
     Notes
     -----
@@ -312,6 +313,11 @@ class GaussianMixture(DeviceKernels, RowKernel, Algorithm):
         its GEMMs up to a constant, b·d·K (``diag``) or b·d²·K (``full``)."""
         k = self.n_components
         return float(b * d * k * (d if self.covariance_type == "full" else 1))
+
+    def pass_units(self, n: int, d: int) -> float:
+        """Work units of a pass over ``n`` points (:meth:`work_units`), as ``kernel: auto``
+        plans a job of known length (:mod:`flegel.device`)."""
+        return self.work_units(n, d)
 
     def _update_rows(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
         """The vectorized kernel of a block; both hooks run it (one piece of math).

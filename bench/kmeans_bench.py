@@ -25,7 +25,23 @@ BLAS and OpenMP get one thread (the environment, as ``flegel run``'s launcher se
 NumPy loads: the BLAS numba's kernels call is loaded later and ``threadpool_limits`` would not
 reach it.
 
-Usage: ``python bench/kmeans_bench.py [--points N] [--quick] [--repeats R] [--daal]``
+With ``--short`` it measures the short job of issue 23 instead: a whole ``flegel run`` of
+``--iterations`` (12) BSP full-batch iterations, 1 worker, one thread, ``kernel: auto``, from
+the same centres, against scikit-learn's Lloyd iteration measured right before each run (the
+mean of ``--iterations`` Lloyd iterations in a row: the same length of job):
+
+* per iteration = the run's training wall time (``timings.train_s``: the first pass, every
+  barrier, the kernel choice's costs) / iterations; the headline ratio is the fastest run's
+  against the fastest scikit-learn iteration of the same ``--repeats`` alternated rounds
+  (target <= 1.0), and each round's ratio is printed too;
+* the same job with ``kernel: array`` (the NumPy kernel throughout) and, without
+  ``--no-cold``, one cold first run: ``kernel: auto`` with an empty numba cache
+  (``NUMBA_CACHE_DIR`` a new folder), its compile phase and job wall time;
+* the bare kernels on one call over all points, first visit and steady pass: numba, the
+  NumPy array kernel, their ratio (issue 23: array within 1.5x of numba).
+
+Usage: ``python bench/kmeans_bench.py [--points N] [--quick] [--repeats R] [--daal]``,
+``python bench/kmeans_bench.py --short [--repeats R] [--json OUT]``
 """
 
 from __future__ import annotations
@@ -42,6 +58,7 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
@@ -160,6 +177,168 @@ def daal_run(tmp: Path, spec: dict, k: int, iterations: int, repeats: int,
     return json.loads((tmp / "daal.json").read_text())
 
 
+# --------------------------------------------------------------------------- short job
+def short_run(tmp: Path, spec: dict, k: int, iterations: int, kernel: str, tag: str,
+              env: dict[str, str] | None = None) -> dict[str, float]:
+    """One whole ``flegel run`` of ``iterations`` BSP full-batch iterations, 1 worker, one
+    thread, from ``tmp/c0.npy``: its phases (``timings``), wall and final objective."""
+    job = {"algorithm": "kmeans", "params": {"n_clusters": k, "init": "c0.npy",
+                                             "kernel": kernel},
+           "data": spec, "workers": 1, "sync": {"model": "bsp", "batch": "full"},
+           "runtime": {"threads": 1}, "stop": {"max_iterations": iterations, "tolerance": None},
+           "output": {"progress": "none"}}
+    path = tmp / f"job-{tag}.yaml"
+    path.write_text(yaml.safe_dump(job))
+    out = tmp / f"run-{tag}"
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "flegel", "run", str(path), "--out", str(out)],
+                   check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
+                   env=None if env is None else {**os.environ, **env})
+    wall = time.perf_counter() - t0
+    summary = json.loads((out / "summary.json").read_text())
+    timings = summary["timings"]
+    return {"train": float(timings["train_s"]), "compile": float(timings["compile_s"]),
+            "load": float(timings["load_s"]), "wall": wall,
+            "iterations": int(summary.get("iterations") or iterations),
+            "objective": float(summary["final_objective"])}
+
+
+def bare_kernels(x: np.ndarray, c0: np.ndarray, repeats: int) -> dict[str, float]:
+    """The numba and NumPy kernels on one call over all points: first visit and steady pass
+    (the centres moved a little, as after an iteration), the fastest of ``repeats``."""
+    from flegel.algorithms import kmeans as km
+
+    ct = np.ascontiguousarray(c0.T)
+    csq = np.einsum("ij,ij->j", ct, ct)
+    k, d = c0.shape[0], x.shape[1]
+    moved = ct * 1.001, csq * 1.002
+
+    def one(fn, first: bool) -> float:
+        labels, scores = np.full(len(x), -1, dtype=np.int64), np.zeros(len(x))
+        sums, counts = np.zeros((k, d)), np.zeros(k)
+        if not first:
+            fn(x, ct, csq, labels, scores, sums, counts)
+        t0 = time.perf_counter()
+        fn(x, *moved, labels, scores, sums, counts)
+        return time.perf_counter() - t0
+
+    def numba_kernel(*a):
+        return km._assign_accumulate(*a, km._TILE)
+
+    def array_kernel(*a):
+        return km._assign_accumulate_array(np, *a, km._ARRAY_TILE)
+
+    numba_kernel(x[:8].copy(), ct, csq, np.full(8, -1, dtype=np.int64), np.zeros(8),
+                 np.zeros((k, d)), np.zeros(k))  # numba's start-up, not timed
+    best: dict[str, float] = {}
+    for _ in range(repeats):
+        for name, fn in (("numba", numba_kernel), ("array", array_kernel)):
+            for first in (True, False):
+                key = f"{name}_{'first' if first else 'steady'}"
+                best[key] = min(best.get(key, np.inf), one(fn, first))
+    return best
+
+
+def bench_data(args: argparse.Namespace) -> tuple[dict, np.ndarray, np.ndarray]:
+    """The synthetic data's spec, its points and the K starting centres both sides share."""
+    spec = {"source": "synthetic", "kind": "blobs", "n_points": args.points,
+            "n_features": args.features, "centers": args.clusters, "seed": 7}
+    x, _ = load_shard(spec, 0, 1, ROOT)
+    c0 = x[np.random.default_rng(0).choice(len(x), args.clusters, replace=False)].copy()
+    return spec, x, c0
+
+
+def short_main(args: argparse.Namespace) -> None:
+    """The short job (issue 23, item 1): see the module docstring."""
+    load_before = os.getloadavg()
+    spec, x, c0 = bench_data(args)
+    k, r = args.clusters, args.iterations
+    with threadpool_limits(1):
+        from sklearn.cluster import KMeans as SKKMeans
+        from sklearn.cluster._k_means_lloyd import lloyd_iter_chunked_dense
+
+        def sk_iteration() -> float:
+            """scikit-learn's Lloyd iteration over the same length of job: ``r``
+            iterations in a row from ``c0`` (the loop ``KMeans.fit`` runs), their mean, so
+            both sides are timed over a similar stretch of a shared machine's load."""
+            w, old, new = np.ones(len(x)), c0.copy(), np.zeros_like(c0)
+            wic, labels, shift = np.zeros(k), np.zeros(len(x), dtype=np.int32), np.zeros(k)
+            t0 = time.perf_counter()
+            for _ in range(r):
+                lloyd_iter_chunked_dense(x, w, old, new, wic, labels, shift, 1, True)
+                old, new = new, old
+            return (time.perf_counter() - t0) / r
+
+        SKKMeans(k, init=c0, n_init=1, max_iter=1).fit(x[:1000])  # warm-up
+        kernels = bare_kernels(x, c0, max(2, args.repeats))
+    rounds: list[dict[str, Any]] = []
+    cold: dict[str, float] | None = None
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        np.save(tmp / "c0.npy", c0)
+        short_run(tmp, spec, k, r, "auto", "warm-up")  # a warm install: numba's cache filled
+        for i in range(args.repeats):
+            with threadpool_limits(1):
+                sk = sk_iteration()
+            auto = short_run(tmp, spec, k, r, "auto", f"auto-{i}")
+            array = short_run(tmp, spec, k, r, "array", f"array-{i}")
+            rounds.append({"sk": sk, "auto": auto, "array": array,
+                           "ratio_auto": auto["train"] / auto["iterations"] / sk,
+                           "ratio_array": array["train"] / array["iterations"] / sk})
+        if not args.no_cold:
+            (tmp / "numba-cache").mkdir()
+            cold = short_run(tmp, spec, k, r, "auto", "cold",
+                             env={"NUMBA_CACHE_DIR": str(tmp / "numba-cache")})
+    load_after = os.getloadavg()
+    med = {key: float(np.median([rd[key] for rd in rounds]))
+           for key in ("sk", "ratio_auto", "ratio_array")}
+    # the headline, as this script's other figures: the fastest of the alternated repeats,
+    # flegel's against scikit-learn's (on shared cores the median swings 2x between runs)
+    sk_best = min(rd["sk"] for rd in rounds)
+    per_it = {kind: min(rd[kind]["train"] / rd[kind]["iterations"] for rd in rounds)
+              for kind in ("auto", "array")}
+    best = {kind: per_it[kind] / sk_best for kind in per_it}
+    print(f"K-means, a short job: {args.points:,} x {args.features} float64, K = {k}, "
+          f"{r} iterations, BSP full batch, 1 worker, 1 thread")
+    print(f"  scikit-learn Lloyd iteration : {sk_best * 1e3:9.1f} ms   (fastest of "
+          f"{len(rounds)} rounds; median {med['sk'] * 1e3:.1f} ms)")
+    print(f"  flegel, kernel auto          : {per_it['auto'] * 1e3:9.1f} ms per iteration "
+          f"(training wall / {r}, fastest run; compile phase "
+          f"{np.median([rd['auto']['compile'] for rd in rounds]):.2f} s, job wall "
+          f"{np.median([rd['auto']['wall'] for rd in rounds]):.2f} s, medians)")
+    print(f"  flegel, kernel array         : {per_it['array'] * 1e3:9.1f} ms per iteration "
+          f"(compile phase {np.median([rd['array']['compile'] for rd in rounds]):.2f} s, "
+          f"job wall {np.median([rd['array']['wall'] for rd in rounds]):.2f} s, medians)")
+    print("  per round, auto / array against that round's scikit-learn: " + "; ".join(
+        f"{rd['ratio_auto']:.2f} / {rd['ratio_array']:.2f}" for rd in rounds)
+        + f" (medians {med['ratio_auto']:.2f} / {med['ratio_array']:.2f})")
+    print(f"  ratio array kernel / sklearn : {best['array']:9.3f}   (fastest / fastest)")
+    print(f"  ratio 12-iteration job / scikit-learn: {best['auto']:.3f}   (kernel auto, "
+          f"fastest / fastest of {len(rounds)} alternated rounds; target <= 1.0)")
+    if cold is not None:
+        print(f"  cold first run (empty numba cache): compile phase {cold['compile']:.2f} s, "
+              f"training {cold['train'] / cold['iterations'] * 1e3:.1f} ms per iteration, "
+              f"job wall {cold['wall']:.2f} s")
+    print(f"  bare kernels, one call over all points (numba / NumPy array, ms): first visit "
+          f"{kernels['numba_first'] * 1e3:.1f} / {kernels['array_first'] * 1e3:.1f} "
+          f"({kernels['array_first'] / kernels['numba_first']:.2f}x), steady "
+          f"{kernels['numba_steady'] * 1e3:.1f} / {kernels['array_steady'] * 1e3:.1f} "
+          f"({kernels['array_steady'] / kernels['numba_steady']:.2f}x; target <= 1.5x)")
+    print(f"  load average before / after  : {load_before[0]:.2f} / {load_after[0]:.2f}  "
+          f"({os.cpu_count()} cores)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "ratio": best["auto"], "target": 1.0, "ratio_array": best["array"],
+            "ratio_median_rounds": med["ratio_auto"],
+            "ratio_array_median_rounds": med["ratio_array"], "sk_iteration_s": sk_best,
+            "per_iteration_s": per_it, "rounds": rounds,
+            "cold": cold, "kernels": kernels, "points": args.points, "iterations": r,
+            "load": [load_before[0], load_after[0]],
+            "headline": f"flegel K-means {r}-iteration job (training wall / {r}) / "
+                        "scikit-learn Lloyd iteration, kernel auto, 1 thread, fastest of "
+                        "rounds"}, indent=1))
+
+
 # --------------------------------------------------------------------------- main
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -174,19 +353,27 @@ def main() -> None:
     ap.add_argument("--daal-python", default=sys.executable,
                     help="the Python that has daal4py (default: this one)")
     ap.add_argument("--daal-worker", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--short", action="store_true",
+                    help="the short job of issue 23: a whole 12-iteration run, kernel auto")
+    ap.add_argument("--no-cold", action="store_true",
+                    help="with --short: skip the cold first run (empty numba cache)")
+    ap.add_argument("--json", help="with --short: write the figures to this file")
     args = ap.parse_args()
     if args.daal_worker is not None:
         daal_worker(args.daal_worker)
         return
+    if args.short:
+        if "--iterations" not in sys.argv:
+            args.iterations = 12
+        if args.quick:
+            args.repeats = 2
+        short_main(args)
+        return
     if args.quick:
         args.points, args.iterations, args.repeats = 200_000, 5, 2
     load_before = os.getloadavg()
-    spec = {"source": "synthetic", "kind": "blobs", "n_points": args.points,
-            "n_features": args.features, "centers": args.clusters, "seed": 7}
-    x, _ = load_shard(spec, 0, 1, ROOT)
-    k = args.clusters
-    c0 = x[np.random.default_rng(0).choice(len(x), k, replace=False)].copy()
-    r = args.iterations
+    spec, x, c0 = bench_data(args)
+    k, r = args.clusters, args.iterations
 
     with threadpool_limits(1):
         from sklearn.cluster import KMeans as SKKMeans

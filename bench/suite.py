@@ -244,6 +244,34 @@ def _kmeans(doc: dict[str, Any] | None, out: str) -> list[Reading]:
                     f"{size.group(1) if size else '?'}, K=16, 1 thread (issue 14's target 0.8)")]
 
 
+# Issue 23 (i23k): each algorithm's iteration against scikit-learn's ------------------------
+def _kmeans_short(doc: dict[str, Any] | None, out: str) -> list[Reading]:
+    """``kmeans_bench.py --short``: the 12-iteration K-means job against scikit-learn."""
+    assert doc is not None
+    return [Reading("", doc.get("ratio"), 1.0, "<=",
+                    f"flegel K-means {doc.get('iterations')}-iteration job (training wall / "
+                    f"iterations, kernel auto, warm install) / scikit-learn Lloyd iteration, "
+                    f"{doc.get('points', 0):,} x 28, K=16, 1 thread, fastest of rounds")]
+
+
+#: ``algorithms_bench.py --vs-sklearn`` rows the suite shows: key -> (label, target).
+VS_SKLEARN = {"kmeans": ("kmeans-steady", 0.6), "gmm": ("gmm", 1.0), "nmf": ("nmf", 1.0),
+              "nmf_mu": ("nmf-mu", 1.0), "logreg": ("logreg", None)}
+
+
+def _vs_sklearn(doc: dict[str, Any] | None, out: str) -> list[Reading]:
+    """``algorithms_bench.py --vs-sklearn``: a flegel full-batch iteration / scikit-learn's."""
+    assert doc is not None
+    rows = {r["key"]: r for r in doc.get("rows", [])}
+    readings = []
+    for key, (label, target) in VS_SKLEARN.items():
+        r = rows.get(key)
+        readings.append(Reading(label, None if r is None else r["ratio"], target, "<=",
+                                "missing from the output" if r is None else
+                                f"{r['algorithm']} {r['data']} / {r['reference']}, 1 thread"))
+    return readings
+
+
 def _generic(doc: dict[str, Any] | None, out: str) -> list[Reading]:
     """A script whose figures the suite does not define (``gpu_bench.py``, not the suite's):
     its ``--json`` document's ``ratio``, ``target`` and ``headline`` (what the ratio is),
@@ -318,6 +346,11 @@ BENCHES: list[Bench] = [
     Bench("fsp-speedup", "bench/fsp_speedup.py", (), (), _fsp_speedup, 300, 300),
     Bench("zipline", "bench/zipline_bench.py", ("--quick",), (), _zipline, 600, 1800,
           when="full"),
+    # issue 23 (i23k): iterations against scikit-learn
+    Bench("kmeans-short", "bench/kmeans_bench.py", ("--short", "--quick", "--no-cold"),
+          ("--short",), _kmeans_short, 600, 1200),
+    Bench("vs-sklearn", "bench/algorithms_bench.py", ("--vs-sklearn", "--quick"),
+          ("--vs-sklearn",), _vs_sklearn, 600, 1200),
     Bench("migration", "bench/migration_bench.py",
           ("--quick", "--algorithms", "kmeans", "--settings", "injected"),
           ("--algorithms", "kmeans,logreg", "--settings", "injected"), _migration, 1200,

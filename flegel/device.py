@@ -27,10 +27,20 @@ were calibrated on K-means; for an algorithm whose two kernels are closer in spe
 regression) the switch comes earlier than its own break-even, which costs at most numba's
 start-up once.
 
-The block that switches pays numba's start-up inside it (about 0.7 s; seconds on a cold
-cache, when every worker compiles): under FSP the barrier that block is answering waits for
-it, once per run.  Set ``kernel: compiled`` to pay it before training starts instead (the
-worker warm-up), as before.
+A job whose length is known (``stop.max_iterations``) is planned instead (issue 23): once a
+worker has loaded its shard it compares the whole job's work (``max_iterations`` passes over
+the shard) with :data:`PLAN_UNITS` (:meth:`KernelChoice.plan`) -- the offline choice the
+ski-rental rule approximates.  A job planned onto the compiled kernel runs it from its first
+block, and numba is started (its kernels loaded from numba's cache) while the master computes
+θ⁽⁰⁾ (:func:`load_ahead`), so neither the training clock nor a barrier pays for it.  A job
+without a known length (``max_iterations: null``, a time limit) keeps the ski-rental rule.
+Both choices depend only on the job and the shard's size: the same blocks run the same
+kernel in every run (bit-for-bit determinism under BSP).
+
+Under the ski-rental rule the block that switches pays numba's start-up inside it (about
+0.7 s; seconds on a cold cache, when every worker compiles): under FSP the barrier that block
+is answering waits for it, once per run.  Set ``kernel: compiled`` to pay it before training
+starts instead (the worker warm-up), as before.
 """
 
 from __future__ import annotations
@@ -60,6 +70,14 @@ GPU_HINT = "install the GPU extra, e.g. pip install 'flegel[gpu]' (CuPy for CUDA
 #: (about 15 such passes) is where renting the slower kernel has cost the price of buying
 #: the faster one.
 SWITCH_UNITS = 7.0e9
+
+#: Planned work units from which ``kernel: auto`` runs the compiled kernel from the first block
+#: of a job of known length (:meth:`KernelChoice.plan`).  Half of :data:`SWITCH_UNITS`: the
+#: plan starts numba before training, while the master computes θ⁽⁰⁾ (:func:`load_ahead`),
+#: which hides part of its start-up (all of it behind a k-means++ seeding with restarts) and
+#: keeps it off the training clock; the ski-rental rule pays it in a block.  The 12-iteration
+#: 1M x 28, K = 16 K-means job (5.4e9 units) is planned onto numba (docs/benchmarks.md).
+PLAN_UNITS = SWITCH_UNITS / 2
 
 #: Set once the ``device: auto`` fallback has been reported, so the ranks a launcher starts
 #: (they inherit its environment) do not repeat the line.
@@ -135,6 +153,36 @@ def compiles_at_start(algorithm: object) -> bool:
     return True
 
 
+def load_ahead(algorithm: object, n_points: int, n_features: int, dtype: np.dtype,
+               passes: int | None, first: bool = True) -> bool:
+    """Plan ``algorithm``'s kernel for ``passes`` passes over its ``n_points`` points
+    (:meth:`DeviceKernels.plan_kernels`) and, when the compiled kernel runs from the first
+    call, load it now (:meth:`DeviceKernels.load_compiled`).  Returns whether it loaded.
+
+    A worker calls this between sending its sample and receiving θ⁽⁰⁾: numba starts while
+    the master computes θ⁽⁰⁾, not on the training clock.  (A thread loading it while the
+    shard loads was measured and dropped: both hold the GIL most of the time, and the 1M x 28
+    synthetic shard then loaded in 3.8-4.8 s where loading and numba one after the other took
+    2.6-3.3 s.)  Under BSP full batch an iteration is one pass per worker (elsewhere about
+    one or less: the plan then errs towards numba, which costs at most its start-up).
+
+    ``first``: this is the first worker.  On a cold numba cache only the first compiles (n
+    workers compiling the same kernels at once cost n times the CPU); the others load from
+    the cache after it has (``flegel/run.py``'s warm-up).
+    """
+    if not isinstance(algorithm, DeviceKernels):
+        return False
+    if not algorithm.plan_kernels(n_points, n_features, passes):
+        return False
+    if not first:
+        from flegel.jit import cache_is_cold
+
+        if cache_is_cold(type(algorithm).__module__):
+            return False
+    algorithm.load_compiled(n_features, dtype)
+    return True
+
+
 def to_host(a: Any) -> np.ndarray:
     """A NumPy array of a NumPy or CuPy array (a device-to-host copy for CuPy)."""
     if not isinstance(a, np.ndarray) and hasattr(a, "get"):
@@ -163,6 +211,21 @@ class KernelChoice:
         self.switch_units = switch_units
         #: Work done on the array kernel so far (``"auto"``).
         self.units = 0.0
+        #: ``"auto"`` planned onto the compiled kernel from the start (:meth:`plan`).
+        self.planned = False
+
+    def plan(self, units: float | None, plan_units: float = PLAN_UNITS) -> bool:
+        """Plan ``"auto"`` for a job of ``units`` work units in all (None: unknown length).
+
+        A job of at least ``plan_units`` runs the compiled kernel from its first call; a
+        shorter one starts on the array kernel and keeps the ski-rental meter (a job may do
+        more work than planned: an FSP iteration can be more than one pass).  Returns whether
+        the compiled kernel runs from the first call (``"compiled"``, or ``"auto"`` planned
+        onto it).
+        """
+        if self.kernel == "auto" and units is not None and units >= plan_units:
+            self.planned = True
+        return self.kernel == "compiled" or self.planned
 
     def compiled(self, units: float) -> bool:
         """Whether the compiled kernel should run a call of ``units`` work units.
@@ -173,7 +236,7 @@ class KernelChoice:
         """
         if self.kernel != "auto":
             return self.kernel == "compiled"
-        if self.units >= self.switch_units:
+        if self.planned or self.units >= self.switch_units:
             return True
         self.units += units
         return False
@@ -212,8 +275,37 @@ class DeviceKernels:
 
     def compiles_at_start(self) -> bool:
         """Whether the first kernel call runs the compiled kernel (so numba starts then):
-        ``kernel: compiled`` on the CPU."""
-        return self.kernel == "compiled" and self.xp is np
+        ``kernel: compiled`` on the CPU, or ``auto`` planned onto it (:meth:`plan_kernels`)."""
+        return (self.kernel == "compiled" or self._choice.planned) and self.xp is np
+
+    def pass_units(self, n: int, d: int) -> float:
+        """Work units (module docstring) of a pass over ``n`` points of ``d`` features, as
+        :meth:`plan_kernels` counts them: n·d unless the algorithm says better (K-means:
+        n·d·K; an underestimate only plans the compiled kernel for fewer jobs)."""
+        return float(n * d)
+
+    def plan_kernels(self, n_points: int, n_features: int, passes: int | None) -> bool:
+        """Plan ``kernel: auto`` for ``passes`` passes over ``n_points`` points (None: a job
+        of unknown length), :meth:`KernelChoice.plan`; return whether the compiled kernel
+        runs from the first call (then :func:`load_ahead` loads it before training)."""
+        if self.xp is not np:
+            return False
+        units = None if passes is None else passes * self.pass_units(n_points, n_features)
+        return self._choice.plan(units)
+
+    def load_compiled(self, n_features: int, dtype: np.dtype) -> None:
+        """Start numba and load this algorithm's compiled kernels for data of ``n_features``
+        columns of ``dtype`` (:func:`load_ahead`).
+
+        The default makes the numba dispatchers of the algorithm's module (imports numba);
+        an algorithm that can call its kernels on a few dummy points does so, which loads
+        their machine code from numba's cache (or compiles it) too.
+        """
+        from flegel.jit import LazyKernel
+
+        for value in vars(sys.modules[type(self).__module__]).values():
+            if isinstance(value, LazyKernel):
+                value.dispatcher()
 
     def use_compiled(self, units: float) -> bool:
         """Whether the next kernel call, of ``units`` work units, runs the compiled kernel:

@@ -36,7 +36,7 @@ from mpi4py import MPI
 
 from flegel.api import Algorithm, DataInfo, zero_aggregator
 from flegel.block import Block
-from flegel.device import compiles_at_start
+from flegel.device import compiles_at_start, load_ahead
 from flegel.jit import cache_is_cold
 from flegel.job.errors import JobError
 from flegel.job.job import Job
@@ -157,6 +157,9 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
                            "sample": sx, "sample_y": sy,
                            "n_classes": None if y is None else int(np.max(y)) + 1,
                            "load_s": time.perf_counter() - t0}, dest=0)
+    # kernel: auto planned from the job's length; numba starts while the master computes θ⁽⁰⁾
+    load_ahead(algorithm, len(x), x.shape[1], x.dtype, job.stop.max_iterations,
+               first=comm.rank == 1)
     layouts = msg.recv_object(comm, source=0)[0]
     # A resumed job: this worker's part of the checkpoint (flegel/rundir/checkpoint.py).
     resumed = msg.recv_object(comm, source=0)[0] if layouts.get("resume") else None

@@ -160,3 +160,22 @@ def test_a_script_the_suite_does_not_own_is_read_from_ratio_and_headline(
     assert none.value is None
     (text,) = suite._generic(None, "x\n  ratio gpu / cpu : 0.40 (target <= 0.5)\n")
     assert (text.value, text.target) == (0.40, 0.5)
+
+
+def test_issue_23_iterations_against_scikit_learn_are_read(suite: ModuleType) -> None:
+    """kmeans_bench.py --short and algorithms_bench.py --vs-sklearn --json (issue 23)."""
+    (short,) = suite._kmeans_short({"ratio": 0.71, "iterations": 12, "points": 1_000_000}, "")
+    assert (short.value, short.target, short.op) == (0.71, 1.0, "<=")
+    assert "12-iteration job" in short.note and "1,000,000 x 28" in short.note
+    doc = {"rows": [{"key": "gmm", "ratio": 0.5, "algorithm": "GMM diag K=8",
+                     "data": "300000x20", "reference": "sklearn GaussianMixture EM"},
+                    {"key": "nmf", "ratio": 1.3, "algorithm": "NMF r=10 hals",
+                     "data": "20000x200", "reference": "sklearn NMF mu iteration"}]}
+    got = {r.label: r for r in suite._vs_sklearn(doc, "")}
+    assert {"kmeans-steady", "gmm", "nmf", "nmf-mu", "logreg"} <= set(got)
+    assert (got["gmm"].value, got["gmm"].target) == (0.5, 1.0)
+    assert suite.judge(got["nmf"].value, got["nmf"].target, got["nmf"].op) == "missed"
+    assert got["kmeans-steady"].value is None and "missing" in got["kmeans-steady"].note
+    assert got["logreg"].target is None
+    names = {b.name: b for b in suite.BENCHES}
+    assert names["kmeans-short"].json and names["vs-sklearn"].json

@@ -70,6 +70,46 @@ def test_kernel_choice_fixed_and_auto_switch_at_a_fixed_amount_of_work() -> None
     assert [again.compiled(30.0) for _ in range(6)] == used  # the same calls, the same switch
 
 
+def test_a_job_of_known_length_is_planned_before_its_first_call() -> None:
+    """kernel: auto with the job's whole work known: numba from the first call when it is at
+    least PLAN_UNITS, else the array kernel with the ski-rental meter still running."""
+    long = dev.KernelChoice("auto", switch_units=100.0)
+    assert long.plan(dev.PLAN_UNITS) and long.planned
+    assert [long.compiled(30.0) for _ in range(3)] == [True, True, True]
+    short = dev.KernelChoice("auto", switch_units=100.0)
+    assert not short.plan(dev.PLAN_UNITS / 2)
+    assert [short.compiled(30.0) for _ in range(6)] == [False, False, False, False, True, True]
+    unknown = dev.KernelChoice("auto")
+    assert not unknown.plan(None) and not unknown.compiled(1.0)
+    assert dev.KernelChoice("compiled").plan(None)
+    assert not dev.KernelChoice("array").plan(1e30)
+
+
+def test_kmeans_plans_the_short_job_of_issue_23_onto_numba() -> None:
+    """12 iterations of 1M x 28, K = 16 (5.4e9 units) run numba from the first block; a small
+    fit never starts it; a job without max_iterations keeps the meter."""
+    job = KMeans(n_clusters=16)
+    assert not job.compiles_at_start()
+    assert job.plan_kernels(1_000_000, 28, 12) and job.compiles_at_start()
+    assert job.use_compiled(1.0)
+    small = KMeans(n_clusters=2)
+    assert not small.plan_kernels(30, 3, 100) and not small.compiles_at_start()
+    assert not KMeans(n_clusters=16).plan_kernels(1_000_000, 28, None)
+    assert not KMeans(n_clusters=16, kernel="array").plan_kernels(1_000_000, 28, 12)
+
+
+def test_load_ahead_loads_the_planned_kernel_for_the_data_type() -> None:
+    """The worker's load before θ⁽⁰⁾ (flegel/run.py): numba's dispatcher is made and called
+    on a few zeros of the data's type, so the first block finds it loaded."""
+    from flegel.algorithms import kmeans as km
+
+    assert not dev.load_ahead(KMeans(n_clusters=2), 30, 3, np.dtype(np.float64), 100)
+    assert dev.load_ahead(KMeans(n_clusters=3), 1_000_000, 28, np.dtype(np.float32), 1000)
+    kernel = km._assign_accumulate  # serial, or parallel when numba runs several threads
+    loaded = [d for d in (kernel.dispatcher(), kernel._parallel) if d is not None]
+    assert any(sig[0].dtype.name == "float32" for d in loaded for sig in d.signatures)
+
+
 @pytest.mark.parametrize("kernel", ["array", "auto"])
 def test_kmeans_array_kernel_matches_the_compiled_one(blobs: np.ndarray, kernel: str) -> None:
     ref_theta, ref_state, ref_obj = lloyd_passes(KMeans(n_clusters=4, kernel="compiled"),
