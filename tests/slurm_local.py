@@ -16,6 +16,7 @@ Every wait here is bounded; `LocalSlurm.logs` gives the daemons' logs for a fail
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -31,6 +32,10 @@ PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "sinfo", "squeue", "scont
 
 #: Seconds a daemon has to come up (its socket, or the node idle in ``sinfo``).
 START_S = 30.0
+
+#: Slurm's KillWait: seconds between a cancelled job's SIGTERM and SIGKILL (flegel's master
+#: saves θ and ends the job well within it).
+KILL_WAIT_S = 10
 
 #: Seconds a daemon has to end after SIGTERM before it is killed.
 STOP_S = 10.0
@@ -71,6 +76,35 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _fnv1a(text: str) -> int:
+    """32-bit FNV-1a, as MPICH hashes a PMI job ID into its world ID."""
+    h = 0x811C9DC5
+    for byte in text.encode():
+        h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
+def mpich_segments(job_id: str, steps: int = 4) -> list[Path]:
+    """The shared-memory segments MPICH (>= 4.2) names for the steps of a Slurm job.
+
+    Under Slurm's PMI2 the PMI job ID of step S of job J is ``J.S``; MPICH names its
+    node's segment ``/dev/shm/mpich_shm_<FNV-1a of the job ID>_<node>``.  A rank that
+    ends without ``MPI_Finalize`` (``MPI_Abort``, SIGKILL) leaves it behind, and a later
+    job with the same ID -- every fresh test cluster starts at the same ``FirstJobId`` --
+    opens the stale segment and hangs in ``MPI_Init``.
+    """
+    return [Path(f"/dev/shm/mpich_{kind}_{_fnv1a(f'{job_id}.{step}'):x}_0")
+            for step in range(steps) for kind in ("shm", "vci")]
+
+
 def _wait_for(what: str, ready: Callable[[], bool], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not ready():
@@ -95,6 +129,10 @@ class LocalSlurm:
         self.conf = folder / "slurm.conf"
         self.munge_socket = folder / "munge" / "munge.socket.2"
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        # Job IDs unlike the last cluster's, so that no job meets what a killed one left
+        # under its ID (mpich_segments); the ones submitted, to clean those up.
+        self.first_job_id = random.randrange(1_000, 60_000_000)
+        self.job_ids: list[str] = []
 
     # ------------------------------------------------------------------ start
 
@@ -150,6 +188,7 @@ class LocalSlurm:
         self.conf.write_text(f"""\
 # A one-node cluster for flegel's tests (tests/slurm_local.py).
 ClusterName=flegeltest
+FirstJobId={self.first_job_id}
 SlurmctldHost={self.node}(127.0.0.1)
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
@@ -182,7 +221,7 @@ MpiDefault=none
 ReturnToService=2
 SlurmdTimeout=30
 InactiveLimit=0
-KillWait=5
+KillWait={KILL_WAIT_S}
 NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=10 State=UP
 """)
@@ -210,6 +249,22 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=10 State=UP
 
     # ------------------------------------------------------------------ use and stop
 
+    def sbatch(self, args: list[str], cwd: Path, env: dict[str, str]) -> str:
+        """Submit a batch job; its ID."""
+        proc = subprocess.run([_which("sbatch"), "--parsable", *args], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=30)
+        if proc.returncode != 0:
+            raise RuntimeError(f"sbatch {' '.join(args)} failed: {proc.stderr}\n{self.logs()}")
+        self.job_ids.append(proc.stdout.strip().split(";")[0])
+        return self.job_ids[-1]
+
+    def queued(self) -> list[str]:
+        """IDs of the jobs pending, running or completing."""
+        return self._client(["squeue", "-h", "-o", "%i"]).stdout.split()
+
+    def scancel(self, job_id: str, *options: str) -> None:
+        self._client(["scancel", *options, job_id]).check_returncode()
+
     def sbatch_wait(self, args: list[str], cwd: Path, timeout: float,
                     env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """``sbatch --wait ARGS``, bounded: on timeout the job is cancelled and waited for."""
@@ -225,8 +280,10 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=10 State=UP
             except subprocess.TimeoutExpired:
                 proc.kill()
                 out, err = proc.communicate()
+            self.job_ids += out.split(";")[0].split()  # "ID[;cluster]"
             raise TimeoutError(f"sbatch --wait {' '.join(args)}: job not over within "
                                f"{timeout:.0f} s (cancelled)\n{out}{err}") from None
+        self.job_ids += out.split(";")[0].split()  # "ID[;cluster]"
         return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
     def logs(self, lines: int = 40) -> str:
@@ -261,19 +318,28 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=10 State=UP
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        for job_id in self.job_ids:
+            for segment in mpich_segments(job_id):
+                segment.unlink(missing_ok=True)
 
     def _cancel_all(self) -> None:
         try:
-            jobs = self._client(["squeue", "-h", "-o", "%i"]).stdout.split()
+            jobs = self.queued()
             if jobs:
                 self._client(["scancel", "--full", *jobs])
-                _wait_for("cancelled jobs", lambda: not self._client(
-                    ["squeue", "-h", "-o", "%i"]).stdout.strip(), STOP_S)
+                _wait_for("cancelled jobs", lambda: not self.queued(), STOP_S)
         except (subprocess.TimeoutExpired, TimeoutError):
             pass  # the daemons are ended next regardless, and their leftovers killed
 
+    def job_processes(self) -> list[int]:
+        """PIDs of the processes of its jobs (``slurmstepd``, the script, the ranks)."""
+        daemons = {proc.pid for proc in self._procs.values()}
+        return [pid for pid in self.leftovers() if pid not in daemons
+                and _parent(pid) != self._procs["slurmctld"].pid]  # its slurmscriptd
+
     def leftovers(self) -> list[int]:
-        """PIDs of processes started for this cluster still alive (none once stopped)."""
+        """PIDs of processes started for this cluster still alive, daemons included (none
+        once stopped): they carry its ``SLURM_CONF``."""
         mark = f"SLURM_CONF={self.conf}".encode()
         pids = []
         for entry in Path("/proc").iterdir():

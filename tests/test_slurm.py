@@ -12,9 +12,11 @@ module is done.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +29,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.mpi]
 
 #: Tasks of the small job: the master and 2 workers (the job file says 1: the ranks decide).
 TASKS = 3
+
+#: Slurm's KillWait here: seconds between a cancelled job's SIGTERM and SIGKILL.
+KILL_WAIT_S = slurm_local.KILL_WAIT_S
 
 #: Seconds one batch job may take, queueing included (a tiny job takes a few).
 JOB_S = 90
@@ -65,9 +70,8 @@ def reference(job: Path) -> Path:
     return out
 
 
-@pytest.mark.parametrize("launch", ["srun", "mpiexec"])
-def test_batch_script_runs_under_slurm(slurm: slurm_local.LocalSlurm, job: Path,
-                                       reference: Path, tmp_path: Path, launch: str) -> None:
+def _submit_env(slurm: slurm_local.LocalSlurm, tmp_path: Path, launch: str) -> dict[str, str]:
+    """The environment sbatch passes on to the job: flegel importable, this Python."""
     if launch == "srun" and "pmi2" not in slurm.mpi_plugins():
         pytest.skip("this Slurm's srun has no pmi2 plugin (srun --mpi=list)")
     env = slurm.env
@@ -75,17 +79,31 @@ def test_batch_script_runs_under_slurm(slurm: slurm_local.LocalSlurm, job: Path,
         "_NUM_THREADS")})
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"  # mpiexec beside python
     env.update(FLEGEL_LAUNCH=launch, FLEGEL_PYTHON=sys.executable, TMPDIR=str(tmp_path))
+    return env
+
+
+def _batch(tmp_path: Path, job: Path, out: Path) -> list[str]:
+    """sbatch's arguments: the script's #SBATCH lines ask for 17 tasks on 4 nodes, these
+    override them for this one node (--overcommit: more tasks than CPUs; waiting ranks
+    sleep)."""
+    return ["--nodes=1", f"--ntasks={TASKS}", "--overcommit", "--time=2",
+            f"--output={tmp_path}/slurm-%j.out", f"--chdir={tmp_path}",
+            str(ROOT / "deploy" / "slurm.sbatch"), str(job), "--out", str(out)]
+
+
+def _output(tmp_path: Path, job_id: str) -> str:
+    path = tmp_path / f"slurm-{job_id}.out"
+    return path.read_text() if path.exists() else "(no job output)"
+
+
+@pytest.mark.parametrize("launch", ["srun", "mpiexec"])
+def test_batch_script_runs_under_slurm(slurm: slurm_local.LocalSlurm, job: Path,
+                                       reference: Path, tmp_path: Path, launch: str) -> None:
+    env = _submit_env(slurm, tmp_path, launch)
     out = tmp_path / "run"
-    # The script's #SBATCH lines ask for 17 tasks on 4 nodes; the command line overrides
-    # them for this one node.  --overcommit: more tasks than CPUs (waiting ranks sleep).
-    proc = slurm.sbatch_wait(
-        ["--nodes=1", f"--ntasks={TASKS}", "--overcommit", "--time=2",
-         f"--output={tmp_path}/slurm-%j.out", f"--chdir={tmp_path}",
-         str(ROOT / "deploy" / "slurm.sbatch"), str(job), "--out", str(out)],
-        cwd=tmp_path, timeout=JOB_S, env=env)
+    proc = slurm.sbatch_wait(_batch(tmp_path, job, out), cwd=tmp_path, timeout=JOB_S, env=env)
     job_id = proc.stdout.strip().split(";")[0]
-    output = (tmp_path / f"slurm-{job_id}.out")
-    text = output.read_text() if output.exists() else "(no job output)"
+    text = _output(tmp_path, job_id)
     context = (f"sbatch exited {proc.returncode}: {proc.stderr}\n--- job {job_id}'s output:\n"
                f"{text}\n{slurm.logs()}")
     assert proc.returncode == 0, context
@@ -106,3 +124,71 @@ def test_batch_script_runs_under_slurm(slurm: slurm_local.LocalSlurm, job: Path,
     if launch == "mpiexec":
         hosts = tmp_path / f"flegel-hosts.{job_id}"
         assert hosts.read_text() == f"{slurm.node}:{TASKS}\n"
+
+
+def _running(slurm: slurm_local.LocalSlurm, tmp_path: Path, launch: str
+             ) -> tuple[str, Path, Callable[[], str]]:
+    """A job that trains until stopped (60 s at most), submitted and training: its ID,
+    run directory, and what to show when a check fails."""
+    env = _submit_env(slurm, tmp_path, launch)
+    job = write_job(tmp_path / "job.yaml", algorithm="kmeans", params={"n_clusters": 4},
+                    data={"source": "synthetic", "kind": "blobs", "n_points": 8000,
+                          "n_features": 4, "centers": 4, "seed": 2},
+                    workers=1, sync={"model": "bsp", "batch": "full"},
+                    stop={"max_iterations": None, "tolerance": None, "max_time_s": 60},
+                    output={"progress": "none"})
+    out = tmp_path / "run"
+    job_id = slurm.sbatch(_batch(tmp_path, job, out), cwd=tmp_path, env=env)
+
+    def context() -> str:
+        return f"--- job {job_id}'s output:\n{_output(tmp_path, job_id)}\n{slurm.logs()}"
+
+    # RunWriter creates events.jsonl once θ⁰ exists; a moment later the clock runs.
+    deadline = time.monotonic() + JOB_S
+    while not (out / "events.jsonl").exists():
+        assert job_id in slurm.queued() and time.monotonic() < deadline, context()
+        time.sleep(0.1)
+    time.sleep(0.5)
+    return job_id, out, context
+
+
+def _gone(slurm: slurm_local.LocalSlurm, job_id: str, context: Callable[[], str]) -> float:
+    """Seconds until the job has left the queue and none of its processes is left."""
+    t0 = time.monotonic()
+    while job_id in slurm.queued() or slurm.job_processes():
+        assert time.monotonic() - t0 < KILL_WAIT_S + 10, (
+            f"left: {slurm.job_processes()}\n{context()}")
+        time.sleep(0.1)
+    return time.monotonic() - t0
+
+
+@pytest.mark.parametrize("launch", ["srun", "mpiexec"])
+def test_scancel_signal_term_saves_theta_and_ends_every_rank(
+        slurm: slurm_local.LocalSlurm, tmp_path: Path, launch: str) -> None:
+    """``scancel --signal=TERM`` (what deploy/README.md says, and what the script's
+    ``--signal=TERM@60`` sends before the time limit) signals the job's steps once: every
+    rank (srun's tasks, or the ranks under hydra's proxy, which ignores it) gets SIGTERM,
+    the master saves θ and ends the job, and nothing of it is left."""
+    job_id, out, context = _running(slurm, tmp_path, launch)
+    slurm.scancel(job_id, "--signal=TERM")
+    _gone(slurm, job_id, context)
+    model = json.loads((out / "model.json").read_text())
+    assert model["stop_reason"] == "interrupted", context()
+    with np.load(out / "model.npz") as theta:
+        assert np.isfinite(theta["centers"]).all() and theta["centers"].shape == (4, 4)
+    assert (f"flegel: interrupted by SIGTERM; last θ (iteration {model['theta_version']}) "
+            f"saved in {out}/model.npz") in _output(tmp_path, job_id), context()
+
+
+@pytest.mark.parametrize("launch", ["srun", "mpiexec"])
+def test_plain_scancel_ends_every_rank(slurm: slurm_local.LocalSlurm, tmp_path: Path,
+                                       launch: str) -> None:
+    """A plain ``scancel`` (or the time limit without ``--signal``) sends SIGTERM to every
+    process of the job at once, srun and hydra's mpiexec included, then SIGKILL after
+    KillWait: the job ends and nothing is left, θ or not (srun answers SIGTERM by killing
+    its tasks, mpiexec forwards a second SIGTERM, which ends a rank at once)."""
+    job_id, out, context = _running(slurm, tmp_path, launch)
+    slurm.scancel(job_id)
+    took = _gone(slurm, job_id, context)
+    saved = (out / "model.json").exists()
+    print(f"plain scancel, {launch}: gone in {took:.1f} s; θ saved: {saved}")
