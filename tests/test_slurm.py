@@ -85,8 +85,9 @@ def _submit_env(slurm: slurm_local.LocalSlurm, tmp_path: Path, launch: str) -> d
 def _batch(tmp_path: Path, job: Path, out: Path) -> list[str]:
     """sbatch's arguments: the script's #SBATCH lines ask for 17 tasks on 4 nodes, these
     override them for this one node (--overcommit: more tasks than CPUs; waiting ranks
-    sleep)."""
-    return ["--nodes=1", f"--ntasks={TASKS}", "--overcommit", "--time=2",
+    sleep).  5 minutes: the script's --signal=TERM@60 comes at 3 minutes at the earliest,
+    long after any job here is over."""
+    return ["--nodes=1", f"--ntasks={TASKS}", "--overcommit", "--time=5",
             f"--output={tmp_path}/slurm-%j.out", f"--chdir={tmp_path}",
             str(ROOT / "deploy" / "slurm.sbatch"), str(job), "--out", str(out)]
 
