@@ -223,7 +223,7 @@ SlurmdTimeout=30
 InactiveLimit=0
 KillWait={KILL_WAIT_S}
 NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=10 State=UP
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """)
 
     def _daemon(self, name: str, cmd: list[str], ready: Callable[[], bool]) -> None:
@@ -258,6 +258,12 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=10 State=UP
         self.job_ids.append(proc.stdout.strip().split(";")[0])
         return self.job_ids[-1]
 
+    def srun(self, args: list[str], cwd: Path, env: dict[str, str], timeout: float
+             ) -> subprocess.CompletedProcess[str]:
+        """``srun ARGS`` (an allocation of its own), bounded by ``timeout``."""
+        return subprocess.run([_which("srun"), *args], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=timeout)
+
     def queued(self) -> list[str]:
         """IDs of the jobs pending, running or completing."""
         return self._client(["squeue", "-h", "-o", "%i"]).stdout.split()
@@ -274,6 +280,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=10 State=UP
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
+            report = self.logs()  # before the cancel: why the job waited or hung
             self._cancel_all()
             try:
                 out, err = proc.communicate(timeout=STOP_S)
@@ -282,19 +289,26 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=10 State=UP
                 out, err = proc.communicate()
             self.job_ids += out.split(";")[0].split()  # "ID[;cluster]"
             raise TimeoutError(f"sbatch --wait {' '.join(args)}: job not over within "
-                               f"{timeout:.0f} s (cancelled)\n{out}{err}") from None
+                               f"{timeout:.0f} s (cancelled)\n{out}{err}\n{report}"
+                               ) from None
         self.job_ids += out.split(";")[0].split()  # "ID[;cluster]"
         return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
     def logs(self, lines: int = 40) -> str:
-        """The last ``lines`` of every daemon's output (its log, since each runs in the
-        foreground), for a failure message."""
+        """The queue and the last ``lines`` of every daemon's output (its log, since each
+        runs in the foreground), for a failure message."""
         parts = []
         for name in ("munged", "slurmctld", "slurmd"):
             path = self.folder / f"{name}.out"
             if path.exists():
                 tail = path.read_text(errors="replace").splitlines()[-lines:]
                 parts.append(f"--- {path}:\n" + "\n".join(tail))
+        if "slurmctld" in self._procs and self._procs["slurmctld"].poll() is None:
+            try:  # why a job waits (PartitionTimeLimit, Resources, ...)
+                queue = self._client(["squeue", "-o", "%i %T %r %M %j"]).stdout
+                parts.insert(0, f"--- squeue:\n{queue.rstrip()}")
+            except subprocess.TimeoutExpired:
+                pass
         return "\n".join(parts) or "(no daemon output)"
 
     def stop(self) -> None:

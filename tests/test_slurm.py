@@ -193,3 +193,19 @@ def test_plain_scancel_ends_every_rank(slurm: slurm_local.LocalSlurm, tmp_path: 
     took = _gone(slurm, job_id, context)
     saved = (out / "model.json").exists()
     print(f"plain scancel, {launch}: gone in {took:.1f} s; θ saved: {saved}")
+
+
+def test_srun_without_pmi_says_how_to_start_the_ranks(slurm: slurm_local.LocalSlurm,
+                                                      job: Path, tmp_path: Path) -> None:
+    """``srun --mpi=none``: each task is an MPI world of one; each says what to use instead
+    of starting ranks of its own (which ``flegel run`` alone would advise)."""
+    env = _submit_env(slurm, tmp_path, "mpiexec")
+    proc = slurm.srun([f"--ntasks={TASKS}", "--overcommit", "--time=5", "--mpi=none",
+                       sys.executable, "-m", "flegel", "run", str(job), "--out",
+                       str(tmp_path / "run")], cwd=tmp_path, env=env, timeout=JOB_S)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("flegel:")]
+    assert proc.returncode == 1 and lines == TASKS * [
+        f"flegel: needs at least 2 MPI ranks (a master and a worker); srun started {TASKS} "
+        "tasks but MPI did not join them: start them with 'srun --mpi=pmi2' (see 'srun "
+        "--mpi=list')"], proc.stderr
+    assert not (tmp_path / "run").exists()
