@@ -127,6 +127,26 @@ def test_batch_script_runs_under_slurm(slurm: slurm_local.LocalSlurm, job: Path,
         assert hosts.read_text() == f"{slurm.node}:{TASKS}\n"
 
 
+def test_flegel_run_alone_in_a_batch_script_starts_its_ranks(
+        slurm: slurm_local.LocalSlurm, job: Path, tmp_path: Path) -> None:
+    """A batch script of just ``flegel run`` (deploy/README.md): not under a launcher, it
+    starts the job's ``workers`` + 1 ranks itself with MPICH's mpiexec, which starts its
+    proxy with srun, as a step of the job."""
+    env = _submit_env(slurm, tmp_path, "mpiexec")
+    out = tmp_path / "run"
+    proc = slurm.sbatch_wait(
+        [f"--ntasks={TASKS}", "--overcommit", "--time=5", f"--output={tmp_path}/slurm-%j.out",
+         "--wrap", f"{sys.executable} -m flegel run {job} --out {out}"],
+        cwd=tmp_path, timeout=JOB_S, env=env)
+    job_id = proc.stdout.strip().split(";")[0]
+    context = f"{proc.stderr}\n{_output(tmp_path, job_id)}\n{slurm.logs()}"
+    assert proc.returncode == 0, context
+    s = summary(out)
+    assert s["workers"] == 1 and [w["rank"] for w in s["per_worker"]] == [1], context
+    assert re.search(rf"launch task StepId={job_id}\.0 ",
+                     (slurm.folder / "slurmd.out").read_text()), context
+
+
 def _running(slurm: slurm_local.LocalSlurm, tmp_path: Path, launch: str
              ) -> tuple[str, Path, Callable[[], str]]:
     """A job that trains until stopped (60 s at most), submitted and training: its ID,
@@ -181,18 +201,17 @@ def test_scancel_signal_term_saves_theta_and_ends_every_rank(
             f"saved in {out}/model.npz") in _output(tmp_path, job_id), context()
 
 
-@pytest.mark.parametrize("launch", ["srun", "mpiexec"])
-def test_plain_scancel_ends_every_rank(slurm: slurm_local.LocalSlurm, tmp_path: Path,
-                                       launch: str) -> None:
+def test_plain_scancel_ends_every_rank(slurm: slurm_local.LocalSlurm, tmp_path: Path) -> None:
     """A plain ``scancel`` (or the time limit without ``--signal``) sends SIGTERM to every
-    process of the job at once, srun and hydra's mpiexec included, then SIGKILL after
-    KillWait: the job ends and nothing is left, θ or not (srun answers SIGTERM by killing
-    its tasks, mpiexec forwards a second SIGTERM, which ends a rank at once)."""
-    job_id, out, context = _running(slurm, tmp_path, launch)
+    process of the job at once, then SIGKILL after KillWait: the job ends and nothing is
+    left, θ or not (srun answers SIGTERM by killing its tasks, and hydra's mpiexec forwards
+    a second SIGTERM, which ends a rank at once: a race with the master's save).  Under
+    mpiexec, whose proxies and ranks are furthest from Slurm's own launch; srun's tasks are
+    Slurm's (the --signal=TERM case above ends them)."""
+    job_id, out, context = _running(slurm, tmp_path, "mpiexec")
     slurm.scancel(job_id)
     took = _gone(slurm, job_id, context)
-    saved = (out / "model.json").exists()
-    print(f"plain scancel, {launch}: gone in {took:.1f} s; θ saved: {saved}")
+    print(f"plain scancel: gone in {took:.1f} s; θ saved: {(out / 'model.json').exists()}")
 
 
 def test_srun_without_pmi_says_how_to_start_the_ranks(slurm: slurm_local.LocalSlurm,
