@@ -2,8 +2,9 @@
 
 `LocalSlurm` starts ``munged`` with a generated key, then ``slurmctld`` and ``slurmd`` with a
 ``slurm.conf`` it writes next to them: this host is the one node (``CPUs`` from
-``os.cpu_count()``), process tracking by process group (``proctrack/linuxproc``, no cgroup, so it
-works in a container), ``select/cons_tres``, no accounting, every state and spool directory,
+``os.cpu_count()``), processes tracked by their parents (``proctrack/linuxproc``: no cgroup,
+so it works in a container; ``proctrack/pgid`` held each batch job 3 s after its script
+ended), ``select/cons_tres``, no accounting, every state and spool directory,
 socket, PID and log file in the folder, and free ports, so it neither reads nor disturbs a
 Slurm or munge the host may already run (their default config, sockets and ports are never
 used).  The client commands find the cluster through ``SLURM_CONF`` in `LocalSlurm.env`.
@@ -214,6 +215,7 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SchedulerType=sched/builtin
 SchedulerParameters=batch_sched_delay=0
+# sbatch --wait polls after 2, 8, 32 s ... while the wait is under MinJobAge / 2: every 2 s.
 MinJobAge=5
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
@@ -332,6 +334,10 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        try:
+            _wait_for("the cluster's processes gone", lambda: not self.leftovers(), STOP_S)
+        except TimeoutError:
+            pass  # the caller checks leftovers() and names them
         for job_id in self.job_ids:
             for segment in mpich_segments(job_id):
                 segment.unlink(missing_ok=True)

@@ -1,9 +1,13 @@
-"""deploy/slurm.sbatch under a real Slurm (issue 20): the distribution's slurmctld, slurmd and
-munge, started for this module on this host alone (tests/slurm_local.py), run the batch
-script with ``sbatch --wait`` on a tiny job both ways it starts its ranks -- ``srun
---mpi=pmi2`` (Slurm's PMI2 wires MPICH's ranks into one job) and the ``mpiexec`` fallback
-(MPICH's hydra over a hostfile of the allocation; under Slurm hydra starts its proxy with
-srun) -- and check the run directory against the same job under a plain ``mpiexec``.
+"""deploy/slurm.sbatch under a real Slurm (issue 20).
+
+The distribution's slurmctld, slurmd and munge, started for this module on this host alone
+(tests/slurm_local.py), run the batch script with ``sbatch --wait`` on a tiny job both ways
+it starts its ranks -- ``srun --mpi=pmi2`` (Slurm's PMI2 wires MPICH's ranks into one job)
+and the ``mpiexec`` fallback (MPICH's hydra over a hostfile of the allocation; under Slurm
+hydra starts its proxy with srun) -- and check the run directory against the same job
+under a plain ``mpiexec``.  Then what a user does next: ``scancel --signal=TERM`` (θ saved,
+nothing left), a plain ``scancel`` (nothing left), a batch script of just ``flegel run``,
+and ``srun --mpi=none`` (a clear line, not a job per task).
 
 Needs root and the packages (``.ci/run`` installs them when it runs as root); skips with
 the reason otherwise.  The cluster is stopped, and every process it started ended, when the
