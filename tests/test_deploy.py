@@ -2,12 +2,13 @@
 
 There is no container runtime here, and these tests do not need a Slurm (tests/test_slurm.py
 runs the batch script under a real one, where it can start one), so each path runs the way
-it would in its place, on this machine: the MPIJob launcher's command line (the image's entry point, then
-mpirun from the mpich wheel) on a tiny job in a folder laid out as the image's home; the
-batch script under a simulated Slurm allocation, with an ``srun`` stand-in that starts the
-tasks through MPICH's launcher and gives each the variables srun gives a task (and, for the
-mpiexec path, an ``scontrol`` stand-in); the hostfile through hydra's parser.  Every run is
-a real ``mpiexec`` with a timeout (hydra's fork launcher, so no ssh is needed).
+it would in its place, on this machine: the MPIJob launcher's command line (the image's
+entry point, then mpirun from the mpich wheel) on a tiny job in a folder laid out as the
+image's home; the batch script under a simulated Slurm allocation, with an ``srun`` stand-in
+that starts the tasks through MPICH's launcher and gives each the variables srun gives a
+task (and, for the mpiexec path, an ``scontrol`` stand-in); the hostfile through hydra's
+parser.  Every run is a real ``mpiexec`` with a timeout (hydra's fork launcher, so no ssh is
+needed).
 """
 
 from __future__ import annotations
