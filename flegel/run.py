@@ -456,8 +456,13 @@ def run(comm: MPI.Comm, job: Job, out_dir: Path,
     """Run ``job`` on ``comm`` (rank 0 master, others workers); the master returns the
     summary.  ``resume`` (the master's): continue from this checkpoint of ``out_dir``."""
     if comm.size < 2:
-        raise SystemExit("flegel: needs at least 2 MPI ranks (a master and a worker); "
-                         "run 'flegel run JOB.yaml' without mpirun to start them itself")
+        # A task of a several-task srun step alone in its world: srun has no PMI plugin
+        # (seen under a real Slurm with --mpi=none), and starting ranks itself is wrong there.
+        tasks = int(os.environ.get("SLURM_STEP_NUM_TASKS", "1") or 1)
+        raise SystemExit("flegel: needs at least 2 MPI ranks (a master and a worker); " + (
+            f"srun started {tasks} tasks but MPI did not join them: start them with "
+            "'srun --mpi=pmi2' (see 'srun --mpi=list')" if tasks > 1 else
+            "run 'flegel run JOB.yaml' without mpirun to start them itself"))
     lifetime.install(master=comm.rank == 0)
     peers.watch(comm)
     if comm.rank == 0:

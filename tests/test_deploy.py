@@ -1,12 +1,14 @@
 """deploy/ works as written: the MPIJob, the image, the Slurm script and the hostfile.
 
-There is no container runtime nor Slurm here, so each path runs the way it would in its
-place, on this machine: the MPIJob launcher's command line (the image's entry point, then
-mpirun from the mpich wheel) on a tiny job in a folder laid out as the image's home; the
-batch script under a simulated Slurm allocation, with an ``srun`` stand-in that starts the
-tasks through MPICH's launcher and gives each the variables srun gives a task (and, for the
-mpiexec path, an ``scontrol`` stand-in); the hostfile through hydra's parser.  Every run is
-a real ``mpiexec`` with a timeout (hydra's fork launcher, so no ssh is needed).
+There is no container runtime here, and these tests do not need a Slurm (tests/test_slurm.py
+runs the batch script under a real one, where it can start one), so each path runs the way
+it would in its place, on this machine: the MPIJob launcher's command line (the image's
+entry point, then mpirun from the mpich wheel) on a tiny job in a folder laid out as the
+image's home; the batch script under a simulated Slurm allocation, with an ``srun`` stand-in
+that starts the tasks through MPICH's launcher and gives each the variables srun gives a
+task (and, for the mpiexec path, an ``scontrol`` stand-in); the hostfile through hydra's
+parser.  Every run is a real ``mpiexec`` with a timeout (hydra's fork launcher, so no ssh is
+needed).
 """
 
 from __future__ import annotations
@@ -224,15 +226,41 @@ def test_batch_script_runs_one_rank_per_task(tmp_path: Path, launch: str) -> Non
 
 def test_batch_script_expands_slurms_tasks_per_node(tmp_path: Path) -> None:
     """17 tasks on 4 nodes ("5,4(x3)") become a hostfile of host:slots, rank 0's host first;
-    mpiexec is a stand-in that prints its hostfile."""
+    mpiexec is a stand-in that prints its hostfile (FLEGEL_MPIEXEC names it)."""
     env = _allocation(tmp_path, 17, "mpiexec")
     env.update(SLURM_NNODES="4", SLURM_TASKS_PER_NODE="5,4(x3)")
     bin_dir = Path(env["PATH"].split(os.pathsep)[0])
     (bin_dir / "scontrol").write_text("#!/bin/bash\nprintf 'n1\\nn2\\nn3\\nn4\\n'\n")
     (bin_dir / "mpiexec").write_text('#!/bin/bash\ncat "$2"; echo "$3 $4"\n')
     (bin_dir / "mpiexec").chmod(0o755)
+    env["FLEGEL_MPIEXEC"] = str(bin_dir / "mpiexec")  # not the one beside the Python
     proc = _run(["bash", str(DEPLOY / "slurm.sbatch"), "job.yaml"], tmp_path, env, timeout=30)
     assert proc.stdout == "n1:5\nn2:4\nn3:4\nn4:4\n-n 17\n"
+
+
+def test_batch_script_takes_the_mpiexec_beside_its_python(tmp_path: Path) -> None:
+    """The mpich wheel's mpiexec, beside FLEGEL_PYTHON, not an MPI a module put on PATH."""
+    env = _allocation(tmp_path, 3, "mpiexec")
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(sys.executable)
+    bin_dir = Path(env["PATH"].split(os.pathsep)[0])
+    for where, said in ((venv, "beside"), (bin_dir, "path")):
+        (where / "mpiexec").write_text(f"#!/bin/bash\necho {said}\n")
+        (where / "mpiexec").chmod(0o755)
+    env["FLEGEL_PYTHON"] = str(venv / "python")
+    proc = _run(["bash", str(DEPLOY / "slurm.sbatch"), "job.yaml"], tmp_path, env, timeout=30)
+    assert proc.stdout == "beside\n"
+
+
+def test_batch_script_names_a_missing_python(tmp_path: Path) -> None:
+    env = _allocation(tmp_path, 3, "srun")
+    env["FLEGEL_PYTHON"] = str(tmp_path / "nowhere" / "python")
+    proc = subprocess.run(["bash", str(DEPLOY / "slurm.sbatch"), "job.yaml"], env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert proc.stderr == (f"flegel: no {env['FLEGEL_PYTHON']} on {os.uname().nodename} "
+                           "(set FLEGEL_PYTHON)\n")
 
 
 def test_batch_script_needs_a_job(tmp_path: Path) -> None:
