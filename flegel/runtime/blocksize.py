@@ -21,17 +21,38 @@ To tell ``a`` from ``b`` the sizer needs blocks of different sizes: it alternate
 asks for between 2/3 and 4/3 of the nominal one while the fixed cost sets the block time
 (0.9 and 1.1 while ``target_s`` does; the mean is the nominal size), so the fit never
 degenerates once sizes have settled.
+
+Fixed blocks from the same model (BSP)
+--------------------------------------
+BSP cuts an iteration into blocks of one fixed size, so that a worker sums its points in the
+same order in every run (bit-for-bit determinism, :mod:`flegel.sync.bsp`); a timed choice
+after every block would break that.  Fixed costs per call still matter there (DESIGN,
+"Fixed costs per call": a GPU launch of ~5 ms): with 16,384-point blocks an algorithm of
+5 ms a call and 0.25 µs a point spends half its time in calls.  So the size is chosen once,
+before training, from the same ``a + b·n`` model: :func:`measure_call_cost` times the kernel
+on a few sizes at warm-up (the fastest of three calls each: preemption only adds time), and
+:func:`fixed_block` turns ``a`` and ``b`` into the block that keeps ``a`` to
+``fixed_share`` of a block (the cap on a block's time as above), *rounded to a power of two*
+(the nearest, in log scale) and never below a floor (BSP's 16,384).  The coarse grid makes
+the choice the same in every run unless a measurement falls on the other side of a boundary
+(a factor of √2 away from the ideal size); the chosen size is recorded in ``summary.json``,
+and setting it (``sync.block``) replays a run bit for bit.  Most algorithms' per-call cost
+is tens of µs, far below the floor's share: for them the block is the floor, whatever the
+measurement says.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["DEVICES", "BlockSizer", "CostModel", "DeviceProfile", "device_of"]
+__all__ = ["DEVICES", "BlockSizer", "CostModel", "DeviceProfile", "device_of", "fixed_block",
+           "measure_call_cost"]
 
 
 @dataclass(frozen=True)
@@ -270,3 +291,64 @@ class BlockSizer:
         """The fixed cost's estimated share of a block of the nominal size."""
         block = self.block_s
         return self.fixed_s / block if block > 0 else 0.0
+
+
+#: :func:`measure_call_cost`'s schedule: sizes from ``FIRST`` points, ``GROWTH`` times apart,
+#: ``REPEATS`` calls each, until a call takes ``SPREAD`` times the smallest one (the
+#: per-point cost is then well apart from the fixed one) or ``BUDGET_S`` of calls have been
+#: spent.  A 5 ms-per-call kernel at 0.25 µs a point stops at 32,768 points, after ~90 ms.
+FIRST, GROWTH, SPREAD, BUDGET_S, REPEATS = 64, 8, 2.0, 0.15, 3
+
+
+def measure_call_cost(timed: Callable[[int], float], n_max: int,
+                      budget_s: float = BUDGET_S) -> tuple[float, float] | None:
+    """Fit ``a + b·n`` to kernel calls timed at warm-up.
+
+    Parameters
+    ----------
+    timed : callable
+        ``timed(n)`` runs the kernel once on ``n`` points and returns its seconds.
+    n_max : int
+        The most points a call may take (the shard's size).
+    budget_s : float
+        Seconds of calls after which no larger size is tried.
+
+    Returns
+    -------
+    (a, b) or None
+        Fixed cost per call and cost per point, seconds (:class:`CostModel`'s robust fit);
+        None when the shard is too small to time two sizes.
+    """
+    n = min(FIRST, n_max)
+    if n_max < 2 * n:
+        return None
+    model = CostModel(window=64)
+    spent, smallest = 0.0, math.inf
+    while True:
+        t = min(timed(n) for _ in range(REPEATS))
+        spent += REPEATS * t
+        model.add(n, t)
+        smallest = min(smallest, t)
+        # Two sizes at least, whatever the budget: one cannot tell a from b.
+        if n >= n_max or t >= SPREAD * smallest or (spent >= budget_s and len(model) > 1):
+            break
+        n = min(GROWTH * n, n_max)
+    return model.fit()
+
+
+def fixed_block(fixed_s: float, point_s: float, least: int, device: str = "cpu",
+                fixed_share: float = 0.15, most: int = 1 << 24) -> int:
+    """The fixed block size for a per-call cost ``fixed_s`` and per-point cost ``point_s``.
+
+    The size :class:`BlockSizer` aims at (``fixed_s`` at most ``fixed_share`` of a block,
+    a block at most the device's ``max_block_s`` unless a call alone is longer, never less
+    work than the fixed cost), rounded to the nearest power of two in log scale and kept in
+    ``[least, most]``: ``least`` when the fixed cost is small, as for most algorithms.
+    """
+    if point_s <= 0:
+        return most if fixed_s > 0 else least
+    cap_s = DEVICES[device].max_block_s
+    goal_s = min(fixed_s / fixed_share, cap_s)
+    n = max((goal_s - fixed_s) / point_s, fixed_s / point_s, 1.0)
+    size = 2 ** round(math.log2(n))
+    return int(min(max(size, least), most))
