@@ -144,7 +144,20 @@ def _blocksize(doc: dict[str, Any] | None, out: str) -> list[Reading]:
     return [Reading("", doc["mpirun"]["share"], 0.30, "<=",
                     "share of the workers' compute in a 5 ms per-call fixed cost, 2-worker ASP "
                     f"job (loop alone: new sizer {loop['new']['share']:.2f}, old "
-                    f"{loop['old']['share']:.2f})")]
+                    f"{loop['old']['share']:.2f})")] + _bspb(doc)
+
+
+def _bspb(doc: dict[str, Any]) -> list[Reading]:
+    """Issue 23, item 3: the share under BSPB with ``sync.block: auto``, per kernel."""
+    readings = []
+    for point_s, row in (doc.get("bspb") or {}).items():
+        fixed, auto = row["16384"], row["auto"]
+        readings.append(Reading(
+            f"bspb {float(point_s) * 1e6:g} us/pt", auto["share"], 0.30, "<=",
+            "share of the workers' compute in a 5 ms per-call fixed cost, 2-worker BSPB, "
+            f"sync.block: auto (chose {auto['block']}; fixed 16,384-point blocks: "
+            f"{fixed['share']:.2f})"))
+    return readings
 
 
 def _loaders(doc: dict[str, Any] | None, out: str) -> list[Reading]:
