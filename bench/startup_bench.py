@@ -76,7 +76,7 @@ import sklearn.base, flegel
 def cpu():
     return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
-est = eval(sys.argv[1])
+est = eval(sys.argv[1]).set_params(out=sys.argv[3])
 rng = np.random.default_rng(0)
 X = rng.random((30, 64 if sys.argv[2] == "CNN" else 3))
 y = (X[:, 0] > 0.5).astype(int)
@@ -139,7 +139,8 @@ def fit(name: str, tmp: Path) -> dict[str, Any]:
     """One estimator's small fit in a fresh Python (:data:`FIT_CHILD`): its wall time and
     where it went (the run's phases, ``launch_s`` from ``run_job``'s start; ``exit``: the
     rest)."""
-    proc = subprocess.run([sys.executable, "-c", FIT_CHILD, FITS[name], name], cwd=tmp,
+    proc = subprocess.run([sys.executable, "-c", FIT_CHILD, FITS[name], name, str(tmp)],
+                          cwd=tmp,
                           env=_env(), capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         raise SystemExit(f"{name} fit failed:\n{proc.stderr[-3000:]}")

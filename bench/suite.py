@@ -120,6 +120,18 @@ def _startup(doc: dict[str, Any] | None, out: str) -> list[Reading]:
                     f" s, median of {doc['rounds']} alternated rounds")]
 
 
+def _fits(doc: dict[str, Any] | None, out: str) -> list[Reading]:
+    """Issue 23, item 4: each estimator's small fit beyond the 3-rank floor, / 0.5 s."""
+    assert doc is not None
+    fits = doc["fits"]
+    allowance = fits["target_beyond_floor_s"]
+    return [Reading(name, r["beyond_median_s"] / allowance, 1.0, "<=",
+                    f"{name}.fit on 30 x 3 (CNN 30 x 64): wall {r['wall_median_s']:.2f} s - "
+                    f"floor of mpiexec -n 3 {r['floor_median_s']:.2f} s, / {allowance:g} s; "
+                    f"median of {fits['rounds']} alternated rounds")
+            for name, r in fits["estimators"].items()]
+
+
 def _higgs(doc: dict[str, Any] | None, out: str) -> list[Reading]:
     assert doc is not None
     runs = doc["higgs"]
@@ -313,6 +325,8 @@ BENCHES: list[Bench] = [
           _startup, 300, 600),
     Bench("startup-higgs", "bench/startup_bench.py", ("--rounds", "0", "--higgs", "1"),
           ("--rounds", "0", "--higgs", "1"), _higgs, 600, 600, when="full"),
+    Bench("startup-fits", "bench/startup_bench.py", ("--rounds", "0", "--fits", "2"),
+          ("--rounds", "0", "--fits", "3"), _fits, 300, 600),
     Bench("memory", "bench/memory_bench.py", ("--rows", "500000"), ("--rows", "2000000"),
           _memory, 300, 900),
     Bench("blocksize", "bench/blocksize_bench.py", ("--seconds", "1"), ("--seconds", "3"),
