@@ -26,9 +26,9 @@ Fixed blocks from the same model (BSP)
 --------------------------------------
 BSP cuts an iteration into blocks of one fixed size, so that a worker sums its points in the
 same order in every run (bit-for-bit determinism, :mod:`flegel.sync.bsp`); a timed choice
-after every block would break that.  Fixed costs per call still matter there (DESIGN,
-"Fixed costs per call": a GPU launch of ~5 ms): with 16,384-point blocks an algorithm of
-5 ms a call and 0.25 µs a point spends half its time in calls.  So the size is chosen once,
+after every block would break that.  Fixed costs per call still matter there (issue 23,
+item 3: a GPU launch of ~5 ms): with 16,384-point blocks an algorithm of 5 ms a call and
+0.25 µs a point spends 40-55% of its time in calls.  So the size is chosen once,
 before training, from the same ``a + b·n`` model: :func:`measure_call_cost` times the kernel
 on a few sizes at warm-up (the fastest of three calls each: preemption only adds time), and
 :func:`fixed_block` turns ``a`` and ``b`` into the block that keeps ``a`` to
@@ -39,6 +39,14 @@ the choice the same in every run unless a measurement falls on the other side of
 and setting it (``sync.block``) replays a run bit for bit.  Most algorithms' per-call cost
 is tens of µs, far below the floor's share: for them the block is the floor, whatever the
 measurement says.
+
+Choices: measured, not declared -- an algorithm's per-call cost depends on the device, the
+data's width and the kernel it runs, which the algorithm cannot know when it is written; the
+device's defaults enter through the cap (:data:`DEVICES`: 250 ms blocks on a GPU).  Never
+below the floor -- blocks smaller than 16,384 points would only serve promptness (BSP answers
+no signal within an iteration) and would change every existing BSP run's bits.  The warm-up
+costs a 5 ms-per-call kernel ~0.1-0.3 s once (:data:`BUDGET_S`), a K-means kernel about a
+millisecond, and a shard of at most 16,384 points nothing (it is one block anyway).
 """
 
 from __future__ import annotations
