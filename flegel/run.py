@@ -146,11 +146,13 @@ def _warm_up(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None, theta: d
 
 
 def _call_cost(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None,
-               theta: dict[str, Any], zero: dict[str, Any]) -> tuple[float, float] | None:
-    """The kernel's per-call and per-point cost, timed on a copy of the algorithm (its own
-    state, such as the work metered for ``kernel: auto``, stays as in any run) on the
-    shard's first points (:func:`flegel.runtime.blocksize.measure_call_cost`); None when
-    the shard is at most one block of BSP's least size."""
+               theta: dict[str, Any], zero: dict[str, Any]
+               ) -> tuple[float, float, float] | None:
+    """The kernel's per-call and per-point cost and the seconds it took to measure them,
+    timed on a copy of the algorithm (its own state, such as the work metered for
+    ``kernel: auto``, stays as in any run) on the shard's first points
+    (:func:`flegel.runtime.blocksize.measure_call_cost`); None when the shard is at most one
+    block of BSP's least size."""
     from flegel.sync.bsp import BLOCK
 
     if len(x) <= BLOCK:
@@ -167,7 +169,9 @@ def _call_cost(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None,
         probe.aggregate(zero, probe.update_block(block, theta, 1))
         return time.perf_counter() - t0
 
-    return measure_call_cost(timed, len(x))
+    t0 = time.perf_counter()
+    cost = measure_call_cost(timed, len(x))
+    return None if cost is None else (*cost, time.perf_counter() - t0)
 
 
 def run_worker(comm: MPI.Comm, job: Job) -> None:

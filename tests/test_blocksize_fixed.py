@@ -132,10 +132,10 @@ def test_a_shard_too_small_to_time_two_sizes_is_not_measured() -> None:
 # ----------------------------------------------------------------- the master's choice
 def test_the_master_takes_the_median_cost_and_records_it() -> None:
     rule = fixed_block
-    costs: list[tuple[float, float] | None] = [(5e-3, 2.5e-7), (5.2e-3, 2.6e-7), (0.05, 1e-6),
-                                               None]
+    costs: list[tuple[float, float, float] | None] = [
+        (5e-3, 2.5e-7, 0.1), (5.2e-3, 2.6e-7, 0.12), (0.05, 1e-6, 0.3), None]
     choice = choose_block(costs, rule)
-    assert choice == BlockChoice(131072, 5.2e-3, 2.6e-7)
+    assert choice == BlockChoice(131072, 5.2e-3, 2.6e-7, 0.3)
     assert choose_block([None, None], rule) == BlockChoice(BLOCK)
 
 
@@ -163,7 +163,7 @@ def test_summary_records_the_block_and_its_measured_cost() -> None:
     out = sim.policy.summary()
     assert out["block"] == BLOCK and "call_cost" not in out
     assert isinstance(sim.policy, BSP)
-    sim.policy.chose_block(BlockChoice(131072, 5e-3, 2.5e-7))
+    sim.policy.chose_block(BlockChoice(131072, 5e-3, 2.5e-7, 0.1))
     out = sim.policy.summary()
     assert out["block"] == 131072
-    assert out["call_cost"] == {"fixed_s": 5e-3, "point_s": 2.5e-7}
+    assert out["call_cost"] == {"fixed_s": 5e-3, "point_s": 2.5e-7, "measure_s": 0.1}

@@ -100,16 +100,20 @@ class BlockChoice:
     fixed_s, point_s : float or None
         The median of the workers' measured per-call and per-point costs (None: nothing was
         measured, every shard being a single block of :data:`BLOCK` points).
+    measure_s : float or None
+        The longest a worker took to measure them (part of ``compile_s``).
     """
 
     block: int
     fixed_s: float | None = None
     point_s: float | None = None
+    measure_s: float | None = None
 
 
-def choose_block(costs: list[tuple[float, float] | None],
+def choose_block(costs: list[tuple[float, float, float] | None],
                  size: Callable[[float, float, int], int]) -> BlockChoice:
-    """The block for every worker from their measured ``(a, b)`` (None: not measured).
+    """The block for every worker from their measured ``(a, b, seconds spent measuring)``
+    (None: not measured).
 
     The medians of ``a`` and ``b`` over the workers that measured (robust to one worker
     slowed during its measurement), then ``size(a, b, BLOCK)``: the runtime's rule
@@ -119,7 +123,7 @@ def choose_block(costs: list[tuple[float, float] | None],
     if not measured:
         return BlockChoice(BLOCK)
     a, b = _median([c[0] for c in measured]), _median([c[1] for c in measured])
-    return BlockChoice(size(a, b, BLOCK), a, b)
+    return BlockChoice(size(a, b, BLOCK), a, b, max(c[2] for c in measured))
 
 
 def _median(values: list[float]) -> float:
@@ -226,7 +230,8 @@ class BSP(BarrierPolicy):
         out["batch"] = self.batch or "full"
         out["block"] = self.block.block
         if self.block.fixed_s is not None:
-            out["call_cost"] = {"fixed_s": self.block.fixed_s, "point_s": self.block.point_s}
+            out["call_cost"] = {"fixed_s": self.block.fixed_s, "point_s": self.block.point_s,
+                                "measure_s": self.block.measure_s}
         if self.phi_s is not None:
             out.update(per_point_s=self.per_point_s, barrier_cost_s=self.phi_s)
         return out
