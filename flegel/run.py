@@ -60,7 +60,7 @@ from flegel.runtime.stragglers import Stragglers
 from flegel.runtime.transport import MpiTransport
 from flegel.runtime.worker import Worker
 from flegel.sync import policy_class
-from flegel.sync.bsp import BlockChoice, choose_block, measures_block
+from flegel.sync.bsp import BLOCK, BlockChoice, choose_block, measures_block
 
 if TYPE_CHECKING:  # the writer is imported when the master needs it (start-up cost)
     from flegel.rundir.writer import RunWriter
@@ -153,8 +153,6 @@ def _call_cost(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None,
     ``kernel: auto``, stays as in any run) on the shard's first points
     (:func:`flegel.runtime.blocksize.measure_call_cost`); None when the shard is at most one
     block of BSP's least size."""
-    from flegel.sync.bsp import BLOCK
-
     if len(x) <= BLOCK:
         return None
     try:
