@@ -218,9 +218,12 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     elif comm.rank > 1 and not cold:
         msg.recv_object(comm, source=1)
     # BSP's block from the kernel's per-call cost (flegel/sync/bsp.py), unless resumed: the
-    # checkpoint kept the block the run began with.
+    # checkpoint kept the block the run began with.  Worker 1 alone measures: the workers
+    # run the same kernel, and four measuring at once on shared cores cost the compile phase
+    # 0.4 s at a load of 12 (issue 23), one a few ms on a quiet machine.
     sizing = measures_block(job.sync.model, job.sync.options) and resumed is None
-    cost = _call_cost(algorithm, x, y, worker.theta, layouts["agg"].zeros()) if sizing else None
+    cost = (_call_cost(algorithm, x, y, worker.theta, layouts["agg"].zeros())
+            if sizing and comm.rank == 1 else None)
     msg.send_object(comm, ("ready", cost), dest=0)
     if sizing:
         policy.block = msg.recv_object(comm, source=0)[0].block  # type: ignore[attr-defined]

@@ -18,8 +18,9 @@ floating-point sums differ from run to run, and are fixed here:
 
 The block size (``sync.block``) is :data:`BLOCK` points unless the algorithm's calls cost
 enough to need larger ones (a GPU launch: ~5 ms a call).  With ``block: auto`` (the default)
-every worker times its kernel at warm-up, the master takes the median per-call and
-per-point costs and picks the power of two that keeps the per-call cost to 15% of a block
+worker 1 times its kernel at warm-up (the workers run the same kernel; one measuring costs
+the others no CPU), the master picks from its per-call and per-point costs the power of two
+that keeps the per-call cost to 15% of a block
 (:func:`choose_block`, :func:`flegel.runtime.blocksize.fixed_block`), at least
 :data:`BLOCK`.  That grid makes the size the same in every run; ``summary.json`` records it
 (``block``, with the measured ``call_cost``), and ``sync.block: <that size>`` replays it
@@ -115,8 +116,8 @@ def choose_block(costs: list[tuple[float, float, float] | None],
     """The block for every worker from their measured ``(a, b, seconds spent measuring)``
     (None: not measured).
 
-    The medians of ``a`` and ``b`` over the workers that measured (robust to one worker
-    slowed during its measurement), then ``size(a, b, BLOCK)``: the runtime's rule
+    The medians of ``a`` and ``b`` over the workers that measured (worker 1 alone under
+    :mod:`flegel.run`), then ``size(a, b, BLOCK)``: the runtime's rule
     (:func:`flegel.runtime.blocksize.fixed_block`, a power of two, at least :data:`BLOCK`).
     """
     measured = [c for c in costs if c is not None]
