@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.linalg import solve_triangular
 
 from flegel import Algorithm, Block, DataInfo
 from flegel.device import DeviceKernels, to_host
@@ -118,6 +117,10 @@ def _responsibilities_array(xp: Any, logp: Any, resp: Any, loss: Any, dresp: Any
 
 def _precisions_cholesky_full(cov: np.ndarray) -> np.ndarray:
     """Cholesky factors L_k of the precisions (P_k = L_k L_kᵀ), as scikit-learn computes them."""
+    # Imported here: scipy.linalg costs every rank ~0.3 CPU-s, and only full covariances
+    # need it (issue 23: small fits).
+    from scipy.linalg import solve_triangular
+
     k, d, _ = cov.shape
     out = np.empty_like(cov)
     eye = np.eye(d)

@@ -14,9 +14,21 @@ minus training is at most 1.0 s beyond the floor of the same round (ratio ≤ 1 
 With ``--higgs N`` it also runs ``jobs/bench/kmeans_higgs.yaml`` N times (about a minute
 each): target wall ≤ load + train + 3 s.
 
+With ``--fits N`` (issue 23, item 4) it alternates, N times, the floor of a fit's size
+(``mpiexec -n 3``: 2 workers and the master) with each estimator's ``fit`` on tiny data
+(30 × 3; the CNN 30 × 64, 8 × 8 images), each in a fresh Python that has imported flegel and
+scikit-learn already (what a user's session has): the fit's wall time, the difference from
+the floor of the same round (target ≤ 0.5 s), the CPU seconds of the fit (its process, the
+launcher and the ranks) and of the floor (``cpu``, ``f.cpu``: less noisy than wall times on a
+shared machine), and where the wall time goes -- ``launch`` (from
+``run_job``'s start: writing the data and job, validating it, starting ``mpiexec`` and the
+ranks), the run's other phases, and ``exit`` (MPI_Finalize,
+the processes' exit, the launcher's teardown and reading the model back).
+
     python bench/startup_bench.py                 # 3 rounds
     python bench/startup_bench.py --rounds 5 --higgs 1
     python bench/startup_bench.py --rounds 0 --higgs 1 --json out.json   # kmeans_higgs only
+    python bench/startup_bench.py --rounds 0 --fits 3          # the estimators' small fits
     # the same figures for another checkout (its flegel first on the path):
     PYTHONPATH=/tmp/before python bench/startup_bench.py --root /tmp/before
 
@@ -43,6 +55,37 @@ PHASES = ("launch_s", "import_s", "load_s", "compile_s", "train_s", "final_eval_
 #: The targets of issue 14, item 1 (seconds).
 BEYOND_FLOOR_S = 1.0
 HIGGS_SLACK_S = 3.0
+#: Issue 23, item 4: a small fit within this of the floor of ``mpiexec -n 3`` (seconds).
+FIT_BEYOND_FLOOR_S = 0.5
+
+#: The estimators timed by ``--fits``: name -> constructor and data (evaluated in the child).
+FITS = {
+    "KMeans": "flegel.KMeans(n_clusters=2, workers=2)",
+    "GaussianMixture": "flegel.GaussianMixture(n_components=2, workers=2)",
+    "FuzzyCMeans": "flegel.FuzzyCMeans(n_clusters=2, workers=2)",
+    "LogisticRegression": "flegel.LogisticRegression(workers=2)",
+    "NMF": "flegel.NMF(n_components=2, workers=2)",
+    "CNN": "flegel.CNN(workers=2)",
+}
+
+#: One fit in a fresh Python: imports first (not timed), then ``fit`` timed; prints JSON.
+FIT_CHILD = """
+import json, resource, sys, time
+import numpy as np
+import sklearn.base, flegel
+def cpu():
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                resource.getrusage(resource.RUSAGE_CHILDREN)))
+est = eval(sys.argv[1]).set_params(out=sys.argv[3])
+rng = np.random.default_rng(0)
+X = rng.random((30, 64 if sys.argv[2] == "CNN" else 3))
+y = (X[:, 0] > 0.5).astype(int)
+c0, t0 = cpu(), time.time()
+est.fit(X, y) if sys.argv[2] in ("LogisticRegression", "CNN") else est.fit(X)
+t1, c1 = time.time(), cpu()
+s = json.load(open(est.run_dir_ / "summary.json"))
+print(json.dumps({"wall": t1 - t0, "cpu": c1 - c0, "timings": s.get("timings") or {}}))
+"""
 
 
 def _env() -> dict[str, str]:
@@ -81,10 +124,77 @@ def _timed(cmd: list[str], cwd: Path) -> float:
 
 
 def floor(n_ranks: int) -> float:
-    """Wall seconds of ``n_ranks`` ranks importing numpy and mpi4py under the bundled MPI."""
-    mpiexec = Path(sys.executable).parent / "mpiexec"
-    return _timed([str(mpiexec), "-n", str(n_ranks), sys.executable, "-c",
+    """Wall seconds of ``n_ranks`` ranks importing numpy and mpi4py under the MPI launcher
+    ``flegel run`` uses (:func:`flegel.cli.launch.find_mpiexec`)."""
+    from flegel.cli.launch import find_mpiexec
+
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        raise SystemExit("no MPI launcher found")
+    return _timed([mpiexec, "-n", str(n_ranks), sys.executable, "-c",
                    "import numpy, mpi4py.MPI"], ROOT)
+
+
+def fit(name: str, tmp: Path) -> dict[str, Any]:
+    """One estimator's small fit in a fresh Python (:data:`FIT_CHILD`): its wall time and
+    where it went (the run's phases, ``launch_s`` from ``run_job``'s start; ``exit``: the
+    rest)."""
+    proc = subprocess.run([sys.executable, "-c", FIT_CHILD, FITS[name], name, str(tmp)],
+                          cwd=tmp,
+                          env=_env(), capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise SystemExit(f"{name} fit failed:\n{proc.stderr[-3000:]}")
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    t = r["timings"]
+    covered = sum(v for v in t.values() if v is not None)
+    return {"wall": r["wall"], "cpu": r["cpu"], "timings": t, "exit": r["wall"] - covered}
+
+
+FIT_PHASES = ("launch_s", "import_s", "load_s", "compile_s", "train_s", "final_eval_s",
+              "write_s", "exit")
+
+
+def fits(rounds: int) -> dict[str, Any]:
+    """``--fits``: each estimator's fit against the 3-rank floor, alternated, ``rounds``
+    times; prints each round and the medians; returns the figures."""
+    print(f"small fits (issue 23, item 4): {rounds} rounds; beyond = fit wall - the floor "
+          f"of mpiexec -n 3 measured just before it (target <= {FIT_BEYOND_FLOOR_S:.1f} s)")
+    print(f"  {'estimator':<19} {'floor':>5} {'fit':>5} {'beyond':>6} {'cpu':>5} {'f.cpu':>5} | "
+          + " ".join(f"{p.removesuffix('_s')[:7]:>7}" for p in FIT_PHASES))
+    out: dict[str, Any] = {"rounds": rounds, "target_beyond_floor_s": FIT_BEYOND_FLOOR_S,
+                           "estimators": {}}
+    with tempfile.TemporaryDirectory(prefix="startup-fits-") as tmp:
+        fit("KMeans", Path(tmp))  # page cache and bytecode warm, not counted
+        for name in FITS:
+            rows = []
+            for _ in range(rounds):
+                f = floor(3)
+                r = fit(name, Path(tmp))
+                r["floor"], r["floor_cpu"], r["beyond"] = f, CPU[-1], r["wall"] - f
+                rows.append(r)
+                t = dict(r["timings"], exit=r["exit"])
+                print(f"  {name:<19} {f:5.2f} {r['wall']:5.2f} {r['beyond']:6.2f} "
+                      f"{r['cpu']:5.2f} {r['floor_cpu']:5.2f} | "
+                      + " ".join(f"{_fmt(t.get(p)):>7}" for p in FIT_PHASES))
+            med = statistics.median(r["beyond"] for r in rows)
+            out["estimators"][name] = {
+                "beyond_floor_s": [r["beyond"] for r in rows], "beyond_median_s": med,
+                "wall_median_s": statistics.median(r["wall"] for r in rows),
+                "floor_median_s": statistics.median(r["floor"] for r in rows),
+                "cpu_median_s": statistics.median(r["cpu"] for r in rows),
+                "floor_cpu_median_s": statistics.median(r["floor_cpu"] for r in rows),
+                "phases_median_s": {p: statistics.median(
+                    (dict(r["timings"], exit=r["exit"]).get(p) or 0.0) for r in rows)
+                    for p in FIT_PHASES}}
+    print("  medians: " + ", ".join(f"{n} {v['wall_median_s']:.2f} s (beyond "
+                                     f"{v['beyond_median_s']:+.2f})"
+                                     for n, v in out["estimators"].items()))
+    worst = max(out["estimators"].items(), key=lambda kv: kv[1]["beyond_median_s"])
+    out["worst"], out["worst_beyond_s"] = worst[0], worst[1]["beyond_median_s"]
+    out["ratio"] = worst[1]["beyond_median_s"] / FIT_BEYOND_FLOOR_S
+    print(f"  worst: {worst[0]} {worst[1]['beyond_median_s']:.2f} s beyond the floor; ratio "
+          f"(beyond / {FIT_BEYOND_FLOOR_S:.1f} s) {out['ratio']:.2f} (<= 1 meets it)")
+    return out
 
 
 def job(path: Path, tmp: Path) -> dict[str, Any]:
@@ -147,6 +257,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3, help="alternated floor/job pairs")
     ap.add_argument("--higgs", type=int, default=0, help="kmeans_higgs runs (about 1 min each)")
+    ap.add_argument("--fits", type=int, default=0,
+                    help="rounds of each estimator's small fit against the 3-rank floor")
     ap.add_argument("--root", type=Path, default=ROOT, help="checkout whose jobs/ to run")
     ap.add_argument("--json", type=Path, default=None, metavar="OUT",
                     help="also write the headline figures to OUT (for bench/suite.py)")
@@ -163,7 +275,8 @@ def main() -> None:
     figures: dict[str, Any] = {"rounds": args.rounds, "target_beyond_floor_s": BEYOND_FLOOR_S,
                                "higgs_slack_s": HIGGS_SLACK_S, "higgs": []}
     with tempfile.TemporaryDirectory(prefix="startup-bench-") as tmp:
-        job(main_job, Path(tmp))  # numba's cache and the page cache warm, not counted
+        if args.rounds:
+            job(main_job, Path(tmp))  # numba's cache and the page cache warm, not counted
         for i in range(args.rounds):
             floors.append(floor(n_ranks))
             floor_cpu.append(CPU[-1])
@@ -189,6 +302,8 @@ def main() -> None:
             figures["higgs"].append({"wall_s": r["wall"], "load_s": r["load"],
                                      "train_s": r["train"], "target_s": target,
                                      "ratio": r["wall"] / target})
+    if args.fits:
+        figures["fits"] = fits(args.fits)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
 

@@ -120,6 +120,18 @@ def _startup(doc: dict[str, Any] | None, out: str) -> list[Reading]:
                     f" s, median of {doc['rounds']} alternated rounds")]
 
 
+def _fits(doc: dict[str, Any] | None, out: str) -> list[Reading]:
+    """Issue 23, item 4: each estimator's small fit beyond the 3-rank floor, / 0.5 s."""
+    assert doc is not None
+    fits = doc["fits"]
+    allowance = fits["target_beyond_floor_s"]
+    return [Reading(name, r["beyond_median_s"] / allowance, 1.0, "<=",
+                    f"{name}.fit on 30 x 3 (CNN 30 x 64): wall {r['wall_median_s']:.2f} s - "
+                    f"floor of mpiexec -n 3 {r['floor_median_s']:.2f} s, / {allowance:g} s; "
+                    f"median of {fits['rounds']} alternated rounds")
+            for name, r in fits["estimators"].items()]
+
+
 def _higgs(doc: dict[str, Any] | None, out: str) -> list[Reading]:
     assert doc is not None
     runs = doc["higgs"]
@@ -144,7 +156,20 @@ def _blocksize(doc: dict[str, Any] | None, out: str) -> list[Reading]:
     return [Reading("", doc["mpirun"]["share"], 0.30, "<=",
                     "share of the workers' compute in a 5 ms per-call fixed cost, 2-worker ASP "
                     f"job (loop alone: new sizer {loop['new']['share']:.2f}, old "
-                    f"{loop['old']['share']:.2f})")]
+                    f"{loop['old']['share']:.2f})")] + _bspb(doc)
+
+
+def _bspb(doc: dict[str, Any]) -> list[Reading]:
+    """Issue 23, item 3: the share under BSPB with ``sync.block: auto``, per kernel."""
+    readings = []
+    for point_s, row in (doc.get("bspb") or {}).items():
+        fixed, auto = row["16384"], row["auto"]
+        readings.append(Reading(
+            f"bspb {float(point_s) * 1e6:g} us/pt", auto["share"], 0.30, "<=",
+            "share of the workers' compute in a 5 ms per-call fixed cost, 2-worker BSPB, "
+            f"sync.block: auto (chose {auto['block']}; fixed 16,384-point blocks: "
+            f"{fixed['share']:.2f})"))
+    return readings
 
 
 def _loaders(doc: dict[str, Any] | None, out: str) -> list[Reading]:
@@ -328,6 +353,8 @@ BENCHES: list[Bench] = [
           _startup, 300, 600),
     Bench("startup-higgs", "bench/startup_bench.py", ("--rounds", "0", "--higgs", "1"),
           ("--rounds", "0", "--higgs", "1"), _higgs, 600, 600, when="full"),
+    Bench("startup-fits", "bench/startup_bench.py", ("--rounds", "0", "--fits", "2"),
+          ("--rounds", "0", "--fits", "3"), _fits, 300, 600),
     Bench("memory", "bench/memory_bench.py", ("--rows", "500000"), ("--rows", "2000000"),
           _memory, 300, 900),
     Bench("blocksize", "bench/blocksize_bench.py", ("--seconds", "1"), ("--seconds", "3"),

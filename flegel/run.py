@@ -22,6 +22,8 @@ the same line.
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 import sys
 import time
@@ -46,6 +48,7 @@ from flegel.rundir.checkpoint import Checkpoint, Checkpointer
 from flegel.runtime import comm as msg
 from flegel.runtime import lifetime, peers
 from flegel.runtime.agreement import Rejected, agreed
+from flegel.runtime.blocksize import device_of, fixed_block, measure_call_cost
 from flegel.runtime.exact import Evaluator, ExactObjective, evaluate_snapshots, id_checksum
 from flegel.runtime.faults import JobFault
 from flegel.runtime.layout import Layout
@@ -57,6 +60,7 @@ from flegel.runtime.stragglers import Stragglers
 from flegel.runtime.transport import MpiTransport
 from flegel.runtime.worker import Worker
 from flegel.sync import policy_class
+from flegel.sync.bsp import BLOCK, BlockChoice, choose_block, measures_block
 
 if TYPE_CHECKING:  # the writer is imported when the master needs it (start-up cost)
     from flegel.rundir.writer import RunWriter
@@ -141,6 +145,33 @@ def _warm_up(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None, theta: d
     algorithm.aggregate(zero, algorithm.update_block(block, theta, 1))
 
 
+def _call_cost(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None,
+               theta: dict[str, Any], zero: dict[str, Any]
+               ) -> tuple[float, float, float] | None:
+    """The kernel's per-call and per-point cost and the seconds it took to measure them,
+    timed on a copy of the algorithm (its own state, such as the work metered for
+    ``kernel: auto``, stays as in any run) on the shard's first points
+    (:func:`flegel.runtime.blocksize.measure_call_cost`); None when the shard is at most one
+    block of BSP's least size."""
+    if len(x) <= BLOCK:
+        return None
+    try:
+        probe = copy.deepcopy(algorithm)
+    except Exception:  # noqa: BLE001 - an algorithm that cannot be copied keeps BLOCK
+        return None
+
+    def timed(n: int) -> float:
+        block = Block.from_arrays(x[:n].copy(), None if y is None else y[:n].copy(),
+                                  probe.init_state(n, x.shape[1]))
+        t0 = time.perf_counter()
+        probe.aggregate(zero, probe.update_block(block, theta, 1))
+        return time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    cost = measure_call_cost(timed, len(x))
+    return None if cost is None else (*cost, time.perf_counter() - t0)
+
+
 def run_worker(comm: MPI.Comm, job: Job) -> None:
     from flegel.data import sample_shard
 
@@ -189,7 +220,16 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
             msg.send_object(comm, "compiled", dest=r)
     elif comm.rank > 1 and not cold:
         msg.recv_object(comm, source=1)
-    msg.send_object(comm, "ready", dest=0)
+    # BSP's block from the kernel's per-call cost (flegel/sync/bsp.py), unless resumed: the
+    # checkpoint kept the block the run began with.  Worker 1 alone measures: the workers
+    # run the same kernel, and four measuring at once on shared cores cost the compile phase
+    # 0.4 s at a load of 12 (issue 23), one a few ms on a quiet machine.
+    sizing = measures_block(job.sync.model, job.sync.options) and resumed is None
+    cost = (_call_cost(algorithm, x, y, worker.theta, layouts["agg"].zeros())
+            if sizing and comm.rank == 1 else None)
+    msg.send_object(comm, ("ready", cost), dest=0)
+    if sizing:
+        policy.block = msg.recv_object(comm, source=0)[0].block  # type: ignore[attr-defined]
     report = worker.run()
     # The exact objective, on this shard, of the θs the master still lacks: the final θ (the
     # model it saves) and θ snapshots of the trace (flegel.runtime.exact.FinalEvaluation).
@@ -413,9 +453,16 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     saver.server = server
     saver.phase = "compiling their kernels"
     # Every worker is loaded and warmed up: the clock may start.
-    msg.gather_objects(comm, ranks, _watch(comm, timeout, "compiling their kernels"))
+    ready = msg.gather_objects(comm, ranks, _watch(comm, timeout, "compiling their kernels"))
+    choice: BlockChoice | None = None
+    if measures_block(job.sync.model, job.sync.options) and resume is None:
+        size = functools.partial(fixed_block, device=device_of(algorithm))
+        choice = choose_block([ready[r][1] for r in ranks], size)
+        msg.bcast_object(comm, choice)
     timings.begin("train_s")
     policy = policy_class(job.sync.model)(server, job.sync.options)
+    if choice is not None:
+        policy.chose_block(choice)  # type: ignore[attr-defined]
     saver.phase = "training"
     snapshot = None
     if resume is not None:

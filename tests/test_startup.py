@@ -118,6 +118,50 @@ def test_importing_an_algorithm_does_not_import_numba():
     assert out.stdout.startswith("numba")
 
 
+def test_gmm_imports_scipy_only_for_full_covariances():
+    """scipy.linalg costs a rank ~0.3 CPU-s: a diagonal GMM (the default) never needs it."""
+    code = ("import sys, numpy as np; import flegel.algorithms.gmm as g; "
+            "assert 'scipy.linalg' not in sys.modules; "
+            "g._precisions_cholesky_full(np.eye(2)[None].copy()); "
+            "print('scipy.linalg' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=child_env())
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
+
+
+def test_the_launcher_beside_the_interpreter_comes_before_path(tmp_path, monkeypatch):
+    """A venv with system site packages uses the base install's mpi4py and its mpiexec,
+    not PATH's (pyenv's shim there costs 0.1-0.3 s a launch); with its own mpi4py, PATH's."""
+    from flegel.cli import launch
+
+    venv, base, elsewhere = tmp_path / "venv", tmp_path / "base", tmp_path / "path"
+    for folder in (venv / "bin", base / "bin", elsewhere):
+        folder.mkdir(parents=True)
+    for folder in (base / "bin", elsewhere):
+        (folder / "mpiexec").write_text("")
+    monkeypatch.setattr(sys, "executable", str(venv / "bin" / "python"))
+    monkeypatch.setattr(sys, "base_prefix", str(base))
+    monkeypatch.setattr(launch.shutil, "which", lambda name: str(elsewhere / name))
+    monkeypatch.setattr(launch, "_mpi4py_in", lambda prefix: prefix == base)
+    assert launch.find_mpiexec() == str(base / "bin" / "mpiexec")
+    monkeypatch.setattr(launch, "_mpi4py_in", lambda prefix: False)
+    assert launch.find_mpiexec() == str(elsewhere / "mpiexec")
+    (venv / "bin" / "mpiexec").write_text("")  # the venv's own comes first
+    assert launch.find_mpiexec() == str(venv / "bin" / "mpiexec")
+
+
+def test_mpi4py_is_found_where_it_is_installed():
+    import importlib.util
+
+    from flegel.cli.launch import _mpi4py_in
+
+    spec = importlib.util.find_spec("mpi4py")
+    assert spec is not None and spec.origin is not None
+    assert _mpi4py_in(Path(spec.origin).parents[1])
+    assert not _mpi4py_in(Path(__file__).parent)
+
+
 def test_cache_is_cold_until_a_kernel_is_compiled(tmp_path):
     code = ("import numpy as np, flegel.algorithms.kmeans as k; "
             "from flegel.jit import cache_is_cold as cold; "
@@ -194,6 +238,15 @@ def test_run_path_imports_only_what_it_needs(tmp_path):
         heavy = sorted(m for m in mods[who] if m.startswith(SCIPY_HEAVY))
         assert not heavy, (who, heavy)
         assert "numba" not in mods[who], who
+    # Validating the job initializes no MPI in the launcher (issue 23: an estimator's fit
+    # validates in the user's process the same way); a rank parses only `run`'s arguments.
+    assert "mpi4py.MPI" not in mods["launcher"]
+    assert "flegel.runtime.server" not in mods["launcher"]
+    for who in ("0", "1", "2"):
+        other = sorted(m for m in mods[who]
+                       if m.startswith(("flegel.cli.compare", "flegel.cli.report",
+                                        "flegel.cli.paper")))
+        assert not other, (who, other)
 
 
 @pytest.mark.mpi
@@ -276,3 +329,28 @@ def test_ranks_end_after_their_threads(tmp_path):
                                                "output": {"progress": "none"}})
     mpirun(job, 2, tmp_path / "out")
     assert len(list((tmp_path / "marks").iterdir())) >= 3  # the master and both workers
+
+
+@pytest.mark.mpi
+def test_a_fit_counts_its_phases_from_its_own_start(tmp_path):
+    """An estimator's fit runs in a process that may be hours old: its run's launch_s counts
+    from the fit, so the phases fit in the fit's wall time (issue 23: they counted from the
+    process's start)."""
+    if find_mpiexec() is None:
+        pytest.skip("no MPI launcher installed")
+    code = ("import json, sys, time; import numpy as np, flegel; time.sleep(1.5); "
+            f"est = flegel.KMeans(n_clusters=2, workers=2, out={str(tmp_path)!r}); "
+            "t0 = time.time(); est.fit(np.random.default_rng(0).random((30, 3))); "
+            "wall = time.time() - t0; "
+            "t = json.load(open(est.run_dir_ / 'summary.json'))['timings']; "
+            "print(json.dumps({'wall': wall, 'timings': t}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=180, env=child_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    timings = out["timings"]
+    assert list(timings) == [p for p, _ in PHASES]
+    assert all(isinstance(v, float) and v >= 0 for v in timings.values()), timings
+    assert sum(timings.values()) <= out["wall"] + 0.05, out

@@ -28,7 +28,7 @@ from flegel.runtime.timings import say_importing
 EXIT_BAD_JOB = 2
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(extras: bool = True) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flegel", description=(
         "Distributed iterative ML that stays fast when some workers are slow."))
     p.add_argument("--version", action="version", version=f"flegel {__version__}")
@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
         "also load the data, one worker's shard at a time, and check every value: NaN or "
         "inf, non-numeric cells, malformed lines, labels or negative values the algorithm "
         "does not take"))
-    for name, module in _EXTRA_COMMANDS.items():
+    for name, module in _EXTRA_COMMANDS.items() if extras else ():
         try:
             mod = __import__(module, fromlist=["add_parser"])
         except ImportError:
@@ -211,7 +211,11 @@ def _end_rank(mpi: Any) -> NoReturn:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    # `run` and `validate` need no other command's parser: every rank of a job parses its
+    # arguments, and importing the other commands' modules costs each one (issue 23).
+    core = bool(argv) and argv[0] in ("run", "validate")
+    args = _parser(extras=not core).parse_args(argv)
     if args.command == "run":
         return cmd_run(args)
     if args.command == "validate":

@@ -80,11 +80,32 @@ def under_mpi() -> bool:
 
 
 def find_mpiexec() -> str | None:
-    """The launcher beside this Python (the mpich wheel puts it there), else on PATH."""
-    here = Path(sys.executable).parent / "mpiexec"
-    if here.exists():
-        return str(here)
+    """The launcher beside this Python (the mpich wheel puts it there), else beside the
+    interpreter a virtual environment was made from when mpi4py is that install's (a venv
+    with system site packages), else on PATH.
+
+    Beside the interpreter before PATH: on PATH ``mpiexec`` may be a version manager's
+    shim (pyenv's is a shell script that looks the command up: 0.1-0.3 s on every launch,
+    issue 23) for the very same file.
+    """
+    folders = [Path(sys.executable).parent]
+    if _mpi4py_in(Path(sys.base_prefix)):  # the base install's mpi4py: its launcher
+        folders.append(Path(sys.base_prefix) / "bin")
+    for folder in folders:
+        here = folder / "mpiexec"
+        if here.exists():
+            return str(here)
     return shutil.which("mpiexec") or shutil.which("mpirun")
+
+
+def _mpi4py_in(prefix: Path) -> bool:
+    """Whether the mpi4py this Python imports is installed under ``prefix`` (found without
+    importing it: importing ``mpi4py.MPI`` would initialize MPI here)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("mpi4py")
+    origin = getattr(spec, "origin", None)
+    return origin is not None and Path(origin).resolve().is_relative_to(prefix.resolve())
 
 
 def _relay(source: IO[bytes], sink: IO[bytes], quiet: Callable[[], bool]) -> None:
@@ -183,7 +204,8 @@ class _Job:
 
 
 def launch(n_ranks: int, args: list[str], progress: str = "none", *,
-           stdout: IO[bytes] | None = None, stderr: IO[bytes] | None = None) -> int:
+           stdout: IO[bytes] | None = None, stderr: IO[bytes] | None = None,
+           origin: float | None = None) -> int:
     """Run ``python -m flegel ARGS`` on ``n_ranks`` MPI ranks; return the exit code.
 
     ``progress`` is the job's ``output.progress``: unless ``none``, the launcher says it is
@@ -191,15 +213,19 @@ def launch(n_ranks: int, args: list[str], progress: str = "none", *,
     ``stdout`` and ``stderr`` receive the ranks' output (byte streams with ``write`` and
     ``flush``); by default it goes to this process's, through their file descriptors when
     they have no byte buffer.  An estimator's fit passes its own, so it never needs a
-    terminal (``sys.stdout`` may be a ``StringIO`` or a notebook's stream).
+    terminal (``sys.stdout`` may be a ``StringIO`` or a notebook's stream).  ``origin``
+    (``time.time()`` seconds) is when the job started, for ``launch_s`` and the progress
+    lines: by default this process's start (``flegel run``); a fit passes its own start, as
+    its process may have run for hours.
     """
     mpiexec = find_mpiexec()
     if mpiexec is None:
         sys.stderr.write("flegel: no MPI launcher found; install one with "
                          "pip install 'flegel[mpi]' (the mpich wheel) or run under mpirun\n")
         return 2
-    # The ranks measure launch_s from this process's start (flegel.runtime.timings).
-    env = dict(os.environ, FLEGEL_UNDER_MPI="1", **{LAUNCH_ENV: repr(process_start()),
+    # The ranks measure launch_s from the job's start (flegel.runtime.timings).
+    start = process_start() if origin is None else origin
+    env = dict(os.environ, FLEGEL_UNDER_MPI="1", **{LAUNCH_ENV: repr(start),
                                                       PROGRESS_ENV: progress})
     # One BLAS/OpenMP thread per rank unless the user set it (README, How the runtime works).
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -208,7 +234,7 @@ def launch(n_ranks: int, args: list[str], progress: str = "none", *,
         from flegel.runtime.progress import Progress
 
         # Plain, as rank 0's lines will be: its output reaches the terminal through a pipe.
-        Progress("plain").phase(f"launching {n_ranks} ranks", time.time() - process_start())
+        Progress("plain").phase(f"launching {n_ranks} ranks", time.time() - start)
     with tempfile.TemporaryDirectory(prefix="flegel-") as tmp:
         status = Path(tmp) / "status"
         env[STATUS_ENV] = str(status)

@@ -216,6 +216,7 @@ def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
     if under_mpi():
         raise RuntimeError("flegel: fit launches its own MPI job and cannot run inside one "
                            "(this process was started by mpirun); call it from a plain Python")
+    started = time.time()  # the run's launch_s counts from here (flegel.runtime.timings)
     doc = dict(doc)
     sync = doc.get("sync") or {}
     name = str(doc.get("name") or str(doc["algorithm"]).split(":")[-1].split(".")[-1].lower())
@@ -251,7 +252,8 @@ def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
         with _importable(import_root), contextlib.redirect_stderr(said):
             code = launch(job.workers + 1, ["run", str(job_file), "--out", str(run_dir)],
                           job.output.progress if verbose >= 1 else "none",
-                          stdout=cast(IO[bytes], out_sink), stderr=cast(IO[bytes], err_sink))
+                          stdout=cast(IO[bytes], out_sink), stderr=cast(IO[bytes], err_sink),
+                          origin=started)
     finally:
         for f in files:
             f.unlink(missing_ok=True)

@@ -21,7 +21,7 @@ from typing import Any
 from flegel import sync as sync_models
 from flegel import validation
 from flegel.job.algorithms import BUILTIN_ALGORITHMS
-from flegel.runtime.server import (
+from flegel.runtime.limits import (
     AUTO,
     MAX_TIME_GRACE_S,
     STALL_FACTOR,

@@ -21,17 +21,46 @@ To tell ``a`` from ``b`` the sizer needs blocks of different sizes: it alternate
 asks for between 2/3 and 4/3 of the nominal one while the fixed cost sets the block time
 (0.9 and 1.1 while ``target_s`` does; the mean is the nominal size), so the fit never
 degenerates once sizes have settled.
+
+Fixed blocks from the same model (BSP)
+--------------------------------------
+BSP cuts an iteration into blocks of one fixed size, so that a worker sums its points in the
+same order in every run (bit-for-bit determinism, :mod:`flegel.sync.bsp`); a timed choice
+after every block would break that.  Fixed costs per call still matter there (issue 23,
+item 3: a GPU launch of ~5 ms): with 16,384-point blocks an algorithm of 5 ms a call and
+0.25 µs a point spends 40-55% of its time in calls.  So the size is chosen once,
+before training, from the same ``a + b·n`` model: :func:`measure_call_cost` times the kernel
+on a few sizes at warm-up (the fastest of three calls each: preemption only adds time), and
+:func:`fixed_block` turns ``a`` and ``b`` into the block that keeps ``a`` to
+``fixed_share`` of a block (the cap on a block's time as above), *rounded to a power of two*
+(the nearest, in log scale) and never below a floor (BSP's 16,384).  The coarse grid makes
+the choice the same in every run unless a measurement falls on the other side of a boundary
+(a factor of √2 away from the ideal size); the chosen size is recorded in ``summary.json``,
+and setting it (``sync.block``) replays a run bit for bit.  Most algorithms' per-call cost
+is tens of µs, far below the floor's share: for them the block is the floor, whatever the
+measurement says.
+
+Choices: measured, not declared -- an algorithm's per-call cost depends on the device, the
+data's width and the kernel it runs, which the algorithm cannot know when it is written; the
+device's defaults enter through the cap (:data:`DEVICES`: 250 ms blocks on a GPU).  Never
+below the floor -- blocks smaller than 16,384 points would only serve promptness (BSP answers
+no signal within an iteration) and would change every existing BSP run's bits.  The warm-up
+costs a 5 ms-per-call kernel ~0.1-0.3 s once (:data:`BUDGET_S`), a K-means kernel about a
+millisecond, and a shard of at most 16,384 points nothing (it is one block anyway).
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["DEVICES", "BlockSizer", "CostModel", "DeviceProfile", "device_of"]
+__all__ = ["DEVICES", "BlockSizer", "CostModel", "DeviceProfile", "device_of", "fixed_block",
+           "measure_call_cost"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +101,15 @@ def device_of(algorithm: Any) -> str:
         xp = getattr(algorithm, "xp", None)
         return "gpu" if getattr(xp, "__name__", "") == "cupy" else "cpu"
     return "gpu" if device == "gpu" else "cpu"
+
+
+def _median(values: np.ndarray) -> float:
+    """``np.median``'s value, without its first call importing ``numpy.ma`` (13 ms of CPU,
+    50 ms at a load of 12: timed inside a worker's first block, it inflated BSPV's
+    calibration of the per-point cost 30-fold on a small job; issue 23)."""
+    v = np.sort(values, axis=None)
+    mid = len(v) // 2
+    return float(v[mid]) if len(v) % 2 else float((v[mid - 1] + v[mid]) / 2)
 
 
 class CostModel:
@@ -130,15 +168,15 @@ class CostModel:
         a = self.fixed_s
         if pairs.any():
             dt = t[:, None] - t[None, :]
-            b = float(np.median(dt[pairs] / dn[pairs]))
-            a = float(np.median(t - b * n))
+            b = _median(dt[pairs] / dn[pairs])
+            a = _median(t - b * n)
             if a < 0 or b <= 0:  # noise around a small a: all of it is per point
-                a, b = 0.0, float(np.median(t / n))
+                a, b = 0.0, _median(t / n)
         else:  # one size: a keeps its last value (at most the fastest block)
             a = min(a, float(t.min()))
-            b = float(np.median((t - a) / n))
+            b = _median((t - a) / n)
             if b <= 0:
-                a, b = 0.0, float(np.median(t / n))
+                a, b = 0.0, _median(t / n)
         self.fixed_s, self.point_s = a, b
         return a, b
 
@@ -270,3 +308,64 @@ class BlockSizer:
         """The fixed cost's estimated share of a block of the nominal size."""
         block = self.block_s
         return self.fixed_s / block if block > 0 else 0.0
+
+
+#: :func:`measure_call_cost`'s schedule: sizes from ``FIRST`` points, ``GROWTH`` times apart,
+#: ``REPEATS`` calls each, until a call takes ``SPREAD`` times the smallest one (the
+#: per-point cost is then well apart from the fixed one) or ``BUDGET_S`` of calls have been
+#: spent.  A 5 ms-per-call kernel at 0.25 µs a point stops at 32,768 points, after ~90 ms.
+FIRST, GROWTH, SPREAD, BUDGET_S, REPEATS = 64, 8, 2.0, 0.15, 3
+
+
+def measure_call_cost(timed: Callable[[int], float], n_max: int,
+                      budget_s: float = BUDGET_S) -> tuple[float, float] | None:
+    """Fit ``a + b·n`` to kernel calls timed at warm-up.
+
+    Parameters
+    ----------
+    timed : callable
+        ``timed(n)`` runs the kernel once on ``n`` points and returns its seconds.
+    n_max : int
+        The most points a call may take (the shard's size).
+    budget_s : float
+        Seconds of calls after which no larger size is tried.
+
+    Returns
+    -------
+    (a, b) or None
+        Fixed cost per call and cost per point, seconds (:class:`CostModel`'s robust fit);
+        None when the shard is too small to time two sizes.
+    """
+    n = min(FIRST, n_max)
+    if n_max < 2 * n:
+        return None
+    model = CostModel(window=64)
+    spent, smallest = 0.0, math.inf
+    while True:
+        t = min(timed(n) for _ in range(REPEATS))
+        spent += REPEATS * t
+        model.add(n, t)
+        smallest = min(smallest, t)
+        # Two sizes at least, whatever the budget: one cannot tell a from b.
+        if n >= n_max or t >= SPREAD * smallest or (spent >= budget_s and len(model) > 1):
+            break
+        n = min(GROWTH * n, n_max)
+    return model.fit()
+
+
+def fixed_block(fixed_s: float, point_s: float, least: int, device: str = "cpu",
+                fixed_share: float = 0.15, most: int = 1 << 24) -> int:
+    """The fixed block size for a per-call cost ``fixed_s`` and per-point cost ``point_s``.
+
+    The size :class:`BlockSizer` aims at (``fixed_s`` at most ``fixed_share`` of a block,
+    a block at most the device's ``max_block_s`` unless a call alone is longer, never less
+    work than the fixed cost), rounded to the nearest power of two in log scale and kept in
+    ``[least, most]``: ``least`` when the fixed cost is small, as for most algorithms.
+    """
+    if point_s <= 0:
+        return most if fixed_s > 0 else least
+    cap_s = DEVICES[device].max_block_s
+    goal_s = min(fixed_s / fixed_share, cap_s)
+    n = max((goal_s - fixed_s) / point_s, fixed_s / point_s, 1.0)
+    size = 2 ** round(math.log2(n))
+    return int(min(max(size, least), most))
