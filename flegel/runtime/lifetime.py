@@ -15,7 +15,8 @@ guards the next:
   :class:`~flegel.runtime.faults.Interrupted` at once.  A worker never ends the job on a
   signal (the master would be killed before it saved θ): it waits for the master, and a
   timer ends it after :data:`GRACE_S` if the master cannot.  A second signal ends the rank
-  at once.
+  at once, unless it comes within :data:`SAME_STOP_S` of the first: then it is the same
+  stop delivered twice (a scheduler and a launcher each pass it on).
 
 Nothing here spins: timers and the kernel do the waiting.
 """
@@ -42,6 +43,16 @@ from flegel.runtime.faults import Interrupted
 #: Seconds a rank that got SIGINT/SIGTERM waits for the master to end the job before it
 #: exits by itself (the launcher's whole budget is 10 s).
 GRACE_S = 5.0
+
+#: Seconds after a rank's first SIGINT/SIGTERM within which another counts as the same stop,
+#: not as "end now".  Schedulers and launchers deliver one stop more than once: a plain
+#: ``scancel`` (or Slurm's time limit) sends SIGTERM to every process of the job at once, and
+#: hydra's ``mpiexec`` (or ``srun``), which got it too, forwards it to the ranks again; a
+#: terminal's Ctrl-C under a plain ``mpirun`` reaches the ranks both directly and through
+#: ``mpirun``.  Taking the repeat for a second, impatient signal lost θ in 3 of 4 plain
+#: ``scancel`` runs (issue 20).  The copies come within milliseconds; a person's second
+#: Ctrl-C comes later than this (and a rank ends after :data:`GRACE_S` regardless).
+SAME_STOP_S = 1.0
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -109,6 +120,7 @@ class _State:
     """What this rank's handlers know (one per process)."""
 
     signum: int | None = None
+    at: float = 0.0  # time.monotonic() of the first signal
     deferring: bool = False
     master: bool = False
 
@@ -121,11 +133,20 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
+def same_stop(first_at: float, now: float) -> bool:
+    """True when a stop signal at ``now`` repeats the one at ``first_at`` (both
+    ``time.monotonic()``): it came within :data:`SAME_STOP_S`."""
+    return now - first_at < SAME_STOP_S
+
+
 def _on_signal(signum: int, frame: FrameType | None) -> None:
-    """Record SIGINT/SIGTERM; a second one ends the rank at once."""
+    """Record SIGINT/SIGTERM; a second one ends the rank at once, unless it is the first
+    one delivered again (:data:`SAME_STOP_S`)."""
     if _state.signum is not None:
+        if same_stop(_state.at, time.monotonic()):
+            return
         _exit_now(ExitCode.for_signal(_state.signum))
-    _state.signum = signum
+    _state.signum, _state.at = signum, time.monotonic()
     # The last resort if the job cannot end cleanly (a rank stuck in a long C call).
     timer = threading.Timer(GRACE_S, _exit_now, (ExitCode.for_signal(signum),))
     timer.daemon = True
