@@ -1,5 +1,5 @@
 """MPICH's shared-memory files: ``flegel run`` removes those its own job left, never one in
-use (issue 20; flegel.cli.shm_leftovers).
+use (issue 20; flegel.runtime.shm_leftovers).
 
 The rule on real files in a temporary folder, held open or mapped by this process or by
 another; then a real job whose worker is killed by SIGKILL (MPICH then leaves its file):
@@ -12,14 +12,17 @@ import mmap
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from flegel.cli import shm_leftovers
+from flegel.cli.launch import find_mpiexec
 from flegel.protocol import ExitCode
-from tests.test_lifetime_mpi import _gone_within, _launch, _rank_pid
+from flegel.runtime import shm_leftovers
+from tests.conftest import ROOT, child_env
+from tests.test_lifetime_mpi import _gone_within, _job, _launch, _rank_pid
 
 
 def _segment(folder: Path, name: str) -> Path:
@@ -56,6 +59,17 @@ def test_only_new_files_that_no_process_uses_are_removed(tmp_path: Path) -> None
     assert sorted(shm_leftovers.remove_new(before, tmp_path)) == sorted([held, mapped, by_child])
 
 
+def test_a_rank_ending_the_job_removes_the_names_it_maps(tmp_path: Path) -> None:
+    mine = _segment(tmp_path, "mpich_shm_mine_0")
+    other = _segment(tmp_path, "mpich_shm_other_0")  # another job's: not mapped here
+    with open(mine, "r+b") as f, mmap.mmap(f.fileno(), 0) as view:
+        assert shm_leftovers.unlink_mapped(tmp_path) == [mine]
+        assert not mine.exists() and other.exists()
+        view[:4] = b"live"  # the memory stays the ranks' until they exit
+        assert view[:4] == b"live"
+        assert shm_leftovers.unlink_mapped(tmp_path) == []  # "(deleted)": nothing to do
+
+
 def test_no_folder_means_nothing_to_do(tmp_path: Path) -> None:
     assert shm_leftovers.present(tmp_path / "absent") == set()
     assert shm_leftovers.remove_new(set(), tmp_path / "absent") == []
@@ -69,19 +83,53 @@ def _mapped_segments(pid: int) -> set[Path]:
             and ln.split(maxsplit=5)[5].startswith(f"{shm_leftovers.SHM_DIR}/mpich_")}
 
 
-@pytest.mark.mpi
-def test_a_job_whose_worker_is_killed_leaves_no_segment(tmp_path: Path) -> None:
+def _segments(tmp_path: Path) -> set[Path]:
+    """The MPICH files rank 0 of the running job maps (MPI_Init has mapped them by now)."""
     if not shm_leftovers.SHM_DIR.is_dir():
         pytest.skip("no /dev/shm here")
-    proc, _ = _launch(tmp_path)
     master = _rank_pid(tmp_path, 0)
     t0 = time.monotonic()
-    while not (segments := _mapped_segments(master)):  # MPI_Init has mapped it by now
+    while not (segments := _mapped_segments(master)):
         assert time.monotonic() - t0 < 10, "rank 0 maps no MPICH segment"
         time.sleep(0.1)
     assert all(s.exists() for s in segments)
+    return segments
+
+
+@pytest.mark.mpi
+def test_a_job_whose_worker_is_killed_leaves_no_segment(tmp_path: Path) -> None:
+    proc, _ = _launch(tmp_path)
+    segments = _segments(tmp_path)
     os.kill(_rank_pid(tmp_path, 2), signal.SIGKILL)  # MPICH's finalize never runs
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == ExitCode.WORKER_DIED, err
+    _gone_within(tmp_path, 10)
+    assert not [s for s in segments if s.exists()], err
+
+
+@pytest.mark.mpi
+def test_a_job_ended_by_mpi_abort_under_plain_mpiexec_leaves_no_segment(tmp_path: Path) -> None:
+    """Not started by ``flegel run``: the master, ending the job on SIGTERM with MPI_Abort,
+    removes the name itself."""
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        pytest.skip("no MPI launcher installed")
+    job = _job(tmp_path)
+    out = tmp_path / "run"
+    proc = subprocess.Popen([mpiexec, "-n", "3", sys.executable, "-m", "flegel", "run", str(job),
+                             "--out", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=child_env(), cwd=ROOT)
+    try:
+        t0 = time.monotonic()
+        while not (out / "events.jsonl").exists():
+            assert proc.poll() is None and time.monotonic() - t0 < 60, proc.communicate()
+            time.sleep(0.1)
+        segments = _segments(tmp_path)
+        proc.send_signal(signal.SIGTERM)  # hydra passes it to every rank
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "interrupted by SIGTERM; last θ" in err, err
     _gone_within(tmp_path, 10)
     assert not [s for s in segments if s.exists()], err

@@ -17,7 +17,7 @@ The launcher owns the job's lifetime (issue 13, ``docs/exit-codes.md``):
 * If the launcher itself is killed, even by SIGKILL, the kernel sends ``mpiexec`` SIGTERM
   (``PR_SET_PDEATHSIG``), and the same chain ends every rank.
 * MPICH's shared-memory files that an aborted or killed job leaves in ``/dev/shm`` are
-  removed once every rank has ended (:mod:`flegel.cli.shm_leftovers`).
+  removed once every rank has ended (:mod:`flegel.runtime.shm_leftovers`).
 * MPI's own noise on these paths ("Sending Ctrl-C to processes", MPICH's
   "application called MPI_Abort" line) is dropped from stderr: the master has already said
   in one line what happened.
@@ -40,9 +40,9 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
-from flegel.cli import shm_leftovers
 from flegel.cli.rankwatch import STARTUP_S, RankWatch
 from flegel.protocol import ExitCode
+from flegel.runtime import shm_leftovers
 from flegel.runtime.lifetime import (
     STATUS_ENV,
     die_with_parent,
@@ -231,7 +231,7 @@ def launch(n_ranks: int, args: list[str], progress: str = "none", *,
             return _run(mpiexec, n_ranks, args, env, status, (stdout, stderr))
     finally:
         # Every rank on this host has ended (_run waits for them): MPICH's files an aborted
-        # or killed job left would pile up in memory (flegel.cli.shm_leftovers).
+        # or killed job left would pile up in memory (flegel.runtime.shm_leftovers).
         shm_leftovers.remove_new(shm_before)
 
 

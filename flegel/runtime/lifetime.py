@@ -38,6 +38,7 @@ from types import FrameType
 from typing import Any, NoReturn
 
 from flegel.protocol import ExitCode
+from flegel.runtime import shm_leftovers
 from flegel.runtime.faults import Interrupted
 
 #: Seconds a rank that got SIGINT/SIGTERM waits for the master to end the job before it
@@ -305,12 +306,16 @@ def end_job(comm: Any, code: int) -> NoReturn:
     on the calling rank, so this rank then exits by itself (no code after an abort may
     run: no "run directory" line, no summary of a job that did not finish).  The launcher
     returns ``code`` whatever MPI makes of the abort (hydra reports the status of the first
-    rank it saw end).
+    rank it saw end).  Before it, the name of MPICH's shared-memory file of this node goes
+    (:func:`flegel.runtime.shm_leftovers.unlink_mapped`), which ``MPI_Finalize`` would have
+    removed.
     """
     sys.stdout.flush()
     sys.stderr.flush()
     if comm.rank == 0:
         decide(code)  # unless a cause was decided before (it keeps its code)
+    # MPI_Abort skips MPI_Finalize, which removes MPICH's shared-memory file of this node.
+    shm_leftovers.unlink_mapped()
     # Our lines reach the user through hydra's proxy, which MPI_Abort tears down: under a
     # plain mpirun on a loaded machine the message was lost (empty stderr, exit 1).  The
     # job is ending anyway; a moment lets the proxy pass the lines on.
