@@ -157,14 +157,20 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 
 def install(master: bool) -> None:
-    """Set up this rank's lifetime: signal handlers, and SIGKILL when the MPI daemon that
-    started it dies.  Call once per rank, from the main thread, before any work."""
+    """Set up this rank's lifetime: signal handlers, SIGKILL when the MPI daemon that
+    started it dies, and no MPICH file left behind.  Call once per rank, from the main
+    thread, before any work and after a collective of the whole job (every rank of the node
+    then has attached MPICH's shared memory)."""
     _state.master = master
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _on_signal)
     with contextlib.suppress(OSError):
         # Our parent is the MPI daemon: if it is killed, so are we.
         _arm(signal.SIGKILL, os.getppid())
+    # flegel run's first agreement, a collective, came before: every rank of this node has
+    # attached MPICH's shared-memory file, so its name can go now and no end of the job,
+    # SIGKILL included, leaves it in /dev/shm (flegel.runtime.shm_leftovers).
+    shm_leftovers.unlink_mapped()
 
 
 def pending() -> int | None:

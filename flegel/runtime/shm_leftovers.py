@@ -5,15 +5,19 @@ MPICH puts each node's intra-node channel in a file ``/dev/shm/mpich_shm_<hash>_
 ``MPI_Abort`` (how flegel ends a failed or interrupted job, :func:`flegel.runtime.lifetime.
 end_job`) or a rank killed by SIGKILL -- leaves it: 1,281 files, 3.7 GB of memory, piled up
 on one machine in a day of tests, and under Slurm a stale file whose name a later job's ID
-hashes to again hangs that job in ``MPI_Init``.  Two guards, each for what it can see:
+hashes to again hangs that job in ``MPI_Init``.  Three guards, each for what it can see:
 
-* A rank that ends the job (:func:`~flegel.runtime.lifetime.end_job`) first removes the
-  names of the files it maps (:func:`unlink_mapped`).  Every rank on its node attached in
-  ``MPI_Init`` and nobody opens them by name afterwards; a removed name's memory stays
-  mapped until its last user exits, so the ending job is not disturbed.  This holds however
-  the ranks were started (``flegel run``, ``mpirun``, ``srun``), for that rank's node.
-* When ``flegel run`` starts the ranks itself it cleans up after its own job, whoever died
-  how: :func:`present` notes the files before the launch, and once every rank has ended
+* Each rank removes the names of the files it maps as soon as every rank of its node has
+  attached them (:func:`unlink_mapped`, from :func:`flegel.runtime.lifetime.install`,
+  after ``flegel run``'s first agreement, a collective).  Nobody opens them by name
+  afterwards, and a removed name's memory stays mapped until its last user exits (MPICH's
+  own removal in ``MPI_Finalize`` then finds nothing, silently): the job runs on, and
+  however it ends, SIGKILL included, it leaves no file, whoever launched it.
+* A rank that ends the job (:func:`~flegel.runtime.lifetime.end_job`) does the same, for a
+  job that ends before that point.
+* When ``flegel run`` starts the ranks itself it cleans up after its own job, which may
+  have died before either (a rank that never started leaves the others in ``MPI_Init``):
+  :func:`present` notes the files before the launch, and once every rank has ended
   :func:`remove_new` removes those that appeared meanwhile, belong to this user, and no
   live process maps or holds open (every ``/proc/PID/maps`` and ``/proc/PID/fd`` readable
   to us).  The choice, not a name computed from the job's ID: MPICH's hash of hydra's PMI
@@ -23,10 +27,10 @@ hashes to again hangs that job in ``MPI_Init``.  Two guards, each for what it ca
   ``open`` and ``mmap`` the descriptor is open) -- so all else it could remove is another
   job's leftover, which nothing can use either.
 
-Only this host's ``/dev/shm`` is seen.  Where every rank of a node is killed and
-``flegel run`` did not start them (Slurm's ``srun`` or the batch script's ``mpiexec``, a
-hostfile's other hosts), the cluster's epilog is the place to remove ``/dev/shm/mpich_*`` of
-finished jobs (deploy/README.md, Slurm).
+Only this host's ``/dev/shm`` is seen.  Where a job dies in ``MPI_Init`` and ``flegel
+run`` did not start it (Slurm's ``srun`` or the batch script's ``mpiexec``, a hostfile's
+other hosts), or another MPI program left its files, the cluster's epilog is the place to
+remove ``/dev/shm/mpich_*`` of finished jobs (deploy/README.md, Slurm).
 """
 
 from __future__ import annotations
