@@ -14,6 +14,7 @@ import mmap
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -23,7 +24,17 @@ from flegel.cli.launch import find_mpiexec
 from flegel.protocol import ExitCode
 from flegel.runtime import shm_leftovers
 from tests.conftest import ROOT, child_env
-from tests.test_lifetime_mpi import EXITS_AT_START, _gone_within, _job, _launch, _rank_pid
+from tests.test_lifetime_mpi import _gone_within, _job, _launch, _rank_pid
+
+#: A ``sitecustomize`` that makes rank 2 exit before flegel (or MPI) starts, after a while:
+#: ranks 0 and 1 sit in MPI_Init meanwhile, even on a loaded machine.
+EXITS_LATE_AT_START = textwrap.dedent("""
+    import os
+    import time
+    if os.environ.get("PMI_RANK") == "2":
+        time.sleep(2.0)
+        os._exit(3)
+""")
 
 
 def _segment(folder: Path, name: str) -> Path:
@@ -126,11 +137,11 @@ def test_ranks_killed_in_mpi_init_leave_no_segment(tmp_path: Path) -> None:
     node's file by name, until the launcher kills them; the launcher then removes it."""
     site = tmp_path / "site"
     site.mkdir()
-    (site / "sitecustomize.py").write_text(EXITS_AT_START)
+    (site / "sitecustomize.py").write_text(EXITS_LATE_AT_START)
     proc = subprocess.Popen([sys.executable, "-m", "flegel", "run", str(_job(tmp_path)),
                              "--out", str(tmp_path / "run")], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env={**child_env(site), "FLEGEL_TEST_DIES": "2"})
+                            env=child_env(site))
     try:
         t0 = time.monotonic()
         while not (segments := _mapped_by_rank0(tmp_path)):  # rank 0 lives a second or so
