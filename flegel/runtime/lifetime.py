@@ -48,11 +48,11 @@ GRACE_S = 5.0
 #: Seconds after a rank's first SIGINT/SIGTERM within which another counts as the same stop,
 #: not as "end now".  Schedulers and launchers deliver one stop more than once: a plain
 #: ``scancel`` (or Slurm's time limit) sends SIGTERM to every process of the job at once, and
-#: hydra's ``mpiexec`` (or ``srun``), which got it too, forwards it to the ranks again; a
-#: terminal's Ctrl-C under a plain ``mpirun`` reaches the ranks both directly and through
-#: ``mpirun``.  Taking the repeat for a second, impatient signal lost θ in 3 of 4 plain
-#: ``scancel`` runs (issue 20).  The copies come within milliseconds; a person's second
-#: Ctrl-C comes later than this (and a rank ends after :data:`GRACE_S` regardless).
+#: hydra's ``mpiexec`` (or ``srun``, or ``flegel run``), which got it too, forwards it to the
+#: ranks again.  Taking the repeat for a second, impatient signal lost θ in 3 of 4 plain
+#: ``scancel`` runs under a real Slurm (issue 20).  The copies come within milliseconds; a
+#: person's second Ctrl-C comes later than this (and a rank ends after :data:`GRACE_S`
+#: regardless).
 SAME_STOP_S = 1.0
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
