@@ -5,9 +5,10 @@ The distribution's slurmctld, slurmd and munge, started for this module on this 
 it starts its ranks -- ``srun --mpi=pmi2`` (Slurm's PMI2 wires MPICH's ranks into one job)
 and the ``mpiexec`` fallback (MPICH's hydra over a hostfile of the allocation; under Slurm
 hydra starts its proxy with srun) -- and check the run directory against the same job
-under a plain ``mpiexec``.  Then what a user does next: ``scancel --signal=TERM`` (θ saved,
-nothing left), a plain ``scancel`` (nothing left), a batch script of just ``flegel run``,
-and ``srun --mpi=none`` (a clear line, not a job per task).
+under a plain ``mpiexec``.  Then what a user does next: ``scancel --signal=TERM`` and a
+plain ``scancel`` (θ saved, nothing left: no process, no MPICH segment in /dev/shm), a
+batch script of just ``flegel run``, and ``srun --mpi=none`` (a clear line, not a job per
+task).
 
 Needs root and the packages (``.ci/run`` installs them when it runs as root); skips with
 the reason otherwise.  The cluster is stopped, and every process it started ended, when the
@@ -154,16 +155,20 @@ def test_flegel_run_alone_in_a_batch_script_starts_its_ranks(
 def _running(slurm: slurm_local.LocalSlurm, tmp_path: Path, launch: str
              ) -> tuple[str, Path, Callable[[], str]]:
     """A job that trains until stopped (60 s at most), submitted and training: its ID,
-    run directory, and what to show when a check fails."""
-    env = _submit_env(slurm, tmp_path, launch)
+    run directory, and what to show when a check fails.  ``launch``: the batch script's
+    ``srun`` or ``mpiexec``, or ``alone`` (a batch script of just ``flegel run``)."""
+    env = _submit_env(slurm, tmp_path, "mpiexec" if launch == "alone" else launch)
     job = write_job(tmp_path / "job.yaml", algorithm="kmeans", params={"n_clusters": 4},
                     data={"source": "synthetic", "kind": "blobs", "n_points": 8000,
                           "n_features": 4, "centers": 4, "seed": 2},
-                    workers=1, sync={"model": "bsp", "batch": "full"},
+                    workers=TASKS - 1, sync={"model": "bsp", "batch": "full"},
                     stop={"max_iterations": None, "tolerance": None, "max_time_s": 60},
                     output={"progress": "none"})
     out = tmp_path / "run"
-    job_id = slurm.sbatch(_batch(tmp_path, job, out), cwd=tmp_path, env=env)
+    args = _batch(tmp_path, job, out) if launch != "alone" else [
+        f"--ntasks={TASKS}", "--overcommit", "--time=5", f"--output={tmp_path}/slurm-%j.out",
+        "--wrap", f"{sys.executable} -m flegel run {job} --out {out}"]
+    job_id = slurm.sbatch(args, cwd=tmp_path, env=env)
 
     def context() -> str:
         return f"--- job {job_id}'s output:\n{_output(tmp_path, job_id)}\n{slurm.logs()}"
@@ -187,6 +192,30 @@ def _gone(slurm: slurm_local.LocalSlurm, job_id: str, context: Callable[[], str]
     return time.monotonic() - t0
 
 
+def _segments(slurm: slurm_local.LocalSlurm) -> set[Path]:
+    """MPICH's shared-memory files the running job's processes map."""
+    found = set()
+    for pid in slurm.job_processes():
+        try:
+            lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
+        except OSError:
+            continue
+        found |= {Path(f[5]) for f in (ln.split(maxsplit=5) for ln in lines)
+                  if len(f) == 6 and f[5].startswith("/dev/shm/mpich_")}
+    return found
+
+
+def _theta_saved(out: Path, text: str, context: Callable[[], str]) -> None:
+    """The master saved θ on SIGTERM and said so in one line."""
+    assert (out / "model.json").exists(), context()
+    model = json.loads((out / "model.json").read_text())
+    assert model["stop_reason"] == "interrupted", context()
+    with np.load(out / "model.npz") as theta:
+        assert np.isfinite(theta["centers"]).all() and theta["centers"].shape == (4, 4)
+    assert (f"flegel: interrupted by SIGTERM; last θ (iteration {model['theta_version']}) "
+            f"saved in {out}/model.npz") in text, context()
+
+
 @pytest.mark.parametrize("launch", ["srun", "mpiexec"])
 def test_scancel_signal_term_saves_theta_and_ends_every_rank(
         slurm: slurm_local.LocalSlurm, tmp_path: Path, launch: str) -> None:
@@ -195,27 +224,30 @@ def test_scancel_signal_term_saves_theta_and_ends_every_rank(
     rank (srun's tasks, or the ranks under hydra's proxy, which ignores it) gets SIGTERM,
     the master saves θ and ends the job, and nothing of it is left."""
     job_id, out, context = _running(slurm, tmp_path, launch)
+    segments = _segments(slurm)
     slurm.scancel(job_id, "--signal=TERM")
     _gone(slurm, job_id, context)
-    model = json.loads((out / "model.json").read_text())
-    assert model["stop_reason"] == "interrupted", context()
-    with np.load(out / "model.npz") as theta:
-        assert np.isfinite(theta["centers"]).all() and theta["centers"].shape == (4, 4)
-    assert (f"flegel: interrupted by SIGTERM; last θ (iteration {model['theta_version']}) "
-            f"saved in {out}/model.npz") in _output(tmp_path, job_id), context()
+    # MPI_Abort skipped MPI_Finalize; the master removed MPICH's file itself.
+    assert segments and not [p for p in segments if p.exists()], context()
+    _theta_saved(out, _output(tmp_path, job_id), context)
 
 
-def test_plain_scancel_ends_every_rank(slurm: slurm_local.LocalSlurm, tmp_path: Path) -> None:
+@pytest.mark.parametrize("launch", ["srun", "mpiexec", "alone"])
+def test_plain_scancel_saves_theta_and_ends_every_rank(
+        slurm: slurm_local.LocalSlurm, tmp_path: Path, launch: str) -> None:
     """A plain ``scancel`` (or the time limit without ``--signal``) sends SIGTERM to every
-    process of the job at once, then SIGKILL after KillWait: the job ends and nothing is
-    left, θ or not (srun answers SIGTERM by killing its tasks, and hydra's mpiexec forwards
-    a second SIGTERM, which ends a rank at once: a race with the master's save).  Under
-    mpiexec, whose proxies and ranks are furthest from Slurm's own launch; srun's tasks are
-    Slurm's (the --signal=TERM case above ends them)."""
-    job_id, out, context = _running(slurm, tmp_path, "mpiexec")
+    process of the job at once, then SIGKILL after KillWait.  Each rank gets it more than
+    once -- from Slurm, and again from hydra's ``mpiexec`` or ``srun`` (and the launcher
+    when ``flegel run`` starts the ranks) -- and takes the copies for the same stop
+    (flegel.runtime.lifetime.SAME_STOP_S): the master saves θ, the job ends, nothing is
+    left.  Before that rule the copy ended the rank at once: θ was lost in 3 of 4 runs."""
+    job_id, out, context = _running(slurm, tmp_path, launch)
+    segments = _segments(slurm)
     slurm.scancel(job_id)
     took = _gone(slurm, job_id, context)
-    print(f"plain scancel: gone in {took:.1f} s; θ saved: {(out / 'model.json').exists()}")
+    assert segments and not [p for p in segments if p.exists()], context()
+    _theta_saved(out, _output(tmp_path, job_id), context)
+    print(f"plain scancel ({launch}): gone in {took:.1f} s, θ saved")
 
 
 def test_srun_without_pmi_says_how_to_start_the_ranks(slurm: slurm_local.LocalSlurm,

@@ -8,12 +8,16 @@ The launcher owns the job's lifetime (issue 13, ``docs/exit-codes.md``):
 * ``mpiexec`` runs in its own session, so a terminal's Ctrl-C reaches the launcher only and
   the launcher forwards exactly one SIGINT (``mpiexec`` treats a second one as "force
   abort"); SIGTERM is forwarded the same way.  ``mpiexec`` passes the signal to every rank,
-  the master saves θ and ends the job, and the launcher exits with ``128 + signal``.
+  the master saves θ and ends the job, and the launcher exits with ``128 + signal``.  A
+  second signal kills the job, unless it is the first delivered again (within
+  :data:`~flegel.runtime.lifetime.SAME_STOP_S`: a scheduler signals every process of a job).
 * If the job has not ended :data:`KILL_AFTER_S` after the signal, the launcher kills
   ``mpiexec``'s whole process group; each rank dies with its MPI daemon
   (:mod:`flegel.runtime.lifetime`).
 * If the launcher itself is killed, even by SIGKILL, the kernel sends ``mpiexec`` SIGTERM
   (``PR_SET_PDEATHSIG``), and the same chain ends every rank.
+* MPICH's shared-memory files that an aborted or killed job leaves in ``/dev/shm`` are
+  removed once every rank has ended (:mod:`flegel.runtime.shm_leftovers`).
 * MPI's own noise on these paths ("Sending Ctrl-C to processes", MPICH's
   "application called MPI_Abort" line) is dropped from stderr: the master has already said
   in one line what happened.
@@ -38,7 +42,14 @@ from typing import IO
 
 from flegel.cli.rankwatch import STARTUP_S, RankWatch
 from flegel.protocol import ExitCode
-from flegel.runtime.lifetime import STATUS_ENV, die_with_parent, done_marker, started_marker
+from flegel.runtime import shm_leftovers
+from flegel.runtime.lifetime import (
+    STATUS_ENV,
+    die_with_parent,
+    done_marker,
+    same_stop,
+    started_marker,
+)
 from flegel.runtime.timings import LAUNCH_ENV, PROGRESS_ENV, process_start
 
 #: Environment variables set by MPI launchers (hydra, PMIx, Open MPI, Slurm's PMI).
@@ -146,14 +157,17 @@ class _Job:
         self.proc = proc
         self.signum: int | None = None
         self.kill_at: float | None = None
+        self.signal_at = 0.0  # time.monotonic() of the first signal
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
-        """Forward the first SIGINT/SIGTERM to ``mpiexec``; a second one kills the job."""
+        """Forward the first SIGINT/SIGTERM to ``mpiexec``; a second one kills the job
+        (one within :data:`~flegel.runtime.lifetime.SAME_STOP_S` is the first again)."""
         if self.signum is not None:
-            self.kill()
+            if not same_stop(self.signal_at, time.monotonic()):
+                self.kill()
             return
-        self.signum = signum
-        self.kill_at = time.monotonic() + KILL_AFTER_S
+        self.signum, self.signal_at = signum, time.monotonic()
+        self.kill_at = self.signal_at + KILL_AFTER_S
         try:
             self.proc.send_signal(signum)
         except ProcessLookupError:
@@ -235,10 +249,19 @@ def launch(n_ranks: int, args: list[str], progress: str = "none", *,
 
         # Plain, as rank 0's lines will be: its output reaches the terminal through a pipe.
         Progress("plain").phase(f"launching {n_ranks} ranks", time.time() - start)
-    with tempfile.TemporaryDirectory(prefix="flegel-") as tmp:
-        status = Path(tmp) / "status"
-        env[STATUS_ENV] = str(status)
-        return _run(mpiexec, n_ranks, args, env, status, (stdout, stderr))
+    # This process's own MPI world of one, if a module started MPI here: nobody else
+    # attaches to its file, and a SIGKILL to the launcher would leave it.
+    shm_leftovers.unlink_mapped()
+    shm_before = shm_leftovers.present()
+    try:
+        with tempfile.TemporaryDirectory(prefix="flegel-") as tmp:
+            status = Path(tmp) / "status"
+            env[STATUS_ENV] = str(status)
+            return _run(mpiexec, n_ranks, args, env, status, (stdout, stderr))
+    finally:
+        # Every rank on this host has ended (_run waits for them): MPICH's files an aborted
+        # or killed job left would pile up in memory (flegel.runtime.shm_leftovers).
+        shm_leftovers.remove_new(shm_before)
 
 
 def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],

@@ -15,7 +15,8 @@ guards the next:
   :class:`~flegel.runtime.faults.Interrupted` at once.  A worker never ends the job on a
   signal (the master would be killed before it saved θ): it waits for the master, and a
   timer ends it after :data:`GRACE_S` if the master cannot.  A second signal ends the rank
-  at once.
+  at once, unless it comes within :data:`SAME_STOP_S` of the first: then it is the same
+  stop delivered twice (a scheduler and a launcher each pass it on).
 
 Nothing here spins: timers and the kernel do the waiting.
 """
@@ -37,11 +38,22 @@ from types import FrameType
 from typing import Any, NoReturn
 
 from flegel.protocol import ExitCode
+from flegel.runtime import shm_leftovers
 from flegel.runtime.faults import Interrupted
 
 #: Seconds a rank that got SIGINT/SIGTERM waits for the master to end the job before it
 #: exits by itself (the launcher's whole budget is 10 s).
 GRACE_S = 5.0
+
+#: Seconds after a rank's first SIGINT/SIGTERM within which another counts as the same stop,
+#: not as "end now".  Schedulers and launchers deliver one stop more than once: a plain
+#: ``scancel`` (or Slurm's time limit) sends SIGTERM to every process of the job at once, and
+#: hydra's ``mpiexec`` (or ``srun``, or ``flegel run``), which got it too, forwards it to the
+#: ranks again.  Taking the repeat for a second, impatient signal lost θ in 3 of 4 plain
+#: ``scancel`` runs under a real Slurm (issue 20).  The copies come within milliseconds; a
+#: person's second Ctrl-C comes later than this (and a rank ends after :data:`GRACE_S`
+#: regardless).
+SAME_STOP_S = 1.0
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -109,6 +121,7 @@ class _State:
     """What this rank's handlers know (one per process)."""
 
     signum: int | None = None
+    at: float = 0.0  # time.monotonic() of the first signal
     deferring: bool = False
     master: bool = False
 
@@ -121,11 +134,20 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
+def same_stop(first_at: float, now: float) -> bool:
+    """True when a stop signal at ``now`` repeats the one at ``first_at`` (both
+    ``time.monotonic()``): it came within :data:`SAME_STOP_S`."""
+    return now - first_at < SAME_STOP_S
+
+
 def _on_signal(signum: int, frame: FrameType | None) -> None:
-    """Record SIGINT/SIGTERM; a second one ends the rank at once."""
+    """Record SIGINT/SIGTERM; a second one ends the rank at once, unless it is the first
+    one delivered again (:data:`SAME_STOP_S`)."""
     if _state.signum is not None:
+        if same_stop(_state.at, time.monotonic()):
+            return
         _exit_now(ExitCode.for_signal(_state.signum))
-    _state.signum = signum
+    _state.signum, _state.at = signum, time.monotonic()
     # The last resort if the job cannot end cleanly (a rank stuck in a long C call).
     timer = threading.Timer(GRACE_S, _exit_now, (ExitCode.for_signal(signum),))
     timer.daemon = True
@@ -135,14 +157,20 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 
 
 def install(master: bool) -> None:
-    """Set up this rank's lifetime: signal handlers, and SIGKILL when the MPI daemon that
-    started it dies.  Call once per rank, from the main thread, before any work."""
+    """Set up this rank's lifetime: signal handlers, SIGKILL when the MPI daemon that
+    started it dies, and no MPICH file left behind.  Call once per rank, from the main
+    thread, before any work and after a collective of the whole job (every rank of the node
+    then has attached MPICH's shared memory)."""
     _state.master = master
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _on_signal)
     with contextlib.suppress(OSError):
         # Our parent is the MPI daemon: if it is killed, so are we.
         _arm(signal.SIGKILL, os.getppid())
+    # flegel run's first agreement, a collective, came before: every rank of this node has
+    # attached MPICH's shared-memory file, so its name can go now and no end of the job,
+    # SIGKILL included, leaves it in /dev/shm (flegel.runtime.shm_leftovers).
+    shm_leftovers.unlink_mapped()
 
 
 def pending() -> int | None:
@@ -284,12 +312,16 @@ def end_job(comm: Any, code: int) -> NoReturn:
     on the calling rank, so this rank then exits by itself (no code after an abort may
     run: no "run directory" line, no summary of a job that did not finish).  The launcher
     returns ``code`` whatever MPI makes of the abort (hydra reports the status of the first
-    rank it saw end).
+    rank it saw end).  Before it, the name of MPICH's shared-memory file of this node goes
+    (:func:`flegel.runtime.shm_leftovers.unlink_mapped`), which ``MPI_Finalize`` would have
+    removed.
     """
     sys.stdout.flush()
     sys.stderr.flush()
     if comm.rank == 0:
         decide(code)  # unless a cause was decided before (it keeps its code)
+    # MPI_Abort skips MPI_Finalize, which removes MPICH's shared-memory file of this node.
+    shm_leftovers.unlink_mapped()
     # Our lines reach the user through hydra's proxy, which MPI_Abort tears down: under a
     # plain mpirun on a loaded machine the message was lost (empty stderr, exit 1).  The
     # job is ending anyway; a moment lets the proxy pass the lines on.
