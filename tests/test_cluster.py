@@ -156,9 +156,11 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> Path:
               data={"path": "x.npy", "partition": "contiguous"}, workers=4,
               sync={"model": "fspv", "migration": {"mode": "async"}},
               stragglers=[{"pattern": "injected", "tau_ms": 32, "every": 1000, "workers": [1]}],
-              stop={"max_iterations": 100_000, "tolerance": None,
-                    "target_objective": float(ref * 1.01), "max_time_s": 20},
+              # A time stop only, as tests/test_migration_mpi.py: a target stop could come
+              # before the first migration round (seen at load 4-5: 0 points moved).
+              stop={"max_iterations": 100_000, "tolerance": None, "max_time_s": 4},
               output={"progress": "none"}, seed=0)
+    (folder / "fspv-target.txt").write_text(repr(float(ref * 1.01)))
     # Long enough to be interrupted: time-bounded, a short stall timeout.
     write_job(folder / "long.yaml", algorithm="kmeans",
               params={"n_clusters": 5, "init": "kmeans++"}, data=blobs, workers=3,
@@ -226,7 +228,8 @@ def test_fspv_async_migration_moves_points_between_hosts(cluster: Cluster, jobs:
     out = tmp_path / "fspv"
     cluster.sh("run", str(jobs / "fspv.yaml"), "--out", str(out), timeout=120)
     s = summary(out)
-    assert s["stop_reason"] == "target" and s["time_to_target_s"] is not None, s["stop_reason"]
+    target = float((jobs / "fspv-target.txt").read_text())  # 1% above Lloyd's optimum
+    assert s["stop_reason"] == "max_time" and s["final_objective"] <= target, s
     assert s["migration"]["points_moved"] > 0
     per = {w["rank"]: w for w in s["per_worker"]}
     even = s["n_points"] // len(per)
