@@ -156,6 +156,19 @@ class LBFGS:
         self.a = a
         return self.x + self.a * self.d
 
+    def restart(self, u: np.ndarray, f: float, g: np.ndarray) -> np.ndarray:
+        """Take the value ``f`` and gradient ``g`` at a point ``u`` the line search did not
+        ask for (θ moved by other means since: gradient steps on partial aggregates, a
+        roll-back); return the next point to evaluate.
+
+        ``u`` becomes the iterate without an Armijo test (it is not on the searched line, so
+        there is nothing to test it against), and the curvature pairs are kept: the pair
+        ``(u − x_k, ∇f(u) − ∇f(x_k))`` of the last iterate x_k joins them when ``sᵀy > 0``.
+        Both gradients are exact gradients of the same function, so it is a true secant pair
+        however ``u`` was reached; older pairs age out of the memory as usual (``memory``).
+        """
+        return self._accept(u, f, g)
+
     def _accept(self, u: np.ndarray, f: float, g: np.ndarray) -> np.ndarray:
         if self.x is not None and self.g is not None:
             s, y = u - self.x, g - self.g

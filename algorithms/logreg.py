@@ -14,7 +14,9 @@ computed at.  ``update_parameter`` looks at the aggregate:
   taken in internally standardised coordinates (the features' mean and deviation from the
   job's sample) with η = 1 / L, L a Lipschitz estimate from the same sample: the step adapts
   to the data's scale, and θ stays in the original units.  A number is Eq. (1)'s η as given,
-  in the original coordinates (the paper's experiments).
+  in the original coordinates (the paper's experiments).  The L-BFGS memory survives such
+  a step: the next full batch at θ restarts the line search there with the pairs kept
+  (:meth:`LogisticRegression._lbfgs_step`; issue 19).
 
 ``tol`` has scikit-learn's meaning: training stops (``stop_reason: algorithm``) once the
 largest entry of the gradient of the mean objective ``(1/n) Σ logloss + (α/2)‖w‖²`` is at most
@@ -385,7 +387,8 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
         g_int = agg["grad_intercept"] / count
         if full and self.solver != "gd":
             return self._lbfgs_step(agg, theta, g_coef, g_int, count)
-        self._lbfgs = None
+        # The L-BFGS memory stays: its pairs are exact (full-batch) secant pairs, and the
+        # next full batch at θ restarts the line search there (LBFGS.restart).
         self._check_pass(agg, theta, count, n)
         if self.learning_rate != "auto":
             return self._plain_step(agg, theta, count)
@@ -416,17 +419,31 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
 
     def _lbfgs_step(self, agg: dict, theta: dict[str, np.ndarray], g_coef: np.ndarray,
                     g_int: np.ndarray, count: float) -> dict[str, np.ndarray]:
-        """One L-BFGS evaluation: ``agg`` holds f and ∇f at θ, the point asked for last
-        (or a fresh start when θ is not that point: a roll-back, a resumed run)."""
+        """One L-BFGS evaluation: ``agg`` holds f and ∇f at θ, the point asked for last.
+
+        When θ is not that point (gradient steps on partial aggregates came in between --
+        FSP, BSPV with an occasional short batch --, a roll-back) the line search restarts
+        at θ with the curvature memory kept (:meth:`LBFGS.restart`), so a run whose
+        aggregates are only sometimes full batches keeps the quasi-Newton progress of the
+        earlier ones (issue 19).  Only full batches at θ reach here: L-BFGS's Armijo test
+        and its pairs compare exact objectives and gradients of the same function; a
+        partial or stale aggregate never feeds them.  A fresh machine starts only with the
+        run (or a resumed one: the memory is never saved).
+        """
         pre = Preconditioner(theta["shift"], theta["scale"])
         step = float(theta["step"][0])
-        if self._lbfgs is None or self._trial_step != step:
-            self._lbfgs = LBFGS(float(theta["lipschitz"][0]))
         u = pre.to_u(theta["coef"], theta["intercept"])
         g_u = pre.grad_u(g_coef, g_int)
         if not self.fit_intercept:
             g_u[g_coef.size:] = 0.0
-        nxt = self._lbfgs.step(u, float(agg["loss"]) / count, g_u)
+        f = float(agg["loss"]) / count
+        if self._lbfgs is None:
+            self._lbfgs = LBFGS(float(theta["lipschitz"][0]))
+            nxt = self._lbfgs.step(u, f, g_u)
+        elif self._trial_step != step:
+            nxt = self._lbfgs.restart(u, f, g_u)
+        else:
+            nxt = self._lbfgs.step(u, f, g_u)
         if self._lbfgs.accepted and self._met_tol(g_coef, g_int):
             self._converged = True
             nxt = u  # stay at the iterate that met the tolerance

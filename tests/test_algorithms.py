@@ -763,6 +763,31 @@ def test_logreg_tol_stops_incremental_training_on_the_pass_gradient():
     assert not res.converged_ and res.n_iter_ == 20
 
 
+def test_logreg_keeps_the_lbfgs_memory_across_partial_aggregates():
+    """Issue 19: every fifth aggregate is a third of the data (FSP, a short BSPV batch): it
+    takes a gradient step, but the L-BFGS pairs of the full batches stay, and the next full
+    batch restarts the line search there with them -- 10x closer to the optimum after 60
+    updates than starting L-BFGS afresh after each partial one (main: 8e-4 above it)."""
+    from flegel.local import make_info
+
+    x, y = _digits_even_odd()
+    alg = LogisticRegression(alpha=1.0 / len(x))
+    theta = alg.init_parameter(make_info(x, y))
+    full, part = np.arange(len(x)), np.arange(0, len(x), 3)
+    pairs = []
+    for t in range(60):
+        rows = part if t % 5 == 4 else full
+        block = Block.from_arrays(x[rows], y[rows], alg.init_state(len(rows), x.shape[1]))
+        theta = alg.update_parameter(alg._update_rows(block, theta, t), theta)
+        assert alg._lbfgs is not None
+        pairs.append(len(alg._lbfgs.pairs))
+    assert pairs[4] == pairs[3] >= 3 and pairs[5] == pairs[4] + 1  # kept, then one more
+    assert max(pairs) == 10  # the memory fills up: no reset along the way
+    opt = LogisticRegression(alpha=1.0 / len(x), tol=1e-9)
+    best = fit_local(opt, x, y, max_iterations=2000, tolerance=None).objective_ / len(x)
+    assert alg.evaluate(theta, Block.from_arrays(x, y)) / len(x) - best < 3e-4
+
+
 def test_cnn_auto_input_scale_makes_training_scale_free():
     """input_scale="auto" (1 / max |x| of the sample): raw bytes and [0, 1] pixels train the
     same network, and the scale is saved with the model."""
