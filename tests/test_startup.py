@@ -102,6 +102,14 @@ def test_phase_lines_plain_and_none(capsys):
     assert phase_line("loading shards", 1.5).endswith("    1.50 s")
 
 
+def _python(code: str) -> str:
+    """Run ``code`` in a fresh interpreter; its stdout (it must exit 0)."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=child_env())
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def test_importing_an_algorithm_does_not_import_numba():
     """Only a kernel's first call imports numba (flegel/jit.py): the master and the
     launcher import the algorithm's module but never call a kernel."""
@@ -112,10 +120,7 @@ def test_importing_an_algorithm_does_not_import_numba():
             "np.zeros(4), np.zeros((3, 2)), np.zeros(3), 2048); "
             "assert 'numba' in sys.modules; "
             "print(type(k._assign_accumulate.dispatcher()).__module__)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, env=child_env())
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("numba")
+    assert _python(code).startswith("numba")
 
 
 def test_gmm_imports_scipy_only_for_full_covariances():
@@ -124,10 +129,7 @@ def test_gmm_imports_scipy_only_for_full_covariances():
             "assert 'scipy.linalg' not in sys.modules; "
             "g._precisions_cholesky_full(np.eye(2)[None].copy()); "
             "print('scipy.linalg' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, env=child_env())
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "True"
+    assert _python(code).strip() == "True"
 
 
 def test_the_launcher_beside_the_interpreter_comes_before_path(tmp_path, monkeypatch):

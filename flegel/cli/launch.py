@@ -249,9 +249,6 @@ def launch(n_ranks: int, args: list[str], progress: str = "none", *,
 
         # Plain, as rank 0's lines will be: its output reaches the terminal through a pipe.
         Progress("plain").phase(f"launching {n_ranks} ranks", time.time() - start)
-    # This process's own MPI world of one, if a module started MPI here: nobody else
-    # attaches to its file, and a SIGKILL to the launcher would leave it.
-    shm_leftovers.unlink_mapped()
     shm_before = shm_leftovers.present()
     try:
         with tempfile.TemporaryDirectory(prefix="flegel-") as tmp:
