@@ -164,9 +164,11 @@ def test_idle_master_and_waiting_workers_do_not_spin(tmp_path):
     mpirun(job, 2, out)
     s = summary(out)
     assert s["iterations"] == 30 and s["wall_time_s"] > 0.3
-    # The idle master must not spin: while nothing arrives it uses well under 5% of a core.
+    # The idle master must not spin: a spinning poll uses the whole core (>= 0.5 even when
+    # it shares one); polling with 0.1-1 ms sleeps measured 2-5.1% on these shared 2-core
+    # machines (5.1% in a CI run beside a busy suite), so the bound is 10%, as for workers.
     assert s["master_idle_fraction"] > 0.5
-    assert s["master_idle_cpu_fraction"] < 0.05
+    assert s["master_idle_cpu_fraction"] < 0.1
     # Worker 1 waits at every barrier for the slowed worker 2, without burning its core: a
     # spinning wait uses the whole core; polling with sleeps measured 4-5.5% of it on these
     # shared 2-core machines (before the architecture change as after), so the bound is 10%.
