@@ -269,7 +269,10 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
         # A dead rank must not take every other rank with it at once: the master names it,
         # saves θ and ends the job (flegel.runtime.peers; all ranks are on this host).  Not
         # over several hosts: there hydra's mpiexec then died of SIGPIPE at the end of 2 to
-        # 6 in 14 finished jobs (exit 141; issue 20, deploy/local/cluster.sh).
+        # 6 in 14 finished jobs (exit 141; issue 20, deploy/local/cluster.sh).  Ignoring
+        # SIGPIPE in mpiexec cures that (14 of 14 ended 0), but gains nothing: a worker
+        # killed on another host still ended the master at once in 4 of 5 tries (UCX over
+        # TCP aborts the rank that talks to a dead peer), so θ was lost as before.
         cmd.append("-disable-auto-cleanup")
     cmd += [sys.executable, "-m", "flegel", *args]
     proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
