@@ -11,6 +11,7 @@ and which records every host-to-device copy:
   copies its rows once;
 * a shard that does not fit falls back to per-block copies with one line naming the sizes,
   with the same results;
+* ``bench/gpu_bench.py`` runs end to end on the stand-in, and without a GPU skips in one line;
 * ``gpu`` tests: the same on a real GPU with CuPy (skipped without).
 
 The MPI path (a worker places its shard after loading it; migration between real ranks) is
@@ -19,8 +20,11 @@ in ``tests/test_gpu_resident_mpi.py``.
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,6 +39,7 @@ from flegel.algorithms.kmeans import KMeans
 from flegel.algorithms.logreg import LogisticRegression
 from flegel.local import fit_local
 from flegel.runtime.store import ShardStore
+from tests.conftest import ROOT, child_env
 from tests.fakes import cupy_stand_in
 
 
@@ -271,6 +276,55 @@ def test_device_rows_grow_by_doubling(stand_in: Any) -> None:
     np.testing.assert_array_equal(dev.to_host(rows.take(slice(4, 6))), np.ones((2, 3)))
     np.testing.assert_array_equal(dev.to_host(rows.take(np.array([10, 0]))),
                                   [[5.0] * 3, [0.0, 1.0, 2.0]])
+
+
+# ------------------------------------------------------------------ bench/gpu_bench.py
+#: tests/fakes.py's stand-in as an importable ``cupy`` package, with the CUDA calls the
+#: benchmark makes besides the kernels'.
+STAND_IN_PACKAGE = """
+import types
+
+from tests.fakes import cupy_stand_in as _stand_in
+
+_fake = _stand_in(1)
+globals().update({k: v for k, v in vars(_fake).items() if not k.startswith("__")})
+cuda.Device = lambda *a: types.SimpleNamespace(synchronize=lambda: None)
+cuda.runtime.getDeviceProperties = lambda i: {"name": b"stand-in"}
+"""
+
+
+def _bench(tmp_path: Path, package: str, *args: str) -> subprocess.CompletedProcess:
+    (tmp_path / "cupy").mkdir()
+    (tmp_path / "cupy" / "__init__.py").write_text(package)
+    return subprocess.run([sys.executable, "bench/gpu_bench.py", *args], cwd=ROOT,
+                          env=child_env(tmp_path), capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_gpu_bench_runs_end_to_end_on_the_stand_in(tmp_path: Path) -> None:
+    out = tmp_path / "gpu.json"
+    proc = _bench(tmp_path, STAND_IN_PACKAGE, "--points", "3000", "--block", "1000",
+                  "--passes", "1", "--algorithms", "kmeans,logreg", "--no-cnn",
+                  "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "GPU: stand-in" in proc.stdout
+    assert proc.stdout.splitlines()[-1].startswith(
+        "headline: kmeans per pass GPU (resident shard) / one CPU core: ratio ")
+    doc = json.loads(out.read_text())
+    assert doc["target"] == pytest.approx(1 / 30)
+    for name in ("kmeans", "logreg"):
+        row = doc["kernels"][name]
+        assert all(isinstance(row[c], float) for c in ("1 core", "array", "GPU", "GPU copy"))
+        # per pass, the resident shard copies no features; per-block copies move all of them
+        assert row["GPU copy MB/pass"] - row["GPU MB/pass"] == pytest.approx(3000 * 28 * 8 / 1e6)
+        assert row["GPU MB/pass"] < 0.2 * row["GPU copy MB/pass"]
+
+
+def test_gpu_bench_without_a_gpu_says_so_in_one_line(tmp_path: Path) -> None:
+    proc = _bench(tmp_path, "raise ImportError('no CUDA here')\n", "--quick")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ("gpu_bench: skipped: no GPU: CuPy could not be imported "
+                           "(no CUDA here)\n")
 
 
 # ------------------------------------------------------------------ on a real GPU

@@ -91,6 +91,7 @@ class ShardStore:
         #: The features on the device (:meth:`place`); None: blocks are host arrays.
         self.device: DeviceRows | None = None
         self._owner = "worker"  # how messages about the device copy name this worker
+        self._on_gpu = False  # place() was asked by a GPU algorithm (resident or not)
         self.visited = 0  # points processed, over all passes
         self.scanned = 0  # rows the cursor has moved over (skipped ones included)
 
@@ -152,8 +153,20 @@ class ShardStore:
         xp = resident_module(algorithm)
         if xp is not None and self.device is None:
             self._owner = owner
+            self._on_gpu = True
             self.device = resident_rows(xp, self.x, owner)
         return self.device is not None
+
+    def device_report(self) -> dict[str, Any] | None:
+        """For the worker's report (``summary.json``'s ``per_worker[].device_shard``): whether
+        the shard is resident on the GPU now, and the feature and row-index bytes copied
+        host-to-device for it; None when the kernels do not run on a GPU."""
+        if not self._on_gpu:
+            return None
+        rows = self.device
+        return {"resident": rows is not None,
+                "bytes_in": None if rows is None else rows.bytes_in,
+                "index_bytes": None if rows is None else rows.index_bytes}
 
     @property
     def kernel_x(self) -> Any:
@@ -403,7 +416,7 @@ class ShardStore:
         migrated in (features and labels: their shard is another worker's)."""
         import copy
 
-        skip = ("x", "y", "_buffers", "device", "_owner")
+        skip = ("x", "y", "_buffers", "device", "_owner", "_on_gpu")
         out = {k: copy.deepcopy(v) for k, v in vars(self).items() if k not in skip}
         out["x_admitted"] = self.x[self.n_native:].copy()
         out["y_admitted"] = None if self.y is None else self.y[self.n_native:].copy()
