@@ -344,5 +344,27 @@ def test_cupy_resident_training_matches_numpy(blobs: np.ndarray, name: str,
     gpu = fit_local(algo, blobs, y, **kw)
     ref = fit_local(factory(device="cpu"), blobs, y, **kw)
     for key, value in ref.theta_.items():
-        np.testing.assert_allclose(gpu.theta_[key], value, rtol=max(rtol, 1e-7),
-                                   atol=max(rtol, 1e-7), err_msg=f"theta {key}")
+        # cuBLAS sums in another order than OpenBLAS (the CNN in float32)
+        tol = 1e-3 if name == "cnn" else 1e-7
+        np.testing.assert_allclose(gpu.theta_[key], value, rtol=tol, atol=tol,
+                                   err_msg=f"theta {key}")
+
+
+@pytest.mark.gpu
+def test_cupy_device_rows_take_append_permute(no_gpu_cache: None) -> None:
+    cupy = pytest.importorskip("cupy")
+    if dev.gpu_unavailable() is not None:
+        pytest.skip(dev.gpu_unavailable() or "")
+    host = np.arange(40.0).reshape(10, 4)
+    rows = dev.resident_rows(cupy, host, "test")
+    assert rows is not None and rows.bytes_in == host.nbytes
+    assert isinstance(rows.take(slice(2, 5)), cupy.ndarray)
+    np.testing.assert_array_equal(rows.take(slice(2, 5)).get(), host[2:5])
+    np.testing.assert_array_equal(rows.take(np.array([9, 0, 3])).get(), host[[9, 0, 3]])
+    extra = np.full((25, 4), 7.0)
+    rows.append(extra)
+    np.testing.assert_array_equal(rows.rows.get(), np.concatenate([host, extra]))
+    perm = np.random.default_rng(0).permutation(35)
+    rows.permute(perm)
+    np.testing.assert_array_equal(rows.rows.get(), np.concatenate([host, extra])[perm])
+    assert dev._free_bytes(cupy) is not None  # CUDA's memGetInfo and CuPy's pool answer

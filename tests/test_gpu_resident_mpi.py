@@ -133,3 +133,32 @@ def test_migrated_windows_are_copied_once_when_they_arrive(
     assert sum(d["bytes_in"] for d in per.values()) == (40_000 + moved) * D * 4
     assert all(d["resident"] for d in per.values())
     assert per[1]["index_bytes"] > 0  # the straggler's blocks skip the rows it sent away
+
+
+@pytest.mark.gpu
+def test_on_a_real_gpu_each_shard_is_resident_and_the_model_is_the_cpus(
+        tmp_path: Path) -> None:
+    """With CuPy and a GPU (skipped without): the same BSP job on the GPU and the CPU."""
+    from flegel import device as dev
+
+    pytest.importorskip("cupy")
+    dev.gpu_unavailable.cache_clear()
+    if dev.gpu_unavailable() is not None:
+        pytest.skip(dev.gpu_unavailable() or "")
+    x, _ = make_blobs(40_000, n_features=D, centers=K, cluster_std=1.0, random_state=4)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "c0.npy", x[:K])
+    runs = {}
+    for device in ("gpu", "cpu"):
+        job = write_job(tmp_path / f"{device}.yaml", algorithm="kmeans",
+                        params={"n_clusters": K, "init": "c0.npy", "device": device},
+                        data={"path": "x.npy"}, workers=2, sync={"model": "bsp"},
+                        stop={"max_iterations": 6, "tolerance": None},
+                        output={"progress": "none"})
+        runs[device] = tmp_path / f"run-{device}"
+        mpirun(job, 2, runs[device], timeout=180)
+    per = summary(runs["gpu"])["per_worker"]
+    assert [w["device_shard"]["resident"] for w in per] == [True, True]
+    assert [w["device_shard"]["bytes_in"] for w in per] == [20_000 * D * 8] * 2
+    np.testing.assert_allclose(np.load(runs["gpu"] / "model.npz")["centers"],
+                               np.load(runs["cpu"] / "model.npz")["centers"], rtol=1e-7)
