@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,23 +40,6 @@ from flegel.algorithms.logreg import LogisticRegression
 from flegel.local import fit_local
 from flegel.runtime.store import ShardStore
 from tests.conftest import ROOT, child_env
-from tests.fakes import cupy_stand_in
-
-
-@pytest.fixture
-def no_gpu_cache() -> Iterator[None]:
-    """Forget what an earlier test learnt about CuPy (the answer is cached per process)."""
-    dev.gpu_unavailable.cache_clear()
-    yield
-    dev.gpu_unavailable.cache_clear()
-
-
-@pytest.fixture
-def stand_in(no_gpu_cache: None, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The CuPy stand-in installed as ``cupy``, with one device."""
-    fake = cupy_stand_in(1)
-    monkeypatch.setitem(sys.modules, "cupy", fake)
-    return fake
 
 
 def feature_copies(fake: Any, d: int, least_rows: int = 64) -> list[int]:
