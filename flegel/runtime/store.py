@@ -443,7 +443,8 @@ class ShardStore:
         for k, v in state.items():
             setattr(self, k, v)
         if self.device is not None:  # placed before: the rows changed, copy them again
-            self.device = resident_rows(self.device.xp, self.x, self._owner)
+            xp, self.device = self.device.xp, None  # (the old copy freed first)
+            self.device = resident_rows(xp, self.x, self._owner)
 
     # ------------------------------------------------------------------ mark and roll back
     def mark(self) -> None:
