@@ -31,7 +31,8 @@ anyway).  On a GPU it prints, measured in one run on the same data:
 The last line is the headline ratio: K-means' GPU pass / its one-core pass (target <= 1/30),
 else the CNN's; ``--json PATH`` writes every figure.
 
-Usage: ``python bench/gpu_bench.py [--quick] [--points N] [--no-cnn] [--json PATH]``
+Usage: ``python bench/gpu_bench.py [--quick] [--points N] [--no-cnn] [--stand-in] [--json PATH]``
+(``--stand-in``: without a GPU, count the copies through ``tests/fakes.py``'s CuPy stand-in).
 """
 
 from __future__ import annotations
@@ -279,6 +280,22 @@ def cnn_rows(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def install_stand_in() -> None:
+    """``--stand-in``: tests/fakes.py's CuPy stand-in (separate "device" memory, NumPy
+    underneath) imported as ``cupy``, with the CUDA calls this script makes."""
+    import types
+
+    sys.path.insert(0, str(ROOT))
+    from tests.fakes import cupy_stand_in
+
+    fake = cupy_stand_in(1)
+    fake.cuda.Device = lambda *a: types.SimpleNamespace(synchronize=lambda: None)
+    fake.cuda.runtime.getDeviceProperties = (
+        lambda i: {"name": b"stand-in (NumPy; times mean nothing)"})
+    sys.modules["cupy"] = fake
+    gpu_unavailable.cache_clear()
+
+
 def headline(kernels: dict[str, dict[str, Any]], cnn: dict[str, Any]) -> tuple[str, Any]:
     """The one figure: K-means' GPU pass / its one-core pass (issue 23: <= 1/30), else the
     CNN's, else the CNN job's time to target GPU / CPU."""
@@ -305,8 +322,15 @@ def main() -> None:
                     help="seconds each CNN run may take")
     ap.add_argument("--cpu-rows", action="store_true",
                     help="without a GPU, run the CPU columns instead of skipping")
+    ap.add_argument("--stand-in", action="store_true",
+                    help="without a GPU: tests/fakes.py's NumPy-backed CuPy stand-in as cupy "
+                         "(the copies are counted on the real code path; the times are "
+                         "NumPy's and mean nothing; no CNN job)")
     ap.add_argument("--json", type=Path, help="write the figures to this file")
     args = ap.parse_args()
+    if args.stand_in:
+        install_stand_in()
+        args.no_cnn = True
     if args.quick:
         args.points, args.passes = 200_000, 3
     args.algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
