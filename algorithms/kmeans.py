@@ -474,7 +474,8 @@ class KMeans(DeviceKernels, Algorithm):
         return agg
 
     def update_block(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
-        x = np.ascontiguousarray(block.x)
+        # on a GPU, a device array when the shard is resident there (flegel.device)
+        x = np.ascontiguousarray(block.x) if self.xp is np else block.x
         ct = np.ascontiguousarray(theta["centers"].T, dtype=x.dtype)
         csq = np.einsum("ij,ij->j", ct, ct)
         agg = self.zero_aggregator(theta)

@@ -1,26 +1,38 @@
-"""GPU paths benchmark (issue 14, item 4): per-pass time of each kernel, and the CNN job's time
-to target on the GPU against the CPU.
+"""GPU paths benchmark (issue 14, item 4; issue 23, item 5): per-pass time of each kernel on a
+GPU against one CPU core, the bytes copied to the device per pass, and the CNN job's time to
+target on the GPU against the CPU.
 
-Prints, measured in one run on the same data with one CPU thread everywhere:
+Without CuPy or a CUDA device it prints one line, ``gpu_bench: skipped: no GPU: <why>``
+(:func:`flegel.device.gpu_unavailable`), and exits 0 (``--cpu-rows`` runs the CPU columns
+anyway).  On a GPU it prints, measured in one run on the same data:
 
-* per algorithm (K-means, diagonal GMM, FCM, binary logistic regression; K = 16) on a
-  synthetic ``--points`` x 28 float64 data set (1,000,000 by default, 200,000 with
-  ``--quick``): the time of one pass (``update_block`` over every point in blocks of
-  ``--block`` points, θ updated between passes as in training; the median of ``--passes``
-  passes after a warm-up pass that compiles) of the compiled numba kernel, of the NumPy array
-  kernel and of the CuPy kernel (:mod:`flegel.device`), and the ratios array / compiled and
-  CuPy / compiled.  The CuPy pass includes what the runtime pays: each block is copied to the
-  device and its state and statistics back (the shard stays in host memory);
+* per algorithm (K-means, diagonal GMM, FCM, binary logistic regression, K = 16, on a
+  synthetic ``--points`` x 28 float64 data set, 1,000,000 by default, 200,000 with
+  ``--quick``; the CNN of ``jobs/cnn.yaml`` on its 12,000 synthetic 28 x 28 images): the time
+  of one pass through the runtime's own store and block loop (``ShardStore.next_block``,
+  ``update_block`` in blocks of ``--block`` points, θ updated between passes as under BSP
+  full batch; the median of ``--passes`` passes after a warm-up pass) of
+
+  - ``1 core``: the best CPU kernel on one thread (numba's compiled kernel; the CNN's NumPy
+    kernel, it has no other), and ``array``, the NumPy array kernel;
+  - ``GPU``: the CuPy kernel with the shard resident on the device (copied once before the
+    passes, as a worker does after loading: :class:`flegel.device.DeviceRows`);
+  - ``GPU copy``: the CuPy kernel with the shard in host memory, every block copied to the
+    device (the runtime before issue 23; what a shard too big for the device still does);
+
+  the speed-up ``1 core / GPU`` (issue 23's target: >= 30x for K-means and the CNN), and the
+  host-to-device megabytes per pass of both GPU columns, counted at ``cupy.asarray`` and
+  ``cupy.array`` (the calls flegel's code copies with): θ, the blocks' per-point state and,
+  in ``GPU copy``, the features;
 * the CNN job (``jobs/cnn.yaml``) run by ``flegel run`` with ``params.device=gpu`` and with
-  ``params.device=cpu``: ``time_to_target_s`` and ``wall_time_s`` from each ``summary.json``
-  and the ratio GPU / CPU.
+  ``params.device=cpu`` (4 workers, one thread each): ``time_to_target_s`` and
+  ``wall_time_s`` from each ``summary.json`` and the ratio GPU / CPU (``--no-cnn`` skips it).
 
-Without CuPy or a CUDA device the GPU rows say ``skipped:`` and why
-(:func:`flegel.device.gpu_unavailable`), and the CNN runs are skipped.  The last line is the
-headline ratio (the CNN's time to target GPU / CPU when it ran, else K-means' per-pass
-CuPy / compiled, else K-means' array / compiled); ``--json PATH`` writes every figure.
+The last line is the headline ratio: K-means' GPU pass / its one-core pass (target <= 1/30),
+else the CNN's; ``--json PATH`` writes every figure.
 
-Usage: ``python bench/gpu_bench.py [--quick] [--points N] [--json PATH]``
+Usage: ``python bench/gpu_bench.py [--quick] [--points N] [--no-cnn] [--stand-in] [--json PATH]``
+(``--stand-in``: without a GPU, count the copies through ``tests/fakes.py``'s CuPy stand-in).
 """
 
 from __future__ import annotations
@@ -32,7 +44,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,25 +53,38 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from flegel import Algorithm
+from flegel.algorithms.cnn import CNN
 from flegel.algorithms.fcm import FuzzyCMeans
 from flegel.algorithms.gmm import GaussianMixture
 from flegel.algorithms.kmeans import KMeans
 from flegel.algorithms.logreg import LogisticRegression
 from flegel.data import load_shard
 from flegel.device import gpu_unavailable
-from flegel.local import full_pass, make_info
+from flegel.local import make_info
+from flegel.runtime.store import ShardStore
 
 ROOT = Path(__file__).resolve().parents[1]
-#: name -> (data kind, constructor taking device/kernel keywords)
-ALGORITHMS: dict[str, tuple[str, Callable[..., Algorithm]]] = {
-    "kmeans": ("blobs", lambda **kw: KMeans(n_clusters=16, n_init=1, **kw)),
-    "gmm": ("blobs", lambda **kw: GaussianMixture(n_components=16, **kw)),
-    "fcm": ("blobs", lambda **kw: FuzzyCMeans(n_clusters=16, **kw)),
-    "logreg": ("classification", lambda **kw: LogisticRegression(learning_rate=0.5, **kw)),
+#: name -> (data kind, constructor taking device/kernel keywords, has a compiled kernel)
+ALGORITHMS: dict[str, tuple[str, Callable[..., Algorithm], bool]] = {
+    "kmeans": ("blobs", lambda **kw: KMeans(n_clusters=16, n_init=1, **kw), True),
+    "gmm": ("blobs", lambda **kw: GaussianMixture(n_components=16, **kw), True),
+    "fcm": ("blobs", lambda **kw: FuzzyCMeans(n_clusters=16, **kw), True),
+    "logreg": ("classification", lambda **kw: LogisticRegression(learning_rate=0.5, **kw),
+               True),
+    # jobs/cnn.yaml's network and data
+    "cnn": ("mnist", lambda **kw: CNN(n_filters=(6, 12), kernel_size=5, pool_size=2,
+                                      learning_rate=0.1, momentum=0.0, **kw), False),
 }
-#: The variants of each kernel: label -> constructor keywords.
-VARIANTS = {"compiled": {"kernel": "compiled"}, "array": {"kernel": "array"},
-            "gpu": {"device": "gpu"}}
+#: column -> (constructor keywords; with a compiled kernel, without), the shard resident
+COLUMNS: dict[str, tuple[dict[str, str], dict[str, str] | None, bool]] = {
+    "1 core": ({"kernel": "compiled"}, {"device": "cpu"}, False),
+    "array": ({"kernel": "array"}, None, False),
+    "GPU": ({"device": "gpu"}, {"device": "gpu"}, True),
+    "GPU copy": ({"device": "gpu"}, {"device": "gpu"}, False),
+}
+GPU_COLUMNS = ("GPU", "GPU copy")
+#: Issue 23's speed-up target: K-means and the CNN on a GPU against one CPU core.
+TARGET_SPEEDUP = 30.0
 CNN_JOB = ROOT / "jobs" / "cnn.yaml"
 
 
@@ -70,80 +96,141 @@ def synchronize() -> None:
         cupy.cuda.Device().synchronize()
 
 
+class CopyMeter:
+    """Host-to-device bytes, counted at ``cupy.asarray`` and ``cupy.array`` while
+    :meth:`counting` (the NumPy arrays handed to them: the calls flegel's kernels and
+    :class:`flegel.device.DeviceRows` copy with)."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+    @contextmanager
+    def counting(self) -> Iterator[None]:
+        import cupy
+
+        saved = cupy.asarray, cupy.array
+
+        def meter(fn: Callable[..., Any]) -> Callable[..., Any]:
+            def call(a: Any, *args: Any, **kw: Any) -> Any:
+                if isinstance(a, np.ndarray) and type(a).__module__ == "numpy":
+                    self.bytes += int(a.nbytes)
+                return fn(a, *args, **kw)
+            return call
+
+        cupy.asarray, cupy.array = meter(saved[0]), meter(saved[1])
+        try:
+            yield
+        finally:
+            cupy.asarray, cupy.array = saved
+
+
 def pass_times(algo: Algorithm, x: np.ndarray, y: np.ndarray | None, passes: int,
-               block: int) -> list[float]:
-    """Seconds of ``passes`` training passes of ``algo`` over ``x`` in blocks (after one
-    warm-up pass, not timed): θ is updated after each pass, as under BSP full batch."""
+               block: int, resident: bool, meter: CopyMeter | None
+               ) -> tuple[list[float], float | None]:
+    """Seconds of ``passes`` training passes of ``algo`` over ``x`` through the runtime's
+    store (after one warm-up pass, not timed: numba's compile, CuPy's kernels, cuBLAS's
+    handle), θ updated after each pass; and the host-to-device bytes of a timed pass."""
     theta = algo.init_parameter(make_info(x, y, seed=1))
-    state = algo.init_state(len(x), x.shape[1])
-    times = []
+    store = ShardStore(x, y, algo.init_state(len(x), x.shape[1]))
+    if resident and not store.place(algo, "gpu_bench"):
+        raise RuntimeError("the shard did not fit on the GPU (see the line above)")
+    times: list[float] = []
+    copied = 0
     for n in range(passes + 1):
+        before = meter.bytes if meter is not None else 0
         t0 = time.perf_counter()
-        total = full_pass(algo, x, y, theta, state, block)
+        total = algo.zero_aggregator(theta)
+        todo = store.n_active
+        while todo > 0:
+            part, sel = store.next_block(min(block, todo))
+            total = algo.aggregate(total, algo.update_block(part, theta, n + 1))
+            store.commit_block(part, sel)
+            todo -= len(part)
         synchronize()
-        if n:  # the first pass compiles (numba, CuPy's kernels, cuBLAS's handle)
+        if n:
             times.append(time.perf_counter() - t0)
+            copied += (meter.bytes if meter is not None else 0) - before
         theta = algo.update_parameter(total, theta)
-    return times
+    return times, (copied / passes if meter is not None else None)
 
 
-def kernel_rows(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """Per algorithm: the median pass of each variant (seconds, or the reason it was
-    skipped) and the ratios to the compiled kernel."""
-    no_gpu = gpu_unavailable()
+def load_data(kind: str, args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray | None]:
+    if kind == "mnist":  # jobs/cnn.yaml's data
+        spec: dict[str, Any] = {"source": "synthetic", "like": "mnist", "scale": 0.2, "seed": 1}
+    else:
+        spec = {"source": "synthetic", "kind": kind, "n_points": args.points,
+                "n_features": args.features, "seed": 7}
+        if kind == "blobs":
+            spec["centers"] = 16
+    return load_shard(spec, 0, 1, ROOT)
+
+
+def kernel_rows(args: argparse.Namespace, no_gpu: str | None) -> dict[str, dict[str, Any]]:
+    """Per algorithm: the median pass of each column (seconds, or why it did not run), the
+    host-to-device MB per pass of the GPU columns, and the speed-up 1 core / GPU."""
     data: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
     rows: dict[str, dict[str, Any]] = {}
+    meter = CopyMeter()
     for name in args.algorithms:
-        kind, make = ALGORITHMS[name]
+        kind, make, compiled = ALGORITHMS[name]
         if kind not in data:
-            spec = {"source": "synthetic", "kind": kind, "n_points": args.points,
-                    "n_features": args.features, "seed": 7}
-            if kind == "blobs":
-                spec["centers"] = 16
-            data[kind] = load_shard(spec, 0, 1, ROOT)
+            data[kind] = load_data(kind, args)
         x, y = data[kind]
-        row: dict[str, Any] = {}
-        for variant, kw in VARIANTS.items():
-            if variant == "gpu" and no_gpu is not None:
-                row[variant] = f"skipped: {no_gpu}"
+        row: dict[str, Any] = {"points": len(x), "features": x.shape[1]}
+        for column, (with_compiled, without, resident) in COLUMNS.items():
+            kw = with_compiled if compiled else without
+            if kw is None:
+                row[column] = "-"
                 continue
+            if column in GPU_COLUMNS and no_gpu is not None:
+                row[column] = f"skipped: {no_gpu}"
+                continue
+            gpu = column in GPU_COLUMNS
             try:
-                row[variant] = statistics.median(pass_times(make(**kw), x, y, args.passes,
-                                                            args.block))
-            except Exception as err:  # noqa: BLE001 - one failed variant is a row, not the end
-                if variant != "gpu":
+                if gpu:
+                    with meter.counting():
+                        times, copied = pass_times(make(**kw), x, y, args.passes, args.block,
+                                                   resident, meter)
+                    row[f"{column} MB/pass"] = (copied or 0.0) / 1e6
+                else:
+                    times, _ = pass_times(make(**kw), x, y, args.passes, args.block, False,
+                                          None)
+                row[column] = statistics.median(times)
+            except Exception as err:  # noqa: BLE001 - one failed column is a row, not the end
+                if not gpu:
                     raise
-                # the CuPy path is first run on a GPU machine here: report, go on
                 first = (str(err).splitlines() or [""])[0]
-                row[variant] = f"failed: {type(err).__name__}: {first}"
-        for variant in ("array", "gpu"):
-            if isinstance(row[variant], float):
-                row[f"{variant}/compiled"] = row[variant] / row["compiled"]
+                row[column] = f"failed: {type(err).__name__}: {first}"
+        if isinstance(row["1 core"], float) and isinstance(row["GPU"], float) and row["GPU"]:
+            row["speedup"] = row["1 core"] / row["GPU"]
         rows[name] = row
         print_row(name, row)
     return rows
 
 
 def print_header(args: argparse.Namespace) -> None:
-    print(f"Per-pass time: {args.points:,} x {args.features} float64, K = 16 (logreg: binary),"
-          f" blocks of {args.block:,} points, 1 CPU thread, median of {args.passes} passes "
-          "after a warm-up pass")
-    print(f"  {'algorithm':<9} {'compiled':>10} {'array':>10} {'array/comp':>10} "
-          f"{'CuPy':>10} {'CuPy/comp':>10}")
+    print(f"Per-pass time through the runtime's store: {args.points:,} x {args.features} "
+          f"float64, K = 16 (logreg: binary; cnn: jobs/cnn.yaml's 12,000 images), blocks of "
+          f"{args.block:,} points, CPU columns on 1 thread, median of {args.passes} passes "
+          "after a warm-up pass; MB: host-to-device per pass")
+    print(f"  {'algorithm':<9} {'1 core':>10} {'array':>10} {'GPU':>10} {'GPU copy':>10} "
+          f"{'1 core/GPU':>10} {'MB GPU':>9} {'MB copy':>9}")
 
 
 def print_row(name: str, row: dict[str, Any]) -> None:
     def ms(v: Any) -> str:
         return f"{v * 1e3:8.1f}ms" if isinstance(v, float) else f"{'-':>10}"
 
-    def ratio(v: Any) -> str:
-        return f"{v:10.3f}" if isinstance(v, float) else f"{'-':>10}"
+    def mb(v: Any) -> str:
+        return f"{v:9.2f}" if isinstance(v, float) else f"{'-':>9}"
 
-    line = (f"  {name:<9} {ms(row['compiled'])} {ms(row['array'])} "
-            f"{ratio(row.get('array/compiled'))} {ms(row['gpu'])} "
-            f"{ratio(row.get('gpu/compiled'))}")
-    if isinstance(row["gpu"], str):
-        line += f"  CuPy {row['gpu']}"
+    speed = row.get("speedup")
+    line = (f"  {name:<9} {ms(row['1 core'])} {ms(row['array'])} {ms(row['GPU'])} "
+            f"{ms(row['GPU copy'])} {f'{speed:9.1f}x' if speed else f'{chr(45):>10}'} "
+            f"{mb(row.get('GPU MB/pass'))} {mb(row.get('GPU copy MB/pass'))}")
+    notes = [f"{c}: {row[c]}" for c in GPU_COLUMNS if isinstance(row[c], str) and row[c] != "-"]
+    if notes:
+        line += "  " + "; ".join(dict.fromkeys(notes))
     print(line, flush=True)
 
 
@@ -193,17 +280,31 @@ def cnn_rows(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def install_stand_in() -> None:
+    """``--stand-in``: tests/fakes.py's CuPy stand-in (separate "device" memory, NumPy
+    underneath) imported as ``cupy``, with the CUDA calls this script makes."""
+    import types
+
+    sys.path.insert(0, str(ROOT))
+    from tests.fakes import cupy_stand_in
+
+    fake = cupy_stand_in(1)
+    fake.cuda.Device = lambda *a: types.SimpleNamespace(synchronize=lambda: None)
+    fake.cuda.runtime.getDeviceProperties = (
+        lambda i: {"name": b"stand-in (NumPy; times mean nothing)"})
+    sys.modules["cupy"] = fake
+    gpu_unavailable.cache_clear()
+
+
 def headline(kernels: dict[str, dict[str, Any]], cnn: dict[str, Any]) -> tuple[str, Any]:
-    """The one figure: the CNN's time to target GPU / CPU, else K-means' CuPy / compiled
-    pass, else its array / compiled pass."""
+    """The one figure: K-means' GPU pass / its one-core pass (issue 23: <= 1/30), else the
+    CNN's, else the CNN job's time to target GPU / CPU."""
+    for name in ("kmeans", "cnn"):
+        speed = kernels.get(name, {}).get("speedup")
+        if isinstance(speed, float):
+            return f"{name} per pass GPU (resident shard) / one CPU core", 1.0 / speed
     if isinstance(cnn.get("gpu/cpu time_to_target_s"), float):
         return "CNN time to target GPU / CPU", cnn["gpu/cpu time_to_target_s"]
-    km = kernels.get("kmeans") or next(iter(kernels.values()), {})
-    for key, text in (("gpu/compiled", "per pass CuPy / compiled (numba)"),
-                      ("array/compiled", "per pass array (NumPy) / compiled (numba)")):
-        if isinstance(km.get(key), float):
-            name = "kmeans" if "kmeans" in kernels else next(iter(kernels))
-            return f"{name} {text}", km[key]
     return "none", None
 
 
@@ -219,29 +320,53 @@ def main() -> None:
     ap.add_argument("--no-cnn", action="store_true", help="skip the CNN job")
     ap.add_argument("--cnn-timeout", type=float, default=300.0,
                     help="seconds each CNN run may take")
+    ap.add_argument("--cpu-rows", action="store_true",
+                    help="without a GPU, run the CPU columns instead of skipping")
+    ap.add_argument("--stand-in", action="store_true",
+                    help="without a GPU: tests/fakes.py's NumPy-backed CuPy stand-in as cupy "
+                         "(the copies are counted on the real code path; the times are "
+                         "NumPy's and mean nothing; no CNN job)")
     ap.add_argument("--json", type=Path, help="write the figures to this file")
     args = ap.parse_args()
+    if args.stand_in:
+        install_stand_in()
+        args.no_cnn = True
     if args.quick:
         args.points, args.passes = 200_000, 3
     args.algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     unknown = sorted(set(args.algorithms) - set(ALGORITHMS))
     if unknown:
         ap.error(f"unknown algorithms {unknown}; choose from {sorted(ALGORITHMS)}")
+    no_gpu = gpu_unavailable()
+    if no_gpu is not None and not args.cpu_rows:
+        print(f"gpu_bench: skipped: no GPU: {no_gpu}")
+        if args.json:
+            args.json.write_text(json.dumps({"ratio": None, "target": None,
+                                             "headline": "skipped", "gpu_skipped": no_gpu})
+                                 + "\n")
+        return
     device = "none"
-    if gpu_unavailable() is None:
+    if no_gpu is None:
         import cupy
 
-        device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+        try:
+            device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+        except Exception as err:  # noqa: BLE001 - a name is only a label
+            device = f"(name unknown: {type(err).__name__})"
     print(f"GPU: {device}")
     print_header(args)
     with threadpool_limits(1):
-        kernels = kernel_rows(args)
+        kernels = kernel_rows(args, no_gpu)
     cnn = cnn_rows(args)
     what, ratio = headline(kernels, cnn)
-    print(f"headline: {what}: ratio {'-' if ratio is None else f'{ratio:.3f}'}")
+    target = 1.0 / TARGET_SPEEDUP if what.endswith("one CPU core") else None
+    if args.stand_in:  # NumPy's times, not a GPU's: no target to hold them against
+        what, target = what + " [--stand-in: the times are NumPy's]", None
+    print(f"headline: {what}: ratio {'-' if ratio is None else f'{ratio:.4f}'}"
+          + (f" (target <= {target:.4f}: {TARGET_SPEEDUP:g}x)" if target else ""))
     if args.json:
-        doc = {"ratio": ratio, "target": None, "headline": what, "gpu": device,
-               "gpu_skipped": gpu_unavailable(), "points": args.points,
+        doc = {"ratio": ratio, "target": target, "headline": what, "gpu": device,
+               "gpu_skipped": no_gpu, "points": args.points,
                "features": args.features, "block": args.block, "passes": args.passes,
                "kernels": kernels, "cnn": cnn}
         args.json.write_text(json.dumps(doc, indent=2) + "\n")

@@ -41,6 +41,24 @@ Under the ski-rental rule the block that switches pays numba's start-up inside i
 0.7 s; seconds on a cold cache, when every worker compiles): under FSP the barrier that block
 is answering waits for it, once per run.  Set ``kernel: compiled`` to pay it before training
 starts instead (the worker warm-up), as before.
+
+On a GPU the shard is *resident* (issue 23): a worker copies its shard's features to the
+device once, after loading it (:class:`DeviceRows`, made by :func:`resident_rows` for the
+store, :meth:`flegel.runtime.store.ShardStore.place`), and each block's ``x`` is then a slice
+of that device array (a device-side gather where the block skips rows), not a host-to-device
+copy of the block.  Points that arrive by data migration are copied to the device once, when
+they arrive (:meth:`DeviceRows.append`).  The device copy keeps one row per host row, as the
+host copy does: a point sent away keeps its row on both (the traversal skips it; under
+virtual migration it comes back to that row, with no copy), so a row index means the same
+point on both sides.  Labels and per-point state stay in host memory (they are small: K-means
+keeps 16 bytes a point against 224 of features at 28 float64 columns; the kernels copy a
+block's state in and out, :func:`algorithms._common.on_device`).
+
+A shard that does not fit is not an error: when its features need more than
+:data:`RESIDENT_SHARE` of the device's free memory (the kernels need the rest for their
+temporaries), or the copy fails for want of memory, the worker says so in one line on
+standard error, naming both sizes, and copies each block to the device as before (slower,
+the same results).  Points migrated in that no longer fit end the residency the same way.
 """
 
 from __future__ import annotations
@@ -78,6 +96,10 @@ SWITCH_UNITS = 7.0e9
 #: keeps it off the training clock; the ski-rental rule pays it in a block.  The 12-iteration
 #: 1M x 28, K = 16 K-means job (5.4e9 units) is planned onto numba (docs/benchmarks.md).
 PLAN_UNITS = SWITCH_UNITS / 2
+
+#: Share of the device's free memory a resident shard may take (module docstring): the
+#: kernels' temporaries need the rest (K-means' distance tiles, the CNN's im2col columns).
+RESIDENT_SHARE = 0.5
 
 #: Set once the ``device: auto`` fallback has been reported, so the ranks a launcher starts
 #: (they inherit its environment) do not repeat the line.
@@ -311,3 +333,144 @@ class DeviceKernels:
         """Whether the next kernel call, of ``units`` work units, runs the compiled kernel:
         never on a GPU, else as :class:`KernelChoice` decides."""
         return self.xp is np and self._choice.compiled(units)
+
+
+# ------------------------------------------------------------------ the resident shard
+def resident_module(algorithm: object) -> Any | None:
+    """The array module whose device ``algorithm``'s training blocks should live on: CuPy for
+    an algorithm with the ``device`` parameter (:class:`DeviceKernels`) whose kernels run on
+    a GPU, else None (the blocks stay host arrays: NumPy kernels, a user's algorithm)."""
+    if not isinstance(algorithm, DeviceKernels):
+        return None
+    xp = algorithm.xp
+    return None if xp is np else xp
+
+
+def _free_bytes(xp: Any) -> int | None:
+    """Device memory this process can still take: CUDA's free memory plus what CuPy's pool
+    holds unused; None where the module cannot say."""
+    try:
+        free = int(xp.cuda.runtime.memGetInfo()[0])
+    except Exception:  # noqa: BLE001 - a module without the call (a stand-in): unknown
+        return None
+    try:
+        free += int(xp.get_default_memory_pool().free_bytes())
+    except Exception:  # noqa: BLE001 - no pool: CUDA's figure alone
+        pass
+    return free
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    """CuPy's ``OutOfMemoryError`` (a ``MemoryError``), told by name too: its class lives in
+    ``cupy.cuda.memory``, which a stand-in may lack."""
+    return isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError"
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def _say(line: str) -> None:
+    print(f"flegel: {line}", file=sys.stderr, flush=True)
+
+
+class DeviceRows:
+    """A shard's features on the device, row for row with the host copy (module docstring).
+
+    Parameters
+    ----------
+    xp : module
+        The array module of the device (CuPy).
+    host : ndarray of shape (n, d)
+        The shard's features, C-contiguous; copied to the device once, here.
+
+    Attributes
+    ----------
+    bytes_in : int
+        Feature bytes copied host-to-device so far (the shard, then migrated points).
+    index_bytes : int
+        Bytes of row indices copied host-to-device for blocks that skip rows (8 a point).
+    """
+
+    def __init__(self, xp: Any, host: np.ndarray) -> None:
+        self.xp = xp
+        self._buf = xp.asarray(host)
+        self.n = int(host.shape[0])
+        self.bytes_in = int(host.nbytes)
+        self.index_bytes = 0
+
+    @property
+    def rows(self) -> Any:
+        """Every row held, as one device array."""
+        return self._buf[:self.n]
+
+    @property
+    def nbytes(self) -> int:
+        """Device memory held (the buffer, room for migrated points included)."""
+        return int(self._buf.nbytes)
+
+    def take(self, sel: slice | np.ndarray) -> Any:
+        """The rows ``sel`` (a slice: a view, no copy; an index array: a device-side gather
+        after copying the indices, not the features)."""
+        if isinstance(sel, slice):
+            return self.rows[sel]
+        idx = np.asarray(sel, dtype=np.int64)
+        self.index_bytes += int(idx.nbytes)
+        return self.rows[self.xp.asarray(idx)]
+
+    def append(self, host_rows: np.ndarray) -> None:
+        """Add rows (points migrated in): one host-to-device copy of them, into a buffer that
+        doubles when full, so admitting a window costs the window, not the shard."""
+        k = int(host_rows.shape[0])
+        if self.n + k > self._buf.shape[0]:
+            grown = self.xp.empty((max(2 * self.n, self.n + k), *self._buf.shape[1:]),
+                                  dtype=self._buf.dtype)
+            grown[:self.n] = self.rows
+            self._buf = grown
+        self._buf[self.n:self.n + k] = self.xp.asarray(
+            np.ascontiguousarray(host_rows, dtype=self._buf.dtype))
+        self.n += k
+        self.bytes_in += int(host_rows.nbytes)
+
+    def permute(self, perm: np.ndarray) -> None:
+        """Reorder the rows as the host copy was (``x[perm]``), on the device."""
+        self._buf = self.rows[self.xp.asarray(np.asarray(perm, dtype=np.int64))]
+
+
+def resident_rows(xp: Any, host: np.ndarray, owner: str) -> DeviceRows | None:
+    """The shard ``host`` copied to ``xp``'s device, or None when it does not fit there
+    (:data:`RESIDENT_SHARE` of the free memory, or the copy ran out of memory), said in one
+    line on standard error naming ``owner`` and the sizes; the blocks are then copied one by
+    one (module docstring)."""
+    need = int(host.nbytes)
+    free = _free_bytes(xp)
+    if free is not None and need > RESIDENT_SHARE * free:
+        _say(f"{owner}: the shard ({_gib(need)}) does not fit in {RESIDENT_SHARE:.0%} of the "
+             f"GPU's free memory ({_gib(free)} free); each block is copied to the GPU "
+             "instead (slower)")
+        return None
+    try:
+        return DeviceRows(xp, host)
+    except Exception as err:
+        if not _out_of_memory(err):
+            raise
+        _say(f"{owner}: the shard ({_gib(need)}) ran the GPU out of memory "
+             f"({'unknown' if free is None else _gib(free)} free); each block is copied to "
+             "the GPU instead (slower)")
+        return None
+
+
+def appended(rows: DeviceRows, host_rows: np.ndarray, owner: str) -> DeviceRows | None:
+    """``rows`` with ``host_rows`` (points migrated in) appended; None when they do not fit
+    on the device, said in one line naming ``owner`` and the sizes (the blocks are then
+    copied one by one, from the host copy, which holds every row)."""
+    try:
+        rows.append(host_rows)
+    except Exception as err:
+        if not _out_of_memory(err):
+            raise
+        _say(f"{owner}: {len(host_rows)} migrated points ({_gib(host_rows.nbytes)}) do not "
+             f"fit beside the shard on the GPU ({_gib(rows.nbytes)} held); each block is "
+             "copied to the GPU from now on (slower)")
+        return None
+    return rows

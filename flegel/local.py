@@ -85,6 +85,7 @@ def fit_local(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None = None, 
     theta = algorithm.init_parameter(info) if theta is None else theta
     layout = Layout.of(zero_aggregator(algorithm, theta, x[0], None if y is None else y[0]))
     store = ShardStore(x, y, algorithm.init_state(len(x), x.shape[1]))
+    store.place(algorithm, "fit_local")  # on a GPU: the shard on the device, copied once
     stop = StopCriteria(max_iterations=max_iterations, tolerance=tolerance)
     history: list[float] = []
     online = 0.0

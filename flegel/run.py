@@ -204,6 +204,8 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     policy.attach(worker)  # the policy's extension point (FSP: data migration)
     if resumed is not None:
         worker.restore(resumed)
+    # On a GPU the shard goes to the device once, here, in its training order (flegel.device)
+    store.place(algorithm, f"worker {comm.rank}")
     worker.receive_params()  # θ⁽⁰⁾, sent once
     # On a cold numba cache, worker 1 compiles first and the others load its kernels from
     # the cache: n workers compiling the same kernels at once cost n times the CPU.  On a
@@ -214,7 +216,7 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
             and cache_is_cold(type(algorithm).__module__))
     if cold:
         msg.recv_object(comm, source=1)
-    _warm_up(algorithm, x, y, worker.theta, layouts["agg"].zeros())
+    _warm_up(algorithm, store.kernel_x, store.y, worker.theta, layouts["agg"].zeros())
     if comm.rank == 1:
         for r in range(2, comm.size):
             msg.send_object(comm, "compiled", dest=r)
@@ -225,7 +227,7 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     # run the same kernel, and four measuring at once on shared cores cost the compile phase
     # 0.4 s at a load of 12 (issue 23), one a few ms on a quiet machine.
     sizing = measures_block(job.sync.model, job.sync.options) and resumed is None
-    cost = (_call_cost(algorithm, x, y, worker.theta, layouts["agg"].zeros())
+    cost = (_call_cost(algorithm, store.kernel_x, store.y, worker.theta, layouts["agg"].zeros())
             if sizing and comm.rank == 1 else None)
     msg.send_object(comm, ("ready", cost), dest=0)
     if sizing:

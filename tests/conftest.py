@@ -1,4 +1,5 @@
-"""Shared fixtures: writing job files and running flegel under a real mpirun."""
+"""Shared fixtures: writing job files and running flegel under a real mpirun; the GPU
+checks' cache and the CuPy stand-in (tests/fakes.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -14,6 +17,26 @@ import yaml
 from flegel.cli.launch import find_mpiexec
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def no_gpu_cache() -> Iterator[None]:
+    """Forget what an earlier test learnt about CuPy (flegel.device caches it per process)."""
+    from flegel.device import gpu_unavailable
+
+    gpu_unavailable.cache_clear()
+    yield
+    gpu_unavailable.cache_clear()
+
+
+@pytest.fixture
+def stand_in(no_gpu_cache: None, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The CuPy stand-in of tests/fakes.py installed as ``cupy``, with one device."""
+    from tests.fakes import cupy_stand_in
+
+    fake = cupy_stand_in(1)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    return fake
 
 
 def write_job(path: Path, **doc) -> Path:

@@ -353,14 +353,6 @@ def test_cnn_point_path(digits):
                       rtol=1e-4, atol=1e-5)
 
 
-@pytest.fixture
-def no_gpu_cache():
-    """Forget what an earlier test learnt about CuPy (flegel.device caches it per process)."""
-    gpu_unavailable.cache_clear()
-    yield
-    gpu_unavailable.cache_clear()
-
-
 def test_cnn_device_switch(monkeypatch, digits, no_gpu_cache, tmp_path):
     xtr, _, ytr, _ = digits
     kwargs = dict(image_shape=(8, 8), kernel_size=3, padding=1, dtype="float64")

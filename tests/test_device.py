@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 import types
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -14,14 +13,6 @@ import pytest
 from flegel import device as dev
 from flegel.algorithms.kmeans import KMeans
 from flegel.local import full_pass
-
-
-@pytest.fixture
-def no_gpu_cache() -> Iterator[None]:
-    """Forget what an earlier test learnt about CuPy (the answer is cached per process)."""
-    dev.gpu_unavailable.cache_clear()
-    yield
-    dev.gpu_unavailable.cache_clear()
 
 
 def numpy_as_cupy(n_devices: int = 1) -> types.ModuleType:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pickle
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -32,25 +32,8 @@ from flegel.algorithms.logreg import LogisticRegression
 from flegel.cli.commands import main
 from flegel.local import full_pass, make_info
 from tests.conftest import write_job
-from tests.fakes import cupy_stand_in
 
 Arrays = dict[str, Any]
-
-
-@pytest.fixture
-def no_gpu_cache() -> Iterator[None]:
-    """Forget what an earlier test learnt about CuPy (the answer is cached per process)."""
-    dev.gpu_unavailable.cache_clear()
-    yield
-    dev.gpu_unavailable.cache_clear()
-
-
-@pytest.fixture
-def stand_in(no_gpu_cache: None, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The CuPy stand-in installed as ``cupy``, with one device."""
-    fake = cupy_stand_in(1)
-    monkeypatch.setitem(sys.modules, "cupy", fake)
-    return fake
 
 
 # ------------------------------------------------------------------ data and the cases
@@ -378,14 +361,15 @@ def test_gpu_bench_rows_through_the_stand_in(stand_in: Any,
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     stand_in.cuda.Device = lambda: type("D", (), {"synchronize": lambda self: None})()
-    args = argparse.Namespace(algorithms=list(bench.ALGORITHMS), points=3000, features=6,
-                              passes=1, block=1000, no_cnn=True)
-    rows = bench.kernel_rows(args)
-    assert all(isinstance(rows[a][v], float) for a in rows for v in ("compiled", "array", "gpu"))
-    assert all(rows[a]["gpu/compiled"] > 0 for a in rows)
+    args = argparse.Namespace(algorithms=[a for a in bench.ALGORITHMS if a != "cnn"],
+                              points=3000, features=6, passes=1, block=1000, no_cnn=True)
+    rows = bench.kernel_rows(args, None)
+    columns = ("1 core", "array", "GPU", "GPU copy")
+    assert all(isinstance(rows[a][c], float) for a in rows for c in columns)
+    assert all(rows[a]["speedup"] > 0 for a in rows)
     cnn = bench.cnn_rows(args)
     assert cnn == {"skipped": "--no-cnn"}
     what, ratio = bench.headline(rows, cnn)
-    assert what == "kmeans per pass CuPy / compiled (numba)" and ratio == rows["kmeans"][
-        "gpu/compiled"]
+    assert what == "kmeans per pass GPU (resident shard) / one CPU core"
+    assert ratio == 1 / rows["kmeans"]["speedup"]
     assert "skipped: --no-cnn" in capsys.readouterr().out

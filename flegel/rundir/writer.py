@@ -273,7 +273,10 @@ class RunWriter:
         # "host": the worker's host name as it reported it (several hosts: deploy/README.md).
         summary["per_worker"] = [{**{k: r[k] for k in keys}, "host": r.get("host"),
                                   "point_passes": {"min": r["visits"]["min"],
-                                                   "max": r["visits"]["max"]}}
+                                                   "max": r["visits"]["max"]},
+                                  # on a GPU: the shard on the device (flegel/device.py)
+                                  **({"device_shard": r["device_shard"]}
+                                     if r.get("device_shard") else {})}
                                  for r in results]
         summary["stragglers"] = [s for r in results for s in r["stragglers"]]
         # Traversals of every point over the run, wherever it was trained (Section 4).

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from flegel.block import Block
+from flegel.device import DeviceRows, appended, resident_module, resident_rows
 
 #: Global point ids are ``origin_rank << ID_SHIFT | row``: unique across workers, and a point
 #: names the worker it was first loaded on (virtual migration sends points back there).
@@ -44,6 +45,11 @@ class ShardStore:
 
     Every row counts its traversals in :attr:`visits`, so tests and summaries can show that
     no point is skipped or trained twice within a pass.
+
+    On a GPU the features are also held on the device (:meth:`place`, issue 23): a block's
+    ``x`` is then a slice of that device copy, and migrated points are copied there once,
+    when they arrive.  The host copy stays the reference (exact evaluation, migration,
+    checkpoints read it); labels and per-point state stay in host memory.
 
     Parameters
     ----------
@@ -82,6 +88,10 @@ class ShardStore:
         self._mark: tuple[Any, ...] | None = None
         self._journal: list[tuple[Any, dict[str, np.ndarray]]] | None = None
         self._buffers: dict[str, np.ndarray] = {}  # growable storage of admitted rows
+        #: The features on the device (:meth:`place`); None: blocks are host arrays.
+        self.device: DeviceRows | None = None
+        self._owner = "worker"  # how messages about the device copy name this worker
+        self._on_gpu = False  # place() was asked by a GPU algorithm (resident or not)
         self.visited = 0  # points processed, over all passes
         self.scanned = 0  # rows the cursor has moved over (skipped ones included)
 
@@ -132,6 +142,38 @@ class ShardStore:
         self._visits_sum = int(self.visits[trained].sum())
         self._n_seen = int(np.count_nonzero(self.visits[~self.inactive]))
 
+    # ------------------------------------------------------------------ on the device
+    def place(self, algorithm: object, owner: str = "worker") -> bool:
+        """Keep the features on the device ``algorithm``'s kernels run on, when that is a GPU
+        (:func:`flegel.device.resident_module`): one host-to-device copy now, none per block.
+        A shard that does not fit stays on the host, said in one line naming ``owner``
+        (:func:`flegel.device.resident_rows`).  Call it once the rows are in their training
+        order (after :meth:`shuffle` and :meth:`restore`; both keep a placed copy in step
+        anyway).  Returns whether the shard is on the device."""
+        xp = resident_module(algorithm)
+        if xp is not None and self.device is None:
+            self._owner = owner
+            self._on_gpu = True
+            self.device = resident_rows(xp, self.x, owner)
+        return self.device is not None
+
+    def device_report(self) -> dict[str, Any] | None:
+        """For the worker's report (``summary.json``'s ``per_worker[].device_shard``): whether
+        the shard is resident on the GPU now, and the feature and row-index bytes copied
+        host-to-device for it; None when the kernels do not run on a GPU."""
+        if not self._on_gpu:
+            return None
+        rows = self.device
+        return {"resident": rows is not None,
+                "bytes_in": None if rows is None else rows.bytes_in,
+                "index_bytes": None if rows is None else rows.index_bytes}
+
+    @property
+    def kernel_x(self) -> Any:
+        """The features as the kernels get them: the device copy when placed, else the
+        host array."""
+        return self.x if self.device is None else self.device.rows
+
     # ------------------------------------------------------------------ traversal
     def next_block(self, max_points: int) -> tuple[Block, slice | np.ndarray]:
         """Return the next block of at most ``max_points`` points.
@@ -172,7 +214,7 @@ class ShardStore:
                 self.cycles += 1
             self.scanned += stop - start
         self._journal_rows(sel)
-        x = self.x[sel]
+        x = self.x[sel] if self.device is None else self.device.take(sel)
         y = None if self.y is None else self.y[sel]
         state = {k: v[sel] for k, v in self.state.items()}
         return Block(x, y, state, np.zeros(x.shape[0], dtype=bool)), sel
@@ -247,6 +289,8 @@ class ShardStore:
             return
         perm = np.random.default_rng(seed).permutation(n)
         self.x = np.ascontiguousarray(self.x[perm])
+        if self.device is not None:
+            self.device.permute(perm)
         if self.y is not None:
             self.y = self.y[perm]
         self.state = {k: v[perm] for k, v in self.state.items()}
@@ -310,6 +354,8 @@ class ShardStore:
             rows["y"] = payload["y"]
         for name, values in rows.items():
             setattr(self, name, self._grown(name, getattr(self, name), values))
+        if self.device is not None:  # the one copy of these points to the device
+            self.device = appended(self.device, self.x[n0:], self._owner)
         for key, v in self.state.items():
             self.state[key] = self._grown("state." + key, v, payload["state"][key])
         new = np.arange(n0, n0 + k)
@@ -370,7 +416,7 @@ class ShardStore:
         migrated in (features and labels: their shard is another worker's)."""
         import copy
 
-        skip = ("x", "y", "_buffers")
+        skip = ("x", "y", "_buffers", "device", "_owner", "_on_gpu")
         out = {k: copy.deepcopy(v) for k, v in vars(self).items() if k not in skip}
         out["x_admitted"] = self.x[self.n_native:].copy()
         out["y_admitted"] = None if self.y is None else self.y[self.n_native:].copy()
@@ -396,6 +442,9 @@ class ShardStore:
         self._buffers = {}
         for k, v in state.items():
             setattr(self, k, v)
+        if self.device is not None:  # placed before: the rows changed, copy them again
+            xp, self.device = self.device.xp, None  # (the old copy freed first)
+            self.device = resident_rows(xp, self.x, self._owner)
 
     # ------------------------------------------------------------------ mark and roll back
     def mark(self) -> None:

@@ -327,6 +327,7 @@ class Worker:
                 "slowed_s": s.slowed_s, "commits": s.commits,
                 "aborted_points": s.aborted_points, "stragglers": self.stragglers.record(),
                 "theta_version": header["version"],
+                "device_shard": self.store.device_report(),
                 "visits": {"min": int(visits.min()) if visits.size else 0,
                            "max": int(visits.max()) if visits.size else 0,
                            "sum": int(visits.sum()), "count": int(visits.size)},
