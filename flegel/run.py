@@ -49,6 +49,7 @@ from flegel.runtime import comm as msg
 from flegel.runtime import lifetime, peers
 from flegel.runtime.agreement import Rejected, agreed
 from flegel.runtime.blocksize import device_of, fixed_block, measure_call_cost
+from flegel.runtime.cut import CUT, consistent_cut
 from flegel.runtime.exact import Evaluator, ExactObjective, evaluate_snapshots, id_checksum
 from flegel.runtime.faults import JobFault
 from flegel.runtime.layout import Layout
@@ -428,8 +429,10 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     msg.bcast_object(comm, {"theta": theta_layout, "agg": agg_layout,
                             "resume": resume is not None})
     if resume is not None:
+        # Points a window carried when the checkpoint was taken: trained once again
+        cuts = consistent_cut(resume.workers)
         for r in ranks:
-            msg.send_object(comm, resume.workers[r], dest=r)
+            msg.send_object(comm, {**resume.workers[r], CUT: cuts.get(r)}, dest=r)
 
     writer = RunWriter(out_dir, job,
                        events_from=None if resume is None else resume.master["events_bytes"])

@@ -164,3 +164,83 @@ def test_shuffle_permutes_rows_together_once_before_training():
     s.visited = 1
     s.shuffle(4)
     assert np.array_equal(s.ids, before)
+
+
+# ------------------------------------------------- a checkpoint taken with a window in transit
+def _resumed(*stores: ShardStore) -> list[ShardStore]:
+    """Each store's checkpoint state, settled by the cut and restored into a fresh store."""
+    from flegel.runtime.cut import consistent_cut
+
+    states = {rank: {"store": s.checkpoint_state()} for rank, s in enumerate(stores, 1)}
+    cuts = consistent_cut(states)
+    out = []
+    for rank, s in enumerate(stores, 1):
+        fresh = _store(rank, s.n_native)
+        fresh.restore(states[rank]["store"])
+        if rank in cuts:
+            fresh.settle_cut(cuts[rank]["take_back"], cuts[rank]["give_up"])
+        out.append(fresh)
+    return out
+
+
+def test_a_window_in_transit_at_a_checkpoint_is_trained_again_by_its_source():
+    """The source locked the window (sent), the target had not admitted it: in neither
+    snapshot the points are trained; after the cut the source trains them, once."""
+    a, b = _store(1, 12), _store(2, 12)
+    _train(a, 8), _train(b, 8)
+    rows = a.select_behind_cursor(4)
+    a.export(rows)
+    a.lock(rows)  # sent; the checkpoint comes before b admits it
+    assert len(_active_ids(a, b)) == 20
+    ra, rb = _resumed(a, b)
+    ids = _active_ids(ra, rb)
+    assert len(ids) == 24 and len(np.unique(ids)) == 24
+    assert ra.n_active == 12 and rb.n_active == 12 and ra.n_queued == 4
+    _train(ra, 16)  # the taken-back points train with the others
+    assert (ra.visits[rows] > a.visits[rows]).all()
+
+
+def test_a_window_in_both_snapshots_is_trained_by_the_target_alone():
+    """The source's snapshot came before it sent, the target's after it admitted (and
+    trained) the window: the target's copy, the most trained, stays."""
+    a, b = _store(1, 12), _store(2, 12)
+    _train(a, 8), _train(b, 8)
+    rows = a.select_behind_cursor(4)
+    snapshot_a = a.checkpoint_state()
+    b.admit(a.export(rows))
+    _train(b, 8)
+    a2 = _store(1, 12)
+    a2.restore(snapshot_a)
+    ra, rb = _resumed(a2, b)
+    ids = _active_ids(ra, rb)
+    assert len(ids) == 24 and len(np.unique(ids)) == 24
+    assert ra.n_active == 8 and rb.n_active == 16
+    assert set(origin_of(rb.ids[~rb.inactive])) == {1, 2}
+
+
+def test_a_consistent_checkpoint_is_left_as_it_is():
+    from flegel.runtime.cut import consistent_cut
+
+    a, b = _store(1, 12), _store(2, 12)
+    _train(a, 8)
+    rows = a.select_behind_cursor(4)
+    b.admit(a.export(rows))
+    a.lock(rows)
+    assert consistent_cut({1: {"store": a.checkpoint_state()},
+                           2: {"store": b.checkpoint_state()}}) == {}
+
+
+def test_a_resumed_fsp_worker_expects_no_message_sent_before_the_checkpoint():
+    """Message counts of the checkpoint would make the drain at the end wait for a window
+    no one sends again (the cut settled it on the points)."""
+    from flegel.sync.fsp import FSPWorker
+
+    before = FSPWorker({"migration": {"mode": "async"}})
+    assert before.migrator is not None
+    before.migrator.sent, before.migrator.received = {2: 4}, {2: 3}
+    before.migrator.expected, before.migrator.quota = {2: 100}, {2: 50}
+    after = FSPWorker({"migration": {"mode": "async"}})
+    after.restore(before.checkpoint_state())
+    assert after.migrator is not None
+    assert (after.migrator.sent, after.migrator.received, after.migrator.expected) == ({}, {}, {})
+    assert after.migrator.quota == {2: 50}  # orders still to carry out stay

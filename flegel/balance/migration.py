@@ -488,6 +488,15 @@ class Migrator:
     def in_flight(self) -> int:
         return 0 if self.window is None else len(self.window[1])
 
+    def resumed(self) -> None:
+        """Continue from a checkpoint with no message in flight: what was on its way when it
+        was taken was settled on the points (:mod:`flegel.runtime.cut`), and no peer sends
+        it again, so the message counts (and the points a synchronous target still awaited)
+        start afresh on every worker.  Orders still to carry out stay."""
+        self.sent, self.received, self._fins = {}, {}, {}
+        self.expected, self.arrived = {}, {}
+        self.window = None
+
     # ------------------------------------------------------------------ messages
     def take_orders(self, port: MigrationPort) -> int:
         """Book the orders that arrived; return how many.

@@ -20,6 +20,9 @@ anything (a worker blocked by a staleness bound sends it when it is released: it
 not changed meanwhile).  A resumed job restores every part and sends the held replies, so it
 continues exactly where the snapshot was taken: at most one checkpoint interval is lost, and
 under BSP full batch the final model is the same, bit for bit, as without the interruption.
+A migration window whose send had completed may still have been on its way (MPI completes a
+small send once buffered): the resumed master settles such points so that each is trained by
+one worker (:mod:`flegel.runtime.cut`).
 
 Not captured: the exact-objective evaluations in progress (they start afresh after a
 resume, with the budget counted from it) and the timing-based estimates (block sizes, the

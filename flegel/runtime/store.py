@@ -408,6 +408,24 @@ class ShardStore:
         self._enqueue(rows)
         return rows
 
+    def settle_cut(self, take_back: np.ndarray, give_up: np.ndarray) -> None:
+        """A resumed checkpoint's points in flight (:func:`flegel.runtime.cut.consistent_cut`):
+        train again the points ``take_back`` (held here inactive; they keep their state and
+        join as queued points do), stop training the points ``give_up`` (their newer copy is
+        another worker's)."""
+        if len(take_back):
+            rows = self.rows_of(np.asarray(take_back, np.int64))
+            self.inactive[rows] = False
+            self.queued[rows] = True
+            self._queue = np.concatenate([self._queue, rows]).astype(np.int64)
+        if len(give_up):
+            rows = self.rows_of(np.asarray(give_up, np.int64))
+            self.inactive[rows] = True
+            self.queued[rows] = False
+            self._queue = self._queue[~np.isin(self._queue, rows)]
+        self._behind, self._qpos = self._behind[:0], 0
+        self._recount()
+
     # ------------------------------------------------------------------ checkpoints
     def checkpoint_state(self) -> dict[str, Any]:
         """Everything but the shard's own points, which a resumed worker loads again

@@ -38,6 +38,7 @@ from flegel.protocol import (
 )
 from flegel.runtime import comm as msg
 from flegel.runtime.blocksize import BlockSizer, device_of
+from flegel.runtime.cut import CUT
 from flegel.runtime.exact import Evaluator
 from flegel.runtime.layout import Layout
 from flegel.runtime.loop import Totals, Wait, await_params, drive, strongest, work
@@ -197,6 +198,9 @@ class Worker:
     def restore(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`checkpoint_state` (θ comes from the master, as at a fresh start)."""
         self.store.restore(state["store"])
+        cut = state.get(CUT)
+        if cut is not None:  # points in flight at the checkpoint (flegel.runtime.cut)
+            self.store.settle_cut(cut["take_back"], cut["give_up"])
         self.policy.restore(state["policy"])
         self.stragglers.restore(state["stragglers"])
         self.iteration_clock, self.debt_s = state["clock"], state["debt_s"]

@@ -100,6 +100,11 @@ class FSPWorker(WorkerPolicy):
         self.sync_migration = mig.mode == "sync"
         self.mesh: MigrationPort | None = None
 
+    def restore(self, state: dict[str, Any]) -> None:
+        super().restore(state)
+        if self.migrator is not None:
+            self.migrator.resumed()
+
     def attach(self, worker: WorkerPort) -> None:
         if self.options.get("shuffle", True) and isinstance(worker, MigrationPort):
             # Traverse the shard in a random order, seeded by the shard (its first global
