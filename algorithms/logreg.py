@@ -262,6 +262,12 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
         self._pass: list[Any] = [0.0, 0.0, 0.0]
         self._converged = False
 
+    @property
+    def full_batch_update(self) -> bool:  # type: ignore[override]
+        """True unless ``solver="gd"``: a full batch at θ is an L-BFGS step (FSP then lets a
+        pass-long iteration end when every worker finished its pass, :mod:`flegel.sync.fsp`)."""
+        return self.solver != "gd"
+
     # ------------------------------------------------------------------ set-up
     def validate(self, base_dir: Path) -> None:
         self.check_device()

@@ -71,6 +71,19 @@ MAX_LAG_CREDIT_S = 2 * POLL_MAX_S
 #: FSPV's first interval gives the barrier this share of the iteration: BSPV's ρ
 #: (flegel.sync.bsp, ``overhead``), so FSPV starts from BSPV's choice.
 FIRST_OVERHEAD = 0.1
+#: The phase of an iteration that ends when every worker finished its pass at θ (an
+#: algorithm with ``full_batch_update``; see :class:`FSP`, "Whole passes").
+WHOLE_PHASE = "whole-pass"
+#: Whole passes: workers still computing are paused once the iteration has run this many
+#: times as long as its first completed pass took (a straggler nobody predicted cannot hold
+#: the barrier), and a worker whose typical pass is beyond this many times the fastest
+#: worker's is a straggler: the interval adjustor then runs FSP's ordinary iterations.
+WHOLE_PASS_WAIT = 4.0
+#: Whole passes: a worker is a straggler when its last this many passes (or all it made, at
+#: least PASS_EVIDENCE) were all slow (:meth:`FSP._balanced`).
+PASS_MEMORY = 5
+#: Whole passes: passes a worker must have made before it can be called a straggler.
+PASS_EVIDENCE = 2
 
 
 class FSPWorker(WorkerPolicy):
@@ -297,6 +310,13 @@ class FSP(BarrierPolicy):
                                 f"found {type(server).__name__}")
             self.order_port = server
         self._orders: dict[int, int] = {}
+        # Whole passes (_whole_pass): the algorithm's declaration, each worker's smoothed
+        # pass time, whether this iteration waits for every pass, and its first pass's end.
+        self.full_batch = bool(server.full_batch_update)
+        self.pass_log: dict[int, list[float]] = {}
+        self.whole = False
+        self.first_pass_s: float | None = None
+        self.whole_iterations = 0
 
     # ---------------------------------------------------------------- sending
     def instructions(self, rank: int) -> Instructions:
@@ -304,6 +324,8 @@ class FSP(BarrierPolicy):
         mark = 1 if self.plan.mark else (-1 if self.plan.drop_mark else 0)
         bound = OFFSET_BOUND * eta  # η may have changed since the offsets were learnt
         offset = float(min(max(self.offsets[rank], -bound), bound))
+        if self.whole:
+            eta = 0.0  # no timer: the pass ends the worker's iteration
         return Instructions(eta_s=eta if self.semi else 0.0,
                             offset_s=offset if self.semi else 0.0,
                             mark=mark, rollback=self.plan.rollback,
@@ -318,6 +340,9 @@ class FSP(BarrierPolicy):
             srv.rollback(self._mark_theta)
         self.signalled = False
         self.first_arrival = None
+        self.first_pass_s = None
+        self.whole = self.plan.phase in ("calibration", WHOLE_PHASE) and self.full_batch
+        self.whole_iterations += self.whole
         self._start_estimate = srv.estimated_objective()
         super().broadcast()
         self._orders = {}
@@ -342,12 +367,22 @@ class FSP(BarrierPolicy):
         if self.first_arrival is None:
             self.first_arrival = self.server.worker(rank).arrived_at
         if int(header["reason"]) == Reason.PASS and not self.signalled:
-            self._pause_all(rank)  # a full pass: barrier at once (Section 3.3)
+            if not self.whole:
+                self._pause_all(rank)  # a full pass: barrier at once (Section 3.3)
+            elif self.first_pass_s is None:
+                self.first_pass_s = self.server.worker(rank).arrived_at - self.iter_start
         super().on_commit(rank, header, agg)
 
     def on_tick(self, now: float) -> None:
+        if self.signalled:
+            return
+        if self.whole:
+            if (self.first_pass_s is not None
+                    and now - self.iter_start >= WHOLE_PASS_WAIT * self.first_pass_s):
+                self._pause_all()
+            return
         eta = self.plan.eta_s
-        if not self.semi and eta > 0 and not self.signalled and now - self.iter_start >= eta:
+        if not self.semi and eta > 0 and now - self.iter_start >= eta:
             self._pause_all()
 
     def _pause_all(self, reporting: int | None = None) -> None:
@@ -356,6 +391,25 @@ class FSP(BarrierPolicy):
         running = [r for r in self.server.ranks if r not in self.pending and r != reporting]
         self.server.signal(running, Signal.PAUSE)
 
+    def _balanced(self) -> bool:
+        """Whether whole passes suit the next iteration (:data:`WHOLE_PHASE`): the algorithm
+        declares ``full_batch_update`` and no worker is a straggler.
+
+        A straggler's pass (wall time, slow-downs included) is beyond
+        :data:`WHOLE_PASS_WAIT` times the fastest worker's in each of its last
+        :data:`PASS_MEMORY` passes (at least :data:`PASS_EVIDENCE` of them): the fastest of a
+        worker's recent passes is what it can do, and on shared cores a single pass can take
+        several times the next (scheduling), where a straggler's are all slow.
+        """
+        if not self.full_batch:
+            return False
+        best = {r: min(log) for r, log in self.pass_log.items() if log}
+        if not best:
+            return True
+        bound = WHOLE_PASS_WAIT * min(best.values())
+        return not any(len(self.pass_log[r]) >= PASS_EVIDENCE and p > bound
+                       for r, p in best.items())
+
     # ---------------------------------------------------------------- the barrier
     def after_barrier(self, commits: dict[int, dict[str, float]], agg: dict[str, Any]) -> None:
         srv = self.server
@@ -363,6 +417,7 @@ class FSP(BarrierPolicy):
         arrivals = {r: srv.worker(r).arrived_at for r in commits}
         first = min(arrivals.values())
         self._update_eta_max(commits)
+        self._update_passes(commits)
         if self.semi and self.plan.eta_s > 0:
             self._update_offsets(commits, arrivals)
         # Progress on the estimated objective: a first visit of a point adds its whole loss
@@ -371,8 +426,15 @@ class FSP(BarrierPolicy):
         obs = Observation(eta_s=self.plan.eta_s, progress=progress,
                           valid_s=first - self.iter_start, wall_s=now - self.iter_start,
                           barrier_s=now - first, eta_max_s=self.eta_max_s)
-        self.eta_log.append(self.plan.eta_s)
-        if self.plan.phase == "calibration":
+        # A whole pass has no interval: it ran to its last pass (the barrier's first report).
+        self.eta_log.append(max(arrivals.values()) - self.iter_start if self.whole
+                            else self.plan.eta_s)
+        if self._balanced():
+            # Whole passes (WHOLE_PHASE); a mark left by rolled-back probes is dropped.
+            self.plan = Plan(0.0, drop_mark=self.plan.phase in ("probe1", "probe2"),
+                             phase=WHOLE_PHASE)
+        elif self.plan.phase in ("calibration", WHOLE_PHASE):
+            # The adjustor (re)starts from this iteration's measurements.
             eta0 = (self.options["eta_ms"] / 1e3 if self.options["eta_ms"] is not None
                     else self._first_interval(commits, obs))
             self.plan = self.adjustor.start(eta0, self.eta_max_s)
@@ -412,6 +474,16 @@ class FSP(BarrierPolicy):
         passes = [p for p in passes if p > 0]
         if passes:
             self.eta_max_s = float(min(passes))
+
+    def _update_passes(self, commits: dict[int, dict[str, float]]) -> None:
+        """Log each worker's pass time in wall time, slow-downs included (a straggler's pass
+        is what a whole-pass iteration would wait for): ``n_active · compute_s / points``,
+        the last :data:`PASS_MEMORY` of them."""
+        for r, h in commits.items():
+            if h["points"] > 0 and h["n_active"] > 0 and h["compute_s"] > 0:
+                log = self.pass_log.setdefault(r, [])
+                log.append(h["n_active"] * h["compute_s"] / h["points"])
+                del log[:-PASS_MEMORY]
 
     def _update_offsets(self, commits: dict[int, dict[str, float]],
                         arrivals: dict[int, float]) -> None:
@@ -455,6 +527,8 @@ class FSP(BarrierPolicy):
         out.update(interval=self.options["interval"], coordination=self.options["coordination"],
                    final_eta_ms=self.plan.eta_s * 1e3, mean_eta_ms=float(etas.mean() * 1e3),
                    eta_history_ms=[e * 1e3 for e in self.adjustor.history])
+        if self.full_batch:
+            out["whole_pass_iterations"] = self.whole_iterations
         out.update(self.adjustor.summary())  # FSPV: stages, stage_refits; FSPB: search_rounds
         if self.balancer is not None:
             out["migration"] = {"mode": self.balancer.options.mode,
