@@ -12,7 +12,7 @@ import numpy as np
 from flegel.algorithms.kmeans import KMeans
 from flegel.protocol import Signal
 from flegel.sync.fsp import PASS_EVIDENCE, WHOLE_PASS_WAIT, WHOLE_PHASE
-from tests.fakes import Simulation
+from tests.fakes import Simulation, blobs
 
 LAT = 50e-6
 
@@ -88,6 +88,21 @@ def test_whole_passes_return_when_the_straggler_recovers():
     assert late[0]["time_s"] > 0.06
     assert all(e["phase"] == WHOLE_PHASE for e in late)
     assert all(e["workers"]["reason"] == ["pass"] * 3 for e in late)
+
+
+def test_a_slowed_worker_with_few_points_is_no_straggler():
+    """What migration leaves behind: worker 3 is 20x slower per point but holds 2 points (a
+    0.4 ms pass against 3 ms): pass times decide, not speeds, so every iteration is a whole
+    pass after the calibration -- the workers with full shards are no stragglers beside it
+    either.  (The calibration, knowing no pass yet, waits WHOLE_PASS_WAIT times the first
+    one, here the small shard's 0.4 ms, and pauses the others: one gradient step.)"""
+    x, _ = blobs(n=600, seed=0)
+    sim = _run(shards=[x[:299], x[299:598], x[598:]], cost_s=10e-6, slowdown={3: 20.0},
+               stop={"max_iterations": 15})
+    bars = sim.barrier_events()
+    assert bars[0]["workers"]["reason"] == ["signal", "signal", "pass"]
+    assert all(e["workers"]["reason"] == ["pass"] * 3 for e in bars[1:])
+    assert sim.policy.summary()["whole_pass_iterations"] == 15
 
 
 def test_other_algorithms_keep_fsp_first_pass_rule():

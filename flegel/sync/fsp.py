@@ -5,7 +5,10 @@ commits right after the block it is on, whatever it processed, and all continue 
 new θ (Section 3.1), so convergence is kept (Section 3.2).  A worker that completes a full pass
 since the last barrier commits at once and the master pauses the others: the barrier happens
 at once (Section 3.3).  Iteration 1 is a calibration iteration without a timer, which ends when
-the fastest worker completes a pass: it measures speeds and gives FSPB its η⁰.
+the fastest worker completes a pass: it measures speeds and gives FSPB its η⁰.  An algorithm
+whose update is stronger on a full batch at θ (``Algorithm.full_batch_update``: logistic
+regression's L-BFGS) gets *whole passes* instead while no worker straggles: the iteration
+ends when every worker has finished its pass (see :class:`FSP`).
 
 Coordination (Section 5.2, Fig. 6):
 
@@ -225,6 +228,33 @@ class FSP(BarrierPolicy):
         stage (see :mod:`flegel.interval.multistage`).
     eta_min_ms : float
         Smallest interval an adjustor may choose.
+
+    Notes
+    -----
+    **Whole passes** (issue 19; a choice where the paper is silent).  The paper runs one
+    update rule under every model, and its LR takes gradient steps on any batch.  flegel's
+    logistic regression takes an L-BFGS step when an aggregate is a full batch at the current
+    θ and a gradient step otherwise (:mod:`flegel.algorithms.logreg`), so BSPV, whose
+    calibration picks the whole shard as its batch, ran L-BFGS while FSPV, whose iterations
+    end with the *fastest* worker's pass, took gradient steps: measured (``python
+    bench/fsp_claims.py --only horizons --algorithms logreg``, 110,000 × 28, 4 workers on 2
+    cores) only 24 of 365 FSPV aggregates were full batches, and FSPV reached BSPV's 0.2 s
+    target 11x later (BSPV / FSPV 0.09x).  For an algorithm that declares
+    ``full_batch_update``, FSP therefore ends an iteration when every worker has finished its
+    pass at θ -- no timers, no pause at the first pass (:data:`WHOLE_PHASE`) -- and does not
+    consult the interval adjustor while it does: Eq. 7's line g(η) = aη + b, fitted on
+    probes, assumes progress grows smoothly with η, but here it jumps at the pass, from a
+    gradient step to an L-BFGS step.  Kept in the loop, the interleaved probes mixed partial
+    iterations into the run and, on the noisy pass times of shared cores, fitted an η below
+    the pass in 2 of 3 runs (0.12x and 0.45x, against 1.09x when it landed on the pass).  The
+    calibration iteration is a whole pass too, as BSPV's is: it is the first L-BFGS
+    evaluation.  Stragglers keep FSP's point (Section 3): a worker whose best recent pass is
+    beyond :data:`WHOLE_PASS_WAIT` times the typical worker's is a straggler
+    (:meth:`_balanced`), and the adjustor then (re)starts and runs FSP's ordinary iterations;
+    migration shortens the straggler's pass, and once no worker straggles whole passes
+    resume.  A worker not done once a whole pass ran :data:`WHOLE_PASS_WAIT` times the
+    typical worker's best recent pass is paused (:meth:`_whole_bound`), so an unforeseen
+    straggler holds no barrier for long.
     """
 
     OPTIONS: ClassVar[dict[str, Key]] = {
@@ -315,7 +345,7 @@ class FSP(BarrierPolicy):
         self.full_batch = bool(server.full_batch_update)
         self.pass_log: dict[int, list[float]] = {}
         self.whole = False
-        self.first_pass_s: float | None = None
+        self.whole_bound_s: float | None = None
         self.whole_iterations = 0
 
     # ---------------------------------------------------------------- sending
@@ -340,8 +370,8 @@ class FSP(BarrierPolicy):
             srv.rollback(self._mark_theta)
         self.signalled = False
         self.first_arrival = None
-        self.first_pass_s = None
         self.whole = self.plan.phase in ("calibration", WHOLE_PHASE) and self.full_batch
+        self.whole_bound_s = self._whole_bound()
         self.whole_iterations += self.whole
         self._start_estimate = srv.estimated_objective()
         super().broadcast()
@@ -369,16 +399,16 @@ class FSP(BarrierPolicy):
         if int(header["reason"]) == Reason.PASS and not self.signalled:
             if not self.whole:
                 self._pause_all(rank)  # a full pass: barrier at once (Section 3.3)
-            elif self.first_pass_s is None:
-                self.first_pass_s = self.server.worker(rank).arrived_at - self.iter_start
+            elif self.whole_bound_s is None:
+                first = self.server.worker(rank).arrived_at - self.iter_start
+                self.whole_bound_s = WHOLE_PASS_WAIT * first
         super().on_commit(rank, header, agg)
 
     def on_tick(self, now: float) -> None:
         if self.signalled:
             return
         if self.whole:
-            if (self.first_pass_s is not None
-                    and now - self.iter_start >= WHOLE_PASS_WAIT * self.first_pass_s):
+            if self.whole_bound_s is not None and now - self.iter_start >= self.whole_bound_s:
                 self._pause_all()
             return
         eta = self.plan.eta_s
@@ -391,24 +421,44 @@ class FSP(BarrierPolicy):
         running = [r for r in self.server.ranks if r not in self.pending and r != reporting]
         self.server.signal(running, Signal.PAUSE)
 
+    def _best_passes(self) -> dict[int, float]:
+        """Each worker's best recent pass: the fastest of its last :data:`PASS_MEMORY` (wall
+        time, slow-downs included) is what it can do; on shared cores a single pass can take
+        several times the next (scheduling), where a straggler's are all slow."""
+        return {r: min(log) for r, log in self.pass_log.items() if log}
+
     def _balanced(self) -> bool:
         """Whether whole passes suit the next iteration (:data:`WHOLE_PHASE`): the algorithm
-        declares ``full_batch_update`` and no worker is a straggler.
-
-        A straggler's pass (wall time, slow-downs included) is beyond
-        :data:`WHOLE_PASS_WAIT` times the fastest worker's in each of its last
-        :data:`PASS_MEMORY` passes (at least :data:`PASS_EVIDENCE` of them): the fastest of a
-        worker's recent passes is what it can do, and on shared cores a single pass can take
-        several times the next (scheduling), where a straggler's are all slow.
-        """
+        declares ``full_batch_update`` and no worker is a straggler -- one whose best recent
+        pass (:meth:`_best_passes`, of at least :data:`PASS_EVIDENCE` passes) is beyond
+        :data:`WHOLE_PASS_WAIT` times the typical worker's (the lower median: with half the
+        workers slow, the fast half's).  Pass times, not speeds: a slowed worker left with
+        few points by migration has a short pass, and holds no barrier back."""
         if not self.full_batch:
             return False
-        best = {r: min(log) for r, log in self.pass_log.items() if log}
+        best = self._best_passes()
         if not best:
             return True
-        bound = WHOLE_PASS_WAIT * min(best.values())
+        bound = WHOLE_PASS_WAIT * self._typical_pass(best)
         return not any(len(self.pass_log[r]) >= PASS_EVIDENCE and p > bound
                        for r, p in best.items())
+
+    @staticmethod
+    def _typical_pass(best: dict[int, float]) -> float:
+        """The lower median of the workers' best recent passes: with half the workers slow,
+        the fast half's."""
+        return sorted(best.values())[(len(best) - 1) // 2]
+
+    def _whole_bound(self) -> float | None:
+        """How long a whole pass may run before the workers still computing are paused:
+        :data:`WHOLE_PASS_WAIT` times the typical worker's best recent pass (a worker slower
+        than that would be a straggler, :meth:`_balanced`), or, before every worker has made
+        a pass (the calibration), times the first pass of the iteration, set when it arrives
+        (None until then)."""
+        best = self._best_passes()
+        if not self.whole or any(r not in best for r in self.server.ranks):
+            return None
+        return WHOLE_PASS_WAIT * self._typical_pass(best)
 
     # ---------------------------------------------------------------- the barrier
     def after_barrier(self, commits: dict[int, dict[str, float]], agg: dict[str, Any]) -> None:
