@@ -82,10 +82,10 @@ WHOLE_PHASE = "whole-pass"
 #: the barrier), and a worker whose typical pass is beyond this many times the fastest
 #: worker's is a straggler: the interval adjustor then runs FSP's ordinary iterations.
 WHOLE_PASS_WAIT = 4.0
-#: Whole passes: a worker is a straggler when its last this many passes (or all it made, at
-#: least PASS_EVIDENCE) were all slow (:meth:`FSP._balanced`).
+#: Whole passes: a worker's pass time is measured over its last this many commits
+#: (:meth:`FSP._pass_times`).
 PASS_MEMORY = 5
-#: Whole passes: passes a worker must have made before it can be called a straggler.
+#: Whole passes: commits a worker must have made before it can be called a straggler.
 PASS_EVIDENCE = 2
 
 
@@ -248,12 +248,12 @@ class FSP(BarrierPolicy):
     iterations into the run and, on the noisy pass times of shared cores, fitted an η below
     the pass in 2 of 3 runs (0.12x and 0.45x, against 1.09x when it landed on the pass).  The
     calibration iteration is a whole pass too, as BSPV's is: it is the first L-BFGS
-    evaluation.  Stragglers keep FSP's point (Section 3): a worker whose best recent pass is
+    evaluation.  Stragglers keep FSP's point (Section 3): a worker whose recent pass time is
     beyond :data:`WHOLE_PASS_WAIT` times the typical worker's is a straggler
     (:meth:`_balanced`), and the adjustor then (re)starts and runs FSP's ordinary iterations;
     migration shortens the straggler's pass, and once no worker straggles whole passes
     resume.  A worker not done once a whole pass ran :data:`WHOLE_PASS_WAIT` times the
-    typical worker's best recent pass is paused (:meth:`_whole_bound`), so an unforeseen
+    typical worker's recent pass time is paused (:meth:`_whole_bound`), so an unforeseen
     straggler holds no barrier for long.
     """
 
@@ -343,7 +343,7 @@ class FSP(BarrierPolicy):
         # Whole passes (_whole_pass): the algorithm's declaration, each worker's smoothed
         # pass time, whether this iteration waits for every pass, and its first pass's end.
         self.full_batch = bool(server.full_batch_update)
-        self.pass_log: dict[int, list[float]] = {}
+        self.pass_log: dict[int, list[list[float]]] = {}  # [compute_s, points] per commit
         self.whole = False
         self.whole_bound_s: float | None = None
         self.whole_iterations = 0
@@ -421,22 +421,32 @@ class FSP(BarrierPolicy):
         running = [r for r in self.server.ranks if r not in self.pending and r != reporting]
         self.server.signal(running, Signal.PAUSE)
 
-    def _best_passes(self) -> dict[int, float]:
-        """Each worker's best recent pass: the fastest of its last :data:`PASS_MEMORY` (wall
-        time, slow-downs included) is what it can do; on shared cores a single pass can take
-        several times the next (scheduling), where a straggler's are all slow."""
-        return {r: min(log) for r, log in self.pass_log.items() if log}
+    def _pass_times(self) -> dict[int, float]:
+        """Each worker's recent pass time: its wall time over its points in its last
+        :data:`PASS_MEMORY` commits, commits of no point included, times its shard
+        (``n_active``).  Slow-downs count (a straggler's pass is what a whole pass would wait
+        for), and over several commits: an injected straggler computes a burst of points at
+        full speed, then sleeps through several iterations, so one commit can look fast;
+        on shared cores one pass can take several times the next (scheduling), and the
+        sum evens that out."""
+        out = {}
+        for r, log in self.pass_log.items():
+            seconds, points = (sum(c[i] for c in log) for i in (0, 1))
+            if log and seconds > 0:
+                n = self.server.worker(r).n_active
+                out[r] = n * seconds / points if points > 0 else float("inf")
+        return out
 
     def _balanced(self) -> bool:
         """Whether whole passes suit the next iteration (:data:`WHOLE_PHASE`): the algorithm
-        declares ``full_batch_update`` and no worker is a straggler -- one whose best recent
-        pass (:meth:`_best_passes`, of at least :data:`PASS_EVIDENCE` passes) is beyond
+        declares ``full_batch_update`` and no worker is a straggler -- one whose recent pass
+        time (:meth:`_pass_times`, over at least :data:`PASS_EVIDENCE` commits) is beyond
         :data:`WHOLE_PASS_WAIT` times the typical worker's (the lower median: with half the
         workers slow, the fast half's).  Pass times, not speeds: a slowed worker left with
         few points by migration has a short pass, and holds no barrier back."""
         if not self.full_batch:
             return False
-        best = self._best_passes()
+        best = self._pass_times()
         if not best:
             return True
         bound = WHOLE_PASS_WAIT * self._typical_pass(best)
@@ -445,17 +455,17 @@ class FSP(BarrierPolicy):
 
     @staticmethod
     def _typical_pass(best: dict[int, float]) -> float:
-        """The lower median of the workers' best recent passes: with half the workers slow,
+        """The lower median of the workers' recent pass times: with half the workers slow,
         the fast half's."""
         return sorted(best.values())[(len(best) - 1) // 2]
 
     def _whole_bound(self) -> float | None:
         """How long a whole pass may run before the workers still computing are paused:
-        :data:`WHOLE_PASS_WAIT` times the typical worker's best recent pass (a worker slower
+        :data:`WHOLE_PASS_WAIT` times the typical worker's recent pass time (a worker slower
         than that would be a straggler, :meth:`_balanced`), or, before every worker has made
         a pass (the calibration), times the first pass of the iteration, set when it arrives
         (None until then)."""
-        best = self._best_passes()
+        best = self._pass_times()
         if not self.whole or any(r not in best for r in self.server.ranks):
             return None
         return WHOLE_PASS_WAIT * self._typical_pass(best)
@@ -526,14 +536,12 @@ class FSP(BarrierPolicy):
             self.eta_max_s = float(min(passes))
 
     def _update_passes(self, commits: dict[int, dict[str, float]]) -> None:
-        """Log each worker's pass time in wall time, slow-downs included (a straggler's pass
-        is what a whole-pass iteration would wait for): ``n_active · compute_s / points``,
-        the last :data:`PASS_MEMORY` of them."""
+        """Log each worker's wall time and points, the last :data:`PASS_MEMORY` commits
+        (:meth:`_pass_times`)."""
         for r, h in commits.items():
-            if h["points"] > 0 and h["n_active"] > 0 and h["compute_s"] > 0:
-                log = self.pass_log.setdefault(r, [])
-                log.append(h["n_active"] * h["compute_s"] / h["points"])
-                del log[:-PASS_MEMORY]
+            log = self.pass_log.setdefault(r, [])
+            log.append([float(h["compute_s"]), float(h["points"])])
+            del log[:-PASS_MEMORY]
 
     def _update_offsets(self, commits: dict[int, dict[str, float]],
                         arrivals: dict[int, float]) -> None:
