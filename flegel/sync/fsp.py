@@ -77,10 +77,10 @@ FIRST_OVERHEAD = 0.1
 #: The phase of an iteration that ends when every worker finished its pass at θ (an
 #: algorithm with ``full_batch_update``; see :class:`FSP`, "Whole passes").
 WHOLE_PHASE = "whole-pass"
-#: Whole passes: workers still computing are paused once the iteration has run this many
-#: times as long as its first completed pass took (a straggler nobody predicted cannot hold
-#: the barrier), and a worker whose typical pass is beyond this many times the fastest
-#: worker's is a straggler: the interval adjustor then runs FSP's ordinary iterations.
+#: Whole passes: a worker whose recent pass time is beyond this many times the typical
+#: worker's is a straggler (the interval adjustor then runs FSP's ordinary iterations), and
+#: workers still computing are paused once a whole pass has run this many typical passes (a
+#: straggler nobody predicted cannot hold the barrier; in the calibration: first passes).
 WHOLE_PASS_WAIT = 4.0
 #: Whole passes: a worker's pass time is measured over its last this many commits
 #: (:meth:`FSP._pass_times`).
@@ -254,7 +254,8 @@ class FSP(BarrierPolicy):
     migration shortens the straggler's pass, and once no worker straggles whole passes
     resume.  A worker not done once a whole pass ran :data:`WHOLE_PASS_WAIT` times the
     typical worker's recent pass time is paused (:meth:`_whole_bound`), so an unforeseen
-    straggler holds no barrier for long.
+    straggler holds no barrier for long.  This holds whatever ``interval`` says (a fixed η
+    too): the pass, not η, ends a whole pass.
     """
 
     OPTIONS: ClassVar[dict[str, Key]] = {
@@ -340,8 +341,8 @@ class FSP(BarrierPolicy):
                                 f"found {type(server).__name__}")
             self.order_port = server
         self._orders: dict[int, int] = {}
-        # Whole passes (_whole_pass): the algorithm's declaration, each worker's smoothed
-        # pass time, whether this iteration waits for every pass, and its first pass's end.
+        # Whole passes (_balanced): the algorithm's declaration, each worker's recent commits,
+        # whether this iteration waits for every pass, and when it pauses those still busy.
         self.full_batch = bool(server.full_batch_update)
         self.pass_log: dict[int, list[list[float]]] = {}  # [compute_s, points] per commit
         self.whole = False
@@ -486,7 +487,7 @@ class FSP(BarrierPolicy):
         obs = Observation(eta_s=self.plan.eta_s, progress=progress,
                           valid_s=first - self.iter_start, wall_s=now - self.iter_start,
                           barrier_s=now - first, eta_max_s=self.eta_max_s)
-        # A whole pass has no interval: it ran to its last pass (the barrier's first report).
+        # A whole pass has no interval: it ran to its last pass (the barrier's last report).
         self.eta_log.append(max(arrivals.values()) - self.iter_start if self.whole
                             else self.plan.eta_s)
         if self._balanced():
