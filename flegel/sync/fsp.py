@@ -79,8 +79,9 @@ FIRST_OVERHEAD = 0.1
 WHOLE_PHASE = "whole-pass"
 #: Whole passes: a worker whose recent pass time is beyond this many times the typical
 #: worker's is a straggler (the interval adjustor then runs FSP's ordinary iterations), and
-#: workers still computing are paused once a whole pass has run this many typical passes (a
-#: straggler nobody predicted cannot hold the barrier; in the calibration: first passes).
+#: workers still computing are paused once a whole pass has run this many times as long as
+#: its first pass took to arrive (:meth:`FSP._whole_bound`): a straggler nobody predicted
+#: cannot hold the barrier.
 WHOLE_PASS_WAIT = 4.0
 #: Whole passes: a worker's pass time is measured over its last this many commits
 #: (:meth:`FSP._pass_times`).
@@ -252,10 +253,10 @@ class FSP(BarrierPolicy):
     beyond :data:`WHOLE_PASS_WAIT` times the typical worker's is a straggler
     (:meth:`_balanced`), and the adjustor then (re)starts and runs FSP's ordinary iterations;
     migration shortens the straggler's pass, and once no worker straggles whole passes
-    resume.  A worker not done once a whole pass ran :data:`WHOLE_PASS_WAIT` times the
-    typical worker's recent pass time is paused (:meth:`_whole_bound`), so an unforeseen
-    straggler holds no barrier for long.  This holds whatever ``interval`` says (a fixed η
-    too): the pass, not η, ends a whole pass.
+    resume.  A worker not done once a whole pass ran :data:`WHOLE_PASS_WAIT` times as long
+    as its first pass took to arrive (or a typical pass, if longer) is paused
+    (:meth:`_whole_bound`), so an unforeseen straggler holds no barrier for long.  This
+    holds whatever ``interval`` says (a fixed η too): the pass, not η, ends a whole pass.
     """
 
     OPTIONS: ClassVar[dict[str, Key]] = {
@@ -372,7 +373,7 @@ class FSP(BarrierPolicy):
         self.signalled = False
         self.first_arrival = None
         self.whole = self.plan.phase in ("calibration", WHOLE_PHASE) and self.full_batch
-        self.whole_bound_s = self._whole_bound()
+        self.whole_bound_s = None
         self.whole_iterations += self.whole
         self._start_estimate = srv.estimated_objective()
         super().broadcast()
@@ -401,8 +402,7 @@ class FSP(BarrierPolicy):
             if not self.whole:
                 self._pause_all(rank)  # a full pass: barrier at once (Section 3.3)
             elif self.whole_bound_s is None:
-                first = self.server.worker(rank).arrived_at - self.iter_start
-                self.whole_bound_s = WHOLE_PASS_WAIT * first
+                self.whole_bound_s = self._whole_bound(self.server.worker(rank).arrived_at)
         super().on_commit(rank, header, agg)
 
     def on_tick(self, now: float) -> None:
@@ -460,16 +460,18 @@ class FSP(BarrierPolicy):
         the fast half's."""
         return sorted(best.values())[(len(best) - 1) // 2]
 
-    def _whole_bound(self) -> float | None:
-        """How long a whole pass may run before the workers still computing are paused:
-        :data:`WHOLE_PASS_WAIT` times the typical worker's recent pass time (a worker slower
-        than that would be a straggler, :meth:`_balanced`), or, before every worker has made
-        a pass (the calibration), times the first pass of the iteration, set when it arrives
-        (None until then)."""
+    def _whole_bound(self, first_arrival: float) -> float:
+        """How long a whole pass may run, from its start, before the workers still
+        computing are paused: :data:`WHOLE_PASS_WAIT` times the longer of the time its first
+        pass took to arrive and the typical worker's recent pass time (a worker slower than
+        that would be a straggler, :meth:`_balanced`).  The first arrival carries what the
+        pass times do not -- θ's way to the workers, their wait for a core (on 2 shared cores
+        at a load of 12, a 3 ms pass arrived 8-15 ms after the broadcast, and a bound of 4
+        pass times cut a third of the whole passes short) --, the typical pass what the first
+        arrival may lack: a worker left with few points passes first."""
         best = self._pass_times()
-        if not self.whole or any(r not in best for r in self.server.ranks):
-            return None
-        return WHOLE_PASS_WAIT * self._typical_pass(best)
+        typical = self._typical_pass(best) if best else 0.0
+        return WHOLE_PASS_WAIT * max(first_arrival - self.iter_start, typical)
 
     # ---------------------------------------------------------------- the barrier
     def after_barrier(self, commits: dict[int, dict[str, float]], agg: dict[str, Any]) -> None:
