@@ -106,6 +106,12 @@ class Algorithm:
         Every feature value must be >= 0 (NMF); default False.
     objective_name : str
         What the objective is, for reports (e.g. ``"inertia"``).
+    full_batch_update : bool
+        :meth:`update_parameter` takes a stronger step on a *full batch at the current θ*
+        (every point, all computed at that θ) than on a partial or stale aggregate -- e.g.
+        logistic regression's L-BFGS step.  FSP then ends an iteration whose interval
+        covers every worker's pass when every worker has finished it, not the fastest
+        (:mod:`flegel.sync.fsp`).  Default False: a partial aggregate is as good per point.
     PARAMS : dict of str to flegel.validation.Constraint
         Each constructor parameter's constraint, declared once: ``__init__`` checks its
         arguments with :func:`flegel.validation.check_params`, whose
@@ -121,6 +127,7 @@ class Algorithm:
     label_kind: str = "any"
     nonnegative_features: bool = False
     objective_name: str = "objective"
+    full_batch_update: bool = False
     #: Set by :meth:`vote_to_halt` for the point being processed (a class default, so a
     #: subclass that does not call ``super().__init__()`` still works).
     _halt_flag: bool = False

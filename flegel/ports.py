@@ -135,6 +135,12 @@ class ServerPort(Protocol):
         ...
 
     @property
+    def full_batch_update(self) -> bool:
+        """The algorithm takes a stronger step on a full batch at θ
+        (``Algorithm.full_batch_update``)."""
+        ...
+
+    @property
     def target_objective(self) -> float | None:
         """The job's target objective (``stop.target_objective``), if any."""
         ...

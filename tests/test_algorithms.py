@@ -780,6 +780,18 @@ def test_logreg_keeps_the_lbfgs_memory_across_partial_aggregates():
     assert alg.evaluate(theta, Block.from_arrays(x, y)) / len(x) - best < 3e-4
 
 
+def test_full_batch_update_declared_by_logreg_only():
+    """Issue 19: logistic regression declares that a full batch at θ is a stronger step
+    (L-BFGS), so FSP waits for every worker's pass; with ``solver="gd"`` it is not, and the
+    other five algorithms' sums are as good per point whatever the batch."""
+    assert LogisticRegression().full_batch_update
+    assert LogisticRegression(solver="lbfgs").full_batch_update
+    assert not LogisticRegression(solver="gd").full_batch_update
+    for alg in (KMeans(n_clusters=2), GaussianMixture(n_components=2), FuzzyCMeans(),
+                NMF(n_components=2), CNN(n_filters=(2,), kernel_size=3)):
+        assert not alg.full_batch_update, alg.name
+
+
 def test_cnn_auto_input_scale_makes_training_scale_free():
     """input_scale="auto" (1 / max |x| of the sample): raw bytes and [0, 1] pixels train the
     same network, and the scale is saved with the model."""

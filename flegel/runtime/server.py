@@ -302,6 +302,12 @@ class Server:
         self.theta, self.objective = token  # type: ignore[misc]
         self._theta_serial += 1
 
+    @property
+    def full_batch_update(self) -> bool:
+        """Whether the algorithm takes a stronger step on a full batch at θ
+        (:attr:`flegel.Algorithm.full_batch_update`)."""
+        return bool(getattr(self.algorithm, "full_batch_update", False))
+
     def estimated_objective(self) -> float:
         """The online objective scaled up to the points not visited yet.
 

@@ -5,7 +5,10 @@ commits right after the block it is on, whatever it processed, and all continue 
 new θ (Section 3.1), so convergence is kept (Section 3.2).  A worker that completes a full pass
 since the last barrier commits at once and the master pauses the others: the barrier happens
 at once (Section 3.3).  Iteration 1 is a calibration iteration without a timer, which ends when
-the fastest worker completes a pass: it measures speeds and gives FSPB its η⁰.
+the fastest worker completes a pass: it measures speeds and gives FSPB its η⁰.  An algorithm
+whose update is stronger on a full batch at θ (``Algorithm.full_batch_update``: logistic
+regression's L-BFGS) gets *whole passes* instead while no worker straggles: the iteration
+ends when every worker has finished its pass (see :class:`FSP`).
 
 Coordination (Section 5.2, Fig. 6):
 
@@ -71,6 +74,20 @@ MAX_LAG_CREDIT_S = 2 * POLL_MAX_S
 #: FSPV's first interval gives the barrier this share of the iteration: BSPV's ρ
 #: (flegel.sync.bsp, ``overhead``), so FSPV starts from BSPV's choice.
 FIRST_OVERHEAD = 0.1
+#: The phase of an iteration that ends when every worker finished its pass at θ (an
+#: algorithm with ``full_batch_update``; see :class:`FSP`, "Whole passes").
+WHOLE_PHASE = "whole-pass"
+#: Whole passes: a worker whose recent pass time is beyond this many times the typical
+#: worker's is a straggler (the interval adjustor then runs FSP's ordinary iterations), and
+#: workers still computing are paused once a whole pass has run this many times as long as
+#: its first pass took to arrive (:meth:`FSP._whole_bound`): a straggler nobody predicted
+#: cannot hold the barrier.
+WHOLE_PASS_WAIT = 4.0
+#: Whole passes: a worker's pass time is measured over its last this many commits
+#: (:meth:`FSP._pass_times`).
+PASS_MEMORY = 5
+#: Whole passes: commits a worker must have made before it can be called a straggler.
+PASS_EVIDENCE = 2
 
 
 class FSPWorker(WorkerPolicy):
@@ -217,6 +234,34 @@ class FSP(BarrierPolicy):
         stage (see :mod:`flegel.interval.multistage`).
     eta_min_ms : float
         Smallest interval an adjustor may choose.
+
+    Notes
+    -----
+    **Whole passes** (issue 19; a choice where the paper is silent).  The paper runs one
+    update rule under every model, and its LR takes gradient steps on any batch.  flegel's
+    logistic regression takes an L-BFGS step when an aggregate is a full batch at the current
+    θ and a gradient step otherwise (:mod:`flegel.algorithms.logreg`), so BSPV, whose
+    calibration picks the whole shard as its batch, ran L-BFGS while FSPV, whose iterations
+    end with the *fastest* worker's pass, took gradient steps: measured (``python
+    bench/fsp_claims.py --only horizons --algorithms logreg``, 110,000 × 28, 4 workers on 2
+    cores) only 24 of 365 FSPV aggregates were full batches, and FSPV reached BSPV's 0.2 s
+    target 11x later (BSPV / FSPV 0.09x).  For an algorithm that declares
+    ``full_batch_update``, FSP therefore ends an iteration when every worker has finished its
+    pass at θ -- no timers, no pause at the first pass (:data:`WHOLE_PHASE`) -- and does not
+    consult the interval adjustor while it does: Eq. 7's line g(η) = aη + b, fitted on
+    probes, assumes progress grows smoothly with η, but here it jumps at the pass, from a
+    gradient step to an L-BFGS step.  Kept in the loop, the interleaved probes mixed partial
+    iterations into the run and, on the noisy pass times of shared cores, fitted an η below
+    the pass in 2 of 3 runs (0.12x and 0.45x, against 1.09x when it landed on the pass).  The
+    calibration iteration is a whole pass too, as BSPV's is: it is the first L-BFGS
+    evaluation.  Stragglers keep FSP's point (Section 3): a worker whose recent pass time is
+    beyond :data:`WHOLE_PASS_WAIT` times the typical worker's is a straggler
+    (:meth:`_balanced`), and the adjustor then (re)starts and runs FSP's ordinary iterations;
+    migration shortens the straggler's pass, and once no worker straggles whole passes
+    resume.  A worker not done once a whole pass ran :data:`WHOLE_PASS_WAIT` times as long
+    as its first pass took to arrive (or a typical pass, if longer) is paused
+    (:meth:`_whole_bound`), so an unforeseen straggler holds no barrier for long.  This
+    holds whatever ``interval`` says (a fixed η too): the pass, not η, ends a whole pass.
     """
 
     OPTIONS: ClassVar[dict[str, Key]] = {
@@ -302,6 +347,13 @@ class FSP(BarrierPolicy):
                                 f"found {type(server).__name__}")
             self.order_port = server
         self._orders: dict[int, int] = {}
+        # Whole passes (_balanced): the algorithm's declaration, each worker's recent commits,
+        # whether this iteration waits for every pass, and when it pauses those still busy.
+        self.full_batch = bool(server.full_batch_update)
+        self.pass_log: dict[int, list[list[float]]] = {}  # [compute_s, points] per commit
+        self.whole = False
+        self.whole_bound_s: float | None = None
+        self.whole_iterations = 0
 
     # ---------------------------------------------------------------- sending
     def instructions(self, rank: int) -> Instructions:
@@ -309,6 +361,8 @@ class FSP(BarrierPolicy):
         mark = 1 if self.plan.mark else (-1 if self.plan.drop_mark else 0)
         bound = OFFSET_BOUND * eta  # η may have changed since the offsets were learnt
         offset = float(min(max(self.offsets[rank], -bound), bound))
+        if self.whole:
+            eta = 0.0  # no timer: the pass ends the worker's iteration
         return Instructions(eta_s=eta if self.semi else 0.0,
                             offset_s=offset if self.semi else 0.0,
                             mark=mark, rollback=self.plan.rollback,
@@ -323,6 +377,9 @@ class FSP(BarrierPolicy):
             srv.rollback(self._mark_theta)
         self.signalled = False
         self.first_arrival = None
+        self.whole = self.plan.phase in ("calibration", WHOLE_PHASE) and self.full_batch
+        self.whole_bound_s = None
+        self.whole_iterations += self.whole
         self._start_estimate = srv.estimated_objective()
         super().broadcast()
         self._orders = {}
@@ -347,12 +404,21 @@ class FSP(BarrierPolicy):
         if self.first_arrival is None:
             self.first_arrival = self.server.worker(rank).arrived_at
         if int(header["reason"]) == Reason.PASS and not self.signalled:
-            self._pause_all(rank)  # a full pass: barrier at once (Section 3.3)
+            if not self.whole:
+                self._pause_all(rank)  # a full pass: barrier at once (Section 3.3)
+            elif self.whole_bound_s is None:
+                self.whole_bound_s = self._whole_bound(self.server.worker(rank).arrived_at)
         super().on_commit(rank, header, agg)
 
     def on_tick(self, now: float) -> None:
+        if self.signalled:
+            return
+        if self.whole:
+            if self.whole_bound_s is not None and now - self.iter_start >= self.whole_bound_s:
+                self._pause_all()
+            return
         eta = self.plan.eta_s
-        if not self.semi and eta > 0 and not self.signalled and now - self.iter_start >= eta:
+        if not self.semi and eta > 0 and now - self.iter_start >= eta:
             self._pause_all()
 
     def _pause_all(self, reporting: int | None = None) -> None:
@@ -361,6 +427,57 @@ class FSP(BarrierPolicy):
         running = [r for r in self.server.ranks if r not in self.pending and r != reporting]
         self.server.signal(running, Signal.PAUSE)
 
+    def _pass_times(self) -> dict[int, float]:
+        """Each worker's recent pass time: its wall time over its points in its last
+        :data:`PASS_MEMORY` commits, commits of no point included, times its shard
+        (``n_active``).  Slow-downs count (a straggler's pass is what a whole pass would wait
+        for), and over several commits: an injected straggler computes a burst of points at
+        full speed, then sleeps through several iterations, so one commit can look fast;
+        on shared cores one pass can take several times the next (scheduling), and the
+        sum evens that out."""
+        out = {}
+        for r, log in self.pass_log.items():
+            seconds, points = (sum(c[i] for c in log) for i in (0, 1))
+            if log and seconds > 0:
+                n = self.server.worker(r).n_active
+                out[r] = n * seconds / points if points > 0 else float("inf")
+        return out
+
+    def _balanced(self) -> bool:
+        """Whether whole passes suit the next iteration (:data:`WHOLE_PHASE`): the algorithm
+        declares ``full_batch_update`` and no worker is a straggler -- one whose recent pass
+        time (:meth:`_pass_times`, over at least :data:`PASS_EVIDENCE` commits) is beyond
+        :data:`WHOLE_PASS_WAIT` times the typical worker's (the lower median: with half the
+        workers slow, the fast half's).  Pass times, not speeds: a slowed worker left with
+        few points by migration has a short pass, and holds no barrier back."""
+        if not self.full_batch:
+            return False
+        best = self._pass_times()
+        if not best:
+            return True
+        bound = WHOLE_PASS_WAIT * self._typical_pass(best)
+        return not any(len(self.pass_log[r]) >= PASS_EVIDENCE and p > bound
+                       for r, p in best.items())
+
+    @staticmethod
+    def _typical_pass(best: dict[int, float]) -> float:
+        """The lower median of the workers' recent pass times: with half the workers slow,
+        the fast half's."""
+        return sorted(best.values())[(len(best) - 1) // 2]
+
+    def _whole_bound(self, first_arrival: float) -> float:
+        """How long a whole pass may run, from its start, before the workers still
+        computing are paused: :data:`WHOLE_PASS_WAIT` times the longer of the time its first
+        pass took to arrive and the typical worker's recent pass time (a worker slower than
+        that would be a straggler, :meth:`_balanced`).  The first arrival carries what the
+        pass times do not -- θ's way to the workers, their wait for a core (on 2 shared cores
+        at a load of 12, a 3 ms pass arrived 8-15 ms after the broadcast, and a bound of 4
+        pass times cut a third of the whole passes short) --, the typical pass what the first
+        arrival may lack: a worker left with few points passes first."""
+        best = self._pass_times()
+        typical = self._typical_pass(best) if best else 0.0
+        return WHOLE_PASS_WAIT * max(first_arrival - self.iter_start, typical)
+
     # ---------------------------------------------------------------- the barrier
     def after_barrier(self, commits: dict[int, dict[str, float]], agg: dict[str, Any]) -> None:
         srv = self.server
@@ -368,6 +485,7 @@ class FSP(BarrierPolicy):
         arrivals = {r: srv.worker(r).arrived_at for r in commits}
         first = min(arrivals.values())
         self._update_eta_max(commits)
+        self._update_passes(commits)
         if self.semi and self.plan.eta_s > 0:
             self._update_offsets(commits, arrivals)
         # Progress on the estimated objective: a first visit of a point adds its whole loss
@@ -376,8 +494,15 @@ class FSP(BarrierPolicy):
         obs = Observation(eta_s=self.plan.eta_s, progress=progress,
                           valid_s=first - self.iter_start, wall_s=now - self.iter_start,
                           barrier_s=now - first, eta_max_s=self.eta_max_s)
-        self.eta_log.append(self.plan.eta_s)
-        if self.plan.phase == "calibration":
+        # A whole pass has no interval: it ran to its last pass (the barrier's last report).
+        self.eta_log.append(max(arrivals.values()) - self.iter_start if self.whole
+                            else self.plan.eta_s)
+        if self._balanced():
+            # Whole passes (WHOLE_PHASE); a mark left by rolled-back probes is dropped.
+            self.plan = Plan(0.0, drop_mark=self.plan.phase in ("probe1", "probe2"),
+                             phase=WHOLE_PHASE)
+        elif self.plan.phase in ("calibration", WHOLE_PHASE):
+            # The adjustor (re)starts from this iteration's measurements.
             eta0 = (self.options["eta_ms"] / 1e3 if self.options["eta_ms"] is not None
                     else self._first_interval(commits, obs))
             self.plan = self.adjustor.start(eta0, self.eta_max_s)
@@ -417,6 +542,14 @@ class FSP(BarrierPolicy):
         passes = [p for p in passes if p > 0]
         if passes:
             self.eta_max_s = float(min(passes))
+
+    def _update_passes(self, commits: dict[int, dict[str, float]]) -> None:
+        """Log each worker's wall time and points, the last :data:`PASS_MEMORY` commits
+        (:meth:`_pass_times`)."""
+        for r, h in commits.items():
+            log = self.pass_log.setdefault(r, [])
+            log.append([float(h["compute_s"]), float(h["points"])])
+            del log[:-PASS_MEMORY]
 
     def _update_offsets(self, commits: dict[int, dict[str, float]],
                         arrivals: dict[int, float]) -> None:
@@ -460,6 +593,8 @@ class FSP(BarrierPolicy):
         out.update(interval=self.options["interval"], coordination=self.options["coordination"],
                    final_eta_ms=self.plan.eta_s * 1e3, mean_eta_ms=float(etas.mean() * 1e3),
                    eta_history_ms=[e * 1e3 for e in self.adjustor.history])
+        if self.full_batch:
+            out["whole_pass_iterations"] = self.whole_iterations
         out.update(self.adjustor.summary())  # FSPV: stages, stage_refits; FSPB: search_rounds
         if self.balancer is not None:
             out["migration"] = {"mode": self.balancer.options.mode,

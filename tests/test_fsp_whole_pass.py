@@ -1,0 +1,113 @@
+"""FSP's whole passes (issue 19, :class:`flegel.sync.fsp.FSP`): an algorithm that declares
+``full_batch_update`` (logistic regression's L-BFGS) gets iterations that end when every
+worker has finished its pass at θ, as long as no worker straggles; a straggler makes them
+FSP's ordinary iterations again.  One process: the real server, policies and adjustor on the
+simulated clock (tests/fakes.py); the algorithm is K-means with the declaration added, so only
+FSP's rule is under test."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flegel.algorithms.kmeans import KMeans
+from flegel.protocol import Signal
+from flegel.sync.fsp import PASS_EVIDENCE, WHOLE_PASS_WAIT, WHOLE_PHASE
+from tests.fakes import Simulation, blobs
+
+LAT = 50e-6
+
+
+class FullBatchKMeans(KMeans):
+    """K-means declaring a stronger update on a full batch at θ."""
+
+    full_batch_update = True
+
+
+def _run(**kwargs) -> Simulation:
+    return Simulation("fsp", {}, algorithm=FullBatchKMeans(n_clusters=4), latency_s=LAT,
+                      **kwargs).run()
+
+
+def test_whole_passes_without_stragglers():
+    """Workers 1.5x and 2.5x slower than the fastest are no stragglers: every iteration,
+    calibration included, ends when all three finished their pass -- a full batch at θ --
+    with no timer and no pause signal, though FSPV's default adjustor would probe shorter
+    intervals.  (Before: the fastest worker's pass paused the other two.)"""
+    sim = _run(cost_s=[10e-6, 15e-6, 25e-6], stop={"max_iterations": 20})
+    bars = sim.barrier_events()
+    assert len(bars) == 20
+    sizes = [len(s) for s in sim.shards]
+    for e in bars:
+        assert e["workers"]["reason"] == ["pass"] * 3
+        assert e["workers"]["points"] == sizes
+    assert [e["phase"] for e in bars] == ["calibration"] + [WHOLE_PHASE] * 19
+    assert sim.transport.signals_of(Signal.PAUSE) == []
+    assert {p.instructions.eta_s for p in sim.transport.params if not p.stop} == {0.0}
+    assert sim.policy.summary()["whole_pass_iterations"] == 20
+    # A barrier per slowest pass (200 points x 25 µs = 5 ms) and its messages.
+    gaps = np.diff([e["time_s"] for e in bars])
+    assert gaps.max() < 5e-3 + 2e-3
+
+
+def test_a_straggler_turns_whole_passes_off():
+    """Worker 3 20x slower (a 40 ms pass against 2 ms): the calibration waits for it only
+    WHOLE_PASS_WAIT times the first pass, it is called a straggler after PASS_EVIDENCE
+    passes, and from then on FSPV runs its ordinary iterations: nobody waits for its pass,
+    its partial work reaches every barrier."""
+    sim = _run(cost_s=10e-6, slowdown={3: 20.0}, stop={"max_iterations": 40})
+    bars = sim.barrier_events()
+    first = bars[0]
+    assert first["workers"]["reason"] == ["pass", "pass", "signal"]
+    # Paused once the calibration ran WHOLE_PASS_WAIT times the first pass (a poll later),
+    # not after its own 40 ms pass.
+    start = sim.server.start
+    first_pass = min(a.time for a in sim.arrivals if a.header["version"] == 0) - start
+    (pause,) = [s for s in sim.transport.signals_of(Signal.PAUSE) if s.version == 0]
+    assert pause.rank == 3
+    assert WHOLE_PASS_WAIT * first_pass <= pause.time - start <= WHOLE_PASS_WAIT * first_pass + 2e-3
+    assert first_pass < 3e-3
+    whole = sim.policy.summary()["whole_pass_iterations"]
+    assert 1 <= whole <= PASS_EVIDENCE
+    ordinary = bars[PASS_EVIDENCE:]
+    assert all(e["phase"] != WHOLE_PHASE for e in ordinary)
+    straggler = [e["workers"]["points"][2] for e in ordinary]
+    assert max(straggler) < len(sim.shards[2])
+    assert sum(p > 0 for p in straggler) >= 0.8 * len(straggler)
+    assert np.diff([e["time_s"] for e in ordinary]).max() < 40e-3 / 4
+
+
+def test_whole_passes_return_when_the_straggler_recovers():
+    """Worker 3 is 20x slower for the first 50 ms, then as fast as the others (what data
+    migration does to a straggler's pass): whole passes resume, every point at θ."""
+    sim = _run(cost_s=10e-6, slowdown={3: lambda t: 20.0 if t < 0.05 else 1.0},
+               stop={"max_iterations": 120})
+    bars = sim.barrier_events()
+    early = [e for e in bars if e["time_s"] < 0.05]
+    assert any(e["phase"] != WHOLE_PHASE for e in early[1:])
+    late = bars[-10:]
+    assert late[0]["time_s"] > 0.06
+    assert all(e["phase"] == WHOLE_PHASE for e in late)
+    assert all(e["workers"]["reason"] == ["pass"] * 3 for e in late)
+
+
+def test_a_slowed_worker_with_few_points_is_no_straggler():
+    """What migration leaves behind: worker 3 is 20x slower per point but holds 2 points (a
+    0.4 ms pass against 3 ms): pass times decide, not speeds, so every iteration is a whole
+    pass after the calibration -- the workers with full shards are no stragglers beside it
+    either.  (The calibration, knowing no pass yet, waits WHOLE_PASS_WAIT times the first
+    one, here the small shard's 0.4 ms, and pauses the others: one gradient step.)"""
+    x, _ = blobs(n=600, seed=0)
+    sim = _run(shards=[x[:299], x[299:598], x[598:]], cost_s=10e-6, slowdown={3: 20.0},
+               stop={"max_iterations": 15})
+    bars = sim.barrier_events()
+    assert bars[0]["workers"]["reason"] == ["signal", "signal", "pass"]
+    assert all(e["workers"]["reason"] == ["pass"] * 3 for e in bars[1:])
+    assert sim.policy.summary()["whole_pass_iterations"] == 15
+
+
+def test_other_algorithms_keep_fsp_first_pass_rule():
+    """Without the declaration (K-means) the calibration still ends at the fastest pass."""
+    sim = Simulation("fsp", {}, cost_s=[10e-6, 15e-6, 25e-6], latency_s=LAT,
+                     stop={"max_iterations": 3}).run()
+    assert sim.barrier_events()[0]["workers"]["reason"] == ["pass", "signal", "signal"]
+    assert "whole_pass_iterations" not in sim.policy.summary()
