@@ -79,7 +79,12 @@ class Pass:
         self.theta = alg.init_parameter(make_info(x, y, seed=0))
         self.state = alg.init_state(len(x), x.shape[1])
         probe = min(len(x), 2048)
-        block = self._block(slice(0, probe))
+        # the probe works on a copy of the state: its deltas are not aggregated, so the
+        # state it leaves would disagree with θ's statistics (NMF's A and B, K-means' sums)
+        sl = slice(0, probe)
+        block = Block(x[sl], None if y is None else y[sl],
+                      {k: v[sl].copy() for k, v in self.state.items()},
+                      np.zeros(probe, dtype=bool))
         alg.update_block(block, self.theta, 1)  # compile, first visit
         start = time.perf_counter()
         alg.update_block(block, self.theta, 2)
