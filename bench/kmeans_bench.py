@@ -205,9 +205,26 @@ def short_run(tmp: Path, spec: dict, k: int, iterations: int, kernel: str, tag: 
 
 def bare_kernels(x: np.ndarray, c0: np.ndarray, repeats: int) -> dict[str, float]:
     """The numba and NumPy kernels on one call over all points: first visit and steady pass
-    (the centres moved a little, as after an iteration), the fastest of ``repeats``."""
+    (the centres moved a little, as after an iteration), the fastest of ``repeats``.
+
+    numba on one thread, as the short job runs it (``runtime.threads: 1``) and as the NumPy
+    kernel runs.  numba's default pool has a thread per core, so this line used to compare one
+    NumPy thread with numba's parallel kernel on both cores (2.08x at load 3, 4.09x at load
+    1.3, where the second core was free)."""
+    import numba
+
     from flegel.algorithms import kmeans as km
 
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        return _bare_kernels(km, x, c0, repeats)
+    finally:
+        numba.set_num_threads(threads)
+
+
+def _bare_kernels(km: Any, x: np.ndarray, c0: np.ndarray, repeats: int) -> dict[str, float]:
+    """:func:`bare_kernels`' measurement, numba's thread count set."""
     ct = np.ascontiguousarray(c0.T)
     csq = np.einsum("ij,ij->j", ct, ct)
     k, d = c0.shape[0], x.shape[1]
