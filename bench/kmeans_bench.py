@@ -37,8 +37,9 @@ mean of ``--iterations`` Lloyd iterations in a row: the same length of job):
 * the same job with ``kernel: array`` (the NumPy kernel throughout) and, without
   ``--no-cold``, one cold first run: ``kernel: auto`` with an empty numba cache
   (``NUMBA_CACHE_DIR`` a new folder), its compile phase and job wall time;
-* the bare kernels on one call over all points, first visit and steady pass: numba, the
-  NumPy array kernel, their ratio (issue 23: array within 1.5x of numba).
+* the bare kernels on one call over all points, first visit and steady pass: numba (one
+  thread), the NumPy array kernel, their ratio (issue 23: array within 1.5x of numba), in
+  wall time and in CPU time.
 
 Usage: ``python bench/kmeans_bench.py [--points N] [--quick] [--repeats R] [--daal]``,
 ``python bench/kmeans_bench.py --short [--repeats R] [--json OUT]``
@@ -230,14 +231,15 @@ def _bare_kernels(km: Any, x: np.ndarray, c0: np.ndarray, repeats: int) -> dict[
     k, d = c0.shape[0], x.shape[1]
     moved = ct * 1.001, csq * 1.002
 
-    def one(fn, first: bool) -> float:
+    def one(fn, first: bool) -> tuple[float, float]:
+        """Wall and CPU time (this thread's: both kernels run on it) of one call."""
         labels, scores = np.full(len(x), -1, dtype=np.int64), np.zeros(len(x))
         sums, counts = np.zeros((k, d)), np.zeros(k)
         if not first:
             fn(x, ct, csq, labels, scores, sums, counts)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         fn(x, *moved, labels, scores, sums, counts)
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.thread_time() - c0
 
     def numba_kernel(*a):
         return km._assign_accumulate(*a, km._TILE)
@@ -252,7 +254,9 @@ def _bare_kernels(km: Any, x: np.ndarray, c0: np.ndarray, repeats: int) -> dict[
         for name, fn in (("numba", numba_kernel), ("array", array_kernel)):
             for first in (True, False):
                 key = f"{name}_{'first' if first else 'steady'}"
-                best[key] = min(best.get(key, np.inf), one(fn, first))
+                wall, cpu = one(fn, first)
+                best[key] = min(best.get(key, np.inf), wall)
+                best[f"{key}_cpu"] = min(best.get(f"{key}_cpu", np.inf), cpu)
     return best
 
 
@@ -341,6 +345,12 @@ def short_main(args: argparse.Namespace) -> None:
           f"({kernels['array_first'] / kernels['numba_first']:.2f}x), steady "
           f"{kernels['numba_steady'] * 1e3:.1f} / {kernels['array_steady'] * 1e3:.1f} "
           f"({kernels['array_steady'] / kernels['numba_steady']:.2f}x; target <= 1.5x)")
+    print(f"  the same in CPU time (ms)    : first visit {kernels['numba_first_cpu'] * 1e3:.1f} / "
+          f"{kernels['array_first_cpu'] * 1e3:.1f} "
+          f"({kernels['array_first_cpu'] / kernels['numba_first_cpu']:.2f}x), steady "
+          f"{kernels['numba_steady_cpu'] * 1e3:.1f} / {kernels['array_steady_cpu'] * 1e3:.1f} "
+          f"({kernels['array_steady_cpu'] / kernels['numba_steady_cpu']:.2f}x; what a shared "
+          f"machine's load least moves)")
     print(f"  load average before / after  : {load_before[0]:.2f} / {load_after[0]:.2f}  "
           f"({os.cpu_count()} cores)")
     if args.json:
