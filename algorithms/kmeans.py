@@ -251,9 +251,9 @@ def _assign_accumulate_array(xp: Any, x: Any, ct: Any, csq: Any, labels: Any, sc
     argmin's either way (ties to the first centre, as the compiled kernel).
 
     Against the numba kernel on 1M x 28, K = 16, both on one thread (``python
-    bench/kmeans_bench.py --short``'s bare-kernel line): 2.1-2.3x on a steady pass with the
-    argmin of every row, 1.4-1.8x with the check (CPU time, load 8-10; the product alone is
-    about 0.9x numba's whole pass); a first visit 3.0-3.5x.
+    bench/kmeans_bench.py --kernels``): 2.1-2.6x on a steady pass with the argmin of every
+    row, 1.6-2.1x with the check, in the same runs (CPU time at load 9-13; the product alone
+    is about 0.9x numba's whole pass); a first visit 2.3-3.8x either way.
     """
     n, k = x.shape[0], ct.shape[1]
     if n == 0:
@@ -281,14 +281,15 @@ def _assign_accumulate_array(xp: Any, x: Any, ct: Any, csq: Any, labels: Any, sc
         sc = scores[start:start + m]
         first = old < 0
         n_first = int(xp.count_nonzero(first))
+        best: Any = None
+        moved: Any = None
         if check and not n_first:
             bestv, moved, to = _kept_centres(g, old, offsets[:m])
-            best = None
+            n_moved = len(moved)
         else:
             best = g.argmin(axis=1)
             bestv = gf[offsets[:m] + best]
-            moved = xp.flatnonzero(old != best)
-            to = best[moved]
+            n_moved = int(xp.count_nonzero(old != best))
         if n_first:
             # a first visit's loss is ‖x‖² + s: counting −‖x‖² as its previous score adds it
             if n_first == m:
@@ -298,23 +299,24 @@ def _assign_accumulate_array(xp: Any, x: Any, ct: Any, csq: Any, labels: Any, sc
                 sc[first] = -xp.einsum("ij,ij->i", xf, xf)
         dobj += float((bestv - sc).sum())
         sc[...] = bestv
-        n_moved = len(moved)
         if not n_moved:
             continue
+        if best is None:  # the moved rows' new centres only
+            best = old.copy()
+            best[moved] = to
         if 4 * n_moved >= m:  # most moved: the whole tile (an unmoved point adds +1 − 1 = 0)
-            if best is None:
-                best = old.copy()
-                best[moved] = to
             onehot = (best[None, :] == ks).astype(sums.dtype)
             if n_first < m:
                 onehot -= old[None, :] == ks
             sums += onehot @ xs
         else:
-            onehot = (to[None, :] == ks).astype(sums.dtype)
+            if moved is None:
+                moved = xp.flatnonzero(old != best)
+            onehot = (best[moved][None, :] == ks).astype(sums.dtype)
             onehot -= old[moved][None, :] == ks
             sums += onehot @ xs[moved]
         counts += onehot.sum(axis=1)
-        old[moved] = to
+        old[...] = best
     return dobj
 
 

@@ -42,7 +42,8 @@ mean of ``--iterations`` Lloyd iterations in a row: the same length of job):
   wall time and in CPU time.
 
 Usage: ``python bench/kmeans_bench.py [--points N] [--quick] [--repeats R] [--daal]``,
-``python bench/kmeans_bench.py --short [--repeats R] [--json OUT]``
+``python bench/kmeans_bench.py --short [--repeats R] [--json OUT]``,
+``python bench/kmeans_bench.py --kernels [--repeats R]`` (the bare-kernel line alone)
 """
 
 from __future__ import annotations
@@ -366,6 +367,33 @@ def short_main(args: argparse.Namespace) -> None:
                         "rounds"}, indent=1))
 
 
+def kernels_main(args: argparse.Namespace) -> None:
+    """``--kernels``: the bare-kernel line of ``--short`` alone, ``--repeats`` calls each
+    (default 3; the kernels alternate, the fastest kept)."""
+    load_before = os.getloadavg()
+    _, x, c0 = bench_data(args)
+    with threadpool_limits(1):
+        kernels = bare_kernels(x, c0, max(2, args.repeats))
+    load_after = os.getloadavg()
+    print(f"K-means kernels, one call over {args.points:,} x {args.features} float64, "
+          f"K = {args.clusters}, one thread each (numba / NumPy array, ms):")
+    for clock, tag in (("", "wall"), ("_cpu", "CPU ")):
+        first = [kernels[f"{name}_first{clock}"] for name in ("numba", "array")]
+        steady = [kernels[f"{name}_steady{clock}"] for name in ("numba", "array")]
+        print(f"  {tag}: first visit {first[0] * 1e3:.1f} / {first[1] * 1e3:.1f} "
+              f"({first[1] / first[0]:.2f}x), steady {steady[0] * 1e3:.1f} / "
+              f"{steady[1] * 1e3:.1f} ({steady[1] / steady[0]:.2f}x; target <= 1.5x)")
+    print(f"  load average before / after: {load_before[0]:.2f} / {load_after[0]:.2f}  "
+          f"({os.cpu_count()} cores)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "ratio": kernels["array_steady"] / kernels["numba_steady"], "target": 1.5,
+            "ratio_cpu": kernels["array_steady_cpu"] / kernels["numba_steady_cpu"],
+            "kernels": kernels, "load": [load_before[0], load_after[0]],
+            "headline": "K-means NumPy array kernel / numba kernel, a steady pass, 1 thread"},
+            indent=1))
+
+
 # --------------------------------------------------------------------------- main
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -384,10 +412,15 @@ def main() -> None:
                     help="the short job of issue 23: a whole 12-iteration run, kernel auto")
     ap.add_argument("--no-cold", action="store_true",
                     help="with --short: skip the cold first run (empty numba cache)")
-    ap.add_argument("--json", help="with --short: write the figures to this file")
+    ap.add_argument("--kernels", action="store_true",
+                    help="only the bare kernels: numba against the NumPy array kernel")
+    ap.add_argument("--json", help="with --short or --kernels: write the figures to this file")
     args = ap.parse_args()
     if args.daal_worker is not None:
         daal_worker(args.daal_worker)
+        return
+    if args.kernels:
+        kernels_main(args)
         return
     if args.short:
         if "--iterations" not in sys.argv:
