@@ -341,17 +341,9 @@ def short_main(args: argparse.Namespace) -> None:
         print(f"  cold first run (empty numba cache): compile phase {cold['compile']:.2f} s, "
               f"training {cold['train'] / cold['iterations'] * 1e3:.1f} ms per iteration, "
               f"job wall {cold['wall']:.2f} s")
-    print(f"  bare kernels, one call over all points (numba / NumPy array, ms): first visit "
-          f"{kernels['numba_first'] * 1e3:.1f} / {kernels['array_first'] * 1e3:.1f} "
-          f"({kernels['array_first'] / kernels['numba_first']:.2f}x), steady "
-          f"{kernels['numba_steady'] * 1e3:.1f} / {kernels['array_steady'] * 1e3:.1f} "
-          f"({kernels['array_steady'] / kernels['numba_steady']:.2f}x; target <= 1.5x)")
-    print(f"  the same in CPU time (ms)    : first visit {kernels['numba_first_cpu'] * 1e3:.1f} / "
-          f"{kernels['array_first_cpu'] * 1e3:.1f} "
-          f"({kernels['array_first_cpu'] / kernels['numba_first_cpu']:.2f}x), steady "
-          f"{kernels['numba_steady_cpu'] * 1e3:.1f} / {kernels['array_steady_cpu'] * 1e3:.1f} "
-          f"({kernels['array_steady_cpu'] / kernels['numba_steady_cpu']:.2f}x; what a shared "
-          f"machine's load least moves)")
+    print("  bare kernels, one call over all points, one thread each (numba / NumPy array, ms):")
+    for line in kernel_lines(kernels):
+        print(f"  {line}")
     print(f"  load average before / after  : {load_before[0]:.2f} / {load_after[0]:.2f}  "
           f"({os.cpu_count()} cores)")
     if args.json:
@@ -367,6 +359,19 @@ def short_main(args: argparse.Namespace) -> None:
                         "rounds"}, indent=1))
 
 
+def kernel_lines(kernels: dict[str, float]) -> list[str]:
+    """:func:`bare_kernels`' figures as two lines: wall time, then CPU time (what a shared
+    machine's load moves least)."""
+    lines = []
+    for clock, tag in (("", "wall"), ("_cpu", "CPU ")):
+        first = [kernels[f"{name}_first{clock}"] for name in ("numba", "array")]
+        steady = [kernels[f"{name}_steady{clock}"] for name in ("numba", "array")]
+        lines.append(f"{tag}: first visit {first[0] * 1e3:.1f} / {first[1] * 1e3:.1f} "
+                     f"({first[1] / first[0]:.2f}x), steady {steady[0] * 1e3:.1f} / "
+                     f"{steady[1] * 1e3:.1f} ({steady[1] / steady[0]:.2f}x; target <= 1.5x)")
+    return lines
+
+
 def kernels_main(args: argparse.Namespace) -> None:
     """``--kernels``: the bare-kernel line of ``--short`` alone, ``--repeats`` calls each
     (default 3; the kernels alternate, the fastest kept)."""
@@ -377,12 +382,8 @@ def kernels_main(args: argparse.Namespace) -> None:
     load_after = os.getloadavg()
     print(f"K-means kernels, one call over {args.points:,} x {args.features} float64, "
           f"K = {args.clusters}, one thread each (numba / NumPy array, ms):")
-    for clock, tag in (("", "wall"), ("_cpu", "CPU ")):
-        first = [kernels[f"{name}_first{clock}"] for name in ("numba", "array")]
-        steady = [kernels[f"{name}_steady{clock}"] for name in ("numba", "array")]
-        print(f"  {tag}: first visit {first[0] * 1e3:.1f} / {first[1] * 1e3:.1f} "
-              f"({first[1] / first[0]:.2f}x), steady {steady[0] * 1e3:.1f} / "
-              f"{steady[1] * 1e3:.1f} ({steady[1] / steady[0]:.2f}x; target <= 1.5x)")
+    for line in kernel_lines(kernels):
+        print(f"  {line}")
     print(f"  load average before / after: {load_before[0]:.2f} / {load_after[0]:.2f}  "
           f"({os.cpu_count()} cores)")
     if args.json:

@@ -4,6 +4,8 @@ reference, its parallel form (``runtime.threads`` > 1) against the serial one bi
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -40,12 +42,14 @@ def reference_pass(x: np.ndarray, centers: np.ndarray, labels: np.ndarray,
 
 
 def kernel_pass(x: np.ndarray, centers: np.ndarray, labels: np.ndarray, scores: np.ndarray,
-                tile: int = km._TILE) -> tuple[float, np.ndarray, np.ndarray]:
+                tile: int = km._TILE,
+                kernel: Any = km._assign_accumulate) -> tuple[float, np.ndarray, np.ndarray]:
+    """One pass of ``kernel`` (the numba one by default) as ``update_block`` calls it."""
     ct = np.ascontiguousarray(centers.T, dtype=x.dtype)
     csq = np.einsum("ij,ij->j", ct, ct)
     k, d = centers.shape
     sums, counts = np.zeros((k, d)), np.zeros(k)
-    dobj = km._assign_accumulate(x, ct, csq, labels, scores, sums, counts, tile)
+    dobj = kernel(x, ct, csq, labels, scores, sums, counts, tile)
     return float(dobj), sums, counts
 
 
@@ -108,12 +112,9 @@ def test_ties_go_to_the_first_centre(numba_threads):
 
 def array_pass(x: np.ndarray, centers: np.ndarray, labels: np.ndarray, scores: np.ndarray,
                tile: int = km._ARRAY_TILE) -> tuple[float, np.ndarray, np.ndarray]:
-    ct = np.ascontiguousarray(centers.T, dtype=x.dtype)
-    csq = np.einsum("ij,ij->j", ct, ct)
-    k, d = centers.shape
-    sums, counts = np.zeros((k, d)), np.zeros(k)
-    dobj = km._assign_accumulate_array(np, x, ct, csq, labels, scores, sums, counts, tile)
-    return float(dobj), sums, counts
+    """One pass of the NumPy array kernel."""
+    return kernel_pass(x, centers, labels, scores, tile,
+                       lambda *a: km._assign_accumulate_array(np, *a))
 
 
 @pytest.mark.parametrize("k", [16, 10, 7, 3, 200])  # 8-, 2-, 1-byte words; 200: no check
