@@ -254,8 +254,8 @@ class NMF(RowKernel, Algorithm):
 
         The block is taken in chunks of :data:`_CHUNK` rows, each through both products while
         its rows of X are still in cache: ``H Xᵀ`` for the W sweeps and the loss, then
-        ``(W_new − W_old)ᵀ X`` for ΔB.  Taking the block whole read X twice from memory, and
-        the second read cost 1.5-2 ms of the 15 ms pass on 20,000 x 200, rank 10 (issue 23).
+        ``(W_new − W_old)ᵀ X`` for ΔB.  Taking the block whole read X twice from memory: 0.5-1 ms
+        more of the 13-15 ms pass on 20,000 x 200, rank 10 (CPU time, issue 23).
         The chunks' deltas are summed in chunk order, so a block's result does not depend on
         anything but the block.  W is worked on transposed (r × b, :func:`_hals_rows`).  The
         data's sign is checked on the rows visited for the first time (the loader checked
