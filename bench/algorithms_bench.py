@@ -3,7 +3,8 @@
 Usage::
 
     python bench/algorithms_bench.py [--quick] [--block-ms 1.0] [--repeats 3]
-    python bench/algorithms_bench.py --vs-sklearn [--quick] [--repeats 5] [--json OUT]
+    python bench/algorithms_bench.py --vs-sklearn [--quick] [--repeats 5] [--only KEYS]
+                                     [--json OUT]
     python bench/algorithms_bench.py --nmf-small-fit [--repeats 3]
 
 ``--vs-sklearn`` (issue 23, item 4) prints every algorithm's iteration against scikit-learn's
@@ -283,8 +284,12 @@ def vs_sklearn(args: argparse.Namespace) -> None:
         centers = rng.normal(0, 5, (k, d))
         return centers[rng.integers(0, k, n)] + rng.normal(0, 1, (n, d))
 
+    only = set(args.only.split(",")) if args.only else None
+
     def case(name: str, shape: str, alg, x, y, ref_name: str, ref, target: float | None,
              key: str, per_call: bool = False) -> None:
+        if only is not None and key not in only:
+            return
         with threadpool_limits(1):
             ours = Pass(alg, x, y, 0.0)
             ours.block_size = BLOCK  # BSP's fixed blocks (flegel/sync/bsp.py)
@@ -425,6 +430,9 @@ def main() -> None:
                         help="every algorithm's iteration against scikit-learn's (issue 23)")
     parser.add_argument("--nmf-small-fit", action="store_true",
                         help="flegel.NMF on 30 x 3 beside the bare launch floor (issue 23)")
+    parser.add_argument("--only", help="with --vs-sklearn: these rows only, by key, comma "
+                                       "separated (kmeans, gmm, nmf, nmf_mu, nmf_cd, logreg, "
+                                       "logreg_multinomial, fcm)")
     parser.add_argument("--json", help="with --vs-sklearn or --nmf-small-fit: write the "
                                        "figures to this file")
     args = parser.parse_args()
