@@ -37,11 +37,13 @@ mean of ``--iterations`` Lloyd iterations in a row: the same length of job):
 * the same job with ``kernel: array`` (the NumPy kernel throughout) and, without
   ``--no-cold``, one cold first run: ``kernel: auto`` with an empty numba cache
   (``NUMBA_CACHE_DIR`` a new folder), its compile phase and job wall time;
-* the bare kernels on one call over all points, first visit and steady pass: numba, the
-  NumPy array kernel, their ratio (issue 23: array within 1.5x of numba).
+* the bare kernels on one call over all points, first visit and steady pass: numba (one
+  thread), the NumPy array kernel, their ratio (issue 23: array within 1.5x of numba), in
+  wall time and in CPU time.
 
 Usage: ``python bench/kmeans_bench.py [--points N] [--quick] [--repeats R] [--daal]``,
-``python bench/kmeans_bench.py --short [--repeats R] [--json OUT]``
+``python bench/kmeans_bench.py --short [--repeats R] [--json OUT]``,
+``python bench/kmeans_bench.py --kernels [--repeats R]`` (the bare-kernel line alone)
 """
 
 from __future__ import annotations
@@ -205,22 +207,40 @@ def short_run(tmp: Path, spec: dict, k: int, iterations: int, kernel: str, tag: 
 
 def bare_kernels(x: np.ndarray, c0: np.ndarray, repeats: int) -> dict[str, float]:
     """The numba and NumPy kernels on one call over all points: first visit and steady pass
-    (the centres moved a little, as after an iteration), the fastest of ``repeats``."""
+    (the centres moved a little, as after an iteration), the fastest of ``repeats``.
+
+    numba on one thread, as the short job runs it (``runtime.threads: 1``) and as the NumPy
+    kernel runs.  numba's default pool has a thread per core, so this line used to compare one
+    NumPy thread with numba's parallel kernel on both cores (2.08x at load 3, 4.09x at load
+    1.3, where the second core was free)."""
+    import numba
+
     from flegel.algorithms import kmeans as km
 
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        return _bare_kernels(km, x, c0, repeats)
+    finally:
+        numba.set_num_threads(threads)
+
+
+def _bare_kernels(km: Any, x: np.ndarray, c0: np.ndarray, repeats: int) -> dict[str, float]:
+    """:func:`bare_kernels`' measurement, numba's thread count set."""
     ct = np.ascontiguousarray(c0.T)
     csq = np.einsum("ij,ij->j", ct, ct)
     k, d = c0.shape[0], x.shape[1]
     moved = ct * 1.001, csq * 1.002
 
-    def one(fn, first: bool) -> float:
+    def one(fn, first: bool) -> tuple[float, float]:
+        """Wall and CPU time (this thread's: both kernels run on it) of one call."""
         labels, scores = np.full(len(x), -1, dtype=np.int64), np.zeros(len(x))
         sums, counts = np.zeros((k, d)), np.zeros(k)
         if not first:
             fn(x, ct, csq, labels, scores, sums, counts)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         fn(x, *moved, labels, scores, sums, counts)
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.thread_time() - c0
 
     def numba_kernel(*a):
         return km._assign_accumulate(*a, km._TILE)
@@ -235,7 +255,9 @@ def bare_kernels(x: np.ndarray, c0: np.ndarray, repeats: int) -> dict[str, float
         for name, fn in (("numba", numba_kernel), ("array", array_kernel)):
             for first in (True, False):
                 key = f"{name}_{'first' if first else 'steady'}"
-                best[key] = min(best.get(key, np.inf), one(fn, first))
+                wall, cpu = one(fn, first)
+                best[key] = min(best.get(key, np.inf), wall)
+                best[f"{key}_cpu"] = min(best.get(f"{key}_cpu", np.inf), cpu)
     return best
 
 
@@ -319,11 +341,9 @@ def short_main(args: argparse.Namespace) -> None:
         print(f"  cold first run (empty numba cache): compile phase {cold['compile']:.2f} s, "
               f"training {cold['train'] / cold['iterations'] * 1e3:.1f} ms per iteration, "
               f"job wall {cold['wall']:.2f} s")
-    print(f"  bare kernels, one call over all points (numba / NumPy array, ms): first visit "
-          f"{kernels['numba_first'] * 1e3:.1f} / {kernels['array_first'] * 1e3:.1f} "
-          f"({kernels['array_first'] / kernels['numba_first']:.2f}x), steady "
-          f"{kernels['numba_steady'] * 1e3:.1f} / {kernels['array_steady'] * 1e3:.1f} "
-          f"({kernels['array_steady'] / kernels['numba_steady']:.2f}x; target <= 1.5x)")
+    print("  bare kernels, one call over all points, one thread each (numba / NumPy array, ms):")
+    for line in kernel_lines(kernels):
+        print(f"  {line}")
     print(f"  load average before / after  : {load_before[0]:.2f} / {load_after[0]:.2f}  "
           f"({os.cpu_count()} cores)")
     if args.json:
@@ -337,6 +357,42 @@ def short_main(args: argparse.Namespace) -> None:
             "headline": f"flegel K-means {r}-iteration job (training wall / {r}) / "
                         "scikit-learn Lloyd iteration, kernel auto, 1 thread, fastest of "
                         "rounds"}, indent=1))
+
+
+def kernel_lines(kernels: dict[str, float]) -> list[str]:
+    """:func:`bare_kernels`' figures as two lines: wall time, then CPU time (what a shared
+    machine's load moves least)."""
+    lines = []
+    for clock, tag in (("", "wall"), ("_cpu", "CPU ")):
+        first = [kernels[f"{name}_first{clock}"] for name in ("numba", "array")]
+        steady = [kernels[f"{name}_steady{clock}"] for name in ("numba", "array")]
+        lines.append(f"{tag}: first visit {first[0] * 1e3:.1f} / {first[1] * 1e3:.1f} "
+                     f"({first[1] / first[0]:.2f}x), steady {steady[0] * 1e3:.1f} / "
+                     f"{steady[1] * 1e3:.1f} ({steady[1] / steady[0]:.2f}x; target <= 1.5x)")
+    return lines
+
+
+def kernels_main(args: argparse.Namespace) -> None:
+    """``--kernels``: the bare-kernel line of ``--short`` alone, ``--repeats`` calls each
+    (default 3; the kernels alternate, the fastest kept)."""
+    load_before = os.getloadavg()
+    _, x, c0 = bench_data(args)
+    with threadpool_limits(1):
+        kernels = bare_kernels(x, c0, max(2, args.repeats))
+    load_after = os.getloadavg()
+    print(f"K-means kernels, one call over {args.points:,} x {args.features} float64, "
+          f"K = {args.clusters}, one thread each (numba / NumPy array, ms):")
+    for line in kernel_lines(kernels):
+        print(f"  {line}")
+    print(f"  load average before / after: {load_before[0]:.2f} / {load_after[0]:.2f}  "
+          f"({os.cpu_count()} cores)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "ratio": kernels["array_steady"] / kernels["numba_steady"], "target": 1.5,
+            "ratio_cpu": kernels["array_steady_cpu"] / kernels["numba_steady_cpu"],
+            "kernels": kernels, "load": [load_before[0], load_after[0]],
+            "headline": "K-means NumPy array kernel / numba kernel, a steady pass, 1 thread"},
+            indent=1))
 
 
 # --------------------------------------------------------------------------- main
@@ -357,10 +413,15 @@ def main() -> None:
                     help="the short job of issue 23: a whole 12-iteration run, kernel auto")
     ap.add_argument("--no-cold", action="store_true",
                     help="with --short: skip the cold first run (empty numba cache)")
-    ap.add_argument("--json", help="with --short: write the figures to this file")
+    ap.add_argument("--kernels", action="store_true",
+                    help="only the bare kernels: numba against the NumPy array kernel")
+    ap.add_argument("--json", help="with --short or --kernels: write the figures to this file")
     args = ap.parse_args()
     if args.daal_worker is not None:
         daal_worker(args.daal_worker)
+        return
+    if args.kernels:
+        kernels_main(args)
         return
     if args.short:
         if "--iterations" not in sys.argv:

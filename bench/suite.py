@@ -273,15 +273,26 @@ def _kmeans(doc: dict[str, Any] | None, out: str) -> list[Reading]:
 def _kmeans_short(doc: dict[str, Any] | None, out: str) -> list[Reading]:
     """``kmeans_bench.py --short``: the 12-iteration K-means job against scikit-learn."""
     assert doc is not None
+    kernels = doc.get("kernels") or {}
+    steady = (kernels["array_steady"] / kernels["numba_steady"]
+              if kernels.get("numba_steady") and "array_steady" in kernels else None)
     return [Reading("", doc.get("ratio"), 1.0, "<=",
                     f"flegel K-means {doc.get('iterations')}-iteration job (training wall / "
                     f"iterations, kernel auto, warm install) / scikit-learn Lloyd iteration, "
-                    f"{doc.get('points', 0):,} x 28, K=16, 1 thread, fastest of rounds")]
+                    f"{doc.get('points', 0):,} x 28, K=16, 1 thread, fastest of rounds"),
+            Reading("array-job", doc.get("ratio_array"), None, "<=",
+                    "the same job with kernel: array (NumPy throughout) / scikit-learn"),
+            Reading("array-vs-numba", steady, 1.5, "<=",
+                    "NumPy array kernel / numba kernel, one steady pass over all points, "
+                    "both on one thread")]
 
 
-#: ``algorithms_bench.py --vs-sklearn`` rows the suite shows: key -> (label, target).
+#: ``algorithms_bench.py --vs-sklearn`` rows the suite shows: key -> (label, target); every
+#: algorithm's iteration against scikit-learn's (or NumPy's, for FCM).
 VS_SKLEARN = {"kmeans": ("kmeans-steady", 0.6), "gmm": ("gmm", 1.0), "nmf": ("nmf", 1.0),
-              "nmf_mu": ("nmf-mu", 1.0), "logreg": ("logreg", None)}
+              "nmf_mu": ("nmf-mu", 1.0), "nmf_cd": ("nmf-vs-cd", None),
+              "logreg": ("logreg", None), "logreg_multinomial": ("logreg-multinomial", None),
+              "fcm": ("fcm", None)}
 
 
 def _vs_sklearn(doc: dict[str, Any] | None, out: str) -> list[Reading]:

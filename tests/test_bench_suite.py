@@ -164,15 +164,22 @@ def test_a_script_the_suite_does_not_own_is_read_from_ratio_and_headline(
 
 def test_issue_23_iterations_against_scikit_learn_are_read(suite: ModuleType) -> None:
     """kmeans_bench.py --short and algorithms_bench.py --vs-sklearn --json (issue 23)."""
-    (short,) = suite._kmeans_short({"ratio": 0.71, "iterations": 12, "points": 1_000_000}, "")
+    short, job, kernel = suite._kmeans_short({"ratio": 0.71, "iterations": 12,
+                                              "points": 1_000_000}, "")
     assert (short.value, short.target, short.op) == (0.71, 1.0, "<=")
     assert "12-iteration job" in short.note and "1,000,000 x 28" in short.note
+    assert job.value is None and kernel.value is None  # no array run, no bare kernels
+    _, job, kernel = suite._kmeans_short({"ratio": 0.71, "ratio_array": 1.7, "kernels": {
+        "numba_steady": 0.04, "array_steady": 0.06}}, "")
+    assert (job.value, job.target) == (1.7, None)
+    assert (kernel.label, kernel.value, kernel.target) == ("array-vs-numba", 1.5, 1.5)
     doc = {"rows": [{"key": "gmm", "ratio": 0.5, "algorithm": "GMM diag K=8",
                      "data": "300000x20", "reference": "sklearn GaussianMixture EM"},
                     {"key": "nmf", "ratio": 1.3, "algorithm": "NMF r=10 hals",
                      "data": "20000x200", "reference": "sklearn NMF mu iteration"}]}
     got = {r.label: r for r in suite._vs_sklearn(doc, "")}
-    assert {"kmeans-steady", "gmm", "nmf", "nmf-mu", "logreg"} <= set(got)
+    assert {"kmeans-steady", "gmm", "nmf", "nmf-mu", "nmf-vs-cd", "logreg",
+            "logreg-multinomial", "fcm"} <= set(got)
     assert (got["gmm"].value, got["gmm"].target) == (0.5, 1.0)
     assert suite.judge(got["nmf"].value, got["nmf"].target, got["nmf"].op) == "missed"
     assert got["kmeans-steady"].value is None and "missing" in got["kmeans-steady"].note

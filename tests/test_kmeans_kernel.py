@@ -4,6 +4,8 @@ reference, its parallel form (``runtime.threads`` > 1) against the serial one bi
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -40,12 +42,14 @@ def reference_pass(x: np.ndarray, centers: np.ndarray, labels: np.ndarray,
 
 
 def kernel_pass(x: np.ndarray, centers: np.ndarray, labels: np.ndarray, scores: np.ndarray,
-                tile: int = km._TILE) -> tuple[float, np.ndarray, np.ndarray]:
+                tile: int = km._TILE,
+                kernel: Any = km._assign_accumulate) -> tuple[float, np.ndarray, np.ndarray]:
+    """One pass of ``kernel`` (the numba one by default) as ``update_block`` calls it."""
     ct = np.ascontiguousarray(centers.T, dtype=x.dtype)
     csq = np.einsum("ij,ij->j", ct, ct)
     k, d = centers.shape
     sums, counts = np.zeros((k, d)), np.zeros(k)
-    dobj = km._assign_accumulate(x, ct, csq, labels, scores, sums, counts, tile)
+    dobj = kernel(x, ct, csq, labels, scores, sums, counts, tile)
     return float(dobj), sums, counts
 
 
@@ -104,6 +108,41 @@ def test_ties_go_to_the_first_centre(numba_threads):
     labels[:] = rng.integers(0, 12, len(x))  # revisited points that sat on a twin
     kernel_pass(x, centers, labels, scores)
     assert set(np.unique(labels)) <= {0, 3, 6, 9}
+
+
+def array_pass(x: np.ndarray, centers: np.ndarray, labels: np.ndarray, scores: np.ndarray,
+               tile: int = km._ARRAY_TILE) -> tuple[float, np.ndarray, np.ndarray]:
+    """One pass of the NumPy array kernel."""
+    return kernel_pass(x, centers, labels, scores, tile,
+                       lambda *a: km._assign_accumulate_array(np, *a))
+
+
+@pytest.mark.parametrize("k", [16, 10, 7, 3, 200])  # 8-, 2-, 1-byte words; 200: no check
+def test_array_kernel_takes_the_argmin_on_revisits(k):
+    """The array kernel's revisits take a point's centre only where another may score as
+    low (``_kept_centres``): the result is still the argmin's, ties to the first centre."""
+    rng = np.random.default_rng(k)
+    x = rng.normal(size=(5000, 6))
+    first = rng.normal(size=(k, 6))
+    ref_labels, ref_scores = np.full(len(x), -1), np.zeros(len(x))
+    labels, scores = np.full(len(x), -1), np.zeros(len(x))
+    for centers in (first, first + 0.05 * rng.normal(size=(k, 6)), first):
+        want = reference_pass(x, centers, ref_labels, ref_scores)
+        got = array_pass(x, centers, labels, scores, tile=2048)
+        np.testing.assert_array_equal(labels, ref_labels)
+        np.testing.assert_allclose(scores, ref_scores, rtol=1e-12, atol=1e-9)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-9, atol=1e-6)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-9, atol=1e-9)
+        np.testing.assert_array_equal(got[2], want[2])
+    # twins: revisited points sitting on the later of two equal centres move to the first
+    twins = np.repeat(x[:8], 2, axis=0)[:k] if k <= 16 else rng.normal(size=(k, 6))
+    labels[:] = np.minimum(rng.integers(0, k, len(x)) | 1, k - 1)
+    ref_labels[:] = labels
+    want = reference_pass(x, twins, ref_labels, ref_scores)
+    array_pass(x, twins, labels, scores)
+    np.testing.assert_array_equal(labels, ref_labels)
+    if k <= 16:
+        assert (labels % 2 == 0).all()
 
 
 def test_two_threads_give_one_threads_results_bit_for_bit(numba_threads):
