@@ -289,3 +289,23 @@ def test_fsp_eta_max_is_the_fastest_pass_in_wall_time():
     # Worker 2's injected 6 ms do not count: 3 ms for half its points, a 6 ms pass.
     policy._update_eta_max({2: commits[2]})
     assert policy.eta_max_s == pytest.approx(6e-3)
+
+
+def test_fsp_pass_prediction_counts_kernel_time_and_injected_delays_not_waits_for_a_core():
+    """The pass a worker is predicted to take (who may finish within the grace after the
+    first pass) is its kernel time per point plus its injected delays per point: a worker
+    whose iteration took 10x its kernel time because it waited for a core is not a
+    straggler (it would be paused at once, commit nothing, and never measure itself again);
+    one whose blocks were suspended is."""
+    sim = Simulation("fsp", {"interval": "multistage"}, stop={"max_iterations": 1})
+    policy = sim.policy
+    policy._update_passes({
+        1: {"n_active": 1000.0, "points": 500.0, "compute_s": 10e-3, "slowed_s": 0.0,
+            "rate": 5e5},     # 1 ms of kernel for 500 points, 10 ms of wall time
+        2: {"n_active": 1000.0, "points": 100.0, "compute_s": 40e-3, "slowed_s": 39.8e-3,
+            "rate": 5e5},     # suspended 39.8 ms
+        3: {"n_active": 1000.0, "points": 0.0, "compute_s": 1e-4, "slowed_s": 0.0,
+            "rate": 0.0}})    # paused before its first block: nothing learnt
+    assert policy.pass_s[1] == pytest.approx(2e-3)
+    assert policy.pass_s[2] == pytest.approx(2e-3 + 0.398)
+    assert 3 not in policy.pass_s

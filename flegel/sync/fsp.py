@@ -290,7 +290,7 @@ class FSP(BarrierPolicy):
         #: paused at once.
         self.pause_at: float | None = None
         self.paused: set[int] = set()
-        #: Each worker's last measured full pass in wall time (suspensions included).
+        #: Each worker's last measured full pass (:meth:`_update_passes`).
         self.pass_s: dict[int, float] = {}
         self.iter_start = 0.0
         self.first_arrival: float | None = None
@@ -408,9 +408,7 @@ class FSP(BarrierPolicy):
         arrivals = {r: srv.worker(r).arrived_at for r in commits}
         first = min(arrivals.values())
         self._update_eta_max(commits)
-        for r, h in commits.items():
-            if h["points"] > 0 and h["n_active"] > 0:
-                self.pass_s[r] = h["n_active"] * h["compute_s"] / h["points"]
+        self._update_passes(commits)
         if self.semi and self.plan.eta_s > 0:
             self._update_offsets(commits, arrivals)
         # Progress on the estimated objective: a first visit of a point adds its whole loss
@@ -460,6 +458,21 @@ class FSP(BarrierPolicy):
         passes = [p for p in passes if p > 0]
         if passes:
             self.eta_max_s = float(min(passes))
+
+    def _update_passes(self, commits: dict[int, dict[str, float]]) -> None:
+        """Each worker's full pass as :meth:`_on_pass` predicts it: its kernel time per
+        point (``rate``) and its injected delays per point, times its points.
+
+        Not the iteration's wall time per point: where ranks share cores that counts the
+        time a worker waited for a core, which has nothing to do with its speed.  Measured
+        (issue 19, ``flegel paper``'s GMM): a worker that ran late in the calibration
+        iteration read as a pass of 52 ms against 5 ms, was paused at once after every
+        first pass, committed 0 points and so never measured itself again.
+        """
+        for r, h in commits.items():
+            if h["points"] > 0 and h["n_active"] > 0 and h["rate"] > 0:
+                per_point = 1.0 / h["rate"] + h.get("slowed_s", 0.0) / h["points"]
+                self.pass_s[r] = h["n_active"] * per_point
 
     def _update_offsets(self, commits: dict[int, dict[str, float]],
                         arrivals: dict[int, float]) -> None:
