@@ -309,3 +309,40 @@ def test_fsp_pass_prediction_counts_kernel_time_and_injected_delays_not_waits_fo
     assert policy.pass_s[1] == pytest.approx(2e-3)
     assert policy.pass_s[2] == pytest.approx(2e-3 + 0.398)
     assert 3 not in policy.pass_s
+
+
+@pytest.mark.parametrize("coordination", ["semi", "centralized"])
+def test_fsp_after_a_pass_the_master_pauses_only_stragglers_when_timers_run(coordination):
+    """Issue 19: after the first full pass (t_p = 2 ms after the broadcast) the master
+    pauses at once only a worker whose own pass is beyond PASS_GRACE · t_p (a straggler).
+    Semi-centralized with η, the others' own timers end their iterations -- a worker whose
+    θ arrived late, having not yet run, is not paused before it starts (it committed 0
+    points when the master paused everyone at PASS_GRACE · t_p after the broadcast);
+    centralized, the master pauses them at min(PASS_GRACE · t_p, η)."""
+    from flegel.interval import Plan
+    from flegel.sync.fsp import PASS_GRACE
+
+    sim = Simulation("fsp", {"interval": "fixed", "eta_ms": 5, "coordination": coordination},
+                     stop={"max_iterations": 1})
+    policy = sim.policy
+    policy.pending = {}
+    policy.signalled, policy.pause_at, policy.paused = False, None, set()
+    policy.plan = Plan(5e-3)
+    now = sim.server.now()
+    policy.iter_start = now - 2e-3
+    policy.pass_s = {1: 2e-3, 2: 2.5e-3, 3: 0.9}   # worker 3: a straggler's 0.9 s pass
+    before = len(sim.transport.signals_of(Signal.PAUSE))
+    policy._on_pass(1)
+    sent = sim.transport.signals_of(Signal.PAUSE)[before:]
+    assert [s.rank for s in sent] == [3]
+    if coordination == "semi":
+        assert policy.pause_at == float("inf")
+        policy.on_tick(now + 1.0)
+        assert len(sim.transport.signals_of(Signal.PAUSE)) == before + 1
+    else:
+        assert policy.pause_at == pytest.approx(policy.iter_start + min(PASS_GRACE * 2e-3,
+                                                                        5e-3))
+        policy.on_tick(policy.pause_at - 1e-6)
+        assert len(sim.transport.signals_of(Signal.PAUSE)) == before + 1
+        policy.on_tick(policy.pause_at)
+        assert [s.rank for s in sim.transport.signals_of(Signal.PAUSE)[before:]] == [3, 2]

@@ -3,9 +3,11 @@
 No workload is pre-assigned.  The master ends an iteration after an interval η; every worker
 commits right after the block it is on, whatever it processed, and all continue from the same
 new θ (Section 3.1), so convergence is kept (Section 3.2).  A worker that completes a full pass
-since the last barrier commits at once and the master pauses the others: the barrier happens
-at once (Section 3.3).  Iteration 1 is a calibration iteration without a timer, which ends when
-the fastest worker completes a pass: it measures speeds and gives FSPB its η⁰.
+since the last barrier commits at once, and the master pauses the workers that could not
+finish their own pass soon (Section 3.3; :meth:`FSP._on_pass`: the others finish theirs, which
+on shared cores is what a worker that has not yet run needs).  Iteration 1 is a calibration
+iteration without a timer, which ends after the fastest worker completes a pass: it measures
+speeds and gives FSPB its η⁰.
 
 Coordination (Section 5.2, Fig. 6):
 
@@ -31,6 +33,7 @@ the first and the last report, and each worker's offset.
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -69,10 +72,10 @@ MAX_CLOCK_LAG_S = 0.05
 #: anchored at the send time had expired on arrival, most commits carried 0 points, and the
 #: workers computed 5% of the time.
 MAX_LAG_CREDIT_S = 2 * POLL_MAX_S
-#: After the first full pass of an iteration, ``t_p`` after its broadcast, the workers that
-#: can finish their own pass get until ``PASS_GRACE · t_p`` (at most η) to do so
-#: (:meth:`FSP._on_pass`): the same multiple as FSPV's η of a barrier per pass
-#: (:data:`flegel.interval.multistage.PASS_REACH`), so one rule bounds both.
+#: After the first full pass of an iteration, ``t_p`` after its broadcast, a worker whose
+#: own pass takes longer than ``PASS_GRACE · t_p`` (at most η) is paused at once; the others
+#: finish theirs (:meth:`FSP._on_pass`).  The same multiple as FSPV's η of a barrier per
+#: pass (:data:`flegel.interval.multistage.PASS_REACH`), so one rule bounds both.
 PASS_GRACE = PASS_REACH
 #: FSPV's first interval gives the barrier this share of the iteration: BSPV's ρ
 #: (flegel.sync.bsp, ``overhead``), so FSPV starts from BSPV's choice.
@@ -286,8 +289,8 @@ class FSP(BarrierPolicy):
         self.plan = Plan(0.0, phase="calibration")  # no timer: ends with the first full pass
         self.offsets = {r: 0.0 for r in server.ranks}
         self.signalled = False
-        #: When the others are paused after a full pass (:meth:`_on_pass`), and who was
-        #: paused at once.
+        #: When the others are paused after a full pass (:meth:`_on_pass`), and who needs
+        #: no pause then (paused at once, or the worker that made the pass).
         self.pause_at: float | None = None
         self.paused: set[int] = set()
         #: Each worker's last measured full pass (:meth:`_update_passes`).
@@ -362,27 +365,36 @@ class FSP(BarrierPolicy):
     def _on_pass(self, rank: int) -> None:
         """The first full pass of an iteration, ``t_p`` after its broadcast: pause at once
         the workers that cannot finish their own pass within :data:`PASS_GRACE` · t_p (by
-        their last measured pass), and the others at that time (or at η, if sooner) unless
-        they commit first.
+        their last measured pass, :meth:`_update_passes`: stragglers), and let the others
+        finish theirs.  Their own timers (η − δᵢ, semi-centralized) bound them; without
+        timers (the calibration iteration, or centralized coordination) the master pauses
+        them at ``PASS_GRACE · t_p`` after the broadcast (at η, if sooner).
 
         The paper's barrier "at once" (Section 3.3) assumes every worker runs on a core of
         its own; where ranks share cores a worker of the same speed may not have run yet.
         Measured (issue 19, 4 workers and the master on 2 shared cores, ``flegel paper``'s
         K-means): a third of FSPV's iterations ended with commits like [0, 27500, 0, 0] --
-        one pass of data for a whole barrier.  A straggler is still paused at once: its
-        pass, measured in wall time with its suspensions, is far beyond the grace.
+        one pass of data for a whole barrier, and under FSP's incremental updates the
+        other points' statistics stay as old as their last visit.  Pausing such a worker
+        does not end the barrier sooner either: it commits when it next gets a core, with
+        nothing; finishing its pass then costs it one pass.  A master-side pause at
+        ``PASS_GRACE · t_p`` (an earlier version of this rule) still paused the workers
+        whose θ arrived late, before they had run.
         """
         now = self.server.now()
         t_pass = max(now - self.iter_start, 0.0)
         grace = PASS_GRACE * t_pass
-        if self.plan.eta_s > 0:
-            grace = min(grace, self.plan.eta_s)
+        eta = self.plan.eta_s
+        if eta > 0:
+            grace = min(grace, eta)
         late = [r for r in self.server.ranks if r not in self.pending and r != rank
                 and self.pass_s.get(r, 0.0) > grace]
         if late:
             self.server.signal(late, Signal.PAUSE)
         self.paused.update(late)
-        self.pause_at = self.iter_start + grace
+        self.paused.add(rank)  # it committed: nothing to pause
+        # Semi-centralized with η: each worker's timer ends its iteration.
+        self.pause_at = math.inf if self.semi and eta > 0 else self.iter_start + grace
         self.on_tick(now)
 
     def on_tick(self, now: float) -> None:
