@@ -293,10 +293,10 @@ def test_fsp_eta_max_is_the_fastest_pass_in_wall_time():
 
 def test_fsp_pass_prediction_counts_kernel_time_and_injected_delays_not_waits_for_a_core():
     """The pass a worker is predicted to take (who may finish within the grace after the
-    first pass) is its kernel time per point plus its injected delays per point: a worker
-    whose iteration took 10x its kernel time because it waited for a core is not a
-    straggler (it would be paused at once, commit nothing, and never measure itself again);
-    one whose blocks were suspended is."""
+    first pass) is its fastest recent kernel time per point plus its injected delays per
+    point: a worker whose iteration, or kernel, took 10x its time because it waited for a
+    core is not a straggler (it would be paused at once, commit nothing, and never measure
+    itself again); one whose blocks were suspended is."""
     sim = Simulation("fsp", {"interval": "multistage"}, stop={"max_iterations": 1})
     policy = sim.policy
     policy._update_passes({
@@ -309,6 +309,23 @@ def test_fsp_pass_prediction_counts_kernel_time_and_injected_delays_not_waits_fo
     assert policy.pass_s[1] == pytest.approx(2e-3)
     assert policy.pass_s[2] == pytest.approx(2e-3 + 0.398)
     assert 3 not in policy.pass_s
+    # Next iteration worker 1's kernel waited for a core (10x its time): the fastest of its
+    # recent kernel times stands.  Worker 2 processed 400 points and served no suspension
+    # (what was left of one came in the last iteration): its delays count over both.
+    policy._update_passes({
+        1: {"n_active": 1000.0, "points": 500.0, "compute_s": 10e-3, "slowed_s": 0.0,
+            "rate": 5e4},
+        2: {"n_active": 1000.0, "points": 400.0, "compute_s": 1e-3, "slowed_s": 0.0,
+            "rate": 5e5},
+        3: {"n_active": 1000.0, "points": 0.0, "compute_s": 3e-2, "slowed_s": 3e-2,
+            "rate": 0.0}})    # suspended the whole iteration: nothing of its kernel yet
+    assert policy.pass_s[1] == pytest.approx(2e-3)
+    assert policy.pass_s[2] == pytest.approx(2e-3 + 1000 * 39.8e-3 / 500)
+    assert 3 not in policy.pass_s
+    # A commit of nothing, without a suspension (paused before it ran): forgotten.
+    policy._update_passes({1: {"n_active": 1000.0, "points": 0.0, "compute_s": 1e-4,
+                               "slowed_s": 0.0, "rate": 0.0}})
+    assert 1 not in policy.pass_s
 
 
 @pytest.mark.parametrize("coordination", ["semi", "centralized"])

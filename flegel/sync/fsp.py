@@ -77,6 +77,8 @@ MAX_LAG_CREDIT_S = 2 * POLL_MAX_S
 #: finish theirs (:meth:`FSP._on_pass`).  The same multiple as FSPV's η of a barrier per
 #: pass (:data:`flegel.interval.multistage.PASS_REACH`), so one rule bounds both.
 PASS_GRACE = PASS_REACH
+#: Commits a worker's predicted pass is taken from (:meth:`FSP._update_passes`).
+PASS_HISTORY = 4
 #: FSPV's first interval gives the barrier this share of the iteration: BSPV's ρ
 #: (flegel.sync.bsp, ``overhead``), so FSPV starts from BSPV's choice.
 FIRST_OVERHEAD = 0.1
@@ -293,8 +295,11 @@ class FSP(BarrierPolicy):
         #: no pause then (paused at once, or the worker that made the pass).
         self.pause_at: float | None = None
         self.paused: set[int] = set()
-        #: Each worker's last measured full pass (:meth:`_update_passes`).
+        #: Each worker's predicted full pass (:meth:`_update_passes`), and what it is
+        #: predicted from: its recent kernel seconds per point, and (points, injected
+        #: delay) of its recent commits.
         self.pass_s: dict[int, float] = {}
+        self._pass_log: dict[int, tuple[list[float], list[tuple[float, float]]]] = {}
         self.iter_start = 0.0
         self.first_arrival: float | None = None
         self.eta_max_s = float("inf")
@@ -472,19 +477,38 @@ class FSP(BarrierPolicy):
             self.eta_max_s = float(min(passes))
 
     def _update_passes(self, commits: dict[int, dict[str, float]]) -> None:
-        """Each worker's full pass as :meth:`_on_pass` predicts it: its kernel time per
-        point (``rate``) and its injected delays per point, times its points.
+        """Each worker's full pass as :meth:`_on_pass` predicts it: the fastest of its last
+        :data:`PASS_HISTORY` kernel times per point (``1/rate``) plus its injected delays
+        per point over its last :data:`PASS_HISTORY` commits, times its points.
 
-        Not the iteration's wall time per point: where ranks share cores that counts the
-        time a worker waited for a core, which has nothing to do with its speed.  Measured
-        (issue 19, ``flegel paper``'s GMM): a worker that ran late in the calibration
-        iteration read as a pass of 52 ms against 5 ms, was paused at once after every
-        first pass, committed 0 points and so never measured itself again.
+        Not the iteration's wall time per point, and not one iteration's kernel time: where
+        ranks share cores both count the time a worker waited for a core, which says nothing
+        about its speed and only ever adds (hence the fastest).  Measured (issue 19, 4
+        workers and the master on 2 shared cores at a load of 8-10): a worker that ran late
+        in one iteration read as a pass of 10-52 ms against 1.3-5 ms, was paused at once
+        after the next first passes, committed 0 points and so never measured itself again.
+        For the same reason a commit of no points and no injected delay (a worker paused
+        before it ran) forgets the worker's passes: it is not paused at once until measured
+        again.  A straggler's suspensions are counted over the whole history, as they fall
+        unevenly on iterations (what is left of one is served in the next).
         """
         for r, h in commits.items():
-            if h["points"] > 0 and h["n_active"] > 0 and h["rate"] > 0:
-                per_point = 1.0 / h["rate"] + h.get("slowed_s", 0.0) / h["points"]
-                self.pass_s[r] = h["n_active"] * per_point
+            kernels, delays = self._pass_log.setdefault(r, ([], []))
+            slowed = float(h.get("slowed_s", 0.0))
+            if h["points"] > 0 and h["rate"] > 0:
+                kernels.append(1.0 / h["rate"])
+            elif slowed <= 0:
+                kernels.clear()
+                delays.clear()
+                self.pass_s.pop(r, None)
+                continue
+            delays.append((float(h["points"]), slowed))
+            del kernels[:-PASS_HISTORY], delays[:-PASS_HISTORY]
+            points = sum(p for p, _ in delays)
+            if not kernels or points <= 0 or h["n_active"] <= 0:
+                self.pass_s.pop(r, None)
+                continue
+            self.pass_s[r] = h["n_active"] * (min(kernels) + sum(d for _, d in delays) / points)
 
     def _update_offsets(self, commits: dict[int, dict[str, float]],
                         arrivals: dict[int, float]) -> None:
