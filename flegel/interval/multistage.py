@@ -103,8 +103,14 @@ TRUST_FACTOR = 2.0
 #: barrier per pass" -- the pass itself calls the barrier (Section 3.3), whatever noise there
 #: is in the measured pass time.  An η set *at* the measured pass was reached by the timers
 #: as often as by the pass: measured (issue 19, logistic regression, 4 workers on 2 shared
-#: cores) workers then committed after a fraction of a pass, most of them 0 points.
-PASS_REACH = 2.0
+#: cores) workers then committed after a fraction of a pass, most of them 0 points.  Four,
+#: not two: under FSP's pass rule (:meth:`flegel.sync.fsp.FSP._on_pass`) the workers that are
+#: not stragglers finish their pass under their own timers, and where ranks share cores a
+#: worker waits for a core for several passes' time in the middle of its pass (issue 19,
+#: K-means at a load of 8: passes of 1.3 ms took 3.6-5.5 ms of wall time).  A timer of two
+#: passes then cut it short when it ran again, so its remaining points waited a whole
+#: iteration, and the barrier was no sooner: it had waited for that worker anyway.
+PASS_REACH = 4.0
 #: The probe modes of :class:`MultiStage`.
 PROBE_MODES = ("interleaved", "rollback")
 

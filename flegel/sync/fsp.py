@@ -43,7 +43,6 @@ from flegel.balance.migration import Balancer, MigrationOptions, Migrator
 from flegel.balance.ports import MigrationPort, OrderPort
 from flegel.interval import Observation, Plan, make_adjustor
 from flegel.interval.multistage import (
-    PASS_REACH,
     PROBE_MODES,
     STAGE_CONFIRM,
     STAGE_SIGNIFICANCE,
@@ -74,9 +73,9 @@ MAX_CLOCK_LAG_S = 0.05
 MAX_LAG_CREDIT_S = 2 * POLL_MAX_S
 #: After the first full pass of an iteration, ``t_p`` after its broadcast, a worker whose
 #: own pass takes longer than ``PASS_GRACE · t_p`` (at most η) is paused at once; the others
-#: finish theirs (:meth:`FSP._on_pass`).  The same multiple as FSPV's η of a barrier per
-#: pass (:data:`flegel.interval.multistage.PASS_REACH`), so one rule bounds both.
-PASS_GRACE = PASS_REACH
+#: finish theirs (:meth:`FSP._on_pass`).  Twice: a worker twice as slow as the fastest is
+#: a straggler the others should not wait for (the paper's heterogeneous workers).
+PASS_GRACE = 2.0
 #: Commits a worker's predicted pass is taken from (:meth:`FSP._update_passes`).
 PASS_HISTORY = 4
 #: FSPV's first interval gives the barrier this share of the iteration: BSPV's ρ
