@@ -387,7 +387,11 @@ class FSP(BarrierPolicy):
         """
         now = self.server.now()
         t_pass = max(now - self.iter_start, 0.0)
-        grace = PASS_GRACE * t_pass
+        # On the scale of the predictions too: under load every kernel time is inflated
+        # alike, and a worker whose pass came in undisturbed (t_p at its kernel time) made
+        # its peers' inflated predictions look like stragglers' (issue 19, FCM at a load of
+        # 12: two of four workers paused at once with nothing done).
+        grace = PASS_GRACE * max(t_pass, min(self.pass_s.values(), default=0.0))
         eta = self.plan.eta_s
         if eta > 0:
             grace = min(grace, eta)
