@@ -370,11 +370,59 @@ def test_multistage_an_optimum_at_the_pass_is_a_barrier_per_pass():
                            barrier_s=phi, eta_max_s=pass_s)
 
     adj = make_adjustor("multistage")
-    plan = adj.start(0.1, pass_s)  # BSPV's interval, five passes: the centre is 2 passes
+    plan = adj.start(0.018, pass_s)  # BSPV's interval, just short of a pass: probes
     seen = []
     for _ in range(8):
         seen.append(plan.eta_s)
         plan = adj.observe(obs(plan.eta_s))
-    assert max(seen) == pytest.approx(PASS_REACH * pass_s)
-    assert min(seen) == pytest.approx(pass_s / np.sqrt(2))
+    assert max(seen) == pytest.approx(0.018 * np.sqrt(2))  # past the pass
+    assert min(seen) == pytest.approx(0.018 / np.sqrt(2))
     assert plan.phase == "run" and plan.eta_s == pytest.approx(PASS_REACH * pass_s)
+
+
+def test_multistage_starts_at_a_barrier_per_pass_without_probes_where_bspv_takes_the_shard():
+    """Issue 19: when BSPV's interval (η⁰) is already a pass or more -- BSPV's batch is
+    then the whole shard -- FSPV starts at a barrier per pass and probes nothing; the stage
+    is judged as any other, and one that falls behind its line opens a probing stage.
+    Before, eight probe iterations around the pass came first."""
+    from flegel.interval.multistage import PASS_REACH
+
+    pass_s, phi = 0.002, 0.005
+    adj = make_adjustor("multistage")
+    plan = adj.start(0.01, pass_s)
+    assert plan.phase == "run" and plan.eta_s == pytest.approx(PASS_REACH * pass_s)
+    assert adj.stages == [pytest.approx(adj.stages[0])] and adj.stages[0]["probed"] is False
+    assert adj.history == [pytest.approx(PASS_REACH * pass_s)]
+    rate = 100.0
+    for _ in range(4 * adj.window):  # on its line: it stays
+        plan = adj.observe(Observation(plan.eta_s, rate * (pass_s + phi), pass_s,
+                                       pass_s + phi, phi, pass_s))
+        assert plan.phase == "run"
+    for _ in range(4 * adj.window):  # progress drops to a tenth: a new stage probes
+        plan = adj.observe(Observation(plan.eta_s, rate / 10 * (pass_s + phi), pass_s,
+                                       pass_s + phi, phi, pass_s))
+        if plan.phase == "probe":
+            break
+    assert plan.phase == "probe" and adj.refits == 1
+
+
+def test_multistage_fit_imports_nothing_while_workers_wait():
+    """Issue 19: the first fit ran ``np.median``, whose first call imports ``numpy.ma``
+    (27-43 ms of the master's time at a load of 5-8, while every worker waited for θ).  In
+    a fresh interpreter a whole probing stage and its fit leave ``numpy.ma`` unimported."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from flegel.interval import Observation, make_adjustor\n"
+        "adj = make_adjustor('multistage')\n"
+        "plan = adj.start(0.005, 1.0)\n"
+        "for i in range(8):\n"
+        "    e = plan.eta_s\n"
+        "    plan = adj.observe(Observation(e, 10.0 * e / (1 + i), e, e + 0.002, 0.002, 1.0))\n"
+        "assert plan.phase == 'run', plan\n"
+        "print('numpy.ma' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.strip() == "False"

@@ -72,6 +72,10 @@ def test_fsp_fixed_barriers_every_eta_with_a_straggler(coordination):
 
 @pytest.mark.parametrize("coordination", ["centralized", "semi"])
 def test_fsp_full_pass_triggers_early_barrier(coordination):
+    """The fastest worker's full pass ends the iteration long before η = 100 s: a worker
+    that cannot finish its own pass within PASS_GRACE times that pass (worker 3, 4x
+    slower) is paused the moment the pass arrives; one that can (worker 2, 1.5x) finishes
+    its pass."""
     sim = Simulation("fsp", {"interval": "fixed", "eta_ms": 1e5, "coordination": coordination},
                      cost_s=[10e-6, 15e-6, 40e-6], latency_s=LAT,
                      stop={"max_iterations": 10}).run()
@@ -80,15 +84,34 @@ def test_fsp_full_pass_triggers_early_barrier(coordination):
     arrivals = {(a.rank, int(a.header["version"])): a.time for a in sim.arrivals}
     pauses = sim.transport.signals_of(Signal.PAUSE)
     for v, e in enumerate(bars):
-        # The fastest worker's full pass ends every iteration, long before η = 100 s.
-        assert e["workers"]["reason"] == ["pass", "signal", "signal"]
+        assert e["workers"]["reason"] == ["pass", "pass", "signal"]
         sent = [s for s in pauses if s.version == v]
-        # ... and the master pauses the others the moment that commit arrives.
-        assert sorted(s.rank for s in sent) == [2, 3]
-        assert {s.time for s in sent} == {arrivals[(1, v)]}
+        assert [s.rank for s in sent] == [3]
+        if v >= 1:
+            # Its pass is known (iteration 1 measured it): paused when worker 1's arrives.
+            assert sent[0].time == arrivals[(1, v)]
     passes = [it.header["passes"] for it in sim.iterations(1)]
     assert passes == pytest.approx(list(range(1, 11)))
-    assert sim.now < 10 * (2e-3 + 0.5e-3)  # ~ one fast pass per barrier
+    assert sim.now < 10 * (3e-3 + 0.5e-3)  # ~ one pass of worker 2 per barrier
+
+
+def test_fsp_a_pass_waits_for_workers_that_can_finish_theirs():
+    """Issue 19: workers of about the same speed all finish their pass (the first pass no
+    longer pauses them at once, which made them commit a fraction of it: [200, 180, 166]
+    points here before the fix), while a straggler is paused at once."""
+    from flegel.sync.fsp import PASS_GRACE
+
+    sim = Simulation("fsp", {"interval": "fixed", "eta_ms": 1e5, "coordination": "semi"},
+                     cost_s=[10e-6, 11e-6, 12e-6, 100e-6], workers=4, points=800,
+                     latency_s=LAT, stop={"max_iterations": 8}).run()
+    bars = sim.barrier_events()
+    for e in bars[1:]:
+        assert e["workers"]["reason"] == ["pass", "pass", "pass", "signal"]
+        assert e["workers"]["points"][:3] == [200, 200, 200]
+        assert 0 < e["workers"]["points"][3] < 200
+    # An iteration lasts about the slowest of the three passes, well within the grace.
+    times = [e["time_s"] for e in bars]
+    assert max(np.diff(times[1:])) < PASS_GRACE * 2e-3 + 1e-3
 
 
 def _spread_run(coordination: str) -> Simulation:
@@ -165,8 +188,9 @@ def test_fsp_binary_search_adjusts_eta():
     adj = sim.policy.adjustor
     hist = adj.history
     assert len(set(hist)) >= 2
-    # η⁰ is the calibration iteration (up to the fastest full pass); each trial halves it.
-    first_pass = sim.barrier_events()[0]["time_s"]
+    # η⁰ is the calibration iteration's valid time (up to the fastest full pass: its
+    # arrival); each trial halves it.
+    first_pass = min(a.time for a in sim.arrivals if a.header["version"] == 0)
     assert hist[0] == pytest.approx(first_pass, rel=0.2)
     for a, b in zip(hist, hist[1:]):
         assert b == pytest.approx(a / 2) or b == pytest.approx(2 * a)  # trial or back
@@ -265,3 +289,87 @@ def test_fsp_eta_max_is_the_fastest_pass_in_wall_time():
     # Worker 2's injected 6 ms do not count: 3 ms for half its points, a 6 ms pass.
     policy._update_eta_max({2: commits[2]})
     assert policy.eta_max_s == pytest.approx(6e-3)
+
+
+def test_fsp_pass_prediction_counts_kernel_time_and_injected_delays_not_waits_for_a_core():
+    """The pass a worker is predicted to take (who may finish within the grace after the
+    first pass) is its fastest recent kernel time per point plus its injected delays per
+    point: a worker whose iteration, or kernel, took 10x its time because it waited for a
+    core is not a straggler (it would be paused at once, commit nothing, and never measure
+    itself again); one whose blocks were suspended is."""
+    sim = Simulation("fsp", {"interval": "multistage"}, stop={"max_iterations": 1})
+    policy = sim.policy
+    policy._update_passes({
+        1: {"n_active": 1000.0, "points": 500.0, "compute_s": 10e-3, "slowed_s": 0.0,
+            "rate": 5e5},     # 1 ms of kernel for 500 points, 10 ms of wall time
+        2: {"n_active": 1000.0, "points": 100.0, "compute_s": 40e-3, "slowed_s": 39.8e-3,
+            "rate": 5e5},     # suspended 39.8 ms
+        3: {"n_active": 1000.0, "points": 0.0, "compute_s": 1e-4, "slowed_s": 0.0,
+            "rate": 0.0}})    # paused before its first block: nothing learnt
+    assert policy.pass_s[1] == pytest.approx(2e-3)
+    assert policy.pass_s[2] == pytest.approx(2e-3 + 0.398)
+    assert 3 not in policy.pass_s
+    # Next iteration worker 1's kernel waited for a core (10x its time): the fastest of its
+    # recent kernel times stands.  Worker 2 processed 400 points and served no suspension
+    # (what was left of one came in the last iteration): its delays count over both.
+    policy._update_passes({
+        1: {"n_active": 1000.0, "points": 500.0, "compute_s": 10e-3, "slowed_s": 0.0,
+            "rate": 5e4},
+        2: {"n_active": 1000.0, "points": 400.0, "compute_s": 1e-3, "slowed_s": 0.0,
+            "rate": 5e5},
+        3: {"n_active": 1000.0, "points": 0.0, "compute_s": 3e-2, "slowed_s": 3e-2,
+            "rate": 0.0}})    # suspended the whole iteration: nothing of its kernel yet
+    assert policy.pass_s[1] == pytest.approx(2e-3)
+    assert policy.pass_s[2] == pytest.approx(2e-3 + 1000 * 39.8e-3 / 500)
+    assert 3 not in policy.pass_s
+    # A commit of nothing, without a suspension (paused before it ran): forgotten.
+    policy._update_passes({1: {"n_active": 1000.0, "points": 0.0, "compute_s": 1e-4,
+                               "slowed_s": 0.0, "rate": 0.0}})
+    assert 1 not in policy.pass_s
+
+
+@pytest.mark.parametrize("coordination", ["semi", "centralized"])
+def test_fsp_after_a_pass_the_master_pauses_only_stragglers_when_timers_run(coordination):
+    """Issue 19: after the first full pass (t_p = 2 ms after the broadcast) the master
+    pauses at once only a worker whose own pass is beyond PASS_GRACE · t_p (a straggler).
+    Semi-centralized with η, the others' own timers end their iterations -- a worker whose
+    θ arrived late, having not yet run, is not paused before it starts (it committed 0
+    points when the master paused everyone at PASS_GRACE · t_p after the broadcast);
+    centralized, the master pauses them at min(PASS_GRACE · t_p, η)."""
+    from flegel.interval import Plan
+    from flegel.sync.fsp import PASS_GRACE
+
+    sim = Simulation("fsp", {"interval": "fixed", "eta_ms": 5, "coordination": coordination},
+                     stop={"max_iterations": 1})
+    policy = sim.policy
+    policy.pending = {}
+    policy.signalled, policy.pause_at, policy.paused = False, None, set()
+    policy.plan = Plan(5e-3)
+    now = sim.server.now()
+    policy.iter_start = now - 2e-3
+    policy.pass_s = {1: 2e-3, 2: 2.5e-3, 3: 0.9}   # worker 3: a straggler's 0.9 s pass
+    before = len(sim.transport.signals_of(Signal.PAUSE))
+    policy._on_pass(1)
+    sent = sim.transport.signals_of(Signal.PAUSE)[before:]
+    assert [s.rank for s in sent] == [3]
+    if coordination == "semi":
+        # Predictions inflated alike (a loaded machine: 3x their kernel time) and a pass
+        # that came in at its kernel time: no peer is taken for a straggler.
+        policy.pending, policy.signalled, policy.pause_at = {}, False, None
+        policy.paused = set()
+        policy.iter_start = now - 0.7e-3
+        policy.pass_s = {1: 2.1e-3, 2: 3e-3, 3: 0.9}
+        policy._on_pass(1)
+        assert [s.rank for s in sim.transport.signals_of(Signal.PAUSE)[before + 1:]] == [3]
+        before += 1
+    if coordination == "semi":
+        assert policy.pause_at == float("inf")
+        policy.on_tick(now + 1.0)
+        assert len(sim.transport.signals_of(Signal.PAUSE)) == before + 1
+    else:
+        assert policy.pause_at == pytest.approx(policy.iter_start + min(PASS_GRACE * 2e-3,
+                                                                        5e-3))
+        policy.on_tick(policy.pause_at - 1e-6)
+        assert len(sim.transport.signals_of(Signal.PAUSE)) == before + 1
+        policy.on_tick(policy.pause_at)
+        assert [s.rank for s in sim.transport.signals_of(Signal.PAUSE)[before:]] == [3, 2]

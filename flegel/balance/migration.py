@@ -279,7 +279,10 @@ class Balancer:
         moves = self.keep_some(plan_round(self.supers(stats), T,
                                           opts.rounds), stats, T)
         speeds = {st.rank: st.v for st in stats}
-        median = float(np.median(list(speeds.values())))
+        # Not np.median: its first call imports numpy.ma (13-70 ms of the master's time at
+        # the first round, every worker waiting for θ; issue 19).
+        v = sorted(speeds.values())
+        median = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
         self.slow_streak = {r: (self.slow_streak.get(r, 0) + 1 if v >= PEER_SPEED * median
                                 else 0) for r, v in speeds.items()}
         self.round_k += 1

@@ -103,8 +103,14 @@ TRUST_FACTOR = 2.0
 #: barrier per pass" -- the pass itself calls the barrier (Section 3.3), whatever noise there
 #: is in the measured pass time.  An η set *at* the measured pass was reached by the timers
 #: as often as by the pass: measured (issue 19, logistic regression, 4 workers on 2 shared
-#: cores) workers then committed after a fraction of a pass, most of them 0 points.
-PASS_REACH = 2.0
+#: cores) workers then committed after a fraction of a pass, most of them 0 points.  Four,
+#: not two: under FSP's pass rule (:meth:`flegel.sync.fsp.FSP._on_pass`) the workers that are
+#: not stragglers finish their pass under their own timers, and where ranks share cores a
+#: worker waits for a core for several passes' time in the middle of its pass (issue 19,
+#: K-means at a load of 8: passes of 1.3 ms took 3.6-5.5 ms of wall time).  A timer of two
+#: passes then cut it short when it ran again, so its remaining points waited a whole
+#: iteration, and the barrier was no sooner: it had waited for that worker anyway.
+PASS_REACH = 4.0
 #: The probe modes of :class:`MultiStage`.
 PROBE_MODES = ("interleaved", "rollback")
 
@@ -205,7 +211,41 @@ class MultiStage(IntervalAdjustor):
     def start(self, eta0_s: float, eta_max_s: float) -> Plan:
         if self.probes == "interleaved":
             self.eta_s = self.clamp(eta0_s, PASS_REACH * eta_max_s)
+            if eta0_s >= eta_max_s:
+                return self._pass_stage(eta_max_s)
         return self._new_stage(eta_max_s)
+
+    def _pass_stage(self, eta_max: float) -> Plan:
+        """The first stage when BSPV's interval is already a pass or more: a barrier per
+        pass (:data:`PASS_REACH`), no probes.
+
+        BSPV in the same place takes its whole shard as the batch; probes around a pass
+        would measure whether stopping short of it pays, and below a pass an iteration's
+        barrier takes more than BSPV's share ρ of it.  Measured (issue 19, ``flegel
+        paper``'s K-means, FCM and NMF on 4 workers and 2 shared cores) the eight probe
+        iterations took the first 0.05-0.15 s, at intervals where the workers' reports
+        carried a fraction of a pass.  The stage is judged as any other: when training falls
+        behind its line, a new stage probes around the interval in force.
+        """
+        self.eta_s = self.clamp(PASS_REACH * eta_max, PASS_REACH * eta_max)
+        self.g = []
+        self._probe_wall = 0.0
+        self.predicted_rate = 0.0
+        self.stages.append({"eta_p_s": None, "g": None, "a": None, "b": None, "phi_s": None,
+                            "eta_s": self.eta_s, "predicted_rate": None, "refit": False,
+                            "probed": False})
+        self.history.append(self.eta_s)
+        return self._run_stage()
+
+    def _run_stage(self) -> Plan:
+        """Run the stage fitted (or chosen) last: reset its line and windows."""
+        self.phase = "run"
+        self._stage_wall = 0.0
+        self._win_progress, self._win_wall = [], []
+        self._base_progress = self._base_wall = 0.0
+        self._base_rates = []
+        self._behind = 0
+        return Plan(self.eta_s)
 
     def _new_stage(self, eta_max: float) -> Plan:
         if self.probes == "interleaved":
@@ -351,8 +391,14 @@ class MultiStage(IntervalAdjustor):
     def phi(self) -> float:
         """The barrier cost φ: median over the last few iterations of what each cost beyond
         its interval (``wall_s − eta_s``; at least the barrier itself, ``barrier_s``)."""
-        recent = self.phis[-5:]
-        return float(np.median(recent)) if recent else 0.0
+        recent = sorted(self.phis[-5:])
+        if not recent:
+            return 0.0
+        # Not np.median: its first call imports numpy.ma, 27-43 ms of the master's time at
+        # the end of the first probes (issue 19, measured at a load of 5-8), while every
+        # worker waits for θ.
+        mid = len(recent) // 2
+        return recent[mid] if len(recent) % 2 else (recent[mid - 1] + recent[mid]) / 2
 
     def _fit(self, obs: Observation) -> Plan:
         eta_max = max(obs.eta_max_s, self.eta_min_s)
@@ -382,13 +428,7 @@ class MultiStage(IntervalAdjustor):
                             "eta_s": self.eta_s, "predicted_rate": self.predicted_rate,
                             "refit": bool(self.stages)})
         self.history.append(self.eta_s)
-        self.phase = "run"
-        self._stage_wall = 0.0
-        self._win_progress, self._win_wall = [], []
-        self._base_progress = self._base_wall = 0.0
-        self._base_rates = []
-        self._behind = 0
-        return Plan(self.eta_s)
+        return self._run_stage()
 
     def summary(self) -> dict[str, object]:
         """``stages`` (the fits) and ``stage_refits`` (stages opened by a shortfall)."""

@@ -3,12 +3,14 @@
 No workload is pre-assigned.  The master ends an iteration after an interval η; every worker
 commits right after the block it is on, whatever it processed, and all continue from the same
 new θ (Section 3.1), so convergence is kept (Section 3.2).  A worker that completes a full pass
-since the last barrier commits at once and the master pauses the others: the barrier happens
-at once (Section 3.3).  Iteration 1 is a calibration iteration without a timer, which ends when
-the fastest worker completes a pass: it measures speeds and gives FSPB its η⁰.  An algorithm
-whose update is stronger on a full batch at θ (``Algorithm.full_batch_update``: logistic
-regression's L-BFGS) gets *whole passes* instead while no worker straggles: the iteration
-ends when every worker has finished its pass (see :class:`FSP`).
+since the last barrier commits at once, and the master pauses the workers that could not
+finish their own pass soon (Section 3.3; :meth:`FSP._on_pass`: the others finish theirs, which
+on shared cores is what a worker that has not yet run needs).  Iteration 1 is a calibration
+iteration without a timer, which ends after the fastest worker completes a pass: it measures
+speeds and gives FSPB its η⁰.  An algorithm whose update is stronger on a full batch at θ
+(``Algorithm.full_batch_update``: logistic regression's L-BFGS) gets *whole passes* instead
+while no worker straggles: the iteration ends when every worker has finished its pass (see
+:class:`FSP`).
 
 Coordination (Section 5.2, Fig. 6):
 
@@ -34,6 +36,7 @@ the first and the last report, and each worker's offset.
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -71,6 +74,13 @@ MAX_CLOCK_LAG_S = 0.05
 #: anchored at the send time had expired on arrival, most commits carried 0 points, and the
 #: workers computed 5% of the time.
 MAX_LAG_CREDIT_S = 2 * POLL_MAX_S
+#: After the first full pass of an iteration, ``t_p`` after its broadcast, a worker whose
+#: own pass takes longer than ``PASS_GRACE · t_p`` (at most η) is paused at once; the others
+#: finish theirs (:meth:`FSP._on_pass`).  Twice: a worker twice as slow as the fastest is
+#: a straggler the others should not wait for (the paper's heterogeneous workers).
+PASS_GRACE = 2.0
+#: Commits a worker's predicted pass is taken from (:meth:`FSP._update_passes`).
+PASS_HISTORY = 4
 #: FSPV's first interval gives the barrier this share of the iteration: BSPV's ρ
 #: (flegel.sync.bsp, ``overhead``), so FSPV starts from BSPV's choice.
 FIRST_OVERHEAD = 0.1
@@ -199,20 +209,27 @@ def center_offsets(offsets: dict[int, float], bound: float) -> dict[int, float]:
     """
     if not offsets or bound <= 0:
         return {r: 0.0 for r in offsets}
-    x = np.array(list(offsets.values()), dtype=float)
+    # Plain floats, not NumPy: a handful of workers, and the master runs this at every
+    # barrier (issue 19: 0.74 ms a barrier with np.clip over 100 halvings, a share of
+    # K-means' 9-13 ms iterations on shared cores).  60 halvings of the bracket reach its
+    # width (a few bounds) times 1e-18.
+    x = [float(v) for v in offsets.values()]
+
+    def clip(v: float) -> float:
+        return -bound if v < -bound else (bound if v > bound else v)
 
     def total(c: float) -> float:
-        return float(np.clip(x - c, -bound, bound).sum())
+        return sum(clip(v - c) for v in x)
 
-    lo, hi = float(x.min()) - bound, float(x.max()) + bound
-    for _ in range(100):
+    lo, hi = min(x) - bound, max(x) + bound
+    for _ in range(60):
         mid = 0.5 * (lo + hi)
         if total(mid) > 0:
             lo = mid
         else:
             hi = mid
     c = 0.5 * (lo + hi)
-    return {r: float(np.clip(v - c, -bound, bound)) for r, v in offsets.items()}
+    return {r: clip(float(v) - c) for r, v in offsets.items()}
 
 
 class FSP(BarrierPolicy):
@@ -330,6 +347,15 @@ class FSP(BarrierPolicy):
         self.plan = Plan(0.0, phase="calibration")  # no timer: ends with the first full pass
         self.offsets = {r: 0.0 for r in server.ranks}
         self.signalled = False
+        #: When the others are paused after a full pass (:meth:`_on_pass`), and who needs
+        #: no pause then (paused at once, or the worker that made the pass).
+        self.pause_at: float | None = None
+        self.paused: set[int] = set()
+        #: Each worker's predicted full pass (:meth:`_update_passes`), and what it is
+        #: predicted from: its recent kernel seconds per point, and (points, injected
+        #: delay) of its recent commits.
+        self.pass_s: dict[int, float] = {}
+        self._pass_log: dict[int, tuple[list[float], list[tuple[float, float]]]] = {}
         self.iter_start = 0.0
         self.first_arrival: float | None = None
         self.eta_max_s = float("inf")
@@ -376,6 +402,8 @@ class FSP(BarrierPolicy):
             # FSPV's second probe restarts from the same θ as the first (Section 3.3).
             srv.rollback(self._mark_theta)
         self.signalled = False
+        self.pause_at = None
+        self.paused = set()
         self.first_arrival = None
         self.whole = self.plan.phase in ("calibration", WHOLE_PHASE) and self.full_batch
         self.whole_bound_s = None
@@ -404,11 +432,51 @@ class FSP(BarrierPolicy):
         if self.first_arrival is None:
             self.first_arrival = self.server.worker(rank).arrived_at
         if int(header["reason"]) == Reason.PASS and not self.signalled:
-            if not self.whole:
-                self._pause_all(rank)  # a full pass: barrier at once (Section 3.3)
-            elif self.whole_bound_s is None:
-                self.whole_bound_s = self._whole_bound(self.server.worker(rank).arrived_at)
+            if self.whole:
+                if self.whole_bound_s is None:
+                    self.whole_bound_s = self._whole_bound(self.server.worker(rank).arrived_at)
+            elif self.pause_at is None:
+                self._on_pass(rank)  # a full pass ends the iteration (Section 3.3)
         super().on_commit(rank, header, agg)
+
+    def _on_pass(self, rank: int) -> None:
+        """The first full pass of an iteration, ``t_p`` after its broadcast: pause at once
+        the workers that cannot finish their own pass within :data:`PASS_GRACE` · t_p (by
+        their last measured pass, :meth:`_update_passes`: stragglers), and let the others
+        finish theirs.  Their own timers (η − δᵢ, semi-centralized) bound them; without
+        timers (the calibration iteration, or centralized coordination) the master pauses
+        them at ``PASS_GRACE · t_p`` after the broadcast (at η, if sooner).
+
+        The paper's barrier "at once" (Section 3.3) assumes every worker runs on a core of
+        its own; where ranks share cores a worker of the same speed may not have run yet.
+        Measured (issue 19, 4 workers and the master on 2 shared cores, ``flegel paper``'s
+        K-means): a third of FSPV's iterations ended with commits like [0, 27500, 0, 0] --
+        one pass of data for a whole barrier, and under FSP's incremental updates the
+        other points' statistics stay as old as their last visit.  Pausing such a worker
+        does not end the barrier sooner either: it commits when it next gets a core, with
+        nothing; finishing its pass then costs it one pass.  A master-side pause at
+        ``PASS_GRACE · t_p`` (an earlier version of this rule) still paused the workers
+        whose θ arrived late, before they had run.
+        """
+        now = self.server.now()
+        t_pass = max(now - self.iter_start, 0.0)
+        # On the scale of the predictions too: under load every kernel time is inflated
+        # alike, and a worker whose pass came in undisturbed (t_p at its kernel time) made
+        # its peers' inflated predictions look like stragglers' (issue 19, FCM at a load of
+        # 12: two of four workers paused at once with nothing done).
+        grace = PASS_GRACE * max(t_pass, min(self.pass_s.values(), default=0.0))
+        eta = self.plan.eta_s
+        if eta > 0:
+            grace = min(grace, eta)
+        late = [r for r in self.server.ranks if r not in self.pending and r != rank
+                and self.pass_s.get(r, 0.0) > grace]
+        if late:
+            self.server.signal(late, Signal.PAUSE)
+        self.paused.update(late)
+        self.paused.add(rank)  # it committed: nothing to pause
+        # Semi-centralized with η: each worker's timer ends its iteration.
+        self.pause_at = math.inf if self.semi and eta > 0 else self.iter_start + grace
+        self.on_tick(now)
 
     def on_tick(self, now: float) -> None:
         if self.signalled:
@@ -418,13 +486,16 @@ class FSP(BarrierPolicy):
                 self._pause_all()
             return
         eta = self.plan.eta_s
-        if not self.semi and eta > 0 and now - self.iter_start >= eta:
+        if self.pause_at is not None and now >= self.pause_at:
+            self._pause_all()
+        elif not self.semi and eta > 0 and now - self.iter_start >= eta:
             self._pause_all()
 
     def _pause_all(self, reporting: int | None = None) -> None:
         """Signal every worker still computing (not ``reporting``, which just committed)."""
         self.signalled = True
-        running = [r for r in self.server.ranks if r not in self.pending and r != reporting]
+        running = [r for r in self.server.ranks
+                   if r not in self.pending and r != reporting and r not in self.paused]
         self.server.signal(running, Signal.PAUSE)
 
     def _pass_times(self) -> dict[int, float]:
@@ -485,6 +556,7 @@ class FSP(BarrierPolicy):
         arrivals = {r: srv.worker(r).arrived_at for r in commits}
         first = min(arrivals.values())
         self._update_eta_max(commits)
+        self._log_passes(commits)
         self._update_passes(commits)
         if self.semi and self.plan.eta_s > 0:
             self._update_offsets(commits, arrivals)
@@ -543,13 +615,47 @@ class FSP(BarrierPolicy):
         if passes:
             self.eta_max_s = float(min(passes))
 
-    def _update_passes(self, commits: dict[int, dict[str, float]]) -> None:
+    def _log_passes(self, commits: dict[int, dict[str, float]]) -> None:
         """Log each worker's wall time and points, the last :data:`PASS_MEMORY` commits
         (:meth:`_pass_times`)."""
         for r, h in commits.items():
             log = self.pass_log.setdefault(r, [])
             log.append([float(h["compute_s"]), float(h["points"])])
             del log[:-PASS_MEMORY]
+
+    def _update_passes(self, commits: dict[int, dict[str, float]]) -> None:
+        """Each worker's full pass as :meth:`_on_pass` predicts it: the fastest of its last
+        :data:`PASS_HISTORY` kernel times per point (``1/rate``) plus its injected delays
+        per point over its last :data:`PASS_HISTORY` commits, times its points.
+
+        Not the iteration's wall time per point, and not one iteration's kernel time: where
+        ranks share cores both count the time a worker waited for a core, which says nothing
+        about its speed and only ever adds (hence the fastest).  Measured (issue 19, 4
+        workers and the master on 2 shared cores at a load of 8-10): a worker that ran late
+        in one iteration read as a pass of 10-52 ms against 1.3-5 ms, was paused at once
+        after the next first passes, committed 0 points and so never measured itself again.
+        For the same reason a commit of no points and no injected delay (a worker paused
+        before it ran) forgets the worker's passes: it is not paused at once until measured
+        again.  A straggler's suspensions are counted over the whole history, as they fall
+        unevenly on iterations (what is left of one is served in the next).
+        """
+        for r, h in commits.items():
+            kernels, delays = self._pass_log.setdefault(r, ([], []))
+            slowed = float(h.get("slowed_s", 0.0))
+            if h["points"] > 0 and h["rate"] > 0:
+                kernels.append(1.0 / h["rate"])
+            elif slowed <= 0:
+                kernels.clear()
+                delays.clear()
+                self.pass_s.pop(r, None)
+                continue
+            delays.append((float(h["points"]), slowed))
+            del kernels[:-PASS_HISTORY], delays[:-PASS_HISTORY]
+            points = sum(p for p, _ in delays)
+            if not kernels or points <= 0 or h["n_active"] <= 0:
+                self.pass_s.pop(r, None)
+                continue
+            self.pass_s[r] = h["n_active"] * (min(kernels) + sum(d for _, d in delays) / points)
 
     def _update_offsets(self, commits: dict[int, dict[str, float]],
                         arrivals: dict[int, float]) -> None:
