@@ -40,13 +40,16 @@ def consistent_cut(workers: dict[int, dict[str, Any]]) -> dict[int, dict[str, np
     ----------
     workers : dict
         Rank -> the worker's checkpoint state (``state["store"]`` holds ``ids``,
-        ``inactive`` and ``visits``).
+        ``n_native``, ``inactive`` and ``visits``).
 
     Returns
     -------
     dict
         Rank -> ``{"take_back": ids, "give_up": ids}``, for the ranks with something to do.
     """
+    stores = [state["store"] for state in workers.values()]
+    if all(len(s["ids"]) == s["n_native"] and not np.any(s["inactive"]) for s in stores):
+        return {}  # nothing ever moved (no migration): nothing can be in transit
     ranks, ids, active, visits = [], [], [], []
     for rank, state in workers.items():
         store = state["store"]
