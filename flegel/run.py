@@ -503,10 +503,10 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     return summary
 
 
-def run(comm: MPI.Comm, job: Job, out_dir: Path,
-        resume: Checkpoint | None = None) -> dict[str, Any] | None:
-    """Run ``job`` on ``comm`` (rank 0 master, others workers); the master returns the
-    summary.  ``resume`` (the master's): continue from this checkpoint of ``out_dir``."""
+def require_ranks(comm: MPI.Comm) -> None:
+    """End this process with one line if its world has no worker: before anything else
+    (``flegel run`` calls it before loading the job, as a lone rank would claim, and with
+    ``--force`` empty, the run directory of another run)."""
     if comm.size < 2:
         # A task of a several-task srun step alone in its world: srun has no PMI plugin
         # (seen under a real Slurm with --mpi=none), and starting ranks itself is wrong there.
@@ -515,6 +515,13 @@ def run(comm: MPI.Comm, job: Job, out_dir: Path,
             f"srun started {tasks} tasks but MPI did not join them: start them with "
             "'srun --mpi=pmi2' (see 'srun --mpi=list')" if tasks > 1 else
             "run 'flegel run JOB.yaml' without mpirun to start them itself"))
+
+
+def run(comm: MPI.Comm, job: Job, out_dir: Path,
+        resume: Checkpoint | None = None) -> dict[str, Any] | None:
+    """Run ``job`` on ``comm`` (rank 0 master, others workers); the master returns the
+    summary.  ``resume`` (the master's): continue from this checkpoint of ``out_dir``."""
+    require_ranks(comm)
     lifetime.install(master=comm.rank == 0)
     peers.watch(comm)
     if comm.rank == 0:

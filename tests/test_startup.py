@@ -356,3 +356,21 @@ def test_a_fit_counts_its_phases_from_its_own_start(tmp_path):
     assert list(timings) == [p for p, _ in PHASES]
     assert all(isinstance(v, float) and v >= 0 for v in timings.values()), timings
     assert sum(timings.values()) <= out["wall"] + 0.05, out
+
+
+def test_a_lone_rank_says_so_before_it_touches_the_run_directory(tmp_path):
+    """A world of one rank (a bare rank, srun without PMI): one line, and an existing run
+    given with --force is left as it was (the check used to come after claiming it)."""
+    job = write_job(tmp_path / "job.yaml", algorithm="kmeans", params={"n_clusters": 2},
+                    data={"source": "synthetic", "kind": "blobs", "n_points": 200,
+                          "n_features": 2, "centers": 2, "seed": 0},
+                    workers=1, stop={"max_iterations": 2}, output={"progress": "none"})
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "summary.json").write_text("{}")
+    proc = subprocess.run([sys.executable, "-m", "flegel", "run", str(job), "--out", str(old),
+                           "--force"], capture_output=True, text=True, timeout=60,
+                          env={**child_env(), "FLEGEL_UNDER_MPI": "1"})
+    assert proc.returncode == 1
+    assert proc.stderr.strip().startswith("flegel: needs at least 2 MPI ranks"), proc.stderr
+    assert (old / "summary.json").read_text() == "{}"

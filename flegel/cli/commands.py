@@ -129,10 +129,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     say_importing(os.environ.get("PMI_RANK"))
     from mpi4py import MPI
 
-    from flegel.run import run
+    from flegel.run import require_ranks, run
     from flegel.runtime.agreement import Rejected, agreed
 
     comm = MPI.COMM_WORLD
+    require_ranks(comm)  # a lone rank must not claim (or, with --force, empty) --out
     resumed: list[checkpoint.Checkpoint] = []
 
     def prepare() -> Job:
