@@ -25,6 +25,7 @@ The launcher owns the job's lifetime (issue 13, ``docs/exit-codes.md``):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -257,8 +258,10 @@ def launch(n_ranks: int, args: list[str], progress: str = "none", *,
             return _run(mpiexec, n_ranks, args, env, status, (stdout, stderr))
     finally:
         # Every rank on this host has ended (_run waits for them): MPICH's files an aborted
-        # or killed job left would pile up in memory (flegel.runtime.shm_leftovers).
-        shm_leftovers.remove_new(shm_before)
+        # or killed job left would pile up in memory (flegel.runtime.shm_leftovers).  A
+        # failure here must not replace the job's exit code with a traceback.
+        with contextlib.suppress(OSError):
+            shm_leftovers.remove_new(shm_before)
 
 
 def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],

@@ -58,8 +58,6 @@ def consistent_cut(workers: dict[int, dict[str, Any]]) -> dict[int, dict[str, np
         ids.append(np.asarray(store["ids"], np.int64))
         active.append(~np.asarray(store["inactive"], bool))
         visits.append(np.asarray(store["visits"], np.int64))
-    if not ids:
-        return {}
     rank_a, id_a = np.concatenate(ranks), np.concatenate(ids)
     act_a, vis_a = np.concatenate(active), np.concatenate(visits)
     uniq, inverse = np.unique(id_a, return_inverse=True)

@@ -357,7 +357,6 @@ class FSP(BarrierPolicy):
         self.pass_s: dict[int, float] = {}
         self._pass_log: dict[int, tuple[list[float], list[tuple[float, float]]]] = {}
         self.iter_start = 0.0
-        self.first_arrival: float | None = None
         self.eta_max_s = float("inf")
         self._mark_theta: object | None = None
         self.eta_log: list[float] = []
@@ -378,7 +377,6 @@ class FSP(BarrierPolicy):
         self.full_batch = bool(server.full_batch_update)
         self.pass_log: dict[int, list[list[float]]] = {}  # [compute_s, points] per commit
         self.whole = False
-        self.whole_bound_s: float | None = None
         self.whole_iterations = 0
 
     # ---------------------------------------------------------------- sending
@@ -387,8 +385,6 @@ class FSP(BarrierPolicy):
         mark = 1 if self.plan.mark else (-1 if self.plan.drop_mark else 0)
         bound = OFFSET_BOUND * eta  # η may have changed since the offsets were learnt
         offset = float(min(max(self.offsets[rank], -bound), bound))
-        if self.whole:
-            eta = 0.0  # no timer: the pass ends the worker's iteration
         return Instructions(eta_s=eta if self.semi else 0.0,
                             offset_s=offset if self.semi else 0.0,
                             mark=mark, rollback=self.plan.rollback,
@@ -404,9 +400,7 @@ class FSP(BarrierPolicy):
         self.signalled = False
         self.pause_at = None
         self.paused = set()
-        self.first_arrival = None
         self.whole = self.plan.phase in ("calibration", WHOLE_PHASE) and self.full_batch
-        self.whole_bound_s = None
         self.whole_iterations += self.whole
         self._start_estimate = srv.estimated_objective()
         super().broadcast()
@@ -429,12 +423,11 @@ class FSP(BarrierPolicy):
 
     # ---------------------------------------------------------------- receiving
     def on_commit(self, rank: int, header: dict[str, float], agg: dict[str, Any]) -> None:
-        if self.first_arrival is None:
-            self.first_arrival = self.server.worker(rank).arrived_at
         if int(header["reason"]) == Reason.PASS and not self.signalled:
-            if self.whole:
-                if self.whole_bound_s is None:
-                    self.whole_bound_s = self._whole_bound(self.server.worker(rank).arrived_at)
+            if self.pause_at is None and self.whole:
+                # A whole pass: the others are paused only past its bound.
+                self.pause_at = self.iter_start + self._whole_bound(
+                    self.server.worker(rank).arrived_at)
             elif self.pause_at is None:
                 self._on_pass(rank)  # a full pass ends the iteration (Section 3.3)
         super().on_commit(rank, header, agg)
@@ -481,21 +474,17 @@ class FSP(BarrierPolicy):
     def on_tick(self, now: float) -> None:
         if self.signalled:
             return
-        if self.whole:
-            if self.whole_bound_s is not None and now - self.iter_start >= self.whole_bound_s:
-                self._pause_all()
-            return
         eta = self.plan.eta_s
         if self.pause_at is not None and now >= self.pause_at:
             self._pause_all()
         elif not self.semi and eta > 0 and now - self.iter_start >= eta:
             self._pause_all()
 
-    def _pause_all(self, reporting: int | None = None) -> None:
-        """Signal every worker still computing (not ``reporting``, which just committed)."""
+    def _pause_all(self) -> None:
+        """Signal every worker still computing (not those paused or committed already)."""
         self.signalled = True
         running = [r for r in self.server.ranks
-                   if r not in self.pending and r != reporting and r not in self.paused]
+                   if r not in self.pending and r not in self.paused]
         self.server.signal(running, Signal.PAUSE)
 
     def _pass_times(self) -> dict[int, float]:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from flegel.cli.paper.common import geo_mean
 from flegel.cli.paper.runner import Ratio, Runner, Time
 
 #: Horizons (seconds of BSPV's run) whose objective becomes a target.
@@ -111,11 +112,7 @@ def compare(bspv_trace: Sequence[Sequence[float]], fspv_trace: Sequence[Sequence
 
 def geo_mean_ratio(rows: Sequence[HorizonRow]) -> Ratio:
     """Geometric mean of the rows' ratios, a bound if any of them is."""
-    if not rows:
-        return Ratio(float("nan"), "?")
-    v = math.exp(sum(math.log(max(r.ratio.value, 1e-12)) for r in rows) / len(rows))
-    q = {r.ratio.qualifier for r in rows} - {""}
-    return Ratio(v, "?" if len(q) > 1 or "?" in q else (q.pop() if q else ""))
+    return geo_mean([r.ratio for r in rows])
 
 
 def run_figures(summary: dict[str, Any]) -> dict[str, Any]:
