@@ -52,9 +52,10 @@ def main() -> int:
     env = dict(os.environ, FLEGEL_CLUSTER=NAME, FLEGEL_CLUSTER_SUBNET="10.254.0")
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
     script = str(network.cluster_script())
-    subprocess.run([script, "down"], env=env, check=True, capture_output=True)
+    subprocess.run([script, "down"], env=env, check=True, capture_output=True,
+                   timeout=120)
     subprocess.run([script, "up", str(args.workers + 1)], env=env, check=True,
-                   capture_output=True)
+                   capture_output=True, timeout=120)
     try:
         cluster = network.find(NAME)
         assert cluster is not None
@@ -76,7 +77,7 @@ def main() -> int:
             args.json.write_text(json.dumps([{k: v for k, v in asdict(r).items()
                                               if k != "summary"} for r in rows], indent=1))
     finally:
-        subprocess.run([script, "down"], env=env, capture_output=True)
+        subprocess.run([script, "down"], env=env, capture_output=True, timeout=120)
     return 0
 
 

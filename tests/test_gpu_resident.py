@@ -85,9 +85,11 @@ def test_training_copies_the_shard_once_and_matches_numpy(
     kw: dict[str, Any] = dict(block_size=1500, max_iterations=4, tolerance=None, seed=1)
     gpu = fit_local(factory(device="gpu"), blobs, y, **kw)
     copies = feature_copies(stand_in, blobs.shape[1])
-    # the shard once; then at most the final exact evaluation's pass, which reads the host
-    # copy (evaluate() runs on host blocks: K-means' is a NumPy function)
-    assert copies[0] == len(blobs) and sum(copies[1:]) in (0, len(blobs))
+    # the shard once; then, for the CNN alone, the final exact evaluation's pass, which
+    # copies the host blocks its evaluate() reads (measured: 9,000 = the shard; 0 for the
+    # others)
+    assert copies[0] == len(blobs)
+    assert sum(copies[1:]) == (len(blobs) if name == "cnn" else 0)
     ref = fit_local(factory(device="cpu"), blobs, y, **kw)
     for key, value in ref.theta_.items():
         np.testing.assert_allclose(gpu.theta_[key], value, rtol=rtol, atol=rtol,
@@ -314,17 +316,18 @@ def test_gpu_bench_without_a_gpu_says_so_in_one_line(tmp_path: Path) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(CASES))
 def test_cupy_resident_training_matches_numpy(blobs: np.ndarray, name: str,
-                                              no_gpu_cache: None) -> None:
+                                              no_gpu_cache: None,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("cupy")
     if dev.gpu_unavailable() is not None:
         pytest.skip(dev.gpu_unavailable() or "")
     factory, n_classes, rtol = CASES[name]
     y = None if n_classes is None else _labels(blobs, n_classes)
     kw: dict[str, Any] = dict(block_size=1500, max_iterations=4, tolerance=None, seed=1)
-    algo = factory(device="gpu")
-    store = ShardStore(blobs, y, algo.init_state(len(blobs), blobs.shape[1]))
-    assert store.place(algo)
-    gpu = fit_local(algo, blobs, y, **kw)
+    gpu = fit_local(factory(device="gpu"), blobs, y, **kw)
+    # resident, not fallen back to per-block copies (which would say so in one line)
+    err = capsys.readouterr().err
+    assert "does not fit" not in err and "out of memory" not in err, err
     ref = fit_local(factory(device="cpu"), blobs, y, **kw)
     for key, value in ref.theta_.items():
         # cuBLAS sums in another order than OpenBLAS (the CNN in float32)

@@ -342,8 +342,9 @@ def measure_call_cost(timed: Callable[[int], float], n_max: int,
     model = CostModel(window=64)
     spent, smallest = 0.0, math.inf
     while True:
-        t = min(timed(n) for _ in range(REPEATS))
-        spent += REPEATS * t
+        times = [timed(n) for _ in range(REPEATS)]
+        t = min(times)  # the fastest: the others were disturbed
+        spent += sum(times)  # the budget counts every call, disturbed ones too
         model.add(n, t)
         smallest = min(smallest, t)
         # Two sizes at least, whatever the budget: one cannot tell a from b.
