@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from flegel.cli.report import describe
@@ -133,8 +132,7 @@ def cluster() -> Iterator[Cluster]:
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tests' job files (and data) in one folder."""
-    from sklearn.cluster import KMeans
-    from sklearn.datasets import make_blobs
+    from tests.test_migration_mpi import sorted_blobs
 
     folder = tmp_path_factory.mktemp("cluster")
     blobs = {"source": "synthetic", "kind": "blobs", "n_points": 20_000, "n_features": 8,
@@ -145,13 +143,8 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> Path:
               output={"progress": "none"}, seed=0)
     # FSPV with async migration, as tests/test_migration_mpi.py: blobs sorted by cluster in
     # contiguous shards, worker 1 (on h2) a straggler; the target: 1% above Lloyd's optimum.
-    n, k = 20_000, 5
-    x, y = make_blobs(n, n_features=6, centers=k, cluster_std=1.0, random_state=4)
-    x = x[np.argsort(y, kind="stable")]
-    c0 = x[np.random.default_rng(1).choice(n, k, replace=False)]
-    np.save(folder / "x.npy", x)
-    np.save(folder / "c0.npy", c0)
-    ref = KMeans(k, init=c0, n_init=1, algorithm="lloyd", tol=0).fit(x).inertia_
+    k = 5
+    ref = sorted_blobs(folder, 20_000, k)
     write_job(folder / "fspv.yaml", algorithm="kmeans", params={"n_clusters": k, "init": "c0.npy"},
               data={"path": "x.npy", "partition": "contiguous"}, workers=4,
               sync={"model": "fspv", "migration": {"mode": "async"}},

@@ -33,18 +33,23 @@ STRAGGLER = 1
 STRAGGLERS = [{"pattern": "injected", "tau_ms": 32, "every": 1000, "workers": [STRAGGLER]}]
 
 
+def sorted_blobs(folder: Path, n: int, k: int) -> float:
+    """Write ``x.npy``, blobs sorted by cluster (each contiguous partition holds one or two
+    clusters), and ``c0.npy``, initial centroids, into ``folder``; return scikit-learn's
+    Lloyd inertia from those centroids."""
+    x, y = make_blobs(n, n_features=6, centers=k, cluster_std=1.0, random_state=4)
+    x = x[np.argsort(y, kind="stable")]
+    c0 = x[np.random.default_rng(1).choice(n, k, replace=False)]
+    np.save(folder / "x.npy", x)
+    np.save(folder / "c0.npy", c0)
+    return float(SKKMeans(k, init=c0, n_init=1, algorithm="lloyd", tol=0).fit(x).inertia_)
+
+
 @pytest.fixture(scope="module")
 def sorted_data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float]:
-    """Blobs sorted by cluster (each contiguous partition holds one or two clusters) and
-    scikit-learn's Lloyd inertia from the same initial centroids."""
+    """:func:`sorted_blobs` in a folder of its own."""
     tmp = tmp_path_factory.mktemp("migration")
-    x, y = make_blobs(N, n_features=6, centers=K, cluster_std=1.0, random_state=4)
-    x = x[np.argsort(y, kind="stable")]
-    c0 = x[np.random.default_rng(1).choice(N, K, replace=False)]
-    np.save(tmp / "x.npy", x)
-    np.save(tmp / "c0.npy", c0)
-    ref = SKKMeans(K, init=c0, n_init=1, algorithm="lloyd", tol=0).fit(x).inertia_
-    return tmp, float(ref)
+    return tmp, sorted_blobs(tmp, N, K)
 
 
 def _job(folder: Path, mode: str, algorithm: str = "kmeans", **params: Any) -> Path:
