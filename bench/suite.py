@@ -290,7 +290,8 @@ def _kmeans_short(doc: dict[str, Any] | None, out: str) -> list[Reading]:
 #: ``algorithms_bench.py --vs-sklearn`` rows the suite shows: key -> (label, target); every
 #: algorithm's iteration against scikit-learn's (or NumPy's, for FCM).
 VS_SKLEARN = {"kmeans": ("kmeans-steady", 0.6), "gmm": ("gmm", 1.0), "nmf": ("nmf", 1.0),
-              "nmf_mu": ("nmf-mu", 1.0), "nmf_cd": ("nmf-vs-cd", None),
+              "nmf_array": ("nmf-array", None), "nmf_mu": ("nmf-mu", 1.0),
+              "nmf_cd": ("nmf-vs-cd", None),
               "logreg": ("logreg", None), "logreg_multinomial": ("logreg-multinomial", None),
               "fcm": ("fcm", None)}
 

@@ -278,6 +278,52 @@ def test_nmf_hals_equals_the_per_row_coordinate_steps(nonneg_matrix):
     np.testing.assert_allclose(Wt.T, ref, rtol=1e-10, atol=1e-12)
 
 
+def test_nmf_compiled_kernel_takes_the_array_kernels_steps():
+    """The numba HALS kernel (sweeps, loss, ΔW and the write-back in one pass over tiles) and
+    the NumPy one give the same iterates up to rounding: rows on their first visit mixed with
+    revisited ones in one block, a block longer than one chunk and a tile, a component whose H
+    row starts at zero (its coordinate left alone until the M-step revives it), 30 passes."""
+    rng = np.random.default_rng(5)
+    x = rng.random((700, 4)) @ rng.random((4, 30)) + 0.01 * rng.random((700, 30))
+    runs = {}
+    for kernel in ("array", "compiled"):
+        alg = NMF(n_components=4, kernel=kernel)
+        theta = alg.init_parameter(make_info(x, None, seed=0))
+        theta["components"][2] = 0.0
+        state = alg.init_state(len(x), x.shape[1])
+        objectives = []
+        for t in range(30):
+            blocks = [slice(0, 300), slice(0, 700)] if t == 0 else [slice(0, 700)]
+            agg = alg.zero_aggregator(theta)
+            for sl in blocks:
+                block = Block(x[sl], None, {k: v[sl] for k, v in state.items()},
+                              np.zeros(sl.stop - sl.start, dtype=bool))
+                agg = alg.aggregate(agg, alg.update_block(block, theta, t + 1))
+            theta = alg.update_parameter(agg, theta)
+            objectives.append(agg["objective"])
+        runs[kernel] = theta, state, objectives
+    (th_a, st_a, ob_a), (th_c, st_c, ob_c) = runs["array"], runs["compiled"]
+    for key in ("components", "wtw", "wtx"):
+        np.testing.assert_allclose(th_c[key], th_a[key], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(st_c["w"], st_a["w"], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(st_c["loss"], st_a["loss"], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(ob_c, ob_a, rtol=1e-9, atol=1e-6)
+    # the statistics describe the rows' W, as the array kernel's do
+    np.testing.assert_allclose(th_c["wtw"], st_c["w"].T @ st_c["w"], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(th_c["wtx"], st_c["w"].T @ x, rtol=1e-9, atol=1e-9)
+    _check_point_path(NMF(n_components=3, kernel="compiled"), x[:6], None)
+
+
+def test_nmf_plans_its_compiled_kernel_by_the_jobs_work():
+    """kernel: auto runs numba from the first block when max_iterations passes of n·d·r
+    units pay its start-up, else NumPy (flegel.device); solver: mu has no compiled kernel."""
+    assert not NMF(10).plan_kernels(20_000, 200, 10)
+    assert NMF(10).plan_kernels(20_000, 200, 100)
+    assert not NMF(10).plan_kernels(20_000, 200, None)
+    assert NMF(10, kernel="compiled").compiles_at_start()
+    assert not NMF(10, kernel="array").plan_kernels(20_000, 200, 10_000)
+
+
 def test_nmf_top_singular_matches_the_exact_svd():
     from flegel.algorithms.nmf import _top_singular
 
@@ -456,6 +502,7 @@ def test_per_point_path_alone_fits_the_same(factory, data):
     (lambda: NMF(n_components=True), "n_components"),
     (lambda: NMF(solver="cd"), "solver"),
     (lambda: NMF(w_iter=0), "w_iter"),
+    (lambda: NMF(kernel="numba"), "kernel"),
     (lambda: CNN(device="tpu"), "device"),
     (lambda: CNN(n_filters=(0,)), "n_filters"),
     (lambda: CNN(image_shape=(28,)), "image_shape"),

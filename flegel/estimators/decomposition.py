@@ -29,6 +29,8 @@ class NMF(TransformerMixin, FlegelEstimator):
     solver : {"hals", "mu"}, default="hals"
     w_iter, h_iter : int, default=5
     init : {"nndsvda", "random"} or path, default="nndsvda"
+    kernel : {"auto", "compiled", "array"}, default="auto"
+        Which CPU HALS kernel runs (numba, NumPy, or NumPy until numba pays; :mod:`flegel.device`).
     max_iter, tol, workers, sync, stragglers, stop, random_state, out, verbose
         As in :class:`KMeans`.
 
@@ -44,7 +46,7 @@ class NMF(TransformerMixin, FlegelEstimator):
 
     ALGORITHM = "nmf"
     ALGORITHM_PARAMS = {"n_components": "n_components", "solver": "solver", "w_iter": "w_iter",
-                        "h_iter": "h_iter", "init": "init"}
+                        "h_iter": "h_iter", "init": "init", "kernel": "kernel"}
     _parameter_constraints = {
         **RUNTIME_CONSTRAINTS,
         **algorithm_constraints(ALGORITHM, ALGORITHM_PARAMS),
@@ -52,7 +54,8 @@ class NMF(TransformerMixin, FlegelEstimator):
     }
 
     def __init__(self, n_components: int = 10, *, solver: str = "hals", w_iter: int = 5,
-                 h_iter: int = 5, init: Any = "nndsvda", max_iter: int = 200,
+                 h_iter: int = 5, init: Any = "nndsvda", kernel: str = "auto",
+                 max_iter: int = 200,
                  tol: float | None = 1e-4, workers: int = 2, sync: Any = None,
                  stragglers: Any = None, stop: Any = None, random_state: Any = None,
                  out: Any = None, verbose: int = 0) -> None:
@@ -61,6 +64,7 @@ class NMF(TransformerMixin, FlegelEstimator):
         self.w_iter = w_iter
         self.h_iter = h_iter
         self.init = init
+        self.kernel = kernel
         runtime_init(self, workers, sync, stragglers, stop, random_state, out, max_iter, tol,
                      verbose)
 
