@@ -21,10 +21,15 @@
    went (barriers, mean barrier cost, mean η or batch, workers' compute share).  The same
    measurement as ``flegel paper``'s Fig. 8 (:mod:`flegel.cli.paper.horizons`).
 
+5. **What decides the basin** (``--only basin``): exact Lloyd steps on the overlapping
+   workload that miss most of the first shard, then steps on all rows (:func:`skewed_basin`):
+   how many passes over the others' data, with how much of the straggler's, FSP can afford
+   before the straggler's points must be in θ.
+
 Usage::
 
     python bench/fsp_claims.py [--quick] [--points 400000] [--seconds 30] [--keep DIR]
-        [--json OUT] [--only ratio,gap,horizons] [--algorithms kmeans,...]
+        [--json OUT] [--only ratio,gap,horizons,basin] [--algorithms kmeans,...]
         [--partition strided] [--repeat N] [--workloads blobs,overlap]
 
 ``--quick``: 100,000 points, 10 s runs (about 3 minutes on 2 cores).  The measuring
@@ -192,6 +197,45 @@ def _s(t: float | None) -> str:
     return "-" if t is None else f"{t:.3f}s"
 
 
+def skewed_basin(folder: Path, ref: float, workers: int = 4, finish: int = 40,
+                 cases: tuple[tuple[float, int], ...] = ((0.0, 1), (0.0, 2), (0.02, 3),
+                                                         (0.02, 5), (0.25, 5))
+                 ) -> list[dict[str, Any]]:
+    """Which basin Lloyd's K-means ends in when its first steps miss most of one shard
+    (issue 19): the overlapping workload from its shared initial θ, ``k`` exact Lloyd steps
+    on every row but a sample of ``fraction`` of the first contiguous shard (the straggler's:
+    what FSP has trained of it before its points migrate), then ``finish`` steps on all rows.
+    Returns, per case, the final objective over BSPB's minus 1.  Plain NumPy, no MPI."""
+    x = np.load(folder / "data.npy")
+    c0 = np.load(folder / "init.npy")
+    n = len(x)
+    sq = np.einsum("ij,ij->i", x, x)
+
+    def step(c: np.ndarray, rows: np.ndarray | slice) -> np.ndarray:
+        a = (sq[rows, None] - 2 * x[rows] @ c.T + np.einsum("ij,ij->i", c, c)).argmin(1)
+        count = np.bincount(a, minlength=len(c))
+        total = np.zeros_like(c)
+        np.add.at(total, a, x[rows])
+        return np.where(count[:, None] > 0, total / np.maximum(count, 1)[:, None], c)
+
+    rng = np.random.default_rng(0)
+    shard = n // workers
+    out = []
+    for fraction, k in cases:
+        rows = np.concatenate([rng.choice(shard, int(fraction * shard), replace=False),
+                               np.arange(shard, n)])
+        c = c0.copy()
+        for _ in range(k):
+            c = step(c, rows)
+        for _ in range(finish):
+            c = step(c, slice(None))
+        f = float((sq[:, None] - 2 * x @ c.T + np.einsum("ij,ij->i", c, c)).min(1).sum())
+        out.append({"fraction": fraction, "steps": k, "gap": f / ref - 1.0})
+        print(f"  {k} Lloyd steps with {100 * fraction:g}% of shard 1, then {finish} on all:"
+              f" {100 * (f / ref - 1):+.3f}% of BSPB", flush=True)
+    return out
+
+
 def horizon_table(root: Path, algorithms: list[str], partition: str,
                   stragglers: str = "none", repeat: int = 1) -> dict[str, Any]:
     """FSPV / BSPV at every horizon (:mod:`flegel.cli.paper.horizons`) on ``flegel paper``'s
@@ -266,7 +310,7 @@ def main() -> None:
     ap.add_argument("--points", type=int, default=400_000)
     ap.add_argument("--seconds", type=float, default=30.0, help="length of the gap runs")
     ap.add_argument("--only", default="ratio,gap,horizons",
-                    help="ratio, gap, horizons (comma-separated)")
+                    help="ratio, gap, horizons, basin (comma-separated)")
     ap.add_argument("--algorithms", default=",".join(ALGORITHMS),
                     help="horizons: which of flegel paper's algorithms")
     ap.add_argument("--partition", default="strided", help="horizons: strided or contiguous")
@@ -285,7 +329,7 @@ def main() -> None:
     if "horizons" in only:
         figures["horizons"] = horizon_table(root / "horizons", args.algorithms.split(","),
                                             args.partition, repeat=args.repeat)
-    if not only & {"ratio", "gap"}:
+    if not only & {"ratio", "gap", "basin"}:
         print(f"runs in {root}")
         if args.json:
             args.json.write_text(json.dumps(figures, indent=2, default=str))
@@ -303,6 +347,9 @@ def main() -> None:
                 job, ref = overlap, ref_overlap
             figures[f"ratio_{label}"] = ratio_rows(root / f"ratio-{label}", label, job, ref,
                                                    args.repeat)
+    if "basin" in only:
+        print("the basin when the first steps miss the straggler's shard (Lloyd, NumPy):")
+        figures["basin"] = skewed_basin(root / "overlap-data", ref_overlap)
     if "gap" in only:
         print(f"FSPV + async migration after {seconds:g} s, overlapping workload "
               f"(BSPB converged: {ref_overlap:.6g}):")
