@@ -116,3 +116,24 @@ def test_one_window_in_flight_per_target_and_a_move_in_at_most_four_windows():
     assert sum(to[2]) == 3000 and len(to[2]) == WINDOWS_PER_MOVE
     assert to[3] == [64, 36]
     assert m.points_moved == 3100
+
+
+def test_room_reserved_before_training_takes_a_stragglers_share_without_a_copy():
+    """Migrator.attached reserves a peer's even share of a shard like this one; admitting
+    that many points then copies only them, never the shard (FSP paper §4.3)."""
+    target = Port(9_000)
+    Migrator(MigrationOptions.of({"mode": "async"})).attached(target)
+    source = Port(9_000)
+    source.shard.x[:] = np.arange(18_000, dtype=float).reshape(9_000, 2)
+    before = target.shard.x.base
+    rows = source.shard.select_behind_cursor(3_000)  # 9,000 / 3 peers
+    source.shard.lock(rows)
+    payload = source.shard.export(rows)
+    target.shard.admit(payload)
+    assert target.shard.x.base is before and target.shard.ids.base is not None
+    np.testing.assert_array_equal(target.shard.x[9_000:], payload["x"])
+    np.testing.assert_array_equal(target.shard.ids[9_000:], payload["ids"])
+    assert target.shard.n_active == 12_000
+    target.shard.admit(source.shard.export(source.shard.select_behind_cursor(10)))
+    assert target.shard.x.base is not before  # past the room: grown as before
+    assert len(target.shard) == 12_010

@@ -523,6 +523,13 @@ class Migrator:
     def in_flight(self) -> int:
         return sum(len(rows) for _, rows in self.windows)
 
+    def attached(self, port: MigrationPort) -> None:
+        """Before training: room in the shard's buffers for the points this worker would
+        receive if one of its peers gave it an even share of a shard like its own, the
+        case of one straggler (:meth:`~flegel.runtime.store.ShardStore.reserve`)."""
+        if port.peers:
+            port.shard.reserve(-(-port.shard.n_active // len(port.peers)))
+
     def resumed(self) -> None:
         """Continue from a checkpoint with no message in flight: what was on its way when it
         was taken was settled on the points (:mod:`flegel.runtime.cut`), and no peer sends
