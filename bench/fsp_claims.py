@@ -21,11 +21,16 @@
    went (barriers, mean barrier cost, mean η or batch, workers' compute share).  The same
    measurement as ``flegel paper``'s Fig. 8 (:mod:`flegel.cli.paper.horizons`).
 
+5. **What decides the basin** (``--only basin``): exact Lloyd steps on the overlapping
+   workload that miss most of the first shard, then steps on all rows (:func:`skewed_basin`):
+   how many passes over the others' data, with how much of the straggler's, FSP can afford
+   before the straggler's points must be in θ.
+
 Usage::
 
     python bench/fsp_claims.py [--quick] [--points 400000] [--seconds 30] [--keep DIR]
-        [--json OUT] [--only ratio,gap,horizons] [--algorithms kmeans,...]
-        [--partition strided] [--repeat N]
+        [--json OUT] [--only ratio,gap,horizons,basin] [--algorithms kmeans,...]
+        [--partition strided] [--repeat N] [--workloads blobs,overlap]
 
 ``--quick``: 100,000 points, 10 s runs (about 3 minutes on 2 cores).  The measuring
 functions -- :func:`overlap_data`, :func:`reference`, :func:`time_to_target_ratio`,
@@ -124,6 +129,11 @@ def time_to_target_ratio(folder: Path, job: dict[str, Any], target: float,
         out[f"{name}_s"] = s.get("time_to_target_s")
         out[f"{name}_summary"] = {k: s.get(k) for k in ("mean_eta_ms", "batch", "iterations",
                                                         "final_objective")}
+        rounds = s.get("migration", {}).get("round_log") or []
+        # When the first round was planned and how many points it moved: the straggler's
+        # points are in no θ before they leave it (issue 19: the basin is decided then).
+        out[f"{name}_first_round"] = (rounds[0]["time_s"], sum(m[2] for m in rounds[0]["moves"])
+                                      ) if rounds else None
     b, f = out["bspv_s"], out["fspv_s"]
     out["ratio"] = (b or max_time_s) / (f or max_time_s)
     out["bound"] = "" if (b and f) else (">" if f else ("<" if b else "?"))
@@ -152,6 +162,78 @@ def slow_worker_gap(folder: Path, job: dict[str, Any], ref_objective: float, slo
             "passes_min": pp["min"], "passes_max": pp["max"],
             "passes_ratio": pp["max"] / max(pp["min"], 1e-12),
             "mean_eta_ms": s.get("mean_eta_ms")}
+
+
+def ratio_rows(folder: Path, label: str, job: dict[str, Any], ref: float,
+               repeat: int = 1) -> dict[str, Any]:
+    """:func:`time_to_target_ratio` without a straggler, then ``repeat`` times with worker 1
+    slowed; prints one line per run and the best ratio a straggler row can reach,
+    ``floor`` = BSPV's time with the straggler / FSPV's without (issue 19: FSPV with async
+    migration cannot beat FSPV on the same data without a straggler)."""
+    out: dict[str, Any] = {}
+    rows = [(None, 0)] + [(1, i) for i in range(repeat)]
+    for straggler, i in rows:
+        r = time_to_target_ratio(folder / f"run{i}" if i else folder, job,
+                                 ref * TARGET_FACTOR, straggler, max_time_s=20.0)
+        out[f"{straggler or 'none'}" + (f"_{i}" if i else "")] = r
+        line = (f"  {label:8s} straggler {str(straggler or '-'):4s} BSPV {_s(r['bspv_s'])}"
+                f"  FSPV {_s(r['fspv_s'])}  ratio {r['bound']}{r['ratio']:.2f}"
+                f"  (FSPV mean η {r['fspv_summary']['mean_eta_ms']} ms)")
+        if straggler:
+            a = r["fspv_async_summary"]["final_objective"]
+            first = r["fspv_async_first_round"]
+            line += (f"; FSPV+async {_s(r['fspv_async_s'])}  ratio {r['ratio_async']:.2f}"
+                     f"  (final {100 * (a / ref - 1):+.3f}% of BSPB"
+                     + (f", first round at {first[0]:.3f} s moved {first[1]}" if first
+                        else "") + ")")
+            free = out["none"]["fspv_s"]
+            if r["bspv_s"] and free:
+                line += f"  [floor BSPV/FSPV-without-straggler {r['bspv_s'] / free:.1f}]"
+        print(line, flush=True)
+    return out
+
+
+def _s(t: float | None) -> str:
+    return "-" if t is None else f"{t:.3f}s"
+
+
+def skewed_basin(folder: Path, ref: float, workers: int = 4, finish: int = 40,
+                 cases: tuple[tuple[float, int], ...] = ((0.0, 1), (0.0, 2), (0.02, 3),
+                                                         (0.02, 5), (0.25, 5))
+                 ) -> list[dict[str, Any]]:
+    """Which basin Lloyd's K-means ends in when its first steps miss most of one shard
+    (issue 19): the overlapping workload from its shared initial θ, ``k`` exact Lloyd steps
+    on every row but a sample of ``fraction`` of the first contiguous shard (the straggler's:
+    what FSP has trained of it before its points migrate), then ``finish`` steps on all rows.
+    Returns, per case, the final objective over BSPB's minus 1.  Plain NumPy, no MPI."""
+    x = np.load(folder / "data.npy")
+    c0 = np.load(folder / "init.npy")
+    n = len(x)
+    sq = np.einsum("ij,ij->i", x, x)
+
+    def step(c: np.ndarray, rows: np.ndarray | slice) -> np.ndarray:
+        a = (sq[rows, None] - 2 * x[rows] @ c.T + np.einsum("ij,ij->i", c, c)).argmin(1)
+        count = np.bincount(a, minlength=len(c))
+        total = np.zeros_like(c)
+        np.add.at(total, a, x[rows])
+        return np.where(count[:, None] > 0, total / np.maximum(count, 1)[:, None], c)
+
+    rng = np.random.default_rng(0)
+    shard = n // workers
+    out = []
+    for fraction, k in cases:
+        rows = np.concatenate([rng.choice(shard, int(fraction * shard), replace=False),
+                               np.arange(shard, n)])
+        c = c0.copy()
+        for _ in range(k):
+            c = step(c, rows)
+        for _ in range(finish):
+            c = step(c, slice(None))
+        f = float((sq[:, None] - 2 * x @ c.T + np.einsum("ij,ij->i", c, c)).min(1).sum())
+        out.append({"fraction": fraction, "steps": k, "gap": f / ref - 1.0})
+        print(f"  {k} Lloyd steps with {100 * fraction:g}% of shard 1, then {finish} on all:"
+              f" {100 * (f / ref - 1):+.3f}% of BSPB", flush=True)
+    return out
 
 
 def horizon_table(root: Path, algorithms: list[str], partition: str,
@@ -228,12 +310,15 @@ def main() -> None:
     ap.add_argument("--points", type=int, default=400_000)
     ap.add_argument("--seconds", type=float, default=30.0, help="length of the gap runs")
     ap.add_argument("--only", default="ratio,gap,horizons",
-                    help="ratio, gap, horizons (comma-separated)")
+                    help="ratio, gap, horizons, basin (comma-separated)")
     ap.add_argument("--algorithms", default=",".join(ALGORITHMS),
                     help="horizons: which of flegel paper's algorithms")
     ap.add_argument("--partition", default="strided", help="horizons: strided or contiguous")
     ap.add_argument("--repeat", type=int, default=1,
-                    help="horizons: pairs of runs per algorithm (medians printed)")
+                    help="horizons: pairs of runs per algorithm (medians printed); ratio: "
+                         "runs of each straggler row")
+    ap.add_argument("--workloads", default="blobs,overlap",
+                    help="ratio: blobs, overlap (comma-separated)")
     ap.add_argument("--keep", type=Path, default=None, help="keep the runs under this folder")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args()
@@ -244,7 +329,7 @@ def main() -> None:
     if "horizons" in only:
         figures["horizons"] = horizon_table(root / "horizons", args.algorithms.split(","),
                                             args.partition, repeat=args.repeat)
-    if not only & {"ratio", "gap"}:
+    if not only & {"ratio", "gap", "basin"}:
         print(f"runs in {root}")
         if args.json:
             args.json.write_text(json.dumps(figures, indent=2, default=str))
@@ -253,19 +338,18 @@ def main() -> None:
     ref_overlap = reference(root / "overlap-ref", overlap)
     figures["bspb_overlap"] = ref_overlap
     if "ratio" in only:
-        blobs = blobs_job(n)
-        ref_blobs = reference(root / "blobs-ref", blobs)
         print(f"time to target {TARGET_FACTOR}x BSPB, BSPV / FSPV (>1: FSPV faster):")
-        for label, job, ref in (("blobs", blobs, ref_blobs), ("overlap", overlap, ref_overlap)):
-            for straggler in (None, 1):
-                r = time_to_target_ratio(root / f"ratio-{label}", job, ref * TARGET_FACTOR,
-                                         straggler, max_time_s=20.0)
-                figures[f"ratio_{label}_{straggler or 'none'}"] = r
-                print(f"  {label:8s} straggler {str(straggler or '-'):4s} BSPV {r['bspv_s']}"
-                      f"  FSPV {r['fspv_s']}  ratio {r['bound']}{r['ratio']:.2f}"
-                      f"  (FSPV mean η {r['fspv_summary']['mean_eta_ms']} ms)"
-                      + (f"; FSPV+async {r['fspv_async_s']}  ratio {r['ratio_async']:.2f}"
-                         if straggler else ""))
+        for label in args.workloads.split(","):
+            if label == "blobs":
+                job = blobs_job(n)
+                ref = reference(root / "blobs-ref", job)
+            else:
+                job, ref = overlap, ref_overlap
+            figures[f"ratio_{label}"] = ratio_rows(root / f"ratio-{label}", label, job, ref,
+                                                   args.repeat)
+    if "basin" in only:
+        print("the basin when the first steps miss the straggler's shard (Lloyd, NumPy):")
+        figures["basin"] = skewed_basin(root / "overlap-data", ref_overlap)
     if "gap" in only:
         print(f"FSPV + async migration after {seconds:g} s, overlapping workload "
               f"(BSPB converged: {ref_overlap:.6g}):")

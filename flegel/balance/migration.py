@@ -81,6 +81,10 @@ MODES = ("off", "async", "sync")
 #: millisecond on a local network, small enough that little is locked out of training.
 DEFAULT_WINDOW = 1024
 
+#: A move is sent in at most this many windows (:meth:`Migrator.window_size`): enough that
+#: the target trains the first while the others travel.
+WINDOWS_PER_MOVE = 4
+
 #: The keys of ``sync.migration`` (FSP only), declared once.
 KEYS: dict[str, validation.Key] = {
     "mode": validation.choice("data migration (FSP paper Section 4): off; async, windows sent "
@@ -93,9 +97,10 @@ KEYS: dict[str, validation.Key] = {
                              "the mean by more than this", DEFAULT_EPSILON, lo=0, hi=1),
     "rounds": validation.integer("d: the remaining time T is split into d rounds, re-planned "
                              "before each (Section 4.2)", DEFAULT_ROUNDS, lo=1),
-    "window": validation.integer("points per window of asynchronous migration (only the "
-                             "window being sent is locked out of training)", DEFAULT_WINDOW,
-                             lo=1),
+    "window": validation.integer("points per window of asynchronous migration at least "
+                             "(only the windows being sent are locked out of training; a "
+                             "move goes in at most 4 windows, one in flight per target)",
+                             DEFAULT_WINDOW, lo=1),
 }
 #: Barriers of objective samples the progress slope g is fitted on.
 SLOPE_SAMPLES = 8
@@ -147,11 +152,16 @@ LOCK_ROUNDS = 1
 #: its 5,569 points 920 times while the others trained theirs 140-412 times).  A straggler
 #: (slower than that) may give away all it must.
 PEER_SHARE = 0.25
-#: A straggler is this many times slower than the median worker, two rounds in a row: an
+#: A straggler is this many times slower than the median worker, at several barriers in a
+#: row (:data:`STRAGGLER_BARRIERS`): an
 #: injected straggler (τ = 32 ms per 1,000 points) is ~30x slower; under bursts of load from
 #: other processes fast workers looked 2-4x slower than another and gave away 111,000-
 #: 131,000 of their ~135,000 points in one round (issue 19, 400k points, load average 14-16).
 PEER_SPEED = 4.0
+#: ... at this many barriers in a row (:meth:`Balancer.straggler`): as many as the speed
+#: history holds at least, so a burst of load must last as long as the smoothing window to
+#: pass for a straggler.
+STRAGGLER_BARRIERS = MIN_HISTORY
 #: Speeds and point counts of one super worker's members are within this factor (1 + it) of
 #: each other (:meth:`Balancer.supers`).
 GROUP_SPREAD = 0.5
@@ -209,8 +219,8 @@ class Balancer:
     #: (s/point) then and the round: the hysteresis of :meth:`reversal`.
     roles: dict[int, tuple[int, float, int]] = field(default_factory=dict)
     held_back: int = 0               # moves dropped by the hysteresis
-    #: Per rank, consecutive planned rounds at which it was PEER_SPEED x slower than the
-    #: median worker (a straggler; see keep_some).
+    #: Per rank, consecutive barriers at which it was PEER_SPEED x slower than the median
+    #: worker (a straggler; see note_stragglers and keep_some).
     slow_streak: dict[int, int] = field(default_factory=dict)
 
     def stats(self, commits: dict[int, dict[str, float]]) -> list[WorkerStat]:
@@ -259,6 +269,7 @@ class Balancer:
         opts = self.options
         T = self.remaining_time(now, objective, target, time_left)
         stats = self.stats(commits)
+        self.note_stragglers(stats)
         if self.round_end is not None and now < self.round_end:
             return {}
         if min(len(h) for h in self.speed.values()) < MIN_HISTORY:
@@ -279,12 +290,6 @@ class Balancer:
         moves = self.keep_some(plan_round(self.supers(stats), T,
                                           opts.rounds), stats, T)
         speeds = {st.rank: st.v for st in stats}
-        # Not np.median: its first call imports numpy.ma (13-70 ms of the master's time at
-        # the first round, every worker waiting for θ; issue 19).
-        v = sorted(speeds.values())
-        median = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
-        self.slow_streak = {r: (self.slow_streak.get(r, 0) + 1 if v >= PEER_SPEED * median
-                                else 0) for r, v in speeds.items()}
         self.round_k += 1
         self.rounds += 1
         for m in moves:
@@ -299,6 +304,30 @@ class Balancer:
                          "moves": [[m.source, m.target, m.points] for m in moves],
                          "passes": [round(s.p, 4) for s in stats]})
         return orders
+
+    def note_stragglers(self, stats: list[WorkerStat]) -> None:
+        """Count, per rank, the barriers in a row at which its speed V was
+        :data:`PEER_SPEED` times slower than the median worker's (:attr:`slow_streak`).
+
+        Counted at every barrier, not at every planned round: counting rounds left the
+        straggler unrecognised at the first round, which then moved at most
+        :data:`PEER_SHARE` of its points per move; the rest waited for a second round 0.8-1.2
+        s later, trained by the straggler alone meanwhile (issue 19, overlapping workload).
+        """
+        # Not np.median: its first call imports numpy.ma (13-70 ms of the master's time at
+        # the first round, every worker waiting for θ; issue 19).
+        v = sorted(s.v for s in stats)
+        if not v:
+            return
+        median = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+        self.slow_streak = {s.rank: (self.slow_streak.get(s.rank, 0) + 1
+                                     if s.v >= PEER_SPEED * median else 0) for s in stats}
+
+    def straggler(self, rank: int) -> bool:
+        """Whether ``rank`` is a straggler: :data:`PEER_SPEED` times slower than the median
+        worker at the last :data:`STRAGGLER_BARRIERS` barriers (each speed itself smoothed
+        over :data:`SPEED_WINDOW_S` of compute)."""
+        return self.slow_streak.get(rank, 0) >= STRAGGLER_BARRIERS
 
     def supers(self, stats: list[WorkerStat]) -> list[SuperWorker]:
         """Super workers (§4.2): workers with "the same statistics" read loosely, speeds
@@ -369,10 +398,10 @@ class Balancer:
         * A move that reverses a worker's last role without a change of its speed that
           justifies it is dropped (:meth:`reversal`).
         * A move carries at most :data:`PEER_SHARE` of the source's points unless the
-          source is a straggler: :data:`PEER_SPEED` times slower than the median worker at
-          this round and at the round before (:attr:`slow_streak`; a burst of load on a
-          shared machine makes a fast worker look that slow for a moment, rarely for two
-          rounds in a row).
+          source is a straggler (:meth:`straggler`: :data:`PEER_SPEED` times slower than
+          the median worker at the last :data:`STRAGGLER_BARRIERS` barriers; a burst of load
+          on a shared machine makes a fast worker look that slow for a moment, rarely for
+          the whole smoothing window of its speed).
         """
         pred, threshold = self.predicted_end(stats, T)
         left = {s.rank: s.n for s in stats}
@@ -386,7 +415,7 @@ class Balancer:
                 self.held_back += 1
                 continue
             points = min(m.points, left[m.source] - self.kept)
-            if self.slow_streak.get(m.source, 0) < 1:
+            if not self.straggler(m.source):
                 points = min(points, int(PEER_SHARE * held[m.source]))
             smaller = min(held[m.source], held[m.target])
             if points >= max(1.0, MIN_MOVE_FRACTION * smaller):
@@ -470,10 +499,13 @@ class Migrator:
     def __init__(self, options: MigrationOptions) -> None:
         self.options = options
         self.quota: dict[int, int] = {}      # points still to send, per target
+        self.ordered: dict[int, int] = {}    # points ordered this round, per target
         self.expected: dict[int, int] = {}   # points ordered to arrive, per source
         self.arrived: dict[int, int] = {}    # points that arrived, per source
         self.returns: dict[int, int] = {}    # points to return, per origin (virtual)
-        self.window: tuple[int, np.ndarray] | None = None  # (target, rows) in flight
+        #: (target, rows) of the windows in flight, oldest first: one per target at most
+        #: (:meth:`step`).
+        self.windows: list[tuple[int, np.ndarray]] = []
         self.sent: dict[int, int] = {}       # messages sent, per peer
         self.received: dict[int, int] = {}   # messages received, per peer
         self._fins: dict[int, int] = {}      # peer -> messages it says it sent (at stop)
@@ -489,7 +521,14 @@ class Migrator:
 
     @property
     def in_flight(self) -> int:
-        return 0 if self.window is None else len(self.window[1])
+        return sum(len(rows) for _, rows in self.windows)
+
+    def attached(self, port: MigrationPort) -> None:
+        """Before training: room in the shard's buffers for the points this worker would
+        receive if one of its peers gave it an even share of a shard like its own, the
+        case of one straggler (:meth:`~flegel.runtime.store.ShardStore.reserve`)."""
+        if port.peers:
+            port.shard.reserve(-(-port.shard.n_active // len(port.peers)))
 
     def resumed(self) -> None:
         """Continue from a checkpoint with no message in flight: what was on its way when it
@@ -498,7 +537,7 @@ class Migrator:
         start afresh on every worker.  Orders still to carry out stay."""
         self.sent, self.received, self._fins = {}, {}, {}
         self.expected, self.arrived = {}, {}
-        self.window = None
+        self.windows = []
 
     # ------------------------------------------------------------------ messages
     def take_orders(self, port: MigrationPort) -> int:
@@ -512,6 +551,9 @@ class Migrator:
             if order.round != self.round:
                 self.round = order.round
                 self.quota.clear()
+                self.ordered.clear()
+            if order.kind == OrderKind.SEND:
+                self.ordered[order.peer] = self.ordered.get(order.peer, 0) + order.points
             book = {OrderKind.SEND: self.quota, OrderKind.EXPECT: self.expected,
                     OrderKind.RETURN: self.returns}[order.kind]
             book[order.peer] = book.get(order.peer, 0) + order.points
@@ -563,26 +605,53 @@ class Migrator:
             # Posted even when empty: the origin expects ``count`` points back (sync mode).
             self.state_bytes += state_bytes(taken)
             self._post(port, origin, Reactivate(taken, count))
-        if self.window is not None and port.sends_pending() == 0:
-            self.window = None  # sent: its rows stay inactive here (kept for virtual)
-        if self.window is None:
-            self._next_window(port, self.options.window)
+        # Sent windows leave the list (their rows stay inactive here, kept for virtual
+        # migration).  Sends complete about in the order they were posted; a pending
+        # reactivation only keeps a window listed a little longer.
+        del self.windows[:max(len(self.windows) - port.sends_pending(), 0)]
+        # One window in flight per target (§4.3 locks "only data in the current window"; a
+        # window per pair of workers keeps that per pair).  One window per source in all
+        # took a straggler's 100,000 points 0.5-1.2 s to leave, one target after the other,
+        # each taking one window between its blocks, while the fast workers settled θ
+        # without them (issue 19, overlapping workload: the run ended 3.9-6.6% above BSPB).
+        while self._next_window(port):
+            pass
 
-    def _next_window(self, port: MigrationPort, size: int) -> None:
+    def window_size(self, target: int) -> int:
+        """Points of the next window to ``target``: ``window``, or the round's order to it
+        split into :data:`WINDOWS_PER_MOVE` windows when that is more (§4.3).
+
+        A window costs a wake-up of its source and of its target, whatever its size
+        (measured at a load of 8-12 on 2 cores: 5-15 ms between windows for a window's
+        0.3 ms of CPU), so the count of windows, not their points, bounds how soon a move
+        is done; 1,024-point windows took a straggler's 100,000 points 0.5-1 s to leave.
+        Larger windows lose no training: they are taken behind the traversal cursor
+        (:meth:`~flegel.runtime.store.ShardStore.select_behind_cursor`), points the source
+        trains again only after the rest of its shard, and they are sent away anyway.
+        """
+        return max(self.options.window, -(-self.ordered.get(target, 0) // WINDOWS_PER_MOVE))
+
+    def _next_window(self, port: MigrationPort, size: int | None = None) -> bool:
+        """Post a window to a target with points still to send and no window in flight;
+        return whether one was posted."""
         shard = port.shard
+        busy = {t for t, _ in self.windows}
         for target, left in list(self.quota.items()):
+            if target in busy:
+                continue
             if left <= 0:
                 del self.quota[target]
                 continue
             # Keep a few points here whatever the orders: see Balancer.keep_some.
             room = shard.n_active - min(MIN_KEPT, self.options.window)
-            rows = shard.select_behind_cursor(min(size, left, room))
+            want = self.window_size(target) if size is None else size
+            rows = shard.select_behind_cursor(min(want, left, room))
             if len(rows) == 0:
                 # Nothing left to give: say so, or a synchronous target would wait forever
                 # for the rest of what was ordered.
                 del self.quota[target]
                 self._post(port, target, Shortfall(left))
-                return
+                return False
             shard.lock(rows)
             payload = shard.export(rows)
             ids = np.asarray(payload["ids"]).tolist()
@@ -593,8 +662,9 @@ class Migrator:
             self.bytes_moved += payload_bytes(payload)
             self.state_bytes += state_bytes(payload)
             self._post(port, target, Window(payload))
-            self.window = (target, rows)
-            return
+            self.windows.append((target, rows))
+            return True
+        return False
 
     # ------------------------------------------------------------------ sync work
     def transfer_now(self, port: MigrationPort, orders: int) -> None:
@@ -608,12 +678,13 @@ class Migrator:
                 port.pause()
         self.step(port)
         while self.quota:
+            self.windows = []  # every window leaves now: no bound on those in flight
             self._next_window(port, max(self.quota.values()))
         while (any(self.arrived.get(p, 0) < n for p, n in self.expected.items())
                or port.sends_pending()):
             self.take_messages(port)
             port.pause()
-        self.window = None
+        self.windows = []
 
     # ------------------------------------------------------------------ the end
     def drain(self, port: MigrationPort) -> dict[str, Any]:
@@ -629,7 +700,7 @@ class Migrator:
             if done and port.sends_pending() == 0:
                 break
             port.pause()
-        self.window = None  # every send completed: the last window arrived too
+        self.windows = []  # every send completed: the last windows arrived too
         return {"migration": {"points_moved": self.points_moved,
                               "bytes_moved": self.bytes_moved,
                               "state_bytes": self.state_bytes,

@@ -144,6 +144,7 @@ class FSPWorker(WorkerPolicy):
             raise TypeError(f"data migration needs a worker that implements MigrationPort, "
                             f"found {type(worker).__name__}")
         self.mesh = worker
+        self.migrator.attached(worker)
 
     def _port(self) -> MigrationPort:
         if self.mesh is None:
