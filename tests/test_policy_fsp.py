@@ -299,33 +299,33 @@ def test_fsp_pass_prediction_counts_kernel_time_and_injected_delays_not_waits_fo
     itself again); one whose blocks were suspended is."""
     sim = Simulation("fsp", {"interval": "multistage"}, stop={"max_iterations": 1})
     policy = sim.policy
-    policy._update_passes({
+    policy.passes.observe({
         1: {"n_active": 1000.0, "points": 500.0, "compute_s": 10e-3, "slowed_s": 0.0,
             "rate": 5e5},     # 1 ms of kernel for 500 points, 10 ms of wall time
         2: {"n_active": 1000.0, "points": 100.0, "compute_s": 40e-3, "slowed_s": 39.8e-3,
             "rate": 5e5},     # suspended 39.8 ms
         3: {"n_active": 1000.0, "points": 0.0, "compute_s": 1e-4, "slowed_s": 0.0,
             "rate": 0.0}})    # paused before its first block: nothing learnt
-    assert policy.pass_s[1] == pytest.approx(2e-3)
-    assert policy.pass_s[2] == pytest.approx(2e-3 + 0.398)
-    assert 3 not in policy.pass_s
+    assert policy.passes.pass_s[1] == pytest.approx(2e-3)
+    assert policy.passes.pass_s[2] == pytest.approx(2e-3 + 0.398)
+    assert 3 not in policy.passes.pass_s
     # Next iteration worker 1's kernel waited for a core (10x its time): the fastest of its
     # recent kernel times stands.  Worker 2 processed 400 points and served no suspension
     # (what was left of one came in the last iteration): its delays count over both.
-    policy._update_passes({
+    policy.passes.observe({
         1: {"n_active": 1000.0, "points": 500.0, "compute_s": 10e-3, "slowed_s": 0.0,
             "rate": 5e4},
         2: {"n_active": 1000.0, "points": 400.0, "compute_s": 1e-3, "slowed_s": 0.0,
             "rate": 5e5},
         3: {"n_active": 1000.0, "points": 0.0, "compute_s": 3e-2, "slowed_s": 3e-2,
             "rate": 0.0}})    # suspended the whole iteration: nothing of its kernel yet
-    assert policy.pass_s[1] == pytest.approx(2e-3)
-    assert policy.pass_s[2] == pytest.approx(2e-3 + 1000 * 39.8e-3 / 500)
-    assert 3 not in policy.pass_s
+    assert policy.passes.pass_s[1] == pytest.approx(2e-3)
+    assert policy.passes.pass_s[2] == pytest.approx(2e-3 + 1000 * 39.8e-3 / 500)
+    assert 3 not in policy.passes.pass_s
     # A commit of nothing, without a suspension (paused before it ran): forgotten.
-    policy._update_passes({1: {"n_active": 1000.0, "points": 0.0, "compute_s": 1e-4,
+    policy.passes.observe({1: {"n_active": 1000.0, "points": 0.0, "compute_s": 1e-4,
                                "slowed_s": 0.0, "rate": 0.0}})
-    assert 1 not in policy.pass_s
+    assert 1 not in policy.passes.pass_s
 
 
 @pytest.mark.parametrize("coordination", ["semi", "centralized"])
@@ -347,7 +347,7 @@ def test_fsp_after_a_pass_the_master_pauses_only_stragglers_when_timers_run(coor
     policy.plan = Plan(5e-3)
     now = sim.server.now()
     policy.iter_start = now - 2e-3
-    policy.pass_s = {1: 2e-3, 2: 2.5e-3, 3: 0.9}   # worker 3: a straggler's 0.9 s pass
+    policy.passes.pass_s = {1: 2e-3, 2: 2.5e-3, 3: 0.9}   # worker 3: a straggler's 0.9 s pass
     before = len(sim.transport.signals_of(Signal.PAUSE))
     policy._on_pass(1)
     sent = sim.transport.signals_of(Signal.PAUSE)[before:]
@@ -358,7 +358,7 @@ def test_fsp_after_a_pass_the_master_pauses_only_stragglers_when_timers_run(coor
         policy.pending, policy.signalled, policy.pause_at = {}, False, None
         policy.paused = set()
         policy.iter_start = now - 0.7e-3
-        policy.pass_s = {1: 2.1e-3, 2: 3e-3, 3: 0.9}
+        policy.passes.pass_s = {1: 2.1e-3, 2: 3e-3, 3: 0.9}
         policy._on_pass(1)
         assert [s.rank for s in sim.transport.signals_of(Signal.PAUSE)[before + 1:]] == [3]
         before += 1

@@ -54,6 +54,7 @@ from flegel.interval.multistage import (
 from flegel.ports import ServerPort, WorkerPolicy, WorkerPort
 from flegel.protocol import POLL_MAX_S, Instructions, Reason, Signal
 from flegel.sync.base import BarrierPolicy, round_trip_s
+from flegel.sync.passes import PassPredictor
 from flegel.validation import Key, boolean, choice, mapping, number
 
 #: Weight of the newest measurement when smoothing the semi-centralized offsets δᵢ.
@@ -79,24 +80,20 @@ MAX_LAG_CREDIT_S = 2 * POLL_MAX_S
 #: finish theirs (:meth:`FSP._on_pass`).  Twice: a worker twice as slow as the fastest is
 #: a straggler the others should not wait for (the paper's heterogeneous workers).
 PASS_GRACE = 2.0
-#: Commits a worker's predicted pass is taken from (:meth:`FSP._update_passes`).
-PASS_HISTORY = 4
 #: FSPV's first interval gives the barrier this share of the iteration: BSPV's ρ
 #: (flegel.sync.bsp, ``overhead``), so FSPV starts from BSPV's choice.
 FIRST_OVERHEAD = 0.1
 #: The phase of an iteration that ends when every worker finished its pass at θ (an
 #: algorithm with ``full_batch_update``; see :class:`FSP`, "Whole passes").
 WHOLE_PHASE = "whole-pass"
-#: Whole passes: a worker whose recent pass time is beyond this many times the typical
+#: Whole passes: a worker whose predicted pass is beyond this many times the typical
 #: worker's is a straggler (the interval adjustor then runs FSP's ordinary iterations), and
 #: workers still computing are paused once a whole pass has run this many times as long as
 #: its first pass took to arrive (:meth:`FSP._whole_bound`): a straggler nobody predicted
 #: cannot hold the barrier.
 WHOLE_PASS_WAIT = 4.0
-#: Whole passes: a worker's pass time is measured over its last this many commits
-#: (:meth:`FSP._pass_times`).
-PASS_MEMORY = 5
-#: Whole passes: commits a worker must have made before it can be called a straggler.
+#: Whole passes: commits a worker's predicted pass must rest on before it can be called a
+#: straggler.
 PASS_EVIDENCE = 2
 
 
@@ -271,7 +268,7 @@ class FSP(BarrierPolicy):
     iterations into the run and, on the noisy pass times of shared cores, fitted an η below
     the pass in 2 of 3 runs (0.12x and 0.45x, against 1.09x when it landed on the pass).  The
     calibration iteration is a whole pass too, as BSPV's is: it is the first L-BFGS
-    evaluation.  Stragglers keep FSP's point (Section 3): a worker whose recent pass time is
+    evaluation.  Stragglers keep FSP's point (Section 3): a worker whose predicted pass is
     beyond :data:`WHOLE_PASS_WAIT` times the typical worker's is a straggler
     (:meth:`_balanced`), and the adjustor then (re)starts and runs FSP's ordinary iterations;
     migration shortens the straggler's pass, and once no worker straggles whole passes
@@ -328,7 +325,7 @@ class FSP(BarrierPolicy):
 
     WORKER = FSPWorker
     #: The interval adjustor is checkpointed through its own ``checkpoint_state()``.
-    NESTED: ClassVar[tuple[str, ...]] = ("adjustor",)
+    NESTED: ClassVar[tuple[str, ...]] = ("adjustor", "passes")
     #: The server, under its migration port too, is no state of the policy.
     NOT_STATE: ClassVar[tuple[str, ...]] = ("server", "options", "order_port")
 
@@ -351,11 +348,9 @@ class FSP(BarrierPolicy):
         #: no pause then (paused at once, or the worker that made the pass).
         self.pause_at: float | None = None
         self.paused: set[int] = set()
-        #: Each worker's predicted full pass (:meth:`_update_passes`), and what it is
-        #: predicted from: its recent kernel seconds per point, and (points, injected
-        #: delay) of its recent commits.
-        self.pass_s: dict[int, float] = {}
-        self._pass_log: dict[int, tuple[list[float], list[tuple[float, float]]]] = {}
+        #: Each worker's predicted full pass (flegel.sync.passes): who is paused at the
+        #: first pass, who straggles for whole passes, the typical pass.
+        self.passes = PassPredictor()
         self.iter_start = 0.0
         self.eta_max_s = float("inf")
         self._mark_theta: object | None = None
@@ -372,10 +367,9 @@ class FSP(BarrierPolicy):
                                 f"found {type(server).__name__}")
             self.order_port = server
         self._orders: dict[int, int] = {}
-        # Whole passes (_balanced): the algorithm's declaration, each worker's recent commits,
-        # whether this iteration waits for every pass, and when it pauses those still busy.
+        # Whole passes (_balanced): the algorithm's declaration, whether this iteration waits
+        # for every pass, and how many did.
         self.full_batch = bool(server.full_batch_update)
-        self.pass_log: dict[int, list[list[float]]] = {}  # [compute_s, points] per commit
         self.whole = False
         self.whole_iterations = 0
 
@@ -435,7 +429,8 @@ class FSP(BarrierPolicy):
     def _on_pass(self, rank: int) -> None:
         """The first full pass of an iteration, ``t_p`` after its broadcast: pause at once
         the workers that cannot finish their own pass within :data:`PASS_GRACE` · t_p (by
-        their last measured pass, :meth:`_update_passes`: stragglers), and let the others
+        their predicted pass, :class:`~flegel.sync.passes.PassPredictor`: stragglers), and
+        let the others
         finish theirs.  Their own timers (η − δᵢ, semi-centralized) bound them; without
         timers (the calibration iteration, or centralized coordination) the master pauses
         them at ``PASS_GRACE · t_p`` after the broadcast (at η, if sooner).
@@ -457,12 +452,12 @@ class FSP(BarrierPolicy):
         # alike, and a worker whose pass came in undisturbed (t_p at its kernel time) made
         # its peers' inflated predictions look like stragglers' (issue 19, FCM at a load of
         # 12: two of four workers paused at once with nothing done).
-        grace = PASS_GRACE * max(t_pass, min(self.pass_s.values(), default=0.0))
+        grace = PASS_GRACE * max(t_pass, self.passes.fastest())
         eta = self.plan.eta_s
         if eta > 0:
             grace = min(grace, eta)
         late = [r for r in self.server.ranks if r not in self.pending and r != rank
-                and self.pass_s.get(r, 0.0) > grace]
+                and self.passes.pass_s.get(r, 0.0) > grace]
         if late:
             self.server.signal(late, Signal.PAUSE)
         self.paused.update(late)
@@ -487,56 +482,26 @@ class FSP(BarrierPolicy):
                    if r not in self.pending and r not in self.paused]
         self.server.signal(running, Signal.PAUSE)
 
-    def _pass_times(self) -> dict[int, float]:
-        """Each worker's recent pass time: its wall time over its points in its last
-        :data:`PASS_MEMORY` commits, commits of no point included, times its shard
-        (``n_active``).  Slow-downs count (a straggler's pass is what a whole pass would wait
-        for), and over several commits: an injected straggler computes a burst of points at
-        full speed, then sleeps through several iterations, so one commit can look fast;
-        on shared cores one pass can take several times the next (scheduling), and the
-        sum evens that out."""
-        out = {}
-        for r, log in self.pass_log.items():
-            seconds, points = (sum(c[i] for c in log) for i in (0, 1))
-            if log and seconds > 0:
-                n = self.server.worker(r).n_active
-                out[r] = n * seconds / points if points > 0 else float("inf")
-        return out
-
     def _balanced(self) -> bool:
         """Whether whole passes suit the next iteration (:data:`WHOLE_PHASE`): the algorithm
-        declares ``full_batch_update`` and no worker is a straggler -- one whose recent pass
-        time (:meth:`_pass_times`, over at least :data:`PASS_EVIDENCE` commits) is beyond
-        :data:`WHOLE_PASS_WAIT` times the typical worker's (the lower median: with half the
-        workers slow, the fast half's).  Pass times, not speeds: a slowed worker left with
-        few points by migration has a short pass, and holds no barrier back."""
-        if not self.full_batch:
-            return False
-        best = self._pass_times()
-        if not best:
-            return True
-        bound = WHOLE_PASS_WAIT * self._typical_pass(best)
-        return not any(len(self.pass_log[r]) >= PASS_EVIDENCE and p > bound
-                       for r, p in best.items())
-
-    @staticmethod
-    def _typical_pass(best: dict[int, float]) -> float:
-        """The lower median of the workers' recent pass times: with half the workers slow,
-        the fast half's."""
-        return sorted(best.values())[(len(best) - 1) // 2]
+        declares ``full_batch_update`` and no worker is a straggler -- one whose predicted
+        pass (:class:`~flegel.sync.passes.PassPredictor`, resting on at least
+        :data:`PASS_EVIDENCE` commits) is beyond :data:`WHOLE_PASS_WAIT` times the typical
+        worker's (the lower median: with half the workers slow, the fast half's).  Pass
+        times, not speeds: a slowed worker left with few points by migration has a short
+        pass, and holds no barrier back."""
+        return self.full_batch and not self.passes.stragglers(WHOLE_PASS_WAIT, PASS_EVIDENCE)
 
     def _whole_bound(self, first_arrival: float) -> float:
         """How long a whole pass may run, from its start, before the workers still
         computing are paused: :data:`WHOLE_PASS_WAIT` times the longer of the time its first
-        pass took to arrive and the typical worker's recent pass time (a worker slower than
+        pass took to arrive and the typical worker's predicted pass (a worker slower than
         that would be a straggler, :meth:`_balanced`).  The first arrival carries what the
-        pass times do not -- θ's way to the workers, their wait for a core (on 2 shared cores
-        at a load of 12, a 3 ms pass arrived 8-15 ms after the broadcast, and a bound of 4
-        pass times cut a third of the whole passes short) --, the typical pass what the first
-        arrival may lack: a worker left with few points passes first."""
-        best = self._pass_times()
-        typical = self._typical_pass(best) if best else 0.0
-        return WHOLE_PASS_WAIT * max(first_arrival - self.iter_start, typical)
+        prediction does not -- θ's way to the workers, their wait for a core (on 2 shared
+        cores at a load of 12, a 3 ms pass arrived 8-15 ms after the broadcast, and a bound of
+        4 pass times cut a third of the whole passes short) --, the typical pass what the
+        first arrival may lack: a worker left with few points passes first."""
+        return WHOLE_PASS_WAIT * max(first_arrival - self.iter_start, self.passes.typical())
 
     # ---------------------------------------------------------------- the barrier
     def after_barrier(self, commits: dict[int, dict[str, float]], agg: dict[str, Any]) -> None:
@@ -545,8 +510,7 @@ class FSP(BarrierPolicy):
         arrivals = {r: srv.worker(r).arrived_at for r in commits}
         first = min(arrivals.values())
         self._update_eta_max(commits)
-        self._log_passes(commits)
-        self._update_passes(commits)
+        self.passes.observe(commits)
         if self.semi and self.plan.eta_s > 0:
             self._update_offsets(commits, arrivals)
         # Progress on the estimated objective: a first visit of a point adds its whole loss
@@ -596,6 +560,9 @@ class FSP(BarrierPolicy):
         regression) a pass of 1.3 ms of kernel time took 3-5 ms, and capping η at the kernel
         time held FSPV's interval below the barrier's own cost (workers computed 8% of the
         time); an η past the pass costs nothing, as the pass itself calls the barrier.
+        This is a time on the clock, for an interval; how fast each worker is -- who is a
+        straggler -- is judged on kernel time and injected delays instead
+        (:class:`~flegel.sync.passes.PassPredictor`), where a wait for a core is no slowness.
         """
         passes = [h["n_active"] * max(h["compute_s"] - h.get("slowed_s", 0.0), 0.0)
                   / h["points"] for h in commits.values()
@@ -603,48 +570,6 @@ class FSP(BarrierPolicy):
         passes = [p for p in passes if p > 0]
         if passes:
             self.eta_max_s = float(min(passes))
-
-    def _log_passes(self, commits: dict[int, dict[str, float]]) -> None:
-        """Log each worker's wall time and points, the last :data:`PASS_MEMORY` commits
-        (:meth:`_pass_times`)."""
-        for r, h in commits.items():
-            log = self.pass_log.setdefault(r, [])
-            log.append([float(h["compute_s"]), float(h["points"])])
-            del log[:-PASS_MEMORY]
-
-    def _update_passes(self, commits: dict[int, dict[str, float]]) -> None:
-        """Each worker's full pass as :meth:`_on_pass` predicts it: the fastest of its last
-        :data:`PASS_HISTORY` kernel times per point (``1/rate``) plus its injected delays
-        per point over its last :data:`PASS_HISTORY` commits, times its points.
-
-        Not the iteration's wall time per point, and not one iteration's kernel time: where
-        ranks share cores both count the time a worker waited for a core, which says nothing
-        about its speed and only ever adds (hence the fastest).  Measured (issue 19, 4
-        workers and the master on 2 shared cores at a load of 8-10): a worker that ran late
-        in one iteration read as a pass of 10-52 ms against 1.3-5 ms, was paused at once
-        after the next first passes, committed 0 points and so never measured itself again.
-        For the same reason a commit of no points and no injected delay (a worker paused
-        before it ran) forgets the worker's passes: it is not paused at once until measured
-        again.  A straggler's suspensions are counted over the whole history, as they fall
-        unevenly on iterations (what is left of one is served in the next).
-        """
-        for r, h in commits.items():
-            kernels, delays = self._pass_log.setdefault(r, ([], []))
-            slowed = float(h.get("slowed_s", 0.0))
-            if h["points"] > 0 and h["rate"] > 0:
-                kernels.append(1.0 / h["rate"])
-            elif slowed <= 0:
-                kernels.clear()
-                delays.clear()
-                self.pass_s.pop(r, None)
-                continue
-            delays.append((float(h["points"]), slowed))
-            del kernels[:-PASS_HISTORY], delays[:-PASS_HISTORY]
-            points = sum(p for p, _ in delays)
-            if not kernels or points <= 0 or h["n_active"] <= 0:
-                self.pass_s.pop(r, None)
-                continue
-            self.pass_s[r] = h["n_active"] * (min(kernels) + sum(d for _, d in delays) / points)
 
     def _update_offsets(self, commits: dict[int, dict[str, float]],
                         arrivals: dict[int, float]) -> None:
