@@ -6,11 +6,12 @@ new θ (Section 3.1), so convergence is kept (Section 3.2).  A worker that compl
 since the last barrier commits at once, and the master pauses the workers that could not
 finish their own pass soon (Section 3.3; :meth:`FSP._on_pass`: the others finish theirs, which
 on shared cores is what a worker that has not yet run needs).  Iteration 1 is a calibration
-iteration without a timer, which ends after the fastest worker completes a pass: it measures
-speeds and gives FSPB its η⁰.  An algorithm whose update is stronger on a full batch at θ
-(``Algorithm.full_batch_update``: logistic regression's L-BFGS) gets *whole passes* instead
-while no worker straggles: the iteration ends when every worker has finished its pass (see
-:class:`FSP`).
+iteration without a timer, a whole pass as BSPV's is: it ends when every worker has finished
+its pass, the workers still computing paused once it ran :data:`WHOLE_PASS_WAIT` times as
+long as the first pass took to arrive (see :class:`FSP`, Notes).  It measures speeds and
+gives FSPB its η⁰ (the first pass's time).  An algorithm whose update is stronger on a full
+batch at θ (``Algorithm.full_batch_update``: logistic regression's L-BFGS) gets *whole passes*
+after it too while no worker straggles (see :class:`FSP`).
 
 Coordination (Section 5.2, Fig. 6):
 
@@ -276,6 +277,19 @@ class FSP(BarrierPolicy):
     as its first pass took to arrive (or a typical pass, if longer) is paused
     (:meth:`_whole_bound`), so an unforeseen straggler holds no barrier for long.  This
     holds whatever ``interval`` says (a fixed η too): the pass, not η, ends a whole pass.
+
+    **The calibration is a whole pass for every algorithm** (issue 19), as BSPV's calibration
+    is a full pass, not only for those with ``full_batch_update``.  Nothing is known of the
+    workers' speeds then, so the pass rule (:meth:`_on_pass`) has no straggler to tell
+    apart, and it paused every worker not done by :data:`PASS_GRACE` times the first pass.
+    On shared cores that is a worker whose θ reached it late or that waited for a core, not
+    a slow one: measured (``flegel paper``'s K-means, 4 workers and the master on 2 cores)
+    the calibration cut one or two workers at 75% of their pass in 2 of 3 runs, so FSPV's
+    first θ came from less data than BSPV's and, on a target four passes away, FSPV needed a
+    fifth iteration.  A straggler is still paused once the calibration ran
+    :data:`WHOLE_PASS_WAIT` times as long as its first pass took to arrive (an injected
+    straggler of ``flegel paper`` takes 30x the others' pass).  FSPB's η⁰ is still the
+    first pass's time.
     """
 
     OPTIONS: ClassVar[dict[str, Key]] = {
@@ -394,7 +408,9 @@ class FSP(BarrierPolicy):
         self.signalled = False
         self.pause_at = None
         self.paused = set()
-        self.whole = self.plan.phase in ("calibration", WHOLE_PHASE) and self.full_batch
+        # The calibration is a whole pass for every algorithm (_calibration); later ones
+        # only for a full-batch algorithm without stragglers (_balanced).
+        self.whole = self.plan.phase in ("calibration", WHOLE_PHASE)
         self.whole_iterations += self.whole
         self._start_estimate = srv.estimated_objective()
         super().broadcast()
@@ -430,10 +446,9 @@ class FSP(BarrierPolicy):
         """The first full pass of an iteration, ``t_p`` after its broadcast: pause at once
         the workers that cannot finish their own pass within :data:`PASS_GRACE` · t_p (by
         their predicted pass, :class:`~flegel.sync.passes.PassPredictor`: stragglers), and
-        let the others
-        finish theirs.  Their own timers (η − δᵢ, semi-centralized) bound them; without
-        timers (the calibration iteration, or centralized coordination) the master pauses
-        them at ``PASS_GRACE · t_p`` after the broadcast (at η, if sooner).
+        let the others finish theirs.  Their own timers (η − δᵢ, semi-centralized) bound
+        them; without timers (centralized coordination) the master pauses them at
+        ``PASS_GRACE · t_p`` after the broadcast (at η, if sooner).
 
         The paper's barrier "at once" (Section 3.3) assumes every worker runs on a core of
         its own; where ranks share cores a worker of the same speed may not have run yet.
