@@ -375,3 +375,26 @@ def test_fsp_after_a_pass_the_master_pauses_only_stragglers_when_timers_run(coor
         assert len(sim.transport.signals_of(Signal.PAUSE)) == before + 1
         policy.on_tick(policy.pause_at)
         assert [s.rank for s in sim.transport.signals_of(Signal.PAUSE)[before:]] == [3, 2]
+
+
+@pytest.mark.parametrize("slowed_block, left", [(3, 1), (2, 2)])
+def test_fsp_a_timer_does_not_cut_the_last_block_of_a_pass(slowed_block, left):
+    """Issue 19: a worker whose timer expires with at most one block of its pass left
+    finishes the pass (where ranks share cores: a worker that waited for a core past its
+    deadline).  Passes of 4 blocks of 50 points (2 ms), η = 3 ms; worker 2's block of an
+    iteration starting at 19 ms takes 10x its time (5 ms): slowed in its 3rd block, it is
+    past its deadline with its last block left and commits the whole pass (before the fix:
+    150 of 200 points on its timer); slowed in its 2nd, two blocks are left and its timer
+    ends the iteration."""
+    at = 0.019 + 0.5e-3 * (slowed_block - 1)
+    sim = Simulation("fsp", {"interval": "fixed", "eta_ms": 3, "coordination": "semi"},
+                     cost_s=10e-6, block_points=50, latency_s=LAT,
+                     slowdown={2: lambda t: 10.0 if at <= t < at + 0.3e-3 else 1.0},
+                     stop={"max_iterations": 20}).run()
+    (late,) = [it for it in sim.iterations(2) if it.ended - it.began > 4e-3]
+    if left == 1:
+        assert late.reason == Reason.PASS and late.header["points"] == 200
+    else:
+        assert late.reason == Reason.TIMER and late.header["points"] == 100
+    assert all(it.reason == Reason.PASS and it.header["points"] == 200
+               for r in sim.ranks for it in sim.iterations(r) if it is not late)
