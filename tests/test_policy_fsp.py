@@ -85,16 +85,20 @@ def test_fsp_full_pass_triggers_early_barrier(coordination):
     pauses = sim.transport.signals_of(Signal.PAUSE)
     # The calibration is a whole pass: worker 3's pass, 4x the first, is within its bound.
     assert bars[0]["workers"]["reason"] == ["pass"] * 3
-    for v, e in enumerate(bars[1:], start=1):
+    # Iteration 2: worker 3's pass rests on one commit, no evidence yet (PASS_EVIDENCE):
+    # it finishes its pass under its own timer (semi), or is paused at PASS_GRACE · t_p.
+    assert bars[1]["workers"]["reason"] == (["pass"] * 3 if coordination == "semi"
+                                            else ["pass", "pass", "signal"])
+    for v, e in enumerate(bars[2:], start=2):
         assert e["workers"]["reason"] == ["pass", "pass", "signal"]
         sent = [s for s in pauses if s.version == v]
         assert [s.rank for s in sent] == [3]
-        # Its pass is known (iteration 1 measured it): paused when worker 1's arrives.
+        # Its pass is known: paused when worker 1's arrives.
         assert sent[0].time == arrivals[(1, v)]
     passes = [it.header["passes"] for it in sim.iterations(1)]
     assert passes == pytest.approx(list(range(1, 11)))
-    # ~ one pass of worker 2 per barrier, and worker 3's 8 ms pass once.
-    assert sim.now < 8e-3 + 9 * (3e-3 + 0.5e-3)
+    # ~ one pass of worker 2 per barrier, and worker 3's 8 ms pass twice.
+    assert sim.now < 2 * 8e-3 + 8 * (3e-3 + 0.5e-3)
 
 
 def test_fsp_a_pass_waits_for_workers_that_can_finish_theirs():
@@ -107,13 +111,14 @@ def test_fsp_a_pass_waits_for_workers_that_can_finish_theirs():
                      cost_s=[10e-6, 11e-6, 12e-6, 100e-6], workers=4, points=800,
                      latency_s=LAT, stop={"max_iterations": 8}).run()
     bars = sim.barrier_events()
-    for e in bars[1:]:
+    # (From iteration 3: the straggler's pass rests on PASS_EVIDENCE commits.)
+    for e in bars[2:]:
         assert e["workers"]["reason"] == ["pass", "pass", "pass", "signal"]
         assert e["workers"]["points"][:3] == [200, 200, 200]
         assert 0 < e["workers"]["points"][3] < 200
     # An iteration lasts about the slowest of the three passes, well within the grace.
     times = [e["time_s"] for e in bars]
-    assert max(np.diff(times[1:])) < PASS_GRACE * 2e-3 + 1e-3
+    assert max(np.diff(times[2:])) < PASS_GRACE * 2e-3 + 1e-3
 
 
 def _spread_run(coordination: str) -> Simulation:
@@ -330,6 +335,18 @@ def test_fsp_pass_prediction_counts_kernel_time_and_injected_delays_not_waits_fo
     assert 1 not in policy.passes.pass_s
 
 
+def predict(policy, passes: dict[int, float]) -> None:
+    """Give the policy's pass predictor these passes, each on PASS_EVIDENCE commits."""
+    from flegel.sync.fsp import PASS_EVIDENCE
+
+    for r in passes:
+        policy.passes.forget(r)
+    for _ in range(PASS_EVIDENCE):
+        policy.passes.observe({r: {"n_active": 1000.0, "points": 1000.0, "rate": 1000.0 / p,
+                                   "slowed_s": 0.0} for r, p in passes.items()})
+    assert policy.passes.pass_s == pytest.approx(passes)
+
+
 @pytest.mark.parametrize("coordination", ["semi", "centralized"])
 def test_fsp_after_a_pass_the_master_pauses_only_stragglers_when_timers_run(coordination):
     """Issue 19: after the first full pass (t_p = 2 ms after the broadcast) the master
@@ -349,7 +366,7 @@ def test_fsp_after_a_pass_the_master_pauses_only_stragglers_when_timers_run(coor
     policy.plan = Plan(5e-3)
     now = sim.server.now()
     policy.iter_start = now - 2e-3
-    policy.passes.pass_s = {1: 2e-3, 2: 2.5e-3, 3: 0.9}   # worker 3: a straggler's 0.9 s pass
+    predict(policy, {1: 2e-3, 2: 2.5e-3, 3: 0.9})   # worker 3: a straggler's 0.9 s pass
     before = len(sim.transport.signals_of(Signal.PAUSE))
     policy._on_pass(1)
     sent = sim.transport.signals_of(Signal.PAUSE)[before:]
@@ -360,7 +377,7 @@ def test_fsp_after_a_pass_the_master_pauses_only_stragglers_when_timers_run(coor
         policy.pending, policy.signalled, policy.pause_at = {}, False, None
         policy.paused = set()
         policy.iter_start = now - 0.7e-3
-        policy.passes.pass_s = {1: 2.1e-3, 2: 3e-3, 3: 0.9}
+        predict(policy, {1: 2.1e-3, 2: 3e-3, 3: 0.9})
         policy._on_pass(1)
         assert [s.rank for s in sim.transport.signals_of(Signal.PAUSE)[before + 1:]] == [3]
         before += 1

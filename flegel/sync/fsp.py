@@ -93,8 +93,8 @@ WHOLE_PHASE = "whole-pass"
 #: its first pass took to arrive (:meth:`FSP._whole_bound`): a straggler nobody predicted
 #: cannot hold the barrier.
 WHOLE_PASS_WAIT = 4.0
-#: Whole passes: commits a worker's predicted pass must rest on before it can be called a
-#: straggler.
+#: Commits a worker's predicted pass must rest on before it can be called a straggler (paused
+#: at the first pass, :meth:`FSP._on_pass`; whole passes turned off, :meth:`FSP._balanced`).
 PASS_EVIDENCE = 2
 
 
@@ -478,10 +478,11 @@ class FSP(BarrierPolicy):
     def _on_pass(self, rank: int) -> None:
         """The first full pass of an iteration, ``t_p`` after its broadcast: pause at once
         the workers that cannot finish their own pass within :data:`PASS_GRACE` · t_p (by
-        their predicted pass, :class:`~flegel.sync.passes.PassPredictor`: stragglers), and
-        let the others finish theirs.  Their own timers (η − δᵢ, semi-centralized) bound
-        them; without timers (centralized coordination) the master pauses them at
-        ``PASS_GRACE · t_p`` after the broadcast (at η, if sooner).
+        their predicted pass, :class:`~flegel.sync.passes.PassPredictor`, resting on at least
+        :data:`PASS_EVIDENCE` commits: stragglers), and let the others finish theirs.  Their
+        own timers (η − δᵢ, semi-centralized) bound them; without timers (centralized
+        coordination) the master pauses them at ``PASS_GRACE · t_p`` after the broadcast (at
+        η, if sooner).
 
         The paper's barrier "at once" (Section 3.3) assumes every worker runs on a core of
         its own; where ranks share cores a worker of the same speed may not have run yet.
@@ -504,8 +505,12 @@ class FSP(BarrierPolicy):
         eta = self.plan.eta_s
         if eta > 0:
             grace = min(grace, eta)
+        # A straggler on evidence (PASS_EVIDENCE commits), as for whole passes: one kernel
+        # time can be a preempted one (issue 19: at a load of 16-22 the calibration's
+        # inflated a peer's prediction, and iteration 2 paused it at once with nothing done).
         late = [r for r in self.server.ranks if r not in self.pending and r != rank
-                and self.passes.pass_s.get(r, 0.0) > grace]
+                and self.passes.pass_s.get(r, 0.0) > grace
+                and self.passes.evidence(r) >= PASS_EVIDENCE]
         if late:
             self.server.signal(late, Signal.PAUSE)
         self.paused.update(late)
