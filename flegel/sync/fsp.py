@@ -441,7 +441,7 @@ class FSP(BarrierPolicy):
         self.signalled = False
         self.pause_at = None
         self.paused = set()
-        # The calibration is a whole pass for every algorithm (_calibration); later ones
+        # The calibration is a whole pass for every algorithm (class notes); later ones
         # only for a full-batch algorithm without stragglers (_balanced).
         self.whole = self.plan.phase in ("calibration", WHOLE_PHASE)
         self.whole_iterations += self.whole
@@ -506,8 +506,8 @@ class FSP(BarrierPolicy):
         if eta > 0:
             grace = min(grace, eta)
         # A straggler on evidence (PASS_EVIDENCE commits), as for whole passes: one kernel
-        # time can be a preempted one (issue 19: at a load of 16-22 the calibration's
-        # inflated a peer's prediction, and iteration 2 paused it at once with nothing done).
+        # time can be a preempted one (issue 19, at a load of 16-22: a worker whose kernel
+        # was preempted in the calibration was paused at once in iteration 2, nothing done).
         late = [r for r in self.server.ranks if r not in self.pending and r != rank
                 and self.passes.pass_s.get(r, 0.0) > grace
                 and self.passes.evidence(r) >= PASS_EVIDENCE]
