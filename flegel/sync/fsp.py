@@ -507,7 +507,7 @@ class FSP(BarrierPolicy):
             grace = min(grace, eta)
         # A straggler on evidence (PASS_EVIDENCE commits), as for whole passes: one kernel
         # time can be a preempted one (issue 19, at a load of 16-22: a worker whose kernel
-        # was preempted in the calibration was paused at once in iteration 2, nothing done).
+        # was slowed in the calibration was paused at once in iteration 2, at 78% of a pass).
         late = [r for r in self.server.ranks if r not in self.pending and r != rank
                 and self.passes.pass_s.get(r, 0.0) > grace
                 and self.passes.evidence(r) >= PASS_EVIDENCE]
