@@ -31,16 +31,23 @@ def blob_job(tmp_path_factory):
 
 
 def test_flexible_barrier_is_prompt_with_a_straggler(blob_job, tmp_path):
-    """One worker suspended 50 ms per 1,000 points: every barrier still completes within a
-    block time plus messaging (the suspended worker answers the master's pause signal with
-    what it has)."""
+    """One worker suspended 50 ms per 1,000 points: every barrier after the calibration
+    completes within a block time plus messaging (the suspended worker answers the master's
+    pause signal with what it has).  The calibration is a whole pass (issue 19): the
+    straggler is paused once it ran WHOLE_PASS_WAIT times as long as the first pass took."""
+    from flegel.sync.fsp import WHOLE_PASS_WAIT
+
     out = tmp_path / "run"
     mpirun(blob_job, 3, out, "sync={model: fsp, interval: fixed, eta_ms: 20, "
                              "coordination: centralized}",
            "stragglers=[{pattern: injected, tau_ms: 50, every: 1000, workers: [2]}]",
            "stop.max_iterations=40", "stop.tolerance=null")
     ev = events(out)
-    spreads = [e["spread_s"] for e in ev]
+    calibration = ev[0]
+    assert calibration["workers"]["reason"][1] == "signal"
+    first = calibration["time_s"] - calibration["barrier_s"]  # the first report's arrival
+    assert calibration["spread_s"] < (WHOLE_PASS_WAIT - 1) * first + 0.05
+    spreads = [e["spread_s"] for e in ev[1:]]
     # One block is ~1 ms; allow generously for messaging on an oversubscribed 2-core machine
     # (4 ranks on 2 cores: a rank may wait a scheduler slice before it runs).
     assert max(spreads) < 0.05, spreads

@@ -105,11 +105,33 @@ def test_a_slowed_worker_with_few_points_is_no_straggler():
     assert sim.policy.summary()["whole_pass_iterations"] == 15
 
 
-def test_other_algorithms_keep_fsp_first_pass_rule():
-    """Without the declaration (K-means) the calibration keeps FSP's pass rule: after the
-    fastest pass a worker that can finish its own within twice that time does (1.5x), the
-    one that cannot (2.5x) is paused; no whole passes."""
+def test_other_algorithms_calibrate_on_a_whole_pass_then_keep_fsp_pass_rule():
+    """Without the declaration (K-means) the calibration is a whole pass too, as BSPV's is
+    (issue 19: the pass rule paused workers that had only waited for a core): workers 1.5x
+    and 2.5x slower finish theirs.  Then FSP's pass rule: after the fastest pass a worker
+    that can finish its own within twice that time does (1.5x), the one that cannot (2.5x)
+    is paused (once its pass rests on PASS_EVIDENCE commits); no whole passes."""
     sim = Simulation("fsp", {}, cost_s=[10e-6, 15e-6, 25e-6], latency_s=LAT,
-                     stop={"max_iterations": 3}).run()
-    assert sim.barrier_events()[0]["workers"]["reason"] == ["pass", "pass", "signal"]
+                     stop={"max_iterations": 5}).run()
+    bars = sim.barrier_events()
+    assert bars[0]["workers"]["reason"] == ["pass"] * 3
+    assert bars[0]["workers"]["points"] == [len(s) for s in sim.shards]
+    for e in bars[PASS_EVIDENCE:]:
+        assert e["workers"]["reason"] == ["pass", "pass", "signal"]
+        assert e["phase"] != WHOLE_PHASE
     assert "whole_pass_iterations" not in sim.policy.summary()
+
+
+def test_the_calibration_pauses_a_straggler_at_its_bound():
+    """K-means, worker 3 30x slower (a 60 ms pass against 2 ms; ``flegel paper``'s
+    injected straggler is about that): the calibration pauses it once it ran
+    WHOLE_PASS_WAIT times the first pass, not after its own pass."""
+    sim = Simulation("fsp", {}, cost_s=10e-6, slowdown={3: 30.0}, latency_s=LAT,
+                     stop={"max_iterations": 2}).run()
+    assert sim.barrier_events()[0]["workers"]["reason"] == ["pass", "pass", "signal"]
+    start = sim.server.start
+    first_pass = min(a.time for a in sim.arrivals if a.header["version"] == 0) - start
+    (pause,) = [s for s in sim.transport.signals_of(Signal.PAUSE) if s.version == 0]
+    assert pause.rank == 3
+    assert (WHOLE_PASS_WAIT * first_pass <= pause.time - start
+            <= WHOLE_PASS_WAIT * first_pass + 2e-3)

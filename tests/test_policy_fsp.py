@@ -83,16 +83,22 @@ def test_fsp_full_pass_triggers_early_barrier(coordination):
     assert len(bars) == 10
     arrivals = {(a.rank, int(a.header["version"])): a.time for a in sim.arrivals}
     pauses = sim.transport.signals_of(Signal.PAUSE)
-    for v, e in enumerate(bars):
+    # The calibration is a whole pass: worker 3's pass, 4x the first, is within its bound.
+    assert bars[0]["workers"]["reason"] == ["pass"] * 3
+    # Iteration 2: worker 3's pass rests on one commit, no evidence yet (PASS_EVIDENCE):
+    # it finishes its pass under its own timer (semi), or is paused at PASS_GRACE · t_p.
+    assert bars[1]["workers"]["reason"] == (["pass"] * 3 if coordination == "semi"
+                                            else ["pass", "pass", "signal"])
+    for v, e in enumerate(bars[2:], start=2):
         assert e["workers"]["reason"] == ["pass", "pass", "signal"]
         sent = [s for s in pauses if s.version == v]
         assert [s.rank for s in sent] == [3]
-        if v >= 1:
-            # Its pass is known (iteration 1 measured it): paused when worker 1's arrives.
-            assert sent[0].time == arrivals[(1, v)]
+        # Its pass is known: paused when worker 1's arrives.
+        assert sent[0].time == arrivals[(1, v)]
     passes = [it.header["passes"] for it in sim.iterations(1)]
     assert passes == pytest.approx(list(range(1, 11)))
-    assert sim.now < 10 * (3e-3 + 0.5e-3)  # ~ one pass of worker 2 per barrier
+    # ~ one pass of worker 2 per barrier, and worker 3's 8 ms pass twice.
+    assert sim.now < 2 * 8e-3 + 8 * (3e-3 + 0.5e-3)
 
 
 def test_fsp_a_pass_waits_for_workers_that_can_finish_theirs():
@@ -105,13 +111,14 @@ def test_fsp_a_pass_waits_for_workers_that_can_finish_theirs():
                      cost_s=[10e-6, 11e-6, 12e-6, 100e-6], workers=4, points=800,
                      latency_s=LAT, stop={"max_iterations": 8}).run()
     bars = sim.barrier_events()
-    for e in bars[1:]:
+    # (From iteration 3: the straggler's pass rests on PASS_EVIDENCE commits.)
+    for e in bars[2:]:
         assert e["workers"]["reason"] == ["pass", "pass", "pass", "signal"]
         assert e["workers"]["points"][:3] == [200, 200, 200]
         assert 0 < e["workers"]["points"][3] < 200
     # An iteration lasts about the slowest of the three passes, well within the grace.
     times = [e["time_s"] for e in bars]
-    assert max(np.diff(times[1:])) < PASS_GRACE * 2e-3 + 1e-3
+    assert max(np.diff(times[2:])) < PASS_GRACE * 2e-3 + 1e-3
 
 
 def _spread_run(coordination: str) -> Simulation:
@@ -299,33 +306,45 @@ def test_fsp_pass_prediction_counts_kernel_time_and_injected_delays_not_waits_fo
     itself again); one whose blocks were suspended is."""
     sim = Simulation("fsp", {"interval": "multistage"}, stop={"max_iterations": 1})
     policy = sim.policy
-    policy._update_passes({
+    policy.passes.observe({
         1: {"n_active": 1000.0, "points": 500.0, "compute_s": 10e-3, "slowed_s": 0.0,
             "rate": 5e5},     # 1 ms of kernel for 500 points, 10 ms of wall time
         2: {"n_active": 1000.0, "points": 100.0, "compute_s": 40e-3, "slowed_s": 39.8e-3,
             "rate": 5e5},     # suspended 39.8 ms
         3: {"n_active": 1000.0, "points": 0.0, "compute_s": 1e-4, "slowed_s": 0.0,
             "rate": 0.0}})    # paused before its first block: nothing learnt
-    assert policy.pass_s[1] == pytest.approx(2e-3)
-    assert policy.pass_s[2] == pytest.approx(2e-3 + 0.398)
-    assert 3 not in policy.pass_s
+    assert policy.passes.pass_s[1] == pytest.approx(2e-3)
+    assert policy.passes.pass_s[2] == pytest.approx(2e-3 + 0.398)
+    assert 3 not in policy.passes.pass_s
     # Next iteration worker 1's kernel waited for a core (10x its time): the fastest of its
     # recent kernel times stands.  Worker 2 processed 400 points and served no suspension
     # (what was left of one came in the last iteration): its delays count over both.
-    policy._update_passes({
+    policy.passes.observe({
         1: {"n_active": 1000.0, "points": 500.0, "compute_s": 10e-3, "slowed_s": 0.0,
             "rate": 5e4},
         2: {"n_active": 1000.0, "points": 400.0, "compute_s": 1e-3, "slowed_s": 0.0,
             "rate": 5e5},
         3: {"n_active": 1000.0, "points": 0.0, "compute_s": 3e-2, "slowed_s": 3e-2,
             "rate": 0.0}})    # suspended the whole iteration: nothing of its kernel yet
-    assert policy.pass_s[1] == pytest.approx(2e-3)
-    assert policy.pass_s[2] == pytest.approx(2e-3 + 1000 * 39.8e-3 / 500)
-    assert 3 not in policy.pass_s
+    assert policy.passes.pass_s[1] == pytest.approx(2e-3)
+    assert policy.passes.pass_s[2] == pytest.approx(2e-3 + 1000 * 39.8e-3 / 500)
+    assert 3 not in policy.passes.pass_s
     # A commit of nothing, without a suspension (paused before it ran): forgotten.
-    policy._update_passes({1: {"n_active": 1000.0, "points": 0.0, "compute_s": 1e-4,
+    policy.passes.observe({1: {"n_active": 1000.0, "points": 0.0, "compute_s": 1e-4,
                                "slowed_s": 0.0, "rate": 0.0}})
-    assert 1 not in policy.pass_s
+    assert 1 not in policy.passes.pass_s
+
+
+def predict(policy, passes: dict[int, float]) -> None:
+    """Give the policy's pass predictor these passes, each on PASS_EVIDENCE commits."""
+    from flegel.sync.fsp import PASS_EVIDENCE
+
+    for r in passes:
+        policy.passes.forget(r)
+    for _ in range(PASS_EVIDENCE):
+        policy.passes.observe({r: {"n_active": 1000.0, "points": 1000.0, "rate": 1000.0 / p,
+                                   "slowed_s": 0.0} for r, p in passes.items()})
+    assert policy.passes.pass_s == pytest.approx(passes)
 
 
 @pytest.mark.parametrize("coordination", ["semi", "centralized"])
@@ -347,7 +366,7 @@ def test_fsp_after_a_pass_the_master_pauses_only_stragglers_when_timers_run(coor
     policy.plan = Plan(5e-3)
     now = sim.server.now()
     policy.iter_start = now - 2e-3
-    policy.pass_s = {1: 2e-3, 2: 2.5e-3, 3: 0.9}   # worker 3: a straggler's 0.9 s pass
+    predict(policy, {1: 2e-3, 2: 2.5e-3, 3: 0.9})   # worker 3: a straggler's 0.9 s pass
     before = len(sim.transport.signals_of(Signal.PAUSE))
     policy._on_pass(1)
     sent = sim.transport.signals_of(Signal.PAUSE)[before:]
@@ -358,7 +377,7 @@ def test_fsp_after_a_pass_the_master_pauses_only_stragglers_when_timers_run(coor
         policy.pending, policy.signalled, policy.pause_at = {}, False, None
         policy.paused = set()
         policy.iter_start = now - 0.7e-3
-        policy.pass_s = {1: 2.1e-3, 2: 3e-3, 3: 0.9}
+        predict(policy, {1: 2.1e-3, 2: 3e-3, 3: 0.9})
         policy._on_pass(1)
         assert [s.rank for s in sim.transport.signals_of(Signal.PAUSE)[before + 1:]] == [3]
         before += 1
@@ -373,3 +392,26 @@ def test_fsp_after_a_pass_the_master_pauses_only_stragglers_when_timers_run(coor
         assert len(sim.transport.signals_of(Signal.PAUSE)) == before + 1
         policy.on_tick(policy.pause_at)
         assert [s.rank for s in sim.transport.signals_of(Signal.PAUSE)[before:]] == [3, 2]
+
+
+@pytest.mark.parametrize("slowed_block, left", [(3, 1), (2, 2)])
+def test_fsp_a_timer_does_not_cut_the_last_block_of_a_pass(slowed_block, left):
+    """Issue 19: a worker whose timer expires with at most one block of its pass left
+    finishes the pass (where ranks share cores: a worker that waited for a core past its
+    deadline).  Passes of 4 blocks of 50 points (2 ms), η = 3 ms; worker 2's block of an
+    iteration starting at 19 ms takes 10x its time (5 ms): slowed in its 3rd block, it is
+    past its deadline with its last block left and commits the whole pass (before the fix:
+    150 of 200 points on its timer); slowed in its 2nd, two blocks are left and its timer
+    ends the iteration."""
+    at = 0.019 + 0.5e-3 * (slowed_block - 1)
+    sim = Simulation("fsp", {"interval": "fixed", "eta_ms": 3, "coordination": "semi"},
+                     cost_s=10e-6, block_points=50, latency_s=LAT,
+                     slowdown={2: lambda t: 10.0 if at <= t < at + 0.3e-3 else 1.0},
+                     stop={"max_iterations": 20}).run()
+    (late,) = [it for it in sim.iterations(2) if it.ended - it.began > 4e-3]
+    if left == 1:
+        assert late.reason == Reason.PASS and late.header["points"] == 200
+    else:
+        assert late.reason == Reason.TIMER and late.header["points"] == 100
+    assert all(it.reason == Reason.PASS and it.header["points"] == 200
+               for r in sim.ranks for it in sim.iterations(r) if it is not late)

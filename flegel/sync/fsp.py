@@ -6,11 +6,12 @@ new θ (Section 3.1), so convergence is kept (Section 3.2).  A worker that compl
 since the last barrier commits at once, and the master pauses the workers that could not
 finish their own pass soon (Section 3.3; :meth:`FSP._on_pass`: the others finish theirs, which
 on shared cores is what a worker that has not yet run needs).  Iteration 1 is a calibration
-iteration without a timer, which ends after the fastest worker completes a pass: it measures
-speeds and gives FSPB its η⁰.  An algorithm whose update is stronger on a full batch at θ
-(``Algorithm.full_batch_update``: logistic regression's L-BFGS) gets *whole passes* instead
-while no worker straggles: the iteration ends when every worker has finished its pass (see
-:class:`FSP`).
+iteration without a timer, a whole pass as BSPV's is: it ends when every worker has finished
+its pass, the workers still computing paused once it ran :data:`WHOLE_PASS_WAIT` times as
+long as the first pass took to arrive (see :class:`FSP`, Notes).  It measures speeds and
+gives FSPB its η⁰ (the first pass's time).  An algorithm whose update is stronger on a full
+batch at θ (``Algorithm.full_batch_update``: logistic regression's L-BFGS) gets *whole passes*
+after it too while no worker straggles (see :class:`FSP`).
 
 Coordination (Section 5.2, Fig. 6):
 
@@ -43,7 +44,7 @@ import numpy as np
 
 from flegel.balance.migration import KEYS as MIGRATION_KEYS
 from flegel.balance.migration import Balancer, MigrationOptions, Migrator
-from flegel.balance.ports import MigrationPort, OrderPort
+from flegel.balance.ports import MigratingShard, MigrationPort, OrderPort
 from flegel.interval import Observation, Plan, make_adjustor
 from flegel.interval.multistage import (
     PROBE_MODES,
@@ -54,6 +55,7 @@ from flegel.interval.multistage import (
 from flegel.ports import ServerPort, WorkerPolicy, WorkerPort
 from flegel.protocol import POLL_MAX_S, Instructions, Reason, Signal
 from flegel.sync.base import BarrierPolicy, round_trip_s
+from flegel.sync.passes import PassPredictor
 from flegel.validation import Key, boolean, choice, mapping, number
 
 #: Weight of the newest measurement when smoothing the semi-centralized offsets δᵢ.
@@ -79,24 +81,20 @@ MAX_LAG_CREDIT_S = 2 * POLL_MAX_S
 #: finish theirs (:meth:`FSP._on_pass`).  Twice: a worker twice as slow as the fastest is
 #: a straggler the others should not wait for (the paper's heterogeneous workers).
 PASS_GRACE = 2.0
-#: Commits a worker's predicted pass is taken from (:meth:`FSP._update_passes`).
-PASS_HISTORY = 4
 #: FSPV's first interval gives the barrier this share of the iteration: BSPV's ρ
 #: (flegel.sync.bsp, ``overhead``), so FSPV starts from BSPV's choice.
 FIRST_OVERHEAD = 0.1
 #: The phase of an iteration that ends when every worker finished its pass at θ (an
 #: algorithm with ``full_batch_update``; see :class:`FSP`, "Whole passes").
 WHOLE_PHASE = "whole-pass"
-#: Whole passes: a worker whose recent pass time is beyond this many times the typical
+#: Whole passes: a worker whose predicted pass is beyond this many times the typical
 #: worker's is a straggler (the interval adjustor then runs FSP's ordinary iterations), and
 #: workers still computing are paused once a whole pass has run this many times as long as
 #: its first pass took to arrive (:meth:`FSP._whole_bound`): a straggler nobody predicted
 #: cannot hold the barrier.
 WHOLE_PASS_WAIT = 4.0
-#: Whole passes: a worker's pass time is measured over its last this many commits
-#: (:meth:`FSP._pass_times`).
-PASS_MEMORY = 5
-#: Whole passes: commits a worker must have made before it can be called a straggler.
+#: Commits a worker's predicted pass must rest on before it can be called a straggler (paused
+#: at the first pass, :meth:`FSP._on_pass`; whole passes turned off, :meth:`FSP._balanced`).
 PASS_EVIDENCE = 2
 
 
@@ -112,16 +110,35 @@ class FSPWorker(WorkerPolicy):
     its deadline ahead, the worker shrinks its last block to end on it instead of overrunning
     it by up to a block.
 
+    **A pass's last block is not cut** (issue 19; a choice where the paper, which counts in
+    points, is silent): when its timer expires -- or would within the next block -- with at
+    most one block of its pass left (the block sizer's next block, which counts a
+    straggler's injected delays, so a slowed worker's blocks are small), the worker finishes
+    the pass and commits it as a full pass.  The block is the runtime's unit of promptness:
+    a worker answers a signal only between blocks, so one block past the deadline is
+    lateness any barrier already allows, and the tail's points are trained at this θ rather
+    than an iteration later.  Where ranks share cores this is the common case of a timer
+    expiring mid-pass: a worker that waited for a core past its deadline wakes with a
+    fraction of a block left.  Measured (issue 19, ``flegel paper``'s K-means, 4 workers and
+    the master on 2 cores, FSPV at a barrier per pass): timers cut such workers at 76-79%
+    of their 1.2 ms pass ([27500, 27500, 21841, 27500]); the barrier had waited for them
+    anyway, and the objective lagged BSPV's by the pass's tail.  Signals are answered as
+    before: the master pauses a worker because it must not be waited for.
+
     Data migration (Section 4.3) acts on the worker through its
     :class:`~flegel.balance.ports.MigrationPort`, which :meth:`attach` takes from it.
     """
 
-    #: The worker (a reference) is no state of the policy.
-    NOT_STATE: ClassVar[tuple[str, ...]] = ("options", "mesh")
+    #: The worker and its shard (references) are no state of the policy.
+    NOT_STATE: ClassVar[tuple[str, ...]] = ("options", "mesh", "shard")
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         super().__init__(options)
         self._deadline: float | None = None
+        #: The worker's shard (its active points: how much of the pass is left), and the
+        #: block sizer's latest choice: a pass's last block is not cut (class notes).
+        self.shard: MigratingShard | None = None
+        self._block = 0
         mig = MigrationOptions.of(self.options.get("migration"))
         self.migrator = Migrator(mig) if mig.mode != "off" else None
         self.sync_migration = mig.mode == "sync"
@@ -133,6 +150,8 @@ class FSPWorker(WorkerPolicy):
             self.migrator.resumed()
 
     def attach(self, worker: WorkerPort) -> None:
+        if isinstance(worker, MigrationPort):
+            self.shard = worker.shard
         if self.options.get("shuffle", True) and isinstance(worker, MigrationPort):
             # Traverse the shard in a random order, seeded by the shard (its first global
             # id, rank << ID_SHIFT): see ShardStore.shuffle.
@@ -189,15 +208,27 @@ class FSPWorker(WorkerPolicy):
         return self._deadline
 
     def commit_reason(self, port: WorkerPort, points: int) -> Reason | None:
-        if self._deadline is not None and port.now() >= self._deadline:
+        if (self._deadline is not None and port.now() >= self._deadline
+                and not self._last_block(points)):
             return Reason.TIMER
         return None
 
+    def block_size(self, port: WorkerPort, sized: int) -> int:
+        self._block = sized
+        return sized
+
     def block_limit(self, port: WorkerPort, points: int) -> int | None:
         per_point = port.per_point_s
-        if self._deadline is None or not per_point:
+        if self._deadline is None or not per_point or self._last_block(points):
             return None
         return max(1, int((self._deadline - port.now()) / per_point))
+
+    def _last_block(self, points: int) -> bool:
+        """Whether what is left of the pass, after ``points`` this iteration, fits in the
+        block sizer's next block (class notes: a pass's last block is not cut)."""
+        if self.shard is None or self._block <= 0:
+            return False
+        return 0 < self.shard.n_active - points <= self._block
 
 
 def center_offsets(offsets: dict[int, float], bound: float) -> dict[int, float]:
@@ -272,7 +303,7 @@ class FSP(BarrierPolicy):
     iterations into the run and, on the noisy pass times of shared cores, fitted an η below
     the pass in 2 of 3 runs (0.12x and 0.45x, against 1.09x when it landed on the pass).  The
     calibration iteration is a whole pass too, as BSPV's is: it is the first L-BFGS
-    evaluation.  Stragglers keep FSP's point (Section 3): a worker whose recent pass time is
+    evaluation.  Stragglers keep FSP's point (Section 3): a worker whose predicted pass is
     beyond :data:`WHOLE_PASS_WAIT` times the typical worker's is a straggler
     (:meth:`_balanced`), and the adjustor then (re)starts and runs FSP's ordinary iterations;
     migration shortens the straggler's pass, and once no worker straggles whole passes
@@ -280,6 +311,19 @@ class FSP(BarrierPolicy):
     as its first pass took to arrive (or a typical pass, if longer) is paused
     (:meth:`_whole_bound`), so an unforeseen straggler holds no barrier for long.  This
     holds whatever ``interval`` says (a fixed η too): the pass, not η, ends a whole pass.
+
+    **The calibration is a whole pass for every algorithm** (issue 19), as BSPV's calibration
+    is a full pass, not only for those with ``full_batch_update``.  Nothing is known of the
+    workers' speeds then, so the pass rule (:meth:`_on_pass`) has no straggler to tell
+    apart, and it paused every worker not done by :data:`PASS_GRACE` times the first pass.
+    On shared cores that is a worker whose θ reached it late or that waited for a core, not
+    a slow one: measured (``flegel paper``'s K-means, 4 workers and the master on 2 cores)
+    the calibration cut one or two workers at 75% of their pass in 2 of 3 runs, so FSPV's
+    first θ came from less data than BSPV's and, on a target four passes away, FSPV needed a
+    fifth iteration.  A straggler is still paused once the calibration ran
+    :data:`WHOLE_PASS_WAIT` times as long as its first pass took to arrive (an injected
+    straggler of ``flegel paper`` takes 30x the others' pass).  FSPB's η⁰ is still the
+    first pass's time.
     """
 
     OPTIONS: ClassVar[dict[str, Key]] = {
@@ -329,7 +373,7 @@ class FSP(BarrierPolicy):
 
     WORKER = FSPWorker
     #: The interval adjustor is checkpointed through its own ``checkpoint_state()``.
-    NESTED: ClassVar[tuple[str, ...]] = ("adjustor",)
+    NESTED: ClassVar[tuple[str, ...]] = ("adjustor", "passes")
     #: The server, under its migration port too, is no state of the policy.
     NOT_STATE: ClassVar[tuple[str, ...]] = ("server", "options", "order_port")
 
@@ -352,11 +396,9 @@ class FSP(BarrierPolicy):
         #: no pause then (paused at once, or the worker that made the pass).
         self.pause_at: float | None = None
         self.paused: set[int] = set()
-        #: Each worker's predicted full pass (:meth:`_update_passes`), and what it is
-        #: predicted from: its recent kernel seconds per point, and (points, injected
-        #: delay) of its recent commits.
-        self.pass_s: dict[int, float] = {}
-        self._pass_log: dict[int, tuple[list[float], list[tuple[float, float]]]] = {}
+        #: Each worker's predicted full pass (flegel.sync.passes): who is paused at the
+        #: first pass, who straggles for whole passes, the typical pass.
+        self.passes = PassPredictor()
         self.iter_start = 0.0
         self.eta_max_s = float("inf")
         self._mark_theta: object | None = None
@@ -373,10 +415,9 @@ class FSP(BarrierPolicy):
                                 f"found {type(server).__name__}")
             self.order_port = server
         self._orders: dict[int, int] = {}
-        # Whole passes (_balanced): the algorithm's declaration, each worker's recent commits,
-        # whether this iteration waits for every pass, and when it pauses those still busy.
+        # Whole passes (_balanced): the algorithm's declaration, whether this iteration waits
+        # for every pass, and how many did.
         self.full_batch = bool(server.full_batch_update)
-        self.pass_log: dict[int, list[list[float]]] = {}  # [compute_s, points] per commit
         self.whole = False
         self.whole_iterations = 0
 
@@ -401,7 +442,9 @@ class FSP(BarrierPolicy):
         self.signalled = False
         self.pause_at = None
         self.paused = set()
-        self.whole = self.plan.phase in ("calibration", WHOLE_PHASE) and self.full_batch
+        # The calibration is a whole pass for every algorithm (class notes); later ones
+        # only for a full-batch algorithm without stragglers (_balanced).
+        self.whole = self.plan.phase in ("calibration", WHOLE_PHASE)
         self.whole_iterations += self.whole
         self._start_estimate = srv.estimated_objective()
         super().broadcast()
@@ -436,10 +479,11 @@ class FSP(BarrierPolicy):
     def _on_pass(self, rank: int) -> None:
         """The first full pass of an iteration, ``t_p`` after its broadcast: pause at once
         the workers that cannot finish their own pass within :data:`PASS_GRACE` · t_p (by
-        their last measured pass, :meth:`_update_passes`: stragglers), and let the others
-        finish theirs.  Their own timers (η − δᵢ, semi-centralized) bound them; without
-        timers (the calibration iteration, or centralized coordination) the master pauses
-        them at ``PASS_GRACE · t_p`` after the broadcast (at η, if sooner).
+        their predicted pass, :class:`~flegel.sync.passes.PassPredictor`, resting on at least
+        :data:`PASS_EVIDENCE` commits: stragglers), and let the others finish theirs.  Their
+        own timers (η − δᵢ, semi-centralized) bound them; without timers (centralized
+        coordination) the master pauses them at ``PASS_GRACE · t_p`` after the broadcast (at
+        η, if sooner).
 
         The paper's barrier "at once" (Section 3.3) assumes every worker runs on a core of
         its own; where ranks share cores a worker of the same speed may not have run yet.
@@ -458,12 +502,16 @@ class FSP(BarrierPolicy):
         # alike, and a worker whose pass came in undisturbed (t_p at its kernel time) made
         # its peers' inflated predictions look like stragglers' (issue 19, FCM at a load of
         # 12: two of four workers paused at once with nothing done).
-        grace = PASS_GRACE * max(t_pass, min(self.pass_s.values(), default=0.0))
+        grace = PASS_GRACE * max(t_pass, self.passes.fastest())
         eta = self.plan.eta_s
         if eta > 0:
             grace = min(grace, eta)
+        # A straggler on evidence (PASS_EVIDENCE commits), as for whole passes: one kernel
+        # time can be a preempted one (issue 19, at a load of 16-22: a worker whose kernel
+        # was slowed in the calibration was paused at once in iteration 2, at 78% of a pass).
         late = [r for r in self.server.ranks if r not in self.pending and r != rank
-                and self.pass_s.get(r, 0.0) > grace]
+                and self.passes.pass_s.get(r, 0.0) > grace
+                and self.passes.evidence(r) >= PASS_EVIDENCE]
         if late:
             self.server.signal(late, Signal.PAUSE)
         self.paused.update(late)
@@ -488,56 +536,26 @@ class FSP(BarrierPolicy):
                    if r not in self.pending and r not in self.paused]
         self.server.signal(running, Signal.PAUSE)
 
-    def _pass_times(self) -> dict[int, float]:
-        """Each worker's recent pass time: its wall time over its points in its last
-        :data:`PASS_MEMORY` commits, commits of no point included, times its shard
-        (``n_active``).  Slow-downs count (a straggler's pass is what a whole pass would wait
-        for), and over several commits: an injected straggler computes a burst of points at
-        full speed, then sleeps through several iterations, so one commit can look fast;
-        on shared cores one pass can take several times the next (scheduling), and the
-        sum evens that out."""
-        out = {}
-        for r, log in self.pass_log.items():
-            seconds, points = (sum(c[i] for c in log) for i in (0, 1))
-            if log and seconds > 0:
-                n = self.server.worker(r).n_active
-                out[r] = n * seconds / points if points > 0 else float("inf")
-        return out
-
     def _balanced(self) -> bool:
         """Whether whole passes suit the next iteration (:data:`WHOLE_PHASE`): the algorithm
-        declares ``full_batch_update`` and no worker is a straggler -- one whose recent pass
-        time (:meth:`_pass_times`, over at least :data:`PASS_EVIDENCE` commits) is beyond
-        :data:`WHOLE_PASS_WAIT` times the typical worker's (the lower median: with half the
-        workers slow, the fast half's).  Pass times, not speeds: a slowed worker left with
-        few points by migration has a short pass, and holds no barrier back."""
-        if not self.full_batch:
-            return False
-        best = self._pass_times()
-        if not best:
-            return True
-        bound = WHOLE_PASS_WAIT * self._typical_pass(best)
-        return not any(len(self.pass_log[r]) >= PASS_EVIDENCE and p > bound
-                       for r, p in best.items())
-
-    @staticmethod
-    def _typical_pass(best: dict[int, float]) -> float:
-        """The lower median of the workers' recent pass times: with half the workers slow,
-        the fast half's."""
-        return sorted(best.values())[(len(best) - 1) // 2]
+        declares ``full_batch_update`` and no worker is a straggler -- one whose predicted
+        pass (:class:`~flegel.sync.passes.PassPredictor`, resting on at least
+        :data:`PASS_EVIDENCE` commits) is beyond :data:`WHOLE_PASS_WAIT` times the typical
+        worker's (the lower median: with half the workers slow, the fast half's).  Pass
+        times, not speeds: a slowed worker left with few points by migration has a short
+        pass, and holds no barrier back."""
+        return self.full_batch and not self.passes.stragglers(WHOLE_PASS_WAIT, PASS_EVIDENCE)
 
     def _whole_bound(self, first_arrival: float) -> float:
         """How long a whole pass may run, from its start, before the workers still
         computing are paused: :data:`WHOLE_PASS_WAIT` times the longer of the time its first
-        pass took to arrive and the typical worker's recent pass time (a worker slower than
+        pass took to arrive and the typical worker's predicted pass (a worker slower than
         that would be a straggler, :meth:`_balanced`).  The first arrival carries what the
-        pass times do not -- θ's way to the workers, their wait for a core (on 2 shared cores
-        at a load of 12, a 3 ms pass arrived 8-15 ms after the broadcast, and a bound of 4
-        pass times cut a third of the whole passes short) --, the typical pass what the first
-        arrival may lack: a worker left with few points passes first."""
-        best = self._pass_times()
-        typical = self._typical_pass(best) if best else 0.0
-        return WHOLE_PASS_WAIT * max(first_arrival - self.iter_start, typical)
+        prediction does not -- θ's way to the workers, their wait for a core (on 2 shared
+        cores at a load of 12, a 3 ms pass arrived 8-15 ms after the broadcast, and a bound of
+        4 pass times cut a third of the whole passes short) --, the typical pass what the
+        first arrival may lack: a worker left with few points passes first."""
+        return WHOLE_PASS_WAIT * max(first_arrival - self.iter_start, self.passes.typical())
 
     # ---------------------------------------------------------------- the barrier
     def after_barrier(self, commits: dict[int, dict[str, float]], agg: dict[str, Any]) -> None:
@@ -546,8 +564,7 @@ class FSP(BarrierPolicy):
         arrivals = {r: srv.worker(r).arrived_at for r in commits}
         first = min(arrivals.values())
         self._update_eta_max(commits)
-        self._log_passes(commits)
-        self._update_passes(commits)
+        self.passes.observe(commits)
         if self.semi and self.plan.eta_s > 0:
             self._update_offsets(commits, arrivals)
         # Progress on the estimated objective: a first visit of a point adds its whole loss
@@ -597,6 +614,9 @@ class FSP(BarrierPolicy):
         regression) a pass of 1.3 ms of kernel time took 3-5 ms, and capping η at the kernel
         time held FSPV's interval below the barrier's own cost (workers computed 8% of the
         time); an η past the pass costs nothing, as the pass itself calls the barrier.
+        This is a time on the clock, for an interval; how fast each worker is -- who is a
+        straggler -- is judged on kernel time and injected delays instead
+        (:class:`~flegel.sync.passes.PassPredictor`), where a wait for a core is no slowness.
         """
         passes = [h["n_active"] * max(h["compute_s"] - h.get("slowed_s", 0.0), 0.0)
                   / h["points"] for h in commits.values()
@@ -604,48 +624,6 @@ class FSP(BarrierPolicy):
         passes = [p for p in passes if p > 0]
         if passes:
             self.eta_max_s = float(min(passes))
-
-    def _log_passes(self, commits: dict[int, dict[str, float]]) -> None:
-        """Log each worker's wall time and points, the last :data:`PASS_MEMORY` commits
-        (:meth:`_pass_times`)."""
-        for r, h in commits.items():
-            log = self.pass_log.setdefault(r, [])
-            log.append([float(h["compute_s"]), float(h["points"])])
-            del log[:-PASS_MEMORY]
-
-    def _update_passes(self, commits: dict[int, dict[str, float]]) -> None:
-        """Each worker's full pass as :meth:`_on_pass` predicts it: the fastest of its last
-        :data:`PASS_HISTORY` kernel times per point (``1/rate``) plus its injected delays
-        per point over its last :data:`PASS_HISTORY` commits, times its points.
-
-        Not the iteration's wall time per point, and not one iteration's kernel time: where
-        ranks share cores both count the time a worker waited for a core, which says nothing
-        about its speed and only ever adds (hence the fastest).  Measured (issue 19, 4
-        workers and the master on 2 shared cores at a load of 8-10): a worker that ran late
-        in one iteration read as a pass of 10-52 ms against 1.3-5 ms, was paused at once
-        after the next first passes, committed 0 points and so never measured itself again.
-        For the same reason a commit of no points and no injected delay (a worker paused
-        before it ran) forgets the worker's passes: it is not paused at once until measured
-        again.  A straggler's suspensions are counted over the whole history, as they fall
-        unevenly on iterations (what is left of one is served in the next).
-        """
-        for r, h in commits.items():
-            kernels, delays = self._pass_log.setdefault(r, ([], []))
-            slowed = float(h.get("slowed_s", 0.0))
-            if h["points"] > 0 and h["rate"] > 0:
-                kernels.append(1.0 / h["rate"])
-            elif slowed <= 0:
-                kernels.clear()
-                delays.clear()
-                self.pass_s.pop(r, None)
-                continue
-            delays.append((float(h["points"]), slowed))
-            del kernels[:-PASS_HISTORY], delays[:-PASS_HISTORY]
-            points = sum(p for p, _ in delays)
-            if not kernels or points <= 0 or h["n_active"] <= 0:
-                self.pass_s.pop(r, None)
-                continue
-            self.pass_s[r] = h["n_active"] * (min(kernels) + sum(d for _, d in delays) / points)
 
     def _update_offsets(self, commits: dict[int, dict[str, float]],
                         arrivals: dict[int, float]) -> None:

@@ -1,0 +1,90 @@
+"""Where FSPV's and BSPV's time to the first horizon's target went (issue 19): the runs that
+``python bench/fsp_claims.py --only horizons --repeat N --keep DIR --json OUT`` kept, read
+back barrier by barrier.
+
+At ``flegel paper``'s quick scale the one-pass problems (K-means, GMM, FCM) reach the first
+horizon's target within a handful of iterations, so a pair's ratio is (iterations to the
+target) x (time per iteration) on each side.  Per pair this prints, for BSPV and FSPV:
+
+* ``its``: the barriers up to the snapshot that reached the target;
+* ``ms/it``: the mean wall time of those iterations (the calibration included);
+* ``cal ms``: the calibration iteration's wall time;
+* ``cut``: commits before the target that carried less than the worker's whole shard
+  (a timer or a pause cut its pass), and their reasons.
+
+Time per iteration is the machine's load (ranks sharing cores); the iterations and the cut
+passes are the sync model's.  Usage::
+
+    python bench/fsp_timeline.py DIR OUT [--algorithms kmeans,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def events(run: Path) -> list[dict[str, Any]]:
+    """A run's barrier events (``events.jsonl``)."""
+    return [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()
+            if line.strip()]
+
+
+def to_target(run: Path, target: float, sizes: list[float] | None = None) -> dict[str, Any]:
+    """Barriers, their mean time and the cut passes up to the first snapshot at or below
+    ``target`` (None figures if the run never reached it)."""
+    summary = json.loads((run / "summary.json").read_text())
+    hit = next((float(t) for t, f in summary["objective_trace"] if f <= target), None)
+    evs = events(run)
+    if hit is None or not evs:
+        return {"its": None, "ms_per_it": None, "cal_ms": None, "cut": []}
+    # The snapshot is taken at a barrier; the event of that barrier is the nearest one.
+    n = 1 + min(range(len(evs)), key=lambda i: abs(evs[i]["time_s"] - hit))
+    full = sizes or [max(e["workers"]["points"][k] for e in evs)
+                     for k in range(len(evs[0]["workers"]["points"]))]
+    cut = [f"{e['t']}:{r}" for e in evs[:n]
+           for p, r, m in zip(e["workers"]["points"], e["workers"]["reason"], full) if p < m]
+    return {"its": n, "ms_per_it": 1e3 * evs[n - 1]["time_s"] / n,
+            "cal_ms": 1e3 * evs[0]["time_s"], "cut": cut}
+
+
+def run_dir(rep: Path, algorithm: str, sync: str) -> Path:
+    """The kept trace run of ``sync`` on ``algorithm`` in one repeat's folder."""
+    (found,) = sorted((rep / "runs").glob(f"{algorithm}-*-trace-{sync}-*"))
+    return found
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("keep", type=Path, help="fsp_claims.py's --keep folder")
+    ap.add_argument("json", type=Path, help="fsp_claims.py's --json file")
+    ap.add_argument("--algorithms", default=None, help="comma-separated (default: all)")
+    args = ap.parse_args()
+    figures = json.loads(args.json.read_text())["horizons"]
+    names = args.algorithms.split(",") if args.algorithms else [
+        a for a in figures if not a.startswith("_")]
+    print(f"{'pair':12s} {'ratio':>6s}   {'BSPV its':>8s} {'ms/it':>6s} {'cal ms':>6s}"
+          f"   {'FSPV its':>8s} {'ms/it':>6s} {'cal ms':>6s}  FSPV cut passes (t:reason)")
+    for a in names:
+        reps = figures[a].get("repeats") or [figures[a]]
+        for i, rep in enumerate(reps):
+            if not rep["rows"]:
+                continue
+            row = rep["rows"][0]
+            folder = args.keep / "horizons" / (f"rep{i}" if len(reps) > 1 else "")
+            b = to_target(run_dir(folder, a, "bspv"), row["target"])
+            f = to_target(run_dir(folder, a, "fspv-off"), row["target"])
+
+            def cells(x: dict[str, Any]) -> str:
+                if x["its"] is None:
+                    return f"{'-':>8s} {'-':>6s} {'-':>6s}"
+                return f"{x['its']:8d} {x['ms_per_it']:6.1f} {x['cal_ms']:6.1f}"
+
+            print(f"{a + ' #' + str(i + 1):12s} {row['ratio']:5.2f}x   {cells(b)}   {cells(f)}"
+                  f"  {' '.join(f['cut']) or '-'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""bench/fsp_timeline.py: a horizon run read back barrier by barrier (issue 19)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "fsp_timeline.py"
+
+
+@pytest.fixture(scope="module")
+def timeline() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_fsp_timeline", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_fsp_timeline"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_run(folder: Path, barriers: list[tuple[float, list[int], list[str]]],
+              trace: list[tuple[float, float]]) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "events.jsonl").write_text("".join(
+        json.dumps({"t": i + 1, "time_s": t, "workers": {"points": p, "reason": r}}) + "\n"
+        for i, (t, p, r) in enumerate(barriers)))
+    (folder / "summary.json").write_text(json.dumps({"objective_trace": trace}))
+    return folder
+
+
+def test_iterations_time_and_cut_passes_to_the_target(timeline, tmp_path):
+    run = write_run(tmp_path / "runs" / "kmeans-strided-trace-fspv-off-abc", [
+        (0.010, [100, 100], ["pass", "pass"]),
+        (0.020, [100, 60], ["pass", "timer"]),
+        (0.040, [100, 100], ["pass", "pass"]),
+        (0.050, [100, 90], ["pass", "signal"])],
+        [(0.0099, 9.0), (0.0199, 5.0), (0.0399, 2.0), (0.0499, 1.0)])
+    out = timeline.to_target(run, 2.0)
+    assert out["its"] == 3
+    assert out["ms_per_it"] == pytest.approx(40.0 / 3)
+    assert out["cal_ms"] == pytest.approx(10.0)
+    assert out["cut"] == ["2:timer"]  # the cut at barrier 4 came after the target
+    assert timeline.to_target(run, 0.5)["its"] is None
+    assert timeline.run_dir(tmp_path, "kmeans", "fspv-off") == run
