@@ -155,9 +155,10 @@ def test_no_point_is_skipped_or_trained_twice_within_a_pass(interval, iterations
         assert visits.sum() <= trained
     # Per-point traversals stay together with migration; without, the straggler's points
     # lag many passes behind the others'.  (FSP traverses each shard in a shuffled order,
-    # issue 19: the multistage run ends 3 traversals apart, against 9 without migration.)
+    # issue 19: the multistage run ends 3 traversals apart, against 8 without migration --
+    # 9 before the calibration became a whole pass, which the straggler's points share.)
     spread, spread_off = np.ptp(visits), np.ptp(visits_off)
-    assert spread <= 3 and spread_off >= 3 * spread, (spread, spread_off)
+    assert spread <= 3 and spread_off > 2 * spread, (spread, spread_off)
 
 
 def test_migrator_counts_what_it_sent():
