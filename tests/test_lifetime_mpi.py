@@ -155,9 +155,16 @@ def test_a_killed_worker_is_named_with_its_real_pid(tmp_path):
     assert time.monotonic() - t0 < 10
     assert proc.returncode == ExitCode.WORKER_DIED, err
     _gone_within(tmp_path, 10)
-    # One line with the rank and its real PID (hydra's banner names another process).
+    # One line with the rank and its real PID (hydra's banner names another process).  On a
+    # loaded machine the launcher's watch may wake only after MPICH also ended the ranks that
+    # touched the dead one, and the master had no time to speak: it then names every rank it
+    # found dead, by its real PID (docs/exit-codes.md, code 5; seen at load 17, as in the
+    # fault matrix's "killed worker" row).
     lines = _messages(err)
-    assert len(lines) == 1 and lines[0].startswith(f"flegel: worker 2 (pid {pid}) died"), err
+    assert len(lines) == 1, err
+    assert (lines[0].startswith(f"flegel: worker 2 (pid {pid}) died")
+            or re.fullmatch(rf"flegel: ranks (\d \(pid \d+\), )+2 \(pid {pid}\) died at once; "
+                            r"the job ended before the master could save θ", lines[0])), err
     assert "BAD TERMINATION" not in stdout + err and "EXIT STRING" not in stdout + err
     # The master saves θ when MPICH lets it live long enough (it ends a rank that touches a
     # dead peer); the line says which happened.
