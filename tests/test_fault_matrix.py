@@ -183,9 +183,12 @@ CASES = [
          ExitCode.NUMERIC, r"flegel: worker 2's aggregator for iteration 3 \(its commit 3\): "
          r"entry 'sums' holds .*NaN.*; last θ \(iteration 2\) saved in {run}/model.npz",
          FAILED_FILES, 90),
+    # The silence is as the master measured it when it looked: the 2.5 s bound, and later by
+    # as long as the master (one of 18 ranks on two cores here) was kept from running.
     Case("stalled worker", {"params": {"where": "sleep", "rank": 2},
                             "runtime": {"stall_warning_s": 30, "stall_timeout_s": 2.5}}, "",
-         ExitCode.STALLED, r"flegel: worker 2 \(host \S+, pid \d+\) has not reported for 2\.\d s "
+         ExitCode.STALLED, r"flegel: worker 2 \(host \S+, pid \d+\) has not reported for "
+         r"(2\.[5-9]|3\.[0-4]) s "
          r"\(runtime\.stall_timeout_s: 2\.5\); it was computing its iteration 3 .*; last θ "
          r"\(iteration 2\) saved in {run}/model.npz", FAILED_FILES, 90),
     # stop.max_time_s bounds the whole run (issue 21): the sleeping worker is named in a

@@ -186,10 +186,16 @@ def test_a_stalled_worker_ends_the_job_after_its_warnings(tmp_path):
     lines = _messages(proc.stderr)
     # Warnings first (worker 1 waits at the barrier), then the one line that ends the job.
     # The worker is named by rank, host and PID (issue 21).
-    assert re.match(r"flegel: warning: worker 2 \(host \S+, pid \d+\) has not reported for "
-                    r"1\.", lines[0]), lines
-    assert re.match(r"flegel: worker 2 \(host \S+, pid \d+\) has not reported for 2\.5",
-                    lines[-1]), lines
+    # Each says how long the worker has been silent, as the master measured it when it
+    # looked: at least the bound, and later by as long as the master was kept from running
+    # (it looks every millisecond; 2.6 for 2.5 on a loaded machine is no fault).  Up to 1 s
+    # later is allowed: the warning must still come before the end.
+    warned = re.match(r"flegel: warning: worker 2 \(host \S+, pid \d+\) has not reported for "
+                      r"(\d+\.\d) s", lines[0])
+    assert warned and 1.0 <= float(warned[1]) < 2.0, lines
+    ended = re.match(r"flegel: worker 2 \(host \S+, pid \d+\) has not reported for (\d+\.\d) s",
+                     lines[-1])
+    assert ended and 2.5 <= float(ended[1]) < 3.5, lines
     assert "(runtime.stall_timeout_s: 2.5); it was computing its iteration 3" in lines[-1]
     assert lines[-1].endswith(f"last θ (iteration 2) saved in {out}/model.npz")
     meta = json.loads((out / "model.json").read_text())
