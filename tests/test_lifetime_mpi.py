@@ -188,7 +188,7 @@ def test_a_stalled_worker_ends_the_job_after_its_warnings(tmp_path):
     # The worker is named by rank, host and PID (issue 21).
     # Each says how long the worker has been silent, as the master measured it when it
     # looked: at least the bound, and later by as long as the master was kept from running
-    # (it looks every millisecond; 2.6 for 2.5 on a loaded machine is no fault).  Up to 1 s
+    # (it looks every millisecond; a master kept from running 50 ms then prints 2.6).  Up to 1 s
     # later is allowed: the warning must still come before the end.
     warned = re.match(r"flegel: warning: worker 2 \(host \S+, pid \d+\) has not reported for "
                       r"(\d+\.\d) s", lines[0])
