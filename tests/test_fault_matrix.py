@@ -296,12 +296,13 @@ class Outcome:
     error: str = ""
 
 
-def _wait_training(proc: subprocess.Popen, run: Path) -> None:
+def _wait_training(proc: subprocess.Popen, run: Path, barriers: bool = True) -> None:
     """Until training runs: the first barriers are in events.jsonl (flushed about once a
-    second)."""
+    second); ``barriers=False``: until the master starts its clock (events.jsonl is created
+    once θ⁰ exists, a moment before; its few first lines may stay unflushed until the end)."""
     t0 = time.monotonic()
     events = run / "events.jsonl"
-    while not (events.exists() and events.stat().st_size > 0):
+    while not (events.exists() and (events.stat().st_size > 0 or not barriers)):
         if proc.poll() is not None or time.monotonic() - t0 > 90:
             raise RuntimeError("the job did not start training")
         time.sleep(0.1)
@@ -348,7 +349,7 @@ def _run_case(case: Case, folder: Path) -> Outcome:
     t0 = time.monotonic()
     try:
         if case.from_training:
-            _wait_training(proc, run)
+            _wait_training(proc, run, barriers=False)
             t0 = time.monotonic()
         if case.hurt in HURT:
             _wait_training(proc, run)
