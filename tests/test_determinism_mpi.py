@@ -97,17 +97,29 @@ def _train_calls(tmp_path, name: str, *sets: str) -> tuple[dict[str, np.ndarray]
 
 def test_block_from_the_per_call_cost_is_the_same_in_every_run_and_replays(tmp_path):
     """Issue 23, item 3: ``block: auto`` measures the per-call cost at warm-up and picks a
-    power of two; two runs pick the same and give the same model, bit for bit, and setting
-    the recorded size replays it without measuring.  The default 16,384 gives another model:
-    the comparison can fail."""
+    power of two by the rule (:func:`flegel.runtime.blocksize.fixed_block`); the same block
+    gives the same model, bit for bit, and setting the recorded size replays it without
+    measuring.  Another size gives another model: the comparison can fail.
+
+    What a run measures is timing: on a quiet machine both runs measure ~3e-7 s a point and
+    pick 65,536; at load 20 one measured 1.06e-6 (its calls' wake-ups delayed) and picked
+    16,384.  So each run is held to the rule on its own measured costs, and bit-equality to
+    runs of the same block (which block a measurement finds is bench/blocksize_bench.py's)."""
+    from flegel.runtime.blocksize import fixed_block
+    from flegel.sync.bsp import BLOCK
+
     a, sa = _train_calls(tmp_path, "a")
     b, sb = _train_calls(tmp_path, "b")
-    assert sa["block"] == sb["block"] == 65536, (sa.get("call_cost"), sb.get("call_cost"))
-    assert sa["call_cost"]["fixed_s"] == pytest.approx(3e-3, rel=0.5)
-    np.testing.assert_array_equal(a["s"], b["s"])
+    for s in (sa, sb):
+        cost = s["call_cost"]
+        assert s["block"] == fixed_block(cost["fixed_s"], cost["point_s"], BLOCK), cost
+        assert cost["fixed_s"] == pytest.approx(3e-3, rel=0.5), cost
+    if sa["block"] == sb["block"]:
+        np.testing.assert_array_equal(a["s"], b["s"])
     replay, sr = _train_calls(tmp_path, "replay", f"sync.block={sa['block']}")
     assert sr["block"] == sa["block"] and "call_cost" not in sr  # set, not measured
     np.testing.assert_array_equal(a["s"], replay["s"])
-    fixed, sf = _train_calls(tmp_path, "fixed", "sync.block=16384")
-    assert sf["block"] == 16384
+    other = 16384 if sa["block"] != 16384 else 65536
+    fixed, sf = _train_calls(tmp_path, "fixed", f"sync.block={other}")
+    assert sf["block"] == other
     assert not np.array_equal(a["s"], fixed["s"])

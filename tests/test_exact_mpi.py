@@ -57,9 +57,19 @@ def test_fspv_target_stop_ends_at_or_below_the_target_on_the_exact_objective(tmp
     last = ex["trace"][-1]
     assert last["exact"] and last["objective"] <= target
     assert last["objective"] == pytest.approx(s["final_objective"], rel=1e-9)
-    # Evaluations within budget, give or take the last one (the rule keeps them <= 5% of
-    # the time they end at).
-    assert ex["cost_fraction"] <= 0.15
+    # Evaluations within budget, give or take the last one.  The rule, checked at every
+    # request after the first (whose estimate, a pass at the training rate, the summary
+    # does not keep): the evaluations so far plus the next one's estimate (the last one's
+    # cost) stay within the budget of the time they end at.  Checked on the recorded costs
+    # rather than as a share of this 0.2-0.5 s run: an evaluation on a worker descheduled
+    # meanwhile cost 8.4 ms against 0.5 ms at load 17, and one such at the end could take
+    # a short run's share past any fixed bound.  (1e-5: the summary rounds to 1 µs.)
+    trace, budget = ex["trace"], ex["budget"]
+    for i in range(1, len(trace)):
+        spent, est = sum(e["cost_s"] for e in trace[:i]), trace[i - 1]["cost_s"]
+        assert spent + est <= budget * (trace[i]["time_s"] + est) + 1e-5, (i, trace)
+    # Hence all but the last fit the budget of the training time.
+    assert ex["cost_s"] - last["cost_s"] <= budget * s["wall_time_s"] + 1e-5, ex
     # The progress line ends on the final θ's exact objective.
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("iter")]
     assert lines and lines[-1].endswith("done")

@@ -31,30 +31,44 @@ def blob_job(tmp_path_factory):
 
 
 def test_flexible_barrier_is_prompt_with_a_straggler(blob_job, tmp_path):
-    """One worker suspended 50 ms per 1,000 points: every barrier after the calibration
-    completes within a block time plus messaging (the suspended worker answers the master's
-    pause signal with what it has).  The calibration is a whole pass (issue 19): the
-    straggler is paused once it ran WHOLE_PASS_WAIT times as long as the first pass took."""
+    """One worker suspended 150 ms per 1,000 points (it sleeps ~150 ms after each ~1 ms
+    block): barriers after the calibration still complete within a block time plus
+    messaging, because the suspended worker answers the master's pause signal with what it
+    has.  The calibration is a whole pass (issue 19): the straggler is paused once it ran
+    WHOLE_PASS_WAIT times as long as the first pass took.
+
+    A straggler that finished its suspension before answering holds the barrier for its
+    sleep: about one barrier in eight then spreads over 75 ms (10 and 11 of 80 in two runs
+    with the suspension made uninterruptible, at load 11).  Answering promptly, none did
+    (0 of 80 in three runs at load 11; medians 12-22 ms at load 11-17).  So the test counts
+    the barriers over 75 ms rather than bounding the largest spread or the median: a rank
+    descheduled for half a second on a loaded machine spreads one barrier whatever the
+    runtime does, and messaging alone took the median past 10 ms at load 15-17 (the
+    median does not tell the two apart: 14-22 ms either way)."""
     from flegel.sync.fsp import WHOLE_PASS_WAIT
 
     out = tmp_path / "run"
     mpirun(blob_job, 3, out, "sync={model: fsp, interval: fixed, eta_ms: 20, "
                              "coordination: centralized}",
-           "stragglers=[{pattern: injected, tau_ms: 50, every: 1000, workers: [2]}]",
-           "stop.max_iterations=40", "stop.tolerance=null")
+           "stragglers=[{pattern: injected, tau_ms: 150, every: 1000, workers: [2]}]",
+           "stop.max_iterations=80", "stop.tolerance=null")
     ev = events(out)
     calibration = ev[0]
     assert calibration["workers"]["reason"][1] == "signal"
     first = calibration["time_s"] - calibration["barrier_s"]  # the first report's arrival
     assert calibration["spread_s"] < (WHOLE_PASS_WAIT - 1) * first + 0.05
-    spreads = [e["spread_s"] for e in ev[1:]]
-    # One block is ~1 ms; allow generously for messaging on an oversubscribed 2-core machine
-    # (4 ranks on 2 cores: a rank may wait a scheduler slice before it runs).
-    assert max(spreads) < 0.05, spreads
-    assert np.median(spreads) < 0.01, spreads
+    spreads = np.array([e["spread_s"] for e in ev[1:]])
+    assert len(spreads) == 79
+    # At most 4 of 79 (5%): room for descheduled ranks, half what a late straggler causes.
+    assert (spreads > 0.075).sum() <= 4, sorted(spreads)[-10:]
     s = summary(out)
     assert s["stragglers"][0]["rank"] == 2
-    assert s["per_worker"][1]["slowed_s"] > 0.3 * s["wall_time_s"]
+    # The straggler was suspended for longer than it computed (by its 150 ms per 1,000
+    # points, nominally hundreds of times longer): it would have held every barrier it
+    # reached mid-sleep.  Measured against its own compute time, not the run's wall time,
+    # which messaging and start-up lengthen on a loaded machine.
+    straggler = s["per_worker"][1]
+    assert straggler["slowed_s"] > straggler["compute_s"], straggler
     assert s["per_worker"][0]["slowed_s"] == 0 and s["per_worker"][2]["slowed_s"] == 0
     # The straggler still contributes: its points reach the barriers.
     assert sum(e["workers"]["points"][1] for e in ev) > 0

@@ -155,9 +155,16 @@ def test_a_killed_worker_is_named_with_its_real_pid(tmp_path):
     assert time.monotonic() - t0 < 10
     assert proc.returncode == ExitCode.WORKER_DIED, err
     _gone_within(tmp_path, 10)
-    # One line with the rank and its real PID (hydra's banner names another process).
+    # One line with the rank and its real PID (hydra's banner names another process).  On a
+    # loaded machine the launcher's watch may wake only after MPICH also ended the ranks that
+    # touched the dead one, and the master had no time to speak: it then names every rank it
+    # found dead, by its real PID (docs/exit-codes.md, code 5; seen at load 17, as in the
+    # fault matrix's "killed worker" row).
     lines = _messages(err)
-    assert len(lines) == 1 and lines[0].startswith(f"flegel: worker 2 (pid {pid}) died"), err
+    assert len(lines) == 1, err
+    assert (lines[0].startswith(f"flegel: worker 2 (pid {pid}) died")
+            or re.fullmatch(rf"flegel: ranks (\d \(pid \d+\), )+2 \(pid {pid}\) died at once; "
+                            r"the job ended before the master could save θ", lines[0])), err
     assert "BAD TERMINATION" not in stdout + err and "EXIT STRING" not in stdout + err
     # The master saves θ when MPICH lets it live long enough (it ends a rank that touches a
     # dead peer); the line says which happened.
@@ -179,10 +186,16 @@ def test_a_stalled_worker_ends_the_job_after_its_warnings(tmp_path):
     lines = _messages(proc.stderr)
     # Warnings first (worker 1 waits at the barrier), then the one line that ends the job.
     # The worker is named by rank, host and PID (issue 21).
-    assert re.match(r"flegel: warning: worker 2 \(host \S+, pid \d+\) has not reported for "
-                    r"1\.", lines[0]), lines
-    assert re.match(r"flegel: worker 2 \(host \S+, pid \d+\) has not reported for 2\.5",
-                    lines[-1]), lines
+    # Each says how long the worker has been silent, as the master measured it when it
+    # looked: at least the bound, and later by as long as the master was kept from running
+    # (it looks every millisecond; a master kept from running 50 ms then prints 2.6).  Up to 1 s
+    # later is allowed: the warning must still come before the end.
+    warned = re.match(r"flegel: warning: worker 2 \(host \S+, pid \d+\) has not reported for "
+                      r"(\d+\.\d) s", lines[0])
+    assert warned and 1.0 <= float(warned[1]) < 2.0, lines
+    ended = re.match(r"flegel: worker 2 \(host \S+, pid \d+\) has not reported for (\d+\.\d) s",
+                     lines[-1])
+    assert ended and 2.5 <= float(ended[1]) < 3.5, lines
     assert "(runtime.stall_timeout_s: 2.5); it was computing its iteration 3" in lines[-1]
     assert lines[-1].endswith(f"last θ (iteration 2) saved in {out}/model.npz")
     meta = json.loads((out / "model.json").read_text())
@@ -220,7 +233,10 @@ def test_compare_timeout_stops_its_run_cleanly(tmp_path):
     # One line; it quotes the run's own line when the run had got as far as training.
     assert len(lines) == 1 and "did not finish within --timeout 5 s and was stopped" \
         in lines[0], proc.stderr
-    assert took < 5 + 15
+    # --timeout 5, then at most KILL_AFTER_S + 3 = 10 s for the run to stop (compare's own
+    # bound), and compare's start-up before its clock runs: 15 s allows for a loaded machine
+    # (21.2 s in all against a former 20 at load 20-25).  The job would train for 120 s.
+    assert took < 5 + 10 + 15
     _gone_within(tmp_path, 10)
     if "last θ" in lines[0]:  # training had started: its last θ was saved
         assert (tmp_path / "cmp" / "0-bsp" / "model.npz").exists()
@@ -294,4 +310,41 @@ def test_a_rank_that_exits_at_start_up_ends_the_job(tmp_path, rank, code):
         "lines above); the job was ended"], proc.stderr
     assert "this rank exits at start-up" in proc.stderr
     assert took < 30, took  # not a hang: the start-up bound is 5 s after the first rank
+    _gone_within(tmp_path, 5)
+
+
+#: Two ranks end as ``flegel run``'s ranks do (``_end_rank``), rank 1 having never received
+#: a message rank 0 sent it: an FSP pause signal that crossed the stop.
+UNRECEIVED = textwrap.dedent('''
+    import numpy as np
+    from mpi4py import MPI
+
+    from flegel.cli.commands import _end_rank
+    from flegel.protocol import Tag
+
+    comm = MPI.COMM_WORLD
+    if comm.rank == 0:
+        comm.Isend(np.zeros(3), dest=1, tag=Tag.SIGNAL).Wait()  # small: done once sent
+    comm.Barrier()
+    _end_rank(MPI)
+''')
+
+
+def test_a_message_never_received_does_not_hang_the_end(tmp_path):
+    """MPICH's MPI_Finalize failed on the rank holding a message nobody received, and the
+    other rank then waited in its own for ever: ``flegel run`` hung after writing
+    summary.json (5 of 32 FSPV runs at load 22-27, on an earlier main; a late pause
+    signal).  Both ranks now end, with exit status 0."""
+    from flegel.cli.launch import find_mpiexec
+
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        pytest.skip("no MPI launcher installed")
+    script = tmp_path / "unreceived.py"
+    script.write_text(UNRECEIVED)
+    proc = subprocess.run([mpiexec, "-n", "2", sys.executable, str(script)],
+                          capture_output=True, text=True, env=child_env(), cwd=ROOT,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "unmatched" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     _gone_within(tmp_path, 5)

@@ -207,6 +207,11 @@ def _end_rank(mpi: Any) -> NoReturn:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     if not mpi.Is_finalized():
+        from flegel.runtime.comm import drop_unreceived
+
+        # A message never received (a pause signal crossing the stop) would fail this
+        # rank's MPI_Finalize and leave the others waiting in theirs for ever.
+        drop_unreceived(mpi.COMM_WORLD)
         mpi.Finalize()
     c_exit(0)
 

@@ -73,6 +73,27 @@ def received(comm: MPI.Comm, tag: int) -> list[tuple[int, Any]]:
     return out
 
 
+def drop_unreceived(comm: MPI.Comm) -> list[tuple[int, int]]:
+    """Receive and drop every message that reached this rank and was never received; return
+    their ``(source, tag)``.  For a rank whose work is over, just before ``MPI_Finalize``.
+
+    A message nobody receives fails MPICH's ``MPI_Finalize`` on its receiver ("Communicator
+    ... being freed has 1 unmatched message(s)"), and the other ranks then wait in theirs for
+    ever (hydra's barrier), after the run directory was written.  Seen: an FSP pause signal
+    crossing the stop, the worker's receive for it already cancelled.  Each peer's last
+    message to this rank was received, and a pair's messages arrive in order, so whatever
+    else a peer sent is here: an empty probe means nothing is left.
+    """
+    dropped: list[tuple[int, int]] = []
+    status = MPI.Status()
+    while comm.iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status):
+        src, tag = status.Get_source(), status.Get_tag()
+        comm.Recv([bytearray(max(status.Get_count(MPI.BYTE), 1)), MPI.BYTE], source=src,
+                  tag=tag)
+        dropped.append((src, tag))
+    return dropped
+
+
 def bcast_object(comm: MPI.Comm, obj: Any, root: int = 0, watch: Watch = _never) -> Any:
     """Broadcast a pickled object with point-to-point messages (no spinning collective)."""
     if comm.rank == root:
