@@ -41,6 +41,7 @@ from ._common import (
     squared_distances,
     validate_init_file,
 )
+from ._kmeans_bounds import NO_BOUND, BoundSwitch, assign_bounded, bound_tolerance, centre_move
 
 _INITS = ("kmeans++", "random")
 
@@ -145,6 +146,11 @@ class _Threaded(LazyKernel):
         if self._threads is not None and self._threads() > 1:
             return self.parallel_dispatcher()(*args)
         return compiled(*args)
+
+    def serial(self) -> bool:
+        """Whether calls now go to the serial kernel (numba runs one thread)."""
+        self.dispatcher()
+        return self._threads is None or self._threads() <= 1
 
 
 def _threaded(parallel: Callable[..., float]) -> Callable[[Callable[..., float]], _Threaded]:
@@ -474,6 +480,7 @@ class KMeans(DeviceKernels, Algorithm):
         init = "kmeans++" if init == "k-means++" else init
         set_params(self, locals())
         self._set_device(device, kernel)
+        self._bounds = BoundSwitch()
 
     def validate(self, base_dir: Path) -> None:
         self.check_device()
@@ -488,7 +495,8 @@ class KMeans(DeviceKernels, Algorithm):
                                    f"kmeans with n_clusters={k} on {d} features")
         else:
             centers = self._best_seeding(np.asarray(info.sample, dtype=np.float64), info.seed)
-        return {"centers": centers, "sums": np.zeros((k, d)), "counts": np.zeros(k)}
+        return {"centers": centers, "sums": np.zeros((k, d)), "counts": np.zeros(k),
+                "drift": np.zeros(1)}
 
     def _seeding(self, sample: np.ndarray, seed: int) -> np.ndarray:
         """One seeding of ``init`` on the sample."""
@@ -513,7 +521,9 @@ class KMeans(DeviceKernels, Algorithm):
         return best
 
     def init_state(self, n: int, n_features: int) -> dict[str, np.ndarray]:
-        return {"label": np.full(n, -1, dtype=np.int64), "score": np.zeros(n)}
+        # bound: Hamerly's bound plus θ's drift when it was set (algorithms/_kmeans_bounds.py)
+        return {"label": np.full(n, -1, dtype=np.int64), "score": np.zeros(n),
+                "bound": np.full(n, NO_BOUND)}
 
     def pass_units(self, n: int, d: int) -> float:
         """Work units (:mod:`flegel.device`) of ``n`` points: n·d·K, the product's
@@ -525,9 +535,13 @@ class KMeans(DeviceKernels, Algorithm):
         the argument types of :meth:`update_block` (numba loads machine code per type)."""
         dtype = np.dtype(dtype) if np.dtype(dtype).kind == "f" else np.dtype(np.float64)
         k = self.n_clusters
-        _assign_accumulate(np.zeros((8, n_features), dtype), np.zeros((n_features, k), dtype),
-                           np.zeros(k, dtype), np.full(8, -1, dtype=np.int64), np.zeros(8),
-                           np.zeros((k, n_features)), np.zeros(k), _TILE)
+        args = (np.zeros((8, n_features), dtype), np.zeros((n_features, k), dtype),
+                np.zeros(k, dtype), np.full(8, -1, dtype=np.int64), np.zeros(8))
+        acc = (np.zeros((k, n_features)), np.zeros(k), _TILE)
+        if _assign_accumulate.serial():
+            assign_bounded(*args, np.full(8, NO_BOUND), *acc, 0.0, False, 0.0, np.zeros(2))
+        else:
+            _assign_accumulate(*args, *acc)
 
     def zero_aggregator(self, theta: dict[str, np.ndarray]) -> dict:
         return {"sums": np.zeros_like(theta["sums"]), "counts": np.zeros_like(theta["counts"]),
@@ -547,6 +561,7 @@ class KMeans(DeviceKernels, Algorithm):
                 agg["sums"][old] -= point
                 agg["counts"][old] -= 1
             state["label"] = best
+        state["bound"] = NO_BOUND
         score = float(dist[best] - point @ point)
         agg["objective"] = float(dist[best]) if old < 0 else score - float(state["score"])
         state["score"] = score
@@ -559,6 +574,15 @@ class KMeans(DeviceKernels, Algorithm):
         csq = np.einsum("ij,ij->j", ct, ct)
         agg = self.zero_aggregator(theta)
         labels, scores = block.state["label"], block.state["score"]
+        bounds = block.state["bound"]
+        if self.use_compiled(self.pass_units(*x.shape)) and _assign_accumulate.serial():
+            drift = float(theta["drift"][0]) if "drift" in theta else 0.0
+            stats = self._bounds.stats
+            agg["objective"] = float(assign_bounded(
+                x, ct, csq, labels, scores, bounds, agg["sums"], agg["counts"], _TILE, drift,
+                self._bounds.setting(t), bound_tolerance(x.dtype, x.shape[1]), stats))
+            return agg
+        bounds[...] = NO_BOUND  # the kernels below do not keep the bounds valid
         if self.use_compiled(self.pass_units(*x.shape)):
             agg["objective"] = float(_assign_accumulate(
                 x, ct, csq, labels, scores, agg["sums"], agg["counts"], _TILE))
@@ -584,7 +608,8 @@ class KMeans(DeviceKernels, Algorithm):
         centers = theta["centers"].copy()
         nonempty = counts > 0.5
         centers[nonempty] = sums[nonempty] / counts[nonempty, None]
-        return {"centers": centers, "sums": sums, "counts": counts}
+        drift = theta.get("drift", np.zeros(1)) + centre_move(theta["centers"], centers)
+        return {"centers": centers, "sums": sums, "counts": counts, "drift": drift}
 
     def evaluate(self, theta: dict[str, np.ndarray], block: Block) -> float:
         return float(nearest(theta["centers"], block.x)[1].sum())
