@@ -55,6 +55,10 @@ def assign_bounded(x: np.ndarray, ct: np.ndarray, csq: np.ndarray, labels: np.nd
     cmax = 0.0
     for j in range(k):
         cmax = max(cmax, np.float64(csq[j]))
+    crow = np.empty((k, d))  # the centres by row, in float64: a point's own one is contiguous
+    for j in range(k):
+        for f in range(d):
+            crow[j, f] = ct[f, j]
     g = np.empty((tile, k), dtype=x.dtype)
     xg = np.empty((tile, d), dtype=x.dtype)
     rows = np.empty(tile, dtype=np.int64)
@@ -79,7 +83,7 @@ def assign_bounded(x: np.ndarray, ct: np.ndarray, csq: np.ndarray, labels: np.nd
                 for f in range(d):
                     xf = np.float64(x[i, f])
                     xsq += xf * xf
-                    xc += xf * np.float64(ct[f, old])
+                    xc += xf * crow[old, f]
                 sa = np.float64(csq[old]) - 2.0 * xc
                 if b * b - (xsq + sa) > tol * (xsq + cmax):
                     held += 1
@@ -136,10 +140,9 @@ def assign_bounded(x: np.ndarray, ct: np.ndarray, csq: np.ndarray, labels: np.nd
             scores[i] = bestv
             if set_bounds:
                 second = 1e300
-                for j in range(k):
-                    v = np.float64(csq[j]) + np.float64(g[gr, j])
-                    if j != best and v < second:
-                        second = v
+                for j in range(k):  # branch-free, so that it vectorizes
+                    v = np.float64(csq[j]) + np.float64(g[gr, j]) + (1e300 if j == best else 0.0)
+                    second = min(second, v)
                 if xsq < 0.0:
                     xsq = 0.0
                     for f in range(d):
@@ -180,44 +183,52 @@ def centre_move(old: np.ndarray, new: np.ndarray) -> float:
 
 
 class BoundSwitch:
-    """When a worker sets Hamerly bounds: per iteration ``t``, from the last iteration's
-    bounds.
+    """When a worker's blocks use Hamerly bounds: per iteration ``t``, from the bounds' record.
 
-    Off at first (the first visit and the first revisit move most points).  After ``wait``
-    iterations off, one *trial* iteration sets every bound; the next iteration checks them.
-    While at least ``HOLD`` of the points checked in an iteration kept their centre by their
-    bound, the setting stays on; below it the switch goes off for twice as many iterations as
-    the last time (a job whose centres keep moving pays one trial per doubling wait: at most
-    about log2 of its iterations).  Labels never depend on the switch, only time does, so a
-    per-process rule is enough: no switch state is kept in θ or the point state.
+    Off at first (the first visit and the first revisit move most points): blocks go to the
+    kernel without bounds and lose any bound they had.  After ``wait`` iterations off, one
+    *trial* iteration sets every bound; from the next one the bounds are checked.  While at
+    least ``HOLD`` of the points checked kept their centre by their bound, bounds stay on;
+    below it (checked per block once ``MIN_CHECKED`` points were, so a failing check stops
+    within the iteration) they go off for twice as many iterations as the last time: a job
+    whose centres keep moving pays one trial per doubling wait, about log2 of its iterations.
+    Labels never depend on the switch, only time does, so a per-process rule is enough: no
+    switch state is kept in θ or the point state.
     """
 
-    #: The fraction of checked points whose bound must hold for the setting to stay on.
+    #: The fraction of checked points whose bound must hold for bounds to stay on.
     HOLD = 0.5
+    #: Points checked in an iteration before the fraction may turn bounds off.
+    MIN_CHECKED = 50_000
 
     def __init__(self) -> None:
         self.t: int | None = None
         self.on = False
         self.wait = 2
         self.backoff = 2
-        self.stats = np.zeros(2)
+        self.stats = np.zeros(2)  # points checked, bounds held: this iteration's
 
     def setting(self, t: int) -> bool:
-        """Whether blocks of iteration ``t`` set bounds (the decision changes with ``t``)."""
+        """Whether the next block of iteration ``t`` uses bounds."""
         if t != self.t:
             if self.t is not None:
                 self._next()
             self.t = t
+            self.stats[:] = 0.0
+        elif self.on and self.stats[0] >= self.MIN_CHECKED:
+            self._check()
         return self.on
 
-    def _next(self) -> None:
+    def _check(self) -> None:
         checked, held = self.stats
-        self.stats[:] = 0.0
+        if checked > 0 and held < self.HOLD * checked:
+            self.on = False
+            self.backoff *= 2
+            self.wait = self.backoff
+
+    def _next(self) -> None:
         if self.on:
-            if checked > 0 and held < self.HOLD * checked:
-                self.on = False
-                self.backoff *= 2
-                self.wait = self.backoff
+            self._check()
         else:
             self.wait -= 1
             self.on = self.wait <= 0

@@ -575,15 +575,16 @@ class KMeans(DeviceKernels, Algorithm):
         agg = self.zero_aggregator(theta)
         labels, scores = block.state["label"], block.state["score"]
         bounds = block.state["bound"]
-        if self.use_compiled(self.pass_units(*x.shape)) and _assign_accumulate.serial():
+        compiled = self.use_compiled(self.pass_units(*x.shape))
+        if compiled and _assign_accumulate.serial() and self._bounds.setting(t):
             drift = float(theta["drift"][0]) if "drift" in theta else 0.0
             stats = self._bounds.stats
             agg["objective"] = float(assign_bounded(
                 x, ct, csq, labels, scores, bounds, agg["sums"], agg["counts"], _TILE, drift,
-                self._bounds.setting(t), bound_tolerance(x.dtype, x.shape[1]), stats))
+                True, bound_tolerance(x.dtype, x.shape[1]), stats))
             return agg
         bounds[...] = NO_BOUND  # the kernels below do not keep the bounds valid
-        if self.use_compiled(self.pass_units(*x.shape)):
+        if compiled:
             agg["objective"] = float(_assign_accumulate(
                 x, ct, csq, labels, scores, agg["sums"], agg["counts"], _TILE))
             return agg
