@@ -76,8 +76,9 @@ def assign_bounded(x: np.ndarray, ct: np.ndarray, csq: np.ndarray, labels: np.nd
             i = start + r
             old = labels[i]
             b = bounds[i] - drift
-            if old >= 0 and b > 0.0:
+            if old >= 0 and bounds[i] >= 0.0:  # a bound (outrun by the drift: failed)
                 checked += 1
+            if old >= 0 and b > 0.0:
                 xsq = 0.0
                 xc = 0.0
                 for f in range(d):
