@@ -576,8 +576,10 @@ class KMeans(DeviceKernels, Algorithm):
         labels, scores = block.state["label"], block.state["score"]
         bounds = block.state["bound"]
         compiled = self.use_compiled(self.pass_units(*x.shape))
-        if compiled and _assign_accumulate.serial() and self._bounds.setting(t):
-            drift = float(theta["drift"][0]) if "drift" in theta else 0.0
+        # θ without a drift (made by hand, not by init_parameter): no bounds
+        if (compiled and "drift" in theta and _assign_accumulate.serial()
+                and self._bounds.setting(t)):
+            drift = float(theta["drift"][0])
             stats = self._bounds.stats
             agg["objective"] = float(assign_bounded(
                 x, ct, csq, labels, scores, bounds, agg["sums"], agg["counts"], _TILE, drift,
@@ -609,8 +611,10 @@ class KMeans(DeviceKernels, Algorithm):
         centers = theta["centers"].copy()
         nonempty = counts > 0.5
         centers[nonempty] = sums[nonempty] / counts[nonempty, None]
-        drift = theta.get("drift", np.zeros(1)) + centre_move(theta["centers"], centers)
-        return {"centers": centers, "sums": sums, "counts": counts, "drift": drift}
+        new = {"centers": centers, "sums": sums, "counts": counts}
+        if "drift" in theta:
+            new["drift"] = theta["drift"] + centre_move(theta["centers"], centers)
+        return new
 
     def evaluate(self, theta: dict[str, np.ndarray], block: Block) -> float:
         return float(nearest(theta["centers"], block.x)[1].sum())
