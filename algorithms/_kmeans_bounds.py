@@ -5,9 +5,10 @@ distance to every centre but its own.  When the centres move by at most ``δ`` e
 still bounds those distances, so a point whose exact distance to its own centre is below
 ``l − δ`` keeps its centre without the product with the other centres.  Here the moves are
 θ's ``drift`` (the running sum of each M-step's largest centre move, set by
-:meth:`algorithms.kmeans.KMeans.update_parameter`), and a point stores ``l + drift`` at the
-time its bound is set (``bound`` in its state; negative: none), so ``bound − drift`` is valid
-through any later θ of the same chain of M-steps.
+:meth:`algorithms.kmeans.KMeans.update_parameter`): a point stores ``l`` (``bound`` in its
+state; negative: none) and the drift it was set at (``bound_drift``), and ``l − |drift −
+bound_drift|`` bounds its distances under any θ of the same chain of M-steps, older ones
+included (a point that migrates to a worker on an older θ, a stale θ under ASP/SSP).
 
 Setting a bound costs a second-nearest minimum per point, which pays only while bounds hold:
 on data where one centre keeps moving more than most points' margins, bounds mostly fail and
@@ -25,13 +26,13 @@ import numpy as np
 
 from flegel.jit import njit
 
-#: A point's ``bound`` when it has none (bounds are ``l + drift ≥ 0``; fastmath rules out inf).
+#: A point's ``bound`` when it has none (bounds are distances ``≥ 0``; fastmath rules out inf).
 NO_BOUND = -1.0
 
 
 @njit(cache=True, nogil=True, fastmath=True)
 def assign_bounded(x: np.ndarray, ct: np.ndarray, csq: np.ndarray, labels: np.ndarray,
-                   scores: np.ndarray, bounds: np.ndarray, sums: np.ndarray,
+                   scores: np.ndarray, bounds: np.ndarray, stamps: np.ndarray, sums: np.ndarray,
                    counts: np.ndarray, tile: int, drift: float, set_bounds: bool, tol: float,
                    stats: np.ndarray) -> float:  # pragma: no cover
     """:func:`algorithms.kmeans._assign_accumulate` with Hamerly's bound; same result.
@@ -75,7 +76,7 @@ def assign_bounded(x: np.ndarray, ct: np.ndarray, csq: np.ndarray, labels: np.nd
         for r in range(m):
             i = start + r
             old = labels[i]
-            b = bounds[i] - drift
+            b = bounds[i] - abs(drift - stamps[i])
             if old >= 0 and bounds[i] >= 0.0:  # a bound (outrun by the drift: failed)
                 checked += 1
             if old >= 0 and b > 0.0:
@@ -149,7 +150,8 @@ def assign_bounded(x: np.ndarray, ct: np.ndarray, csq: np.ndarray, labels: np.nd
                     for f in range(d):
                         xf = np.float64(x[i, f])
                         xsq += xf * xf
-                bounds[i] = np.sqrt(max(xsq + second, 0.0)) + drift if k > 1 else 1e300
+                bounds[i] = np.sqrt(max(xsq + second, 0.0)) if k > 1 else 1e300
+                stamps[i] = drift
             elif old != best:
                 bounds[i] = NO_BOUND
             if old != best:

@@ -30,6 +30,8 @@ from flegel.device import DeviceKernels, to_host
 from flegel.jit import LazyKernel, njit
 from flegel.validation import Integer
 
+# the module, not its kernel: flegel.jit.cache_is_cold asks about this module's own kernels
+from . import _kmeans_bounds as hamerly
 from ._common import (
     DEVICE_PARAMS,
     InitSpec,
@@ -41,7 +43,6 @@ from ._common import (
     squared_distances,
     validate_init_file,
 )
-from ._kmeans_bounds import NO_BOUND, BoundSwitch, assign_bounded, bound_tolerance, centre_move
 
 _INITS = ("kmeans++", "random")
 
@@ -480,7 +481,7 @@ class KMeans(DeviceKernels, Algorithm):
         init = "kmeans++" if init == "k-means++" else init
         set_params(self, locals())
         self._set_device(device, kernel)
-        self._bounds = BoundSwitch()
+        self._bounds = hamerly.BoundSwitch()
 
     def validate(self, base_dir: Path) -> None:
         self.check_device()
@@ -521,9 +522,9 @@ class KMeans(DeviceKernels, Algorithm):
         return best
 
     def init_state(self, n: int, n_features: int) -> dict[str, np.ndarray]:
-        # bound: Hamerly's bound plus θ's drift when it was set (algorithms/_kmeans_bounds.py)
+        # Hamerly's bound and θ's drift when it was set (algorithms/_kmeans_bounds.py)
         return {"label": np.full(n, -1, dtype=np.int64), "score": np.zeros(n),
-                "bound": np.full(n, NO_BOUND)}
+                "bound": np.full(n, hamerly.NO_BOUND), "bound_drift": np.zeros(n)}
 
     def pass_units(self, n: int, d: int) -> float:
         """Work units (:mod:`flegel.device`) of ``n`` points: n·d·K, the product's
@@ -538,10 +539,10 @@ class KMeans(DeviceKernels, Algorithm):
         args = (np.zeros((8, n_features), dtype), np.zeros((n_features, k), dtype),
                 np.zeros(k, dtype), np.full(8, -1, dtype=np.int64), np.zeros(8))
         acc = (np.zeros((k, n_features)), np.zeros(k), _TILE)
-        if _assign_accumulate.serial():
-            assign_bounded(*args, np.full(8, NO_BOUND), *acc, 0.0, False, 0.0, np.zeros(2))
-        else:
-            _assign_accumulate(*args, *acc)
+        _assign_accumulate(*args, *acc)
+        if _assign_accumulate.serial():  # one thread: the kernel with bounds too
+            hamerly.assign_bounded(*args, np.full(8, hamerly.NO_BOUND), np.zeros(8), *acc, 0.0,
+                                   False, 0.0, np.zeros(2))
 
     def zero_aggregator(self, theta: dict[str, np.ndarray]) -> dict:
         return {"sums": np.zeros_like(theta["sums"]), "counts": np.zeros_like(theta["counts"]),
@@ -561,7 +562,7 @@ class KMeans(DeviceKernels, Algorithm):
                 agg["sums"][old] -= point
                 agg["counts"][old] -= 1
             state["label"] = best
-        state["bound"] = NO_BOUND
+        state["bound"] = hamerly.NO_BOUND
         score = float(dist[best] - point @ point)
         agg["objective"] = float(dist[best]) if old < 0 else score - float(state["score"])
         state["score"] = score
@@ -579,13 +580,12 @@ class KMeans(DeviceKernels, Algorithm):
         # θ without a drift (made by hand, not by init_parameter): no bounds
         if (compiled and "drift" in theta and _assign_accumulate.serial()
                 and self._bounds.setting(t)):
-            drift = float(theta["drift"][0])
-            stats = self._bounds.stats
-            agg["objective"] = float(assign_bounded(
-                x, ct, csq, labels, scores, bounds, agg["sums"], agg["counts"], _TILE, drift,
-                True, bound_tolerance(x.dtype, x.shape[1]), stats))
+            agg["objective"] = float(hamerly.assign_bounded(
+                x, ct, csq, labels, scores, bounds, block.state["bound_drift"], agg["sums"],
+                agg["counts"], _TILE, float(theta["drift"][0]), True,
+                hamerly.bound_tolerance(x.dtype, x.shape[1]), self._bounds.stats))
             return agg
-        bounds[...] = NO_BOUND  # the kernels below do not keep the bounds valid
+        bounds[...] = hamerly.NO_BOUND  # the kernels below do not keep the bounds valid
         if compiled:
             agg["objective"] = float(_assign_accumulate(
                 x, ct, csq, labels, scores, agg["sums"], agg["counts"], _TILE))
@@ -613,7 +613,7 @@ class KMeans(DeviceKernels, Algorithm):
         centers[nonempty] = sums[nonempty] / counts[nonempty, None]
         new = {"centers": centers, "sums": sums, "counts": counts}
         if "drift" in theta:
-            new["drift"] = theta["drift"] + centre_move(theta["centers"], centers)
+            new["drift"] = theta["drift"] + hamerly.centre_move(theta["centers"], centers)
         return new
 
     def evaluate(self, theta: dict[str, np.ndarray], block: Block) -> float:

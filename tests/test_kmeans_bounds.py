@@ -78,6 +78,7 @@ def lloyd_both(x: np.ndarray, centers: np.ndarray, passes: int,
                                    atol=1e-9 * abs(scores).sum())
         theta = alg.update_parameter(agg, theta)
         ref = alg.update_parameter(ragg, ref)
+        alg.thetas = [*getattr(alg, "thetas", []), {k: v.copy() for k, v in theta.items()}]
         np.testing.assert_array_equal(theta["centers"], ref["centers"], err_msg=f"pass {t}")
         np.testing.assert_array_equal(theta["counts"], ref["counts"])
     return alg, theta, state, switch
@@ -121,6 +122,23 @@ def test_bounds_match_sklearn_lloyd(one_thread):
     np.testing.assert_allclose(theta["centers"], sk.cluster_centers_, rtol=1e-9, atol=1e-9)
     labels, _ = km.nearest(theta["centers"], x)
     np.testing.assert_array_equal(labels, sk.labels_)
+
+
+def test_an_older_theta_gets_the_plain_kernels_labels(one_thread):
+    # a point that migrates to a worker on an older θ (or a stale θ under ASP/SSP): its bound
+    # is valid through |drift − the drift it was set at|, backwards too
+    x, c0 = blobs(30_000, 5, 6, 2.5)
+    alg, _, state, _ = lloyd_both(x, c0, 8)
+    assert (state["bound"] >= 0).mean() > 0.5
+    old = alg.thetas[1]
+    labels, scores = state["label"].copy(), state["score"].copy()
+    agg = alg.zero_aggregator(old)
+    for block in blocks(x, state):
+        agg = alg.aggregate(agg, alg.update_block(block, old, 9))
+    ragg = plain_pass(alg, x, old, labels, scores)
+    np.testing.assert_array_equal(state["label"], labels)
+    np.testing.assert_array_equal(agg["counts"], ragg["counts"])
+    np.testing.assert_allclose(agg["sums"], ragg["sums"], rtol=0, atol=1e-9)
 
 
 def test_threads_or_array_kernel_drop_the_bounds(one_thread):
