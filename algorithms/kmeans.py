@@ -8,7 +8,9 @@ full-batch BSP this is exactly Lloyd's algorithm.
 
 Kernels (:mod:`flegel.device`): the compiled one takes distances through one BLAS product per
 tile, ``‖x‖² − 2x·c + ‖c‖²``, then one numba pass that takes the argmin, the loss and
-accumulates the signed changes of only the points whose cluster changed.  The array kernel
+accumulates the signed changes of only the points whose cluster changed; on one thread, once
+a worker's centres settle, Hamerly's bound spares most points the product
+(:mod:`algorithms._kmeans_bounds`, same labels).  The array kernel
 does the same math in whole-array operations on ``xp`` (NumPy, or CuPy with ``device:
 gpu``): the moved points' changes are one (K × m) signed one-hot matrix times their features.
 With ``kernel: auto`` a job whose whole work (``max_iterations`` passes over the shard) pays
