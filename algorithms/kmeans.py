@@ -8,7 +8,9 @@ full-batch BSP this is exactly Lloyd's algorithm.
 
 Kernels (:mod:`flegel.device`): the compiled one takes distances through one BLAS product per
 tile, ``‖x‖² − 2x·c + ‖c‖²``, then one numba pass that takes the argmin, the loss and
-accumulates the signed changes of only the points whose cluster changed.  The array kernel
+accumulates the signed changes of only the points whose cluster changed; on one thread, once
+a worker's centres settle, Hamerly's bound spares most points the product
+(:mod:`algorithms._kmeans_bounds`, same labels).  The array kernel
 does the same math in whole-array operations on ``xp`` (NumPy, or CuPy with ``device:
 gpu``): the moved points' changes are one (K × m) signed one-hot matrix times their features.
 With ``kernel: auto`` a job whose whole work (``max_iterations`` passes over the shard) pays
@@ -30,6 +32,8 @@ from flegel.device import DeviceKernels, to_host
 from flegel.jit import LazyKernel, njit
 from flegel.validation import Integer
 
+# the module, not its kernel: flegel.jit.cache_is_cold asks about this module's own kernels
+from . import _kmeans_bounds as hamerly
 from ._common import (
     DEVICE_PARAMS,
     InitSpec,
@@ -145,6 +149,11 @@ class _Threaded(LazyKernel):
         if self._threads is not None and self._threads() > 1:
             return self.parallel_dispatcher()(*args)
         return compiled(*args)
+
+    def serial(self) -> bool:
+        """Whether calls now go to the serial kernel (numba runs one thread)."""
+        self.dispatcher()
+        return self._threads is None or self._threads() <= 1
 
 
 def _threaded(parallel: Callable[..., float]) -> Callable[[Callable[..., float]], _Threaded]:
@@ -474,6 +483,7 @@ class KMeans(DeviceKernels, Algorithm):
         init = "kmeans++" if init == "k-means++" else init
         set_params(self, locals())
         self._set_device(device, kernel)
+        self._bounds = hamerly.BoundSwitch()
 
     def validate(self, base_dir: Path) -> None:
         self.check_device()
@@ -488,7 +498,8 @@ class KMeans(DeviceKernels, Algorithm):
                                    f"kmeans with n_clusters={k} on {d} features")
         else:
             centers = self._best_seeding(np.asarray(info.sample, dtype=np.float64), info.seed)
-        return {"centers": centers, "sums": np.zeros((k, d)), "counts": np.zeros(k)}
+        return {"centers": centers, "sums": np.zeros((k, d)), "counts": np.zeros(k),
+                "drift": np.zeros(1)}
 
     def _seeding(self, sample: np.ndarray, seed: int) -> np.ndarray:
         """One seeding of ``init`` on the sample."""
@@ -513,7 +524,9 @@ class KMeans(DeviceKernels, Algorithm):
         return best
 
     def init_state(self, n: int, n_features: int) -> dict[str, np.ndarray]:
-        return {"label": np.full(n, -1, dtype=np.int64), "score": np.zeros(n)}
+        # Hamerly's bound and θ's drift when it was set (algorithms/_kmeans_bounds.py)
+        return {"label": np.full(n, -1, dtype=np.int64), "score": np.zeros(n),
+                "bound": np.full(n, hamerly.NO_BOUND), "bound_drift": np.zeros(n)}
 
     def pass_units(self, n: int, d: int) -> float:
         """Work units (:mod:`flegel.device`) of ``n`` points: n·d·K, the product's
@@ -525,9 +538,13 @@ class KMeans(DeviceKernels, Algorithm):
         the argument types of :meth:`update_block` (numba loads machine code per type)."""
         dtype = np.dtype(dtype) if np.dtype(dtype).kind == "f" else np.dtype(np.float64)
         k = self.n_clusters
-        _assign_accumulate(np.zeros((8, n_features), dtype), np.zeros((n_features, k), dtype),
-                           np.zeros(k, dtype), np.full(8, -1, dtype=np.int64), np.zeros(8),
-                           np.zeros((k, n_features)), np.zeros(k), _TILE)
+        args = (np.zeros((8, n_features), dtype), np.zeros((n_features, k), dtype),
+                np.zeros(k, dtype), np.full(8, -1, dtype=np.int64), np.zeros(8))
+        acc = (np.zeros((k, n_features)), np.zeros(k), _TILE)
+        _assign_accumulate(*args, *acc)
+        if _assign_accumulate.serial():  # one thread: the kernel with bounds too
+            hamerly.assign_bounded(*args, np.full(8, hamerly.NO_BOUND), np.zeros(8), *acc, 0.0,
+                                   False, 0.0, np.zeros(2))
 
     def zero_aggregator(self, theta: dict[str, np.ndarray]) -> dict:
         return {"sums": np.zeros_like(theta["sums"]), "counts": np.zeros_like(theta["counts"]),
@@ -547,6 +564,7 @@ class KMeans(DeviceKernels, Algorithm):
                 agg["sums"][old] -= point
                 agg["counts"][old] -= 1
             state["label"] = best
+        state["bound"] = hamerly.NO_BOUND
         score = float(dist[best] - point @ point)
         agg["objective"] = float(dist[best]) if old < 0 else score - float(state["score"])
         state["score"] = score
@@ -559,7 +577,18 @@ class KMeans(DeviceKernels, Algorithm):
         csq = np.einsum("ij,ij->j", ct, ct)
         agg = self.zero_aggregator(theta)
         labels, scores = block.state["label"], block.state["score"]
-        if self.use_compiled(self.pass_units(*x.shape)):
+        bounds = block.state["bound"]
+        compiled = self.use_compiled(self.pass_units(*x.shape))
+        # θ without a drift (made by hand, not by init_parameter): no bounds
+        if (compiled and "drift" in theta and _assign_accumulate.serial()
+                and self._bounds.setting(t)):
+            agg["objective"] = float(hamerly.assign_bounded(
+                x, ct, csq, labels, scores, bounds, block.state["bound_drift"], agg["sums"],
+                agg["counts"], _TILE, float(theta["drift"][0]), True,
+                hamerly.bound_tolerance(x.dtype, x.shape[1]), self._bounds.stats))
+            return agg
+        bounds[...] = hamerly.NO_BOUND  # the kernels below do not keep the bounds valid
+        if compiled:
             agg["objective"] = float(_assign_accumulate(
                 x, ct, csq, labels, scores, agg["sums"], agg["counts"], _TILE))
             return agg
@@ -584,7 +613,10 @@ class KMeans(DeviceKernels, Algorithm):
         centers = theta["centers"].copy()
         nonempty = counts > 0.5
         centers[nonempty] = sums[nonempty] / counts[nonempty, None]
-        return {"centers": centers, "sums": sums, "counts": counts}
+        new = {"centers": centers, "sums": sums, "counts": counts}
+        if "drift" in theta:
+            new["drift"] = theta["drift"] + hamerly.centre_move(theta["centers"], centers)
+        return new
 
     def evaluate(self, theta: dict[str, np.ndarray], block: Block) -> float:
         return float(nearest(theta["centers"], block.x)[1].sum())

@@ -318,7 +318,7 @@ def vs_sklearn(args: argparse.Namespace) -> None:
     c0 = centres + rng.normal(0, 0.5, centres.shape)
     km = KMeans(16, init="random", n_init=1, kernel="compiled")
     km.init_parameter = lambda info: {"centers": c0.copy(), "sums": np.zeros((16, 28)),
-                                      "counts": np.zeros(16)}
+                                      "counts": np.zeros(16), "drift": np.zeros(1)}
     case("K-means K=16 (steady pass)", f"{n}x28", km, x, None, "sklearn KMeans Lloyd iteration",
          lambda th: sklearn_kmeans(x, th["centers"]), 0.6, "kmeans")
     del x
