@@ -244,3 +244,16 @@ def test_a_resumed_fsp_worker_expects_no_message_sent_before_the_checkpoint():
     assert after.migrator is not None
     assert (after.migrator.sent, after.migrator.received, after.migrator.expected) == ({}, {}, {})
     assert after.migrator.quota == {2: 50}  # orders still to carry out stay
+
+
+def test_a_checkpoint_without_a_state_key_the_algorithm_keeps_now_restores_it_fresh():
+    """An older version's checkpoint (K-means before its Hamerly bound): the new key starts
+    as init_state sets it, on every row, migrated-in rows included."""
+    old = ShardStore(np.ones((4, 2)), None, {"label": np.arange(4)})
+    saved = old.checkpoint_state()
+    saved["x_admitted"] = np.zeros((2, 2))  # two rows had migrated in
+    saved["state"] = {"label": np.arange(6)}
+    new = ShardStore(np.ones((4, 2)), None, {"label": np.full(4, -1), "bound": np.full(4, -1.0)})
+    new.restore(saved)
+    assert list(new.state["label"]) == [0, 1, 2, 3, 4, 5]
+    assert new.state["bound"].shape == (6,) and (new.state["bound"] == -1.0).all()

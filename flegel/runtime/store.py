@@ -485,11 +485,26 @@ class ShardStore:
             if self.y is not None:
                 self.y = np.concatenate([self.y[:self.n_native], y_in])
         self._buffers = {}
+        fresh = self.state
         for k, v in state.items():
             setattr(self, k, v)
+        self._state_added_since(fresh)
         if self.device is not None:  # placed before: the rows changed, copy them again
             xp, self.device = self.device.xp, None  # (the old copy freed first)
             self.device = resident_rows(xp, self.x, self._owner)
+
+    def _state_added_since(self, fresh: dict[str, np.ndarray]) -> None:
+        """Give every row a per-point state key that the checkpoint did not have.
+
+        A checkpoint written by an earlier version of the algorithm lacks a key it keeps now
+        (K-means' Hamerly ``bound``): the key starts as a fresh store's first row has it,
+        which :meth:`~flegel.api.Algorithm.init_state` sets alike for every row.
+        """
+        for key, v in fresh.items():
+            if key in self.state or not len(v):
+                continue
+            rows = len(self.x)
+            self.state[key] = np.repeat(v[:1], rows, axis=0)
 
     # ------------------------------------------------------------------ mark and roll back
     def mark(self) -> None:
