@@ -187,3 +187,16 @@ def test_the_master_loop_and_the_worker_loop_read_only_the_injected_clock(monkey
     monkeypatch.setattr(flegel.runtime.loop, "time", _NoWallClock())
     sim = Simulation(model, options, stop={"max_iterations": 10}).run()
     assert sim.server.done and sim.server.version >= 10
+
+
+def test_a_worker_told_to_stop_gets_no_signal():
+    """A stopped worker has cancelled its signal receive; a signal sent to it would be left
+    unreceived and fail its MPI_Finalize (the hang after summary.json)."""
+    from flegel.protocol import Signal
+
+    sim = run("fsp", {"interval": "fixed", "eta_ms": 5}, stop={"max_iterations": 4})
+    srv = sim.server
+    assert all(srv.workers[r].stopped for r in sim.ranks)
+    sent = len(sim.transport.signals)
+    srv.signal(sim.ranks, Signal.PAUSE)  # the closed fake transport raises on any send
+    assert len(sim.transport.signals) == sent

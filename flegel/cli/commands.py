@@ -207,11 +207,16 @@ def _end_rank(mpi: Any) -> NoReturn:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     if not mpi.Is_finalized():
+        from flegel.protocol import Tag
         from flegel.runtime.comm import drop_unreceived
 
         # A message never received (a pause signal crossing the stop) would fail this
         # rank's MPI_Finalize and leave the others waiting in theirs for ever.
-        drop_unreceived(mpi.COMM_WORLD)
+        lost = [(src, tag) for src, tag in drop_unreceived(mpi.COMM_WORLD)
+                if tag != Tag.SIGNAL]
+        if lost:  # a signal crossing the stop is expected; anything else is worth a line
+            print(f"flegel: warning: rank {mpi.COMM_WORLD.Get_rank()} dropped unreceived "
+                  f"message(s) at its end (source, tag): {lost}", file=sys.stderr, flush=True)
         mpi.Finalize()
     c_exit(0)
 

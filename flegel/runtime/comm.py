@@ -80,9 +80,11 @@ def drop_unreceived(comm: MPI.Comm) -> list[tuple[int, int]]:
     A message nobody receives fails MPICH's ``MPI_Finalize`` on its receiver ("Communicator
     ... being freed has 1 unmatched message(s)"), and the other ranks then wait in theirs for
     ever (hydra's barrier), after the run directory was written.  Seen: an FSP pause signal
-    crossing the stop, the worker's receive for it already cancelled.  Each peer's last
-    message to this rank was received, and a pair's messages arrive in order, so whatever
-    else a peer sent is here: an empty probe means nothing is left.
+    crossing the stop, the worker's receive for it already cancelled (the master no longer
+    signals a stopped worker; this stays as the fallback).  Between the master and a worker
+    each side's last message to the other was received, and a pair's messages arrive in
+    order, so whatever else it sent is here: an empty probe means nothing is left from it.
+    Between two workers (migration) no such order across senders holds.
     """
     dropped: list[tuple[int, int]] = []
     status = MPI.Status()

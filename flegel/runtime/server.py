@@ -291,9 +291,16 @@ class Server:
             w.stopped = True
 
     def signal(self, ranks: Iterable[int], kind: Signal, version: int | None = None) -> None:
+        """Send ``kind`` to the computing workers among ``ranks``.
+
+        A worker already told to stop is skipped: it has cancelled its signal receive, and a
+        signal nobody receives fails its ``MPI_Finalize`` (the hang after ``summary.json``,
+        :func:`flegel.runtime.comm.drop_unreceived`).
+        """
         v = self.version if version is None else version
         for r in ranks:
-            self.transport.send_signal(r, kind, v)
+            if not self.workers[r].stopped:
+                self.transport.send_signal(r, kind, v)
 
     def mark(self) -> object:
         return (self.theta, self.objective)
