@@ -137,3 +137,16 @@ def test_room_reserved_before_training_takes_a_stragglers_share_without_a_copy()
     target.shard.admit(source.shard.export(source.shard.select_behind_cursor(10)))
     assert target.shard.x.base is not before  # past the room: grown as before
     assert len(target.shard) == 12_010
+
+
+def test_a_migrator_checkpointed_before_its_per_target_windows_resumes():
+    """A checkpoint of the previous version pickled a Migrator without ``ordered`` (and with
+    one ``window`` in all): resumed, it has a new migrator's attributes and takes orders."""
+    import pickle
+
+    m = Migrator(MigrationOptions.of({"mode": "async"}))
+    del m.ordered, m.windows
+    m.window = None  # the old single window in flight
+    old = pickle.loads(pickle.dumps(m))
+    old.resumed()
+    assert old.ordered == {} and old.windows == [] and old.in_flight == 0

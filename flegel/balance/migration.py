@@ -99,7 +99,8 @@ KEYS: dict[str, validation.Key] = {
                              "before each (Section 4.2)", DEFAULT_ROUNDS, lo=1),
     "window": validation.integer("points per window of asynchronous migration at least "
                              "(only the windows being sent are locked out of training; a "
-                             "move goes in at most 4 windows, one in flight per target)",
+                             f"move goes in about {WINDOWS_PER_MOVE} windows, fewer points "
+                             "each when few are left; one in flight per target)",
                              DEFAULT_WINDOW, lo=1),
 }
 #: Barriers of objective samples the progress slope g is fitted on.
@@ -534,7 +535,12 @@ class Migrator:
         """Continue from a checkpoint with no message in flight: what was on its way when it
         was taken was settled on the points (:mod:`flegel.runtime.cut`), and no peer sends
         it again, so the message counts (and the points a synchronous target still awaited)
-        start afresh on every worker.  Orders still to carry out stay."""
+        start afresh on every worker.  Orders still to carry out stay.
+
+        A migrator checkpointed by an earlier version lacks the attributes added since
+        (``ordered``, ``windows``): they start as a new migrator's."""
+        for key, value in vars(Migrator(self.options)).items():
+            self.__dict__.setdefault(key, value)
         self.sent, self.received, self._fins = {}, {}, {}
         self.expected, self.arrived = {}, {}
         self.windows = []

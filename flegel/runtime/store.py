@@ -364,7 +364,8 @@ class ShardStore:
         return new
 
     def reserve(self, extra: int) -> None:
-        """Make room for ``extra`` migrated points now, before training (FSP paper §4.3).
+        """Make room for ``extra`` migrated points now, before training (an implementation
+        choice for FSP paper §4.3's receiving queue; the paper does not say how it grows).
 
         The first :meth:`admit` past the room copies the whole shard into a buffer twice its
         size: done by the targets of a straggler's first window at once, that stalled each

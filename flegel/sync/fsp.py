@@ -389,7 +389,8 @@ class FSP(BarrierPolicy):
                          probes=options["probes"])
         self.adjustor = make_adjustor(kind, **extra)
         self.semi = options["coordination"] == "semi"
-        self.plan = Plan(0.0, phase="calibration")  # no timer: ends with the first full pass
+        # no timer: a whole pass of every worker, a straggler paused at _whole_bound
+        self.plan = Plan(0.0, phase="calibration")
         self.offsets = {r: 0.0 for r in server.ranks}
         self.signalled = False
         #: When the others are paused after a full pass (:meth:`_on_pass`), and who needs

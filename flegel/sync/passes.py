@@ -1,6 +1,7 @@
 """Each FSP worker's predicted full pass: how long it would take to traverse its shard at its
-own speed (FSP paper Section 3.3: a full pass ends an iteration; a worker that cannot finish
-its own soon after the first is a straggler the others should not wait for).
+own speed (FSP paper Section 3.3: a full pass ends an iteration; that a worker which cannot
+finish its own soon after the first is a straggler the others should not wait for is this
+project's choice where the paper is silent, see ``FSP._on_pass``).
 
 One estimate serves every judgement FSP makes on a worker's speed
 (:class:`flegel.sync.fsp.FSP`): who is paused at once when the first pass of an iteration
