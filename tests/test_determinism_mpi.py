@@ -113,7 +113,9 @@ def test_block_from_the_per_call_cost_is_the_same_in_every_run_and_replays(tmp_p
     for s in (sa, sb):
         cost = s["call_cost"]
         assert s["block"] == fixed_block(cost["fixed_s"], cost["point_s"], BLOCK), cost
-        assert cost["fixed_s"] == pytest.approx(3e-3, rel=0.5), cost
+        # The 3 ms it sleeps per call, measured: more on a loaded machine (point_s read 3.5x
+        # its sleep at load 20), never less.
+        assert 2e-3 <= cost["fixed_s"] <= 1e-2, cost
     if sa["block"] == sb["block"]:
         np.testing.assert_array_equal(a["s"], b["s"])
     replay, sr = _train_calls(tmp_path, "replay", f"sync.block={sa['block']}")

@@ -189,11 +189,12 @@ CASES = [
          r"entry 'sums' holds .*NaN.*; last θ \(iteration 2\) saved in {run}/model.npz",
          FAILED_FILES, 90),
     # The silence is as the master measured it when it looked: the 2.5 s bound, and later by
-    # as long as the master (one of 18 ranks on two cores here) was kept from running.
+    # as long as the master (one of 18 ranks on two cores here) was kept from running: up to
+    # 2 s more on a loaded machine (the case's bound_s still catches a hang).
     Case("stalled worker", {"params": {"where": "sleep", "rank": 2},
                             "runtime": {"stall_warning_s": 30, "stall_timeout_s": 2.5}}, "",
          ExitCode.STALLED, r"flegel: worker 2 \(host \S+, pid \d+\) has not reported for "
-         r"(2\.[5-9]|3\.[0-4]) s "
+         r"(2\.[5-9]|[34]\.\d) s "
          r"\(runtime\.stall_timeout_s: 2\.5\); it was computing its iteration 3 .*; last θ "
          r"\(iteration 2\) saved in {run}/model.npz", FAILED_FILES, 90),
     # stop.max_time_s bounds the whole run (issue 21): the sleeping worker is named in a

@@ -188,14 +188,15 @@ def test_a_stalled_worker_ends_the_job_after_its_warnings(tmp_path):
     # The worker is named by rank, host and PID (issue 21).
     # Each says how long the worker has been silent, as the master measured it when it
     # looked: at least the bound, and later by as long as the master was kept from running
-    # (it looks every millisecond; a master kept from running 50 ms then prints 2.6).  Up to 1 s
-    # later is allowed: the warning must still come before the end.
+    # (it looks every millisecond; a master kept from running 50 ms then prints 2.6).  Up to 2 s
+    # later is allowed for the end (a loaded machine); the warning must come before the end's
+    # bound.
     warned = re.match(r"flegel: warning: worker 2 \(host \S+, pid \d+\) has not reported for "
                       r"(\d+\.\d) s", lines[0])
-    assert warned and 1.0 <= float(warned[1]) < 2.0, lines
+    assert warned and 1.0 <= float(warned[1]) < 2.5, lines
     ended = re.match(r"flegel: worker 2 \(host \S+, pid \d+\) has not reported for (\d+\.\d) s",
                      lines[-1])
-    assert ended and 2.5 <= float(ended[1]) < 3.5, lines
+    assert ended and 2.5 <= float(ended[1]) < 4.5, lines
     assert "(runtime.stall_timeout_s: 2.5); it was computing its iteration 3" in lines[-1]
     assert lines[-1].endswith(f"last θ (iteration 2) saved in {out}/model.npz")
     meta = json.loads((out / "model.json").read_text())
