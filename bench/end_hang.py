@@ -5,14 +5,16 @@ Starts ``--concurrent`` ``flegel run`` processes at a time, ``--rounds`` times, 
 the job files given, each with the ``--set`` keys given.  A run whose ``summary.json`` is
 older than ``--after`` seconds while a process of it lives counts as hung: each of its
 processes gets a ``py-spy dump --native`` (when py-spy is installed) into the log, and the
-run is killed.  Prints one line per round and the total::
+run is killed.  A run still alive ``--limit`` seconds after its start without a
+``summary.json`` is killed and counts as failed.  Prints one line per round and the total::
 
     python bench/end_hang.py JOB.yaml [JOB.yaml ...] [--concurrent 4] [--rounds 8]
-        [--after 30] [--out DIR] [--set KEY=VALUE ...]
+        [--after 30] [--limit 300] [--out DIR] [--set KEY=VALUE ...]
 
 The runs use the ``flegel`` on ``PYTHONPATH`` (another tree's, to compare).  What found the
 hang fixed by dropping unreceived messages before ``MPI_Finalize`` (issue 19's FSPV runs;
-5 of 32 runs hung on main at bb0e3e7, load 22-27): ``flegel paper``'s GMM and NMF jobs
+this script: 1 of 24 runs hung at bb0e3e7, load 3-12; a one-off loop before it, 5 of 32 at
+load 22-27): ``flegel paper``'s GMM and NMF jobs
 (``bench/fsp_claims.py --only horizons --algorithms gmm,nmf --keep DIR`` writes them under
 ``DIR/horizons/jobs``) with ``--set sync.model=fspv-off --set stragglers=[]
 --set stop.max_time_s=4 --set stop.tolerance=null --set output.trace_points=300
@@ -45,8 +47,12 @@ def dump(run: Path, log: list[str]) -> None:
         pid = line.split()[0]
         log.append(f"  {line[:200]}")
         if spy:
-            out = subprocess.run([spy, "dump", "--native", "--pid", pid], capture_output=True,
-                                 text=True, timeout=60)
+            try:
+                out = subprocess.run([spy, "dump", "--native", "--pid", pid],
+                                     capture_output=True, text=True, timeout=60)
+            except subprocess.TimeoutExpired:
+                log.append("  (py-spy dump took over 60 s)")
+                continue
             log.append(out.stdout[-4000:] + out.stderr[-300:])
     for line in processes_of(run):
         try:
@@ -56,8 +62,9 @@ def dump(run: Path, log: list[str]) -> None:
 
 
 def one_round(jobs: list[Path], n: int, sets: list[str], out: Path, after: float,
-              log: list[str]) -> tuple[int, int]:
+              limit: float, log: list[str]) -> tuple[int, int]:
     """Run ``n`` jobs at once; return (hung, failed)."""
+    out.mkdir(parents=True, exist_ok=True)
     procs = []
     for k in range(n):
         run = out / f"run{k}"
@@ -65,13 +72,20 @@ def one_round(jobs: list[Path], n: int, sets: list[str], out: Path, after: float
                str(run), "--force", "--set", "output.progress=none"]
         for s in sets:
             cmd += ["--set", s]
-        procs.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                       text=True, start_new_session=True), run))
+        # stderr to a file: a pipe read only at the end could fill and stop the run
+        with open(out / f"run{k}.stderr", "w") as err_file:
+            procs.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_file,
+                                           start_new_session=True), run))
+    started = time.monotonic()
     hung = failed = 0
     for proc, run in procs:
         summary = run / "summary.json"
         this_hung = False
         while proc.poll() is None:
+            if not summary.exists() and time.monotonic() - started > limit:
+                log.append(f"NO SUMMARY {run} after {limit:g} s: killed")
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
             if summary.exists() and time.time() - summary.stat().st_mtime > after:
                 this_hung = True
                 log.append(f"HUNG {run} (summary.json {after:g} s old), load {os.getloadavg()}")
@@ -80,7 +94,7 @@ def one_round(jobs: list[Path], n: int, sets: list[str], out: Path, after: float
                 break
             time.sleep(0.5)
         proc.wait()
-        err = proc.stderr.read() if proc.stderr else ""
+        err = (run.parent / f"{run.name}.stderr").read_text(errors="replace")
         hung += this_hung
         if proc.returncode != 0 and not this_hung:
             failed += 1
@@ -95,6 +109,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--after", type=float, default=30.0,
                     help="seconds after summary.json that count as hung")
+    ap.add_argument("--limit", type=float, default=300.0,
+                    help="seconds a run may take to write summary.json before it is killed")
     ap.add_argument("--out", type=Path, default=None, help="keep the runs here")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args()
@@ -103,7 +119,7 @@ def main() -> None:
     for r in range(args.rounds):
         log: list[str] = []
         hung, failed = one_round([j.resolve() for j in args.jobs], args.concurrent, args.set,
-                                 base / f"round{r}", args.after, log)
+                                 base / f"round{r}", args.after, args.limit, log)
         total_hung, total_failed = total_hung + hung, total_failed + failed
         print(f"round {r}: {args.concurrent} runs, {hung} hung, {failed} failed, "
               f"load {os.getloadavg()[0]:.1f}", flush=True)
