@@ -352,7 +352,7 @@ class Network:
         self.posts: list[Post] = []
         self._link_free: dict[int, float] = {}            # rank -> its link's next free time
         self._mail: dict[int, list[tuple[float, int, Post]]] = {}  # dest -> (arrival, seq, post)
-        self._pending: dict[int, list[float]] = {}        # src -> arrival times of its sends
+        self._pending: dict[int, list[tuple[int, float]]] = {}  # src -> (dest, arrival)
         self._seq = 0
 
     def post(self, src: int, dest: int, message: PeerMessage) -> Post:
@@ -376,15 +376,15 @@ class Network:
         self.posts.append(record)
         self._seq += 1
         heapq.heappush(self._mail.setdefault(dest, []), (record.arrival, self._seq, record))
-        self._pending.setdefault(src, []).append(record.arrival)
+        self._pending.setdefault(src, []).append((dest, record.arrival))
         return record
 
-    def sends_pending(self, src: int) -> int:
-        """Messages ``src`` posted that have not arrived yet."""
+    def sends_pending(self, src: int, dest: int | None = None) -> int:
+        """Messages ``src`` posted (to ``dest``; None: to anyone) that have not arrived yet."""
         now = self.clock()
-        left = [t for t in self._pending.get(src, []) if t > now]
+        left = [(d, t) for d, t in self._pending.get(src, []) if t > now]
         self._pending[src] = left
-        return len(left)
+        return sum(1 for d, _ in left if dest is None or d == dest)
 
     def receive(self, dest: int, limit: int | None = None) -> list[tuple[int, PeerMessage]]:
         """``(source, message)`` of the messages that arrived at ``dest``, in arrival order,
@@ -595,8 +595,8 @@ class SimWorker:
     def post(self, dest: int, message: PeerMessage) -> None:
         self._net().post(self.rank, dest, message)
 
-    def sends_pending(self) -> int:
-        return 0 if self.network is None else self.network.sends_pending(self.rank)
+    def sends_pending(self, dest: int | None = None) -> int:
+        return 0 if self.network is None else self.network.sends_pending(self.rank, dest)
 
     def receive(self, limit: int | None = None) -> list[tuple[int, PeerMessage]]:
         return [] if self.network is None else self.network.receive(self.rank, limit)

@@ -69,14 +69,14 @@ class Port:
         self.rank, self.peers = 1, [2, 3, 4]
         self.inbox: list[MigrationOrder] = []
         self.posts: list[tuple[int, PeerMessage]] = []
-        self.pending = 0
+        self.pending: list[int] = []  # the targets of the sends not completed, oldest first
 
     def post(self, dest: int, message: PeerMessage) -> None:
         self.posts.append((dest, message))
-        self.pending += 1
+        self.pending.append(dest)
 
-    def sends_pending(self) -> int:
-        return self.pending
+    def sends_pending(self, dest: int | None = None) -> int:
+        return sum(1 for d in self.pending if dest is None or d == dest)
 
     def receive(self, limit: int | None = None) -> list[tuple[int, PeerMessage]]:
         return []
@@ -105,13 +105,13 @@ def test_one_window_in_flight_per_target_and_a_move_in_at_most_four_windows():
     assert m.in_flight == size + 64
     m.step(port)  # nothing completed: nothing more leaves
     assert len(port.windows()) == 2
-    port.pending = 1  # the oldest send completed
+    del port.pending[0]  # the oldest send completed
     m.step(port)
     assert port.windows()[2:] == [(2, size)]
-    port.pending = 0
+    port.pending.clear()
     while m.quota:
         m.step(port)
-        port.pending = 0
+        port.pending.clear()
     to = {t: [k for d, k in port.windows() if d == t] for t in (2, 3)}
     assert sum(to[2]) == 3000 and len(to[2]) == WINDOWS_PER_MOVE
     assert to[3] == [64, 36]
@@ -150,3 +150,19 @@ def test_a_migrator_checkpointed_before_its_per_target_windows_resumes():
     old = pickle.loads(pickle.dumps(m))
     old.resumed()
     assert old.ordered == {} and old.windows == [] and old.in_flight == 0
+
+
+def test_a_target_that_took_its_window_first_gets_the_next_one():
+    """Sends complete as each target takes its window, not in the order they were posted:
+    the target whose send completed gets the next window, the one still in flight none."""
+    port = Port(10_000)
+    m = Migrator(MigrationOptions.of({"mode": "async", "window": 64}))
+    port.inbox = [MigrationOrder(OrderKind.SEND, 2, 3000, 1),
+                  MigrationOrder(OrderKind.SEND, 3, 3000, 1)]
+    m.step(port)
+    size = math.ceil(3000 / WINDOWS_PER_MOVE)
+    assert port.windows() == [(2, size), (3, size)]
+    port.pending.remove(3)  # target 3 took its window; target 2's is still in flight
+    m.step(port)
+    assert port.windows()[2:] == [(3, size)]
+    assert [t for t, _ in m.windows] == [2, 3] and m.in_flight == 2 * size

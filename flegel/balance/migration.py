@@ -612,9 +612,10 @@ class Migrator:
             self.state_bytes += state_bytes(taken)
             self._post(port, origin, Reactivate(taken, count))
         # Sent windows leave the list (their rows stay inactive here, kept for virtual
-        # migration).  Sends complete about in the order they were posted; a pending
-        # reactivation only keeps a window listed a little longer.
-        del self.windows[:max(len(self.windows) - port.sends_pending(), 0)]
+        # migration).  With one in flight per target, a target with no send pending has
+        # taken its window, whatever the other targets did (they take windows at their own
+        # pace); a pending reactivation to it only keeps its window listed a little longer.
+        self.windows = [(t, rows) for t, rows in self.windows if port.sends_pending(t)]
         # One window in flight per target (§4.3 locks "only data in the current window"; a
         # window per pair of workers keeps that per pair).  One window per source in all
         # took a straggler's 100,000 points 0.5-1.2 s to leave, one target after the other,

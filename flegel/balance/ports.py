@@ -76,8 +76,9 @@ class MigrationPort(Protocol):
         """Send ``message`` to worker ``dest`` without blocking (``Tag.MIGRATE``)."""
         ...
 
-    def sends_pending(self) -> int:
-        """Messages :meth:`post` sent that have not completed yet."""
+    def sends_pending(self, dest: int | None = None) -> int:
+        """Messages :meth:`post` sent (to ``dest``; None: to anyone) that have not completed
+        yet."""
         ...
 
     def receive(self, limit: int | None = None) -> list[tuple[int, PeerMessage]]:

@@ -106,7 +106,7 @@ class Worker:
         self._signal_req = comm.Irecv(self._signal_buf, source=0, tag=Tag.SIGNAL)
         self._commit_req: MPI.Request | None = None
         self.last_wait_s = 0.0
-        self._posted: list[MPI.Request] = []
+        self._posted: list[tuple[int, MPI.Request]] = []  # (dest, its send)
         self.evaluator = evaluator
         self._eval_sent: list[MPI.Request] = []
         self._state_sent: list[MPI.Request] = []
@@ -144,12 +144,12 @@ class Worker:
         return [r for r in range(1, self.comm.size) if r != self.comm.rank]
 
     def post(self, dest: int, message: PeerMessage) -> None:
-        self._posted.append(self.comm.isend(message, dest=dest, tag=Tag.MIGRATE))
+        self._posted.append((dest, self.comm.isend(message, dest=dest, tag=Tag.MIGRATE)))
 
-    def sends_pending(self) -> int:
+    def sends_pending(self, dest: int | None = None) -> int:
         if self._posted:
-            self._posted = [r for r in self._posted if not r.Test()]
-        return len(self._posted)
+            self._posted = [(d, r) for d, r in self._posted if not r.Test()]
+        return sum(1 for d, _ in self._posted if dest is None or d == dest)
 
     def receive(self, limit: int | None = None) -> list[tuple[int, PeerMessage]]:
         return self._receive_tagged(Tag.MIGRATE, limit)
