@@ -36,6 +36,7 @@ cores stay free), run for a fixed time (no convergence stop) under BSPV (``batch
 
 Usage: ``python bench/sync_bench.py [--quick] [--out DIR]`` or
 ``python bench/sync_bench.py --waits [--repeats N] [--max-time S] [--models elastic]``;
+``--waits --barriers`` also prints every ElasticBSP barrier (:func:`barrier_table`);
 ``python bench/sync_bench.py --waits-sim [--repeats SEEDS]`` replays ElasticBSP on the
 simulated clock (deterministic: with the paper's single plan per superstep and with the
 rolling re-plan, under seeded iteration-time noise).  With ``--json OUT``, ``--waits`` and
@@ -96,9 +97,12 @@ def run(doc: dict[str, Any], out: Path) -> tuple[dict[str, Any], list[dict[str, 
     path = out / "job.in.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    # cwd is the run's folder, not the checkout: ``python -m flegel`` then imports the flegel
+    # installed for ``sys.executable`` (a paired run of another checkout's code with its
+    # interpreter), not the one this script sits in.
     proc = subprocess.run([sys.executable, "-m", "flegel", "run", str(path), "--out",
                            str(out / "run")], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=600)
+                          cwd=out, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"{doc['sync']} failed:\n{proc.stderr[-3000:]}")
     summary = json.loads((out / "run" / "summary.json").read_text())
@@ -200,8 +204,53 @@ def wait_figures(s: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, f
     return out
 
 
+def barrier_table(events: list[dict[str, Any]]) -> dict[str, float]:
+    """``--barriers``: print every ElasticBSP barrier of one run, the measured wait beside
+    ``d`` of the plan that placed it (issue 19, item 6).
+
+    Columns (ms): ``d* first`` ZipLine's d* of the superstep's first plan; ``d* last`` ZipLine's
+    d* of the last plan, the one that placed the barrier (when the flegel run records it);
+    ``d last`` the wait of the set that plan chose (its point forecast; > d* last when the
+    robust choice gave up some of d* for a smaller expected wait); ``measured`` the last
+    minus the first barrier push's arrival at the master (the paper's τ_wait, Section 3,
+    without the release); ``/d last`` their ratio; ``late`` the last-arriving worker's
+    arrival minus the time the last plan predicted for it, and ``by`` whether that worker
+    made the last plan (its continuation predicted from its own push).
+
+    Returns
+    -------
+    dict
+        ``sum_ratio`` (Σ measured / Σ d last), ``median_ratio`` (of the per-barrier ratios)
+        and ``barriers``.
+    """
+    log = [e for e in events if "barrier" in e]
+    print(f"    {'barrier':>7} {'d* first':>8} {'d* last':>8} {'d last':>8} {'measured':>8} "
+          f"{'/d last':>7} {'late':>7} {'by':>3} {'replans':>7}")
+    ratios = []
+    for b in log:
+        d_last = b["final_predicted_wait_s"]
+        star = b.get("final_d_star_s")
+        err = b.get("final_end_error_s")
+        late, by = "-", "-"
+        if err is not None:
+            last = b["last_rank"]  # ranks are 1..n, in the order of the error list
+            late = f"{1e3 * err[last - 1]:7.2f}"
+            by = "yes" if b["final_planned_by"] == last else "no"
+        r = b["wait_s"] / max(d_last, 1e-12)
+        ratios.append(r)
+        print(f"    {b['barrier']:>7} {1e3 * b['predicted_wait_s']:8.2f} "
+              f"{'-' if star is None else f'{1e3 * star:8.2f}':>8} {1e3 * d_last:8.2f} "
+              f"{1e3 * b['wait_s']:8.2f} {r:7.2f} {late:>7} {by:>3} {b['replans']:>7}")
+    total = sum(b["wait_s"] for b in log) / max(sum(b["final_predicted_wait_s"] for b in log),
+                                                 1e-12)
+    med = statistics.median(ratios) if ratios else float("nan")
+    print(f"    {len(log)} barriers: Σ measured / Σ d last = {total:.2f}; median per barrier "
+          f"{med:.2f}")
+    return {"sum_ratio": total, "median_ratio": med, "barriers": len(log)}
+
+
 def waits(repeats: int, max_time: float, points: int, root: Path,
-          only: str | None = None) -> dict[str, Any]:
+          only: str | None = None, barriers: bool = False) -> dict[str, Any]:
     """The ElasticBSP wait comparison (``--waits``); ``only``: a comma-separated subset of
     the models (their labels' first words: bspv, ssp, elastic).
 
@@ -240,6 +289,8 @@ def waits(repeats: int, max_time: float, points: int, root: Path,
             print(f"  {label:<13} {i + 1:>3} {f['wait_ms']:9.2f} {cols[0]:>6} {cols[1]:>8} "
                   f"{rat[0]:>5} {rat[1]:>5} {f['wait_share']:10.3f} {f['syncs_per_s']:8.1f} "
                   f"{f['versions_per_s']:10.1f}", flush=True)
+            if barriers and sync["model"] == "elastic":
+                runs[-1]["per_barrier"] = barrier_table(events)
     for name, label in (("predicted", "ZipLine's d* (first plan)"),
                         ("expected", "the expected wait (first plan)"),
                         ("final", "d of the plan that placed the barrier")):
@@ -308,6 +359,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="runs per model for --waits")
     ap.add_argument("--waits-sim", action="store_true",
                     help="ElasticBSP's waits on the simulated clock instead (deterministic)")
+    ap.add_argument("--barriers", action="store_true",
+                    help="for --waits: print every ElasticBSP barrier (d of the plan that "
+                         "placed it, measured wait, ratio)")
     ap.add_argument("--models", default=None,
                     help="for --waits: a subset, e.g. 'elastic' or 'bspv,ssp'")
     ap.add_argument("--json", type=Path, default=None, metavar="OUT",
@@ -321,7 +375,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             figures = waits(args.repeats, args.max_time or (4.0 if args.quick else 8.0),
                             200_000 if args.quick else 1_000_000, args.out or Path(tmp),
-                            args.models)
+                            args.models, args.barriers)
     if figures is not None:
         if args.json:
             args.json.write_text(json.dumps(figures, indent=2))
