@@ -195,7 +195,8 @@ def wait_figures(s: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, f
            "versions_per_s": s.get("theta_versions", s["iterations"]) / wall}
     if model == "elastic" and per_sync:
         for key, name in (("predicted_wait_s", "predicted"), ("expected_wait_s", "expected"),
-                          ("final_predicted_wait_s", "final")):
+                          ("final_predicted_wait_s", "final"),
+                          ("final_d_star_s", "final_star")):
             if key not in log[0]:
                 continue  # a flegel from before the expected wait (a baseline checkout)
             pred = statistics.fmean(e[key] for e in log)
@@ -241,11 +242,15 @@ def barrier_table(events: list[dict[str, Any]]) -> dict[str, float]:
         print(f"    {b['barrier']:>7} {1e3 * b['predicted_wait_s']:8.2f} "
               f"{'-' if star is None else f'{1e3 * star:8.2f}':>8} {1e3 * d_last:8.2f} "
               f"{1e3 * b['wait_s']:8.2f} {r:7.2f} {late:>7} {by:>3} {b['replans']:>7}")
-    total = sum(b["wait_s"] for b in log) / max(sum(b["final_predicted_wait_s"] for b in log),
-                                                 1e-12)
+    waited = sum(b["wait_s"] for b in log)
+    total = waited / max(sum(b["final_predicted_wait_s"] for b in log), 1e-12)
     med = statistics.median(ratios) if ratios else float("nan")
-    print(f"    {len(log)} barriers: Σ measured / Σ d last = {total:.2f}; median per barrier "
-          f"{med:.2f}")
+    star = ""
+    if log and "final_d_star_s" in log[0]:
+        star = (f"; Σ measured / Σ d* last = "
+                f"{waited / max(sum(b['final_d_star_s'] for b in log), 1e-12):.2f}")
+    print(f"    {len(log)} barriers: Σ measured / Σ d last = {total:.2f}{star}; median per "
+          f"barrier {med:.2f}")
     return {"sum_ratio": total, "median_ratio": med, "barriers": len(log)}
 
 
@@ -271,7 +276,8 @@ def waits(repeats: int, max_time: float, points: int, root: Path,
           f"{repeats} runs per model")
     print(f"  {'sync':<13} {'run':>3} {'wait/sync':>9} {'d*':>6} {'expected':>8} "
           f"{'/d*':>5} {'/exp':>5} {'wait share':>10} {'syncs/s':>8} {'versions/s':>10}")
-    ratios: dict[str, list[float]] = {"predicted": [], "expected": [], "final": []}
+    ratios: dict[str, list[float]] = {"predicted": [], "expected": [], "final": [],
+                                      "final_star": []}
     for label, sync in models:
         for i in range(repeats):
             key = f"waits-{label}-{i}".replace(" ", "_").replace("=", "")
@@ -279,7 +285,7 @@ def waits(repeats: int, max_time: float, points: int, root: Path,
             f = wait_figures(s, events)
             runs.append({"model": label, "run": i + 1, **f})
             cols = []
-            for name in ("predicted", "expected", "final"):
+            for name in ("predicted", "expected", "final", "final_star"):
                 ok = f"{name}_ms" in f
                 cols.append(f"{f[f'{name}_ms']:.2f}" if ok else "-")
                 if ok:
@@ -293,7 +299,8 @@ def waits(repeats: int, max_time: float, points: int, root: Path,
                 runs[-1]["per_barrier"] = barrier_table(events)
     for name, label in (("predicted", "ZipLine's d* (first plan)"),
                         ("expected", "the expected wait (first plan)"),
-                        ("final", "d of the plan that placed the barrier")):
+                        ("final", "d of the plan that placed the barrier"),
+                        ("final_star", "ZipLine's d* of the plan that placed the barrier")):
         r = ratios[name]
         if r:
             print(f"  ElasticBSP measured wait / {label}: {min(r):.2f} .. {max(r):.2f} "
@@ -322,10 +329,11 @@ def waits_sim(seeds: int) -> dict[str, Any]:
     from tests.fakes import Simulation
 
     costs = [10e-6, 13e-6, 17e-6, 23e-6]
-    print("ElasticBSP on the simulated clock: 4 workers, 200-point pushes of 2.0, 2.6, 3.4 and "
+    print("ElasticBSP on the simulated clock (d last: d of the plan that placed the barrier): "
+          "4 workers, 200-point pushes of 2.0, 2.6, 3.4 and "
           f"4.6 ms, 50 us latency, 200 iterations; means over {seeds} seeds; waits in ms")
     print(f"  {'plan':<8} {'noise':<22} {'barriers':>8} {'d*':>6} {'expected':>8} "
-          f"{'measured':>8} {'/d*':>6} {'/exp':>6}")
+          f"{'measured':>8} {'/d*':>6} {'/exp':>6} {'d last':>6} {'/last':>6}")
     for replan in (False, True):
         for jitter, block in ((0.0, None), (0.3, None), (0.6, None), (0.3, 200), (0.6, 200)):
             log = []
@@ -336,15 +344,18 @@ def waits_sim(seeds: int) -> dict[str, Any]:
                                  stop={"max_iterations": 200}, max_sim_s=600.0).run()
                 assert isinstance(sim.policy, ElasticBSP)
                 log += sim.policy.barriers
-            w, d, e = (1e3 * statistics.fmean(b[k] for b in log)
-                       for k in ("wait_s", "predicted_wait_s", "expected_wait_s"))
+            w, d, e, last = (1e3 * statistics.fmean(b[k] for b in log)
+                             for k in ("wait_s", "predicted_wait_s", "expected_wait_s",
+                                       "final_predicted_wait_s"))
             noise = (f"+-{jitter:.0%} per " + ("iteration" if block else "block")
                      if jitter else "none")
             print(f"  {'rolling' if replan else 'single':<8} {noise:<22} {len(log):>8} "
-                  f"{d:6.2f} {e:8.2f} {w:8.2f} {w / d:6.2f} {w / e:6.2f}", flush=True)
+                  f"{d:6.2f} {e:8.2f} {w:8.2f} {w / d:6.2f} {w / e:6.2f} {last:6.2f} "
+                  f"{w / last:6.2f}", flush=True)
             rows.append({"plan": "rolling" if replan else "single", "noise": noise,
                          "barriers": len(log), "predicted_ms": d, "expected_ms": e,
-                         "measured_ms": w, "predicted_ratio": w / d, "expected_ratio": w / e})
+                         "measured_ms": w, "predicted_ratio": w / d, "expected_ratio": w / e,
+                         "final_ms": last, "final_ratio": w / last})
     return {"seeds": seeds, "target_ratio": 2.0, "rows": rows}
 
 
