@@ -20,9 +20,12 @@ slowest worker (430-1,700 points here), a push model on the first calibration to
 fastest worker's, which caps at the whole shard -- so every push of the straggler took a
 whole pass (0.88 s).  SSP and DSSP then held the fast workers to a few such pushes (4-7 per
 worker in 4 s: neither reached the target), and ElasticBSP's monitoring phase, two pushes of
-every worker, let the fast workers push ~230 class-pure shards per superstep (an
-ASP-like run whose objective swung by ±7 %: whether a snapshot dipped below the target
-decided the row, 2 of 5 runs).  The figures are in ``docs/sync/elastic.md``.
+every worker, let the fast workers push ~240 class-pure shards per superstep (an
+ASP-like run whose exact objective swung between 24,900 and 27,500: whether a snapshot dipped
+below the target decided the row, met in 2 of 5 runs).  With the fixed mini-batch both rows
+reach a verdict in 4 s; ElasticBSP's still flips now and then (met in 3 of 4 runs), DSSP's
+gain over SSP is 0-11 % (met in 3 of 4).  The figures are in ``docs/sync/elastic.md`` and
+``docs/sync/dssp.md``.
 """
 
 from __future__ import annotations
