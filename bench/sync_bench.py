@@ -36,6 +36,7 @@ cores stay free), run for a fixed time (no convergence stop) under BSPV (``batch
 
 Usage: ``python bench/sync_bench.py [--quick] [--out DIR]`` or
 ``python bench/sync_bench.py --waits [--repeats N] [--max-time S] [--models elastic]``;
+``--waits --barriers`` also prints every ElasticBSP barrier (:func:`barrier_table`);
 ``python bench/sync_bench.py --waits-sim [--repeats SEEDS]`` replays ElasticBSP on the
 simulated clock (deterministic: with the paper's single plan per superstep and with the
 rolling re-plan, under seeded iteration-time noise).  With ``--json OUT``, ``--waits`` and
@@ -96,9 +97,12 @@ def run(doc: dict[str, Any], out: Path) -> tuple[dict[str, Any], list[dict[str, 
     path = out / "job.in.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    # cwd is the run's folder, not the checkout: ``python -m flegel`` then imports the flegel
+    # installed for ``sys.executable`` (a paired run of another checkout's code with its
+    # interpreter), not the one this script sits in.
     proc = subprocess.run([sys.executable, "-m", "flegel", "run", str(path), "--out",
                            str(out / "run")], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=600)
+                          cwd=out, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"{doc['sync']} failed:\n{proc.stderr[-3000:]}")
     summary = json.loads((out / "run" / "summary.json").read_text())
@@ -191,7 +195,8 @@ def wait_figures(s: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, f
            "versions_per_s": s.get("theta_versions", s["iterations"]) / wall}
     if model == "elastic" and per_sync:
         for key, name in (("predicted_wait_s", "predicted"), ("expected_wait_s", "expected"),
-                          ("final_predicted_wait_s", "final")):
+                          ("final_predicted_wait_s", "final"),
+                          ("final_d_star_s", "final_star")):
             if key not in log[0]:
                 continue  # a flegel from before the expected wait (a baseline checkout)
             pred = statistics.fmean(e[key] for e in log)
@@ -200,8 +205,57 @@ def wait_figures(s: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, f
     return out
 
 
+def barrier_table(events: list[dict[str, Any]]) -> dict[str, float]:
+    """``--barriers``: print every ElasticBSP barrier of one run, the measured wait beside
+    ``d`` of the plan that placed it (issue 19, item 6).
+
+    Columns (ms): ``d* first`` ZipLine's d* of the superstep's first plan; ``d* last`` ZipLine's
+    d* of the last plan, the one that placed the barrier (when the flegel run records it);
+    ``d last`` the wait of the set that plan chose (its point forecast; > d* last when the
+    robust choice gave up some of d* for a smaller expected wait); ``measured`` the last
+    minus the first barrier push's arrival at the master (the paper's τ_wait, Section 3,
+    without the release); ``/d last`` their ratio; ``late`` the last-arriving worker's
+    arrival minus the time the last plan predicted for it, and ``by`` whether that worker
+    made the last plan (its continuation predicted from its own push).
+
+    Returns
+    -------
+    dict
+        ``sum_ratio`` (Σ measured / Σ d last), ``median_ratio`` (of the per-barrier ratios)
+        and ``barriers``.
+    """
+    log = [e for e in events if "barrier" in e]
+    print(f"    {'barrier':>7} {'d* first':>8} {'d* last':>8} {'d last':>8} {'measured':>8} "
+          f"{'/d last':>7} {'late':>7} {'by':>3} {'replans':>7}")
+    ratios = []
+    for b in log:
+        d_last = b["final_predicted_wait_s"]
+        star = b.get("final_d_star_s")
+        err = b.get("final_end_error_s")
+        late, by = "-", "-"
+        if err is not None:
+            last = b["last_rank"]  # ranks are 1..n, in the order of the error list
+            late = f"{1e3 * err[last - 1]:7.2f}"
+            by = "yes" if b["final_planned_by"] == last else "no"
+        r = b["wait_s"] / max(d_last, 1e-12)
+        ratios.append(r)
+        print(f"    {b['barrier']:>7} {1e3 * b['predicted_wait_s']:8.2f} "
+              f"{'-' if star is None else f'{1e3 * star:8.2f}':>8} {1e3 * d_last:8.2f} "
+              f"{1e3 * b['wait_s']:8.2f} {r:7.2f} {late:>7} {by:>3} {b['replans']:>7}")
+    waited = sum(b["wait_s"] for b in log)
+    total = waited / max(sum(b["final_predicted_wait_s"] for b in log), 1e-12)
+    med = statistics.median(ratios) if ratios else float("nan")
+    star = ""
+    if log and "final_d_star_s" in log[0]:
+        star = (f"; Σ measured / Σ d* last = "
+                f"{waited / max(sum(b['final_d_star_s'] for b in log), 1e-12):.2f}")
+    print(f"    {len(log)} barriers: Σ measured / Σ d last = {total:.2f}{star}; median per "
+          f"barrier {med:.2f}")
+    return {"sum_ratio": total, "median_ratio": med, "barriers": len(log)}
+
+
 def waits(repeats: int, max_time: float, points: int, root: Path,
-          only: str | None = None) -> dict[str, Any]:
+          only: str | None = None, barriers: bool = False) -> dict[str, Any]:
     """The ElasticBSP wait comparison (``--waits``); ``only``: a comma-separated subset of
     the models (their labels' first words: bspv, ssp, elastic).
 
@@ -222,7 +276,8 @@ def waits(repeats: int, max_time: float, points: int, root: Path,
           f"{repeats} runs per model")
     print(f"  {'sync':<13} {'run':>3} {'wait/sync':>9} {'d*':>6} {'expected':>8} "
           f"{'/d*':>5} {'/exp':>5} {'wait share':>10} {'syncs/s':>8} {'versions/s':>10}")
-    ratios: dict[str, list[float]] = {"predicted": [], "expected": [], "final": []}
+    ratios: dict[str, list[float]] = {"predicted": [], "expected": [], "final": [],
+                                      "final_star": []}
     for label, sync in models:
         for i in range(repeats):
             key = f"waits-{label}-{i}".replace(" ", "_").replace("=", "")
@@ -230,7 +285,7 @@ def waits(repeats: int, max_time: float, points: int, root: Path,
             f = wait_figures(s, events)
             runs.append({"model": label, "run": i + 1, **f})
             cols = []
-            for name in ("predicted", "expected", "final"):
+            for name in ("predicted", "expected", "final", "final_star"):
                 ok = f"{name}_ms" in f
                 cols.append(f"{f[f'{name}_ms']:.2f}" if ok else "-")
                 if ok:
@@ -240,9 +295,12 @@ def waits(repeats: int, max_time: float, points: int, root: Path,
             print(f"  {label:<13} {i + 1:>3} {f['wait_ms']:9.2f} {cols[0]:>6} {cols[1]:>8} "
                   f"{rat[0]:>5} {rat[1]:>5} {f['wait_share']:10.3f} {f['syncs_per_s']:8.1f} "
                   f"{f['versions_per_s']:10.1f}", flush=True)
+            if barriers and sync["model"] == "elastic":
+                runs[-1]["per_barrier"] = barrier_table(events)
     for name, label in (("predicted", "ZipLine's d* (first plan)"),
                         ("expected", "the expected wait (first plan)"),
-                        ("final", "d of the plan that placed the barrier")):
+                        ("final", "d of the plan that placed the barrier"),
+                        ("final_star", "ZipLine's d* of the plan that placed the barrier")):
         r = ratios[name]
         if r:
             print(f"  ElasticBSP measured wait / {label}: {min(r):.2f} .. {max(r):.2f} "
@@ -271,10 +329,11 @@ def waits_sim(seeds: int) -> dict[str, Any]:
     from tests.fakes import Simulation
 
     costs = [10e-6, 13e-6, 17e-6, 23e-6]
-    print("ElasticBSP on the simulated clock: 4 workers, 200-point pushes of 2.0, 2.6, 3.4 and "
+    print("ElasticBSP on the simulated clock (d last: d of the plan that placed the barrier): "
+          "4 workers, 200-point pushes of 2.0, 2.6, 3.4 and "
           f"4.6 ms, 50 us latency, 200 iterations; means over {seeds} seeds; waits in ms")
     print(f"  {'plan':<8} {'noise':<22} {'barriers':>8} {'d*':>6} {'expected':>8} "
-          f"{'measured':>8} {'/d*':>6} {'/exp':>6}")
+          f"{'measured':>8} {'/d*':>6} {'/exp':>6} {'d last':>6} {'/last':>6}")
     for replan in (False, True):
         for jitter, block in ((0.0, None), (0.3, None), (0.6, None), (0.3, 200), (0.6, 200)):
             log = []
@@ -285,15 +344,18 @@ def waits_sim(seeds: int) -> dict[str, Any]:
                                  stop={"max_iterations": 200}, max_sim_s=600.0).run()
                 assert isinstance(sim.policy, ElasticBSP)
                 log += sim.policy.barriers
-            w, d, e = (1e3 * statistics.fmean(b[k] for b in log)
-                       for k in ("wait_s", "predicted_wait_s", "expected_wait_s"))
+            w, d, e, last = (1e3 * statistics.fmean(b[k] for b in log)
+                             for k in ("wait_s", "predicted_wait_s", "expected_wait_s",
+                                       "final_predicted_wait_s"))
             noise = (f"+-{jitter:.0%} per " + ("iteration" if block else "block")
                      if jitter else "none")
             print(f"  {'rolling' if replan else 'single':<8} {noise:<22} {len(log):>8} "
-                  f"{d:6.2f} {e:8.2f} {w:8.2f} {w / d:6.2f} {w / e:6.2f}", flush=True)
+                  f"{d:6.2f} {e:8.2f} {w:8.2f} {w / d:6.2f} {w / e:6.2f} {last:6.2f} "
+                  f"{w / last:6.2f}", flush=True)
             rows.append({"plan": "rolling" if replan else "single", "noise": noise,
                          "barriers": len(log), "predicted_ms": d, "expected_ms": e,
-                         "measured_ms": w, "predicted_ratio": w / d, "expected_ratio": w / e})
+                         "measured_ms": w, "predicted_ratio": w / d, "expected_ratio": w / e,
+                         "final_ms": last, "final_ratio": w / last})
     return {"seeds": seeds, "target_ratio": 2.0, "rows": rows}
 
 
@@ -308,6 +370,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="runs per model for --waits")
     ap.add_argument("--waits-sim", action="store_true",
                     help="ElasticBSP's waits on the simulated clock instead (deterministic)")
+    ap.add_argument("--barriers", action="store_true",
+                    help="for --waits: print every ElasticBSP barrier (d of the plan that "
+                         "placed it, measured wait, ratio)")
     ap.add_argument("--models", default=None,
                     help="for --waits: a subset, e.g. 'elastic' or 'bspv,ssp'")
     ap.add_argument("--json", type=Path, default=None, metavar="OUT",
@@ -321,7 +386,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             figures = waits(args.repeats, args.max_time or (4.0 if args.quick else 8.0),
                             200_000 if args.quick else 1_000_000, args.out or Path(tmp),
-                            args.models)
+                            args.models, args.barriers)
     if figures is not None:
         if args.json:
             args.json.write_text(json.dumps(figures, indent=2))

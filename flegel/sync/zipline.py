@@ -715,6 +715,7 @@ def solve_robust(
     seed: int = 0,
     method: str = "fast",
     known: Sequence[int] | None = None,
+    best: ZipLineResult | None = None,
 ) -> ZipLineResult:
     """The barrier with the smallest *expected* wait among ZipLine's answers to perturbed
     forecasts (a scenario choice on top of :func:`solve`).
@@ -743,6 +744,8 @@ def solve_robust(
     known : sequence of int, optional
         Per row, how many leading ends are known exactly (a push just made is the first
         end of its worker's row); default none.
+    best : ZipLineResult, optional
+        ``solve(times, method)`` when the caller has it already (saves one solve).
 
     Returns
     -------
@@ -751,7 +754,8 @@ def solve_robust(
         ``index``; ``evaluated`` counts the candidate sets judged.
     """
     m = _as_times(times)
-    best = solve(m, method)
+    if best is None:
+        best = solve(m, method)
     uncertain = [p for p, e in enumerate(noise) if np.asarray(e).size]
     if not uncertain:
         return best
