@@ -87,6 +87,9 @@ FIRST_OVERHEAD = 0.1
 #: The phase of an iteration that ends when every worker finished its pass at θ (an
 #: algorithm with ``full_batch_update``; see :class:`FSP`, "Whole passes").
 WHOLE_PHASE = "whole-pass"
+#: The adjustor's phases that measure g(η) (FSPV's probes, Section 3.3): data migration
+#: moves only a straggler's points before them (``Balancer.while_probing``).
+PROBE_PHASES = ("probe", "probe1", "probe2")
 #: Whole passes: a worker whose predicted pass is beyond this many times the typical
 #: worker's is a straggler (the interval adjustor then runs FSP's ordinary iterations), and
 #: workers still computing are paused once a whole pass has run this many times as long as
@@ -460,7 +463,8 @@ class FSP(BarrierPolicy):
             return
         srv = self.server
         orders = self.balancer.at_barrier(srv.now(), commits, srv.estimated_objective(),
-                                          srv.target_objective, srv.time_left_s)
+                                          srv.target_objective, srv.time_left_s,
+                                          probing=self.plan.phase in PROBE_PHASES)
         for rank, messages in orders.items():
             for order in messages:
                 self.order_port.order(rank, order)
