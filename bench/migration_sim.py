@@ -82,7 +82,8 @@ def draws(x: np.ndarray, theta0: dict[str, np.ndarray], stop: dict[str, Any],
           n: int) -> list[float]:
     """Off against async under ``n`` draws of the noise; print them, return the ratios."""
     print(f"\n  noise, {n} draws: time to target (ms)")
-    print(f"    {'draw':>4} {'off':>8} {'async':>8} {'vs off':>7} {'ordered':>8}")
+    print(f"    {'draw':>4} {'off':>8} {'async':>8} {'vs off':>7} {'ordered':>8} "
+          f"{'max dev off':>11} {'async':>6}")
     ratios = []
     for k in range(n):
         off, asyn = (run(x, theta0, mode, settings(k)["noise"], stop)
@@ -90,7 +91,7 @@ def draws(x: np.ndarray, theta0: dict[str, np.ndarray], stop: dict[str, Any],
         t_off, t_async = (r["to_target"] or stop["max_time_s"] for r in (off, asyn))
         ratios.append(t_off / t_async)
         print(f"    {k:4d} {t_off * 1e3:8.1f} {t_async * 1e3:8.1f} {ratios[-1]:6.2f}x "
-              f"{asyn['ordered']:8d}")
+              f"{asyn['ordered']:8d} {off['spread']:11.1%} {asyn['spread']:6.1%}")
     print(f"    geometric mean {np.exp(np.mean(np.log(ratios))):.2f}x, "
           f"lowest {min(ratios):.2f}x")
     return ratios

@@ -389,7 +389,8 @@ class FSP(BarrierPolicy):
         elif kind == "multistage":
             extra.update(probe_s=options["probe_ms"] / 1e3,
                          stage_tolerance=options["stage_tolerance"],
-                         probes=options["probes"])
+                         probes=options["probes"],
+                         per_update=bool(getattr(server, "progress_per_update", False)))
         self.adjustor = make_adjustor(kind, **extra)
         self.semi = options["coordination"] == "semi"
         # no timer: a whole pass of every worker, a straggler paused at _whole_bound
