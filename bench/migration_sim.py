@@ -22,8 +22,12 @@ the same command prints the same figures.
 Usage::
 
     python bench/migration_sim.py [--points 20000] [--settings injected,noise,none] [--json OUT]
+    python bench/migration_sim.py --draws 8
 
-``--json OUT`` also writes every row to OUT (for ``bench/suite.py``).
+``--json OUT`` also writes every row to OUT (for ``bench/suite.py``).  ``--draws N`` instead
+runs the noise setting with N draws of the random speeds (draw k: worker r's factors seeded
+r + 10k; draw 0 is the table's) and prints the time to target of off and async for each,
+and their geometric mean ratio: one draw says little about random speeds.
 """
 
 from __future__ import annotations
@@ -32,7 +36,6 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.fakes import Simulation, kmeans_theta0  # noqa: E402
+from tests.fakes import Simulation, kmeans_theta0, noisy_speed  # noqa: E402
 
 WORKERS, K, D = 4, 8, 8
 COST_S = 1e-6  # simulated compute per point
@@ -55,16 +58,9 @@ def data(n: int, seed: int = 3) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     return x, kmeans_theta0(x[rng.choice(n, K, replace=False)])
 
 
-def noise(seed: int, lo: float = 1.0, hi: float = 2.5,
-          period_s: float = 0.05) -> Callable[[float], float]:
-    """A speed factor redrawn every ``period_s`` of simulated time."""
-    factors = np.random.default_rng(seed).uniform(lo, hi, size=100_000)
-    return lambda t: float(factors[int(t / period_s) % len(factors)])
-
-
-def settings() -> dict[str, dict[int, Any]]:
+def settings(draw: int = 0) -> dict[str, dict[int, Any]]:
     return {"injected": {1: 60.0},
-            "noise": {r: noise(r) for r in range(1, WORKERS + 1)},
+            "noise": {r: noisy_speed(r + 10 * draw) for r in range(1, WORKERS + 1)},
             "none": {}}
 
 
@@ -82,12 +78,34 @@ def run(x: np.ndarray, theta0: dict[str, np.ndarray], mode: str, slowdown: dict[
             "ordered": mig.get("points_ordered", 0), "objective": sim.objective()}
 
 
+def draws(x: np.ndarray, theta0: dict[str, np.ndarray], stop: dict[str, Any],
+          n: int) -> list[float]:
+    """Off against async under ``n`` draws of the noise; print them, return the ratios."""
+    print(f"\n  noise, {n} draws: time to target (ms)")
+    print(f"    {'draw':>4} {'off':>8} {'async':>8} {'vs off':>7} {'ordered':>8} "
+          f"{'max dev off':>11} {'async':>6}")
+    ratios = []
+    for k in range(n):
+        off, asyn = (run(x, theta0, mode, settings(k)["noise"], stop)
+                     for mode in ("off", "async"))
+        t_off, t_async = (r["to_target"] or stop["max_time_s"] for r in (off, asyn))
+        ratios.append(t_off / t_async)
+        print(f"    {k:4d} {t_off * 1e3:8.1f} {t_async * 1e3:8.1f} {ratios[-1]:6.2f}x "
+              f"{asyn['ordered']:8d} {off['spread']:11.1%} {asyn['spread']:6.1%}")
+    print(f"    geometric mean {np.exp(np.mean(np.log(ratios))):.2f}x, "
+          f"lowest {min(ratios):.2f}x")
+    return ratios
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--points", type=int, default=20_000)
     ap.add_argument("--settings", default="injected,noise,none")
     ap.add_argument("--json", type=Path, default=None, metavar="OUT",
                     help="also write every row to OUT (for bench/suite.py)")
+    ap.add_argument("--draws", type=int, default=0, metavar="N",
+                    help="only the noise setting, off against async, over N draws of the "
+                         "random speeds")
     args = ap.parse_args(argv)
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     x, theta0 = data(args.points)
@@ -97,6 +115,11 @@ def main(argv: list[str] | None = None) -> None:
     target = ref["objective"] * 1.0005
     print(f"{args.points} points, {WORKERS} workers; target {target:.6g} "
           f"(converged objective + 0.05%)")
+    stop = {"target_objective": target, "max_time_s": 5.0, "max_iterations": 1_000_000}
+    if args.draws:
+        draws(x, theta0, stop, args.draws)
+        print(f"\n(simulated; {time.perf_counter() - t0:.0f} s of wall time)")
+        return
     print("  max dev = largest |passes - mean| / mean at the end (target <= 10%)")
     for name in args.settings.split(","):
         slowdown = settings()[name]
@@ -105,9 +128,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{'passes per worker':24} {'points held':28} {'ordered':>8}")
         base = None
         for mode in ("off", "async", "sync"):
-            r = run(x, theta0, mode, slowdown, {"target_objective": target,
-                                                 "max_time_s": 5.0,
-                                                 "max_iterations": 1_000_000})
+            r = run(x, theta0, mode, slowdown, stop)
             ttt = r["to_target"]
             base = ttt if mode == "off" else base
             rows.setdefault(name, {})[mode] = {

@@ -222,10 +222,19 @@ def _migration_sim(doc: dict[str, Any] | None, out: str) -> list[Reading]:
         readings.append(Reading("speedup", s["injected"]["async"]["speedup_vs_off"], 1.3, ">=",
                                 "simulated clock: time to target without migration / with "
                                 "async migration, one worker 60x slower"))
-    dev = max(((name, v["async"]["max_dev"]) for name, v in s.items()), key=lambda p: p[1])
-    readings.append(Reading("max dev", dev[1], 0.10, "<=",
-                            "simulated clock, async migration: largest |passes - mean| / mean "
-                            f"at the end, worst setting ({dev[0]})"))
+    if "noise" in s:
+        readings.append(Reading("noise", s["noise"]["async"]["speedup_vs_off"], 1.0, ">=",
+                                "simulated clock: time to target without migration / with "
+                                "async migration, random speeds (no straggler: nothing to "
+                                "gain, nothing to lose)"))
+    # Balance is asked of migration where it acts (a straggler, equal speeds); where speeds
+    # only fluctuate it moves nothing (issue 19) and the passes spread as without it.
+    dev = max(((name, v["async"]["max_dev"]) for name, v in s.items() if name != "noise"),
+              key=lambda p: p[1], default=None)
+    if dev is not None:
+        readings.append(Reading("max dev", dev[1], 0.10, "<=",
+                                "simulated clock, async migration: largest |passes - mean| / "
+                                f"mean at the end, worst setting but noise ({dev[0]})"))
     return readings
 
 

@@ -112,6 +112,13 @@ class Algorithm:
         logistic regression's L-BFGS step.  FSP then ends an iteration whose interval
         covers every worker's pass when every worker has finished it, not the fastest
         (:mod:`flegel.sync.fsp`).  Default False: a partial aggregate is as good per point.
+    progress_per_update : bool
+        :meth:`update_parameter` makes about the same progress per call whatever the number
+        of points aggregated -- a mini-batch step on the mean gradient (FSP paper Eq. 1),
+        while the gradient's noise is small against the step.  FSPV then takes the shortest
+        interval its probes allow: more updates, not larger batches
+        (:mod:`flegel.interval.multistage`).  Default False: progress grows with the
+        points aggregated (EM's statistics, a full-batch step).
     PARAMS : dict of str to flegel.validation.Constraint
         Each constructor parameter's constraint, declared once: ``__init__`` checks its
         arguments with :func:`flegel.validation.check_params`, whose
@@ -128,6 +135,7 @@ class Algorithm:
     nonnegative_features: bool = False
     objective_name: str = "objective"
     full_batch_update: bool = False
+    progress_per_update: bool = False
     #: Set by :meth:`vote_to_halt` for the point being processed (a class default, so a
     #: subclass that does not call ``super().__init__()`` still works).
     _halt_flag: bool = False

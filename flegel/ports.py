@@ -141,6 +141,12 @@ class ServerPort(Protocol):
         ...
 
     @property
+    def progress_per_update(self) -> bool:
+        """The algorithm progresses per update, not per point aggregated
+        (``Algorithm.progress_per_update``)."""
+        ...
+
+    @property
     def target_objective(self) -> float | None:
         """The job's target objective (``stop.target_objective``), if any."""
         ...

@@ -738,6 +738,14 @@ def slow_then_fast(factor: float, until_s: float) -> Callable[[float], float]:
     return lambda t: factor if t < until_s else 1.0
 
 
+def noisy_speed(seed: int, lo: float = 1.0, hi: float = 2.5,
+                period_s: float = 0.05) -> Callable[[float], float]:
+    """A speed factor redrawn uniformly in [lo, hi] every ``period_s`` of simulated time:
+    a worker whose speed only fluctuates (ranks sharing cores), no straggler."""
+    factors = np.random.default_rng(seed).uniform(lo, hi, size=100_000)
+    return lambda t: float(factors[int(t / period_s) % len(factors)])
+
+
 class Simulation:
     """The real server, master policy and worker policies of one sync model, on simulated
     time (see the module docstring for what is and is not modelled).

@@ -223,6 +223,10 @@ class Balancer:
     #: Per rank, consecutive barriers at which it was PEER_SPEED x slower than the median
     #: worker (a straggler; see note_stragglers and keep_some).
     slow_streak: dict[int, int] = field(default_factory=dict)
+    #: Ranks recognised as stragglers at some barrier (:meth:`peers_measured`: moves to or
+    #: from them need no long speed history).  Immutable, so that a balancer checkpointed
+    #: before it existed resumes with the class's empty default.
+    stragglers_seen: frozenset[int] = frozenset()
 
     def stats(self, commits: dict[int, dict[str, float]]) -> list[WorkerStat]:
         """Eq. 8's statistics from the commits of one barrier.
@@ -264,13 +268,19 @@ class Balancer:
         return max(t_rem, 0.0)
 
     def at_barrier(self, now: float, commits: dict[int, dict[str, float]], objective: float,
-                   target: float | None, time_left: float | None
+                   target: float | None, time_left: float | None, probing: bool = False
                    ) -> dict[int, list[MigrationOrder]]:
-        """Plan at a barrier; return the orders for each rank (empty: nothing to do)."""
+        """Plan at a barrier; return the orders for each rank (empty: nothing to do).
+
+        ``probing``: the next iteration measures FSPV's g(η) (Section 3.3); only a
+        straggler's points move then (:meth:`while_probing`).
+        """
         opts = self.options
         T = self.remaining_time(now, objective, target, time_left)
         stats = self.stats(commits)
         self.note_stragglers(stats)
+        if probing and not any(self.straggler(s.rank) for s in stats):
+            return {}
         if self.round_end is not None and now < self.round_end:
             return {}
         if min(len(h) for h in self.speed.values()) < MIN_HISTORY:
@@ -290,6 +300,10 @@ class Balancer:
             self.round_k = 0  # a new cycle
         moves = self.keep_some(plan_round(self.supers(stats), T,
                                           opts.rounds), stats, T)
+        if probing:
+            moves = self.while_probing(moves)
+            if not moves:
+                return {}
         speeds = {st.rank: st.v for st in stats}
         self.round_k += 1
         self.rounds += 1
@@ -305,6 +319,21 @@ class Balancer:
                          "moves": [[m.source, m.target, m.points] for m in moves],
                          "passes": [round(s.p, 4) for s in stats]})
         return orders
+
+    def while_probing(self, moves: list[Move]) -> list[Move]:
+        """The moves made while FSPV probes the interval: a straggler's only.
+
+        FSPV fits Eq. 7's line g(η) on a few probe iterations (Section 3.3); points that
+        move meanwhile change what each worker trains in them (windows locked out, migrated
+        points trained first at their targets), and the fit reads that as a difference
+        between the intervals.  Measured (``bench/migration_sim.py``, random speeds 1-2.5x):
+        two rounds inside the probes cut g(η₁) from 15.7e6 to 10.8e6 and Eq. 7 chose a
+        barrier per 4 passes (26.6 ms) instead of 1 ms, and async migration reached the
+        target 0.64x as fast as no migration.  A straggler's points cannot wait (a
+        straggler 60x slower holds a quarter of the data, trained at 1/60 of the speed), and
+        then the probes measure training without it, as the run will be.
+        """
+        return [m for m in moves if self.straggler(m.source)]
 
     def note_stragglers(self, stats: list[WorkerStat]) -> None:
         """Count, per rank, the barriers in a row at which its speed V was
@@ -323,6 +352,9 @@ class Balancer:
         median = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
         self.slow_streak = {s.rank: (self.slow_streak.get(s.rank, 0) + 1
                                      if s.v >= PEER_SPEED * median else 0) for s in stats}
+        now_slow = {r for r in self.slow_streak if self.straggler(r)}
+        if not now_slow <= self.stragglers_seen:
+            self.stragglers_seen = self.stragglers_seen | now_slow
 
     def straggler(self, rank: int) -> bool:
         """Whether ``rank`` is a straggler: :data:`PEER_SPEED` times slower than the median
@@ -395,6 +427,8 @@ class Balancer:
           speed it moved thousands of points back and forth each round to chase the timing
           noise of shared cores (measured: 8,000-17,000 points per round among the three
           fast workers of a 6 s run with one injected straggler).
+        * A move between two workers neither of which is or was a straggler waits until every
+          speed was measured over :data:`SPEED_WINDOW_S` (:meth:`peers_measured`).
         * A move under :data:`MIN_MOVE_FRACTION` of the smaller side is dropped.
         * A move that reverses a worker's last role without a change of its speed that
           justifies it is dropped (:meth:`reversal`).
@@ -408,9 +442,12 @@ class Balancer:
         left = {s.rank: s.n for s in stats}
         held = dict(left)
         speeds = {s.rank: s.v for s in stats}
+        measured = self.peers_measured()
         out = []
         for m in moves:
             if abs(pred[m.target] - pred[m.source]) <= threshold:
+                continue
+            if not (measured or {m.source, m.target} & self.stragglers_seen):
                 continue
             if self.reversal(m, speeds):
                 self.held_back += 1
@@ -423,6 +460,27 @@ class Balancer:
                 left[m.source] -= points
                 out.append(Move(m.source, m.target, points))
         return out
+
+    def peers_measured(self) -> bool:
+        """Whether every worker's speed has been measured over a whole
+        :data:`SPEED_WINDOW_S` of compute: only then may points move between two workers
+        neither of which is a straggler (:meth:`keep_some`).
+
+        Before that a speed is one burst.  Where speeds only fluctuate (ranks sharing
+        cores; ``bench/migration_sim.py``'s noise, a random factor in [1, 2.5] redrawn every
+        50 ms) the worker ahead in passes is the one that happened to be fast, and moving
+        points to it pays only if it stays fast: over 8 draws of the noise
+        (``python bench/migration_sim.py --draws 8``) async migration reached the target
+        0.64-1.32x as fast as no migration, 0.94x on geometric mean (the points moved left
+        shards unequal when the speeds changed, so the barriers waited for the worker left
+        with the most, and caught-up points were trained again at the same θ); now 1.00x in
+        each.  A
+        straggler's points move at once (:meth:`straggler`), and so do moves to or from a
+        worker that was one (:attr:`stragglers_seen`): a straggler that recovered holds too
+        few points, whatever its speed history.
+        """
+        return bool(self.speed) and min(sum(c for c, _ in h)
+                                        for h in self.speed.values()) >= SPEED_WINDOW_S
 
     def reversal(self, move: Move, speeds: dict[int, float]) -> bool:
         """Whether ``move`` reverses a role without a speed change that justifies it.

@@ -58,6 +58,17 @@ Choices where the paper is vague, all documented here:
 * η* is found on a log-spaced grid of 256 intervals between ``eta_min_s`` and the fastest
   worker's full-pass time (robust whatever the signs of a and b; the analytic maximizer for
   a < 0 is ``−φ + sqrt(φ² − bφ/a)``); if the fit predicts no progress anywhere, η_p is kept;
+* **an algorithm that progresses per update** (``Algorithm.progress_per_update``: the CNN's
+  mean-gradient step, FSP paper Eq. 1) makes about the same progress per iteration whatever
+  the points in it, so g(η) = c/η and Eq. 7's gain c/(η + φ) is largest at the shortest
+  interval allowed: the lower end of the trust region (η₁/:data:`TRUST_FACTOR`, at least φ),
+  whatever the probes measured.  The probes cannot see it: the online objective credits a
+  point's loss change since its last visit, a pass ago, so probes shorter than a pass
+  measure the steps of the last pass, not the interval probed -- right after the
+  calibration pass the middle probes (η₂) looked best every time.  Measured (issue 19,
+  ``python bench/paper_pairs.py``, ``flegel paper``'s CNN on sorted shards, 2 shared cores)
+  fixed intervals of 10, 20, 40 and 80 ms reached the target in 0.78, 1.01, 0.99 and 1.49 s
+  (medians of 2), while the fitted η ranged over 15-301 ms from run to run (0.66-1.56 s);
 * **when a new stage opens.**  Within a stage f falls linearly in t (the paper's premise);
   the stage's line is fitted on the stage itself: its rate (:attr:`MultiStage.stage_rate`)
   is the progress over wall time of its iterations so far.  (The probes' extrapolation
@@ -156,6 +167,10 @@ class MultiStage(IntervalAdjustor):
     probes : {"interleaved", "rollback"}
         How g(η) is probed (module docstring): interleaved η₁ η₂ η₂ η₁ around the interval
         in force, nothing thrown away, or the paper's two probes with a roll-back.
+    per_update : bool
+        The algorithm progresses per update, not per point aggregated
+        (``Algorithm.progress_per_update``: a mean-gradient step).  Eq. 7 then has
+        g(η) = c/η, and its optimum is the shortest interval allowed (:meth:`_fit`).
 
     Attributes
     ----------
@@ -172,8 +187,10 @@ class MultiStage(IntervalAdjustor):
 
     def __init__(self, probe_s: float = 0.2, stage_tolerance: float = 0.5,
                  window: int = STAGE_WINDOW, stage_factor: float = 5.0,
-                 eta_min_s: float = 1e-3, probes: str = "interleaved") -> None:
+                 eta_min_s: float = 1e-3, probes: str = "interleaved",
+                 per_update: bool = False) -> None:
         super().__init__(eta_min_s)
+        self.per_update = per_update
         if window < 2:
             raise ValueError(f"window must be at least 2 iterations, got {window}")
         if probes not in PROBE_MODES:
@@ -415,13 +432,14 @@ class MultiStage(IntervalAdjustor):
             # Within a factor of the probes, and never below φ (module docstring).
             lo = self.clamp(max(eta1 / TRUST_FACTOR, phi), eta_max)
             hi = self.clamp(max(eta2 * TRUST_FACTOR, lo), eta_max)
-            best = best_interval(a, b, phi, lo, hi)
+            best = lo if self.per_update else best_interval(a, b, phi, lo, hi)
             # No progress predicted anywhere: keep the larger probe (fewer barriers).  An
             # optimum at the pass is a barrier per pass (PASS_REACH).
             best = self._etas[1] if best is None else best
             self.eta_s = PASS_REACH * eta_max if best >= eta_max * (1 - 1e-9) else best
         else:
-            best = best_interval(a, b, phi, self.eta_min_s, eta_max)
+            best = (self.clamp(max(phi, self.eta_min_s), eta_max) if self.per_update
+                    else best_interval(a, b, phi, self.eta_min_s, eta_max))
             self.eta_s = self.eta_p if best is None else best
         self.predicted_rate = max(a * self.eta_s + b, 0.0) * self.eta_s / (self.eta_s + phi)
         self.stages.append({"eta_p_s": eta1, "g": [g1, g2], "a": a, "b": b, "phi_s": phi,

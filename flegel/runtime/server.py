@@ -315,6 +315,12 @@ class Server:
         (:attr:`flegel.Algorithm.full_batch_update`)."""
         return bool(getattr(self.algorithm, "full_batch_update", False))
 
+    @property
+    def progress_per_update(self) -> bool:
+        """Whether the algorithm progresses per update, not per point aggregated
+        (:attr:`flegel.Algorithm.progress_per_update`)."""
+        return bool(getattr(self.algorithm, "progress_per_update", False))
+
     def estimated_objective(self) -> float:
         """The online objective scaled up to the points not visited yet.
 

@@ -87,6 +87,9 @@ FIRST_OVERHEAD = 0.1
 #: The phase of an iteration that ends when every worker finished its pass at θ (an
 #: algorithm with ``full_batch_update``; see :class:`FSP`, "Whole passes").
 WHOLE_PHASE = "whole-pass"
+#: The adjustor's phases that measure g(η) (FSPV's probes, Section 3.3): data migration
+#: moves only a straggler's points before them (``Balancer.while_probing``).
+PROBE_PHASES = ("probe", "probe1", "probe2")
 #: Whole passes: a worker whose predicted pass is beyond this many times the typical
 #: worker's is a straggler (the interval adjustor then runs FSP's ordinary iterations), and
 #: workers still computing are paused once a whole pass has run this many times as long as
@@ -386,7 +389,8 @@ class FSP(BarrierPolicy):
         elif kind == "multistage":
             extra.update(probe_s=options["probe_ms"] / 1e3,
                          stage_tolerance=options["stage_tolerance"],
-                         probes=options["probes"])
+                         probes=options["probes"],
+                         per_update=bool(getattr(server, "progress_per_update", False)))
         self.adjustor = make_adjustor(kind, **extra)
         self.semi = options["coordination"] == "semi"
         # no timer: a whole pass of every worker, a straggler paused at _whole_bound
@@ -460,7 +464,8 @@ class FSP(BarrierPolicy):
             return
         srv = self.server
         orders = self.balancer.at_barrier(srv.now(), commits, srv.estimated_objective(),
-                                          srv.target_objective, srv.time_left_s)
+                                          srv.target_objective, srv.time_left_s,
+                                          probing=self.plan.phase in PROBE_PHASES)
         for rank, messages in orders.items():
             for order in messages:
                 self.order_port.order(rank, order)

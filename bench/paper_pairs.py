@@ -1,0 +1,93 @@
+"""Repeat ``flegel paper``'s runs of one workload, back to back, to see past one run's noise.
+
+``flegel paper`` runs each setting once; on a shared machine one run's time to target can be
+off by 1.5x either way (issue 19: the CNN's FSPV against BSPV read 0.79x on one page and
+1.2-1.5x in three pairs the same hour).  This script builds the same workload, job and
+target as ``flegel paper --quick`` (:class:`flegel.cli.paper.runner.Runner`: BSPB's reference
+run without stragglers, plus the workload's slack), then runs the given sync presets in
+turn, ``--repeat`` times (each round every preset once, so load drifts alike), and prints
+every time to target, FSP's final η, the points migration moved, and per preset the median
+and its ratio to the first preset's median.
+
+Usage::
+
+    python bench/paper_pairs.py [--algorithm cnn] [--partition contiguous]
+        [--syncs bspv,fspv-off,fspv-async] [--stragglers injected:tau=32,workers=1]
+        [--repeat 3] [--set KEY=VALUE ...] [--target F] [--keep DIR]
+
+Imports whichever ``flegel`` the interpreter finds (no path of its own), so the same file
+measures another checkout: ``cd /tmp && python /path/to/bench/paper_pairs.py`` with that
+checkout's interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import flegel
+from flegel.cli.paper.runner import Runner, RunResult
+from flegel.cli.paper.workloads import QUICK
+
+
+def describe(r: RunResult) -> str:
+    """One run in a line: time to target, iterations, final η, points moved."""
+    s: dict[str, Any] = r.summary or {}
+    eta = s.get("final_eta_ms")
+    moved = (s.get("migration") or {}).get("points_moved")
+    return (f"{r.time.text():>6} s  iterations {s.get('iterations', '-'):>4}  "
+            f"eta {'-' if eta is None else f'{eta:.1f} ms':>9}  "
+            f"moved {'-' if moved is None else moved}" + (f"  FAILED {r.error}" if r.error
+                                                         else ""))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--algorithm", default="cnn")
+    ap.add_argument("--partition", default="contiguous")
+    ap.add_argument("--syncs", default="bspv,fspv-off,fspv-async",
+                    help="comma-separated presets, each optionally with its own keys: "
+                         "'fspv-off|sync.interval=fixed;sync.eta_ms=15'")
+    ap.add_argument("--stragglers", default="injected:tau=32,workers=1")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a further job key for every run (repeatable)")
+    ap.add_argument("--target", type=float, default=None,
+                    help="the target objective (default: flegel paper's, from a reference "
+                         "run, which under load stops short and sets an easier one)")
+    ap.add_argument("--keep", type=Path, default=None, help="keep the runs under this folder")
+    args = ap.parse_args(argv)
+    syncs = args.syncs.split(",")
+    with tempfile.TemporaryDirectory(prefix="paper-pairs-") as tmp:
+        out = args.keep or Path(tmp)
+        target = args.target
+        if target is None:
+            first = Runner(QUICK, out / "reference", say=lambda _: None)
+            target = first.target(args.algorithm, args.partition)
+        print(f"flegel {Path(flegel.__file__).parent}; {args.algorithm}/{args.partition}, "
+              f"{args.stragglers}; target {target}")
+        if target is None:
+            raise SystemExit("the reference run failed")
+        times: dict[str, list[float]] = {s: [] for s in syncs}
+        for k in range(args.repeat):
+            runner = Runner(QUICK, out / f"round{k}", say=lambda _: None)
+            runner.targets[args.algorithm, args.partition] = target
+            for s in syncs:
+                preset, _, extra = s.partition("|")
+                sets = tuple(args.set) + tuple(x for x in extra.split(";") if x)
+                r = runner.run(args.algorithm, args.partition, preset, args.stragglers, sets)
+                times[s].append(r.time.s)
+                print(f"  round {k} {s:12} {describe(r)}", flush=True)
+        base = statistics.median(times[syncs[0]])
+        print(f"median time to target (s), and {syncs[0]}'s median over it:")
+        for s in syncs:
+            m = statistics.median(times[s])
+            print(f"  {s:12} {m:6.2f}  {base / m:5.2f}x  (runs: "
+                  + ", ".join(f"{t:.2f}" for t in times[s]) + ")")
+
+
+if __name__ == "__main__":
+    main()
