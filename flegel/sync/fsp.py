@@ -96,6 +96,9 @@ WHOLE_PASS_WAIT = 4.0
 #: Commits a worker's predicted pass must rest on before it can be called a straggler (paused
 #: at the first pass, :meth:`FSP._on_pass`; whole passes turned off, :meth:`FSP._balanced`).
 PASS_EVIDENCE = 2
+#: Complete whole passes (no worker paused) whose durations, broadcast to the last arrival,
+#: give the typical whole pass that bounds the next one (:meth:`FSP._whole_bound`).
+WHOLE_HISTORY = 5
 
 
 class FSPWorker(WorkerPolicy):
@@ -421,6 +424,9 @@ class FSP(BarrierPolicy):
         self.full_batch = bool(server.full_batch_update)
         self.whole = False
         self.whole_iterations = 0
+        #: Durations of the latest complete whole passes (broadcast to last arrival, no
+        #: worker paused): :meth:`_whole_bound`.
+        self.whole_log: list[float] = []
 
     # ---------------------------------------------------------------- sending
     def instructions(self, rank: int) -> Instructions:
@@ -549,14 +555,33 @@ class FSP(BarrierPolicy):
 
     def _whole_bound(self, first_arrival: float) -> float:
         """How long a whole pass may run, from its start, before the workers still
-        computing are paused: :data:`WHOLE_PASS_WAIT` times the longer of the time its first
-        pass took to arrive and the typical worker's predicted pass (a worker slower than
-        that would be a straggler, :meth:`_balanced`).  The first arrival carries what the
-        prediction does not -- θ's way to the workers, their wait for a core (on 2 shared
-        cores at a load of 12, a 3 ms pass arrived 8-15 ms after the broadcast, and a bound of
-        4 pass times cut a third of the whole passes short) --, the typical pass what the
-        first arrival may lack: a worker left with few points passes first."""
-        return WHOLE_PASS_WAIT * max(first_arrival - self.iter_start, self.passes.typical())
+        computing are paused: :data:`WHOLE_PASS_WAIT` times the longest of the time its first
+        pass took to arrive, the typical worker's predicted pass (a worker slower than that
+        would be a straggler, :meth:`_balanced`) and the typical complete whole pass
+        (:meth:`_typical_whole`).  The first arrival carries what the prediction does not --
+        θ's way to the workers, their wait for a core (on 2 shared cores at a load of 12, a
+        3 ms pass arrived 8-15 ms after the broadcast, and a bound of 4 pass times cut a third
+        of the whole passes short) --, the typical pass what the first arrival may lack: a
+        worker left with few points passes first.
+
+        The complete whole passes carry the spread of the arrivals, which neither does: where
+        ranks share cores one worker or another waits for a core in most iterations, and its
+        pass arrives several first arrivals after the first.  Measured (issue 19, ``python
+        bench/fsp_claims.py --only horizons --algorithms logreg``, 4 workers on 2 cores at a
+        load of 5-8): a bound of 4 first arrivals paused a worker in 1-6 of the first 35
+        whole passes of a run, at 60-70% of its pass, so the iteration took a gradient step
+        instead of L-BFGS's -- about one iteration lost for the 1-3 ms the pass had left.
+        A straggler is still paused: a whole pass it held up is no complete one, and until
+        one completes the bound is as before (the calibration, where a straggler shows
+        first)."""
+        return WHOLE_PASS_WAIT * max(first_arrival - self.iter_start, self.passes.typical(),
+                                     self._typical_whole())
+
+    def _typical_whole(self) -> float:
+        """The lower median duration of the latest :data:`WHOLE_HISTORY` complete whole
+        passes (0 before any): a whole pass as long as most recent ones is no straggler's."""
+        recent = sorted(self.whole_log)
+        return recent[(len(recent) - 1) // 2] if recent else 0.0
 
     # ---------------------------------------------------------------- the barrier
     def after_barrier(self, commits: dict[int, dict[str, float]], agg: dict[str, Any]) -> None:
@@ -577,6 +602,9 @@ class FSP(BarrierPolicy):
         # A whole pass has no interval: it ran to its last pass (the barrier's last report).
         self.eta_log.append(max(arrivals.values()) - self.iter_start if self.whole
                             else self.plan.eta_s)
+        if self.whole and not self.signalled:
+            # A complete whole pass (nobody paused): it bounds the next ones (_whole_bound).
+            self.whole_log = (self.whole_log + [self.eta_log[-1]])[-WHOLE_HISTORY:]
         if self._balanced():
             # Whole passes (WHOLE_PHASE); a mark left by rolled-back probes is dropped.
             self.plan = Plan(0.0, drop_mark=self.plan.phase in ("probe1", "probe2"),
