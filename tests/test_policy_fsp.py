@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from flegel.algorithms.kmeans import KMeans
 from flegel.protocol import POLL_S, Reason, Signal
 from flegel.sync.fsp import OFFSET_BOUND
 from tests.fakes import Simulation, slow_then_fast
@@ -415,3 +416,36 @@ def test_fsp_a_timer_does_not_cut_the_last_block_of_a_pass(slowed_block, left):
         assert late.reason == Reason.TIMER and late.header["points"] == 100
     assert all(it.reason == Reason.PASS and it.header["points"] == 200
                for r in sim.ranks for it in sim.iterations(r) if it is not late)
+
+
+class _CountingKMeans(KMeans):
+    """K-means that records each kernel call's block size (all workers together)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.calls: list[int] = []
+
+    def update_block(self, block, theta, t):
+        self.calls.append(len(block))
+        return super().update_block(block, theta, t)
+
+
+@pytest.mark.parametrize("eta_ms, one_block", [(8.0, True), (1.5, False)])
+def test_fsp_a_worker_on_course_takes_its_pass_in_fewer_blocks(eta_ms, one_block):
+    """Issue 19 (FSPWorker, "Blocks on course"): with a timer of 4 passes (a barrier per
+    pass) a worker whose rest of the pass fits COURSE_MARGIN times before its timer takes
+    blocks of BLOCK_GROWTH times the sizer's 1 ms: its 2 ms pass of 200 points in one block,
+    as BSPV takes it, where the sizer's blocks of about 100 points cut it in two (before the
+    change).  With a timer shorter than the pass it may be cut, and keeps the sizer's
+    blocks."""
+    algo = _CountingKMeans(n_clusters=4)
+    sim = Simulation("fsp", {"interval": "fixed", "eta_ms": eta_ms, "coordination": "semi"},
+                     algorithm=algo, cost_s=10e-6, block_ms=1.0, latency_s=LAT,
+                     stop={"max_iterations": 12})
+    sim.run()
+    later = algo.calls[-3 * 6:]  # the kernel calls of (at least) the last few iterations
+    if one_block:
+        assert all(e["workers"]["reason"] == ["pass"] * 3 for e in sim.barrier_events())
+        assert set(later) == {200}
+    else:
+        assert max(later) <= 1.2 * 100  # the sizer's 1 ms block (dithered by 10%)
