@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from flegel.algorithms.kmeans import KMeans
-from flegel.protocol import POLL_S, Reason, Signal
+from flegel.protocol import POLL_S, Instructions, Reason, Signal
 from flegel.sync.fsp import OFFSET_BOUND
 from tests.fakes import Simulation, slow_then_fast
 
@@ -449,3 +449,44 @@ def test_fsp_a_worker_on_course_takes_its_pass_in_fewer_blocks(eta_ms, one_block
         assert set(later) == {200}
     else:
         assert max(later) <= 1.2 * 100  # the sizer's 1 ms block (dithered by 10%)
+
+
+class _Clock:
+    """A worker port on a hand-set clock: what FSPWorker's timer rules read."""
+
+    def __init__(self, per_point_s: float) -> None:
+        self.t = 0.0
+        self.per_point_s = per_point_s
+
+    def now(self) -> float:
+        return self.t
+
+
+class _Shard:
+    n_active = 2000
+
+
+@pytest.mark.parametrize("eta_ms, cut", [(12.0, False), (3.0, True)])
+def test_fsp_a_worker_that_got_no_core_until_past_its_timer_finishes_a_short_pass(eta_ms, cut):
+    """Issue 19 (FSPWorker, "A late pass is finished"): a worker whose whole interval went by
+    before it ran (no core: its first block comes after its deadline) used to commit on its
+    timer after a block limited to the time left, 1 point ([1, 2000, 1, 1] at a load of 11).
+    At a barrier per pass (η = 12 ms, 4 passes of 2,000 points at 1.5 µs) the rest of its
+    pass, 3 ms, is at most LATE_PASS_SHARE of η: it finishes the pass.  With η under a pass
+    (probes) the timer cuts as before."""
+    from flegel.sync.fsp import FSPWorker
+
+    worker = FSPWorker({"coordination": "semi"})
+    worker.shard = _Shard()
+    port = _Clock(per_point_s=1.5e-6)
+    worker.begin(port, Instructions(eta_s=eta_ms / 1e3), 0.0)
+    port.t = 2 * eta_ms / 1e3  # it runs only now, past its deadline, nothing done yet
+    worker.block_size(port, 400)
+    reason, limit = worker.commit_reason(port, 0), worker.block_limit(port, 0)
+    if cut:
+        assert reason == Reason.TIMER and limit == 1
+    else:
+        assert reason is None and limit is None
+        # ... and once the pass is done the loop's pass rule ends the iteration; half-way
+        # through it the timer still leaves it be.
+        assert worker.commit_reason(port, 1000) is None

@@ -99,6 +99,9 @@ PASS_EVIDENCE = 2
 #: A worker on course to finish its pass before anything can cut it takes blocks of up to this
 #: many times the block sizer's choice (:class:`FSPWorker`, "Blocks on course").
 BLOCK_GROWTH = 4
+#: A timer does not cut a pass whose rest takes at most this share of the worker's interval
+#: at the block sizer's per-point cost (:class:`FSPWorker`, "A late pass is finished").
+LATE_PASS_SHARE = 0.25
 #: ... on course with a timer: the rest of its pass fits this many times before the timer, at
 #: the block sizer's per-point cost.
 COURSE_MARGIN = 2.0
@@ -134,6 +137,19 @@ class FSPWorker(WorkerPolicy):
     anyway, and the objective lagged BSPV's by the pass's tail.  Signals are answered as
     before: the master pauses a worker because it must not be waited for.
 
+    **A late pass is finished** (issue 19).  Nor does a timer cut a pass whose rest takes at
+    most :data:`LATE_PASS_SHARE` of the worker's interval at the block sizer's per-point
+    cost: at a barrier per pass (η of :data:`~flegel.interval.multistage.PASS_REACH`
+    passes) that is any pass of a worker of the others' speed, so only a straggler's pass
+    is cut there, while probes' intervals under a pass still cut as before.  Where ranks
+    share cores a worker may get no core from its start until past its deadline; the timer
+    then ended its iteration after its first block, a block limited to the time left: one
+    point.  Measured (issue 19, ``python bench/fsp_claims.py --only horizons --algorithms
+    nmf``, 4 workers on 2 cores at a load of 8-11) such commits -- [1, 2000, 1, 1] after 21
+    ms at η = 14.6 ms -- cut 2-4 passes before the 0.2 s target in 6 of 6 FSPV runs, which
+    then took 2 iterations more than BSPV's 8-16; the barrier had waited for those workers
+    anyway, and finishing the pass costs it a pass of compute.
+
     **Blocks on course** (issue 19; the paper does not size blocks).  Each block costs the
     worker loop a fixed amount of work besides the kernel (polls, the policy's hooks, the
     store, the block sizer: tens of µs), and the block sizer sizes blocks to
@@ -168,6 +184,8 @@ class FSPWorker(WorkerPolicy):
         #: block sizer's latest choice: a pass's last block is not cut (class notes).
         self.shard: MigratingShard | None = None
         self._block = 0
+        #: This iteration's interval η − δᵢ (0: no timer): a late pass is finished.
+        self._interval = 0.0
         #: Points this iteration as of the last commit_reason (blocks on course).
         self._points = 0
         self.semi = self.options.get("coordination", "semi") == "semi"
@@ -229,10 +247,12 @@ class FSPWorker(WorkerPolicy):
             self.migrator.transfer_now(self._port(), instructions.orders)
         self._deadline = None
         self._points = 0
+        self._interval = 0.0
         if instructions.eta_s > 0:
             now = port.now()
             lag = sent_lag_s if 0.0 <= sent_lag_s < MAX_CLOCK_LAG_S else 0.0
             interval = max(instructions.eta_s - instructions.offset_s, 0.0)
+            self._interval = interval
             # At most a poll's lag, and never more than half the interval: a worker computes
             # for at least half its interval once it runs.
             self._deadline = now - min(lag, MAX_LAG_CREDIT_S, interval / 2) + interval
@@ -243,7 +263,7 @@ class FSPWorker(WorkerPolicy):
     def commit_reason(self, port: WorkerPort, points: int) -> Reason | None:
         self._points = points
         if (self._deadline is not None and port.now() >= self._deadline
-                and not self._last_block(points)):
+                and not self._last_block(points) and not self._short_rest(port, points)):
             return Reason.TIMER
         return None
 
@@ -264,9 +284,20 @@ class FSPWorker(WorkerPolicy):
 
     def block_limit(self, port: WorkerPort, points: int) -> int | None:
         per_point = port.per_point_s
-        if self._deadline is None or not per_point or self._last_block(points):
+        if (self._deadline is None or not per_point or self._last_block(points)
+                or self._short_rest(port, points)):
             return None
         return max(1, int((self._deadline - port.now()) / per_point))
+
+    def _short_rest(self, port: WorkerPort, points: int) -> bool:
+        """Whether what is left of the pass, after ``points`` this iteration, takes at most
+        :data:`LATE_PASS_SHARE` of the worker's interval at the sizer's per-point cost
+        (class notes: a late pass is finished)."""
+        per_point = port.per_point_s
+        if self.shard is None or not per_point or self._interval <= 0:
+            return False
+        rest = self.shard.n_active - points
+        return 0 < rest and rest * per_point <= LATE_PASS_SHARE * self._interval
 
     def _last_block(self, points: int) -> bool:
         """Whether what is left of the pass, after ``points`` this iteration, fits in the
