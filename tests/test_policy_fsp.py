@@ -487,6 +487,6 @@ def test_fsp_a_worker_that_got_no_core_until_past_its_timer_finishes_a_short_pas
         assert reason == Reason.TIMER and limit == 1
     else:
         assert reason is None and limit is None
-        # ... and once the pass is done the loop's pass rule ends the iteration; half-way
-        # through it the timer still leaves it be.
+        # ... for the whole iteration: half-way through its pass the timer still leaves it
+        # be (the loop's pass rule ends the iteration).
         assert worker.commit_reason(port, 1000) is None

@@ -137,16 +137,20 @@ class FSPWorker(WorkerPolicy):
     anyway, and the objective lagged BSPV's by the pass's tail.  Signals are answered as
     before: the master pauses a worker because it must not be waited for.
 
-    **A late pass is finished** (issue 19).  Nor does a timer cut a pass whose rest takes at
-    most :data:`LATE_PASS_SHARE` of the worker's interval at the block sizer's per-point
-    cost: at a barrier per pass (η of :data:`~flegel.interval.multistage.PASS_REACH`
-    passes) that is any pass of a worker of the others' speed, so only a straggler's pass
-    is cut there, while probes' intervals under a pass still cut as before.  Where ranks
-    share cores a worker may get no core from its start until past its deadline; the timer
-    then ended its iteration after its first block, a block limited to the time left: one
-    point.  Measured (issue 19, ``python bench/fsp_claims.py --only horizons --algorithms
+    **A late pass is finished** (issue 19).  Nor does a timer cut a pass that takes at most
+    :data:`LATE_PASS_SHARE` of the worker's interval at the block sizer's per-point cost
+    (decided at the iteration's first check, before any block, and kept): at a barrier per
+    pass (η of :data:`~flegel.interval.multistage.PASS_REACH` passes) that is the pass of a
+    worker of the others' speed, so only a straggler's pass is cut there, while probes'
+    intervals under a pass cut as before.  Where ranks share cores a worker may get no core
+    from its start until past its deadline; the timer then ended its iteration after its
+    first block, a block limited to the time left: one point.  (Judged on the whole pass,
+    not on the rest of a pass begun: a worker cut mid-pass is the last block's case above,
+    and a rest judged anew at every block changed the traversals of a straggler left with a
+    few points by migration, ``tests/test_migration_inprocess.py``.)
+    Measured (issue 19, ``python bench/fsp_claims.py --only horizons --algorithms
     nmf``, 4 workers on 2 cores at a load of 8-11) such commits -- [1, 2000, 1, 1] after 21
-    ms at η = 14.6 ms -- cut 2-4 passes before the 0.2 s target in 6 of 6 FSPV runs, which
+    ms at η = 14.6 ms -- cut 1-4 passes before the 0.2 s target in 6 of 6 FSPV runs, which
     then took 2 iterations more than BSPV's 8-16; the barrier had waited for those workers
     anyway, and finishing the pass costs it a pass of compute.
 
@@ -184,8 +188,10 @@ class FSPWorker(WorkerPolicy):
         #: block sizer's latest choice: a pass's last block is not cut (class notes).
         self.shard: MigratingShard | None = None
         self._block = 0
-        #: This iteration's interval η − δᵢ (0: no timer): a late pass is finished.
+        #: This iteration's interval η − δᵢ (0: no timer), and whether its pass is finished
+        #: whatever the timer (a late pass is finished).
         self._interval = 0.0
+        self._late_pass = False
         #: Points this iteration as of the last commit_reason (blocks on course).
         self._points = 0
         self.semi = self.options.get("coordination", "semi") == "semi"
@@ -248,6 +254,7 @@ class FSPWorker(WorkerPolicy):
         self._deadline = None
         self._points = 0
         self._interval = 0.0
+        self._late_pass = False
         if instructions.eta_s > 0:
             now = port.now()
             lag = sent_lag_s if 0.0 <= sent_lag_s < MAX_CLOCK_LAG_S else 0.0
@@ -290,14 +297,16 @@ class FSPWorker(WorkerPolicy):
         return max(1, int((self._deadline - port.now()) / per_point))
 
     def _short_rest(self, port: WorkerPort, points: int) -> bool:
-        """Whether what is left of the pass, after ``points`` this iteration, takes at most
-        :data:`LATE_PASS_SHARE` of the worker's interval at the sizer's per-point cost
-        (class notes: a late pass is finished)."""
-        per_point = port.per_point_s
-        if self.shard is None or not per_point or self._interval <= 0:
-            return False
-        rest = self.shard.n_active - points
-        return 0 < rest and rest * per_point <= LATE_PASS_SHARE * self._interval
+        """Whether this iteration's pass is finished whatever the timer (class notes: a late
+        pass is finished): decided when the worker first checks, before its first block --
+        its whole pass takes at most :data:`LATE_PASS_SHARE` of its interval at the sizer's
+        per-point cost -- and kept for the iteration."""
+        if points == 0 and self.shard is not None and self._interval > 0:
+            per_point = port.per_point_s
+            rest = self.shard.n_active
+            self._late_pass = bool(per_point) and 0 < rest * per_point <= (
+                LATE_PASS_SHARE * self._interval)
+        return self._late_pass
 
     def _last_block(self, points: int) -> bool:
         """Whether what is left of the pass, after ``points`` this iteration, fits in the
