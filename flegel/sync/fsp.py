@@ -287,7 +287,8 @@ class FSPWorker(WorkerPolicy):
             return False
         per_point = port.per_point_s
         rest = self.shard.n_active - self._points
-        return bool(per_point) and port.now() + COURSE_MARGIN * rest * per_point <= self._deadline
+        return (per_point is not None and per_point > 0
+                and port.now() + COURSE_MARGIN * rest * per_point <= self._deadline)
 
     def block_limit(self, port: WorkerPort, points: int) -> int | None:
         per_point = port.per_point_s
@@ -304,8 +305,8 @@ class FSPWorker(WorkerPolicy):
         if points == 0 and self.shard is not None and self._interval > 0:
             per_point = port.per_point_s
             rest = self.shard.n_active
-            self._late_pass = bool(per_point) and 0 < rest * per_point <= (
-                LATE_PASS_SHARE * self._interval)
+            self._late_pass = (per_point is not None and per_point > 0
+                               and 0 < rest * per_point <= LATE_PASS_SHARE * self._interval)
         return self._late_pass
 
     def _last_block(self, points: int) -> bool:
