@@ -149,10 +149,11 @@ class FSPWorker(WorkerPolicy):
     and a rest judged anew at every block changed the traversals of a straggler left with a
     few points by migration, ``tests/test_migration_inprocess.py``.)
     Measured (issue 19, ``python bench/fsp_claims.py --only horizons --algorithms
-    nmf``, 4 workers on 2 cores at a load of 8-11) such commits -- [1, 2000, 1, 1] after 21
-    ms at η = 14.6 ms -- cut 1-4 passes before the 0.2 s target in 6 of 6 FSPV runs, which
-    then took 2 iterations more than BSPV's 8-16; the barrier had waited for those workers
-    anyway, and finishing the pass costs it a pass of compute.
+    nmf``, 4 workers on 2 cores at a load of 8-16) such commits -- [1, 54, 2000, 217], or
+    [1, 2000, 1, 1] after 21 ms at η = 14.6 ms -- cut 16 passes before the 0.2 s target in
+    6 of 9 pairs on main, and FSPV then took 2-4 iterations more than BSPV in 5 of the 6;
+    the barrier had waited for those workers anyway, and finishing the pass costs it a
+    pass of compute.
 
     **Blocks on course** (issue 19; the paper does not size blocks).  Each block costs the
     worker loop a fixed amount of work besides the kernel (polls, the policy's hooks, the
@@ -394,9 +395,10 @@ class FSP(BarrierPolicy):
     (:meth:`_balanced`), and the adjustor then (re)starts and runs FSP's ordinary iterations;
     migration shortens the straggler's pass, and once no worker straggles whole passes
     resume.  A worker not done once a whole pass ran :data:`WHOLE_PASS_WAIT` times as long
-    as its first pass took to arrive (or a typical pass, if longer) is paused
-    (:meth:`_whole_bound`), so an unforeseen straggler holds no barrier for long.  This
-    holds whatever ``interval`` says (a fixed η too): the pass, not η, ends a whole pass.
+    as its first pass took to arrive (or a typical pass, or the typical complete whole pass
+    of the last :data:`WHOLE_HISTORY`, if longer) is paused (:meth:`_whole_bound`), so an
+    unforeseen straggler holds no barrier for long.  This holds whatever ``interval`` says
+    (a fixed η too): the pass, not η, ends a whole pass.
 
     **The calibration is a whole pass for every algorithm** (issue 19), as BSPV's calibration
     is a full pass, not only for those with ``full_batch_update``.  Nothing is known of the
@@ -651,9 +653,9 @@ class FSP(BarrierPolicy):
         ranks share cores one worker or another waits for a core in most iterations, and its
         pass arrives several first arrivals after the first.  Measured (issue 19, ``python
         bench/fsp_claims.py --only horizons --algorithms logreg``, 4 workers on 2 cores at a
-        load of 5-8): a bound of 4 first arrivals paused a worker in 1-6 of the first 35
-        whole passes of a run, at 60-70% of its pass, so the iteration took a gradient step
-        instead of L-BFGS's -- about one iteration lost for the 1-3 ms the pass had left.
+        load of 1-7): a bound of 4 first arrivals paused workers mid-pass 1-6 times in the
+        first 35 whole passes of each of three runs, and each such iteration took a gradient
+        step instead of L-BFGS's -- about one iteration lost for the rest of a pass.
         A straggler is still paused: a whole pass it held up is no complete one, and until
         one completes the bound is as before (the calibration, where a straggler shows
         first)."""
