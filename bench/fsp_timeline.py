@@ -10,7 +10,10 @@ target) x (time per iteration) on each side.  Per pair this prints, for BSPV and
 * ``ms/it``: the mean wall time of those iterations (the calibration included);
 * ``cal ms``: the calibration iteration's wall time;
 * ``cut``: commits before the target that carried less than the worker's whole shard
-  (a timer or a pause cut its pass), and their reasons.
+  (a timer or a pause cut its pass), and their reasons;
+* ``interp``: the pair's ratio re-read from both traces with this checkout's
+  :func:`flegel.cli.paper.horizons.first_reach` (the crossing interpolated between
+  snapshots), so that runs kept by another version's ``fsp_claims.py`` are read by one rule.
 
 Time per iteration is the machine's load (ranks sharing cores); the iterations and the cut
 passes are the sync model's.  Usage::
@@ -24,6 +27,8 @@ import argparse
 import json
 from pathlib import Path
 from typing import Any
+
+from flegel.cli.paper.horizons import first_reach
 
 
 def events(run: Path) -> list[dict[str, Any]]:
@@ -65,8 +70,9 @@ def main() -> None:
     figures = json.loads(args.json.read_text())["horizons"]
     names = args.algorithms.split(",") if args.algorithms else [
         a for a in figures if not a.startswith("_")]
-    print(f"{'pair':12s} {'ratio':>6s}   {'BSPV its':>8s} {'ms/it':>6s} {'cal ms':>6s}"
-          f"   {'FSPV its':>8s} {'ms/it':>6s} {'cal ms':>6s}  FSPV cut passes (t:reason)")
+    print(f"{'pair':12s} {'ratio':>6s} {'interp':>6s}   {'BSPV its':>8s} {'ms/it':>6s}"
+          f" {'cal ms':>6s}   {'FSPV its':>8s} {'ms/it':>6s} {'cal ms':>6s}"
+          "  FSPV cut passes (t:reason)")
     for a in names:
         reps = figures[a].get("repeats") or [figures[a]]
         for i, rep in enumerate(reps):
@@ -76,14 +82,18 @@ def main() -> None:
             folder = args.keep / "horizons" / (f"rep{i}" if len(reps) > 1 else "")
             b = to_target(run_dir(folder, a, "bspv"), row["target"])
             f = to_target(run_dir(folder, a, "fspv-off"), row["target"])
+            tb, tf = (first_reach(json.loads((run_dir(folder, a, s) / "summary.json")
+                                             .read_text())["objective_trace"], row["target"])
+                      for s in ("bspv", "fspv-off"))
+            interp = f"{tb / tf:5.2f}x" if tb and tf else f"{'-':>6s}"
 
             def cells(x: dict[str, Any]) -> str:
                 if x["its"] is None:
                     return f"{'-':>8s} {'-':>6s} {'-':>6s}"
                 return f"{x['its']:8d} {x['ms_per_it']:6.1f} {x['cal_ms']:6.1f}"
 
-            print(f"{a + ' #' + str(i + 1):12s} {row['ratio']:5.2f}x   {cells(b)}   {cells(f)}"
-                  f"  {' '.join(f['cut']) or '-'}")
+            print(f"{a + ' #' + str(i + 1):12s} {row['ratio']:5.2f}x {interp}   {cells(b)}"
+                  f"   {cells(f)}  {' '.join(f['cut']) or '-'}")
 
 
 if __name__ == "__main__":

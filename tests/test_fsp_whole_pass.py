@@ -135,3 +135,28 @@ def test_the_calibration_pauses_a_straggler_at_its_bound():
     assert pause.rank == 3
     assert (WHOLE_PASS_WAIT * first_pass <= pause.time - start
             <= WHOLE_PASS_WAIT * first_pass + 2e-3)
+
+
+def test_a_worker_that_waits_for_a_core_finishes_its_whole_pass():
+    """Issue 19: worker 3 (twice as slow, no straggler) is held up 2.6x for a few iterations,
+    as a rank that waits for a core on shared cores is.  Its pass then arrives beyond
+    WHOLE_PASS_WAIT times the first arrival; the typical complete whole pass (its own 4 ms)
+    bounds the wait instead, so it finishes the pass and every iteration stays a full batch
+    at θ.  (Before: it was paused at 60-70% of its pass, and the iteration took a gradient
+    step instead of an L-BFGS step.)  A straggler is still paused: see
+    test_a_straggler_turns_whole_passes_off."""
+    sim = _run(cost_s=[10e-6, 10e-6, 20e-6],
+               slowdown={3: lambda t: 2.6 if 0.03 <= t < 0.045 else 1.0},
+               stop={"max_iterations": 25})
+    bars = sim.barrier_events()
+    sizes = [len(s) for s in sim.shards]
+    held = [e for e in bars if 0.03 <= e["time_s"] < 0.05]
+    assert held, "the slowdown must fall on some iterations"
+    for e in bars:
+        assert e["phase"] in ("calibration", WHOLE_PHASE)
+        assert e["workers"]["points"] == sizes, e
+        assert e["workers"]["reason"] == ["pass"] * 3
+    assert sim.transport.signals_of(Signal.PAUSE) == []
+    # Worker 3's slowed pass (200 points x 20 µs x 2.6 = 10.4 ms) is the longest barrier.
+    gaps = np.diff([e["time_s"] for e in bars])
+    assert 8e-3 < gaps.max() < 12e-3

@@ -15,11 +15,15 @@ def test_targets_are_bspv_objectives_at_each_horizon_and_ratios_bspv_over_fspv()
     # 0.2 s: BSPV's best so far is 10 (at 0.1 s), FSPV had 9 at 0.05 s.
     assert [r.horizon_s for r in rows] == [0.2, 0.5, 1.0, 2.0]  # 4 s is past BSPV's trace
     assert [r.target for r in rows] == [10.0, 8.0, 6.0, 5.0]
+    # BSPV's targets are its own snapshots: their times.  FSPV's crossings fall between its
+    # snapshots, interpolated (first_reach): 8 between 9 at 0.05 s and 7.5 at 0.2 s, ...
     assert [r.bspv.s for r in rows] == [0.1, 0.3, 0.6, 1.5]
-    assert [r.fspv.s for r in rows] == [0.05, 0.2, 0.4, 1.0]
-    assert [r.ratio.value for r in rows] == pytest.approx([2.0, 1.5, 1.5, 1.5])
+    assert [r.fspv.s for r in rows] == pytest.approx([0.05, 0.15, 0.35, 0.9])
+    ratios = [2.0, 2.0, 0.6 / 0.35, 1.5 / 0.9]
+    assert [r.ratio.value for r in rows] == pytest.approx(ratios)
     assert all(r.ratio.qualifier == "" for r in rows)
-    assert geo_mean_ratio(rows).value == pytest.approx((2.0 * 1.5 ** 3) ** 0.25)
+    assert geo_mean_ratio(rows).value == pytest.approx(
+        (ratios[0] * ratios[1] * ratios[2] * ratios[3]) ** 0.25)
 
 
 def test_a_target_fspv_never_reached_is_a_bound_and_the_floor_merges_horizons():
@@ -32,10 +36,27 @@ def test_a_target_fspv_never_reached_is_a_bound_and_the_floor_merges_horizons():
     # the basin BSPV settled in; they merge into the 0.5 s row.
     floored = compare(bspv, fspv, fspv_wall_s=2.0, horizons=(0.2, 0.5, 1.0, 2.0), floor=6.5)
     assert [r.target for r in floored] == [10.0, 6.5]
-    assert floored[1].fspv.s == 0.3 and floored[1].bspv.s == 0.4
+    # FSPV's snapshot is at the floor; BSPV crossed it between 10 at 0.1 s and 6 at 0.4 s.
+    assert floored[1].fspv.s == pytest.approx(0.3)
+    assert floored[1].bspv.s == pytest.approx(0.1 + 0.3 * 3.5 / 4.0)
 
 
 def test_trace_helpers():
     trace = [[0.1, 3.0], [0.2, float("nan")], [0.3, 2.0]]
-    assert first_reach(trace, 2.5) == 0.3 and first_reach(trace, 1.0) is None
+    assert first_reach(trace, 2.5) == pytest.approx(0.2) and first_reach(trace, 1.0) is None
+    assert first_reach(trace, 2.0) == 0.3 and first_reach(trace, 3.5) == 0.1
     assert best_by(trace, 0.25) == 3.0 and best_by(trace, 0.05) is None
+
+
+def test_fspv_is_not_charged_the_way_to_its_next_snapshot():
+    """Issue 19: both sides fall along the same line, 1 per 10 ms, each sampled every 40 ms
+    but FSPV 30 ms out of phase.  BSPV's 0.2 s target is its own snapshot; FSPV crossed it at
+    the same time, between two of its snapshots.  Taking FSPV's next snapshot read 0.2/0.23
+    = 0.87x; interpolated, the two are level."""
+    bspv = [[t / 1000, 100 - t / 10] for t in range(0, 401, 40)]
+    fspv = [[t / 1000, 100 - t / 10] for t in range(30, 401, 40)]
+    (row, *_) = compare(bspv, fspv, fspv_wall_s=0.4, horizons=(0.2,))
+    assert row.target == pytest.approx(80.0)
+    assert row.bspv.s == pytest.approx(0.2)
+    assert row.fspv.s == pytest.approx(0.2)
+    assert row.ratio.value == pytest.approx(1.0)

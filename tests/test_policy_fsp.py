@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flegel.protocol import POLL_S, Reason, Signal
+from flegel.algorithms.kmeans import KMeans
+from flegel.protocol import POLL_S, Instructions, Reason, Signal
 from flegel.sync.fsp import OFFSET_BOUND
 from tests.fakes import Simulation, slow_then_fast
 
@@ -415,3 +416,77 @@ def test_fsp_a_timer_does_not_cut_the_last_block_of_a_pass(slowed_block, left):
         assert late.reason == Reason.TIMER and late.header["points"] == 100
     assert all(it.reason == Reason.PASS and it.header["points"] == 200
                for r in sim.ranks for it in sim.iterations(r) if it is not late)
+
+
+class _CountingKMeans(KMeans):
+    """K-means that records each kernel call's block size (all workers together)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.calls: list[int] = []
+
+    def update_block(self, block, theta, t):
+        self.calls.append(len(block))
+        return super().update_block(block, theta, t)
+
+
+@pytest.mark.parametrize("eta_ms, one_block", [(8.0, True), (1.5, False)])
+def test_fsp_a_worker_on_course_takes_its_pass_in_fewer_blocks(eta_ms, one_block):
+    """Issue 19 (FSPWorker, "Blocks on course"): with a timer of 4 passes (a barrier per
+    pass) a worker whose rest of the pass fits COURSE_MARGIN times before its timer takes
+    blocks of BLOCK_GROWTH times the sizer's 1 ms: its 2 ms pass of 200 points in one block,
+    as BSPV takes it, where the sizer's blocks of about 100 points cut it in two (before the
+    change).  With a timer shorter than the pass it may be cut, and keeps the sizer's
+    blocks."""
+    algo = _CountingKMeans(n_clusters=4)
+    sim = Simulation("fsp", {"interval": "fixed", "eta_ms": eta_ms, "coordination": "semi"},
+                     algorithm=algo, cost_s=10e-6, block_ms=1.0, latency_s=LAT,
+                     stop={"max_iterations": 12})
+    sim.run()
+    later = algo.calls[-3 * 6:]  # the kernel calls of (at least) the last few iterations
+    if one_block:
+        assert all(e["workers"]["reason"] == ["pass"] * 3 for e in sim.barrier_events())
+        assert set(later) == {200}
+    else:
+        assert max(later) <= 1.2 * 100  # the sizer's 1 ms block (dithered by 10%)
+
+
+class _Clock:
+    """A worker port on a hand-set clock: what FSPWorker's timer rules read."""
+
+    def __init__(self, per_point_s: float) -> None:
+        self.t = 0.0
+        self.per_point_s = per_point_s
+
+    def now(self) -> float:
+        return self.t
+
+
+class _Shard:
+    n_active = 2000
+
+
+@pytest.mark.parametrize("eta_ms, cut", [(12.0, False), (3.0, True)])
+def test_fsp_a_worker_that_got_no_core_until_past_its_timer_finishes_a_short_pass(eta_ms, cut):
+    """Issue 19 (FSPWorker, "A late pass is finished"): a worker whose whole interval went by
+    before it ran (no core: its first block comes after its deadline) used to commit on its
+    timer after a block limited to the time left, 1 point ([1, 2000, 1, 1] at a load of 11).
+    At a barrier per pass (η = 12 ms, 4 passes of 2,000 points at 1.5 µs) the rest of its
+    pass, 3 ms, is at most LATE_PASS_SHARE of η: it finishes the pass.  With η under a pass
+    (probes) the timer cuts as before."""
+    from flegel.sync.fsp import FSPWorker
+
+    worker = FSPWorker({"coordination": "semi"})
+    worker.shard = _Shard()
+    port = _Clock(per_point_s=1.5e-6)
+    worker.begin(port, Instructions(eta_s=eta_ms / 1e3), 0.0)
+    port.t = 2 * eta_ms / 1e3  # it runs only now, past its deadline, nothing done yet
+    worker.block_size(port, 400)
+    reason, limit = worker.commit_reason(port, 0), worker.block_limit(port, 0)
+    if cut:
+        assert reason == Reason.TIMER and limit == 1
+    else:
+        assert reason is None and limit is None
+        # ... for the whole iteration: half-way through its pass the timer still leaves it
+        # be (the loop's pass rule ends the iteration).
+        assert worker.commit_reason(port, 1000) is None

@@ -99,6 +99,18 @@ WHOLE_PASS_WAIT = 4.0
 #: Commits a worker's predicted pass must rest on before it can be called a straggler (paused
 #: at the first pass, :meth:`FSP._on_pass`; whole passes turned off, :meth:`FSP._balanced`).
 PASS_EVIDENCE = 2
+#: A worker on course to finish its pass before anything can cut it takes blocks of up to this
+#: many times the block sizer's choice (:class:`FSPWorker`, "Blocks on course").
+BLOCK_GROWTH = 4
+#: A timer does not cut a pass whose rest takes at most this share of the worker's interval
+#: at the block sizer's per-point cost (:class:`FSPWorker`, "A late pass is finished").
+LATE_PASS_SHARE = 0.25
+#: ... on course with a timer: the rest of its pass fits this many times before the timer, at
+#: the block sizer's per-point cost.
+COURSE_MARGIN = 2.0
+#: Complete whole passes (no worker paused) whose durations, broadcast to the last arrival,
+#: give the typical whole pass that bounds the next one (:meth:`FSP._whole_bound`).
+WHOLE_HISTORY = 5
 
 
 class FSPWorker(WorkerPolicy):
@@ -128,6 +140,44 @@ class FSPWorker(WorkerPolicy):
     anyway, and the objective lagged BSPV's by the pass's tail.  Signals are answered as
     before: the master pauses a worker because it must not be waited for.
 
+    **A late pass is finished** (issue 19).  Nor does a timer cut a pass that takes at most
+    :data:`LATE_PASS_SHARE` of the worker's interval at the block sizer's per-point cost
+    (decided at the iteration's first check, before any block, and kept): at a barrier per
+    pass (η of :data:`~flegel.interval.multistage.PASS_REACH` passes) that is the pass of a
+    worker of the others' speed, so only a straggler's pass is cut there, while probes'
+    intervals under a pass cut as before.  Where ranks share cores a worker may get no core
+    from its start until past its deadline; the timer then ended its iteration after its
+    first block, a block limited to the time left: one point.  (Judged on the whole pass,
+    not on the rest of a pass begun: a worker cut mid-pass is the last block's case above,
+    and a rest judged anew at every block changed the traversals of a straggler left with a
+    few points by migration, ``tests/test_migration_inprocess.py``.)
+    Measured (issue 19, ``python bench/fsp_claims.py --only horizons --algorithms
+    nmf``, 4 workers on 2 cores at a load of 8-16) such commits -- [1, 54, 2000, 217], or
+    [1, 2000, 1, 1] after 21 ms at η = 14.6 ms -- cut 16 passes before the 0.2 s target in
+    6 of 9 pairs on main, and FSPV then took 2-4 iterations more than BSPV in 5 of the 6;
+    the barrier had waited for those workers anyway, and finishing the pass costs it a
+    pass of compute.
+
+    **Blocks on course** (issue 19; the paper does not size blocks).  Each block costs the
+    worker loop a fixed amount of work besides the kernel (polls, the policy's hooks, the
+    store, the block sizer: tens of µs), and the block sizer sizes blocks to
+    ``runtime.block_ms`` of *wall* time, which counts the time a worker waits for a core, so
+    where ranks share cores its blocks shrink well below a millisecond of work.  BSPV takes
+    a pass of ``flegel paper``'s NMF (2,000 x 400 a shard) in one block; FSPV, at a barrier
+    per pass, took it in several, and its iterations were slower for it: measured (4
+    workers on 2 cores at a load of 5-9, ``flegel run`` of that job with ``--set
+    sync.model=fspv-off --set stop.max_iterations=400``, two runs each) 16.7 and 14.1 ms
+    an iteration against 13.2 and 11.6 ms with ``--set runtime.block_ms=20``.  The block is
+    FSP's unit of promptness, but only for a worker that something may stop before its
+    pass: so a semi-centralized worker *on course* -- whose rest of the pass fits
+    :data:`COURSE_MARGIN` times before its timer at the sizer's own per-point cost (a
+    barrier per pass: η of several passes) -- takes blocks of :data:`BLOCK_GROWTH` times the
+    sizer's.  A worker that may be cut keeps the sizer's blocks: during probes (η under a
+    pass), a straggler (its pass does not fit), under centralized coordination (the master's
+    signal ends the iteration), and without a timer (the calibration and whole passes, where
+    the master's bound pauses a straggler nobody predicted: with larger blocks a worker 20x
+    slower answered that pause 4 times later, on the simulated clock).
+
     Data migration (Section 4.3) acts on the worker through its
     :class:`~flegel.balance.ports.MigrationPort`, which :meth:`attach` takes from it.
     """
@@ -142,6 +192,13 @@ class FSPWorker(WorkerPolicy):
         #: block sizer's latest choice: a pass's last block is not cut (class notes).
         self.shard: MigratingShard | None = None
         self._block = 0
+        #: This iteration's interval η − δᵢ (0: no timer), and whether its pass is finished
+        #: whatever the timer (a late pass is finished).
+        self._interval = 0.0
+        self._late_pass = False
+        #: Points this iteration as of the last commit_reason (blocks on course).
+        self._points = 0
+        self.semi = self.options.get("coordination", "semi") == "semi"
         mig = MigrationOptions.of(self.options.get("migration"))
         self.migrator = Migrator(mig) if mig.mode != "off" else None
         self.sync_migration = mig.mode == "sync"
@@ -199,10 +256,14 @@ class FSPWorker(WorkerPolicy):
             # Synchronous migration: the points move before the iteration starts.
             self.migrator.transfer_now(self._port(), instructions.orders)
         self._deadline = None
+        self._points = 0
+        self._interval = 0.0
+        self._late_pass = False
         if instructions.eta_s > 0:
             now = port.now()
             lag = sent_lag_s if 0.0 <= sent_lag_s < MAX_CLOCK_LAG_S else 0.0
             interval = max(instructions.eta_s - instructions.offset_s, 0.0)
+            self._interval = interval
             # At most a poll's lag, and never more than half the interval: a worker computes
             # for at least half its interval once it runs.
             self._deadline = now - min(lag, MAX_LAG_CREDIT_S, interval / 2) + interval
@@ -211,20 +272,46 @@ class FSPWorker(WorkerPolicy):
         return self._deadline
 
     def commit_reason(self, port: WorkerPort, points: int) -> Reason | None:
+        self._points = points
         if (self._deadline is not None and port.now() >= self._deadline
-                and not self._last_block(points)):
+                and not self._last_block(points) and not self._short_rest(port, points)):
             return Reason.TIMER
         return None
 
     def block_size(self, port: WorkerPort, sized: int) -> int:
         self._block = sized
-        return sized
+        return BLOCK_GROWTH * sized if self._on_course(port) else sized
+
+    def _on_course(self, port: WorkerPort) -> bool:
+        """Whether nothing but the master's pause of a straggler can end this iteration
+        before the worker's pass (class notes, "Blocks on course"): semi-centralized, with a
+        timer, and the rest of the pass fits :data:`COURSE_MARGIN` times before it at the
+        sizer's per-point cost."""
+        if not self.semi or self.shard is None or self._deadline is None:
+            return False
+        per_point = port.per_point_s
+        rest = self.shard.n_active - self._points
+        return (per_point is not None and per_point > 0
+                and port.now() + COURSE_MARGIN * rest * per_point <= self._deadline)
 
     def block_limit(self, port: WorkerPort, points: int) -> int | None:
         per_point = port.per_point_s
-        if self._deadline is None or not per_point or self._last_block(points):
+        if (self._deadline is None or not per_point or self._last_block(points)
+                or self._short_rest(port, points)):
             return None
         return max(1, int((self._deadline - port.now()) / per_point))
+
+    def _short_rest(self, port: WorkerPort, points: int) -> bool:
+        """Whether this iteration's pass is finished whatever the timer (class notes: a late
+        pass is finished): decided when the worker first checks, before its first block --
+        its whole pass takes at most :data:`LATE_PASS_SHARE` of its interval at the sizer's
+        per-point cost -- and kept for the iteration."""
+        if points == 0 and self.shard is not None and self._interval > 0:
+            per_point = port.per_point_s
+            rest = self.shard.n_active
+            self._late_pass = (per_point is not None and per_point > 0
+                               and 0 < rest * per_point <= LATE_PASS_SHARE * self._interval)
+        return self._late_pass
 
     def _last_block(self, points: int) -> bool:
         """Whether what is left of the pass, after ``points`` this iteration, fits in the
@@ -311,9 +398,10 @@ class FSP(BarrierPolicy):
     (:meth:`_balanced`), and the adjustor then (re)starts and runs FSP's ordinary iterations;
     migration shortens the straggler's pass, and once no worker straggles whole passes
     resume.  A worker not done once a whole pass ran :data:`WHOLE_PASS_WAIT` times as long
-    as its first pass took to arrive (or a typical pass, if longer) is paused
-    (:meth:`_whole_bound`), so an unforeseen straggler holds no barrier for long.  This
-    holds whatever ``interval`` says (a fixed η too): the pass, not η, ends a whole pass.
+    as its first pass took to arrive (or a typical pass, or the typical complete whole pass
+    of the last :data:`WHOLE_HISTORY`, if longer) is paused (:meth:`_whole_bound`), so an
+    unforeseen straggler holds no barrier for long.  This holds whatever ``interval`` says
+    (a fixed η too): the pass, not η, ends a whole pass.
 
     **The calibration is a whole pass for every algorithm** (issue 19), as BSPV's calibration
     is a full pass, not only for those with ``full_batch_update``.  Nothing is known of the
@@ -425,6 +513,9 @@ class FSP(BarrierPolicy):
         self.full_batch = bool(server.full_batch_update)
         self.whole = False
         self.whole_iterations = 0
+        #: Durations of the latest complete whole passes (broadcast to last arrival, no
+        #: worker paused): :meth:`_whole_bound`.
+        self.whole_log: list[float] = []
 
     # ---------------------------------------------------------------- sending
     def instructions(self, rank: int) -> Instructions:
@@ -554,14 +645,33 @@ class FSP(BarrierPolicy):
 
     def _whole_bound(self, first_arrival: float) -> float:
         """How long a whole pass may run, from its start, before the workers still
-        computing are paused: :data:`WHOLE_PASS_WAIT` times the longer of the time its first
-        pass took to arrive and the typical worker's predicted pass (a worker slower than
-        that would be a straggler, :meth:`_balanced`).  The first arrival carries what the
-        prediction does not -- θ's way to the workers, their wait for a core (on 2 shared
-        cores at a load of 12, a 3 ms pass arrived 8-15 ms after the broadcast, and a bound of
-        4 pass times cut a third of the whole passes short) --, the typical pass what the
-        first arrival may lack: a worker left with few points passes first."""
-        return WHOLE_PASS_WAIT * max(first_arrival - self.iter_start, self.passes.typical())
+        computing are paused: :data:`WHOLE_PASS_WAIT` times the longest of the time its first
+        pass took to arrive, the typical worker's predicted pass (a worker slower than that
+        would be a straggler, :meth:`_balanced`) and the typical complete whole pass
+        (:meth:`_typical_whole`).  The first arrival carries what the prediction does not --
+        θ's way to the workers, their wait for a core (on 2 shared cores at a load of 12, a
+        3 ms pass arrived 8-15 ms after the broadcast, and a bound of 4 pass times cut a third
+        of the whole passes short) --, the typical pass what the first arrival may lack: a
+        worker left with few points passes first.
+
+        The complete whole passes carry the spread of the arrivals, which neither does: where
+        ranks share cores one worker or another waits for a core in most iterations, and its
+        pass arrives several first arrivals after the first.  Measured (issue 19, ``python
+        bench/fsp_claims.py --only horizons --algorithms logreg``, 4 workers on 2 cores at a
+        load of 1-7): a bound of 4 first arrivals paused workers mid-pass 1-6 times in the
+        first 35 whole passes of each of three runs, and each such iteration took a gradient
+        step instead of L-BFGS's -- about one iteration lost for the rest of a pass.
+        A straggler is still paused: a whole pass it held up is no complete one, and until
+        one completes the bound is as before (the calibration, where a straggler shows
+        first)."""
+        return WHOLE_PASS_WAIT * max(first_arrival - self.iter_start, self.passes.typical(),
+                                     self._typical_whole())
+
+    def _typical_whole(self) -> float:
+        """The lower median duration of the latest :data:`WHOLE_HISTORY` complete whole
+        passes (0 before any): a whole pass as long as most recent ones is no straggler's."""
+        recent = sorted(self.whole_log)
+        return recent[(len(recent) - 1) // 2] if recent else 0.0
 
     # ---------------------------------------------------------------- the barrier
     def after_barrier(self, commits: dict[int, dict[str, float]], agg: dict[str, Any]) -> None:
@@ -582,6 +692,9 @@ class FSP(BarrierPolicy):
         # A whole pass has no interval: it ran to its last pass (the barrier's last report).
         self.eta_log.append(max(arrivals.values()) - self.iter_start if self.whole
                             else self.plan.eta_s)
+        if self.whole and not self.signalled:
+            # A complete whole pass (nobody paused): it bounds the next ones (_whole_bound).
+            self.whole_log = (self.whole_log + [self.eta_log[-1]])[-WHOLE_HISTORY:]
         if self._balanced():
             # Whole passes (WHOLE_PHASE); a mark left by rolled-back probes is dropped.
             self.plan = Plan(0.0, drop_mark=self.plan.phase in ("probe1", "probe2"),
