@@ -24,9 +24,10 @@ worker in 4 s: neither reached the target), and ElasticBSP's monitoring phase, t
 every worker, let the fast workers push ~240 class-pure shards per superstep (an
 ASP-like run whose exact objective swung between 24,900 and 27,500: whether a snapshot dipped
 below the target decided the row, met in 2 of 5 runs).  With the fixed mini-batch both rows
-reach a verdict in 4 s; ElasticBSP's still flips now and then (met in 3 of 4 runs), DSSP's
-gain over SSP is 0-11 % (met in 3 of 4).  The figures are in ``docs/sync/elastic.md`` and
-``docs/sync/dssp.md``.
+reach a verdict in 4 s; ElasticBSP's still flips now and then (met in 3 of 4 runs, and in 1
+of 4 with the monitoring phase bounded by ``R``), DSSP's gain over SSP is 0-11 % (met in 3 of
+4).  SpecSync's row flips either way (issue 19: ?1.00x, 0.32x, > 8.25x in three runs).  The
+figures are in ``docs/sync/elastic.md``, ``docs/sync/dssp.md`` and ``docs/sync/specsync.md``.
 """
 
 from __future__ import annotations
