@@ -183,3 +183,26 @@ def test_the_placing_plan_does_not_predict_arrivals_early() -> None:
     measured = fmean(b["wait_s"] for b in log)
     placed = fmean(b["final_predicted_wait_s"] for b in log)
     assert measured <= 1.6 * placed, (measured, placed)
+
+
+def test_the_monitoring_phase_is_bounded_by_r() -> None:
+    """Issue 19: with a straggler 30x slower, the monitoring phase (two pushes of every
+    worker after a barrier, Fig. 5) let the fast workers push freely before any plan
+    existed -- ASP (51 pushes each, one barrier in 180 pushes).  No worker runs more than
+    ``R`` pushes ahead of the slowest one during monitoring, and the superstep's iteration
+    difference stays within the lookahead's reach (``R`` in monitoring plus ``R``
+    predicted)."""
+    r = 5
+    sim = Simulation("elastic", {"batch": 50, "r": r}, workers=3,
+                     cost_s=[10e-6, 10e-6, 300e-6], latency_s=LAT,
+                     stop={"max_iterations": 60}, max_sim_s=600.0).run()
+    log = elastic(sim).barriers
+    assert len(log) >= 3
+    for b in log:
+        assert max(b["monitoring_pushes"]) - min(b["monitoring_pushes"]) <= r, b
+        assert max(b["iterations"]) - min(b["iterations"]) <= 2 * r, b
+    # Not vacuous: the fast workers reached the bound (R pushes ahead of the straggler's
+    # first) and waited there for its second push, which made the plan.
+    assert all(b["monitoring_pushes"] == [r + 1, r + 1, 2] for b in log), log
+    # Every barrier still gives all the same θ: the slowest worker pushed in each superstep.
+    assert all(min(b["iterations"]) >= 1 for b in log)

@@ -40,6 +40,15 @@ each worker's first push is a calibration push over its whole shard; the first o
 its batch on the slowest worker because the barrier waits for it; here nobody waits).  The
 other calibration passes are ordinary pushes.  ``batch: full`` pushes once per pass; an
 integer fixes the batch.
+
+Not changed after issue 19: sizing on the fastest worker caps at the whole shard when
+points are cheap, so a straggler's push can take a whole pass, and the models that count
+pushes (SSP, DSSP, ElasticBSP) then hold the fast workers to a few of them.  Sizing on the
+slowest worker instead (BSP's rule) would shrink the batch by the speed ratio and let the
+push round trip take up to that ratio times ρ of a fast worker's iteration -- the cost
+``overhead`` promises to bound -- so neither choice is what every user expects: for those
+models under stragglers, give ``batch`` a number (the comparisons of ``flegel paper`` use
+1,000 points, as the papers fix one mini-batch for every model).
 """
 
 from __future__ import annotations

@@ -110,8 +110,17 @@ that placed the barrier, ``final_predicted_wait_s``), ZipLine's ``d*`` of that p
 (``final_d_star_s``), the worker whose push made it (``final_planned_by``), the last worker
 to arrive (``last_rank``), every worker's real minus predicted arrival against it
 (``final_end_error_s``), how often the plan was remade, and the pushes (iterations) of every
-worker in the superstep; one ``events.jsonl`` line per
-barrier with the θ ``version`` every worker receives.
+worker in the superstep and in its monitoring phase (``monitoring_pushes``); one
+``events.jsonl`` line per barrier with the θ ``version`` every worker receives.
+
+The monitoring phase is bounded by ``R`` (issue 19)
+---------------------------------------------------
+Fig. 5's monitoring phase lasts until every worker has pushed twice; the paper bounds the
+iteration difference of a superstep through the lookahead ``R`` only.  With a straggler whose
+push took a whole pass, the fast workers pushed 220-265 times each before the first plan
+(clock gaps up to 516): ASP on class-pure shards.  Now a worker ``R`` pushes ahead of the
+slowest one of the superstep waits (:meth:`ElasticBSP._at_bound`), and the first plan takes
+its push as its barrier push.
 
 Determinism
 -----------
@@ -234,7 +243,10 @@ class ElasticBSP(PushPolicy):
         t0 = time.perf_counter()
         steps = np.arange(self.R, dtype=np.float64)
         limit = np.inf if first else self.plan["horizon_s"]
-        fixed = set() if first else {r for r in ranks if r != waiting and self.hold(r)}
+        # At the barrier: on re-plans the workers held there; on the first plan those held
+        # at the monitoring bound (:meth:`_at_bound`), whose push is as final.
+        fixed = {r for r in ranks if r != waiting
+                 and (r in self.held if first else self.hold(r))}
         step_of = {r: self.interval(r) for r in ranks}
         rows, valid, errors = [], [], []
         for r in ranks:
@@ -284,7 +296,9 @@ class ElasticBSP(PushPolicy):
             # prediction), whatever set was chosen (res.d >= d*).
             self.plan = {"planned_at_s": t, "predicted_s": float(zl.t_sync),
                          "predicted_wait_s": float(zl.d), "expected_wait_s": expected,
-                         "horizon_s": float(res.t_sync) + SLACK * slowest, "replans": 0}
+                         "horizon_s": float(res.t_sync) + SLACK * slowest, "replans": 0,
+                         # Pushes of every worker in the monitoring phase (bounded by R).
+                         "monitored": [len(self.since[r]) for r in ranks]}
         else:
             self.plan["replans"] += 1
         # The plan that placed the barrier (the last one): d of its chosen set, ZipLine's d*
@@ -321,7 +335,28 @@ class ElasticBSP(PushPolicy):
         return float(statistics.median(self.delays)) if self.delays else 0.0
 
     def hold(self, rank: int) -> bool:
-        return self.target is not None and len(self.since[rank]) >= self.target[rank]
+        if self.target is None:
+            return self._at_bound(rank)
+        return len(self.since[rank]) >= self.target[rank]
+
+    def _at_bound(self, rank: int) -> bool:
+        """Monitoring phase: ``rank`` has pushed ``R`` times more than the slowest worker
+        since the barrier, and waits for the plan (or for that worker's next push).
+
+        The paper bounds the iteration difference within a superstep by the lookahead
+        (ZipLine paper Section 4.1: "a small iteration difference β exists that is defined
+        within the R future intervals"; "a bound in R also ensures that ElasticBSP does not
+        behave as the ASP model") and leaves the monitoring phase unbounded, since it assumes
+        two pushes of every worker take about as long for all (Fig. 5).  With a straggler
+        they do not: one push of a worker 30x slower let the others push hundreds of times
+        before any plan existed (issue 19).  Choice: during monitoring no worker runs more
+        than ``R`` pushes ahead of the slowest worker of the superstep (SSP's rule with
+        s = R, counted since the barrier); a worker held there is, to the first plan, a
+        worker already at its barrier (its push is known).  The slowest worker is never
+        held by it, so monitoring always ends.
+        """
+        pushes = len(self.since[rank])
+        return pushes > 0 and pushes - min(len(v) for v in self.since.values()) >= self.R
 
     def release(self) -> None:
         super().release()
@@ -348,6 +383,7 @@ class ElasticBSP(PushPolicy):
                   "final_end_error_s": [round(a - p, 6)
                                         for a, p in zip(ends, self.plan["final_ends"])],
                   "replans": self.plan["replans"],
+                  "monitoring_pushes": self.plan["monitored"],
                   "iterations": [len(self.since[r]) for r in ranks]}
         self.barriers.append(record)
         srv.record(record)

@@ -11,10 +11,11 @@ heterogeneous setting each paper argues from:
 * SpecSync (ICDCS 2018): "up to 3x speedup over the asynchronous parallel scheme" --
   ASP / SpecSync.
 
-The ElasticBSP and DSSP rows give both sides one fixed mini-batch, :data:`MINI_BATCH` points
-per push or iteration, as those papers do ("the aforementioned setting is applied to all
-the distributed synchronization models that we compared with for a fair comparison", ZipLine
-paper Section 6.2; DSSP paper Section V: batch size 128 for every model).  With ``batch:
+The ElasticBSP, DSSP and SpecSync rows give both sides one fixed mini-batch,
+:data:`MINI_BATCH` points per push or iteration, as those papers do ("the aforementioned
+setting is applied to all the distributed synchronization models that we compared with for
+a fair comparison", ZipLine paper Section 6.2; DSSP paper Section V: batch size 128 for every
+model; SpecSync paper Section VI-A: one batch size per workload for every scheme).  With ``batch:
 auto`` the two sides got different batches (issue 19, item 6): BSPV sizes its batch on the
 slowest worker (430-1,700 points here), a push model on the first calibration to arrive, the
 fastest worker's, which caps at the whole shard -- so every push of the straggler took a
@@ -23,9 +24,10 @@ worker in 4 s: neither reached the target), and ElasticBSP's monitoring phase, t
 every worker, let the fast workers push ~240 class-pure shards per superstep (an
 ASP-like run whose exact objective swung between 24,900 and 27,500: whether a snapshot dipped
 below the target decided the row, met in 2 of 5 runs).  With the fixed mini-batch both rows
-reach a verdict in 4 s; ElasticBSP's still flips now and then (met in 3 of 4 runs), DSSP's
-gain over SSP is 0-11 % (met in 3 of 4).  The figures are in ``docs/sync/elastic.md`` and
-``docs/sync/dssp.md``.
+reach a verdict in 4 s; ElasticBSP's still flips now and then (met in 3 of 4 runs, and in 1
+of 4 with the monitoring phase bounded by ``R``), DSSP's gain over SSP is 0-11 % (met in 3 of
+4).  SpecSync's row flips either way (issue 19: ?1.00x, 0.32x, > 8.25x in three runs).  The
+figures are in ``docs/sync/elastic.md``, ``docs/sync/dssp.md`` and ``docs/sync/specsync.md``.
 """
 
 from __future__ import annotations
@@ -116,8 +118,12 @@ def dssp(ctx: Ctx) -> Figure:
 
 
 def specsync(ctx: Ctx) -> Figure:
+    """SpecSync against ASP with one fixed mini-batch for both, as the SpecSync paper
+    compares (Section VI-A: one batch size per workload -- 100,000 ratings for MF, 128
+    images for the ResNets -- for every scheme; SpecSync runs on MXNet's ASP)."""
     return _pair(ctx, "specsync", "SpecSync against ASP",
-                 "SpecSync up to 3x faster than ASP", 3.0, "asp", "specsync")
+                 "SpecSync up to 3x faster than ASP", 3.0, "asp", "specsync",
+                 both_sets=(f"sync.batch={MINI_BATCH}",))
 
 
 def fig16(ctx: Ctx) -> Figure:
