@@ -17,6 +17,40 @@ With ``kernel: auto`` a job whose whole work (``max_iterations`` passes over the
 numba's start-up runs numba from its first block, loaded before training; a shorter one starts
 on the array kernel and switches to numba once its work would have paid numba's start-up
 (:mod:`flegel.device`).
+
+**Points not yet visited** (issue 19; FSP paper Sections 2.2, 3.2 and 4.1).  Incremental EM's
+statistics s = Σᵢ sᵢ need every point's Qᵢ (Theorem 2 assumes each Qᵢ is a distribution; an
+unprocessed point keeps its last one).  A point no worker has visited yet has none, and the
+M-step used to leave it out.  On shuffled shards that is harmless; on contiguous shards of
+sorted data with one slow worker it decided the result: the fast workers' first iterations
+moved the centroids off the straggler's clusters before its points counted, and the run
+settled in another basin (``flegel paper``'s K-means, 110,000 × 28, worker 1 slowed:
++6.0 % above BSPB with or without migration, though migration later trained every point
+hundreds of times).  Measured on that workload (``python bench/fsp_claims.py --only basin``,
+exact Lloyd steps in NumPy): steps that count only the 2 % of the slow shard trained so far
+end +6.0 %, the same steps with that 2 % weighted up to the whole shard end at BSPB's
+objective (0.00 % in every case), and a complete first E-step followed by steps in which the
+slow shard keeps its θ⁽⁰⁾ assignment (the paper's "Qᵢ left unchanged") ends +7.4 %: what
+matters is that the slow shard counts with its full weight *and* at the current θ.
+
+So each worker stands in for its own unvisited points (a choice where the paper is silent;
+it assumes shuffled, IID shards, Section 4.1).  FSP traverses a shard in a seeded random
+order, so the points a worker first visits in iteration 1 are a uniform sample of its
+shard: the worker keeps up to :data:`POOL_SAMPLE` of them and commits, as ``pool_sums`` /
+``pool_counts``, its sample's statistics at the current θ scaled to its unvisited points,
+``u₁ · (U / U₁) · s̄``: u₁ its unvisited points after iteration 1, U the points no worker
+has visited yet (θ's ``unvisited``, counted down by every first visit, wherever migration
+took the point) and U₁ that count after iteration 1, s̄ the sample's mean statistics at θ.
+The sample is re-assigned once per iteration at the θ it computes from (up to
+:data:`POOL_SAMPLE` distance rows, a fraction of a block).  The M-step's centroid is
+``(S + pool) / (C + pool counts)``; θ's ``sums`` and ``counts`` stay the exact statistics
+of the visited points.  Once every point has been visited (U = 0) the master drops the pool
+exactly, so from then on K-means is what it was.  A worker whose iteration 1 was a whole
+pass (BSPB, BSPV's calibration, FSP's calibration without a straggler) has no unvisited
+point and commits nothing: those runs are unchanged bit for bit.  Approximate, and bounded
+by U = 0: with several slow workers each one's share shrinks with the global U, not its
+own; a worker restarted from a checkpoint has lost its sample and leaves its last share in
+the pool until U = 0; so does a rolled-back FSPV probe (``probes: paper``).
 """
 
 from __future__ import annotations
@@ -34,6 +68,7 @@ from flegel.validation import Integer
 
 # the module, not its kernel: flegel.jit.cache_is_cold asks about this module's own kernels
 from . import _kmeans_bounds as hamerly
+from . import _kmeans_unvisited as unvisited
 from ._common import (
     DEVICE_PARAMS,
     InitSpec,
@@ -484,6 +519,8 @@ class KMeans(DeviceKernels, Algorithm):
         set_params(self, locals())
         self._set_device(device, kernel)
         self._bounds = hamerly.BoundSwitch()
+        self._first_pass = unvisited.FirstPass()
+        self._parts: list[np.ndarray] = []  # the master's sample, per shard
 
     def validate(self, base_dir: Path) -> None:
         self.check_device()
@@ -498,8 +535,10 @@ class KMeans(DeviceKernels, Algorithm):
                                    f"kmeans with n_clusters={k} on {d} features")
         else:
             centers = self._best_seeding(np.asarray(info.sample, dtype=np.float64), info.seed)
+        # the unvisited points' stand-in (module notes): every point unvisited
+        self._parts = unvisited.shard_samples(info.sample, info.n_workers)
         return {"centers": centers, "sums": np.zeros((k, d)), "counts": np.zeros(k),
-                "drift": np.zeros(1)}
+                "drift": np.zeros(1), **unvisited.theta_keys(self._parts, info.n_points, d)}
 
     def _seeding(self, sample: np.ndarray, seed: int) -> np.ndarray:
         """One seeding of ``init`` on the sample."""
@@ -547,8 +586,11 @@ class KMeans(DeviceKernels, Algorithm):
                                    False, 0.0, np.zeros(2))
 
     def zero_aggregator(self, theta: dict[str, np.ndarray]) -> dict:
-        return {"sums": np.zeros_like(theta["sums"]), "counts": np.zeros_like(theta["counts"]),
-                "objective": 0.0}
+        agg = {"sums": np.zeros_like(theta["sums"]), "counts": np.zeros_like(theta["counts"]),
+               "objective": 0.0}
+        if "unvisited" in theta:  # θ made by init_parameter (module notes), not by hand
+            agg.update(unvisited.agg_keys(theta))
+        return agg
 
     def update_data_point(self, point: np.ndarray, state: PointState,
                           theta: dict[str, np.ndarray], t: int) -> dict:
@@ -568,6 +610,8 @@ class KMeans(DeviceKernels, Algorithm):
         score = float(dist[best] - point @ point)
         agg["objective"] = float(dist[best]) if old < 0 else score - float(state["score"])
         state["score"] = score
+        if old < 0 and "first_visits" in agg:
+            agg["first_visits"][0] = 1.0
         return agg
 
     def update_block(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
@@ -576,6 +620,15 @@ class KMeans(DeviceKernels, Algorithm):
         ct = np.ascontiguousarray(theta["centers"].T, dtype=x.dtype)
         csq = np.einsum("ij,ij->j", ct, ct)
         agg = self.zero_aggregator(theta)
+        if "first_visits" in agg:  # before the kernel assigns them (module notes)
+            first = block.state["label"] < 0
+            host = x if self.xp is np else np.asarray(to_host(x))
+            self._first_pass.record(host, first, theta, t, agg)
+        return self._assign(block, x, ct, csq, theta, t, agg)
+
+    def _assign(self, block: Block, x: Any, ct: Any, csq: Any, theta: dict[str, np.ndarray],
+                t: int, agg: dict) -> dict:
+        """The E-step of a block: assign its points, their changes into ``agg``."""
         labels, scores = block.state["label"], block.state["score"]
         bounds = block.state["bound"]
         compiled = self.use_compiled(self.pass_units(*x.shape))
@@ -611,9 +664,20 @@ class KMeans(DeviceKernels, Algorithm):
         sums = theta["sums"] + agg["sums"]
         counts = theta["counts"] + agg["counts"]
         centers = theta["centers"].copy()
+        new = {"centers": centers, "sums": sums, "counts": counts}
+        if "unvisited" in theta and "first_visits" in agg:
+            # The unvisited points' stand-in (module notes): their sample part assigned at
+            # the θ the workers computed from, as Lloyd's E-step; nothing once none is left.
+            left = theta["unvisited"] - agg["first_visits"]
+            reported = theta["pool_unvisited"] + agg["pool_report"]
+            new.update(shard_means=theta["shard_means"], pool_unvisited=reported,
+                       unvisited=np.maximum(left, 0.0))
+            stand_in = unvisited.pool(theta["centers"], self._parts, reported, float(left[0]))
+            if stand_in is not None:
+                sums = sums + stand_in[0]
+                counts = counts + stand_in[1]
         nonempty = counts > 0.5
         centers[nonempty] = sums[nonempty] / counts[nonempty, None]
-        new = {"centers": centers, "sums": sums, "counts": counts}
         if "drift" in theta:
             new["drift"] = theta["drift"] + hamerly.centre_move(theta["centers"], centers)
         return new
