@@ -33,24 +33,22 @@ objective (0.00 % in every case), and a complete first E-step followed by steps 
 slow shard keeps its θ⁽⁰⁾ assignment (the paper's "Qᵢ left unchanged") ends +7.4 %: what
 matters is that the slow shard counts with its full weight *and* at the current θ.
 
-So each worker stands in for its own unvisited points (a choice where the paper is silent;
-it assumes shuffled, IID shards, Section 4.1).  FSP traverses a shard in a seeded random
-order, so the points a worker first visits in iteration 1 are a uniform sample of its
-shard: the worker keeps up to :data:`POOL_SAMPLE` of them and commits, as ``pool_sums`` /
-``pool_counts``, its sample's statistics at the current θ scaled to its unvisited points,
-``u₁ · (U / U₁) · s̄``: u₁ its unvisited points after iteration 1, U the points no worker
-has visited yet (θ's ``unvisited``, counted down by every first visit, wherever migration
-took the point) and U₁ that count after iteration 1, s̄ the sample's mean statistics at θ.
-The sample is re-assigned once per iteration at the θ it computes from (up to
-:data:`POOL_SAMPLE` distance rows, a fraction of a block).  The M-step's centroid is
-``(S + pool) / (C + pool counts)``; θ's ``sums`` and ``counts`` stay the exact statistics
-of the visited points.  Once every point has been visited (U = 0) the master drops the pool
-exactly, so from then on K-means is what it was.  A worker whose iteration 1 was a whole
-pass (BSPB, BSPV's calibration, FSP's calibration without a straggler) has no unvisited
-point and commits nothing: those runs are unchanged bit for bit.  Approximate, and bounded
-by U = 0: with several slow workers each one's share shrinks with the global U, not its
-own; a worker restarted from a checkpoint has lost its sample and leaves its last share in
-the pool until U = 0; so does a rolled-back FSPV probe (``probes: paper``).
+So the M-step stands in for the unvisited points (a choice where the paper is silent: it
+assumes shuffled, IID shards, Section 4.1), with the data sample θ⁽⁰⁾ was drawn from: a
+seeded uniform sample of every shard, which the master holds anyway.  θ counts the points
+no worker has visited yet (``unvisited``, counted down by every first visit, wherever
+migration took the point) and, per shard, how many of its points were left unvisited by
+iteration 1 (``pool_unvisited``); each M-step assigns each such shard's part of the sample
+at the θ the workers computed from -- Lloyd's E-step, on the sample -- and adds its
+statistics, scaled to those points, to the visited points' own: the centroid is
+``(S + S_pool) / (C + C_pool)``, while θ's ``sums`` and ``counts`` stay the visited points'
+exact statistics (:mod:`algorithms._kmeans_unvisited`).  Once every point has been visited
+the stand-in is gone, and K-means is what it was.  A run whose iteration 1 was a whole pass
+on every worker (BSPB, BSPV's calibration, FSP's calibration without a straggler) has no
+unvisited point after it, and its centroids are those it had before, bit for bit.  The
+cost: a few thousand distance rows on the master per M-step while any point is unvisited.
+Approximate where the sample is: each shard's part is 2,500 rows at most, and with several
+slow workers their shares shrink together with the global count, not each with its own.
 """
 
 from __future__ import annotations
