@@ -11,7 +11,7 @@ shard, in rank order), assigned at the current θ at every M-step:
   that of the points it visited: on shards that look alike any part will do);
 * θ⁽⁰⁾ counts every shard's points unvisited (``pool_unvisited``: the equal split of the
   points, as the partitions deal them); in iteration 1 every worker counts its first visits
-  off its part's slot (``pool_report``, :class:`FirstPass`), so a worker whose iteration 1
+  off its part's slot (``pool_report``, :func:`record`), so a worker whose iteration 1
   was a whole pass leaves 0 there;
 * every first visit, wherever migration took the point, counts down θ's ``unvisited``;
 * the M-step (:func:`pool`) adds, per part with unvisited points uᵢ, that part's statistics
@@ -49,28 +49,23 @@ def agg_keys(theta: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {"first_visits": np.zeros(1), "pool_report": np.zeros_like(theta["pool_unvisited"])}
 
 
-class FirstPass:
-    """A worker's first visits in iteration 1, counted off its part's slot (module notes)."""
+def record(x: np.ndarray, first: np.ndarray, theta: dict[str, np.ndarray], t: int,
+           agg: dict) -> None:
+    """Count a block's first visits (``first``: which of its rows) into ``agg``; in iteration 1
+    also off the slot of the sample part whose mean is nearest to theirs (module notes).
 
-    def __init__(self) -> None:
-        self.first = 0  # points it visited in iteration 1 (a warm-up's included: its slot
-        self.total: np.ndarray | None = None  # their sum    only, the rows are its shard's)
-
-    def record(self, x: np.ndarray, first: np.ndarray, theta: dict[str, np.ndarray], t: int,
-               agg: dict) -> None:
-        """Count a block's first visits (``first``: which of its rows); in iteration 1 also
-        off the slot of the sample part nearest to the points this worker visited."""
-        m = int(np.count_nonzero(first))
-        agg["first_visits"][0] = float(m)
-        if t != 1 or not m:
-            return
-        rows = x if m == len(x) else x[first]
-        total = rows.sum(axis=0, dtype=np.float64)
-        self.total = total if self.total is None else self.total + total
-        self.first += m
-        means = theta["shard_means"]
-        slot = int(np.argmin(((means - self.total / self.first) ** 2).sum(axis=1)))
-        agg["pool_report"][slot] -= m
+    Each block on its own, with nothing kept between calls: a worker's algorithm may be
+    copied, warmed up on a few rows or shared (the simulated-clock tests), and a block of one
+    shard's rows is nearest to that shard's part unless the shards look alike, when any part
+    will do."""
+    m = int(np.count_nonzero(first))
+    agg["first_visits"][0] = float(m)
+    if t != 1 or not m:
+        return
+    rows = x if m == len(x) else x[first]
+    mean = rows.mean(axis=0, dtype=np.float64)
+    slot = int(np.argmin(((theta["shard_means"] - mean) ** 2).sum(axis=1)))
+    agg["pool_report"][slot] -= m
 
 
 def pool(centers: np.ndarray, parts: list[np.ndarray], reported: np.ndarray,

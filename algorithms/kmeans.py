@@ -517,7 +517,6 @@ class KMeans(DeviceKernels, Algorithm):
         set_params(self, locals())
         self._set_device(device, kernel)
         self._bounds = hamerly.BoundSwitch()
-        self._first_pass = unvisited.FirstPass()
         self._parts: list[np.ndarray] = []  # the master's sample, per shard
 
     def validate(self, base_dir: Path) -> None:
@@ -621,7 +620,7 @@ class KMeans(DeviceKernels, Algorithm):
         if "first_visits" in agg:  # before the kernel assigns them (module notes)
             first = block.state["label"] < 0
             host = x if self.xp is np else np.asarray(to_host(x))
-            self._first_pass.record(host, first, theta, t, agg)
+            unvisited.record(host, first, theta, t, agg)
         return self._assign(block, x, ct, csq, theta, t, agg)
 
     def _assign(self, block: Block, x: Any, ct: Any, csq: Any, theta: dict[str, np.ndarray],
