@@ -619,7 +619,8 @@ class KMeans(DeviceKernels, Algorithm):
         agg = self.zero_aggregator(theta)
         if "first_visits" in agg:  # before the kernel assigns them (module notes)
             first = block.state["label"] < 0
-            host = x if self.xp is np else np.asarray(to_host(x))
+            # the rows are read in iteration 1 only: a device block is copied then alone
+            host = x if self.xp is np or t != 1 else np.asarray(to_host(x))
             unvisited.record(host, first, theta, t, agg)
         return self._assign(block, x, ct, csq, theta, t, agg)
 
