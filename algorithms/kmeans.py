@@ -21,34 +21,37 @@ on the array kernel and switches to numba once its work would have paid numba's 
 **Points not yet visited** (issue 19; FSP paper Sections 2.2, 3.2 and 4.1).  Incremental EM's
 statistics s = Σᵢ sᵢ need every point's Qᵢ (Theorem 2 assumes each Qᵢ is a distribution; an
 unprocessed point keeps its last one).  A point no worker has visited yet has none, and the
-M-step used to leave it out.  On shuffled shards that is harmless; on contiguous shards of
-sorted data with one slow worker it decided the result: the fast workers' first iterations
-moved the centroids off the straggler's clusters before its points counted, and the run
-settled in another basin (``flegel paper``'s K-means, 110,000 × 28, worker 1 slowed:
-+6.0 % above BSPB with or without migration, though migration later trained every point
-hundreds of times).  Measured on that workload (``python bench/fsp_claims.py --only basin``,
-exact Lloyd steps in NumPy): steps that count only the 2 % of the slow shard trained so far
-end +6.0 %, the same steps with that 2 % weighted up to the whole shard end at BSPB's
-objective (0.00 % in every case), and a complete first E-step followed by steps in which the
-slow shard keeps its θ⁽⁰⁾ assignment (the paper's "Qᵢ left unchanged") ends +7.4 %: what
-matters is that the slow shard counts with its full weight *and* at the current θ.
+M-step leaves it out (``unvisited: leave-out``, the default).  On shuffled shards that is
+harmless; on contiguous shards of sorted data with one slow worker the fast workers' first
+M-steps fit the centroids without the slow shard's clusters, and which local minimum the
+run ends in is decided there: ``flegel paper``'s K-means (110,000 × 28, worker 1 slowed)
+settles +6.0 % above BSPB with or without migration, though migration later trains every
+point hundreds of times.
 
-So the M-step stands in for the unvisited points (a choice where the paper is silent: it
-assumes shuffled, IID shards, Section 4.1), with the data sample θ⁽⁰⁾ was drawn from: a
-seeded uniform sample of every shard, which the master holds anyway.  θ counts the points
+``unvisited: stand-in`` (a choice where the paper is silent: it assumes shuffled, IID
+shards, Section 4.1) stands in for those points with the data sample θ⁽⁰⁾ was drawn from --
+a seeded uniform sample of every shard, which the master holds anyway.  θ counts the points
 no worker has visited yet (``unvisited``, counted down by every first visit, wherever
-migration took the point) and, per shard, how many of its points were left unvisited by
-iteration 1 (``pool_unvisited``); each M-step assigns each such shard's part of the sample
-at the θ the workers computed from -- Lloyd's E-step, on the sample -- and adds its
-statistics, scaled to those points, to the visited points' own: the centroid is
-``(S + S_pool) / (C + C_pool)``, while θ's ``sums`` and ``counts`` stay the visited points'
-exact statistics (:mod:`algorithms._kmeans_unvisited`).  Once every point has been visited
-the stand-in is gone, and K-means is what it was.  A run whose iteration 1 was a whole pass
-on every worker (BSPB, BSPV's calibration, FSP's calibration without a straggler) has no
-unvisited point after it, and its centroids are those it had before, bit for bit.  The
-cost: a few thousand distance rows on the master per M-step while any point is unvisited.
-Approximate where the sample is: each shard's part is 2,500 rows at most, and with several
-slow workers their shares shrink together with the global count, not each with its own.
+migration took the point) and, per shard, how many of its points iteration 1 left unvisited
+(``pool_unvisited``); each M-step assigns each such shard's part of the sample at the θ the
+workers computed from -- Lloyd's E-step, on the sample -- and adds its statistics, scaled to
+those points, to the visited points' own: the centroid is ``(S + S_pool) / (C + C_pool)``,
+while θ's ``sums`` and ``counts`` stay the visited points' exact statistics
+(:mod:`algorithms._kmeans_unvisited`).  Once every point has been visited the stand-in is
+gone.  A run whose iteration 1 was a whole pass on every worker (BSPB, BSPV's calibration)
+has no unvisited point after it, and its centroids are those it had before, bit for bit.
+
+It is not the default because it moves the result without making it the same as BSPB's:
+the local minimum is decided by tiny differences in the first 2-5 M-steps (``python
+bench/fsp_claims.py --only basin``: exact Lloyd steps from the shared θ⁽⁰⁾ of issue 19's
+overlapping workload end at BSPB's objective or +3.1 %, +5.4 %, +6.5 % by which rows the first
+steps see and how they are weighted).  Measured (issue 19): on ``flegel paper``'s K-means the
+stand-in makes FSPV and FSPV + async migration reach the target (0.80 s and 0.26 s; they
+missed it in 4 s, at +6.0 %); on the overlapping workload, 400,000 × 28, FSPV + async with
+worker 1 slow ended at +5.44 % in 3 of 3 runs, where leaving the points out ends at BSPB's
+objective (``bench/fsp_claims.py --only gap`` and ``--only ratio``; docs/benchmarks.md).
+Reaching BSPB's minimum run after run needs the first M-steps to be Lloyd's on all the data,
+which an estimate of the slow shard -- a sample of 2,500 rows -- is not.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ import numpy as np
 from flegel import Algorithm, Block, DataInfo, PointState
 from flegel.device import DeviceKernels, to_host
 from flegel.jit import LazyKernel, njit
-from flegel.validation import Integer
+from flegel.validation import Integer, Options
 
 # the module, not its kernel: flegel.jit.cache_is_cold asks about this module's own kernels
 from . import _kmeans_bounds as hamerly
@@ -80,6 +83,8 @@ from ._common import (
 )
 
 _INITS = ("kmeans++", "random")
+#: What the M-step does with points no worker has visited yet (module notes).
+_UNVISITED = ("leave-out", "stand-in")
 
 
 #: Points per GEMM tile: the (tile x K) distance block stays in L1/L2 cache.
@@ -493,6 +498,12 @@ class KMeans(DeviceKernels, Algorithm):
         when the job's known work (``max_iterations`` passes) pays its start-up, else the
         array kernel until the work done would have, then numba (:mod:`flegel.device`).
 
+    unvisited : {"leave-out", "stand-in"}, default="leave-out"
+        What the M-step does with the points no worker has visited yet: leave them out
+        (incremental EM as the FSP paper writes it), or stand in for them with the master's
+        data sample of their shard, assigned at the current θ (module notes: it changes
+        which local minimum a run with a slow contiguous shard ends in, for better or worse).
+
     Notes
     -----
     The objective is the sum of squared distances to the nearest centroid, scikit-learn's
@@ -506,11 +517,13 @@ class KMeans(DeviceKernels, Algorithm):
     n_clusters: int
     init: str
     n_init: int
+    unvisited: str
     PARAMS = {**DEVICE_PARAMS, "n_clusters": Integer(lo=1), "init": InitSpec(_INITS),
-              "n_init": Integer(lo=1)}
+              "n_init": Integer(lo=1), "unvisited": Options(_UNVISITED)}
 
     def __init__(self, n_clusters: int = 8, init: str = "kmeans++", n_init: int = 10,
-                 device: str = "cpu", kernel: str = "auto") -> None:
+                 device: str = "cpu", kernel: str = "auto",
+                 unvisited: str = "leave-out") -> None:
         super().__init__()
         # scikit-learn spells it "k-means++": accept both
         init = "kmeans++" if init == "k-means++" else init
@@ -532,10 +545,12 @@ class KMeans(DeviceKernels, Algorithm):
                                    f"kmeans with n_clusters={k} on {d} features")
         else:
             centers = self._best_seeding(np.asarray(info.sample, dtype=np.float64), info.seed)
-        # the unvisited points' stand-in (module notes): every point unvisited
-        self._parts = unvisited.shard_samples(info.sample, info.n_workers)
-        return {"centers": centers, "sums": np.zeros((k, d)), "counts": np.zeros(k),
-                "drift": np.zeros(1), **unvisited.theta_keys(self._parts, info.n_points, d)}
+        theta = {"centers": centers, "sums": np.zeros((k, d)), "counts": np.zeros(k),
+                 "drift": np.zeros(1)}
+        if self.unvisited == "stand-in":  # every point unvisited yet (module notes)
+            self._parts = unvisited.shard_samples(info.sample, info.n_workers)
+            theta.update(unvisited.theta_keys(self._parts, info.n_points, d))
+        return theta
 
     def _seeding(self, sample: np.ndarray, seed: int) -> np.ndarray:
         """One seeding of ``init`` on the sample."""

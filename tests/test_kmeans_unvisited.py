@@ -27,7 +27,7 @@ def sorted_clusters(seed: int = 0, n: int = 4000, d: int = 8) -> np.ndarray:
 def start(x: np.ndarray, stand_in: bool = True) -> tuple[KMeans, dict[str, np.ndarray]]:
     """K-means and its θ⁽⁰⁾ from random rows, as a run draws it; without the stand-in's keys
     (``stand_in`` false) θ⁽⁰⁾ is what K-means made before them."""
-    km = KMeans(K, init="random", n_init=1)
+    km = KMeans(K, init="random", n_init=1, unvisited="stand-in")
     parts = np.array_split(x, WORKERS)  # each worker's seeded sample of its shard
     sample = np.concatenate([p[np.random.default_rng(i).permutation(len(p))[:500]]
                              for i, p in enumerate(parts)])
