@@ -209,8 +209,9 @@ def skewed_basin(folder: Path, ref: float, workers: int = 4, finish: int = 40,
     contiguous shard (the straggler's) is represented by a sample of ``fraction`` of it (what
     FSP has trained of it before its points migrate), then ``finish`` steps on all rows.
     ``modes``: ``left out`` -- the other rows of the shard count for nothing (flegel before
-    issue 19's stand-in); ``stand-in`` -- the sample, assigned at each step's θ, weighted up
-    to the whole shard (:mod:`algorithms._kmeans_unvisited`); ``frozen`` -- every row of the
+    issue 19's stand-in); ``stand-in`` -- the sample, and for the rest of the shard its part of
+    the run's data sample scaled up, both assigned at each step's θ (K-means' ``unvisited:
+    stand-in``, :mod:`algorithms._kmeans_unvisited`); ``frozen`` -- every row of the
     shard assigned once at θ⁽⁰⁾ and kept there (a complete first E-step, then the FSP paper's
     "Qᵢ left unchanged").  Returns, per case, the final objective over BSPB's minus 1.
     Plain NumPy, no MPI."""
@@ -241,7 +242,16 @@ def skewed_basin(folder: Path, ref: float, workers: int = 4, finish: int = 40,
                                    np.arange(shard, n)])
             weight = np.ones(len(rows))
             if mode == "stand-in":
-                weight[:len(sample)] = shard / len(sample)
+                # the rest of the shard: its part of the run's data sample (2,500 rows drawn
+                # as flegel/run.py draws them, seed 0 + shard 0), scaled up
+                from flegel.data import sample_shard
+
+                part = sample_shard(x[:shard], None, 2500, 0)[0]
+                x = np.concatenate([x, part])
+                sq = np.concatenate([sq, np.einsum("ij,ij->i", part, part)])
+                rows = np.concatenate([rows, np.arange(n, n + len(part))])
+                weight = np.concatenate([weight, np.full(len(part), (shard - len(sample))
+                                                         / len(part))])
             c = c0.copy()
             labels = assign(c, rows)
             for _ in range(k):
@@ -250,6 +260,7 @@ def skewed_basin(folder: Path, ref: float, workers: int = 4, finish: int = 40,
                 else:
                     labels = assign(c, rows)
                 c = mstep(c, rows, labels, weight)
+            x, sq = x[:n], sq[:n]
             for _ in range(finish):
                 c = mstep(c, np.arange(n), assign(c, slice(None)), np.ones(n))
             f = float((sq[:, None] - 2 * x @ c.T + np.einsum("ij,ij->i", c, c)).min(1).sum())
@@ -395,11 +406,12 @@ def main() -> None:
                                                    args.repeat)
     if "basin" in only:
         print("the basin when the first steps miss the straggler's shard (Lloyd, NumPy):")
-        figures["basin"] = skewed_basin(root / "overlap-data", ref_overlap)
+        figures["basin"] = skewed_basin(root / "overlap-data", ref_overlap,
+                                        cases=((0.0, 2), (0.02, 3), (0.02, 5), (0.07, 3)))
         x, c0, ref_paper = paper_kmeans(root / "paper")
         print(f"the same on flegel paper's K-means (BSPB from θ⁰: {ref_paper:.7g}):")
         figures["basin_paper"] = skewed_basin(root / "paper", ref_paper, data=x, init=c0,
-                                              cases=((0.02, 1), (0.02, 5), (0.1, 5)))
+                                              cases=((0.02, 1), (0.02, 5), (0.07, 5)))
     if "gap" in only:
         print(f"FSPV + async migration after {seconds:g} s, overlapping workload "
               f"(BSPB converged: {ref_overlap:.6g}):")
