@@ -105,3 +105,12 @@ def test_first_visits_count_off_the_nearest_part_in_iteration_1_only():
     unvisited.record(x, first, theta, 2, agg)
     assert agg["first_visits"][0] == 2
     np.testing.assert_array_equal(agg["pool_report"], [0.0, 0.0])
+
+
+def test_the_default_leaves_unvisited_points_out():
+    """``unvisited: leave-out`` (the default) makes θ as K-means made it before the stand-in
+    (issue 19: the stand-in moves which minimum a run ends in, not always towards BSPB's)."""
+    x = sorted_clusters()
+    theta = KMeans(K, init="random", n_init=1).init_parameter(
+        DataInfo(n_features=x.shape[1], n_points=len(x), n_workers=WORKERS, sample=x[:500]))
+    assert set(theta) == {"centers", "sums", "counts", "drift"}
