@@ -2,7 +2,8 @@
 2.2, 3.2 and 4.1; the choice and its measurements are in :mod:`algorithms.kmeans`' notes).
 
 Incremental EM's statistics s = Σᵢ sᵢ need every point's Qᵢ; a point no worker has visited
-has none, and the M-step used to leave it out.  Here the master stands in for those points
+has none, and by default (``unvisited: leave-out``) the M-step leaves it out.  With
+``unvisited: stand-in`` the master stands in for those points
 with the data sample it drew θ⁽⁰⁾ from (``DataInfo.sample``: a seeded uniform sample of every
 shard, in rank order), assigned at the current θ at every M-step:
 
