@@ -17,41 +17,6 @@ With ``kernel: auto`` a job whose whole work (``max_iterations`` passes over the
 numba's start-up runs numba from its first block, loaded before training; a shorter one starts
 on the array kernel and switches to numba once its work would have paid numba's start-up
 (:mod:`flegel.device`).
-
-**Points not yet visited** (issue 19; FSP paper Sections 2.2, 3.2 and 4.1).  Incremental EM's
-statistics s = Σᵢ sᵢ need every point's Qᵢ (Theorem 2 assumes each Qᵢ is a distribution; an
-unprocessed point keeps its last one).  A point no worker has visited yet has none, and the
-M-step leaves it out (``unvisited: leave-out``, the default).  On shuffled shards that is
-harmless; on contiguous shards of sorted data with one slow worker the fast workers' first
-M-steps fit the centroids without the slow shard's clusters, and which local minimum the
-run ends in is decided there: ``flegel paper``'s K-means (110,000 × 28, worker 1 slowed)
-settles +6.0 % above BSPB with or without migration, though migration later trains every
-point hundreds of times.
-
-``unvisited: stand-in`` (a choice where the paper is silent: it assumes shuffled, IID
-shards, Section 4.1) stands in for those points with the data sample θ⁽⁰⁾ was drawn from --
-a seeded uniform sample of every shard, which the master holds anyway.  θ counts the points
-no worker has visited yet (``unvisited``, counted down by every first visit, wherever
-migration took the point) and, per shard, how many of its points iteration 1 left unvisited
-(``pool_unvisited``); each M-step assigns each such shard's part of the sample at the θ the
-workers computed from -- Lloyd's E-step, on the sample -- and adds its statistics, scaled to
-those points, to the visited points' own: the centroid is ``(S + S_pool) / (C + C_pool)``,
-while θ's ``sums`` and ``counts`` stay the visited points' exact statistics
-(:mod:`algorithms._kmeans_unvisited`).  Once every point has been visited the stand-in is
-gone.  A run whose iteration 1 was a whole pass on every worker (BSPB, BSPV's calibration)
-has no unvisited point after it, and its centroids are those it had before, bit for bit.
-
-It is not the default because it moves the result without making it the same as BSPB's:
-the local minimum is decided by tiny differences in the first 2-5 M-steps (``python
-bench/fsp_claims.py --only basin``: exact Lloyd steps from the shared θ⁽⁰⁾ of issue 19's
-overlapping workload end at BSPB's objective or +3.1 %, +5.4 %, +6.5 % by which rows the first
-steps see and how they are weighted).  Measured (issue 19): on ``flegel paper``'s K-means the
-stand-in makes FSPV and FSPV + async migration reach the target (0.80 s and 0.26 s; they
-missed it in 4 s, at +6.0 %); on the overlapping workload, 400,000 × 28, FSPV + async with
-worker 1 slow ended at +5.44 % in 3 of 3 runs, where leaving the points out ends at BSPB's
-objective (``bench/fsp_claims.py --only gap`` and ``--only ratio``; docs/benchmarks.md).
-Reaching BSPB's minimum run after run needs the first M-steps to be Lloyd's on all the data,
-which an estimate of the slow shard -- a sample of 2,500 rows -- is not.
 """
 
 from __future__ import annotations
@@ -65,11 +30,10 @@ import numpy as np
 from flegel import Algorithm, Block, DataInfo, PointState
 from flegel.device import DeviceKernels, to_host
 from flegel.jit import LazyKernel, njit
-from flegel.validation import Integer, Options
+from flegel.validation import Integer
 
 # the module, not its kernel: flegel.jit.cache_is_cold asks about this module's own kernels
 from . import _kmeans_bounds as hamerly
-from . import _kmeans_unvisited as unvisited
 from ._common import (
     DEVICE_PARAMS,
     InitSpec,
@@ -83,8 +47,6 @@ from ._common import (
 )
 
 _INITS = ("kmeans++", "random")
-#: What the M-step does with points no worker has visited yet (module notes).
-_UNVISITED = ("leave-out", "stand-in")
 
 
 #: Points per GEMM tile: the (tile x K) distance block stays in L1/L2 cache.
@@ -498,12 +460,6 @@ class KMeans(DeviceKernels, Algorithm):
         when the job's known work (``max_iterations`` passes) pays its start-up, else the
         array kernel until the work done would have, then numba (:mod:`flegel.device`).
 
-    unvisited : {"leave-out", "stand-in"}, default="leave-out"
-        What the M-step does with the points no worker has visited yet: leave them out
-        (incremental EM as the FSP paper writes it), or stand in for them with the master's
-        data sample of their shard, assigned at the current θ (module notes: it changes
-        which local minimum a run with a slow contiguous shard ends in, for better or worse).
-
     Notes
     -----
     The objective is the sum of squared distances to the nearest centroid, scikit-learn's
@@ -517,20 +473,17 @@ class KMeans(DeviceKernels, Algorithm):
     n_clusters: int
     init: str
     n_init: int
-    unvisited: str
     PARAMS = {**DEVICE_PARAMS, "n_clusters": Integer(lo=1), "init": InitSpec(_INITS),
-              "n_init": Integer(lo=1), "unvisited": Options(_UNVISITED)}
+              "n_init": Integer(lo=1)}
 
     def __init__(self, n_clusters: int = 8, init: str = "kmeans++", n_init: int = 10,
-                 device: str = "cpu", kernel: str = "auto",
-                 unvisited: str = "leave-out") -> None:
+                 device: str = "cpu", kernel: str = "auto") -> None:
         super().__init__()
         # scikit-learn spells it "k-means++": accept both
         init = "kmeans++" if init == "k-means++" else init
         set_params(self, locals())
         self._set_device(device, kernel)
         self._bounds = hamerly.BoundSwitch()
-        self._parts: list[np.ndarray] = []  # the master's sample, per shard
 
     def validate(self, base_dir: Path) -> None:
         self.check_device()
@@ -545,12 +498,8 @@ class KMeans(DeviceKernels, Algorithm):
                                    f"kmeans with n_clusters={k} on {d} features")
         else:
             centers = self._best_seeding(np.asarray(info.sample, dtype=np.float64), info.seed)
-        theta = {"centers": centers, "sums": np.zeros((k, d)), "counts": np.zeros(k),
-                 "drift": np.zeros(1)}
-        if self.unvisited == "stand-in":  # every point unvisited yet (module notes)
-            self._parts = unvisited.shard_samples(info.sample, info.n_workers)
-            theta.update(unvisited.theta_keys(self._parts, info.n_points, d))
-        return theta
+        return {"centers": centers, "sums": np.zeros((k, d)), "counts": np.zeros(k),
+                "drift": np.zeros(1)}
 
     def _seeding(self, sample: np.ndarray, seed: int) -> np.ndarray:
         """One seeding of ``init`` on the sample."""
@@ -598,11 +547,8 @@ class KMeans(DeviceKernels, Algorithm):
                                    False, 0.0, np.zeros(2))
 
     def zero_aggregator(self, theta: dict[str, np.ndarray]) -> dict:
-        agg = {"sums": np.zeros_like(theta["sums"]), "counts": np.zeros_like(theta["counts"]),
-               "objective": 0.0}
-        if "unvisited" in theta:  # θ made by init_parameter (module notes), not by hand
-            agg.update(unvisited.agg_keys(theta))
-        return agg
+        return {"sums": np.zeros_like(theta["sums"]), "counts": np.zeros_like(theta["counts"]),
+                "objective": 0.0}
 
     def update_data_point(self, point: np.ndarray, state: PointState,
                           theta: dict[str, np.ndarray], t: int) -> dict:
@@ -622,8 +568,6 @@ class KMeans(DeviceKernels, Algorithm):
         score = float(dist[best] - point @ point)
         agg["objective"] = float(dist[best]) if old < 0 else score - float(state["score"])
         state["score"] = score
-        if old < 0 and "first_visits" in agg:
-            agg["first_visits"][0] = 1.0
         return agg
 
     def update_block(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
@@ -632,16 +576,6 @@ class KMeans(DeviceKernels, Algorithm):
         ct = np.ascontiguousarray(theta["centers"].T, dtype=x.dtype)
         csq = np.einsum("ij,ij->j", ct, ct)
         agg = self.zero_aggregator(theta)
-        if "first_visits" in agg:  # before the kernel assigns them (module notes)
-            first = block.state["label"] < 0
-            # the rows are read in iteration 1 only: a device block is copied then alone
-            host = x if self.xp is np or t != 1 else np.asarray(to_host(x))
-            unvisited.record(host, first, theta, t, agg)
-        return self._assign(block, x, ct, csq, theta, t, agg)
-
-    def _assign(self, block: Block, x: Any, ct: Any, csq: Any, theta: dict[str, np.ndarray],
-                t: int, agg: dict) -> dict:
-        """The E-step of a block: assign its points, their changes into ``agg``."""
         labels, scores = block.state["label"], block.state["score"]
         bounds = block.state["bound"]
         compiled = self.use_compiled(self.pass_units(*x.shape))
@@ -677,20 +611,9 @@ class KMeans(DeviceKernels, Algorithm):
         sums = theta["sums"] + agg["sums"]
         counts = theta["counts"] + agg["counts"]
         centers = theta["centers"].copy()
-        new = {"centers": centers, "sums": sums, "counts": counts}
-        if "unvisited" in theta and "first_visits" in agg:
-            # The unvisited points' stand-in (module notes): their sample part assigned at
-            # the θ the workers computed from, as Lloyd's E-step; nothing once none is left.
-            left = theta["unvisited"] - agg["first_visits"]
-            reported = theta["pool_unvisited"] + agg["pool_report"]
-            new.update(shard_means=theta["shard_means"], pool_unvisited=reported,
-                       unvisited=np.maximum(left, 0.0))
-            stand_in = unvisited.pool(theta["centers"], self._parts, reported, float(left[0]))
-            if stand_in is not None:
-                sums = sums + stand_in[0]
-                counts = counts + stand_in[1]
         nonempty = counts > 0.5
         centers[nonempty] = sums[nonempty] / counts[nonempty, None]
+        new = {"centers": centers, "sums": sums, "counts": counts}
         if "drift" in theta:
             new["drift"] = theta["drift"] + hamerly.centre_move(theta["centers"], centers)
         return new

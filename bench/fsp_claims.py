@@ -22,10 +22,9 @@
    measurement as ``flegel paper``'s Fig. 8 (:mod:`flegel.cli.paper.horizons`).
 
 5. **What decides the basin** (``--only basin``): exact Lloyd steps on the overlapping
-   workload, and on ``flegel paper``'s K-means, that miss most of the first shard, then
-   steps on all rows (:func:`skewed_basin`): with the rest of the straggler's shard left
-   out, stood in for by a weighted sample assigned at each step's θ (K-means' stand-in,
-   issue 19), or assigned once at θ⁽⁰⁾ and frozen.
+   workload that miss most of the first shard, then steps on all rows (:func:`skewed_basin`):
+   how many passes over the others' data, with how much of the straggler's, FSP can afford
+   before the straggler's points must be in θ.
 
 Usage::
 
@@ -200,97 +199,41 @@ def _s(t: float | None) -> str:
 
 def skewed_basin(folder: Path, ref: float, workers: int = 4, finish: int = 40,
                  cases: tuple[tuple[float, int], ...] = ((0.0, 1), (0.0, 2), (0.02, 3),
-                                                         (0.02, 5), (0.25, 5)),
-                 modes: tuple[str, ...] = ("left out", "stand-in", "frozen"),
-                 data: np.ndarray | None = None, init: np.ndarray | None = None
+                                                         (0.02, 5), (0.25, 5))
                  ) -> list[dict[str, Any]]:
     """Which basin Lloyd's K-means ends in when its first steps miss most of one shard
-    (issue 19): the workload's shared initial θ, ``k`` exact Lloyd steps in which the first
-    contiguous shard (the straggler's) is represented by a sample of ``fraction`` of it (what
-    FSP has trained of it before its points migrate), then ``finish`` steps on all rows.
-    ``modes``: ``left out`` -- the other rows of the shard count for nothing (flegel before
-    issue 19's stand-in); ``stand-in`` -- the sample, and for the rest of the shard its part of
-    the run's data sample scaled up, both assigned at each step's θ (K-means' ``unvisited:
-    stand-in``, :mod:`algorithms._kmeans_unvisited`); ``frozen`` -- every row of the
-    shard assigned once at θ⁽⁰⁾ and kept there (a complete first E-step, then the FSP paper's
-    "Qᵢ left unchanged").  Returns, per case, the final objective over BSPB's minus 1.
-    Plain NumPy, no MPI."""
-    x = np.load(folder / "data.npy") if data is None else data
-    c0 = np.load(folder / "init.npy") if init is None else init
+    (issue 19): the overlapping workload from its shared initial θ, ``k`` exact Lloyd steps
+    on every row but a sample of ``fraction`` of the first contiguous shard (the straggler's:
+    what FSP has trained of it before its points migrate), then ``finish`` steps on all rows.
+    Returns, per case, the final objective over BSPB's minus 1.  Plain NumPy, no MPI."""
+    x = np.load(folder / "data.npy")
+    c0 = np.load(folder / "init.npy")
     n = len(x)
     sq = np.einsum("ij,ij->i", x, x)
 
-    def assign(c: np.ndarray, rows: np.ndarray | slice) -> np.ndarray:
-        return np.asarray((sq[rows, None] - 2 * x[rows] @ c.T
-                           + np.einsum("ij,ij->i", c, c)).argmin(1))
+    def step(c: np.ndarray, rows: np.ndarray | slice) -> np.ndarray:
+        a = (sq[rows, None] - 2 * x[rows] @ c.T + np.einsum("ij,ij->i", c, c)).argmin(1)
+        count = np.bincount(a, minlength=len(c))
+        total = np.zeros_like(c)
+        np.add.at(total, a, x[rows])
+        return np.where(count[:, None] > 0, total / np.maximum(count, 1)[:, None], c)
 
-    def mstep(c: np.ndarray, rows: np.ndarray, labels: np.ndarray,
-              weight: np.ndarray) -> np.ndarray:
-        count = np.bincount(labels, weights=weight, minlength=len(c))
-        total = ((labels[None, :] == np.arange(len(c))[:, None]) * weight) @ x[rows]
-        return np.where(count[:, None] > 0, total / np.maximum(count, 1e-300)[:, None], c)
-
+    rng = np.random.default_rng(0)
     shard = n // workers
     out = []
-    for mode in modes:
-        for fraction, k in cases:
-            if mode == "stand-in" and not fraction:
-                continue
-            rng = np.random.default_rng(0)
-            sample = rng.choice(shard, int(fraction * shard), replace=False)
-            rows = np.concatenate([sample if mode != "frozen" else np.arange(shard),
-                                   np.arange(shard, n)])
-            weight = np.ones(len(rows))
-            if mode == "stand-in":
-                # the rest of the shard: its part of the run's data sample (2,500 rows drawn
-                # as flegel/run.py draws them, seed 0 + shard 0), scaled up
-                from flegel.data import sample_shard
-
-                part = sample_shard(x[:shard], None, 2500, 0)[0]
-                x = np.concatenate([x, part])
-                sq = np.concatenate([sq, np.einsum("ij,ij->i", part, part)])
-                rows = np.concatenate([rows, np.arange(n, n + len(part))])
-                weight = np.concatenate([weight, np.full(len(part), (shard - len(sample))
-                                                         / len(part))])
-            c = c0.copy()
-            labels = assign(c, rows)
-            for _ in range(k):
-                if mode == "frozen":  # the shard keeps its θ⁽⁰⁾ assignment
-                    labels[shard:] = assign(c, np.arange(shard, n))
-                else:
-                    labels = assign(c, rows)
-                c = mstep(c, rows, labels, weight)
-            x, sq = x[:n], sq[:n]
-            for _ in range(finish):
-                c = mstep(c, np.arange(n), assign(c, slice(None)), np.ones(n))
-            f = float((sq[:, None] - 2 * x @ c.T + np.einsum("ij,ij->i", c, c)).min(1).sum())
-            out.append({"mode": mode, "fraction": fraction, "steps": k, "gap": f / ref - 1.0})
-            what = ("all of shard 1 at θ⁰" if mode == "frozen"
-                    else f"{100 * fraction:g}% of shard 1 ({mode})")
-            print(f"  {k} Lloyd steps with {what}, then {finish} on all:"
-                  f" {100 * (f / ref - 1):+.3f}% of BSPB", flush=True)
+    for fraction, k in cases:
+        rows = np.concatenate([rng.choice(shard, int(fraction * shard), replace=False),
+                               np.arange(shard, n)])
+        c = c0.copy()
+        for _ in range(k):
+            c = step(c, rows)
+        for _ in range(finish):
+            c = step(c, slice(None))
+        f = float((sq[:, None] - 2 * x @ c.T + np.einsum("ij,ij->i", c, c)).min(1).sum())
+        out.append({"fraction": fraction, "steps": k, "gap": f / ref - 1.0})
+        print(f"  {k} Lloyd steps with {100 * fraction:g}% of shard 1, then {finish} on all:"
+              f" {100 * (f / ref - 1):+.3f}% of BSPB", flush=True)
     return out
-
-
-def paper_kmeans(root: Path) -> tuple[np.ndarray, np.ndarray, float]:
-    """``flegel paper --quick``'s K-means workload (HIGGS-like blobs, 110,000 × 28, sorted,
-    contiguous shards): its rows, its θ⁽⁰⁾ as a run draws it (random rows of the workers'
-    seeded samples) and BSPB's converged objective from θ⁽⁰⁾ by exact Lloyd steps."""
-    from flegel.algorithms.kmeans import KMeans, lloyd
-    from flegel.data import sample_shard
-
-    runner = Runner(QUICK, root, say=lambda _: None)
-    job = yaml.safe_load(runner.job("kmeans", "contiguous").read_text())
-    x = np.load(job["data"]["path"])
-    w = job["workers"]
-    parts = np.array_split(np.arange(len(x)), w)
-    sample = np.concatenate([sample_shard(x[p], None, 10_000 // w, job["seed"] + i)[0]
-                             for i, p in enumerate(parts)])
-    params = job["params"]
-    c0 = KMeans(params["n_clusters"], init=params["init"], n_init=1)._seeding(sample,
-                                                                            job["seed"])
-    centres, f = lloyd(x, c0, max_iter=1000, tol=0.0)
-    return x, c0, f
 
 
 def horizon_table(root: Path, algorithms: list[str], partition: str,
@@ -406,12 +349,7 @@ def main() -> None:
                                                    args.repeat)
     if "basin" in only:
         print("the basin when the first steps miss the straggler's shard (Lloyd, NumPy):")
-        figures["basin"] = skewed_basin(root / "overlap-data", ref_overlap,
-                                        cases=((0.0, 2), (0.02, 3), (0.02, 5), (0.07, 3)))
-        x, c0, ref_paper = paper_kmeans(root / "paper")
-        print(f"the same on flegel paper's K-means (BSPB from θ⁰: {ref_paper:.7g}):")
-        figures["basin_paper"] = skewed_basin(root / "paper", ref_paper, data=x, init=c0,
-                                              cases=((0.02, 1), (0.02, 5), (0.07, 5)))
+        figures["basin"] = skewed_basin(root / "overlap-data", ref_overlap)
     if "gap" in only:
         print(f"FSPV + async migration after {seconds:g} s, overlapping workload "
               f"(BSPB converged: {ref_overlap:.6g}):")
