@@ -142,7 +142,11 @@ class FSPWorker(WorkerPolicy):
 
     **A late pass is finished** (issue 19).  Nor does a timer cut a pass that takes at most
     :data:`LATE_PASS_SHARE` of the worker's interval at the block sizer's per-point cost
-    (decided at the iteration's first check, before any block, and kept): at a barrier per
+    (decided at the iteration's first check, before any block, and kept until a hard cap
+    an interval past the deadline, which cuts a worker slowed after the decision).  The
+    per-point cost counts the straggler delays the sizer has seen (``slowed_point_s``), so a
+    slowed worker is judged slow (on kernel time alone a worker 20x slower took its 30 ms
+    pass at η = 8 ms, review of issue 19, on the simulated clock).  At a barrier per
     pass (η of :data:`~flegel.interval.multistage.PASS_REACH` passes) that is the pass of a
     worker of the others' speed, so only a straggler's pass is cut there, while probes'
     intervals under a pass cut as before.  Where ranks share cores a worker may get no core
@@ -170,7 +174,8 @@ class FSPWorker(WorkerPolicy):
     an iteration against 13.2 and 11.6 ms with ``--set runtime.block_ms=20``.  The block is
     FSP's unit of promptness, but only for a worker that something may stop before its
     pass: so a semi-centralized worker *on course* -- whose rest of the pass fits
-    :data:`COURSE_MARGIN` times before its timer at the sizer's own per-point cost (a
+    :data:`COURSE_MARGIN` times before its timer at the sizer's per-point cost with the
+    straggler delays it has seen, so a slowed worker is never on course (a
     barrier per pass: η of several passes) -- takes blocks of :data:`BLOCK_GROWTH` times the
     sizer's.  A worker that may be cut keeps the sizer's blocks: during probes (η under a
     pass), a straggler (its pass does not fit), under centralized coordination (the master's
@@ -196,6 +201,8 @@ class FSPWorker(WorkerPolicy):
         #: whatever the timer (a late pass is finished).
         self._interval = 0.0
         self._late_pass = False
+        #: ... until this time at most: the late pass's hard cap.
+        self._late_cap = 0.0
         #: Points this iteration as of the last commit_reason (blocks on course).
         self._points = 0
         self.semi = self.options.get("coordination", "semi") == "semi"
@@ -286,10 +293,10 @@ class FSPWorker(WorkerPolicy):
         """Whether nothing but the master's pause of a straggler can end this iteration
         before the worker's pass (class notes, "Blocks on course"): semi-centralized, with a
         timer, and the rest of the pass fits :data:`COURSE_MARGIN` times before it at the
-        sizer's per-point cost."""
+        sizer's per-point cost with straggler delays (``slowed_point_s``)."""
         if not self.semi or self.shard is None or self._deadline is None:
             return False
-        per_point = port.per_point_s
+        per_point = port.slowed_point_s
         rest = self.shard.n_active - self._points
         return (per_point is not None and per_point > 0
                 and port.now() + COURSE_MARGIN * rest * per_point <= self._deadline)
@@ -305,13 +312,18 @@ class FSPWorker(WorkerPolicy):
         """Whether this iteration's pass is finished whatever the timer (class notes: a late
         pass is finished): decided when the worker first checks, before its first block --
         its whole pass takes at most :data:`LATE_PASS_SHARE` of its interval at the sizer's
-        per-point cost -- and kept for the iteration."""
+        per-point cost with straggler delays (``slowed_point_s``) -- and kept for the
+        iteration, up to a hard cap an interval past its deadline."""
         if points == 0 and self.shard is not None and self._interval > 0:
-            per_point = port.per_point_s
+            per_point = port.slowed_point_s
             rest = self.shard.n_active
             self._late_pass = (per_point is not None and per_point > 0
                                and 0 < rest * per_point <= LATE_PASS_SHARE * self._interval)
-        return self._late_pass
+            # A hard cap: a worker that slows after the decision is cut an interval past its
+            # deadline (or past the decision, for one that got no core until then).
+            now = port.now()
+            self._late_cap = max(now, self._deadline or now) + self._interval
+        return self._late_pass and port.now() < self._late_cap
 
     def _last_block(self, points: int) -> bool:
         """Whether what is left of the pass, after ``points`` this iteration, fits in the
