@@ -538,8 +538,8 @@ class FSP(BarrierPolicy):
         self.full_batch = bool(server.full_batch_update)
         self.whole = False
         self.whole_iterations = 0
-        #: Durations of the latest complete whole passes (broadcast to last arrival, no
-        #: worker paused): :meth:`_whole_bound`.
+        #: Durations of the latest complete whole passes of this run of the whole-pass phase
+        #: (broadcast to last arrival, no worker paused): :meth:`_whole_bound`.
         self.whole_log: list[float] = []
 
     # ---------------------------------------------------------------- sending
@@ -717,10 +717,15 @@ class FSP(BarrierPolicy):
         # A whole pass has no interval: it ran to its last pass (the barrier's last report).
         self.eta_log.append(max(arrivals.values()) - self.iter_start if self.whole
                             else self.plan.eta_s)
-        if self.whole and not self.signalled:
+        if self.plan.phase == WHOLE_PHASE and not self.signalled:
             # A complete whole pass (nobody paused): it bounds the next ones (_whole_bound).
+            # Not the calibration, whose pass may include warm-up and a straggler's start.
             self.whole_log = (self.whole_log + [self.eta_log[-1]])[-WHOLE_HISTORY:]
         if self._balanced():
+            if self.plan.phase != WHOLE_PHASE:
+                # A new run of whole passes: the last one's durations are stale (a straggler
+                # turned them off since).
+                self.whole_log = []
             # Whole passes (WHOLE_PHASE); a mark left by rolled-back probes is dropped.
             self.plan = Plan(0.0, drop_mark=self.plan.phase in ("probe1", "probe2"),
                              phase=WHOLE_PHASE)
