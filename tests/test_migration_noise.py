@@ -16,7 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from flegel.balance.migration import SPEED_WINDOW_S, Balancer, MigrationOptions
+from flegel.balance.migration import (
+    SPEED_BARRIERS,
+    SPEED_WINDOW_S,
+    Balancer,
+    MigrationOptions,
+)
 from flegel.protocol import OrderKind
 from tests.fakes import Simulation, kmeans_theta0, noisy_speed
 from tests.test_migration_churn import N_PER, commits
@@ -56,8 +61,24 @@ def test_peers_move_only_once_their_speeds_cover_the_window():
     short = int(SPEED_WINDOW_S / step) - 1  # every worker just under the window
     assert feed(b, v, p, short, step) == {}
     assert not b.peers_measured() and b.ordered == 0
+    # Rounds whose moves were all kept back are no rounds: none counted or logged, and no
+    # round_end a straggler found at the next barrier would wait for.
+    assert b.rounds == b.round_k == 0 and b.log == [] and b.round_end is None
     orders = feed(b, v, p, 3, step, t0=1.0)
     assert b.peers_measured() and senders(orders) == {1}
+
+
+def test_a_full_speed_history_counts_as_measured():
+    """A history capped at SPEED_BARRIERS barriers may hold under SPEED_WINDOW_S of compute
+    for ever (short barriers): it counts as measured once full."""
+    b = Balancer(MigrationOptions.of({"mode": "async"}))
+    v = dict.fromkeys(RANKS, 1e-6)
+    p = dict.fromkeys(RANKS, 3.0)
+    step = SPEED_WINDOW_S / SPEED_BARRIERS / 4  # a full history: a quarter of the window
+    feed(b, v, p, SPEED_BARRIERS - 1, step)
+    assert not b.peers_measured()
+    feed(b, v, p, 1, step, t0=1.0)
+    assert b.peers_measured()
 
 
 def test_a_stragglers_points_move_before_the_window():

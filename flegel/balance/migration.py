@@ -302,8 +302,10 @@ class Balancer:
                                           opts.rounds), stats, T)
         if probing:
             moves = self.while_probing(moves)
-            if not moves:
-                return {}
+        if not moves:
+            # No round: nothing counted or logged, and no round_end a straggler found later
+            # would have to wait for.
+            return {}
         speeds = {st.rank: st.v for st in stats}
         self.round_k += 1
         self.rounds += 1
@@ -474,13 +476,15 @@ class Balancer:
         0.64-1.32x as fast as no migration, 0.94x on geometric mean (the points moved left
         shards unequal when the speeds changed, so the barriers waited for the worker left
         with the most, and caught-up points were trained again at the same θ); now 1.00x in
-        each.  A
+        each.  A history full at :data:`SPEED_BARRIERS` barriers counts as measured too:
+        at short barriers it may hold under :data:`SPEED_WINDOW_S` of compute forever.  A
         straggler's points move at once (:meth:`straggler`), and so do moves to or from a
         worker that was one (:attr:`stragglers_seen`): a straggler that recovered holds too
         few points, whatever its speed history.
         """
-        return bool(self.speed) and min(sum(c for c, _ in h)
-                                        for h in self.speed.values()) >= SPEED_WINDOW_S
+        return bool(self.speed) and all(
+            sum(c for c, _ in h) >= SPEED_WINDOW_S or len(h) >= SPEED_BARRIERS
+            for h in self.speed.values())
 
     def reversal(self, move: Move, speeds: dict[int, float]) -> bool:
         """Whether ``move`` reverses a role without a speed change that justifies it.
