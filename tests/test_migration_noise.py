@@ -12,6 +12,7 @@ the simulated clock.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,13 @@ def test_peers_move_only_once_their_speeds_cover_the_window():
     # Rounds whose moves were all kept back are no rounds: none counted or logged, and no
     # round_end a straggler found at the next barrier would wait for.
     assert b.rounds == b.round_k == 0 and b.log == [] and b.round_end is None
+    # ... but peers wait as after a round, while a straggler found since does not.
+    assert b.quiet_until is not None
+    q = copy.deepcopy(b)
+    q.quiet_until = 2.0  # a long quiet spell, from the plan that moved nothing
+    assert feed(q, v, p, 3, step, t0=1.0) == {}
+    orders = feed(q, {**v, 1: 50e-6}, {**p, 1: 0.05}, 40, step, t0=1.01)
+    assert senders(orders) == {1} and q.log[0]["time_s"] < 2.0
     orders = feed(b, v, p, 3, step, t0=1.0)
     assert b.peers_measured() and senders(orders) == {1}
 
