@@ -49,6 +49,7 @@ from flegel.interval import Observation, Plan, make_adjustor
 from flegel.interval.multistage import (
     PASS_REACH,
     PROBE_MODES,
+    PROBE_PHASES,
     STAGE_CONFIRM,
     STAGE_SIGNIFICANCE,
     STAGE_WINDOW,
@@ -88,9 +89,6 @@ FIRST_OVERHEAD = 0.1
 #: The phase of an iteration that ends when every worker finished its pass at θ (an
 #: algorithm with ``full_batch_update``; see :class:`FSP`, "Whole passes").
 WHOLE_PHASE = "whole-pass"
-#: The adjustor's phases that measure g(η) (FSPV's probes, Section 3.3): data migration
-#: moves only a straggler's points before them (``Balancer.while_probing``).
-PROBE_PHASES = ("probe", "probe1", "probe2")
 #: Whole passes: a worker whose predicted pass is beyond this many times the typical
 #: worker's is a straggler (the interval adjustor then runs FSP's ordinary iterations), and
 #: workers still computing are paused once a whole pass has run this many times as long as
@@ -573,8 +571,10 @@ class FSP(BarrierPolicy):
         self.iter_start = srv.now()
 
     def before_broadcast(self, commits: dict[int, dict[str, float]]) -> None:
-        """Migration (Section 4): balance passes at barriers outside FSPV's probes, whose
-        roll-back must find the data where they were."""
+        """Migration (Section 4): balance passes at barriers.  Not before a probe that marks
+        or rolls back θ (rollback mode), whose roll-back must find the data where they were;
+        before the other probes (:data:`~flegel.interval.multistage.PROBE_PHASES`) only a
+        straggler's points move (``Balancer.while_probing``)."""
         if (self.balancer is None or self.order_port is None or self.plan.mark
                 or self.plan.rollback):
             return
