@@ -467,14 +467,14 @@ class _Shard:
     n_active = 2000
 
 
-@pytest.mark.parametrize("eta_ms, cut", [(12.0, False), (3.0, True)])
+@pytest.mark.parametrize("eta_ms, cut", [(14.0, False), (3.0, True)])
 def test_fsp_a_worker_that_got_no_core_until_past_its_timer_finishes_a_short_pass(eta_ms, cut):
     """Issue 19 (FSPWorker, "A late pass is finished"): a worker whose whole interval went by
     before it ran (no core: its first block comes after its deadline) used to commit on its
     timer after a block limited to the time left, 1 point ([1, 2000, 1, 1] at a load of 11).
-    At a barrier per pass (η = 12 ms, 4 passes of 2,000 points at 1.5 µs) the rest of its
-    pass, 3 ms, is at most LATE_PASS_SHARE of η: it finishes the pass.  With η under a pass
-    (probes) the timer cuts as before."""
+    At a barrier per pass (η = 14 ms, over 4 passes of 2,000 points at 1.5 µs: off the
+    boundary) its pass, 3 ms, is at most LATE_PASS_SHARE of η: it finishes the pass.  With η
+    under a pass (probes) the timer cuts as before."""
     from flegel.sync.fsp import FSPWorker
 
     worker = FSPWorker({"coordination": "semi"})
