@@ -169,6 +169,12 @@ class WorkerPort(Protocol):
         """The block sizer's estimate of one point's compute time (None before any block)."""
         ...
 
+    @property
+    def slowed_point_s(self) -> float | None:
+        """... plus the straggler delays per point the sizer has seen (None before any
+        block): ``BlockSizer.slowed_point_s``."""
+        ...
+
     def mark(self) -> None:
         """Remember the traversal position; journal per-point state from here."""
         ...

@@ -566,6 +566,10 @@ class SimWorker:
     def per_point_s(self) -> float | None:
         return self.sizer.per_point_s
 
+    @property
+    def slowed_point_s(self) -> float | None:
+        return self.sizer.slowed_point_s
+
     def mark(self) -> None:
         self.store.mark()
 

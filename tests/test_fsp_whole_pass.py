@@ -160,3 +160,20 @@ def test_a_worker_that_waits_for_a_core_finishes_its_whole_pass():
     # Worker 3's slowed pass (200 points x 20 µs x 2.6 = 10.4 ms) is the longest barrier.
     gaps = np.diff([e["time_s"] for e in bars])
     assert 8e-3 < gaps.max() < 12e-3
+
+
+def test_the_typical_whole_pass_counts_only_the_whole_pass_phase():
+    """Review of issue 19: the whole passes' history (``whole_log``, which bounds the next
+    one) holds the iterations of the current run of the whole-pass phase only: not the
+    calibration (before: its pass was logged too), and not those before a straggler turned
+    whole passes off (cleared when they return)."""
+    sim = _run(cost_s=10e-6, stop={"max_iterations": 4})
+    bars = sim.barrier_events()
+    assert [e["phase"] for e in bars] == ["calibration"] + [WHOLE_PHASE] * 3
+    assert len(sim.policy.whole_log) == 3
+    sim = _run(cost_s=10e-6, slowdown={3: lambda t: 20.0 if 0.02 <= t < 0.08 else 1.0},
+               stop={"max_iterations": 150})
+    phases = [e["phase"] for e in sim.barrier_events()]
+    back = max(i for i, p in enumerate(phases) if p != WHOLE_PHASE) + 1
+    assert WHOLE_PHASE in phases[1:back]  # whole passes ran, were turned off, came back
+    assert len(sim.policy.whole_log) == min(len(phases) - back, 5)

@@ -19,6 +19,7 @@ from algorithms.gmm import GaussianMixture
 from algorithms.kmeans import KMeans
 from algorithms.logreg import LogisticRegression
 from algorithms.nmf import NMF
+from flegel.interval import multistage
 from flegel.interval.base import Observation
 from flegel.interval.multistage import PROBE_REPEAT, TRUST_FACTOR, MultiStage
 from tests.fakes import Simulation, blobs, kmeans_theta0
@@ -67,12 +68,26 @@ class PerUpdateKMeans(KMeans):
 
 
 @pytest.mark.parametrize("per_update", [False, True])
-def test_fsp_passes_the_declaration_to_its_adjustor(per_update):
+def test_fsp_passes_the_declaration_to_its_adjustor(per_update, monkeypatch):
+    """An η under a pass (1 ms, η_min 0.1 ms) makes FSPV probe; after the probes a per-update
+    algorithm takes the trust region's lower end without fitting Eq. 7 (``best_interval``),
+    a per-point one fits it."""
+    fits: list[float] = []
+    fit = multistage.best_interval
+
+    def counting(*args, **kwargs):
+        fits.append(1.0)
+        return fit(*args, **kwargs)
+
+    monkeypatch.setattr(multistage, "best_interval", counting, raising=True)
     x, centres = blobs(n=600, seed=0)
     alg = PerUpdateKMeans(n_clusters=4) if per_update else KMeans(n_clusters=4)
-    sim = Simulation("fsp", {"interval": "multistage"}, workers=3, data=x,
-                     theta0=kmeans_theta0(centres), algorithm=alg,
+    sim = Simulation("fsp", {"interval": "multistage", "eta_ms": 1.0, "eta_min_ms": 0.1},
+                     workers=3, data=x, theta0=kmeans_theta0(centres), algorithm=alg,
                      stop={"max_iterations": 12})
     assert isinstance(sim.policy.adjustor, MultiStage)
     assert sim.policy.adjustor.per_update is per_update
     sim.run()
+    phases = [e["phase"] for e in sim.barrier_events()]
+    assert "probe" in phases and phases[-1] == "run"
+    assert bool(fits) is not per_update

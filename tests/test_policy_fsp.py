@@ -457,6 +457,7 @@ class _Clock:
     def __init__(self, per_point_s: float) -> None:
         self.t = 0.0
         self.per_point_s = per_point_s
+        self.slowed_point_s = per_point_s
 
     def now(self) -> float:
         return self.t
@@ -466,14 +467,14 @@ class _Shard:
     n_active = 2000
 
 
-@pytest.mark.parametrize("eta_ms, cut", [(12.0, False), (3.0, True)])
+@pytest.mark.parametrize("eta_ms, cut", [(14.0, False), (3.0, True)])
 def test_fsp_a_worker_that_got_no_core_until_past_its_timer_finishes_a_short_pass(eta_ms, cut):
     """Issue 19 (FSPWorker, "A late pass is finished"): a worker whose whole interval went by
     before it ran (no core: its first block comes after its deadline) used to commit on its
     timer after a block limited to the time left, 1 point ([1, 2000, 1, 1] at a load of 11).
-    At a barrier per pass (η = 12 ms, 4 passes of 2,000 points at 1.5 µs) the rest of its
-    pass, 3 ms, is at most LATE_PASS_SHARE of η: it finishes the pass.  With η under a pass
-    (probes) the timer cuts as before."""
+    At a barrier per pass (η = 14 ms, over 4 passes of 2,000 points at 1.5 µs: off the
+    boundary) its pass, 3 ms, is at most LATE_PASS_SHARE of η: it finishes the pass.  With η
+    under a pass (probes) the timer cuts as before."""
     from flegel.sync.fsp import FSPWorker
 
     worker = FSPWorker({"coordination": "semi"})
@@ -490,3 +491,30 @@ def test_fsp_a_worker_that_got_no_core_until_past_its_timer_finishes_a_short_pas
         # ... for the whole iteration: half-way through its pass the timer still leaves it
         # be (the loop's pass rule ends the iteration).
         assert worker.commit_reason(port, 1000) is None
+        # ... but a worker slowed after the decision is cut an interval past it (hard cap).
+        port.t = 3.5 * eta_ms / 1e3
+        assert worker.commit_reason(port, 1000) == Reason.TIMER
+
+
+@pytest.mark.parametrize("straggler", [
+    {"pattern": "persistent", "factor": 20, "workers": [4]},
+    {"pattern": "injected", "tau_ms": 2, "every": 1, "workers": [4]},
+])
+def test_fsp_a_slowed_worker_is_neither_a_late_pass_nor_on_course(straggler):
+    """Review of issue 19: the late-pass rule and the blocks on course judge a worker by its
+    per-point cost *with* its straggler delays (the block sizer's ``per_point_s``).  At η of
+    about 4 passes (8 ms; 150 points at 10 µs) worker 4, slowed 20x (or 2 ms after each
+    block), looked as fast as its peers on its kernel time alone: its timer never cut its
+    pass and it took 4x blocks, so a barrier waited 30 ms for it (before the fix).  Now its
+    commits end by its timer or the master's signal and no barrier interval exceeds η by
+    more than a block of its and the messages."""
+    eta = 8e-3
+    sim = Simulation("fsp", {"interval": "fixed", "eta_ms": eta * 1e3, "coordination": "semi"},
+                     workers=4, cost_s=10e-6, block_ms=1.0, latency_s=LAT,
+                     stragglers=[straggler], stop={"max_iterations": 40}).run()
+    bars = sim.barrier_events()
+    assert len(bars) == 40
+    times = [0.0] + [e["time_s"] for e in bars]
+    # The calibration waits for the fast workers' pass; later barriers come every η at most.
+    assert max(np.diff(times[1:])) <= eta + POLL_S + 3e-3, np.diff(times)
+    assert all(it.reason in (Reason.TIMER, Reason.SIGNAL) for it in sim.iterations(4)[1:])

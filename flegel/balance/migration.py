@@ -143,8 +143,9 @@ RELATIVE_EPSILON = 0.1
 #: slowed) were of points that had moved before, and the bytes moved reached 1.1-1.8x the
 #: data in 30 s.
 SPEED_CHANGE = 0.5
-#: Rounds a role holds: a worker given one in round k keeps it in round k + 1 (unless its
-#: speed changed by :data:`SPEED_CHANGE`).
+#: Plans a role holds: a worker given one in plan k keeps it in plan k + 1 (unless its
+#: speed changed by :data:`SPEED_CHANGE`).  Plans, not rounds: a plan whose every move the
+#: lock held back is no round, and a lock counted in rounds would then hold for ever.
 LOCK_ROUNDS = 1
 #: A move carries at most this share of its source's points per round unless the source is
 #: a straggler (:meth:`Balancer.keep_some`): the speeds of the others wander on shared
@@ -210,6 +211,14 @@ class Balancer:
     round_end: float | None = None   # server time the current round ends (None: no cycle)
     round_k: int = 0
     rounds: int = 0                  # rounds planned over the run
+    #: Plans made (rounds, and plans whose moves were all kept back): the hysteresis counts
+    #: in these, so that a lock expires though the move it holds back leaves no round.
+    plans: int = 0
+    #: Server time before which no plan is tried again after a plan that moved nothing (as
+    #: a round's ``round_end``), and the stragglers then: a straggler found since does not
+    #: wait for it.  (Immutable default: see :attr:`stragglers_seen`.)
+    quiet_until: float | None = None
+    quiet_for: frozenset[int] = frozenset()
     ordered: int = 0                 # points ordered to move
     returned: int = 0                # points ordered back by virtual migration
     parked: dict[tuple[int, int], int] = field(default_factory=dict)  # (origin, holder)
@@ -217,7 +226,7 @@ class Balancer:
     speed: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
     log: list[dict[str, Any]] = field(default_factory=list)
     #: Per rank, its last role in a planned move (+1 received, -1 sent), its speed V
-    #: (s/point) then and the round: the hysteresis of :meth:`reversal`.
+    #: (s/point) then and the plan (:attr:`plans`): the hysteresis of :meth:`reversal`.
     roles: dict[int, tuple[int, float, int]] = field(default_factory=dict)
     held_back: int = 0               # moves dropped by the hysteresis
     #: Per rank, consecutive barriers at which it was PEER_SPEED x slower than the median
@@ -283,6 +292,9 @@ class Balancer:
             return {}
         if self.round_end is not None and now < self.round_end:
             return {}
+        if (self.quiet_until is not None and now < self.quiet_until
+                and {s.rank for s in stats if self.straggler(s.rank)} <= self.quiet_for):
+            return {}
         if min(len(h) for h in self.speed.values()) < MIN_HISTORY:
             return {}
         if min(sum(c for c, _ in h) for h in self.speed.values()) < MIN_SPEED_S:
@@ -302,20 +314,27 @@ class Balancer:
                                           opts.rounds), stats, T)
         if probing:
             moves = self.while_probing(moves)
-            if not moves:
-                return {}
+        self.plans += 1
+        # Re-plan after a split of the time so far when that is shorter than T's: a long T
+        # keeps Eq. 9 from over-reacting to early pass gaps, and the early rounds still
+        # come soon enough to spread a straggler's data and correct the first plans.
+        wait_until = now + min(T, now) / opts.rounds
+        if not moves:
+            # No round: nothing counted or logged, and no round_end: a straggler found
+            # meanwhile does not wait for it (peers do, as after a round).
+            self.quiet_until = wait_until
+            self.quiet_for = frozenset(s.rank for s in stats if self.straggler(s.rank))
+            return {}
         speeds = {st.rank: st.v for st in stats}
         self.round_k += 1
         self.rounds += 1
         for m in moves:
-            self.roles[m.source] = (-1, speeds[m.source], self.rounds)
-            self.roles[m.target] = (1, speeds[m.target], self.rounds)
-        # Re-plan after a split of the time so far when that is shorter than T's: a long T
-        # keeps Eq. 9 from over-reacting to early pass gaps, and the early rounds still
-        # come soon enough to spread a straggler's data and correct the first plans.
-        self.round_end = now + min(T, now) / opts.rounds
+            self.roles[m.source] = (-1, speeds[m.source], self.plans)
+            self.roles[m.target] = (1, speeds[m.target], self.plans)
+        self.round_end = wait_until
         orders = self.orders(moves)
-        self.log.append({"time_s": round(now, 6), "round": self.rounds, "T_s": round(T, 6),
+        self.log.append({"time_s": round(now, 6), "round": self.rounds, "plan": self.plans,
+                         "T_s": round(T, 6),
                          "moves": [[m.source, m.target, m.points] for m in moves],
                          "passes": [round(s.p, 4) for s in stats]})
         return orders
@@ -474,13 +493,15 @@ class Balancer:
         0.64-1.32x as fast as no migration, 0.94x on geometric mean (the points moved left
         shards unequal when the speeds changed, so the barriers waited for the worker left
         with the most, and caught-up points were trained again at the same θ); now 1.00x in
-        each.  A
+        each.  A history full at :data:`SPEED_BARRIERS` barriers counts as measured too:
+        at short barriers it may hold under :data:`SPEED_WINDOW_S` of compute forever.  A
         straggler's points move at once (:meth:`straggler`), and so do moves to or from a
         worker that was one (:attr:`stragglers_seen`): a straggler that recovered holds too
         few points, whatever its speed history.
         """
-        return bool(self.speed) and min(sum(c for c, _ in h)
-                                        for h in self.speed.values()) >= SPEED_WINDOW_S
+        return bool(self.speed) and all(
+            sum(c for c, _ in h) >= SPEED_WINDOW_S or len(h) >= SPEED_BARRIERS
+            for h in self.speed.values())
 
     def reversal(self, move: Move, speeds: dict[int, float]) -> bool:
         """Whether ``move`` reverses a role without a speed change that justifies it.
@@ -499,11 +520,11 @@ class Balancer:
         grow = 1.0 + SPEED_CHANGE
         locked = justified = False
         role, v, k = self.roles.get(move.source, (0, 0.0, 0))
-        if role > 0 and self.rounds - k < LOCK_ROUNDS:
+        if role > 0 and self.plans - k < LOCK_ROUNDS:
             locked = True
             justified |= speeds[move.source] >= grow * v
         role, v, k = self.roles.get(move.target, (0, 0.0, 0))
-        if role < 0 and self.rounds - k < LOCK_ROUNDS:
+        if role < 0 and self.plans - k < LOCK_ROUNDS:
             locked = True
             justified |= speeds[move.target] * grow <= v
         return locked and not justified

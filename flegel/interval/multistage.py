@@ -124,6 +124,9 @@ TRUST_FACTOR = 2.0
 PASS_REACH = 4.0
 #: The probe modes of :class:`MultiStage`.
 PROBE_MODES = ("interleaved", "rollback")
+#: The phases of :class:`MultiStage`'s plans that measure g(η) (Section 3.3): "probe" in
+#: interleaved mode, "probe1" and "probe2" (rolled back to the same θ) in rollback mode.
+PROBE_PHASES = frozenset({"probe", "probe1", "probe2"})
 
 
 def eq7_gain(eta: np.ndarray, a: float, b: float, phi: float) -> np.ndarray:

@@ -297,6 +297,16 @@ class BlockSizer:
         return self.fixed_s / self.nominal + self.point_s
 
     @property
+    def slowed_point_s(self) -> float | None:
+        """:attr:`per_point_s` plus the long-run straggler suspension per point, as
+        :meth:`_resize` counts it (None before any block): what a point costs a slowed worker
+        in wall time, by which FSP judges whether its pass is short (``FSPWorker``)."""
+        per_point = self.per_point_s
+        if per_point is None:
+            return None
+        return per_point + (self._delay_s / self._points if self._points else 0.0)
+
+    @property
     def block_s(self) -> float:
         """Estimated compute time of a block of the nominal size."""
         if self.point_s is None:

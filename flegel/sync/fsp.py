@@ -47,7 +47,9 @@ from flegel.balance.migration import Balancer, MigrationOptions, Migrator
 from flegel.balance.ports import MigratingShard, MigrationPort, OrderPort
 from flegel.interval import Observation, Plan, make_adjustor
 from flegel.interval.multistage import (
+    PASS_REACH,
     PROBE_MODES,
+    PROBE_PHASES,
     STAGE_CONFIRM,
     STAGE_SIGNIFICANCE,
     STAGE_WINDOW,
@@ -87,9 +89,6 @@ FIRST_OVERHEAD = 0.1
 #: The phase of an iteration that ends when every worker finished its pass at θ (an
 #: algorithm with ``full_batch_update``; see :class:`FSP`, "Whole passes").
 WHOLE_PHASE = "whole-pass"
-#: The adjustor's phases that measure g(η) (FSPV's probes, Section 3.3): data migration
-#: moves only a straggler's points before them (``Balancer.while_probing``).
-PROBE_PHASES = ("probe", "probe1", "probe2")
 #: Whole passes: a worker whose predicted pass is beyond this many times the typical
 #: worker's is a straggler (the interval adjustor then runs FSP's ordinary iterations), and
 #: workers still computing are paused once a whole pass has run this many times as long as
@@ -100,16 +99,24 @@ WHOLE_PASS_WAIT = 4.0
 #: at the first pass, :meth:`FSP._on_pass`; whole passes turned off, :meth:`FSP._balanced`).
 PASS_EVIDENCE = 2
 #: A worker on course to finish its pass before anything can cut it takes blocks of up to this
-#: many times the block sizer's choice (:class:`FSPWorker`, "Blocks on course").
+#: many times the block sizer's choice (:class:`FSPWorker`, "Blocks on course").  Four: at a
+#: barrier per pass (η of PASS_REACH passes) a pass of up to 4 sizer blocks is one block.
 BLOCK_GROWTH = 4
-#: A timer does not cut a pass whose rest takes at most this share of the worker's interval
-#: at the block sizer's per-point cost (:class:`FSPWorker`, "A late pass is finished").
-LATE_PASS_SHARE = 0.25
+#: A timer does not cut a pass that takes at most this share of η at the block sizer's
+#: per-point cost with straggler delays (:class:`FSPWorker`, "A late pass is finished").
+#: PASS_GRACE / PASS_REACH: at a barrier per pass (η of PASS_REACH of the fastest worker's
+#: passes) the pass of a worker up to PASS_GRACE times as slow as the fastest -- no straggler
+#: by the master's own test (:meth:`FSP._on_pass`) -- is finished, with a margin of 2x over
+#: a same-speed worker's, so noise and the sign of its offset δᵢ do not decide (at 1 /
+#: PASS_REACH a same-speed worker sat on the boundary); a slower one's is cut.
+LATE_PASS_SHARE = PASS_GRACE / PASS_REACH
 #: ... on course with a timer: the rest of its pass fits this many times before the timer, at
-#: the block sizer's per-point cost.
+#: the block sizer's per-point cost.  Twice: the pass may run twice as slow (a core shared
+#: with one other rank) and still end before the timer with its larger blocks.
 COURSE_MARGIN = 2.0
 #: Complete whole passes (no worker paused) whose durations, broadcast to the last arrival,
-#: give the typical whole pass that bounds the next one (:meth:`FSP._whole_bound`).
+#: give the typical whole pass that bounds the next one (:meth:`FSP._whole_bound`).  Five:
+#: their lower median ignores up to two disturbed passes and follows a change within three.
 WHOLE_HISTORY = 5
 
 
@@ -141,16 +148,21 @@ class FSPWorker(WorkerPolicy):
     before: the master pauses a worker because it must not be waited for.
 
     **A late pass is finished** (issue 19).  Nor does a timer cut a pass that takes at most
-    :data:`LATE_PASS_SHARE` of the worker's interval at the block sizer's per-point cost
-    (decided at the iteration's first check, before any block, and kept): at a barrier per
+    :data:`LATE_PASS_SHARE` of η at the block sizer's per-point cost
+    (decided at the iteration's first check, before any block, and kept until a hard cap
+    an interval past the deadline, which cuts a worker slowed after the decision).  The
+    per-point cost counts the straggler delays the sizer has seen (``slowed_point_s``), so a
+    slowed worker is judged slow (on kernel time alone a worker 20x slower took its 30 ms
+    pass at η = 8 ms, review of issue 19, on the simulated clock).  At a barrier per
     pass (η of :data:`~flegel.interval.multistage.PASS_REACH` passes) that is the pass of a
-    worker of the others' speed, so only a straggler's pass is cut there, while probes'
-    intervals under a pass cut as before.  Where ranks share cores a worker may get no core
-    from its start until past its deadline; the timer then ended its iteration after its
-    first block, a block limited to the time left: one point.  (Judged on the whole pass,
-    not on the rest of a pass begun: a worker cut mid-pass is the last block's case above,
-    and a rest judged anew at every block changed the traversals of a straggler left with a
-    few points by migration, ``tests/test_migration_inprocess.py``.)
+    worker up to :data:`PASS_GRACE` times as slow as the fastest (twice a same-speed
+    worker's: noise and the sign of its offset do not decide), so only a straggler's pass is
+    cut there, while probes' intervals under two passes cut as before.  Where ranks share
+    cores a worker may get no core from its start until past its deadline; the timer then
+    ended its iteration after its first block, a block limited to the time left: one point.
+    (Judged on the whole pass, not on the rest of a pass begun: a worker cut mid-pass is the
+    last block's case above, and a rest judged anew at every block changed the traversals of
+    a straggler left with a few points by migration, ``tests/test_migration_inprocess.py``.)
     Measured (issue 19, ``python bench/fsp_claims.py --only horizons --algorithms
     nmf``, 4 workers on 2 cores at a load of 8-16) such commits -- [1, 54, 2000, 217], or
     [1, 2000, 1, 1] after 21 ms at η = 14.6 ms -- cut 16 passes before the 0.2 s target in
@@ -170,7 +182,8 @@ class FSPWorker(WorkerPolicy):
     an iteration against 13.2 and 11.6 ms with ``--set runtime.block_ms=20``.  The block is
     FSP's unit of promptness, but only for a worker that something may stop before its
     pass: so a semi-centralized worker *on course* -- whose rest of the pass fits
-    :data:`COURSE_MARGIN` times before its timer at the sizer's own per-point cost (a
+    :data:`COURSE_MARGIN` times before its timer at the sizer's per-point cost with the
+    straggler delays it has seen, so a slowed worker is never on course (a
     barrier per pass: η of several passes) -- takes blocks of :data:`BLOCK_GROWTH` times the
     sizer's.  A worker that may be cut keeps the sizer's blocks: during probes (η under a
     pass), a straggler (its pass does not fit), under centralized coordination (the master's
@@ -192,10 +205,13 @@ class FSPWorker(WorkerPolicy):
         #: block sizer's latest choice: a pass's last block is not cut (class notes).
         self.shard: MigratingShard | None = None
         self._block = 0
-        #: This iteration's interval η − δᵢ (0: no timer), and whether its pass is finished
-        #: whatever the timer (a late pass is finished).
+        #: This iteration's η and interval η − δᵢ (0: no timer), and whether its pass is
+        #: finished whatever the timer (a late pass is finished).
+        self._eta = 0.0
         self._interval = 0.0
         self._late_pass = False
+        #: ... until this time at most: the late pass's hard cap.
+        self._late_cap = 0.0
         #: Points this iteration as of the last commit_reason (blocks on course).
         self._points = 0
         self.semi = self.options.get("coordination", "semi") == "semi"
@@ -264,6 +280,7 @@ class FSPWorker(WorkerPolicy):
             lag = sent_lag_s if 0.0 <= sent_lag_s < MAX_CLOCK_LAG_S else 0.0
             interval = max(instructions.eta_s - instructions.offset_s, 0.0)
             self._interval = interval
+            self._eta = instructions.eta_s
             # At most a poll's lag, and never more than half the interval: a worker computes
             # for at least half its interval once it runs.
             self._deadline = now - min(lag, MAX_LAG_CREDIT_S, interval / 2) + interval
@@ -286,10 +303,10 @@ class FSPWorker(WorkerPolicy):
         """Whether nothing but the master's pause of a straggler can end this iteration
         before the worker's pass (class notes, "Blocks on course"): semi-centralized, with a
         timer, and the rest of the pass fits :data:`COURSE_MARGIN` times before it at the
-        sizer's per-point cost."""
+        sizer's per-point cost with straggler delays (``slowed_point_s``)."""
         if not self.semi or self.shard is None or self._deadline is None:
             return False
-        per_point = port.per_point_s
+        per_point = port.slowed_point_s
         rest = self.shard.n_active - self._points
         return (per_point is not None and per_point > 0
                 and port.now() + COURSE_MARGIN * rest * per_point <= self._deadline)
@@ -304,14 +321,20 @@ class FSPWorker(WorkerPolicy):
     def _short_rest(self, port: WorkerPort, points: int) -> bool:
         """Whether this iteration's pass is finished whatever the timer (class notes: a late
         pass is finished): decided when the worker first checks, before its first block --
-        its whole pass takes at most :data:`LATE_PASS_SHARE` of its interval at the sizer's
-        per-point cost -- and kept for the iteration."""
+        its whole pass takes at most :data:`LATE_PASS_SHARE` of η (not of its interval η − δᵢ,
+        whose offset would decide for same-speed workers) at the sizer's
+        per-point cost with straggler delays (``slowed_point_s``) -- and kept for the
+        iteration, up to a hard cap an interval past its deadline."""
         if points == 0 and self.shard is not None and self._interval > 0:
-            per_point = port.per_point_s
+            per_point = port.slowed_point_s
             rest = self.shard.n_active
             self._late_pass = (per_point is not None and per_point > 0
-                               and 0 < rest * per_point <= LATE_PASS_SHARE * self._interval)
-        return self._late_pass
+                               and 0 < rest * per_point <= LATE_PASS_SHARE * self._eta)
+            # A hard cap: a worker that slows after the decision is cut an interval past its
+            # deadline (or past the decision, for one that got no core until then).
+            now = port.now()
+            self._late_cap = max(now, self._deadline or now) + self._interval
+        return self._late_pass and port.now() < self._late_cap
 
     def _last_block(self, points: int) -> bool:
         """Whether what is left of the pass, after ``points`` this iteration, fits in the
@@ -513,8 +536,8 @@ class FSP(BarrierPolicy):
         self.full_batch = bool(server.full_batch_update)
         self.whole = False
         self.whole_iterations = 0
-        #: Durations of the latest complete whole passes (broadcast to last arrival, no
-        #: worker paused): :meth:`_whole_bound`.
+        #: Durations of the latest complete whole passes of this run of the whole-pass phase
+        #: (broadcast to last arrival, no worker paused): :meth:`_whole_bound`.
         self.whole_log: list[float] = []
 
     # ---------------------------------------------------------------- sending
@@ -548,8 +571,10 @@ class FSP(BarrierPolicy):
         self.iter_start = srv.now()
 
     def before_broadcast(self, commits: dict[int, dict[str, float]]) -> None:
-        """Migration (Section 4): balance passes at barriers outside FSPV's probes, whose
-        roll-back must find the data where they were."""
+        """Migration (Section 4): balance passes at barriers.  Not before a probe that marks
+        or rolls back θ (rollback mode), whose roll-back must find the data where they were;
+        before the other probes (:data:`~flegel.interval.multistage.PROBE_PHASES`) only a
+        straggler's points move (``Balancer.while_probing``)."""
         if (self.balancer is None or self.order_port is None or self.plan.mark
                 or self.plan.rollback):
             return
@@ -692,10 +717,15 @@ class FSP(BarrierPolicy):
         # A whole pass has no interval: it ran to its last pass (the barrier's last report).
         self.eta_log.append(max(arrivals.values()) - self.iter_start if self.whole
                             else self.plan.eta_s)
-        if self.whole and not self.signalled:
+        if self.plan.phase == WHOLE_PHASE and not self.signalled:
             # A complete whole pass (nobody paused): it bounds the next ones (_whole_bound).
+            # Not the calibration, whose pass may include warm-up and a straggler's start.
             self.whole_log = (self.whole_log + [self.eta_log[-1]])[-WHOLE_HISTORY:]
         if self._balanced():
+            if self.plan.phase != WHOLE_PHASE:
+                # A new run of whole passes: the last one's durations are stale (a straggler
+                # turned them off since).
+                self.whole_log = []
             # Whole passes (WHOLE_PHASE); a mark left by rolled-back probes is dropped.
             self.plan = Plan(0.0, drop_mark=self.plan.phase in ("probe1", "probe2"),
                              phase=WHOLE_PHASE)
