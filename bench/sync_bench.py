@@ -109,7 +109,8 @@ def run(doc: dict[str, Any], out: Path) -> tuple[dict[str, Any], list[dict[str, 
     if proc.returncode != 0:
         raise RuntimeError(f"{doc['sync']} failed:\n{proc.stderr[-3000:]}")
     summary = json.loads((out / "run" / "summary.json").read_text())
-    events = [json.loads(line) for line in (out / "run" / "events.jsonl").open()]
+    events = [json.loads(line)
+              for line in (out / "run" / "events.jsonl").read_text().splitlines()]
     return summary, events
 
 
