@@ -91,7 +91,8 @@ causes, neither the horizon ``R`` (a placing plan looks one iteration ahead) nor
   and the other workers are then often near the end of their iteration.  Given that one has
   not pushed yet after running ``e``, only its spans longer than ``e`` are still possible:
   its end is now ``started`` + the median of those (:meth:`ElasticBSP._next_end`), and
-  one past every span on record is put one median absolute deviation from now.  The old
+  one past every span on record is put one median absolute deviation from now (at least a
+  tenth of its median span: identical spans have a deviation of 0).  The old
   ``max(started + median, now)`` put several such workers at exactly "now", where ZipLine
   found a perfect coincidence: 5-6 of 115-126 barriers a run were placed with ``d = 0`` and
   waited 1-8 ms.
@@ -151,6 +152,13 @@ WINDOW = 8
 #: How far a re-plan may move the barrier past the superstep's first plan, in intervals of
 #: the slowest worker (module notes).
 SLACK = 0.5
+#: Fewer spans than this still possible for a running worker: their spread says nothing (one
+#: span left gives the error sample [0.]), so its unconditional errors stand in.
+MIN_LEFT = 3
+#: A worker past every span on record whose spans do not vary (median absolute deviation 0:
+#: one span, or a first plan under ``batch: auto``) is put this share of its median span
+#: from now, not at now itself (module notes: late workers collapsed onto "now").
+LATE_FLOOR = 0.1
 
 
 class ElasticBSP(PushPolicy):
@@ -318,16 +326,26 @@ class ElasticBSP(PushPolicy):
         of those (the conditional median: a worker about to finish is not predicted at its
         unconditional median, which lies in the past or just ahead and which it then
         misses late -- issue 19, item 6).  A worker already past every span on record is
-        predicted one median absolute deviation from now.
+        predicted one median absolute deviation from now, and at least :data:`LATE_FLOOR` of
+        its median span (a deviation of 0 put it at exactly now).  With fewer than
+        :data:`MIN_LEFT` spans still possible, the error sample is the unconditional one
+        (spans less their median, none ending before ``t``): one span left would make it
+        certain, [0.].
         """
         spans = np.asarray(self.spans[rank])
+        med = float(np.median(spans))
+        unconditional = spans - med
         ran = t - self.started[rank]
         left = spans[spans > ran]
         if left.size:
-            mid = float(np.median(left))
-            return self.started[rank] + mid, left - mid
-        mad = float(np.median(np.abs(spans - np.median(spans))))
-        return t + mad, spans - float(np.median(spans))
+            end = self.started[rank] + float(np.median(left))
+            if left.size >= MIN_LEFT:
+                return end, left - (end - self.started[rank])
+        else:
+            mad = float(np.median(np.abs(unconditional)))
+            end = t + max(mad, LATE_FLOOR * med)
+        # It has not pushed by t: no error earlier than that.
+        return end, np.maximum(unconditional, t - end)
 
     def _reply_delay(self) -> float:
         """The master's median time from a push's arrival to its answer, for a worker it
