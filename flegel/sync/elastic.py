@@ -98,7 +98,8 @@ causes, neither the horizon ``R`` (a placing plan looks one iteration ahead) nor
   waited 1-8 ms.
 * **The waiting worker's next iteration starts at the master's answer**, after its update,
   records and this plan (``solve_robust``: ~0.3 ms on a free core), which no span holds: its
-  next ends now start after the median of the master's recent arrival-to-answer delays.
+  next ends now start after the median of the master's recent arrival-to-answer delays, and
+  so does every worker's iteration after its next one (a cycle is a span plus that delay).
 
 What remains is the wait's own spread: with unbiased ends, ``E[max − min]`` of the real ends
 exceeds ``max − min`` of their predictions whenever two or more are uncertain (1.44x and 1.53x
@@ -256,6 +257,9 @@ class ElasticBSP(PushPolicy):
         fixed = {r for r in ranks if r != waiting
                  and (r in self.held if first else self.hold(r))}
         step_of = {r: self.interval(r) for r in ranks}
+        # Every iteration after the next one also waits for the master's answer to the push
+        # before it (spans run from answer to push): a cycle is a span plus that delay.
+        delay = self._reply_delay()
         rows, valid, errors = [], [], []
         for r in ranks:
             err = np.empty(0)  # a known end
@@ -265,12 +269,11 @@ class ElasticBSP(PushPolicy):
                 # Its current push is a candidate; its next iteration begins once the master
                 # has answered this push (its own processing, not in the spans).
                 step = step_of[r]
-                row = t + self._reply_delay() + step * steps
-                row[0] = t
+                row = t + (step + delay) * steps  # row[0]: t, its current push
                 err = np.asarray(self.spans[r]) - step
             else:
                 first_end, err = self._next_end(r, t)
-                row = first_end + step_of[r] * steps
+                row = first_end + (step_of[r] + delay) * steps
             # Past the horizon a row repeats its last allowed end: ZipLine may not pick
             # beyond it (the index is mapped back to that end below).
             k = max(1, int(np.count_nonzero(row <= limit)))
