@@ -365,16 +365,16 @@ class ElasticBSP(PushPolicy):
         since the barrier, and waits for the plan (or for that worker's next push).
 
         The paper bounds the iteration difference within a superstep by the lookahead
-        (ZipLine paper Section 4.1: "a small iteration difference β exists that is defined
+        (ZipLine paper Section 3: "a small iteration difference β exists that is defined
         within the R future intervals"; "a bound in R also ensures that ElasticBSP does not
         behave as the ASP model") and leaves the monitoring phase unbounded, since it assumes
         two pushes of every worker take about as long for all (Fig. 5).  With a straggler
         they do not: one push of a worker 30x slower let the others push hundreds of times
-        before any plan existed (issue 19).  Choice: during monitoring no worker runs more
-        than ``R`` pushes ahead of the slowest worker of the superstep (SSP's rule with
-        s = R, counted since the barrier); a worker held there is, to the first plan, a
-        worker already at its barrier (its push is known).  The slowest worker is never
-        held by it, so monitoring always ends.
+        before any plan existed (issue 19).  flegel's choice, modelled on the paper's R:
+        during monitoring no worker runs more than ``R`` pushes ahead of the slowest worker
+        of the superstep (SSP's rule with s = R, counted since the barrier); a worker held
+        there is, to the first plan, a worker already at its barrier (its push is known).
+        The slowest worker is never held by it, so monitoring always ends.
         """
         pushes = len(self.since[rank])
         return pushes > 0 and pushes - min(len(v) for v in self.since.values()) >= self.R
