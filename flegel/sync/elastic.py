@@ -194,6 +194,9 @@ class ElasticBSP(PushPolicy):
         self.method = options["method"]
         self.replan = bool(options["replan"])
         self.since: dict[int, list[float]] = {r: [] for r in server.ranks}  # push times
+        #: Pushes of the slowest worker since the barrier (:meth:`_at_bound`), kept at each
+        #: push: the bound is asked once per held worker at every release.
+        self._fewest = 0
         #: Latest iteration spans per worker, kept across barriers (module notes).
         self.spans: dict[int, deque[float]] = {r: deque(maxlen=WINDOW) for r in server.ranks}
         self._batch_of: dict[int, int | None] = {r: None for r in server.ranks}
@@ -217,6 +220,7 @@ class ElasticBSP(PushPolicy):
 
     def after_push(self, rank: int, header: dict[str, float], t: float) -> None:
         self.since[rank].append(t)
+        self._fewest = min(len(v) for v in self.since.values())
         batch, span = self._batch_of[rank], self.span[rank]
         # A calibration pass (batch: auto) or a pass's shorter remainder is not an iteration
         # of the kind predicted: its span would bias the interval.
@@ -377,7 +381,7 @@ class ElasticBSP(PushPolicy):
         The slowest worker is never held by it, so monitoring always ends.
         """
         pushes = len(self.since[rank])
-        return pushes > 0 and pushes - min(len(v) for v in self.since.values()) >= self.R
+        return pushes > 0 and pushes - self._fewest >= self.R
 
     def release(self) -> None:
         super().release()
@@ -410,6 +414,7 @@ class ElasticBSP(PushPolicy):
         srv.record(record)
         self.target = None
         self.since = {r: [] for r in ranks}
+        self._fewest = 0
         for r in ranks:
             self.answer(r)  # no push is applied in between: one θ, one version for all
 
