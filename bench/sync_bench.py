@@ -93,6 +93,9 @@ def job_doc(points: int, max_time_s: float) -> dict[str, Any]:
 
 def run(doc: dict[str, Any], out: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Run one job through ``flegel run`` (it starts its own MPI job)."""
+    # Absolute: the child runs in ``out`` (below), where a relative ``--out RUNS`` would
+    # name RUNS/x/RUNS/x.
+    out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     path = out / "job.in.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -106,7 +109,8 @@ def run(doc: dict[str, Any], out: Path) -> tuple[dict[str, Any], list[dict[str, 
     if proc.returncode != 0:
         raise RuntimeError(f"{doc['sync']} failed:\n{proc.stderr[-3000:]}")
     summary = json.loads((out / "run" / "summary.json").read_text())
-    events = [json.loads(line) for line in (out / "run" / "events.jsonl").open()]
+    events = [json.loads(line)
+              for line in (out / "run" / "events.jsonl").read_text().splitlines()]
     return summary, events
 
 

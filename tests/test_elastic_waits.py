@@ -14,7 +14,7 @@ from statistics import fmean
 import numpy as np
 import pytest
 
-from flegel.sync.elastic import ElasticBSP
+from flegel.sync.elastic import LATE_FLOOR, ElasticBSP
 from flegel.sync.zipline import solve
 from tests.fakes import Simulation
 
@@ -104,9 +104,10 @@ def test_a_late_worker_is_shifted_not_collapsed() -> None:
     pol.started = {1: 10.0, 2: 6.0}  # worker 2 began at 6, due at 7: it is 3 s late
     pol._plan(1, 10.0, first=True)
     assert pol.target is not None
-    # Worker 1 pushes at 10, 11, 12, ...; worker 2 next ends now (10), then 11, 12, ...: the
-    # barrier is right away (worker 1's current push, worker 2's next), not 3 iterations on.
-    assert pol.plan["predicted_wait_s"] == 0.0
+    # Worker 1 pushes at 10, 11, 12, ...; worker 2 next ends just after now (10 + a tenth of
+    # its span: its spans do not vary), then 11.1, 12.1, ...: the barrier is right away
+    # (worker 1's current push, worker 2's next), not 3 iterations on.
+    assert pol.plan["predicted_wait_s"] == pytest.approx(LATE_FLOOR * 1.0)
     assert pol.target == {1: 3, 2: 3}
     # The clipped rows of the old code would have tied worker 2's first four ends at 10.
     clipped = np.maximum(np.array([[10.0, 11, 12, 13, 14], [7.0, 8, 9, 10, 11]]), 10.0)
@@ -151,23 +152,46 @@ def test_a_running_worker_is_predicted_from_the_spans_still_possible() -> None:
     assert len(errors) == 8
 
 
-def test_the_waiting_worker_goes_on_after_the_masters_reply() -> None:
-    """Its next iteration begins when the master answers, the master's own processing of
-    the push (update, records, this plan) later than its arrival: that delay, measured on
-    earlier answers, is part of its predicted next end."""
+def test_a_late_worker_of_identical_spans_is_not_predicted_now_nor_certain() -> None:
+    """Identical spans (every first plan under ``batch: auto``) have a median absolute
+    deviation of 0: a worker past them was predicted at exactly now, the collapse the module
+    notes say was fixed; and one span left beyond what a worker ran gave the error sample
+    [0.], a worker certain in its slowest tail."""
+    sim = Simulation("elastic", {"batch": BATCH, "r": 5}, workers=2, cost_s=COSTS[:2])
+    pol = elastic(sim)
+    pol.spans = {1: deque([1.0] * 4, maxlen=8), 2: deque([1.0, 1.0, 1.0, 3.0], maxlen=8)}
+    pol.started = {1: 9.0, 2: 9.0}
+    end, errors = pol._next_end(1, 10.5)  # past every span of 1.0
+    assert end == pytest.approx(10.5 + LATE_FLOOR * 1.0)
+    end, errors = pol._next_end(2, 10.5)  # only the 3.0 span is still possible
+    assert end == pytest.approx(12.0)
+    assert sorted(errors) == pytest.approx([0.0, 0.0, 0.0, 2.0])  # spans - their median
+
+
+def test_every_later_iteration_waits_for_the_masters_reply() -> None:
+    """An iteration begins when the master answers the push before it, its own processing
+    (update, records, the plan) after the push's arrival, which no span holds: that delay,
+    measured on answers the simulated clock moved between, is in every cycle of every row
+    (the waiting worker's and the others', from their second predicted end on)."""
     sim = Simulation("elastic", {"batch": BATCH, "r": 5}, workers=2, cost_s=COSTS[:2])
     pol = elastic(sim)
     pol.batch = BATCH
-    pol.spans = {1: deque([1.0] * 4, maxlen=8), 2: deque([1.0] * 4, maxlen=8)}
-    pol.since = {1: [8.0, 9.0, 10.0], 2: [8.2, 9.2]}
+    # The measurement: a push answered at once, 0.3 s after its arrival.
+    sim.clock.advance_to(1.0)
+    pol.after_push(2, {"points": float(BATCH)}, 1.0)
+    sim.clock.advance_to(1.3)
+    pol.answer(2)
+    assert list(pol.delays) == [pytest.approx(0.3)]
+    pol.spans = {1: deque([1.0] * 4, maxlen=8), 2: deque([3.4] * 4, maxlen=8)}
+    pol.since = {1: [8.0, 9.0, 10.0], 2: [5.8, 9.2]}
     pol.started = {1: 9.0, 2: 9.2}
-    pol.delays.extend([0.3, 0.3, 0.3])
     pol._plan(1, 10.0, first=True)
-    # Worker 1: 10 (now), 11.3, 12.3, ...; worker 2: 10.2, 11.2, ...: the best set is worker
-    # 1's 11.3 with worker 2's 11.2 (d = 0.1); without the delay it was 10 with 10.2
-    # ({1: 3, 2: 3}, d = 0.2 predicted, 0.5 real).
-    assert pol.target == {1: 4, 2: 4}
-    assert pol.plan["final_ends"] == [pytest.approx(11.3), pytest.approx(11.2)]
+    # Worker 1: 10 (now), 11.3, 12.6, ...; worker 2: 12.6, 16.3, ...: they meet at 12.6
+    # (d = 0).  With the delay counted once, worker 1's ends were 10, 11.3, 12.3, 13.3: the
+    # barrier at 12.3/12.6, predicted 0.3 apart, would have been 0.6 apart.
+    assert pol.plan["final_ends"] == [pytest.approx(12.6), pytest.approx(12.6)]
+    assert pol.plan["predicted_wait_s"] == pytest.approx(0.0, abs=1e-9)
+    assert pol.target == {1: 5, 2: 3}
 
 
 def test_the_placing_plan_does_not_predict_arrivals_early() -> None:

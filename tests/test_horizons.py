@@ -43,7 +43,8 @@ def test_a_target_fspv_never_reached_is_a_bound_and_the_floor_merges_horizons():
 
 def test_trace_helpers():
     trace = [[0.1, 3.0], [0.2, float("nan")], [0.3, 2.0]]
-    assert first_reach(trace, 2.5) == pytest.approx(0.2) and first_reach(trace, 1.0) is None
+    # No time is credited across the NaN: 2.5 is first seen at 0.3 s.
+    assert first_reach(trace, 2.5) == 0.3 and first_reach(trace, 1.0) is None
     assert first_reach(trace, 2.0) == 0.3 and first_reach(trace, 3.5) == 0.1
     assert best_by(trace, 0.25) == 3.0 and best_by(trace, 0.05) is None
 
@@ -60,3 +61,16 @@ def test_fspv_is_not_charged_the_way_to_its_next_snapshot():
     assert row.bspv.s == pytest.approx(0.2)
     assert row.fspv.s == pytest.approx(0.2)
     assert row.ratio.value == pytest.approx(1.0)
+
+
+def test_a_step_curve_is_read_within_the_snapshots_around_its_crossing():
+    """f(θ) is a step function of versions: one every 12.5 ms, a snapshot every 50 ms.  The
+    version that crossed 75 was made at 50 ms (the snapshot); the chord from 0 ms reads an
+    earlier time, within the documented bound (first_reach: the spacing less one version)."""
+    versions = [(k * 0.0125, 100.0 - 25.0 * (k >= 4) - 1.0 * k) for k in range(9)]
+    trace = [[t, f] for t, f in versions[::4]]  # 0, 50, 100 ms
+    got = first_reach(trace, 75.0)
+    crossed = next(t for t, f in versions if f <= 75.0)
+    assert crossed == pytest.approx(0.05)
+    assert got is not None and 0.0 < got <= 0.05
+    assert crossed - got < 0.05 - 0.0125

@@ -91,13 +91,15 @@ causes, neither the horizon ``R`` (a placing plan looks one iteration ahead) nor
   and the other workers are then often near the end of their iteration.  Given that one has
   not pushed yet after running ``e``, only its spans longer than ``e`` are still possible:
   its end is now ``started`` + the median of those (:meth:`ElasticBSP._next_end`), and
-  one past every span on record is put one median absolute deviation from now.  The old
+  one past every span on record is put one median absolute deviation from now (at least a
+  tenth of its median span: identical spans have a deviation of 0).  The old
   ``max(started + median, now)`` put several such workers at exactly "now", where ZipLine
   found a perfect coincidence: 5-6 of 115-126 barriers a run were placed with ``d = 0`` and
   waited 1-8 ms.
 * **The waiting worker's next iteration starts at the master's answer**, after its update,
   records and this plan (``solve_robust``: ~0.3 ms on a free core), which no span holds: its
-  next ends now start after the median of the master's recent arrival-to-answer delays.
+  next ends now start after the median of the master's recent arrival-to-answer delays, and
+  so does every worker's iteration after its next one (a cycle is a span plus that delay).
 
 What remains is the wait's own spread: with unbiased ends, ``E[max − min]`` of the real ends
 exceeds ``max − min`` of their predictions whenever two or more are uncertain (1.44x and 1.53x
@@ -151,6 +153,13 @@ WINDOW = 8
 #: How far a re-plan may move the barrier past the superstep's first plan, in intervals of
 #: the slowest worker (module notes).
 SLACK = 0.5
+#: Fewer spans than this still possible for a running worker: their spread says nothing (one
+#: span left gives the error sample [0.]), so its unconditional errors stand in.
+MIN_LEFT = 3
+#: A worker past every span on record whose spans do not vary (median absolute deviation 0:
+#: one span, or a first plan under ``batch: auto``) is put this share of its median span
+#: from now, not at now itself (module notes: late workers collapsed onto "now").
+LATE_FLOOR = 0.1
 
 
 class ElasticBSP(PushPolicy):
@@ -185,6 +194,9 @@ class ElasticBSP(PushPolicy):
         self.method = options["method"]
         self.replan = bool(options["replan"])
         self.since: dict[int, list[float]] = {r: [] for r in server.ranks}  # push times
+        #: Pushes of the slowest worker since the barrier (:meth:`_at_bound`), kept at each
+        #: push: the bound is asked once per held worker at every release.
+        self._fewest = 0
         #: Latest iteration spans per worker, kept across barriers (module notes).
         self.spans: dict[int, deque[float]] = {r: deque(maxlen=WINDOW) for r in server.ranks}
         self._batch_of: dict[int, int | None] = {r: None for r in server.ranks}
@@ -208,6 +220,7 @@ class ElasticBSP(PushPolicy):
 
     def after_push(self, rank: int, header: dict[str, float], t: float) -> None:
         self.since[rank].append(t)
+        self._fewest = min(len(v) for v in self.since.values())
         batch, span = self._batch_of[rank], self.span[rank]
         # A calibration pass (batch: auto) or a pass's shorter remainder is not an iteration
         # of the kind predicted: its span would bias the interval.
@@ -248,6 +261,9 @@ class ElasticBSP(PushPolicy):
         fixed = {r for r in ranks if r != waiting
                  and (r in self.held if first else self.hold(r))}
         step_of = {r: self.interval(r) for r in ranks}
+        # Every iteration after the next one also waits for the master's answer to the push
+        # before it (spans run from answer to push): a cycle is a span plus that delay.
+        delay = self._reply_delay()
         rows, valid, errors = [], [], []
         for r in ranks:
             err = np.empty(0)  # a known end
@@ -257,12 +273,11 @@ class ElasticBSP(PushPolicy):
                 # Its current push is a candidate; its next iteration begins once the master
                 # has answered this push (its own processing, not in the spans).
                 step = step_of[r]
-                row = t + self._reply_delay() + step * steps
-                row[0] = t
+                row = t + (step + delay) * steps  # row[0]: t, its current push
                 err = np.asarray(self.spans[r]) - step
             else:
                 first_end, err = self._next_end(r, t)
-                row = first_end + step_of[r] * steps
+                row = first_end + (step_of[r] + delay) * steps
             # Past the horizon a row repeats its last allowed end: ZipLine may not pick
             # beyond it (the index is mapped back to that end below).
             k = max(1, int(np.count_nonzero(row <= limit)))
@@ -318,16 +333,26 @@ class ElasticBSP(PushPolicy):
         of those (the conditional median: a worker about to finish is not predicted at its
         unconditional median, which lies in the past or just ahead and which it then
         misses late -- issue 19, item 6).  A worker already past every span on record is
-        predicted one median absolute deviation from now.
+        predicted one median absolute deviation from now, and at least :data:`LATE_FLOOR` of
+        its median span (a deviation of 0 put it at exactly now).  With fewer than
+        :data:`MIN_LEFT` spans still possible, the error sample is the unconditional one
+        (spans less their median, none ending before ``t``): one span left would make it
+        certain, [0.].
         """
         spans = np.asarray(self.spans[rank])
+        med = float(np.median(spans))
+        unconditional = spans - med
         ran = t - self.started[rank]
         left = spans[spans > ran]
         if left.size:
-            mid = float(np.median(left))
-            return self.started[rank] + mid, left - mid
-        mad = float(np.median(np.abs(spans - np.median(spans))))
-        return t + mad, spans - float(np.median(spans))
+            end = self.started[rank] + float(np.median(left))
+            if left.size >= MIN_LEFT:
+                return end, left - (end - self.started[rank])
+        else:
+            mad = float(np.median(np.abs(unconditional)))
+            end = t + max(mad, LATE_FLOOR * med)
+        # It has not pushed by t: no error earlier than that.
+        return end, np.maximum(unconditional, t - end)
 
     def _reply_delay(self) -> float:
         """The master's median time from a push's arrival to its answer, for a worker it
@@ -344,19 +369,19 @@ class ElasticBSP(PushPolicy):
         since the barrier, and waits for the plan (or for that worker's next push).
 
         The paper bounds the iteration difference within a superstep by the lookahead
-        (ZipLine paper Section 4.1: "a small iteration difference β exists that is defined
+        (ZipLine paper Section 3: "a small iteration difference β exists that is defined
         within the R future intervals"; "a bound in R also ensures that ElasticBSP does not
         behave as the ASP model") and leaves the monitoring phase unbounded, since it assumes
         two pushes of every worker take about as long for all (Fig. 5).  With a straggler
         they do not: one push of a worker 30x slower let the others push hundreds of times
-        before any plan existed (issue 19).  Choice: during monitoring no worker runs more
-        than ``R`` pushes ahead of the slowest worker of the superstep (SSP's rule with
-        s = R, counted since the barrier); a worker held there is, to the first plan, a
-        worker already at its barrier (its push is known).  The slowest worker is never
-        held by it, so monitoring always ends.
+        before any plan existed (issue 19).  flegel's choice, modelled on the paper's R:
+        during monitoring no worker runs more than ``R`` pushes ahead of the slowest worker
+        of the superstep (SSP's rule with s = R, counted since the barrier); a worker held
+        there is, to the first plan, a worker already at its barrier (its push is known).
+        The slowest worker is never held by it, so monitoring always ends.
         """
         pushes = len(self.since[rank])
-        return pushes > 0 and pushes - min(len(v) for v in self.since.values()) >= self.R
+        return pushes > 0 and pushes - self._fewest >= self.R
 
     def release(self) -> None:
         super().release()
@@ -389,6 +414,7 @@ class ElasticBSP(PushPolicy):
         srv.record(record)
         self.target = None
         self.since = {r: [] for r in ranks}
+        self._fewest = 0
         for r in ranks:
             self.answer(r)  # no push is applied in between: one θ, one version for all
 

@@ -55,17 +55,28 @@ def first_reach(trace: Sequence[Sequence[float]], target: float) -> float | None
     BSPV's target is the value of one of its own snapshots, so taking the first snapshot at
     or below it charged FSPV, and FSPV alone, the way to its next snapshot: on average half
     a spacing, a tenth of NMF's 0.2 s horizon (issue 19; ``tests/test_horizons.py``: two
-    runs level but sampled out of phase read 0.87x).  The chord of a convex decreasing curve
-    lies above it, so the interpolated time is still never before the curve's own crossing;
-    at a snapshot of the target's own value it is that snapshot's time.
+    runs level but sampled out of phase read 0.87x).
+
+    The bound of the error: f(θ) is a step function of θ's versions and a snapshot is taken
+    when a version is made (``flegel.runtime.server.Trace``), so the first version at or
+    below the target was made after the snapshot before the crossing, ``t0``, and at the
+    latest at the first snapshot at or below it, ``t1``: the time returned lies in
+    ``(t0, t1]`` and is off by less than that spacing, late or early.  It can be early:
+    where a side makes few versions between two snapshots (FSPV on NMF: one every 12-15 ms,
+    snapshots 25-50 ms apart), the chord credits a time before the version that really
+    crossed, by at most the spacing less one version's interval (under 40 ms on NMF).  The
+    trace does not record versions, so this cannot be narrowed here; BSPV's time, at its own
+    snapshot, is exact where its curve decreases.  A snapshot whose objective is not finite
+    ends the interval: no time is credited across it.
     """
     prev: tuple[float, float] | None = None
     for t, f in trace:
         t, f = float(t), float(f)
         if not math.isfinite(f):
+            prev = None
             continue
         if f <= target:
-            if prev is None or prev[1] <= target:
+            if prev is None:
                 return t
             t0, f0 = prev
             return t0 + (t - t0) * (f0 - target) / (f0 - f)

@@ -51,8 +51,9 @@ NO_CLUSTER = ("runs on the local cluster: as root, `deploy/local/cluster.sh up 5
               "memory: limiting bandwidth means nothing there.")
 
 
-#: Points per push (or BSP iteration) on both sides of the ElasticBSP and DSSP rows (module
-#: notes): the Injected pattern's unit, so a straggler's push costs τ more than a fast one's.
+#: Points per push (or BSP iteration) on both sides of the ElasticBSP, DSSP and SpecSync rows
+#: (module notes): the Injected pattern's unit, so a straggler's push costs τ more than a fast
+#: one's.
 MINI_BATCH = 1000
 
 
