@@ -230,3 +230,19 @@ def test_the_monitoring_phase_is_bounded_by_r() -> None:
     assert all(b["monitoring_pushes"] == [r + 1, r + 1, 2] for b in log), log
     # Every barrier still gives all the same θ: the slowest worker pushed in each superstep.
     assert all(min(b["iterations"]) >= 1 for b in log)
+
+
+def test_a_worker_whose_shard_is_smaller_than_the_batch_still_gets_barriers() -> None:
+    """Review of issue 19: a push counted as an iteration of the kind predicted only with at
+    least ``batch`` points, so a worker whose whole shard is smaller than the batch (an
+    uneven split; ``batch: auto`` sizes on the fastest worker, capped at *its* shard) never
+    recorded a span, no plan was ever made, and ElasticBSP placed no barrier at all.  Its
+    whole-shard push is its full iteration."""
+    rng = np.random.default_rng(0)
+    shards = [rng.normal(size=(n, 2)) for n in (400, 400, 150)]
+    sim = Simulation("elastic", {"batch": 200, "r": 5}, workers=3, shards=shards,
+                     cost_s=[10e-6, 13e-6, 17e-6], latency_s=LAT,
+                     stop={"max_iterations": 60}, max_sim_s=600.0).run()
+    pol = elastic(sim)
+    assert all(len(s) > 0 for s in pol.spans.values()), pol.spans
+    assert len(pol.barriers) >= 3

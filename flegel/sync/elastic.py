@@ -223,8 +223,11 @@ class ElasticBSP(PushPolicy):
         self._fewest = min(len(v) for v in self.since.values())
         batch, span = self._batch_of[rank], self.span[rank]
         # A calibration pass (batch: auto) or a pass's shorter remainder is not an iteration
-        # of the kind predicted: its span would bias the interval.
-        full = batch == 0 or (batch is not None and int(header["points"]) >= batch)
+        # of the kind predicted: its span would bias the interval.  A shard smaller than the
+        # batch (an uneven split) makes every push a whole pass: that is its full iteration,
+        # or the worker records no span and no plan is ever made.
+        need = min(batch, max(int(header.get("n_active", batch or 0)), 1)) if batch else 0
+        full = batch == 0 or (batch is not None and int(header["points"]) >= need)
         if batch is not None and batch == self.batch and full and span is not None:
             self.spans[rank].append(span)
         if self.target is None:
