@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import flegel
-from flegel.cli.paper.runner import Runner, RunResult
+from flegel.cli.paper.runner import Runner, RunResult, Time
 from flegel.cli.paper.workloads import QUICK
 
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{args.stragglers}; target {target}")
         if target is None:
             raise SystemExit("the reference run failed")
-        times: dict[str, list[float]] = {s: [] for s in syncs}
+        times: dict[str, list[Time]] = {s: [] for s in syncs}
         for k in range(args.repeat):
             runner = Runner(QUICK, out / f"round{k}", say=lambda _: None)
             runner.targets[args.algorithm, args.partition] = target
@@ -79,14 +79,17 @@ def main(argv: list[str] | None = None) -> None:
                 preset, _, extra = s.partition("|")
                 sets = tuple(args.set) + tuple(x for x in extra.split(";") if x)
                 r = runner.run(args.algorithm, args.partition, preset, args.stragglers, sets)
-                times[s].append(r.time.s)
+                times[s].append(r.time)
                 print(f"  round {k} {s:12} {describe(r)}", flush=True)
-        base = statistics.median(times[syncs[0]])
-        print(f"median time to target (s), and {syncs[0]}'s median over it:")
+        base = statistics.median(t.s for t in times[syncs[0]])
+        print(f"median time to target (s), and {syncs[0]}'s median over it "
+              "('>': a run did not reach the target, its time is a lower bound, and so is a "
+              "median counting it):")
         for s in syncs:
-            m = statistics.median(times[s])
-            print(f"  {s:12} {m:6.2f}  {base / m:5.2f}x  (runs: "
-                  + ", ".join(f"{t:.2f}" for t in times[s]) + ")")
+            m = statistics.median(t.s for t in times[s])
+            bound = "" if all(t.reached for t in times[s]) else ">"
+            print(f"  {s:12} {bound:1}{m:6.2f}  {base / m:5.2f}x  (runs: "
+                  + ", ".join(t.text() for t in times[s]) + ")")
 
 
 if __name__ == "__main__":

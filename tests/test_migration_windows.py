@@ -92,12 +92,18 @@ class Port:
         return [(d, len(m.points["ids"])) for d, m in self.posts if isinstance(m, Window)]
 
 
-def test_one_window_in_flight_per_target_and_a_move_in_at_most_four_windows():
+def _sending(points_to: dict[int, int]) -> tuple[Port, Migrator]:
+    """An async migrator (64-point windows) on a 10,000-point worker, after its first step
+    on send orders of ``points_to`` (target rank: points)."""
     port = Port(10_000)
     m = Migrator(MigrationOptions.of({"mode": "async", "window": 64}))
-    port.inbox = [MigrationOrder(OrderKind.SEND, 2, 3000, 1),
-                  MigrationOrder(OrderKind.SEND, 3, 100, 1)]
+    port.inbox = [MigrationOrder(OrderKind.SEND, d, n, 1) for d, n in points_to.items()]
     m.step(port)
+    return port, m
+
+
+def test_one_window_in_flight_per_target_and_a_move_in_at_most_four_windows():
+    port, m = _sending({2: 3000, 3: 100})
     size = math.ceil(3000 / WINDOWS_PER_MOVE)
     # One window to each target at once: the large move in quarters, the small one in
     # windows of the configured size.
@@ -155,11 +161,7 @@ def test_a_migrator_checkpointed_before_its_per_target_windows_resumes():
 def test_a_target_that_took_its_window_first_gets_the_next_one():
     """Sends complete as each target takes its window, not in the order they were posted:
     the target whose send completed gets the next window, the one still in flight none."""
-    port = Port(10_000)
-    m = Migrator(MigrationOptions.of({"mode": "async", "window": 64}))
-    port.inbox = [MigrationOrder(OrderKind.SEND, 2, 3000, 1),
-                  MigrationOrder(OrderKind.SEND, 3, 3000, 1)]
-    m.step(port)
+    port, m = _sending({2: 3000, 3: 3000})
     size = math.ceil(3000 / WINDOWS_PER_MOVE)
     assert port.windows() == [(2, size), (3, size)]
     port.pending.remove(3)  # target 3 took its window; target 2's is still in flight
