@@ -13,6 +13,7 @@ for θ), and left it ~70 points trained 1.5x less often than the others'.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -112,3 +113,25 @@ def test_simulated_injected_straggler_ends_with_passes_within_1_3():
     assert sim.workers[1].store.n_active < MIN_KEPT
     visits = sim.point_visits()
     assert visits.max() / visits.min() <= 1.3
+
+
+def test_a_straggler_ahead_in_passes_receives_only_what_its_pass_can_carry():
+    """A straggler left with its floor passes once an iteration and may lead the others,
+    who hold its points (here by 40 passes, they at 1.05 iterations a pass).  Eq. 9 pairs it
+    with the worker furthest behind and balances that pair alone; it receives at most what
+    keeps its pass (A + V·n) within Eq. 8's 10% of the others' -- 53 points in all."""
+    b = Balancer(MigrationOptions.of({"mode": "async"}))
+    n = {1: 20, 2: FAST_N, 3: FAST_N, 4: FAST_N}
+    t, got = 0.0, 0
+    for k in range(200):
+        t += ITERATION
+        b.round_end = math.inf if k < 50 else None  # plan once the pass times are measured
+        passes = {1: 40 + t / ITERATION, 2: t / (1.05 * ITERATION),
+                  3: t / (1.05 * ITERATION), 4: t / (1.05 * ITERATION)}
+        orders = b.at_barrier(t, barrier(t, passes, n), 1.0, None, 2.0)
+        got += sum(p for (_, target), p in sent(orders).items() if target == 1)
+        if got:
+            break
+    assert b.straggler(1) and b.fixed
+    fits = (1.1 * 1.05 * ITERATION - (ITERATION - SLOW_V * 20)) / SLOW_V
+    assert 0 < got <= fits - 20 + 1, (got, fits)

@@ -7,7 +7,10 @@ point is trained about as often.
 Master side, :class:`Balancer` (called by the FSP master policy at every barrier):
 
 * record every worker's points N, speed V (seconds per point, straggler delays included:
-  they are what makes it slow) and passes P (:class:`~flegel.balance.monitor.WorkerStat`);
+  they are what makes it slow), passes P and fixed cost per pass A (its pass time on the
+  wall clock less V·N: under FSP a pass ends the iteration, and the wait for θ is paid
+  however few points a worker holds; :meth:`Balancer.fixed_cost`)
+  (:class:`~flegel.balance.monitor.WorkerStat`);
 * when Eq. 8 fails (some |Pᵢ − mean P| > ε), start a balancing cycle of ``rounds`` = d
   rounds, each lasting T/d; before each round plan the moves with Eq. 9
   (:func:`~flegel.balance.planner.plan_round`) and send each source an order;
@@ -527,13 +530,19 @@ class Balancer:
         4-7 ms, 30-50% more than the others' pass (issue 19's 1.50x).  At 10% of a 4 ms
         iteration it keeps 12.
         """
-        others = sorted(pass_time(s) for s in stats if s.rank != source.rank and s.n > 0)
+        fit = self.fits(source, stats)
+        return self.kept if fit >= self.kept else max(LAST_KEPT, fit)
+
+    def fits(self, worker: WorkerStat, stats: list[WorkerStat]) -> int:
+        """The most points ``worker`` can hold with its pass (``A + V·n``,
+        :meth:`fixed_cost`) within ``1 +`` :data:`RELATIVE_EPSILON` times the typical
+        worker's (the lower median of the others' passes); a large number when no other
+        worker holds points."""
+        others = sorted(pass_time(s) for s in stats if s.rank != worker.rank and s.n > 0)
         if not others:
-            return self.kept
-        room = (1.0 + RELATIVE_EPSILON) * others[(len(others) - 1) // 2] - source.a
-        if source.v * self.kept <= room:
-            return self.kept
-        return max(LAST_KEPT, min(self.kept, math.floor(max(room, 0.0) / source.v)))
+            return 2**62
+        room = (1.0 + RELATIVE_EPSILON) * others[(len(others) - 1) // 2] - worker.a
+        return min(math.floor(max(room, 0.0) / worker.v), 2**62)
 
     def keep_some(self, moves: list[Move], stats: list[WorkerStat], T: float) -> list[Move]:
         """The moves worth making.
@@ -553,6 +562,14 @@ class Balancer:
         * A move under :data:`MIN_MOVE_FRACTION` of the smaller side is dropped.
         * A move that reverses a worker's last role without a change of its speed that
           justifies it is dropped (:meth:`reversal`).
+        * A straggler (:meth:`straggler`) receives at most what brings it to the points
+          whose pass fits Eq. 8's threshold of the typical worker's (:meth:`fits`).  Left
+          with its :meth:`floor`, it passes once an iteration while the others, holding its
+          points, may not, and leads in passes until its next burst of injected delays;
+          Eq. 9 pairs it with the worker furthest behind and balances that pair alone,
+          burying the straggler in points many passes behind its own (issue 19,
+          overlapping workload, worker 3 slow: 1,085 points at 7.1 s, 425 and 851 sent
+          back at 8.9 and 11.2 s, the run ending at max/min passes 1.16).
         * A move carries at most :data:`PEER_SHARE` of the source's points unless the
           source is a straggler (:meth:`straggler`: :data:`PEER_SPEED` times slower than
           the median worker at the last :data:`STRAGGLER_BARRIERS` barriers; a burst of load
@@ -561,6 +578,7 @@ class Balancer:
         """
         pred, threshold = self.predicted_end(stats, T)
         floors = {s.rank: self.floor(s, stats) for s in stats}
+        room = {s.rank: self.fits(s, stats) - s.n for s in stats if self.straggler(s.rank)}
         left = {s.rank: s.n for s in stats}
         held = dict(left)
         speeds = {s.rank: s.v for s in stats}
@@ -577,9 +595,13 @@ class Balancer:
             points = min(m.points, left[m.source] - floors[m.source])
             if not self.straggler(m.source):
                 points = min(points, int(PEER_SHARE * held[m.source]))
+            if m.target in room:
+                points = min(points, room[m.target])
             smaller = min(held[m.source], held[m.target])
             if points >= max(1.0, MIN_MOVE_FRACTION * smaller):
                 left[m.source] -= points
+                if m.target in room:
+                    room[m.target] -= points
                 out.append(Move(m.source, m.target, points))
         return out
 
