@@ -466,19 +466,8 @@ class Balancer:
 
     def supers(self, stats: list[WorkerStat]) -> list[SuperWorker]:
         """Super workers (§4.2): workers with "the same statistics" read loosely, speeds
-        within :data:`PEER_SPEED` of each other (no straggler between them), counts within
-        :data:`GROUP_SPREAD`, passes within Eq. 8's threshold on the passes so far (ε, or
-        :data:`RELATIVE_EPSILON` of their mean).
-
-        Speeds within PEER_SPEED, not GROUP_SPREAD (issue 19, Fig. 12): at the first round,
-        0.1 s into the run, the fast workers' speeds rest on a few barriers on shared cores
-        and differed by more than 50%, so they formed two or three super workers, and Eq. 9
-        gave the straggler's whole shard to the one paired with it (``flegel paper --quick
-        --only 12``: 4 of 4 first rounds on one side, 5 of 5 on the other, sent it to one or
-        two of the three), which then held twice the others' points and passed 0.8x as
-        often for the rest of the run: peers' moves wait for their speeds to be measured,
-        which a 4 s run with a compute share of 3% never reaches.  Passes still part peers
-        that drift apart.
+        and counts within :data:`GROUP_SPREAD`, passes within Eq. 8's threshold on the
+        passes so far (ε, or :data:`RELATIVE_EPSILON` of their mean).
 
         :func:`group`'s default (speeds within 10%, counts within 1%, passes within 0.1)
         split the fast workers of a shared machine, whose speeds wander by tens of percent
@@ -491,7 +480,7 @@ class Balancer:
         15-19% apart under sync migration instead of 6%.)
         """
         mean_p = sum(s.p for s in stats) / max(len(stats), 1)
-        tol = Tolerance(v_rel=PEER_SPEED - 1.0, n_rel=GROUP_SPREAD,
+        tol = Tolerance(v_rel=GROUP_SPREAD, n_rel=GROUP_SPREAD,
                         p_abs=max(self.options.epsilon, RELATIVE_EPSILON * mean_p))
         return group(stats, tol)
 
