@@ -29,6 +29,7 @@ from flegel.balance import (
     needs_migration,
     pair,
     pair_delta,
+    pass_time,
     plan_round,
     predicted_passes,
     progress_rate,
@@ -362,3 +363,93 @@ def test_eq9_solution_solves_eq9_and_fallback_iff_it_moves_less(
     assume(abs(xf - x) > 1e-9 * (1.0 + x))  # away from the tie, where both agree
     assert fell_back == (xf < x)
     assert delta == (xf if fell_back else x) and delta <= x
+
+
+# -- a fixed cost per pass (module docstring, "A fixed cost per pass") ----------------------
+
+
+def lhs9a(i: SuperWorker, j: SuperWorker, t: float, x: float) -> float:
+    """Eq. 9's left side with the fixed cost per pass: a pass takes Aᵢ + (Nᵢ − x)Vᵢ."""
+    return i.p + t / (i.a + (i.n - x) * i.v)
+
+
+def rhs9a(i: SuperWorker, j: SuperWorker, t: float, x: float) -> float:
+    """Eq. 9's right side with the fixed cost per pass: Aⱼ + (Nⱼ + βx)Vⱼ."""
+    beta = i.size / j.size
+    return j.p + (t - (j.p - i.p) * beta * x * j.v) / (j.a + (j.n + beta * x) * j.v)
+
+
+def test_a_fixed_cost_per_pass_is_in_the_predicted_passes() -> None:
+    # N = 70, V = 32 µs, A = 7 ms: a pass takes 7 + 2.24 ms; t = 9.24 s -> 1,000 passes.
+    w = SuperWorker((1,), 70.0, 32e-6, 5.0, a=7e-3)
+    assert pass_time(w) == pytest.approx(9.24e-3)
+    assert predicted_passes(w, 9.24, 1) == pytest.approx(1005.0)
+    # A = 0 is the paper's model, P + t/(V·N).
+    assert predicted_passes(sw(1, 70, 32e-6, 5.0), 2.24, 1) == pytest.approx(1005.0)
+
+
+def test_eq9_with_fixed_costs_meets_where_both_sides_do() -> None:
+    # 𝕎ᵢ: N = 1000, V = 3, A = 500; 𝕎ⱼ: N = 1000, V = 1, A = 500; P = 0 both; t = 6000.
+    # Left: 6000/(500 + 3(1000 − x)); right: 6000/(500 + 1000 + x) -> 3500 − 3x = 1500 + x,
+    # x = 500: both pass 6000/2000 = 3 times.
+    i = SuperWorker((0,), 1000.0, 3.0, 0.0, a=500.0)
+    j = SuperWorker((1,), 1000.0, 1.0, 0.0, a=500.0)
+    x = eq9_delta(i, j, 6000.0, 1)
+    assert x == pytest.approx(500.0)
+    assert lhs9a(i, j, 6000.0, x) == pytest.approx(rhs9a(i, j, 6000.0, x)) == pytest.approx(3.0)
+
+
+def test_a_source_whose_fixed_cost_alone_keeps_it_behind_sends_every_point() -> None:
+    """The straggler of issue 19: ~70 points at 32 µs a point (its injected delays), and a
+    pass costs it an iteration's wait anyway (7 ms), as much as the others' whole pass.  On
+    V·N alone it looks nearly balanced (2.24 ms against the others' 2.1 ms of compute per
+    pass): Eq. 9 sends 13 of its 70 points, to catch up the passes it lags; with the fixed
+    costs no share of its points lets it keep pace, and all go (the caller leaves it its
+    floor)."""
+    straggler = SuperWorker((1,), 70.0, 32e-6, 216.0, a=7e-3)
+    fast = SuperWorker((2, 3, 4), 133_000.0, 2.1e-3 / 133_000, 285.0, a=4.9e-3)
+    paper = [SuperWorker(w.ranks, w.n, w.v, w.p) for w in (straggler, fast)]
+    assert eq9_delta(*paper, 1.0, 1) == pytest.approx(12.68, abs=0.01)
+    assert eq9_delta(straggler, fast, 1.0, 1) == 70.0
+    (m1, m2, m3) = plan_round([straggler, fast], 1.0, 1)
+    assert (m1.source, m1.points + m2.points + m3.points) == (1, 69)  # it keeps one
+
+
+@st.composite
+def behind_ahead_fixed(draw: st.DrawFn) -> tuple[SuperWorker, SuperWorker, float]:
+    i, j, t = draw(behind_ahead())
+    i = SuperWorker(i.ranks, i.n, i.v, i.p, a=draw(st.floats(0.0, 1e3)))
+    j = SuperWorker(j.ranks, j.n, j.v, j.p, a=draw(st.floats(0.0, 1e3)))
+    if predicted_passes(i, t, 1) > predicted_passes(j, t, 1):
+        i, j = j, i
+    return i, j, t
+
+
+@settings(max_examples=400, deadline=None)
+@given(behind_ahead_fixed())
+def test_eq9_with_fixed_costs_solves_it_or_sends_everything(
+        case: tuple[SuperWorker, SuperWorker, float]) -> None:
+    i, j, t = case
+    x = eq9_delta(i, j, t, 1)
+    assert 0.0 <= x <= i.n
+    scale = 1.0 + abs(lhs9a(i, j, t, 0.0)) + abs(rhs9a(i, j, t, 0.0))
+    if x < i.n:
+        assert lhs9a(i, j, t, x) == pytest.approx(rhs9a(i, j, t, x), rel=1e-6,
+                                                  abs=1e-9 * scale)
+    else:  # every point goes only when the source stays behind even with none left
+        assert i.a > 0 and lhs9a(i, j, t, x) <= rhs9a(i, j, t, x) + 1e-9 * scale
+    if i.a == j.a == 0:
+        assert x < i.n
+
+
+@settings(max_examples=200, deadline=None)
+@given(populations(), st.floats(0.0, 10.0))
+def test_round_with_fixed_costs_conserves_points(
+        pop: tuple[list[SuperWorker], list[WorkerStat], float, int], a: float) -> None:
+    supers, stats, T, d = pop
+    supers = [SuperWorker(w.ranks, w.n, w.v, w.p, w.sizes, a=a) for w in supers]
+    stats = [WorkerStat(s.rank, s.n, s.v, s.p, a=a) for s in stats]
+    moves = plan_round(supers, T, d)
+    after = advance(stats, moves, T, d)
+    assert sum(s.n for s in after) == sum(s.n for s in stats)
+    assert all(s.n >= 1 for s in after) and all(s.a == a for s in after)

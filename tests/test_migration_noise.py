@@ -119,9 +119,12 @@ def test_async_migration_is_no_slower_than_none_when_speeds_only_fluctuate(cost_
 
     At 1 µs a point the target comes after ~0.1 s, before any worker has SPEED_WINDOW_S of
     compute history: no point moves (no worker is a straggler, and peers are not measured),
-    so async equals off exactly.  At 6 µs it comes after ~0.46 s: the peers are measured and
-    points move between them, and async must stay within TOLERANCE of off (noise: the
-    moves follow speeds that change every 50 ms).
+    so async equals off exactly.  At 6 µs it comes after ~0.46 s: the peers are measured,
+    and async must stay within TOLERANCE of off (noise: moves would follow speeds that change
+    every 50 ms).  Since the balancer counts each pass's fixed cost on the wall clock (the
+    wait at the barrier, :meth:`~flegel.balance.migration.Balancer.fixed_cost`), the peers'
+    predicted passes stay within Eq. 8's threshold of each other and nothing moves; on V·N
+    alone 1,012 points moved, for a run 1.00006x as long.
     """
     tolerance = 1.05
     rng = np.random.default_rng(3)
@@ -149,5 +152,5 @@ def test_async_migration_is_no_slower_than_none_when_speeds_only_fluctuate(cost_
         assert not balancer.peers_measured() and balancer.ordered == 0
         assert asyn.server.time_to_target == off.server.time_to_target
     else:
-        assert balancer.peers_measured() and balancer.ordered > 0
+        assert balancer.peers_measured() and balancer.fixed
         assert asyn.server.time_to_target <= tolerance * off.server.time_to_target

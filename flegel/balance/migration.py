@@ -7,7 +7,10 @@ point is trained about as often.
 Master side, :class:`Balancer` (called by the FSP master policy at every barrier):
 
 * record every worker's points N, speed V (seconds per point, straggler delays included:
-  they are what makes it slow) and passes P (:class:`~flegel.balance.monitor.WorkerStat`);
+  they are what makes it slow), passes P and fixed cost per pass A (its pass time on the
+  wall clock less V·N: under FSP a pass ends the iteration, and the wait for θ is paid
+  however few points a worker holds; :meth:`Balancer.fixed_cost`)
+  (:class:`~flegel.balance.monitor.WorkerStat`);
 * when Eq. 8 fails (some |Pᵢ − mean P| > ε), start a balancing cycle of ``rounds`` = d
   rounds, each lasting T/d; before each round plan the moves with Eq. 9
   (:func:`~flegel.balance.planner.plan_round`) and send each source an order;
@@ -63,7 +66,7 @@ from flegel.balance.monitor import (
     group,
     imbalanced,
 )
-from flegel.balance.planner import DEFAULT_ROUNDS, Move, plan_round
+from flegel.balance.planner import DEFAULT_ROUNDS, Move, pass_time, plan_round
 from flegel.balance.ports import MigrationPort
 from flegel.protocol import (
     Fin,
@@ -122,8 +125,19 @@ MIN_SPEED_S = 0.01
 #: Points a source keeps whatever the orders: enough to measure its speed and to be given
 #: work back when it recovers, few enough that a straggler 100x slower than the others still
 #: ends a pass about as soon as they do (keeping a whole window, 1,024 points, left a
-#: straggler 60x slower 6x behind in passes).
+#: straggler 60x slower 6x behind in passes) -- unless even these keep its pass beyond
+#: Eq. 8's relative threshold of the others' (:meth:`Balancer.floor`).
 MIN_KEPT = 64
+#: Points a source keeps in any case: a worker with none has no speed to measure and no
+#: passes, is left out of the pairing (:func:`~flegel.balance.planner.pair`) and could never
+#: be given work back.
+LAST_KEPT = 1
+#: Seconds of barriers (at most :data:`SPEED_BARRIERS`) a worker's pass time on the wall
+#: clock is measured over, at its current point count (:meth:`Balancer.fixed_cost`): an
+#: injected straggler's suspensions come in bursts (τ = 32 ms every 1,000 points, every
+#: 15-80 passes of a straggler holding 12-65 points), and a window of several bursts reads
+#: its pass time within a few percent.
+PASS_WINDOW_S = 1.0
 #: A move smaller than this fraction of the points its source or its target holds (the
 #: smaller of the two) is dropped: it changes neither's pass time by much, and every move
 #: costs a round of catching up.  Relative, so that a straggler holding a few points can
@@ -236,13 +250,22 @@ class Balancer:
     #: from them need no long speed history).  Immutable, so that a balancer checkpointed
     #: before it existed resumes with the class's empty default.
     stragglers_seen: frozenset[int] = frozenset()
+    #: Per rank, the point count and the (server time, passes) of its barriers since the
+    #: count last changed by more than :data:`MIN_MOVE_FRACTION` (:meth:`fixed_cost`).
+    #: None (immutable) for the same reason as :attr:`stragglers_seen`.
+    pass_clock: dict[int, tuple[int, list[tuple[float, float]]]] | None = None
+    #: Per rank, the fixed cost per pass last measured (s), kept while a new count is
+    #: measured: the wait for θ does not change with the points (:meth:`fixed_cost`).
+    fixed: dict[int, float] | None = None
 
-    def stats(self, commits: dict[int, dict[str, float]]) -> list[WorkerStat]:
-        """Eq. 8's statistics from the commits of one barrier.
+    def stats(self, commits: dict[int, dict[str, float]],
+              now: float | None = None) -> list[WorkerStat]:
+        """Eq. 8's statistics from the commits of one barrier (at server time ``now``; None:
+        no fixed cost per pass is measured).
 
         V is smoothed: seconds over points summed over the last barriers that cover
         :data:`SPEED_WINDOW_S` of compute, since one flexible-barrier iteration holds few
-        blocks and its time is noisy.
+        blocks and its time is noisy.  A, the fixed cost per pass, is :meth:`fixed_cost`'s.
         """
         out = []
         for r, h in sorted(commits.items()):
@@ -254,8 +277,66 @@ class Balancer:
             seconds = sum(c for c, _ in hist)
             points = sum(p for _, p in hist)
             v = max(seconds, 1e-9) / max(points, 1.0)  # no points yet: as slow as it gets
-            out.append(WorkerStat(rank=r, n=int(h["n_active"]), v=v, p=float(h["passes"])))
+            n, p = int(h["n_active"]), float(h["passes"])
+            a = 0.0 if now is None else self.fixed_cost(r, now, n, p, v)
+            out.append(WorkerStat(rank=r, n=n, v=v, p=p, a=a))
         return out
+
+    def fixed_cost(self, rank: int, now: float, n: int, passes: float, v: float) -> float:
+        """A, the seconds a pass of ``rank`` costs besides its points (FSP paper §4.2's pass
+        time is V·N; see :mod:`flegel.balance.planner`, "A fixed cost per pass"): its pass
+        time on the wall clock, over the last :data:`PASS_WINDOW_S` of barriers at its
+        current point count, minus V·N; 0 when that is negative.
+
+        Under FSP a worker's full pass ends its iteration, and it waits for the next θ
+        whatever its points: a worker holding few points passes at most once an iteration,
+        and an injected straggler's suspension (τ = 32 ms every 1,000 points) takes whole
+        iterations from it however few points it holds.  Its V·N, compute only, says
+        neither.  Measured (issue 19, overlapping workload, 30 s): Eq. 9 on V·N left the
+        straggler ~70 points, whose V·N equalled the others' compute per pass, and they were
+        trained 2,896 times against 4,356 (the others' pass was their compute and a wait).
+
+        The wall clock is measured at one point count (a change beyond
+        :data:`MIN_MOVE_FRACTION` starts a new measurement), over at least
+        :data:`MIN_HISTORY` barriers and :data:`SPEED_WINDOW_S`; until then the last A
+        measured holds (0 at first: the paper's model).  The wait for θ is the iteration's,
+        not the points', so it carries over to the new count.
+        """
+        if self.pass_clock is None:
+            self.pass_clock = {}
+        if self.fixed is None:
+            self.fixed = {}
+        count, log = self.pass_clock.get(rank, (n, []))
+        if abs(n - count) > MIN_MOVE_FRACTION * max(n, count):
+            count, log = n, []
+        log.append((now, passes))
+        del log[:-SPEED_BARRIERS]
+        while len(log) > MIN_HISTORY and now - log[1][0] >= PASS_WINDOW_S:
+            del log[0]
+        self.pass_clock[rank] = (count, log)
+        span, gained = now - log[0][0], passes - log[0][1]
+        if self.clock_settled(rank) and gained > 0 and n > 0:
+            self.fixed[rank] = max(span / gained - v * n, 0.0)
+        return self.fixed.get(rank, 0.0)
+
+    def clock_settled(self, rank: int) -> bool:
+        """Whether ``rank``'s pass time has been measured at its current point count: over
+        more than :data:`MIN_HISTORY` barriers covering :data:`SPEED_WINDOW_S`
+        (:meth:`fixed_cost`)."""
+        count, log = (self.pass_clock or {}).get(rank, (0, []))
+        return len(log) > MIN_HISTORY and log[-1][0] - log[0][0] >= SPEED_WINDOW_S
+
+    def clocks_settled(self) -> bool:
+        """Whether the fixed costs per pass agree in age: none measured yet (every A is 0,
+        the paper's model), or every worker's measured at its current point count.
+
+        A worker whose count changed keeps the A of its old count until measured again, and
+        one measured at another count set against the others' is what made points go back to
+        a straggler on the simulated clock: left with 65 points, its A (still 0, never
+        measured) made its pass look 3x shorter than the others' (their A, the wait for θ,
+        measured), and a round gave it 90 points back, to be sent away again 0.4 s later.
+        """
+        return not self.fixed or all(self.clock_settled(r) for r in self.speed)
 
     def remaining_time(self, now: float, objective: float, target: float | None,
                        time_left: float | None) -> float:
@@ -286,7 +367,7 @@ class Balancer:
         """
         opts = self.options
         T = self.remaining_time(now, objective, target, time_left)
-        stats = self.stats(commits)
+        stats = self.stats(commits, now)
         self.note_stragglers(stats)
         if probing and not any(self.straggler(s.rank) for s in stats):
             return {}
@@ -303,6 +384,8 @@ class Balancer:
             # The last round's points are still moving or catching up: a worker's passes
             # say little until they settle, and planning on them moves data back and forth.
             return {}
+        if not self.clocks_settled():
+            return {}  # a pass time not yet measured at the worker's new point count
         if T <= 0 or not math.isfinite(T):
             return {}
         if not self.imbalanced_at_end(stats, T):
@@ -404,10 +487,10 @@ class Balancer:
     def predicted_end(self, stats: list[WorkerStat], T: float) -> tuple[dict[int, float],
                                                                         float]:
         """Each worker's passes predicted for the end of the remaining time T,
-        ``Pᵢ + T/(VᵢNᵢ)`` (the planner's prediction, §4.2, over the whole of T), and Eq. 8's
-        threshold for them: ε, or :data:`RELATIVE_EPSILON` of their mean once that is
-        larger."""
-        pred = {s.rank: s.p + (T / (s.v * s.n) if s.n > 0 else 0.0) for s in stats}
+        ``Pᵢ + T/(Aᵢ + VᵢNᵢ)`` (the planner's prediction, §4.2, over the whole of T, with
+        the fixed cost per pass of :meth:`fixed_cost`), and Eq. 8's threshold for them: ε,
+        or :data:`RELATIVE_EPSILON` of their mean once that is larger."""
+        pred = {s.rank: s.p + (T / pass_time(s) if s.n > 0 else 0.0) for s in stats}
         mean_p = sum(pred.values()) / len(pred)
         return pred, max(self.options.epsilon, RELATIVE_EPSILON * mean_p)
 
@@ -435,12 +518,40 @@ class Balancer:
         smaller)."""
         return min(MIN_KEPT, self.options.window)
 
+    def floor(self, source: WorkerStat, stats: list[WorkerStat]) -> int:
+        """Points ``source`` keeps whatever the orders: :attr:`kept`, or fewer -- at least
+        :data:`LAST_KEPT` -- where with those its pass (``A + V·kept``,
+        :meth:`fixed_cost`) would still take longer than ``1 +`` :data:`RELATIVE_EPSILON`
+        times the typical worker's (the lower median of the others'): keeping them cannot
+        meet Eq. 8's threshold, so they go.
+
+        An injected straggler (τ = 32 ms per 1,000 points, ~32 µs a point) keeping 64 points
+        adds 2 ms to a pass that costs it an iteration anyway (A): at FSPV's iterations of
+        4-7 ms, 30-50% more than the others' pass (issue 19's 1.50x).  At 10% of a 4 ms
+        iteration it keeps 12.
+        """
+        fit = self.fits(source, stats)
+        return self.kept if fit >= self.kept else max(LAST_KEPT, fit)
+
+    def fits(self, worker: WorkerStat, stats: list[WorkerStat]) -> int:
+        """The most points ``worker`` can hold with its pass (``A + V·n``,
+        :meth:`fixed_cost`) within ``1 +`` :data:`RELATIVE_EPSILON` times the typical
+        worker's (the lower median of the others' passes); a large number when no other
+        worker holds points."""
+        others = sorted(pass_time(s) for s in stats if s.rank != worker.rank and s.n > 0)
+        if not others:
+            return 2**62
+        room = (1.0 + RELATIVE_EPSILON) * others[(len(others) - 1) // 2] - worker.a
+        return min(math.floor(max(room, 0.0) / worker.v), 2**62)
+
     def keep_some(self, moves: list[Move], stats: list[WorkerStat], T: float) -> list[Move]:
         """The moves worth making.
 
         * Every source keeps at least :attr:`kept` points: Eq. 9 may hand nearly all of a
           straggler's points away, and a worker with none has no measurable speed and could
-          never be given work back when it recovers (a transient straggler).
+          never be given work back when it recovers (a transient straggler).  A straggler
+          whose pass those points alone would keep beyond Eq. 8's threshold keeps fewer
+          (:meth:`floor`).
         * A pair whose predicted passes at the end of T are within Eq. 8's threshold of each
           other moves nothing: Eq. 9 pairs every worker, and between workers of about equal
           speed it moved thousands of points back and forth each round to chase the timing
@@ -451,6 +562,14 @@ class Balancer:
         * A move under :data:`MIN_MOVE_FRACTION` of the smaller side is dropped.
         * A move that reverses a worker's last role without a change of its speed that
           justifies it is dropped (:meth:`reversal`).
+        * A straggler (:meth:`straggler`) receives at most what brings it to the points
+          whose pass fits Eq. 8's threshold of the typical worker's (:meth:`fits`).  Left
+          with its :meth:`floor`, it passes once an iteration while the others, holding its
+          points, may not, and leads in passes until its next burst of injected delays;
+          Eq. 9 pairs it with the worker furthest behind and balances that pair alone,
+          burying the straggler in points many passes behind its own (issue 19,
+          overlapping workload, worker 3 slow: 1,085 points at 7.1 s, 425 and 851 sent
+          back at 8.9 and 11.2 s, the run ending at max/min passes 1.16).
         * A move carries at most :data:`PEER_SHARE` of the source's points unless the
           source is a straggler (:meth:`straggler`: :data:`PEER_SPEED` times slower than
           the median worker at the last :data:`STRAGGLER_BARRIERS` barriers; a burst of load
@@ -458,6 +577,8 @@ class Balancer:
           the whole smoothing window of its speed).
         """
         pred, threshold = self.predicted_end(stats, T)
+        floors = {s.rank: self.floor(s, stats) for s in stats}
+        room = {s.rank: self.fits(s, stats) - s.n for s in stats if self.straggler(s.rank)}
         left = {s.rank: s.n for s in stats}
         held = dict(left)
         speeds = {s.rank: s.v for s in stats}
@@ -471,12 +592,16 @@ class Balancer:
             if self.reversal(m, speeds):
                 self.held_back += 1
                 continue
-            points = min(m.points, left[m.source] - self.kept)
+            points = min(m.points, left[m.source] - floors[m.source])
             if not self.straggler(m.source):
                 points = min(points, int(PEER_SHARE * held[m.source]))
+            if m.target in room:
+                points = min(points, room[m.target])
             smaller = min(held[m.source], held[m.target])
             if points >= max(1.0, MIN_MOVE_FRACTION * smaller):
                 left[m.source] -= points
+                if m.target in room:
+                    room[m.target] -= points
                 out.append(Move(m.source, m.target, points))
         return out
 
@@ -728,8 +853,9 @@ class Migrator:
             if left <= 0:
                 del self.quota[target]
                 continue
-            # Keep a few points here whatever the orders: see Balancer.keep_some.
-            room = shard.n_active - min(MIN_KEPT, self.options.window)
+            # Keep a point here whatever the orders; the master's orders keep more
+            # (Balancer.floor).
+            room = shard.n_active - LAST_KEPT
             want = self.window_size(target) if size is None else size
             rows = shard.select_behind_cursor(min(want, left, room))
             if len(rows) == 0:

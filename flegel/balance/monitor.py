@@ -52,14 +52,24 @@ class WorkerStat:
         Seconds per point (time to process one point once), finite and ``> 0``.
     p : float
         Traversal passes completed, finite and ``≥ 0``.
+    a : float, optional
+        Seconds a pass costs besides its points, finite and ``≥ 0`` (default 0: the paper's
+        model, a pass of N points takes V·N).  Under FSP a full pass ends a worker's
+        iteration, so each pass costs at least the wait for the next θ, however few points
+        it holds (:meth:`flegel.balance.migration.Balancer.stats` measures it); a pass then
+        takes ``a + V·N``.
     """
 
     rank: int
     n: int
     v: float
     p: float
+    a: float = 0.0
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.a) and self.a >= 0):
+            raise ValueError(f"worker {self.rank}: a (s/pass) must be finite and >= 0, "
+                             f"got {self.a}")
         if self.n < 0:
             raise ValueError(f"worker {self.rank}: n must be >= 0, got {self.n}")
         if not (math.isfinite(self.v) and self.v > 0):
@@ -87,6 +97,8 @@ class SuperWorker:
         Each member's own point count, in the order of ``ranks``; empty means every member
         holds ``floor(n)``.  The planner uses it so that no member is asked to send points
         it does not have.
+    a : float, optional
+        Aᵢ, seconds a pass costs besides its points (mean; :class:`WorkerStat`), ``≥ 0``.
     """
 
     ranks: tuple[int, ...]
@@ -94,6 +106,7 @@ class SuperWorker:
     v: float
     p: float
     sizes: tuple[int, ...] = ()
+    a: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.ranks:
@@ -106,6 +119,8 @@ class SuperWorker:
             raise ValueError(f"super worker {self.ranks}: v must be finite and > 0")
         if not (math.isfinite(self.p) and self.p >= 0):
             raise ValueError(f"super worker {self.ranks}: p must be finite and >= 0")
+        if not (math.isfinite(self.a) and self.a >= 0):
+            raise ValueError(f"super worker {self.ranks}: a must be finite and >= 0")
 
     @property
     def size(self) -> int:
@@ -168,8 +183,9 @@ def group(stats: Sequence[WorkerStat], tol: Tolerance | None = None) -> list[Sup
     Greedy complete linkage: workers are visited in order of ``(v, n, p, rank)`` and each
     joins the first group *all* of whose members it matches under ``tol`` (so any two
     workers of a group are within the tolerance of each other, not just of a seed), or
-    opens a new group.  A super worker's N, V, P are its members' means; ``sizes`` keeps
-    each member's own count.  Deterministic for a given input.
+    opens a new group.  A super worker's N, V, P (and the fixed cost per pass A, not
+    compared) are its members' means; ``sizes`` keeps each member's own count.
+    Deterministic for a given input.
 
     Parameters
     ----------
@@ -204,6 +220,7 @@ def group(stats: Sequence[WorkerStat], tol: Tolerance | None = None) -> list[Sup
             v=math.fsum(s.v for s in g) / k,
             p=math.fsum(s.p for s in g) / k,
             sizes=tuple(s.n for s in g),
+            a=math.fsum(s.a for s in g) / k,
         ))
     out.sort(key=lambda w: w.ranks[0])
     return out

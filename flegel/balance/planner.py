@@ -58,6 +58,27 @@ condition ``t < D·β·x*·Vⱼ`` is *equivalent* to ``x_f < x*``: the fallback 
 points than Eq. 9, exactly when T/d cannot cover the compensation.  Hence Δ ≤ x* always,
 and a round never pushes a pair past each other.
 
+A fixed cost per pass
+---------------------
+The paper's pass of N points takes V·N.  Under FSP a full pass also ends the worker's
+iteration (Section 3.3): it then waits for the next θ, so a pass costs at least one
+iteration however few points it holds.  A straggler given all but a few points is then not
+as fast in passes as V·N says: an injected straggler (τ = 32 ms per 1,000 points) left with
+~70 points computes a pass in 2.2 ms, but sleeps its 32 ms through whole iterations
+every 14 passes and passes at most once an iteration otherwise.  Measured (issue 19,
+overlapping workload, 30 s): its points were trained 2,896 times against 4,356 for the
+others (1.50x), while Eq. 9 on V·N saw it balanced: its V·N was the others' compute per
+pass, not their pass.  Each super worker therefore carries a fixed cost per pass A
+(:attr:`~flegel.balance.monitor.SuperWorker.a`, 0 by default: the paper's model) and a
+pass takes ``A + V·N``: P̃ = P + t/(A + V·N), and in Eq. 9 ``(Nᵢ − Δ)Vᵢ`` becomes
+``Aᵢ + (Nᵢ − Δ)Vᵢ`` and ``(Nⱼ + βΔ)Vⱼ`` becomes ``Aⱼ + (Nⱼ + βΔ)Vⱼ``.  Both sides stay
+monotone in Δ (the left rises, the right falls: :func:`eq9_delta`), so the root is found by
+bisection; with ``Aᵢ > 0`` the left side is bounded by ``Pᵢ + t/Aᵢ`` and may stay below the
+right side for every Δ < Nᵢ: then no share of its points lets the source keep pace, and
+Δ = Nᵢ (it keeps only what :func:`plan_round`'s callers leave it).  The fallback becomes
+``Aᵢ + (Nᵢ − Δ)Vᵢ = βΔVⱼ``.  With every A = 0 all of this is the paper's Eq. 9, solved in
+closed form as above.
+
 Integers and super workers
 --------------------------
 The pair moves S points in all, ``S = min(|𝕎ᵢ|·⌊Δ⌋, |𝕎ⱼ|·⌊βΔ⌋)``; S is split as evenly as
@@ -194,13 +215,32 @@ def _split(T: float, d: int) -> float:
     return T / d
 
 
+def pass_time(w: SuperWorker | WorkerStat, n: float | None = None) -> float:
+    """Seconds a pass takes, ``A + V·N`` (module docstring, "A fixed cost per pass").
+
+    Parameters
+    ----------
+    w : SuperWorker or WorkerStat
+        Its A (fixed seconds per pass), V (s/point) and N (points).
+    n : float, optional
+        Points to take the pass over (default: its own N).
+
+    Returns
+    -------
+    float
+        Seconds.
+    """
+    return w.a + w.v * (w.n if n is None else n)
+
+
 def predicted_passes(w: SuperWorker, T: float, d: int = DEFAULT_ROUNDS) -> float:
-    """P̃ = P + T/(d·V·N): passes after one split with no migration (FSP paper §4.2).
+    """P̃ = P + T/(d·(A + V·N)): passes after one split with no migration (FSP paper §4.2;
+    A, the fixed cost per pass, is 0 in the paper's model).
 
     Parameters
     ----------
     w : SuperWorker
-        Its P (passes), V (s/point), N (points).
+        Its P (passes), V (s/point), N (points), A (s/pass).
     T : float
         Remaining time (s), finite and > 0.
     d : int
@@ -212,7 +252,7 @@ def predicted_passes(w: SuperWorker, T: float, d: int = DEFAULT_ROUNDS) -> float
         Passes; ``inf`` for N = 0.
     """
     t = _split(T, d)
-    return math.inf if w.n == 0 else w.p + t / (w.v * w.n)
+    return math.inf if w.n == 0 else w.p + t / pass_time(w)
 
 
 def pair(supers: Sequence[SuperWorker], T: float,
@@ -261,14 +301,21 @@ def eq9_delta(i: SuperWorker, j: SuperWorker, T: float, d: int = DEFAULT_ROUNDS)
     d : int
         Rounds per cycle.
 
+    With a fixed cost per pass (``Aᵢ`` or ``Aⱼ`` > 0) the root is found by bisection
+    (module docstring, "A fixed cost per pass"), and it is Nᵢ when even sending every point
+    leaves the source behind.
+
     Returns
     -------
     float
-        The real solution clamped to [0, Nᵢ): 0 when 𝕎ᵢ is not behind 𝕎ⱼ (P̃ᵢ ≥ P̃ⱼ).
+        The real solution clamped to [0, Nᵢ): 0 when 𝕎ᵢ is not behind 𝕎ⱼ (P̃ᵢ ≥ P̃ⱼ); Nᵢ
+        when no share keeps the source's pace (only with ``Aᵢ > 0``).
     """
     t = _split(T, d)
     if i.n == 0:
         return 0.0
+    if i.a > 0 or j.a > 0:
+        return _eq9_bisect(i, j, t)
     beta = i.size / j.size
     c = i.v * ((j.p - i.p) * j.n + t / j.v)
     den = t * beta + c
@@ -278,11 +325,44 @@ def eq9_delta(i: SuperWorker, j: SuperWorker, T: float, d: int = DEFAULT_ROUNDS)
     return min(max(x, 0.0), i.n)
 
 
+def _eq9_bisect(i: SuperWorker, j: SuperWorker, t: float) -> float:
+    """Eq. 9 with fixed costs per pass, ``t = T/d``: the Δ in [0, Nᵢ] where the source's
+    passes ``Pᵢ + t/(Aᵢ + (Nᵢ − Δ)Vᵢ)`` meet the target's
+    ``Pⱼ + (t − (Pⱼ − Pᵢ)βΔVⱼ)/(Aⱼ + (Nⱼ + βΔ)Vⱼ)``.
+
+    For a pair the planner makes (P̃ᵢ ≤ P̃ⱼ) the left side rises with Δ and the right side
+    falls (its slope has the sign of ``−((Pⱼ − Pᵢ)(Aⱼ + NⱼVⱼ) + t)``, negative unless 𝕎ⱼ is
+    behind 𝕎ᵢ by more than it passes in t, i.e. P̃ⱼ < Pᵢ ≤ P̃ᵢ), so bisection finds the
+    single crossing; 60 halvings bring the interval under a millionth of a point for any
+    shard that fits in memory.
+    """
+    beta = i.size / j.size
+    gap = j.p - i.p
+
+    def behind(x: float) -> float:
+        """Source's passes minus target's after moving x (< 0: still behind)."""
+        rest = pass_time(i, i.n - x)
+        left = math.inf if rest <= 0 else i.p + t / rest
+        return left - (j.p + (t - gap * beta * x * j.v) / pass_time(j, j.n + beta * x))
+
+    if behind(0.0) >= 0:
+        return 0.0
+    if behind(float(i.n)) <= 0:
+        return float(i.n)  # even with no points left it stays behind: every point goes
+    lo, hi = 0.0, float(i.n)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if behind(mid) < 0 else (lo, mid)
+    return lo
+
+
 def fallback_delta(i: SuperWorker, j: SuperWorker) -> float:
     """Δ from the fallback ``(Nᵢ − Δ)Vᵢ = βΔVⱼ`` (FSP paper §4.2, after Eq. 9).
 
     Used when T/d cannot cover the compensation: both the source's remaining data and
-    the migrated data then take the same time per pass, ``Δ = NᵢVᵢ/(Vᵢ + βVⱼ)``.
+    the migrated data then take the same time per pass, ``Δ = NᵢVᵢ/(Vᵢ + βVⱼ)``; with a
+    fixed cost per pass, ``Aᵢ + (Nᵢ − Δ)Vᵢ = βΔVⱼ``, ``Δ = (Aᵢ + NᵢVᵢ)/(Vᵢ + βVⱼ)``, at most
+    Nᵢ.
 
     Parameters
     ----------
@@ -297,7 +377,7 @@ def fallback_delta(i: SuperWorker, j: SuperWorker) -> float:
         Points per source worker, in [0, Nᵢ).
     """
     beta = i.size / j.size
-    return i.n * i.v / (i.v + beta * j.v)
+    return min(pass_time(i) / (i.v + beta * j.v), float(i.n))
 
 
 def pair_delta(i: SuperWorker, j: SuperWorker, T: float,
@@ -402,7 +482,8 @@ def advance(stats: Sequence[WorkerStat], moves: Sequence[Move], T: float,
 
     Each worker ends with ``n' = n − sent + received`` points and the point-weighted mean
     passes of its data, ``p' = (p·(n − sent) + Σ received·p_source + (T/d)/v) / n'`` (the
-    quantity both sides of Eq. 9 stand for), at unchanged speed.  Moves are assumed done
+    quantity both sides of Eq. 9 stand for), at unchanged speed; with a fixed cost per pass
+    a, ``(T/d)/v`` becomes ``n'·(T/d)/(a + v·n')``, the point-passes of T/d.  Moves are assumed done
     at the start of the round: the paper's model, not a promise about §4.3's transfers.
 
     Parameters
@@ -437,10 +518,11 @@ def advance(stats: Sequence[WorkerStat], moves: Sequence[Move], T: float,
             raise ValueError(f"worker {s.rank} sends {sent[s.rank]} of its {s.n} points")
         n_new = kept + sum(q for q, _ in got[s.rank])
         if n_new == 0:
-            out.append(WorkerStat(s.rank, 0, s.v, s.p))
+            out.append(WorkerStat(s.rank, 0, s.v, s.p, s.a))
             continue
-        work = math.fsum([s.p * kept, *(q * p for q, p in got[s.rank]), t / s.v])
-        out.append(WorkerStat(s.rank, n_new, s.v, work / n_new))
+        trained = t / s.v if s.a == 0 else n_new * t / pass_time(s, n_new)
+        work = math.fsum([s.p * kept, *(q * p for q, p in got[s.rank]), trained])
+        out.append(WorkerStat(s.rank, n_new, s.v, work / n_new, s.a))
     return out
 
 
