@@ -177,6 +177,12 @@ def fig9b(ctx: Ctx) -> Figure:
         setting="K-means, contiguous, τ = 32 ms", table=table, pictures=[pic])
 
 
+#: Fig. 10: workers "enter the barrier at nearly the same time" when a barrier's reports
+#: spread over at most this share of an iteration, on average (a choice: the paper gives no
+#: number).
+NEARLY_TOGETHER = 0.25
+
+
 def fig10(ctx: Ctx) -> Figure:
     """Fig. 10: CPU utilisation -- how unevenly the workers wait at barriers (Fig. 7's runs).
 
@@ -188,10 +194,12 @@ def fig10(ctx: Ctx) -> Figure:
     training time, so that BSPV's and FSPV's runs of different length compare; the
     difference is max - min over the workers.  (Before issue 19's review the row divided the
     wait by the wait plus the *kernel* time, which left a straggler's injected sleep out:
-    BSPV's straggler, which never waits, read a wait share of 0.94.)  The claim holds when
-    FSPV's difference is below BSPV's on every algorithm.  Whether FSPV's workers "enter the
-    barrier at nearly the same time" is shown beside it: the mean time from a barrier's first
-    report to its last, as a share of the mean iteration.
+    BSPV's straggler, which never waits, read a wait share of 0.94.)  Whether FSPV's workers
+    "enter the barrier at nearly the same time": the mean time from a barrier's first report
+    to its last, as a share of the mean iteration (the paper gives no number: "nearly" is
+    taken as at most :data:`NEARLY_TOGETHER`; BSPV's reports spread over most of its
+    iterations).  The claim holds when, on every algorithm, FSPV's difference is below
+    BSPV's and its reports arrive nearly together.
     """
     inj = ctx.injected()
     head = ["algorithm", "BSPV: cost per worker (share of the run)",
@@ -211,10 +219,10 @@ def fig10(ctx: Ctx) -> Figure:
         diff = {s: max(v) - min(v) for s, v in shares.items()}
         ratio = diff["bspv"] / max(diff["fspv-off"], 1e-9)
         ratios.append(ratio)
-        holds = holds and ratio > 1.0
         share = (barriers.mean_spread_s(by["fspv-off"])
                  / barriers.mean_iteration_s(by["fspv-off"]))
         spreads.append(share)
+        holds = holds and ratio > 1.0 and share <= NEARLY_TOGETHER
         table.append(time_row(
             [a] + [" ".join(f"{x:.2f}" for x in shares[s]) for s in ("bspv", "fspv-off")]
             + [f"{diff['bspv']:.2f} / {diff['fspv-off']:.2f} = {ratio:.1f}x",
@@ -226,7 +234,8 @@ def fig10(ctx: Ctx) -> Figure:
                              for s in ("bspv", "fspv-off")], timeline_picture)
     ours = (f"difference between the workers' synchronization costs (share of the run) "
             f"BSPV / FSPV: {min(ratios):.1f}x to {max(ratios):.1f}x; FSPV's reports spread "
-            f"over {100 * min(spreads):.0f}-{100 * max(spreads):.0f} % of an iteration"
+            f"over {100 * min(spreads):.0f}-{100 * max(spreads):.0f} % of an iteration "
+            f"(nearly together: <= {100 * NEARLY_TOGETHER:.0f} %)"
             if ratios else "failed")
     return Figure(
         "10", "utilisation: how unevenly workers wait at barriers",
