@@ -87,6 +87,29 @@ c.Barrier()
 """
 
 
+#: The round-trip job: rank 0 (h1, the master's host) and rank 1 (h2) bounce a 64-byte
+#: message (a pause signal's size) ``argv[1]`` times; rank 0 prints the median in µs.
+_PING = """
+import sys, time
+import numpy as np
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+buf, times = np.zeros(8), []
+c.Barrier()
+for _ in range(int(sys.argv[1])):
+    if c.rank == 0:
+        t0 = time.perf_counter()
+        c.Send(buf, dest=1)
+        c.Recv(buf, source=1)
+        times.append(time.perf_counter() - t0)
+    elif c.rank == 1:
+        c.Recv(buf, source=0)
+        c.Send(buf, dest=0)
+if c.rank == 0:
+    print(f"{1e6 * float(np.median(times)):.0f}")
+"""
+
+
 def cluster_script() -> Path:
     """``deploy/local/cluster.sh`` of this checkout."""
     return Path(__file__).resolve().parents[3] / "deploy" / "local" / "cluster.sh"
@@ -187,6 +210,18 @@ def _mpiexec(cluster: Cluster, script: str, *args: str) -> None:
         cluster.sh("mpiexec", "-n", str(len(cluster.hosts)), sys.executable, f.name, *args)
     finally:
         os.unlink(f.name)
+
+
+def round_trip_us(cluster: Cluster, n: int = 200) -> float:
+    """The median round trip of a small message between h1 (the master's host) and h2, in
+    µs: a pause signal and its answer's way, as the paper's Gigabit Ethernet had it."""
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(_PING)
+    try:
+        out = cluster.sh("mpiexec", "-n", "2", sys.executable, f.name, str(n)).stdout
+    finally:
+        os.unlink(f.name)
+    return float(out.strip().splitlines()[-1])
 
 
 def link_mb_s(cluster: Cluster) -> float:

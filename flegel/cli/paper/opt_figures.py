@@ -190,6 +190,12 @@ def fig13(ctx: Ctx) -> Figure:
     cluster = network.find()
     places = ["local"] + (["cluster"] if cluster is not None
                           and len(cluster.hosts) >= ctx.mode.workers + 1 else [])
+    rtt = ""
+    if cluster is not None and "cluster" in places:
+        try:
+            rtt = f" (a small message's round trip h1-h2 {network.round_trip_us(cluster):.0f} µs)"
+        except (RuntimeError, OSError, ValueError, IndexError):
+            rtt = ""
     runs: list[RunResult] = []
     # (on the cluster, timer share, ratio, label): the verdict's run is the max (see notes)
     decided: list[tuple[bool, float, float, str]] = []
@@ -222,7 +228,7 @@ def fig13(ctx: Ctx) -> Figure:
               if best else "failed"),
         ours_value=best[2] if best else None,
         setting=f"{', '.join(FIG13_ALGORITHMS)} with asyn, contiguous, {slow} (the paper: "
-                f"*Natural*); {' and '.join(places)}",
+                f"*Natural*); {' and '.join(places)}{rtt}",
         table=table + failures(runs))
 
 
