@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from flegel.sync.fsp import PASS_EVIDENCE
 from flegel.sync.passes import PASS_HISTORY, PassPredictor
 from tests.fakes import Simulation
 
@@ -18,18 +19,25 @@ ETA_MS = 8.0
 
 def test_commits_of_no_points_but_a_delay_keep_the_prediction():
     """A worker that served a suspension with no point over its whole history is a straggler
-    (at least one point's worth of delay), not forgotten: forgetting is for a commit of no
-    points *and* no delay (paused before it ran)."""
+    (at least one point's worth of delay), not forgotten; a commit of no points *and* no
+    delay (paused before it ran) forgets a worker only once its evidence runs out."""
     p = PassPredictor()
     head = {"points": 1000.0, "rate": 1e6, "slowed_s": 0.032, "n_active": 1000.0}
-    p.observe({1: head})
+    p.observe({1: head, 2: {**head, "slowed_s": 0.0}})  # worker 2: 1 ms a pass
     for _ in range(PASS_HISTORY):
         p.observe({1: {**head, "points": 0.0, "rate": 0.0, "slowed_s": 0.008}})
     # 1 µs a point plus 4 x 8 ms of delay for (at least) one point, times 1000 points.
     assert p.pass_s[1] == pytest.approx(1000 * (1e-6 + 0.032))
     assert p.evidence(1) == PASS_HISTORY
-    p.observe({1: {**head, "points": 0.0, "rate": 0.0, "slowed_s": 0.0}})
-    assert 1 not in p.pass_s  # paused before it ran: no longer judged
+    # Paused before it ran (no point, no delay): a worker slowed by its pattern loses one
+    # commit of evidence per such commit -- still paused at once while it has
+    # PASS_EVIDENCE -- and is forgotten (measured again) when its evidence runs out.
+    idle = {**head, "points": 0.0, "rate": 0.0, "slowed_s": 0.0}
+    p.observe({1: idle})
+    assert p.evidence(1) == PASS_HISTORY - 1 and p.stragglers(4.0, PASS_EVIDENCE) == [1]
+    for _ in range(PASS_HISTORY - 1):
+        p.observe({1: idle})
+    assert 1 not in p.pass_s and p.evidence(1) == 0
 
 
 @pytest.mark.parametrize("coordination", ["semi", "centralized"])

@@ -31,7 +31,13 @@ straggler patterns' suspensions and slow-downs, ``slowed_s``), times the points 
   straggler fast after each burst;
 * **a commit of no points and no delay forgets the worker** (it was paused before it ran):
   it is no straggler until measured again, so a worker that missed one iteration is not
-  paused at once in the next and left unmeasured for good.  Commits of no points *with* a delay
+  paused at once in the next and left unmeasured for good -- unless its recent commits carry
+  injected delays (a straggler by its pattern, which a wait for a core never adds): then the
+  commit takes one commit off its evidence, so a straggler that had served its suspension
+  and was paused before its next block stays paused at once (forgotten, it ran unpredicted
+  for :data:`~flegel.sync.fsp.PASS_EVIDENCE` iterations, sleeping through the second while
+  the others waited for its timer), and one whose pattern ended is measured again within
+  ``PASS_HISTORY`` such commits.  Commits of no points *with* a delay
   (a suspension served over several iterations) keep it a straggler: with no point among
   its recent commits it counts as one point in that time.  Dropping it there (issue 19,
   Figs. 10 and 13) left an *Injected* straggler unpredicted after four such commits; under
@@ -81,7 +87,12 @@ class PassPredictor(AttributeState):
             if h["points"] > 0 and h["rate"] > 0:
                 kernels.append(1.0 / h["rate"])
             elif slowed <= 0:
-                self.forget(r)
+                if len(delays) > 1 and any(d > 0 for _, d in delays):
+                    # Slowed by its pattern before (no preempted kernel): one commit less
+                    # of evidence, so it is paused at once until its evidence runs out.
+                    del delays[0]
+                else:
+                    self.forget(r)
                 continue
             delays.append((float(h["points"]), slowed))
             del kernels[:-self.history], delays[:-self.history]
