@@ -33,15 +33,17 @@ def runs_under(folder: Path, match: str) -> list[Path]:
 
 def idle_timer_barriers(path: Path) -> int:
     """Barriers a worker ended on its own timer having done no point while another worker
-    ended on a full pass: the others waited for the timer of a worker that slept (an
-    *Injected* straggler FSP did not pause at the first pass)."""
+    ended on a full pass, at least half an η after the first report: the others waited for
+    the timer of a worker that slept (an *Injected* straggler FSP did not pause at the first
+    pass; a timer that merely beat the pause signal ends its barrier sooner)."""
     held = 0
     with (path / "events.jsonl").open() as f:
         for text in f:
             ev = json.loads(text)
             w = ev.get("workers") if "barrier_s" in ev else None
             if w and "pass" in w["reason"] and any(
-                    r == "timer" and p == 0 for r, p in zip(w["reason"], w["points"])):
+                    r == "timer" and p == 0 for r, p in zip(w["reason"], w["points"])
+            ) and ev["barrier_s"] * 1e3 >= 0.5 * float(ev.get("eta_ms") or 0.0):
                 held += 1
     return held
 
