@@ -38,9 +38,15 @@ def test_typical_stragglers_and_evidence():
     assert p.pass_s[4] == pytest.approx(2e-3)
     assert p.pass_s[3] == pytest.approx(2e-3 + 1000 * 0.15 / 500)
     assert p.stragglers(4.0, 2) == [3] and p.evidence(3) == 2
-    # A commit of nothing, without a delay (paused before it ran): forgotten.
+    # A commit of nothing, without a delay (paused before it ran): a worker slowed by its
+    # pattern loses one commit of evidence (issue 19, i19s), then is forgotten.
+    p.observe({3: commit(0, 0.0)})
+    assert p.evidence(3) == 1 and p.stragglers(4.0, 1) == [3]
     p.observe({3: commit(0, 0.0)})
     assert 3 not in p.pass_s and p.evidence(3) == 0 and p.stragglers(4.0, 1) == []
+    # ... and one never slowed by a pattern is forgotten at once.
+    p.observe({4: commit(0, 0.0)})
+    assert 4 not in p.pass_s and p.evidence(4) == 0
 
 
 def test_history_is_bounded():

@@ -9,7 +9,7 @@ picture.  FSPB and FSPV are without data migration, as in Section 6.2.
 
 from __future__ import annotations
 
-from flegel.cli.paper import horizons, plots
+from flegel.cli.paper import barriers, horizons, plots
 from flegel.cli.paper.common import FOUR, NAMES, Ctx, failures, geo_mean, time_row
 from flegel.cli.paper.page import Figure
 from flegel.cli.paper.runner import Ratio, RunResult
@@ -177,37 +177,74 @@ def fig9b(ctx: Ctx) -> Figure:
         setting="K-means, contiguous, τ = 32 ms", table=table, pictures=[pic])
 
 
+#: Fig. 10: workers "enter the barrier at nearly the same time" when a barrier's reports
+#: spread over at most this share of an iteration, on average (a choice: the paper gives no
+#: number).
+NEARLY_TOGETHER = 0.25
+
+
 def fig10(ctx: Ctx) -> Figure:
-    """Fig. 10: CPU utilisation -- how unevenly the workers wait (Fig. 7's runs)."""
+    """Fig. 10: CPU utilisation -- how unevenly the workers wait at barriers (Fig. 7's runs).
+
+    What the paper plots (Section 6.2): each worker's synchronization cost, "the elapsed time
+    from the point where a worker enters a barrier at the end of an iteration, to the point
+    where it leaves the barrier" (10b, per worker), and the difference between the fastest
+    worker's and the slowest one's (10a).  Here each worker's cost is its waits for θ after
+    its commits (:func:`flegel.cli.paper.barriers.worker_costs`), as a share of the run's
+    training time, so that BSPV's and FSPV's runs of different length compare; the
+    difference is max - min over the workers.  (Before issue 19's review the row divided the
+    wait by the wait plus the *kernel* time, which left a straggler's injected sleep out:
+    BSPV's straggler, which never waits, read a wait share of 0.94.)  Whether FSPV's workers
+    "enter the barrier at nearly the same time": the mean time from a barrier's first report
+    to its last, as a share of the mean iteration (the paper gives no number: "nearly" is
+    taken as at most :data:`NEARLY_TOGETHER`; BSPV's reports spread over most of its
+    iterations).  The claim holds when, on every algorithm, FSPV's difference is below
+    BSPV's and its reports arrive nearly together.
+    """
     inj = ctx.injected()
-    head = ["algorithm", "BSPV wait share (min-max)", "FSPV wait share (min-max)",
-            "spread BSPV / FSPV"]
-    table = [time_row(head), time_row(["---"] * 4)]
-    holds, ratios = True, []
+    head = ["algorithm", "BSPV: cost per worker (share of the run)",
+            "FSPV: cost per worker (share of the run)", "difference BSPV / FSPV",
+            "first-to-last report ms BSPV / FSPV", "FSPV: report spread / iteration"]
+    table = [time_row(head), time_row(["---"] * len(head))]
+    holds, ratios, spreads = True, [], []
+    runs: list[RunResult] = []
     for a in ctx.algorithms():
-        cells = [a]
-        spread = {}
-        for s in ("bspv", "fspv-off"):
-            r = ctx.run(a, "contiguous", s, inj)
-            share = [w["wait_s"] / max(w["wait_s"] + w["compute_s"], 1e-9)
-                     for w in (r.summary or {}).get("per_worker", [])]
-            spread[s] = (max(share) - min(share)) if share else float("nan")
-            cells.append(f"{min(share):.2f}-{max(share):.2f}" if share else "failed")
-        ratio = spread["bspv"] / max(spread["fspv-off"], 1e-9)
+        by = {s: ctx.run(a, "contiguous", s, inj) for s in ("bspv", "fspv-off")}
+        runs += by.values()
+        shares = {s: barriers.cost_shares(r) for s, r in by.items()}
+        if not all(shares.values()):
+            table.append(time_row([a, "failed", "failed", "-", "-", "-"]))
+            holds = False
+            continue
+        diff = {s: max(v) - min(v) for s, v in shares.items()}
+        ratio = diff["bspv"] / max(diff["fspv-off"], 1e-9)
         ratios.append(ratio)
-        holds = holds and ratio > 1.0
-        table.append(time_row(cells + [f"{ratio:.1f}x"]))
+        share = (barriers.mean_spread_s(by["fspv-off"])
+                 / barriers.mean_iteration_s(by["fspv-off"]))
+        spreads.append(share)
+        holds = holds and ratio > 1.0 and share <= NEARLY_TOGETHER
+        table.append(time_row(
+            [a] + [" ".join(f"{x:.2f}" for x in shares[s]) for s in ("bspv", "fspv-off")]
+            + [f"{diff['bspv']:.2f} / {diff['fspv-off']:.2f} = {ratio:.1f}x",
+               " / ".join(f"{1e3 * barriers.mean_spread_s(by[s]):.1f}"
+                          for s in ("bspv", "fspv-off")),
+               f"{100 * share:.0f} %"]))
     pic = plots.run_picture(ctx.pictures / "fig10.png",
                             [(NAMES[s], ctx.run("kmeans", "contiguous", s, inj))
                              for s in ("bspv", "fspv-off")], timeline_picture)
+    ours = (f"difference between the workers' synchronization costs (share of the run) "
+            f"BSPV / FSPV: {min(ratios):.1f}x to {max(ratios):.1f}x; FSPV's reports spread "
+            f"over {100 * min(spreads):.0f}-{100 * max(spreads):.0f} % of an iteration "
+            f"(nearly together: <= {100 * NEARLY_TOGETHER:.0f} %)"
+            if ratios else "failed")
     return Figure(
         "10", "utilisation: how unevenly workers wait at barriers",
         "under BSPV fast workers wait long for the stragglers; under FSPV all enter the "
-        "barrier at nearly the same time (no number)", holds=holds,
-        ours=f"spread of the workers' wait shares BSPV / FSPV: "
-             f"{min(ratios):.1f}x to {max(ratios):.1f}x",
-        setting=f"Fig. 7's runs (contiguous, {inj}); wait share = wait / (wait + compute) "
-                "per worker", table=table, pictures=[pic] if pic else [])
+        "barrier at nearly the same time (no number)", holds=holds and bool(ratios),
+        ours=ours,
+        setting=f"Fig. 7's runs (contiguous, {inj}); a worker's synchronization cost = its "
+                "waits for θ after its commits (Section 6.2), over the run's training time",
+        table=table + failures(runs), pictures=[pic] if pic else [])
 
 
 def fig14(ctx: Ctx) -> Figure:

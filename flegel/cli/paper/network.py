@@ -24,6 +24,7 @@ figures show what the link does to migration, not what a cluster's CPUs would.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -38,6 +39,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from flegel.cli.compare import model_sets, parse_stragglers
+from flegel.cli.paper.runner import Runner, RunResult
 
 #: Where ``cluster.sh`` keeps a cluster's state (its hosts, limits, hostfile).
 STATE = Path("/run/flegel-cluster")
@@ -80,6 +84,29 @@ if c.rank == 1:
 elif c.rank == 2:
     c.Recv(buf, source=1)
 c.Barrier()
+"""
+
+
+#: The round-trip job: rank 0 (h1, the master's host) and rank 1 (h2) bounce a 64-byte
+#: message (a pause signal's size) ``argv[1]`` times; rank 0 prints the median in µs.
+_PING = """
+import sys, time
+import numpy as np
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+buf, times = np.zeros(8), []
+c.Barrier()
+for _ in range(int(sys.argv[1])):
+    if c.rank == 0:
+        t0 = time.perf_counter()
+        c.Send(buf, dest=1)
+        c.Recv(buf, source=1)
+        times.append(time.perf_counter() - t0)
+    elif c.rank == 1:
+        c.Recv(buf, source=0)
+        c.Send(buf, dest=0)
+if c.rank == 0:
+    print(f"{1e6 * float(np.median(times)):.0f}")
 """
 
 
@@ -183,6 +210,18 @@ def _mpiexec(cluster: Cluster, script: str, *args: str) -> None:
         cluster.sh("mpiexec", "-n", str(len(cluster.hosts)), sys.executable, f.name, *args)
     finally:
         os.unlink(f.name)
+
+
+def round_trip_us(cluster: Cluster, n: int = 200) -> float:
+    """The median round trip of a small message between h1 (the master's host) and h2, in
+    µs: a pause signal and its answer's way, as the paper's Gigabit Ethernet had it."""
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(_PING)
+    try:
+        out = cluster.sh("mpiexec", "-n", "2", sys.executable, f.name, str(n)).stdout
+    finally:
+        os.unlink(f.name)
+    return float(out.strip().splitlines()[-1])
 
 
 def link_mb_s(cluster: Cluster) -> float:
@@ -310,3 +349,35 @@ def run_table2(cluster: Cluster, folder: Path, rates: tuple[str, ...] = ("200mbi
         cluster.sh("shape", *(["--rate", before] if before != "none" else []))
         cluster.rate = before
     return rows
+
+
+def paper_run(runner: Runner, algorithm: str, partition: str, sync: str, stragglers: str,
+              sets: tuple[str, ...] = ()) -> RunResult:
+    """One ``flegel paper`` setting (:meth:`Runner.run`'s arguments, the same job, target and
+    keys) run across the local cluster's hosts -- one rank a host, TCP between them -- in
+    ``runs/<algorithm>-<partition>-<sync>-cluster-<digest>``; a failed run or no cluster up
+    gives a failed :class:`RunResult`.  The cluster's runs are not shared with local ones."""
+    key = json.dumps([algorithm, partition, sync, stragglers, list(sets), "cluster"])
+    digest = hashlib.sha1(key.encode()).hexdigest()[:6]
+    folder = runner.out / "runs" / f"{algorithm}-{partition}-{sync}-cluster-{digest}"
+    target = runner.target(algorithm, partition)
+    args = ["run", str(runner.job(algorithm, partition)), "--out", str(folder), "--force",
+            "--set", "output.progress=none"]
+    for s in (model_sets(sync) + [f"stragglers={json.dumps(parse_stragglers(stragglers))}"]
+              + list(sets) + ([f"stop.target_objective={target!r}"] if target is not None
+                              else [])):
+        args += ["--set", s]
+    t0 = time.perf_counter()
+    summary, error = None, None
+    cluster = find()
+    try:
+        if cluster is None:
+            raise RuntimeError("no local cluster is up")
+        cluster.sh(*args, timeout=3 * runner.mode.ref_time_s + 60)
+        summary = json.loads((folder / "summary.json").read_text())
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
+        error = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else repr(exc)
+    res = RunResult(key, folder, summary, error, target, time.perf_counter() - t0)
+    runner.say(f"  {algorithm}/{partition}/{sync}/{stragglers} {' '.join(sets)} (cluster): "
+               + (f"{res.time.text()} s to target" if res.ok else f"FAILED: {error}"))
+    return res

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from flegel.cli.paper import plots
+from flegel.cli.paper import barriers, network, plots
 from flegel.cli.paper.common import NAMES, Ctx, failures, geo_mean, time_row
 from flegel.cli.paper.page import Figure
 from flegel.cli.paper.runner import Ratio, RunResult
@@ -136,42 +136,109 @@ def fig12(ctx: Ctx) -> Figure:
         table=table + failures([r for _, r in runs]), pictures=pics)
 
 
+#: Fig. 13's straggler, the paper's *Natural* (a worker on a congested host): a CPU this many
+#: times slower, which answers a signal only between blocks (``persistent``; see fig13).
+NATURAL_FACTOR = 2.0
+#: Fig. 13's algorithms: the paper's K-means and LR, and the CNN, whose pass is long enough
+#: that the interval, not a pass, ends its iterations (see fig13).
+FIG13_ALGORITHMS = ("kmeans", "logreg", "cnn")
+
+
+def _coordination_runs(ctx: Ctx, algorithm: str, slow: str, where: str
+                       ) -> tuple[RunResult, RunResult]:
+    """(semi, centralized) FSPV+asyn runs of ``algorithm`` on contiguous shards, here or on
+    the local cluster (``where == "cluster"``)."""
+    if where == "cluster":
+        return (network.paper_run(ctx.runner, algorithm, "contiguous", "fspv-async", slow),
+                network.paper_run(ctx.runner, algorithm, "contiguous", "fspv-async", slow,
+                                  CENTRALIZED))
+    return (ctx.run(algorithm, "contiguous", "fspv-async", slow),
+            ctx.run(algorithm, "contiguous", "fspv-async", slow, CENTRALIZED))
+
+
+def fig13(ctx: Ctx) -> Figure:
+    """Fig. 13: the accumulated synchronization cost of semi-centralized against centralized
+    coordination.
+
+    The paper's quantity (Section 6.3): the synchronization cost per iteration, summed over
+    the run -- 48.4 s centralized, 38.3 s semi for KMs, though semi ran more iterations
+    (a smaller η) -- here Σ ``barrier_s`` of each run to its target
+    (:func:`flegel.cli.paper.barriers.accumulated_s`; a run that does not reach it counts
+    its whole time on both sides alike).  Before issue 19's review the row compared the
+    *mean* barrier, which says nothing of a run with more iterations.
+
+    Setting, where the paper's is out of reach at this scale:
+
+    * the straggler is *Natural*, as the paper's Fig. 13: a CPU ``NATURAL_FACTOR`` times
+      slower (``persistent``), which answers the pause signal only after the block it is on.
+      The *Injected* straggler answers it at once (its suspension is served in 1 ms slices,
+      a signal ends it), so under it centralized coordination loses nothing by construction;
+    * semi-centralized coordination acts through the workers' timers η - δᵢ, which end an
+      iteration only when η is shorter than a pass.  At ``--quick`` scale a pass of K-means
+      or LR takes about a millisecond and every iteration ends on passes (no timer fires:
+      the column "timers" shows it), as in the paper it does not (a pass of HIGGS takes
+      seconds); the CNN's pass (hundreds of ms) is in the paper's regime, so the verdict is
+      the ratio of the algorithm whose semi iterations end on timers most often;
+    * on the local cluster when it is up (``deploy/local/cluster.sh up 5``: one host per
+      rank, TCP between them, the pause signal's round trip a real network's), the same runs
+      there are shown too and decide the verdict.
+    """
+    slow = f"persistent:factor={NATURAL_FACTOR:g},workers={ctx.mode.slow}"
+    head = ["where", "algorithm", "accumulated s c / s", "ratio c / s", "barriers c / s",
+            "barrier ms c / s", "time to target c / s", "timers (semi)"]
+    table = [time_row(head), time_row(["---"] * len(head))]
+    cluster = network.find()
+    places = ["local"] + (["cluster"] if cluster is not None
+                          and len(cluster.hosts) >= ctx.mode.workers + 1 else [])
+    rtt = ""
+    if cluster is not None and "cluster" in places:
+        try:
+            rtt = f" (a small message's round trip h1-h2 {network.round_trip_us(cluster):.0f} µs)"
+        except (RuntimeError, OSError, ValueError, IndexError):
+            rtt = ""
+    runs: list[RunResult] = []
+    # (on the cluster, timer share, ratio, label): the verdict's run is the max (see notes)
+    decided: list[tuple[bool, float, float, str]] = []
+    for where in places:
+        for a in FIG13_ALGORITHMS:
+            semi, cent = _coordination_runs(ctx, a, slow, where)
+            runs += [semi, cent]
+            acc = {k: barriers.accumulated_s(r) for k, r in (("c", cent), ("s", semi))}
+            n = {k: int((r.summary or {}).get("barriers", 0)) for k, r in (("c", cent),
+                                                                          ("s", semi))}
+            why = barriers.reasons(semi)
+            timers = why.get("timer", 0) / max(sum(why.values()), 1)
+            ratio = acc["c"] / acc["s"] if acc["s"] > 0 else float("nan")
+            if not math.isnan(ratio):
+                decided.append((where == "cluster", timers, ratio, f"{a}, {where}"))
+            table.append(time_row([
+                where, a, f"{_s(acc['c'])} / {_s(acc['s'])}", _x(ratio),
+                f"{n['c']} / {n['s']}",
+                " / ".join(_ms(barriers.accumulated_s(r) / max(k, 1) * 1e3)
+                           for r, k in ((cent, n["c"]), (semi, n["s"]))),
+                f"{cent.time.text()} / {semi.time.text()}", f"{100 * timers:.0f} %"]))
+    best = max(decided) if decided else None
+    return Figure(
+        "13", "semi-centralized coordination: barrier cost",
+        "semi cuts the accumulated synchronization cost from 48.4 s to 38.3 s (1.26x) though "
+        "it runs more iterations (KMs)", paper_value=48.4 / 38.3,
+        ours=(f"accumulated synchronization cost centralized / semi: {_x(best[2])} "
+              f"({best[3]}: of the runs, {'on the cluster, ' if best[0] else ''}the one "
+              f"whose iterations end on the semi timers most, {100 * best[1]:.0f} %)"
+              if best else "failed"),
+        ours_value=best[2] if best else None,
+        setting=f"{', '.join(FIG13_ALGORITHMS)} with asyn, contiguous, {slow} (the paper: "
+                f"*Natural*); {' and '.join(places)}{rtt}",
+        table=table + failures(runs))
+
+
+def _s(value: float) -> str:
+    return "failed" if math.isnan(value) else f"{value:.3f}"
+
+
 def _ms(value: float) -> str:
     return "failed" if math.isnan(value) else f"{value:.2f}"
 
 
 def _x(value: float) -> str:
     return "failed" if math.isnan(value) else f"{value:.2f}x"
-
-
-def fig13(ctx: Ctx) -> Figure:
-    """Fig. 13: the barrier cost of semi-centralized against centralized coordination."""
-    inj = ctx.injected()
-    head = ["algorithm", "barrier ms (centralized)", "barrier ms (semi)", "iterations c / s",
-            "accumulated cost c / s"]
-    table = [time_row(head), time_row(["---"] * 5)]
-    ratio = {}
-    runs = []
-    for a in ("kmeans", "logreg"):
-        semi = ctx.run(a, "contiguous", "fspv-async", inj)
-        cent = ctx.run(a, "contiguous", "fspv-async", inj, CENTRALIZED)
-        runs += [semi, cent]
-        b = {k: (r.summary or {}).get("mean_barrier_s", float("nan")) * 1e3
-             for k, r in (("s", semi), ("c", cent))}
-        n = {k: int((r.summary or {}).get("iterations", 0)) for k, r in (("s", semi),
-                                                                          ("c", cent))}
-        acc = (b["c"] * n["c"]) / max(b["s"] * n["s"], 1e-9)
-        ratio[a] = b["c"] / max(b["s"], 1e-9)
-        table.append(time_row([a, _ms(b["c"]), _ms(b["s"]), f"{n['c']} / {n['s']}",
-                               "failed" if math.isnan(acc) else f"{acc:.2f}x"]))
-    # A failed run (listed under the table) decides nothing: the other algorithm's ratio does.
-    decided = [ratio[a] for a in ("kmeans", "logreg") if not math.isnan(ratio[a])]
-    return Figure(
-        "13", "semi-centralized coordination: barrier cost",
-        "semi cuts the accumulated synchronization cost from 48.4 s to 38.3 s (1.26x) though "
-        "it runs more iterations (KMs)", paper_value=48.4 / 38.3,
-        ours=f"mean barrier cost centralized / semi: {_x(ratio['kmeans'])} (K-means), "
-             f"{_x(ratio['logreg'])} (LR)",
-        ours_value=decided[0] if decided else float("nan"),
-        setting=f"K-means and LR with asyn, contiguous, {inj} (the paper: *Natural*)",
-        table=table + failures(runs))

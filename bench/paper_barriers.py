@@ -1,0 +1,81 @@
+"""The synchronization cost of finished runs, as ``flegel paper``'s Figs. 10 and 13 measure
+it (:mod:`flegel.cli.paper.barriers`, FSP paper Section 6.2): per run, its barriers, their
+accumulated cost (Σ first report to broadcast), the mean first-to-last report spread against
+the mean iteration, each worker's synchronization cost as a share of the run, how the
+workers' iterations ended, and how many barriers waited for the timer of a worker that did
+nothing (:func:`idle_timer_barriers`).
+
+Reads run folders only (``summary.json``, ``events.jsonl``), so runs made by another checkout
+-- e.g. main's ``flegel paper --quick --only 10 --out A`` -- are measured the same way as this
+one's, side by side::
+
+    python bench/paper_barriers.py A B            # every run under A/runs and B/runs
+    python bench/paper_barriers.py A --match fspv  # only runs whose folder name has "fspv"
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from flegel.cli.paper import barriers
+from flegel.cli.paper.runner import RunResult
+
+
+def runs_under(folder: Path, match: str) -> list[Path]:
+    """Run folders (with a ``summary.json``) at or under ``folder``/runs, sorted."""
+    if (folder / "summary.json").exists():
+        return [folder]
+    root = folder / "runs" if (folder / "runs").is_dir() else folder
+    return sorted(p.parent for p in root.glob("*/summary.json") if match in p.parent.name)
+
+
+def idle_timer_barriers(path: Path) -> int:
+    """Barriers a worker ended on its own timer having done no point while another worker
+    ended on a full pass, at least half an η after the first report: the others waited for
+    the timer of a worker that slept (an *Injected* straggler FSP did not pause at the first
+    pass; a timer that merely beat the pause signal ends its barrier sooner)."""
+    held = 0
+    with (path / "events.jsonl").open() as f:
+        for text in f:
+            ev = json.loads(text)
+            w = ev.get("workers") if "barrier_s" in ev else None
+            if w and "pass" in w["reason"] and any(
+                    r == "timer" and p == 0 for r, p in zip(w["reason"], w["points"])
+            ) and ev["barrier_s"] * 1e3 >= 0.5 * float(ev.get("eta_ms") or 0.0):
+                held += 1
+    return held
+
+
+def line(path: Path) -> str:
+    summary = json.loads((path / "summary.json").read_text())
+    r = RunResult(path.name, path, summary, None, None, 0.0)
+    shares = barriers.cost_shares(r)
+    why = barriers.reasons(r)
+    total = max(sum(why.values()), 1)
+    ends = " ".join(f"{k} {100 * v / total:.0f}%" for k, v in why.most_common())
+    n = int(summary.get("barriers", 0))
+    held = idle_timer_barriers(path)
+    return (f"{path.parent.parent.name}/{path.name}: {summary.get('coordination', '-')}, "
+            f"{n} barriers in {barriers.training_s(r):.2f} s; accumulated "
+            f"{barriers.accumulated_s(r):.3f} s ({1e3 * barriers.accumulated_s(r) / max(n, 1):.2f}"
+            f" ms a barrier); reports spread {1e3 * barriers.mean_spread_s(r):.2f} ms of "
+            f"{1e3 * barriers.mean_iteration_s(r):.2f} ms an iteration; worker costs "
+            f"(share of the run) {' '.join(f'{x:.2f}' for x in shares)}"
+            f"{f' (max - min {max(shares) - min(shares):.2f})' if shares else ''}; ends: {ends}; "
+            f"held by an idle worker's timer: {held}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("folders", nargs="+", type=Path, help="flegel paper --out folders or runs")
+    p.add_argument("--match", default="", help="only run folders whose name contains this")
+    args = p.parse_args()
+    for folder in args.folders:
+        for path in runs_under(folder, args.match):
+            print(line(path))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""The synchronization cost as the FSP paper measures it (Section 6.2, Figs. 10 and 13), read
+from a run's ``events.jsonl`` and ``summary.json``.
+
+The paper: "We define the cost as the elapsed time from the point where a worker enters a
+barrier at the end of an iteration, to the point where it leaves the barrier."  Two views:
+
+* **per worker** (Fig. 10): a worker enters the barrier when it commits and leaves it when
+  the next θ reaches it -- the COMMIT header's ``wait_s``, which each iteration's event
+  records for the wait *before* it.  Summed over the iterations after the first: the wait
+  for θ⁰ at start-up (the master loading data, the other ranks starting) is no barrier.
+  Fig. 10a plots the difference between the workers' costs; runs of different length compare
+  by the cost's share of the run's training time.
+* **per iteration** (Fig. 13): the barrier from the first report to the broadcast of the next
+  θ on the master's clock (``barrier_s``: the first worker to enter waits that long, plus the
+  message times, the same under both coordinations), summed over the run: the "accumulated
+  synchronization cost" of Fig. 13b, in seconds of the run's time (the paper's 10.1 s cut is
+  23.9 % of its 42.3 s runtime cut, so the sum is over iterations, not workers).  Under
+  centralized coordination the pause signal's way to the workers is not in it: they compute
+  until it arrives, so it costs no utilization (the paper's Fig. 6a puts the extra cost in
+  the fast workers' wait for the slow ones' reports, which is in it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+from flegel.cli.paper.runner import RunResult
+
+
+def _barriers(run: RunResult) -> list[dict[str, Any]]:
+    path = run.folder / "events.jsonl"
+    if not run.ok or not path.exists():
+        return []
+    out = []
+    with path.open() as f:
+        for line in f:
+            ev = json.loads(line)
+            if "barrier_s" in ev and "workers" in ev:
+                out.append(ev)
+    return out
+
+
+def worker_costs(run: RunResult) -> list[float]:
+    """Each worker's accumulated synchronization cost in seconds (module notes: the waits for
+    θ after its commits; not the start-up wait), in rank order; [] without barriers."""
+    bars = _barriers(run)
+    if len(bars) < 2:
+        return []
+    ranks = bars[0]["workers"]["rank"]
+    total = dict.fromkeys(ranks, 0.0)
+    for ev in bars[1:]:
+        for r, w in zip(ev["workers"]["rank"], ev["workers"]["wait_s"]):
+            total[r] = total.get(r, 0.0) + float(w)
+    return [total[r] for r in sorted(total)]
+
+
+def training_s(run: RunResult) -> float:
+    """The run's training time (``wall_time_s``), at least 1 ns."""
+    return max(float((run.summary or {}).get("wall_time_s", 0.0)), 1e-9)
+
+
+def cost_shares(run: RunResult) -> list[float]:
+    """:func:`worker_costs` as shares of the run's training time."""
+    t = training_s(run)
+    return [c / t for c in worker_costs(run)]
+
+
+def mean_spread_s(run: RunResult) -> float:
+    """Mean time from the first report of a barrier to its last (NaN without barriers)."""
+    return float((run.summary or {}).get("mean_spread_s", float("nan")))
+
+
+def mean_iteration_s(run: RunResult) -> float:
+    """Training time per barrier (NaN without barriers)."""
+    n = int((run.summary or {}).get("barriers", 0))
+    return training_s(run) / n if n else float("nan")
+
+
+def accumulated_s(run: RunResult) -> float:
+    """The accumulated synchronization cost (module notes): Σ ``barrier_s`` (NaN if failed)."""
+    s = run.summary or {}
+    if "mean_barrier_s" not in s:
+        return float("nan")
+    return float(s["mean_barrier_s"]) * int(s.get("barriers", 0))
+
+
+def reasons(run: RunResult) -> Counter[str]:
+    """How the workers' iterations ended (``timer``, ``signal``, ``pass``, ...), counted over
+    every commit of every barrier."""
+    return Counter(r for ev in _barriers(run) for r in ev["workers"]["reason"])
