@@ -96,3 +96,18 @@ def test_fspv_reaches_the_target_sooner_than_bspv(slack):
     assert t_fsp <= 0.8 * t_bsp
     # Both settle on the same optimum.
     assert fsp[-1][1] == pytest.approx(converged, rel=1e-9)
+
+
+def test_a_worker_alone_on_a_core_in_the_sample_does_not_make_the_pass_look_short():
+    """Worker 1 runs its eighth of a pass 4x faster than later (alone on a core before the
+    others start): extrapolated, its pass looks 2.2 ms against the others' 8.8 ms.  The
+    typical worker's pass stands for the fastest after the sampled calibration, so FSPV
+    starts from BSPV's interval (6.3 ms here, a barrier of 0.6 ms) and probes below the
+    pass, instead of a barrier per pass fitted on a pass 4x too short."""
+    sim = Simulation("fsp", {}, workers=WORKERS, data=_data(),
+                     algorithm=GaussianMixture(n_components=3), cost_s=COST_S,
+                     latency_s=2.5e-4, slowdown={1: lambda t: 0.25 if t < 2e-3 else 1.0},
+                     stop={"max_iterations": 3}).run()
+    first, second = sim.barrier_events()[:2]
+    assert first["workers"]["compute_s"][0] < first["workers"]["compute_s"][1] / 3
+    assert second["phase"] == "probe"
