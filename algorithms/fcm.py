@@ -170,6 +170,9 @@ class FuzzyCMeans(DeviceKernels, RowKernel, Algorithm):
     """
 
     name = "fcm"
+    #: Incremental EM (Eq. 3): an M-step on part of the first pass is one on a sample of the
+    #: data, so FSPV takes its first after a share of every shard (flegel.interval.multistage).
+    sampled_first_step = True
     objective_name = "fcm objective"
 
     # The parameters, as set_params stores them from PARAMS.

@@ -40,6 +40,7 @@ functions -- :func:`overlap_data`, :func:`reference`, :func:`time_to_target_rati
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import tempfile
 from pathlib import Path
@@ -237,7 +238,8 @@ def skewed_basin(folder: Path, ref: float, workers: int = 4, finish: int = 40,
 
 
 def horizon_table(root: Path, algorithms: list[str], partition: str,
-                  stragglers: str = "none", repeat: int = 1) -> dict[str, Any]:
+                  stragglers: str = "none", repeat: int = 1,
+                  scale: float = 1.0) -> dict[str, Any]:
     """FSPV / BSPV at every horizon (:mod:`flegel.cli.paper.horizons`) on ``flegel paper``'s
     workloads: prints one line per algorithm (the ratio at each horizon, BSPV / FSPV, > 1:
     FSPV faster) and where each run's time went.
@@ -246,11 +248,18 @@ def horizon_table(root: Path, algorithms: list[str], partition: str,
     other, one data set and one reference) and prints each repeat's line and, per horizon,
     the median ratio: at the 0.2-0.5 s horizons one pair's ratio moves by 2x from run to run
     on a shared 2-core machine (issue 19).
+
+    ``scale`` multiplies the quick workloads' rows (``--scale``): at 1 a warm pass of GMM or
+    FCM costs a few ms of CPU, less than a barrier on 2 shared cores, so what FSPV saves in
+    passes (the sampled calibration, :func:`flegel.interval.multistage.sample_batch`) is hidden
+    by the barriers; larger data make a pass cost what it does on the paper's cluster.
     """
-    first = Runner(QUICK, root / "rep0" if repeat > 1 else root, say=lambda _: None)
+    mode = dataclasses.replace(QUICK, scale=scale)
+    first = Runner(mode, root / "rep0" if repeat > 1 else root, say=lambda _: None)
     out: dict[str, Any] = {}
     print(f"time to BSPV's objective at each horizon, BSPV / FSPV (>1: FSPV faster), "
           f"{partition} shards, stragglers: {stragglers}"
+          + (f", rows x {scale:g}" if scale != 1 else "")
           + (f", {repeat} pairs each" if repeat > 1 else ""))
     print(f"  {'algorithm':9s} " + " ".join(f"{h:>7g}s" for h in hz.HORIZONS) + "   mean")
     for a in algorithms:
@@ -258,7 +267,7 @@ def horizon_table(root: Path, algorithms: list[str], partition: str,
         for i in range(repeat):
             runner = first
             if i:
-                runner = Runner(QUICK, root / f"rep{i}", say=lambda _: None)
+                runner = Runner(mode, root / f"rep{i}", say=lambda _: None)
                 runner.targets = first.targets  # one reference per workload
                 runner.out.mkdir(parents=True, exist_ok=True)
                 if not (runner.out / "data").exists():
@@ -314,6 +323,8 @@ def main() -> None:
     ap.add_argument("--algorithms", default=",".join(ALGORITHMS),
                     help="horizons: which of flegel paper's algorithms")
     ap.add_argument("--partition", default="strided", help="horizons: strided or contiguous")
+    ap.add_argument("--scale", type=float, default=1.0,
+                    help="horizons: multiply the quick workloads' rows")
     ap.add_argument("--repeat", type=int, default=1,
                     help="horizons: pairs of runs per algorithm (medians printed); ratio: "
                          "runs of each straggler row")
@@ -328,7 +339,8 @@ def main() -> None:
     figures: dict[str, Any] = {"points": n, "seconds": seconds}
     if "horizons" in only:
         figures["horizons"] = horizon_table(root / "horizons", args.algorithms.split(","),
-                                            args.partition, repeat=args.repeat)
+                                            args.partition, repeat=args.repeat,
+                                            scale=args.scale)
     if not only & {"ratio", "gap", "basin"}:
         print(f"runs in {root}")
         if args.json:

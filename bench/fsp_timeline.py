@@ -11,6 +11,10 @@ target) x (time per iteration) on each side.  Per pair this prints, for BSPV and
 * ``cal ms``: the calibration iteration's wall time;
 * ``cut``: commits before the target that carried less than the worker's whole shard
   (a timer or a pause cut its pass), and their reasons;
+* ``warm``: the median slowest worker's time for an iteration after the first three (a warm
+  pass, where the side runs a barrier per pass) and ``bar``: the median barrier (first report
+  to the next θ), both in ms: at this scale a warm pass of GMM or FCM costs a fraction of a
+  barrier, and the first pass (``cal ms`` for BSPV) several warm ones;
 * ``interp``: the pair's ratio re-read from both traces with this checkout's
   :func:`flegel.cli.paper.horizons.first_reach` (the crossing interpolated between
   snapshots), so that runs kept by another version's ``fsp_claims.py`` are read by one rule.
@@ -28,6 +32,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from flegel.cli.paper.horizons import first_reach
 
 
@@ -43,8 +49,12 @@ def to_target(run: Path, target: float, sizes: list[float] | None = None) -> dic
     summary = json.loads((run / "summary.json").read_text())
     hit = next((float(t) for t, f in summary["objective_trace"] if f <= target), None)
     evs = events(run)
+    later = [e for e in (evs[3:] or evs) if "compute_s" in e["workers"] and "barrier_s" in e]
+    warm = {"warm_ms": 1e3 * float(np.median([max(e["workers"]["compute_s"]) for e in later]))
+            if later else None,
+            "bar_ms": 1e3 * float(np.median([e["barrier_s"] for e in later])) if later else None}
     if hit is None or not evs:
-        return {"its": None, "ms_per_it": None, "cal_ms": None, "cut": []}
+        return {"its": None, "ms_per_it": None, "cal_ms": None, "cut": [], **warm}
     # The snapshot is taken at a barrier; the event of that barrier is the nearest one.
     n = 1 + min(range(len(evs)), key=lambda i: abs(evs[i]["time_s"] - hit))
     full = sizes or [max(e["workers"]["points"][k] for e in evs)
@@ -52,7 +62,7 @@ def to_target(run: Path, target: float, sizes: list[float] | None = None) -> dic
     cut = [f"{e['t']}:{r}" for e in evs[:n]
            for p, r, m in zip(e["workers"]["points"], e["workers"]["reason"], full) if p < m]
     return {"its": n, "ms_per_it": 1e3 * evs[n - 1]["time_s"] / n,
-            "cal_ms": 1e3 * evs[0]["time_s"], "cut": cut}
+            "cal_ms": 1e3 * evs[0]["time_s"], "cut": cut, **warm}
 
 
 def run_dir(rep: Path, algorithm: str, sync: str) -> Path:
@@ -71,8 +81,8 @@ def main() -> None:
     names = args.algorithms.split(",") if args.algorithms else [
         a for a in figures if not a.startswith("_")]
     print(f"{'pair':12s} {'ratio':>6s} {'interp':>6s}   {'BSPV its':>8s} {'ms/it':>6s}"
-          f" {'cal ms':>6s}   {'FSPV its':>8s} {'ms/it':>6s} {'cal ms':>6s}"
-          "  FSPV cut passes (t:reason)")
+          f" {'cal ms':>6s} {'warm':>5s} {'bar':>5s}   {'FSPV its':>8s} {'ms/it':>6s}"
+          f" {'cal ms':>6s} {'warm':>5s} {'bar':>5s}  FSPV cut passes (t:reason)")
     for a in names:
         reps = figures[a].get("repeats") or [figures[a]]
         for i, rep in enumerate(reps):
@@ -88,9 +98,11 @@ def main() -> None:
             interp = f"{tb / tf:5.2f}x" if tb and tf else f"{'-':>6s}"
 
             def cells(x: dict[str, Any]) -> str:
+                tail = (f" {x['warm_ms']:5.1f} {x['bar_ms']:5.1f}" if x["warm_ms"] is not None
+                        else f" {'-':>5s} {'-':>5s}")
                 if x["its"] is None:
-                    return f"{'-':>8s} {'-':>6s} {'-':>6s}"
-                return f"{x['its']:8d} {x['ms_per_it']:6.1f} {x['cal_ms']:6.1f}"
+                    return f"{'-':>8s} {'-':>6s} {'-':>6s}" + tail
+                return f"{x['its']:8d} {x['ms_per_it']:6.1f} {x['cal_ms']:6.1f}" + tail
 
             print(f"{a + ' #' + str(i + 1):12s} {row['ratio']:5.2f}x {interp}   {cells(b)}"
                   f"   {cells(f)}  {' '.join(f['cut']) or '-'}")

@@ -119,6 +119,11 @@ class Algorithm:
         interval its probes allow: more updates, not larger batches
         (:mod:`flegel.interval.multistage`).  Default False: progress grows with the
         points aggregated (EM's statistics, a full-batch step).
+    sampled_first_step : bool
+        An M-step on part of a pass at θ⁽⁰⁾ is the M-step of a sample of the data: incremental
+        EM with per-point sufficient statistics (GMM, FCM).  FSPV then takes its first
+        update after a share of every worker's shuffled shard, not a whole pass
+        (:func:`flegel.interval.multistage.sample_batch`).  Default False.
     PARAMS : dict of str to flegel.validation.Constraint
         Each constructor parameter's constraint, declared once: ``__init__`` checks its
         arguments with :func:`flegel.validation.check_params`, whose
@@ -136,6 +141,7 @@ class Algorithm:
     objective_name: str = "objective"
     full_batch_update: bool = False
     progress_per_update: bool = False
+    sampled_first_step: bool = False
     #: Set by :meth:`vote_to_halt` for the point being processed (a class default, so a
     #: subclass that does not call ``super().__init__()`` still works).
     _halt_flag: bool = False

@@ -85,6 +85,8 @@ class ServerPort(Protocol):
     version: int
     #: Online objective: the sum of every committed objective change (labelled as such).
     objective: float
+    #: Points of each worker's shard as loaded, by rank.
+    shard_sizes: dict[int, int]
 
     def now(self) -> float:
         """Seconds since training began (the time base of every record)."""
@@ -144,6 +146,12 @@ class ServerPort(Protocol):
     def progress_per_update(self) -> bool:
         """The algorithm progresses per update, not per point aggregated
         (``Algorithm.progress_per_update``)."""
+        ...
+
+    @property
+    def sampled_first_step(self) -> bool:
+        """An M-step on part of a pass at θ⁽⁰⁾ is one on a sample of the data
+        (``Algorithm.sampled_first_step``)."""
         ...
 
     @property

@@ -47,3 +47,23 @@ def test_iterations_time_and_cut_passes_to_the_target(timeline, tmp_path):
     assert out["cut"] == ["2:timer"]  # the cut at barrier 4 came after the target
     assert timeline.to_target(run, 0.5)["its"] is None
     assert timeline.run_dir(tmp_path, "kmeans", "fspv-off") == run
+    assert out["warm_ms"] is None  # no compute_s / barrier_s recorded
+
+
+def test_warm_pass_and_barrier(timeline, tmp_path):
+    """``warm``: the median slowest worker's time of the iterations after the first three;
+    ``bar``: their median barrier."""
+    run = tmp_path / "run"
+    run.mkdir()
+    computes = [[0.030, 0.040], [0.010, 0.020], [0.002, 0.003], [0.002, 0.001],
+                [0.004, 0.002], [0.001, 0.003]]
+    barriers = [0.005, 0.004, 0.003, 0.006, 0.008, 0.007]
+    (run / "events.jsonl").write_text("".join(
+        json.dumps({"t": i + 1, "time_s": 0.01 * (i + 1), "barrier_s": b,
+                    "workers": {"points": [10, 10], "reason": ["pass", "pass"],
+                                "compute_s": c}}) + "\n"
+        for i, (c, b) in enumerate(zip(computes, barriers))))
+    (run / "summary.json").write_text(json.dumps({"objective_trace": [[0.06, 1.0]]}))
+    out = timeline.to_target(run, 1.0)
+    assert out["warm_ms"] == pytest.approx(3.0)  # max of [2, 1], [4, 2], [1, 3]: 2, 4, 3
+    assert out["bar_ms"] == pytest.approx(7.0)

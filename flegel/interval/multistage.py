@@ -92,6 +92,8 @@ Choices where the paper is vague, all documented here:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from flegel.interval.base import IntervalAdjustor, Observation, Plan
@@ -122,11 +124,38 @@ TRUST_FACTOR = 2.0
 #: passes then cut it short when it ran again, so its remaining points waited a whole
 #: iteration, and the barrier was no sooner: it had waited for that worker anyway.
 PASS_REACH = 4.0
+#: FSPV's sampled calibration (:func:`sample_batch`): the first M-step of an algorithm with
+#: ``sampled_first_step`` is taken after this share of every worker's shard.
+SAMPLE_SHARE = 1.0 / 8.0
+#: ... but after at least this many points of a worker's shard (all of a smaller one): the
+#: first M-step rests on a sample large enough to fit every component.
+SAMPLE_MIN_POINTS = 1000
 #: The probe modes of :class:`MultiStage`.
 PROBE_MODES = ("interleaved", "rollback")
 #: The phases of :class:`MultiStage`'s plans that measure g(η) (Section 3.3): "probe" in
 #: interleaved mode, "probe1" and "probe2" (rolled back to the same θ) in rollback mode.
 PROBE_PHASES = frozenset({"probe", "probe1", "probe2"})
+
+
+def sample_batch(shard_points: int) -> int:
+    """Points of a worker's shard in FSPV's sampled calibration: :data:`SAMPLE_SHARE` of it,
+    at least :data:`SAMPLE_MIN_POINTS` (0, a whole pass, for an unknown or small shard).
+
+    For an incremental EM algorithm (``Algorithm.sampled_first_step``: per-point sufficient
+    statistics, Neal & Hinton 1998, the FSP paper's Eq. 3) the first M-step after part of
+    the first pass is the M-step of a random sample of the data at θ⁰: every worker
+    contributes the same share of its shard in its shuffled order, so the sample is
+    stratified over the shards.  Far from the optimum θ⁰'s error dwarfs the sample's, so
+    θ¹ is nearly the full pass's, and the rest of the first pass -- with the sample
+    revisited -- runs at θ¹ instead of θ⁰: one M-step of batch EM gained for an eighth of a
+    pass.  Measured on ``flegel paper``'s GMM (35,000 x 27, 8 components, exact objective
+    of each θ): batch EM reaches the target (the converged objective + 1e-5) after 2 passes
+    and 2 M-steps, a first M-step after 1/8 of the pass then whole passes after 1.125 passes
+    and the same 2 M-steps; FCM's 1e-3 target after 9 passes against 8.125, 9 M-steps each.
+    """
+    if shard_points <= SAMPLE_MIN_POINTS:
+        return 0
+    return max(SAMPLE_MIN_POINTS, math.ceil(SAMPLE_SHARE * shard_points))
 
 
 def eq7_gain(eta: np.ndarray, a: float, b: float, phi: float) -> np.ndarray:

@@ -321,6 +321,12 @@ class Server:
         (:attr:`flegel.Algorithm.progress_per_update`)."""
         return bool(getattr(self.algorithm, "progress_per_update", False))
 
+    @property
+    def sampled_first_step(self) -> bool:
+        """Whether an M-step on part of a pass at θ⁽⁰⁾ is one on a sample of the data
+        (:attr:`flegel.Algorithm.sampled_first_step`)."""
+        return bool(getattr(self.algorithm, "sampled_first_step", False))
+
     def estimated_objective(self) -> float:
         """The online objective scaled up to the points not visited yet.
 
