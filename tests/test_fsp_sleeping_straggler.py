@@ -19,15 +19,16 @@ ETA_MS = 8.0
 
 def test_commits_of_no_points_but_a_delay_keep_the_prediction():
     """A worker that served a suspension with no point over its whole history is a straggler
-    (at least one point's worth of delay), not forgotten; a commit of no points *and* no
+    (its kernel time for its points plus the delays it served), not forgotten; a commit of no points *and* no
     delay (paused before it ran) forgets a worker only once its evidence runs out."""
     p = PassPredictor()
     head = {"points": 1000.0, "rate": 1e6, "slowed_s": 0.032, "n_active": 1000.0}
     p.observe({1: head, 2: {**head, "slowed_s": 0.0}})  # worker 2: 1 ms a pass
     for _ in range(PASS_HISTORY):
         p.observe({1: {**head, "points": 0.0, "rate": 0.0, "slowed_s": 0.008}})
-    # 1 µs a point plus 4 x 8 ms of delay for (at least) one point, times 1000 points.
-    assert p.pass_s[1] == pytest.approx(1000 * (1e-6 + 0.032))
+    # 1000 points at 1 µs plus 4 x 8 ms of delay: a 33 ms pass (not 1000 x 32 ms).
+    assert p.pass_s[1] == pytest.approx(1000 * 1e-6 + 0.032)
+    assert p.typical() == pytest.approx(1e-3) and p.fastest() == pytest.approx(1e-3)
     assert p.evidence(1) == PASS_HISTORY
     # Paused before it ran (no point, no delay): a worker slowed by its pattern loses one
     # commit of evidence per such commit -- still paused at once while it has

@@ -14,7 +14,8 @@ a judgement of speed.
 The prediction is a worker's fastest recent kernel time per point (``1/rate`` of its last
 :data:`PASS_HISTORY` commits) plus its injected delays per point over those commits (the
 straggler patterns' suspensions and slow-downs, ``slowed_s``), times the points it holds
-(``n_active``):
+(``n_active``); where those commits processed no point, its kernel time for its points plus
+the delays themselves (below):
 
 * **not wall time** (an iteration's ``compute_s``, or a sum of them): where ranks share
   cores it counts the time a worker waited for a core, which says nothing about its speed
@@ -39,7 +40,12 @@ straggler patterns' suspensions and slow-downs, ``slowed_s``), times the points 
   the others waited for its timer), and one whose pattern ended is measured again within
   ``PASS_HISTORY`` such commits.  Commits of no points *with* a delay
   (a suspension served over several iterations) keep it a straggler: with no point among
-  its recent commits it counts as one point in that time.  Dropping it there (issue 19,
+  its recent commits its delays are no rate per point, and its pass is predicted as its
+  kernel time for its points plus the delays it served (``n_active · min kernel + Σ
+  delay``; counting them as one point's delay, as first done, multiplied them by
+  ``n_active``: 32 s for a 33 ms pass, which inflated ``typical``, ``fastest`` and the
+  bounds built on them).  A worker that has only slept (no kernel time yet) has no speed
+  to predict from and stays unpredicted until it computes.  Dropping it there (issue 19,
   Figs. 10 and 13) left an *Injected* straggler unpredicted after four such commits; under
   semi-centralized coordination its own timer then held every worker a whole η while it
   slept (mean barrier 3.13 ms against 0.61 ms on the simulated clock,
@@ -96,14 +102,26 @@ class PassPredictor(AttributeState):
                 continue
             delays.append((float(h["points"]), slowed))
             del kernels[:-self.history], delays[:-self.history]
-            points = sum(p for p, _ in delays)
-            if not kernels or h["n_active"] <= 0:
-                self.pass_s.pop(r, None)
-                continue
+            self._predict(r, float(h["n_active"]))
+
+    def _predict(self, rank: int, n_active: float) -> None:
+        """Set (or drop) ``rank``'s predicted pass from its log (module notes)."""
+        kernels, delays = self._log[rank]
+        if not kernels or n_active <= 0:
+            # Never measured a kernel (it has only slept so far): no speed to predict from;
+            # it stays unpredicted -- not paused at the first pass -- until it computes.
+            self.pass_s.pop(rank, None)
+            return
+        points = sum(p for p, _ in delays)
+        slowed = sum(d for _, d in delays)
+        if points > 0:
+            self.pass_s[rank] = n_active * (min(kernels) + slowed / points)
+        else:
             # Recent commits all slowed with no point (a suspension served over several
-            # iterations): at least as slow as a worker that did one point in that time.
-            self.pass_s[r] = h["n_active"] * (min(kernels)
-                                              + sum(d for _, d in delays) / max(points, 1.0))
+            # iterations): its pass at its kernel time plus the delays it served -- no
+            # per-point rate to extrapolate by (as if it did one point in that time, the
+            # prediction was n_active times the delays: 32 s for a 33 ms pass).
+            self.pass_s[rank] = n_active * min(kernels) + slowed
 
     def forget(self, rank: int) -> None:
         """Drop what is known of ``rank``'s speed."""
