@@ -34,8 +34,8 @@ the delays themselves (below):
   it is no straggler until measured again, so a worker that missed one iteration is not
   paused at once in the next and left unmeasured for good -- unless its recent commits carry
   injected delays (a straggler by its pattern, which a wait for a core never adds): then the
-  commit takes one commit off its evidence, so a straggler that had served its suspension
-  and was paused before its next block stays paused at once (forgotten, it ran unpredicted
+  commit takes its oldest commit off its evidence (and that commit's delay off the
+  prediction at once), so a straggler that had served its suspension and was paused before its next block stays paused at once (forgotten, it ran unpredicted
   for :data:`~flegel.sync.fsp.PASS_EVIDENCE` iterations, sleeping through the second while
   the others waited for its timer), and one whose pattern ended is measured again within
   ``PASS_HISTORY`` such commits.  Commits of no points *with* a delay
@@ -95,8 +95,10 @@ class PassPredictor(AttributeState):
             elif slowed <= 0:
                 if len(delays) > 1 and any(d > 0 for _, d in delays):
                     # Slowed by its pattern before (no preempted kernel): one commit less
-                    # of evidence, so it is paused at once until its evidence runs out.
+                    # of evidence, so it is paused at once until its evidence runs out --
+                    # on what is left of it: the dropped commit's delay no longer counts.
                     del delays[0]
+                    self._predict(r, float(h["n_active"]))
                 else:
                     self.forget(r)
                 continue
