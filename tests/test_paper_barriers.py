@@ -136,3 +136,30 @@ def test_fig13_compares_the_accumulated_cost_of_the_run_the_timers_end(
     assert fig.ours_value == pytest.approx(4 * 20 / (2 * 30))
     assert "(cnn, local" in fig.ours and verdict(fig) == MET
     assert any(row.startswith("| local | kmeans") and "10.00x" in row for row in fig.table)
+
+
+def _fig13_runs(tmp_path: Path, ratios: dict[str, float], reason: str = "timer"
+                ) -> dict[tuple[str, str], RunResult]:
+    """Semi and centralized runs of every Fig. 13 algorithm, all ended by ``reason`` under
+    semi, centralized / semi accumulated cost ``ratios[a]`` (10 barriers of 1 ms semi)."""
+    c = opt_figures.CENTRALIZED[0]
+    runs = {}
+    for a, ratio in ratios.items():
+        for sync, cost in (("fspv-async", 0.001), ("fspv-async" + c, 0.001 * ratio)):
+            runs[a, sync] = write_run(
+                tmp_path / f"{a}{len(sync)}", [{"barrier_s": cost, "spread_s": cost,
+                                                "wait": [cost, cost],
+                                                "reason": [reason] * 2}] * 10,
+                1.0, time_to_target_s=0.5)
+    return runs
+
+
+def test_fig13_breaks_a_tie_on_timers_by_algorithm_order_not_by_ratio(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every run's iterations end on timers alike: the verdict is K-means' ratio (the first
+    of FIG13_ALGORITHMS), not the CNN's more favourable one."""
+    monkeypatch.setattr(network, "find", lambda name=None: None)
+    runs = _fig13_runs(tmp_path, {"kmeans": 0.9, "logreg": 1.1, "cnn": 1.5})
+    fig = opt_figures.fig13(FakeCtx(runs, tmp_path, ()))  # type: ignore[arg-type]
+    assert opt_figures.FIG13_ALGORITHMS[0] == "kmeans"
+    assert fig.ours_value == pytest.approx(0.9) and "(kmeans, local" in fig.ours
