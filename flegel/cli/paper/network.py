@@ -51,6 +51,9 @@ SAMPLE_S = 0.02
 BUSY = 0.25
 #: Bytes of the link measurement's one message.
 LINK_BYTES = 32 << 20
+#: Seconds the round-trip measurement (:func:`round_trip_us`) may take: 200 small messages
+#: and an mpiexec start-up across two hosts take a few seconds.
+RTT_TIMEOUT_S = 30.0
 
 #: The Only job: rank r of the hostfile's round robin is on host h(r+1), as in the run.
 _ONLY = """
@@ -212,13 +215,16 @@ def _mpiexec(cluster: Cluster, script: str, *args: str) -> None:
         os.unlink(f.name)
 
 
-def round_trip_us(cluster: Cluster, n: int = 200) -> float:
+def round_trip_us(cluster: Cluster, n: int = 200, timeout: float = RTT_TIMEOUT_S) -> float:
     """The median round trip of a small message between h1 (the master's host) and h2, in
-    µs: a pause signal and its answer's way, as the paper's Gigabit Ethernet had it."""
+    µs: a pause signal and its answer's way, as the paper's Gigabit Ethernet had it.  Raises
+    :class:`subprocess.TimeoutExpired` after ``timeout`` seconds (a side note on a figure's
+    page: it must not hold the figure up as long as a run may take)."""
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(_PING)
     try:
-        out = cluster.sh("mpiexec", "-n", "2", sys.executable, f.name, str(n)).stdout
+        out = cluster.sh("mpiexec", "-n", "2", sys.executable, f.name, str(n),
+                         timeout=timeout).stdout
     finally:
         os.unlink(f.name)
     return float(out.strip().splitlines()[-1])

@@ -10,6 +10,7 @@ of sorted data, the *Injected* straggler, unless said otherwise.
 from __future__ import annotations
 
 import math
+import subprocess
 
 from flegel.cli.paper import barriers, network, plots
 from flegel.cli.paper.common import NAMES, Ctx, failures, geo_mean, time_row
@@ -194,8 +195,9 @@ def fig13(ctx: Ctx) -> Figure:
     rtt = ""
     if cluster is not None and "cluster" in places:
         try:
-            rtt = f" (a small message's round trip h1-h2 {network.round_trip_us(cluster):.0f} µs)"
-        except (RuntimeError, OSError, ValueError, IndexError):
+            us = network.round_trip_us(cluster, timeout=network.RTT_TIMEOUT_S)
+            rtt = f" (a small message's round trip h1-h2 {us:.0f} µs)"
+        except (RuntimeError, OSError, ValueError, IndexError, subprocess.TimeoutExpired):
             rtt = ""
     runs: list[RunResult] = []
     # (on the cluster, timer share, ratio, label), in FIG13_ALGORITHMS order per place
