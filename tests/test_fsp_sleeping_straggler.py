@@ -19,8 +19,9 @@ ETA_MS = 8.0
 
 def test_commits_of_no_points_but_a_delay_keep_the_prediction():
     """A worker that served a suspension with no point over its whole history is a straggler
-    (its kernel time for its points plus the delays it served), not forgotten; a commit of no points *and* no
-    delay (paused before it ran) forgets a worker only once its evidence runs out."""
+    (its kernel time for its points plus the delays it served), not forgotten; a commit of
+    no points *and* no delay (paused before it ran) forgets a worker only once its evidence
+    runs out."""
     p = PassPredictor()
     head = {"points": 1000.0, "rate": 1e6, "slowed_s": 0.032, "n_active": 1000.0}
     p.observe({1: head, 2: {**head, "slowed_s": 0.0}})  # worker 2: 1 ms a pass

@@ -35,9 +35,10 @@ the delays themselves (below):
   paused at once in the next and left unmeasured for good -- unless its recent commits carry
   injected delays (a straggler by its pattern, which a wait for a core never adds): then the
   commit takes its oldest commit off its evidence (and that commit's delay off the
-  prediction at once), so a straggler that had served its suspension and was paused before its next block stays paused at once (forgotten, it ran unpredicted
-  for :data:`~flegel.sync.fsp.PASS_EVIDENCE` iterations, sleeping through the second while
-  the others waited for its timer), and one whose pattern ended is measured again within
+  prediction at once), so a straggler that had served its suspension and was paused before
+  its next block stays paused at once (forgotten, it ran unpredicted for
+  :data:`~flegel.sync.fsp.PASS_EVIDENCE` iterations, sleeping through the second while the
+  others waited for its timer), and one whose pattern ended is measured again within
   ``PASS_HISTORY`` such commits.  Commits of no points *with* a delay
   (a suspension served over several iterations) keep it a straggler: with no point among
   its recent commits its delays are no rate per point, and its pass is predicted as its
