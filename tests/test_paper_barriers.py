@@ -188,3 +188,27 @@ def test_fig13_goes_on_when_the_round_trip_times_out(tmp_path: Path,
     fig = opt_figures.fig13(ctx)  # type: ignore[arg-type]
     assert asked and asked[0] <= 60
     assert "(kmeans, cluster" in fig.ours and "round trip" not in fig.setting
+
+
+def _bench() -> Any:
+    """bench/paper_barriers.py as a module."""
+    import importlib.util
+
+    script = Path(__file__).resolve().parent.parent / "bench" / "paper_barriers.py"
+    spec = importlib.util.spec_from_file_location("bench_paper_barriers", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_idle_timer_barriers_need_an_eta(tmp_path: Path) -> None:
+    """A barrier held by an idle worker's timer counts when it lasted at least η/2; one whose
+    event records no η (absent or null) is skipped, not held against a threshold of 0."""
+    idle = {"reason": ["timer", "pass"], "points": [0, 1000]}
+    events = [{"t": 1, "barrier_s": 0.006, "eta_ms": 8.0, "workers": idle},   # held
+              {"t": 2, "barrier_s": 0.002, "eta_ms": 8.0, "workers": idle},   # < η/2
+              {"t": 3, "barrier_s": 0.006, "eta_ms": None, "workers": idle},  # no η
+              {"t": 4, "barrier_s": 0.006, "workers": idle}]                  # no η
+    tmp_path.joinpath("events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    assert _bench().idle_timer_barriers(tmp_path) == 1
