@@ -1,5 +1,5 @@
 """The synchronization cost of finished runs, as ``flegel paper``'s Figs. 10 and 13 measure
-it (:mod:`flegel.cli.paper.barriers`, FSP paper Section 6.2): per run, its barriers, their
+it (:mod:`flegel.cli.paper.barriers`, FSP paper Sections 6.2 and 6.3): per run, its barriers, their
 accumulated cost (Σ first report to broadcast), the mean first-to-last report spread against
 the mean iteration, each worker's synchronization cost as a share of the run, how the
 workers' iterations ended, and how many barriers waited for the timer of a worker that did

@@ -1,4 +1,4 @@
-"""``flegel paper``'s synchronization cost (FSP paper Section 6.2, Figs. 10 and 13):
+"""``flegel paper``'s synchronization cost (FSP paper Section 6.2, Fig. 10; 6.3, Fig. 13):
 :mod:`flegel.cli.paper.barriers` on hand-written run folders, and the two figures' numbers
 and verdicts on such runs (no MPI: the runs are in tests/test_paper_mpi.py)."""
 
