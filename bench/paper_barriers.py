@@ -1,5 +1,5 @@
 """The synchronization cost of finished runs, as ``flegel paper``'s Figs. 10 and 13 measure
-it (:mod:`flegel.cli.paper.barriers`, FSP paper Section 6.2): per run, its barriers, their
+it (:mod:`flegel.cli.paper.barriers`, FSP paper Sections 6.2 and 6.3): per run, its barriers, their
 accumulated cost (Σ first report to broadcast), the mean first-to-last report spread against
 the mean iteration, each worker's synchronization cost as a share of the run, how the
 workers' iterations ended, and how many barriers waited for the timer of a worker that did
@@ -35,15 +35,22 @@ def idle_timer_barriers(path: Path) -> int:
     """Barriers a worker ended on its own timer having done no point while another worker
     ended on a full pass, at least half an η after the first report: the others waited for
     the timer of a worker that slept (an *Injected* straggler FSP did not pause at the first
-    pass; a timer that merely beat the pause signal ends its barrier sooner)."""
+    pass; a timer that merely beat the pause signal ends its barrier sooner).
+
+    A barrier whose event records no η (``eta_ms`` absent or null: before FSP's first η, or
+    another model) is skipped, not counted: with no interval there is no "half an η" to
+    hold it against, and a threshold of 0 would count every such barrier."""
     held = 0
     with (path / "events.jsonl").open() as f:
         for text in f:
             ev = json.loads(text)
             w = ev.get("workers") if "barrier_s" in ev else None
-            if w and "pass" in w["reason"] and any(
+            eta_ms = ev.get("eta_ms")
+            if not w or eta_ms is None or float(eta_ms) <= 0:
+                continue
+            if "pass" in w["reason"] and any(
                     r == "timer" and p == 0 for r, p in zip(w["reason"], w["points"])
-            ) and ev["barrier_s"] * 1e3 >= 0.5 * float(ev.get("eta_ms") or 0.0):
+            ) and ev["barrier_s"] * 1e3 >= 0.5 * float(eta_ms):
                 held += 1
     return held
 

@@ -49,6 +49,18 @@ def test_typical_stragglers_and_evidence():
     assert 4 not in p.pass_s and p.evidence(4) == 0
 
 
+def test_the_evidence_decrement_recomputes_the_prediction():
+    """A commit of nothing (paused before it ran) takes the oldest commit off a pattern-slowed
+    worker's evidence, and its delay off the prediction at once: a slow-down that has left
+    the history predicts no slow pass for one more iteration."""
+    p = PassPredictor()
+    p.observe({1: commit(500, 5e5, slowed=0.1)})
+    p.observe({1: commit(500, 5e5)})
+    assert p.pass_s[1] == pytest.approx(2e-3 + 1000 * 0.1 / 1000)
+    p.observe({1: commit(0, 0.0)})
+    assert p.evidence(1) == 1 and p.pass_s[1] == pytest.approx(2e-3)
+
+
 def test_history_is_bounded():
     p = PassPredictor()
     p.observe({1: commit(500, 5e4)})            # a preempted kernel: 20 ms

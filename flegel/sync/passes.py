@@ -14,7 +14,8 @@ a judgement of speed.
 The prediction is a worker's fastest recent kernel time per point (``1/rate`` of its last
 :data:`PASS_HISTORY` commits) plus its injected delays per point over those commits (the
 straggler patterns' suspensions and slow-downs, ``slowed_s``), times the points it holds
-(``n_active``):
+(``n_active``); where those commits processed no point, its kernel time for its points plus
+the delays themselves (below):
 
 * **not wall time** (an iteration's ``compute_s``, or a sum of them): where ranks share
   cores it counts the time a worker waited for a core, which says nothing about its speed
@@ -33,17 +34,23 @@ straggler patterns' suspensions and slow-downs, ``slowed_s``), times the points 
   it is no straggler until measured again, so a worker that missed one iteration is not
   paused at once in the next and left unmeasured for good -- unless its recent commits carry
   injected delays (a straggler by its pattern, which a wait for a core never adds): then the
-  commit takes one commit off its evidence, so a straggler that had served its suspension
-  and was paused before its next block stays paused at once (forgotten, it ran unpredicted
-  for :data:`~flegel.sync.fsp.PASS_EVIDENCE` iterations, sleeping through the second while
-  the others waited for its timer), and one whose pattern ended is measured again within
+  commit takes its oldest commit off its evidence (and that commit's delay off the
+  prediction at once), so a straggler that had served its suspension and was paused before
+  its next block stays paused at once (forgotten, it ran unpredicted for
+  :data:`~flegel.sync.fsp.PASS_EVIDENCE` iterations, sleeping through the second while the
+  others waited for its timer), and one whose pattern ended is measured again within
   ``PASS_HISTORY`` such commits.  Commits of no points *with* a delay
   (a suspension served over several iterations) keep it a straggler: with no point among
-  its recent commits it counts as one point in that time.  Dropping it there (issue 19,
+  its recent commits its delays are no rate per point, and its pass is predicted as its
+  kernel time for its points plus the delays it served (``n_active · min kernel + Σ
+  delay``; counting them as one point's delay, as first done, multiplied them by
+  ``n_active``: 32 s for a 33 ms pass, which inflated ``typical``, ``fastest`` and the
+  bounds built on them).  A worker that has only slept (no kernel time yet) has no speed
+  to predict from and stays unpredicted until it computes.  Dropping it there (issue 19,
   Figs. 10 and 13) left an *Injected* straggler unpredicted after four such commits; under
   semi-centralized coordination its own timer then held every worker a whole η while it
-  slept (mean barrier 3.13 ms against 0.61 ms on the simulated clock,
-  ``tests/test_fsp_sleeping_straggler.py``).
+  slept (``tests/test_fsp_sleeping_straggler.py``, whose ``-s`` output prints the mean
+  barrier on the simulated clock now: 0.61 ms under both coordinations).
 
 Before issue 19's clean-up FSP kept a second, wall-time estimate for whole passes (each
 worker's ``compute_s`` over its points in its last 5 commits): it called a worker that
@@ -89,21 +96,35 @@ class PassPredictor(AttributeState):
             elif slowed <= 0:
                 if len(delays) > 1 and any(d > 0 for _, d in delays):
                     # Slowed by its pattern before (no preempted kernel): one commit less
-                    # of evidence, so it is paused at once until its evidence runs out.
+                    # of evidence, so it is paused at once until its evidence runs out --
+                    # on what is left of it: the dropped commit's delay no longer counts.
                     del delays[0]
+                    self._predict(r, float(h["n_active"]))
                 else:
                     self.forget(r)
                 continue
             delays.append((float(h["points"]), slowed))
             del kernels[:-self.history], delays[:-self.history]
-            points = sum(p for p, _ in delays)
-            if not kernels or h["n_active"] <= 0:
-                self.pass_s.pop(r, None)
-                continue
+            self._predict(r, float(h["n_active"]))
+
+    def _predict(self, rank: int, n_active: float) -> None:
+        """Set (or drop) ``rank``'s predicted pass from its log (module notes)."""
+        kernels, delays = self._log[rank]
+        if not kernels or n_active <= 0:
+            # Never measured a kernel (it has only slept so far): no speed to predict from;
+            # it stays unpredicted -- not paused at the first pass -- until it computes.
+            self.pass_s.pop(rank, None)
+            return
+        points = sum(p for p, _ in delays)
+        slowed = sum(d for _, d in delays)
+        if points > 0:
+            self.pass_s[rank] = n_active * (min(kernels) + slowed / points)
+        else:
             # Recent commits all slowed with no point (a suspension served over several
-            # iterations): at least as slow as a worker that did one point in that time.
-            self.pass_s[r] = h["n_active"] * (min(kernels)
-                                              + sum(d for _, d in delays) / max(points, 1.0))
+            # iterations): its pass at its kernel time plus the delays it served -- no
+            # per-point rate to extrapolate by (as if it did one point in that time, the
+            # prediction was n_active times the delays: 32 s for a 33 ms pass).
+            self.pass_s[rank] = n_active * min(kernels) + slowed
 
     def forget(self, rank: int) -> None:
         """Drop what is known of ``rank``'s speed."""

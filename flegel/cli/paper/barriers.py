@@ -1,5 +1,5 @@
-"""The synchronization cost as the FSP paper measures it (Section 6.2, Figs. 10 and 13), read
-from a run's ``events.jsonl`` and ``summary.json``.
+"""The synchronization cost as the FSP paper measures it (Section 6.2, Fig. 10; Section 6.3,
+Fig. 13), read from a run's ``events.jsonl`` and ``summary.json``.
 
 The paper: "We define the cost as the elapsed time from the point where a worker enters a
 barrier at the end of an iteration, to the point where it leaves the barrier."  Two views:

@@ -24,7 +24,6 @@ figures show what the link does to migration, not what a cluster's CPUs would.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -40,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from flegel.cli.compare import model_sets, parse_stragglers
+from flegel.cli.compare import RunFailedError
 from flegel.cli.paper.runner import Runner, RunResult
 
 #: Where ``cluster.sh`` keeps a cluster's state (its hosts, limits, hostfile).
@@ -51,6 +50,9 @@ SAMPLE_S = 0.02
 BUSY = 0.25
 #: Bytes of the link measurement's one message.
 LINK_BYTES = 32 << 20
+#: Seconds the round-trip measurement (:func:`round_trip_us`) may take: 200 small messages
+#: and an mpiexec start-up across two hosts take a few seconds.
+RTT_TIMEOUT_S = 30.0
 
 #: The Only job: rank r of the hostfile's round robin is on host h(r+1), as in the run.
 _ONLY = """
@@ -212,13 +214,16 @@ def _mpiexec(cluster: Cluster, script: str, *args: str) -> None:
         os.unlink(f.name)
 
 
-def round_trip_us(cluster: Cluster, n: int = 200) -> float:
+def round_trip_us(cluster: Cluster, n: int = 200, timeout: float = RTT_TIMEOUT_S) -> float:
     """The median round trip of a small message between h1 (the master's host) and h2, in
-    µs: a pause signal and its answer's way, as the paper's Gigabit Ethernet had it."""
+    µs: a pause signal and its answer's way, as the paper's Gigabit Ethernet had it.  Raises
+    :class:`subprocess.TimeoutExpired` after ``timeout`` seconds (a side note on a figure's
+    page: it must not hold the figure up as long as a run may take)."""
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(_PING)
     try:
-        out = cluster.sh("mpiexec", "-n", "2", sys.executable, f.name, str(n)).stdout
+        out = cluster.sh("mpiexec", "-n", "2", sys.executable, f.name, str(n),
+                         timeout=timeout).stdout
     finally:
         os.unlink(f.name)
     return float(out.strip().splitlines()[-1])
@@ -351,33 +356,30 @@ def run_table2(cluster: Cluster, folder: Path, rates: tuple[str, ...] = ("200mbi
     return rows
 
 
+def on_cluster(job: Path, folder: Path, sets: list[str], timeout: float) -> dict[str, Any]:
+    """``flegel run`` across the local cluster's hosts -- one rank a host, TCP between them
+    (a :data:`~flegel.cli.paper.runner.Launcher`): its summary, or
+    :class:`~flegel.cli.compare.RunFailedError` when no cluster is up, the run fails or it
+    runs past ``timeout``."""
+    cluster = find()
+    if cluster is None:
+        raise RunFailedError("no local cluster is up")
+    args = ["run", str(job), "--out", str(folder), "--force", "--set", "output.progress=none"]
+    for s in sets:
+        args += ["--set", s]
+    try:
+        cluster.sh(*args, timeout=timeout)
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        raise RunFailedError(str(exc)) from exc
+    summary: dict[str, Any] = json.loads((folder / "summary.json").read_text())
+    return summary
+
+
 def paper_run(runner: Runner, algorithm: str, partition: str, sync: str, stragglers: str,
               sets: tuple[str, ...] = ()) -> RunResult:
     """One ``flegel paper`` setting (:meth:`Runner.run`'s arguments, the same job, target and
-    keys) run across the local cluster's hosts -- one rank a host, TCP between them -- in
+    keys) run across the local cluster's hosts (:func:`on_cluster`) in
     ``runs/<algorithm>-<partition>-<sync>-cluster-<digest>``; a failed run or no cluster up
     gives a failed :class:`RunResult`.  The cluster's runs are not shared with local ones."""
-    key = json.dumps([algorithm, partition, sync, stragglers, list(sets), "cluster"])
-    digest = hashlib.sha1(key.encode()).hexdigest()[:6]
-    folder = runner.out / "runs" / f"{algorithm}-{partition}-{sync}-cluster-{digest}"
-    target = runner.target(algorithm, partition)
-    args = ["run", str(runner.job(algorithm, partition)), "--out", str(folder), "--force",
-            "--set", "output.progress=none"]
-    for s in (model_sets(sync) + [f"stragglers={json.dumps(parse_stragglers(stragglers))}"]
-              + list(sets) + ([f"stop.target_objective={target!r}"] if target is not None
-                              else [])):
-        args += ["--set", s]
-    t0 = time.perf_counter()
-    summary, error = None, None
-    cluster = find()
-    try:
-        if cluster is None:
-            raise RuntimeError("no local cluster is up")
-        cluster.sh(*args, timeout=3 * runner.mode.ref_time_s + 60)
-        summary = json.loads((folder / "summary.json").read_text())
-    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
-        error = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else repr(exc)
-    res = RunResult(key, folder, summary, error, target, time.perf_counter() - t0)
-    runner.say(f"  {algorithm}/{partition}/{sync}/{stragglers} {' '.join(sets)} (cluster): "
-               + (f"{res.time.text()} s to target" if res.ok else f"FAILED: {error}"))
-    return res
+    return runner.run(algorithm, partition, sync, stragglers, sets, where="cluster",
+                      launch=on_cluster)

@@ -2,9 +2,11 @@
 
 Every run goes through :func:`flegel.cli.compare.run_one` (``flegel run`` as its own MPI job,
 as ``flegel compare`` does) with the sync preset's keys from
-:func:`flegel.cli.compare.model_sets`.  A setting -- algorithm, partition, sync model, straggler
-pattern and extra ``--set`` keys -- runs once and is shared by every figure that uses it
-(Fig. 10 reads Fig. 7's runs, Fig. 12 Fig. 11's, ...).
+:func:`flegel.cli.compare.model_sets` -- or, for a run across the local cluster's hosts, the
+same keys, target and bookkeeping through another launcher
+(:func:`flegel.cli.paper.network.paper_run`).  A setting -- algorithm, partition, sync
+model, straggler pattern and extra ``--set`` keys -- runs once and is shared by every figure
+that uses it (Fig. 10 reads Fig. 7's runs, Fig. 12 Fig. 11's, ...).
 
 Targets (FSP paper Section 6.1, "pre-setting the target of objective"): per algorithm and
 partition, a reference run -- BSPB without stragglers on the same shards, for ``ref_time_s``
@@ -31,6 +33,11 @@ from typing import Any
 
 from flegel.cli.compare import RunFailedError, model_sets, parse_stragglers, run_one
 from flegel.cli.paper.workloads import Mode, Workload, workloads, write_data, write_job
+
+#: How a run is launched (:func:`flegel.cli.compare.run_one`'s signature): job file, run
+#: folder, ``--set`` keys, timeout in seconds -> its ``summary.json``; raises
+#: :class:`~flegel.cli.compare.RunFailedError` (or OSError, ValueError) when it fails.
+Launcher = Callable[[Path, Path, list[str], float], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -141,7 +148,8 @@ class Runner:
         return self.targets.get((algorithm, partition))
 
     def run(self, algorithm: str, partition: str, sync: str, stragglers: str = "none",
-            sets: tuple[str, ...] = ()) -> RunResult:
+            sets: tuple[str, ...] = (), where: str = "", launch: Launcher = run_one
+            ) -> RunResult:
         """Run one setting to ``algorithm``'s target (once; later calls get the same result).
 
         Parameters
@@ -154,9 +162,16 @@ class Runner:
             A ``flegel compare --stragglers`` spec, e.g. ``"injected:tau=32,workers=1"``.
         sets : tuple of str
             Further ``--set`` keys.
+        where : str
+            Where ``launch`` runs it (``""``: here; e.g. ``"cluster"``): part of the run's
+            key and folder name, so runs elsewhere are not shared with local ones.
+        launch : callable
+            Runs the job (:data:`Launcher`); by default ``flegel run`` here.  The reference
+            run behind the target always runs here.
         """
         return self._run(algorithm, partition, sync, stragglers, list(sets),
-                         self.target(algorithm, partition), name=None)
+                         self.target(algorithm, partition), name=None, where=where,
+                         launch=launch)
 
     def trace_run(self, algorithm: str, partition: str, sync: str, stragglers: str,
                   sets: tuple[str, ...]) -> RunResult:
@@ -166,12 +181,15 @@ class Runner:
                          name=f"trace-{sync}")
 
     def _run(self, algorithm: str, partition: str, sync: str, stragglers: str,
-             sets: list[str], target: float | None, name: str | None) -> RunResult:
-        key = json.dumps([algorithm, partition, sync, stragglers, sets, name])
+             sets: list[str], target: float | None, name: str | None, where: str = "",
+             launch: Launcher = run_one) -> RunResult:
+        key = json.dumps([algorithm, partition, sync, stragglers, sets, name]
+                         + ([where] if where else []))
         if key in self.runs:
             return self.runs[key]
         digest = hashlib.sha1(key.encode()).hexdigest()[:6]
-        folder = self.out / "runs" / f"{algorithm}-{partition}-{name or sync}-{digest}"
+        folder = self.out / "runs" / "-".join(
+            [algorithm, partition, name or sync] + ([where] if where else []) + [digest])
         all_sets = (model_sets(sync)
                     + [f"stragglers={json.dumps(parse_stragglers(stragglers))}"] + sets)
         if target is not None:
@@ -179,14 +197,14 @@ class Runner:
         t0 = time.perf_counter()
         summary, error = None, None
         try:
-            summary = run_one(self.job(algorithm, partition), folder, all_sets,
-                              timeout=3 * self.mode.ref_time_s + 60)
+            summary = launch(self.job(algorithm, partition), folder, all_sets,
+                             3 * self.mode.ref_time_s + 60)
         except (RunFailedError, OSError, ValueError) as exc:
-            error = str(exc).strip().splitlines()[0][:300]
+            error = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else repr(exc)
         res = RunResult(key, folder, summary, error, target, time.perf_counter() - t0)
         self.runs[key] = res
         what = " ".join([f"{algorithm}/{partition}/{name or sync}/{stragglers}",
-                         *(sets if name is None else [])])
+                         *(sets if name is None else [])]) + (f" ({where})" if where else "")
         self.say(f"  {what}: " + (f"{res.time.text()} s to target" if res.ok and name is None
                                   else f"{name} done" if res.ok else f"FAILED: {error}"))
         return res
