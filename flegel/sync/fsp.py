@@ -293,8 +293,8 @@ class FSPWorker(WorkerPolicy):
 
     def commit_reason(self, port: WorkerPort, points: int) -> Reason | None:
         self._points = points
-        if self.instructions.batch > 0 and points >= self.instructions.batch:
-            return Reason.BATCH  # FSPV's sampled calibration (FSP, Notes)
+        if (batch := super().commit_reason(port, points)) is not None:
+            return batch  # FSPV's sampled calibration (FSP, Notes)
         if (self._deadline is not None and port.now() >= self._deadline
                 and not self._last_block(points) and not self._short_rest(port, points)):
             return Reason.TIMER
