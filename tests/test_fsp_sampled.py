@@ -27,12 +27,14 @@ COST_S = 1e-6
 LATENCY_S = 1e-3
 
 
-def _data(seed: int = 0) -> np.ndarray:
-    """Three well-separated Gaussian blobs in 4 dimensions, in random order."""
+def _data(seed: int = 0, shuffled: bool = True) -> np.ndarray:
+    """Three well-separated Gaussian blobs in 4 dimensions, in random order (or sorted by
+    blob: each contiguous shard holds one blob, so only the store's within-shard shuffle
+    makes a worker's share a random sample of its shard)."""
     rng = np.random.default_rng(seed)
     centres = rng.normal(0.0, 6.0, size=(3, 4))
     x = np.concatenate([c + rng.standard_normal((WORKERS * SHARD // 3, 4)) for c in centres])
-    return x[rng.permutation(len(x))]
+    return x[rng.permutation(len(x))] if shuffled else x
 
 
 def _run(model: str, options: dict[str, Any], stop: int = 6) -> tuple[Simulation, list]:
@@ -111,3 +113,18 @@ def test_a_worker_alone_on_a_core_in_the_sample_does_not_make_the_pass_look_shor
     first, second = sim.barrier_events()[:2]
     assert first["workers"]["compute_s"][0] < first["workers"]["compute_s"][1] / 3
     assert second["phase"] == "probe"
+
+
+def test_a_late_starting_worker_trains_its_share_on_sorted_shards():
+    """Worker 2 waits 30 ms for a core (20x slowed before then): its eighth arrives long
+    after the others', but within the time a whole-pass calibration would have waited for
+    it, so it is not paused short and θ¹ comes from equal shares of the sorted shards.
+    (Before: paused at 4x the first arrival, an eighth of a pass, with 621 of its 1,100.)"""
+    sim = Simulation("fsp", {}, workers=WORKERS, data=_data(shuffled=False),
+                     algorithm=GaussianMixture(n_components=3), cost_s=COST_S,
+                     latency_s=LATENCY_S, slowdown={2: lambda t: 20.0 if t < 0.03 else 1.0},
+                     stop={"max_iterations": 2}).run()
+    first = sim.barrier_events()[0]
+    assert first["phase"] == "calibration"
+    assert first["workers"]["reason"] == ["batch"] * WORKERS
+    assert first["workers"]["points"] == [SHARD // 8] * WORKERS

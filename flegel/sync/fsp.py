@@ -52,6 +52,7 @@ from flegel.interval.multistage import (
     PASS_REACH,
     PROBE_MODES,
     PROBE_PHASES,
+    SAMPLE_SHARE,
     STAGE_CONFIRM,
     STAGE_SIGNIFICANCE,
     STAGE_WINDOW,
@@ -620,7 +621,8 @@ class FSP(BarrierPolicy):
             if self.pause_at is None and self.whole:
                 # A whole pass: the others are paused only past its bound.
                 self.pause_at = self.iter_start + self._whole_bound(
-                    self.server.worker(rank).arrived_at)
+                    self.server.worker(rank).arrived_at,
+                    SAMPLE_SHARE if reason == Reason.BATCH else 1.0)
             elif self.pause_at is None:
                 self._on_pass(rank)  # a full pass ends the iteration (Section 3.3)
         super().on_commit(rank, header, agg)
@@ -695,7 +697,7 @@ class FSP(BarrierPolicy):
         pass, and holds no barrier back."""
         return self.full_batch and not self.passes.stragglers(WHOLE_PASS_WAIT, PASS_EVIDENCE)
 
-    def _whole_bound(self, first_arrival: float) -> float:
+    def _whole_bound(self, first_arrival: float, share: float = 1.0) -> float:
         """How long a whole pass may run, from its start, before the workers still
         computing are paused: :data:`WHOLE_PASS_WAIT` times the longest of the time its first
         pass took to arrive, the typical worker's predicted pass (a worker slower than that
@@ -715,9 +717,16 @@ class FSP(BarrierPolicy):
         step instead of L-BFGS's -- about one iteration lost for the rest of a pass.
         A straggler is still paused: a whole pass it held up is no complete one, and until
         one completes the bound is as before (the calibration, where a straggler shows
-        first)."""
-        return WHOLE_PASS_WAIT * max(first_arrival - self.iter_start, self.passes.typical(),
-                                     self._typical_whole())
+        first).
+
+        In the sampled calibration the first arrival covers ``share`` of a pass (the
+        sample's), so it is scaled to a pass: a worker is paused no sooner than in a
+        whole-pass calibration.  Unscaled (issue 19), a worker whose θ came late or that
+        waited for a core was paused before its share, and θ¹ came from unequal shares --
+        on sorted contiguous shards, from one blob less than the others
+        (``tests/test_fsp_sampled.py``)."""
+        return WHOLE_PASS_WAIT * max((first_arrival - self.iter_start) / share,
+                                     self.passes.typical(), self._typical_whole())
 
     def _typical_whole(self) -> float:
         """The lower median duration of the latest :data:`WHOLE_HISTORY` complete whole
