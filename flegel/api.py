@@ -123,7 +123,7 @@ class Algorithm:
         An M-step on part of a pass at θ⁽⁰⁾ is the M-step of a sample of the data: incremental
         EM with per-point sufficient statistics (GMM, FCM).  FSPV then takes its first
         update after a share of every worker's shuffled shard, not a whole pass
-        (:func:`flegel.interval.multistage.sample_batch`).  Default False.
+        (:func:`flegel.interval.multistage.sample_fraction`).  Default False.
     PARAMS : dict of str to flegel.validation.Constraint
         Each constructor parameter's constraint, declared once: ``__init__`` checks its
         arguments with :func:`flegel.validation.check_params`, whose

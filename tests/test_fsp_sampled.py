@@ -13,7 +13,12 @@ import numpy as np
 import pytest
 
 from flegel.algorithms.gmm import GaussianMixture
-from flegel.interval.multistage import SAMPLE_MIN_POINTS, sample_batch
+from flegel.interval.multistage import (
+    SAMPLE_MIN_POINTS,
+    SAMPLE_SHARE,
+    sample_batch,
+    sample_fraction,
+)
 from tests.fakes import Simulation
 
 WORKERS = 3
@@ -50,11 +55,16 @@ def _run(model: str, options: dict[str, Any], stop: int = 6) -> tuple[Simulation
     return sim, trace
 
 
-def test_sample_batch():
-    assert sample_batch(0) == 0  # unknown: a whole pass
-    assert sample_batch(SAMPLE_MIN_POINTS) == 0  # small: a whole pass
-    assert sample_batch(2 * SAMPLE_MIN_POINTS) == SAMPLE_MIN_POINTS
-    assert sample_batch(80_000) == 10_000
+def test_sample_fraction_and_batch():
+    assert sample_fraction([]) == 1.0  # no shards known: a whole pass
+    assert sample_fraction([0, 80_000]) == 1.0  # a shard unknown: a whole pass
+    assert sample_fraction([SAMPLE_MIN_POINTS, 80_000]) == 1.0  # all of a small shard
+    assert sample_fraction([80_000, 16_000]) == SAMPLE_SHARE
+    # The smallest shard gives SAMPLE_MIN_POINTS; the others the same share.
+    assert sample_fraction([2 * SAMPLE_MIN_POINTS, 80_000]) == 0.5
+    assert sample_batch(80_000, 1.0) == 0
+    assert sample_batch(80_000, SAMPLE_SHARE) == 10_000
+    assert sample_batch(11_067, 0.5) == 5_534
 
 
 def test_the_first_m_step_comes_after_an_eighth_of_every_shard():
@@ -128,3 +138,17 @@ def test_a_late_starting_worker_trains_its_share_on_sorted_shards():
     assert first["phase"] == "calibration"
     assert first["workers"]["reason"] == ["batch"] * WORKERS
     assert first["workers"]["points"] == [SHARD // 8] * WORKERS
+
+
+def test_uneven_shards_give_the_same_share():
+    """Shards of [2000, 12200, 12200] points: the smallest gives its 1,000 points, half its
+    shard, and so do the others, so the sample is proportional to the shards -- a random
+    sample of the data.  (Before: a minimum per worker, shares of [1/2, 1/8, 1/8].)"""
+    x = _data(shuffled=False)
+    sizes = [2000, 12_200, 12_200]
+    sim = Simulation("fsp", {}, workers=WORKERS, shards=np.split(x, np.cumsum(sizes)[:-1]),
+                     algorithm=GaussianMixture(n_components=3), cost_s=COST_S,
+                     latency_s=LATENCY_S, stop={"max_iterations": 2}).run()
+    first = sim.barrier_events()[0]
+    assert first["workers"]["reason"] == ["batch"] * WORKERS
+    assert first["workers"]["points"] == [1000, 6100, 6100]

@@ -52,11 +52,11 @@ from flegel.interval.multistage import (
     PASS_REACH,
     PROBE_MODES,
     PROBE_PHASES,
-    SAMPLE_SHARE,
     STAGE_CONFIRM,
     STAGE_SIGNIFICANCE,
     STAGE_WINDOW,
     sample_batch,
+    sample_fraction,
 )
 from flegel.ports import ServerPort, WorkerPolicy, WorkerPort
 from flegel.protocol import POLL_MAX_S, Instructions, Reason, Signal
@@ -449,9 +449,11 @@ class FSP(BarrierPolicy):
 
     **The sampled calibration** (issue 19, Fig. 8; FSPV with interleaved probes, shuffled
     shards, an algorithm with ``sampled_first_step``).  The calibration then ends when every
-    worker has trained :func:`~flegel.interval.multistage.sample_batch` points of its shard
-    (an eighth, a batch: ``Reason.BATCH``), bounded as a whole pass is: the first M-step is
-    incremental EM's on a stratified random sample (Neal & Hinton), and the rest of the first
+    worker has trained the same share of its shard (an eighth, more if the smallest shard
+    would give under 1,000 points: :func:`~flegel.interval.multistage.sample_fraction`; a
+    batch, ``Reason.BATCH``), bounded as a whole pass is (:meth:`_whole_bound`, scaled to a
+    pass): the first M-step is incremental EM's on a random sample stratified in proportion
+    to the shards (Neal & Hinton), and the rest of the first
     pass runs at θ¹.  BSPV's calibration is batch EM's first step on a whole pass; measured
     (``flegel paper``'s GMM, exact objectives) FSPV reaches the target after 1.125 passes
     against BSPV's 2, with the same 2 barriers.  Speeds and the pass are measured on the
@@ -526,6 +528,7 @@ class FSP(BarrierPolicy):
         self.plan = Plan(0.0, phase="calibration")
         #: FSPV's first M-step after a share of every shard (class notes: the sampled
         #: calibration).
+        self.share = 1.0
         self.sampled = (kind == "multistage" and options["probes"] == "interleaved"
                         and options["eta_ms"] is None and bool(options.get("shuffle", True))
                         and bool(getattr(server, "sampled_first_step", False)))
@@ -569,8 +572,7 @@ class FSP(BarrierPolicy):
         mark = 1 if self.plan.mark else (-1 if self.plan.drop_mark else 0)
         bound = OFFSET_BOUND * eta  # η may have changed since the offsets were learnt
         offset = float(min(max(self.offsets[rank], -bound), bound))
-        batch = (sample_batch(self.server.shard_sizes.get(rank, 0))
-                 if self.sampled and self.plan.phase == "calibration" else 0)
+        batch = sample_batch(self.server.shard_sizes.get(rank, 0), self.share)
         return Instructions(batch=batch, eta_s=eta if self.semi else 0.0,
                             offset_s=offset if self.semi else 0.0,
                             mark=mark, rollback=self.plan.rollback,
@@ -590,6 +592,10 @@ class FSP(BarrierPolicy):
         # only for a full-batch algorithm without stragglers (_balanced).
         self.whole = self.plan.phase in ("calibration", WHOLE_PHASE)
         self.whole_iterations += self.whole
+        # The sampled calibration's share of every shard (1.0: a whole pass).
+        sizes = self.server.shard_sizes
+        self.share = (sample_fraction(sizes.get(r, 0) for r in srv.ranks)
+                      if self.sampled and self.plan.phase == "calibration" else 1.0)
         self._start_estimate = srv.estimated_objective()
         super().broadcast()
         self._orders = {}
@@ -622,7 +628,7 @@ class FSP(BarrierPolicy):
                 # A whole pass: the others are paused only past its bound.
                 self.pause_at = self.iter_start + self._whole_bound(
                     self.server.worker(rank).arrived_at,
-                    SAMPLE_SHARE if reason == Reason.BATCH else 1.0)
+                    self.share if reason == Reason.BATCH else 1.0)
             elif self.pause_at is None:
                 self._on_pass(rank)  # a full pass ends the iteration (Section 3.3)
         super().on_commit(rank, header, agg)
