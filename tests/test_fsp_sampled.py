@@ -97,7 +97,7 @@ def test_fspv_reaches_the_target_sooner_than_bspv(slack):
     """The paper's target: the converged objective plus a slack.  BSPV's calibration is a
     whole pass; FSPV's first M-step comes after an eighth of one, and every later θ is about
     batch EM's next, 7/8 of a pass sooner, with as many barriers: FSPV is there in at most
-    0.8x BSPV's simulated time (0.64-0.76x here).  (Before: both ran the same whole passes,
+    0.8x BSPV's simulated time.  (Before: both ran the same whole passes,
     1.0x.)"""
     _, bsp = _run("bsp", {"batch": "auto"})
     _, fsp = _run("fsp", {})

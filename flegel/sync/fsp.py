@@ -454,10 +454,14 @@ class FSP(BarrierPolicy):
     batch, ``Reason.BATCH``), bounded as a whole pass is (:meth:`_whole_bound`, scaled to a
     pass): the first M-step is incremental EM's on a random sample stratified in proportion
     to the shards (Neal & Hinton), and the rest of the first
-    pass runs at θ¹.  BSPV's calibration is batch EM's first step on a whole pass; measured
-    (``flegel paper``'s GMM, exact objectives) FSPV reaches the target after 1.125 passes
-    against BSPV's 2, with the same 2 barriers.  Speeds and the pass are measured on the
-    sample as on any partial pass.  Not under FSPB, whose η⁰ is the calibration's pass.
+    pass runs at θ¹.  BSPV's calibration is batch EM's first step on a whole pass.  In the
+    idealised schedule of ``python bench/em_schedules.py`` (passes and M-steps in order, no
+    clock; ``flegel paper``'s GMM, exact objectives) the first M-step after an eighth reaches
+    the target after 1.125 passes against batch EM's 2, with the same 2 M-steps; measured
+    FSPV against BSPV (docs/benchmarks.md, medians of nine pairs) GMM 3.10x and FCM 2.20x
+    with the rows x 10, within a pair's noise at the quick scale.  Speeds and the pass are
+    measured on the sample as on any partial pass.  Not under FSPB, whose η⁰ is the
+    calibration's pass.
     """
 
     OPTIONS: ClassVar[dict[str, Key]] = {
