@@ -152,3 +152,19 @@ def test_uneven_shards_give_the_same_share():
     first = sim.barrier_events()[0]
     assert first["workers"]["reason"] == ["batch"] * WORKERS
     assert first["workers"]["points"] == [1000, 6100, 6100]
+
+
+def test_the_typical_pass_after_the_sample_is_the_lower_median():
+    """Four workers 1-4x slow: after the sampled calibration the longest useful η is the
+    typical worker's pass by the rule of :meth:`flegel.sync.passes.PassPredictor.typical`,
+    the lower median (the second of four), not the upper.  (Before: the third, 1.5x it.)"""
+    sim = Simulation("fsp", {}, workers=4, data=_data(),
+                     algorithm=GaussianMixture(n_components=3), cost_s=COST_S,
+                     latency_s=LATENCY_S, slowdown={r: float(r) for r in range(1, 5)},
+                     stop={"max_iterations": 1}).run()
+    w = sim.barrier_events()[0]["workers"]
+    assert w["reason"] == ["batch"] * 4
+    passes = sorted(n * c / p for n, c, p in zip([len(s) for s in sim.shards],
+                                                   w["compute_s"], w["points"]))
+    assert passes[2] > 1.3 * passes[1]
+    assert sim.policy.eta_max_s == pytest.approx(passes[1], rel=1e-6)

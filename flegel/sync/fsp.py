@@ -823,8 +823,9 @@ class FSP(BarrierPolicy):
                   if h["points"] > 0 and h["n_active"] > 0 and h["compute_s"] > 0]
         passes = sorted(p for p in passes if p > 0)
         if passes:
-            # typical: the upper median (after the sampled calibration, see after_barrier)
-            self.eta_max_s = float(passes[len(passes) // 2] if typical else passes[0])
+            # typical (after the sampled calibration, see after_barrier): the lower median,
+            # PassPredictor.typical's rule -- with half the workers slow, the fast half's
+            self.eta_max_s = float(passes[(len(passes) - 1) // 2] if typical else passes[0])
 
     def _update_offsets(self, commits: dict[int, dict[str, float]],
                         arrivals: dict[int, float]) -> None:
