@@ -434,9 +434,10 @@ class FSP(BarrierPolicy):
     unforeseen straggler holds no barrier for long.  This holds whatever ``interval`` says
     (a fixed η too): the pass, not η, ends a whole pass.
 
-    **The calibration is a whole pass for every algorithm** (issue 19), as BSPV's calibration
-    is a full pass, not only for those with ``full_batch_update``.  Nothing is known of the
-    workers' speeds then, so the pass rule (:meth:`_on_pass`) has no straggler to tell
+    **The calibration is a whole pass** (issue 19), as BSPV's calibration is a full pass,
+    for every algorithm, not only for those with ``full_batch_update`` -- but under FSPV
+    for one with ``sampled_first_step``: the sampled calibration, below.  Nothing is known
+    of the workers' speeds then, so the pass rule (:meth:`_on_pass`) has no straggler to tell
     apart, and it paused every worker not done by :data:`PASS_GRACE` times the first pass.
     On shared cores that is a worker whose θ reached it late or that waited for a core, not
     a slow one: measured (``flegel paper``'s K-means, 4 workers and the master on 2 cores)
@@ -528,7 +529,8 @@ class FSP(BarrierPolicy):
                          per_update=bool(getattr(server, "progress_per_update", False)))
         self.adjustor = make_adjustor(kind, **extra)
         self.semi = options["coordination"] == "semi"
-        # no timer: a whole pass of every worker, a straggler paused at _whole_bound
+        # no timer: a whole pass (a share, sampled) of every worker, a straggler paused at
+        # _whole_bound
         self.plan = Plan(0.0, phase="calibration")
         #: FSPV's first M-step after a share of every shard (class notes: the sampled
         #: calibration).
@@ -592,7 +594,8 @@ class FSP(BarrierPolicy):
         self.signalled = False
         self.pause_at = None
         self.paused = set()
-        # The calibration is a whole pass for every algorithm (class notes); later ones
+        # The calibration is a whole pass (a share of it, sampled) for every algorithm
+        # (class notes); later ones
         # only for a full-batch algorithm without stragglers (_balanced).
         self.whole = self.plan.phase in ("calibration", WHOLE_PHASE)
         self.whole_iterations += self.whole
