@@ -11,7 +11,7 @@ barrier), then one M-step:
 
 * ``batch``: whole passes (BSPV and BSPB here: BSPV's batch is the whole shard);
 * ``first q``: a first M-step after a share q of every shard, then whole passes (FSPV's
-  sampled calibration, :func:`flegel.interval.multistage.sample_batch`, is q = 1/8);
+  sampled calibration, :func:`flegel.interval.multistage.sample_fraction`, is q = 1/8);
 * ``all 1/m``: every interval 1/m of a pass (incremental EM at a finer barrier).
 
 Printed per schedule: the M-steps (barriers) and passes to the paper's target (the converged

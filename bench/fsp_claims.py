@@ -251,7 +251,7 @@ def horizon_table(root: Path, algorithms: list[str], partition: str,
 
     ``scale`` multiplies the quick workloads' rows (``--scale``): at 1 a warm pass of GMM or
     FCM costs a few ms of CPU, less than a barrier on 2 shared cores, so what FSPV saves in
-    passes (the sampled calibration, :func:`flegel.interval.multistage.sample_batch`) is hidden
+    passes (the sampled calibration, :func:`flegel.interval.multistage.sample_fraction`) is hidden
     by the barriers; larger data make a pass cost what it does on the paper's cluster.
     """
     mode = dataclasses.replace(QUICK, scale=scale)

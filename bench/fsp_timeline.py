@@ -49,7 +49,7 @@ def to_target(run: Path, target: float, sizes: list[float] | None = None) -> dic
     summary = json.loads((run / "summary.json").read_text())
     hit = next((float(t) for t, f in summary["objective_trace"] if f <= target), None)
     evs = events(run)
-    later = [e for e in (evs[3:] or evs) if "compute_s" in e["workers"] and "barrier_s" in e]
+    later = [e for e in evs[3:] if "compute_s" in e["workers"] and "barrier_s" in e]
     warm = {"warm_ms": 1e3 * float(np.median([max(e["workers"]["compute_s"]) for e in later]))
             if later else None,
             "bar_ms": 1e3 * float(np.median([e["barrier_s"] for e in later])) if later else None}

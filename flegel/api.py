@@ -121,9 +121,13 @@ class Algorithm:
         points aggregated (EM's statistics, a full-batch step).
     sampled_first_step : bool
         An M-step on part of a pass at θ⁽⁰⁾ is the M-step of a sample of the data: incremental
-        EM with per-point sufficient statistics (GMM, FCM).  FSPV then takes its first
-        update after a share of every worker's shuffled shard, not a whole pass
-        (:func:`flegel.interval.multistage.sample_batch`).  Default False.
+        EM with per-point sufficient statistics (GMM, FCM).  FSP then takes its first
+        update after the same share of every worker's shuffled shard, not a whole pass --
+        an eighth, raised so that the smallest shard gives 1,000 points
+        (:func:`flegel.interval.multistage.sample_fraction`) -- when all of these hold:
+        ``interval: multistage`` (FSPV) with ``probes: interleaved``, no ``eta_ms``,
+        ``shuffle`` on, and every shard known and above 1,000 points; otherwise a whole
+        pass.  Default False.
     PARAMS : dict of str to flegel.validation.Constraint
         Each constructor parameter's constraint, declared once: ``__init__`` checks its
         arguments with :func:`flegel.validation.check_params`, whose

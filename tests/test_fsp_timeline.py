@@ -67,3 +67,19 @@ def test_warm_pass_and_barrier(timeline, tmp_path):
     out = timeline.to_target(run, 1.0)
     assert out["warm_ms"] == pytest.approx(3.0)  # max of [2, 1], [4, 2], [1, 3]: 2, 4, 3
     assert out["bar_ms"] == pytest.approx(7.0)
+
+
+def test_no_warm_pass_within_three_barriers(timeline, tmp_path):
+    """A run of three barriers has no iteration after the first three: no ``warm`` nor
+    ``bar``, not the calibration's cold pass read as a warm one."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "events.jsonl").write_text("".join(
+        json.dumps({"t": i + 1, "time_s": 0.01 * (i + 1), "barrier_s": 0.005,
+                    "workers": {"points": [10, 10], "reason": ["pass", "pass"],
+                                "compute_s": [0.030, 0.040]}}) + "\n"
+        for i in range(3)))
+    (run / "summary.json").write_text(json.dumps({"objective_trace": [[0.03, 1.0]]}))
+    out = timeline.to_target(run, 1.0)
+    assert out["its"] == 3
+    assert out["warm_ms"] is None and out["bar_ms"] is None

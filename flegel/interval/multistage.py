@@ -93,6 +93,7 @@ Choices where the paper is vague, all documented here:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -124,11 +125,14 @@ TRUST_FACTOR = 2.0
 #: passes then cut it short when it ran again, so its remaining points waited a whole
 #: iteration, and the barrier was no sooner: it had waited for that worker anyway.
 PASS_REACH = 4.0
-#: FSPV's sampled calibration (:func:`sample_batch`): the first M-step of an algorithm with
+#: FSPV's sampled calibration (:func:`sample_fraction`): the first M-step of an algorithm with
 #: ``sampled_first_step`` is taken after this share of every worker's shard.
 SAMPLE_SHARE = 1.0 / 8.0
-#: ... but after at least this many points of a worker's shard (all of a smaller one): the
-#: first M-step rests on a sample large enough to fit every component.
+#: ... but after at least this many points of the smallest shard (the same, larger share of
+#: every shard; a whole pass if that is all of one).  A heuristic, not checked against the
+#: algorithm: a sample of at least 1,000 points per shard leaves every component enough
+#: points to fit -- a full covariance in d dimensions needs more than d; the bundled GMM of
+#: ``flegel paper`` has 8 components in 27 dimensions, 216 points for one each.
 SAMPLE_MIN_POINTS = 1000
 #: The probe modes of :class:`MultiStage`.
 PROBE_MODES = ("interleaved", "rollback")
@@ -137,25 +141,41 @@ PROBE_MODES = ("interleaved", "rollback")
 PROBE_PHASES = frozenset({"probe", "probe1", "probe2"})
 
 
-def sample_batch(shard_points: int) -> int:
-    """Points of a worker's shard in FSPV's sampled calibration: :data:`SAMPLE_SHARE` of it,
-    at least :data:`SAMPLE_MIN_POINTS` (0, a whole pass, for an unknown or small shard).
+def sample_fraction(shard_points: Iterable[int]) -> float:
+    """The share of every worker's shard in FSPV's sampled calibration: :data:`SAMPLE_SHARE`,
+    raised so that the smallest shard gives :data:`SAMPLE_MIN_POINTS`; 1.0 (a whole pass)
+    when that is all of a shard, or a shard's size is unknown (0).
+
+    One share for the job, not a minimum per worker: every worker contributes the same share
+    of its shard in its shuffled order, so the sample is stratified over the shards in
+    proportion to their sizes -- a random sample of the data.  (A minimum per worker gave
+    shards of [2000, 11067, 11067, 11066] points shares of [1/2, 1/8, 1/8, 1/8]: the small
+    shard's points counted four times as much in θ¹, issue 19.)
 
     For an incremental EM algorithm (``Algorithm.sampled_first_step``: per-point sufficient
     statistics, Neal & Hinton 1998, the FSP paper's Eq. 3) the first M-step after part of
-    the first pass is the M-step of a random sample of the data at θ⁰: every worker
-    contributes the same share of its shard in its shuffled order, so the sample is
-    stratified over the shards.  Far from the optimum θ⁰'s error dwarfs the sample's, so
-    θ¹ is nearly the full pass's, and the rest of the first pass -- with the sample
-    revisited -- runs at θ¹ instead of θ⁰: one M-step of batch EM gained for an eighth of a
-    pass.  Measured on ``flegel paper``'s GMM (35,000 x 27, 8 components, exact objective
-    of each θ): batch EM reaches the target (the converged objective + 1e-5) after 2 passes
-    and 2 M-steps, a first M-step after 1/8 of the pass then whole passes after 1.125 passes
-    and the same 2 M-steps; FCM's 1e-3 target after 9 passes against 8.125, 9 M-steps each.
+    the first pass is the M-step of a random sample of the data at θ⁰.  Far from the optimum
+    θ⁰'s error dwarfs the sample's, so θ¹ is nearly the full pass's, and the rest of the
+    first pass -- with the sample revisited -- runs at θ¹ instead of θ⁰: one M-step of batch
+    EM gained for an eighth of a pass.  An idealised schedule (``python
+    bench/em_schedules.py``, every pass and M-step in order, no clock) on ``flegel paper``'s
+    GMM (35,000 x 27, 8 components, exact objective of each θ): batch EM reaches the target
+    (the converged objective + 1e-5) after 2 passes and 2 M-steps, a first M-step after 1/8
+    of the pass then whole passes after 1.125 passes and the same 2 M-steps; FCM's 1e-3
+    target after 9 passes against 8.125, 9 M-steps each.  Measured FSPV against BSPV runs:
+    docs/benchmarks.md (issue 19, i19g).
     """
-    if shard_points <= SAMPLE_MIN_POINTS:
-        return 0
-    return max(SAMPLE_MIN_POINTS, math.ceil(SAMPLE_SHARE * shard_points))
+    sizes = list(shard_points)
+    smallest = min(sizes, default=0)
+    if smallest <= SAMPLE_MIN_POINTS:
+        return 1.0
+    return min(1.0, max(SAMPLE_SHARE, SAMPLE_MIN_POINTS / smallest))
+
+
+def sample_batch(shard_points: int, fraction: float) -> int:
+    """Points of a shard of ``shard_points`` in a sample of ``fraction`` of every shard
+    (:func:`sample_fraction`); 0, a whole pass, for a fraction of 1."""
+    return 0 if fraction >= 1.0 else math.ceil(fraction * shard_points)
 
 
 def eq7_gain(eta: np.ndarray, a: float, b: float, phi: float) -> np.ndarray:

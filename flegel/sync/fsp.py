@@ -56,6 +56,7 @@ from flegel.interval.multistage import (
     STAGE_SIGNIFICANCE,
     STAGE_WINDOW,
     sample_batch,
+    sample_fraction,
 )
 from flegel.ports import ServerPort, WorkerPolicy, WorkerPort
 from flegel.protocol import POLL_MAX_S, Instructions, Reason, Signal
@@ -293,8 +294,8 @@ class FSPWorker(WorkerPolicy):
 
     def commit_reason(self, port: WorkerPort, points: int) -> Reason | None:
         self._points = points
-        if self.instructions.batch > 0 and points >= self.instructions.batch:
-            return Reason.BATCH  # FSPV's sampled calibration (FSP, Notes)
+        if (batch := super().commit_reason(port, points)) is not None:
+            return batch  # FSPV's sampled calibration (FSP, Notes)
         if (self._deadline is not None and port.now() >= self._deadline
                 and not self._last_block(points) and not self._short_rest(port, points)):
             return Reason.TIMER
@@ -433,9 +434,10 @@ class FSP(BarrierPolicy):
     unforeseen straggler holds no barrier for long.  This holds whatever ``interval`` says
     (a fixed η too): the pass, not η, ends a whole pass.
 
-    **The calibration is a whole pass for every algorithm** (issue 19), as BSPV's calibration
-    is a full pass, not only for those with ``full_batch_update``.  Nothing is known of the
-    workers' speeds then, so the pass rule (:meth:`_on_pass`) has no straggler to tell
+    **The calibration is a whole pass** (issue 19), as BSPV's calibration is a full pass,
+    for every algorithm, not only for those with ``full_batch_update`` -- but under FSPV
+    for one with ``sampled_first_step``: the sampled calibration, below.  Nothing is known
+    of the workers' speeds then, so the pass rule (:meth:`_on_pass`) has no straggler to tell
     apart, and it paused every worker not done by :data:`PASS_GRACE` times the first pass.
     On shared cores that is a worker whose θ reached it late or that waited for a core, not
     a slow one: measured (``flegel paper``'s K-means, 4 workers and the master on 2 cores)
@@ -448,13 +450,19 @@ class FSP(BarrierPolicy):
 
     **The sampled calibration** (issue 19, Fig. 8; FSPV with interleaved probes, shuffled
     shards, an algorithm with ``sampled_first_step``).  The calibration then ends when every
-    worker has trained :func:`~flegel.interval.multistage.sample_batch` points of its shard
-    (an eighth, a batch: ``Reason.BATCH``), bounded as a whole pass is: the first M-step is
-    incremental EM's on a stratified random sample (Neal & Hinton), and the rest of the first
-    pass runs at θ¹.  BSPV's calibration is batch EM's first step on a whole pass; measured
-    (``flegel paper``'s GMM, exact objectives) FSPV reaches the target after 1.125 passes
-    against BSPV's 2, with the same 2 barriers.  Speeds and the pass are measured on the
-    sample as on any partial pass.  Not under FSPB, whose η⁰ is the calibration's pass.
+    worker has trained the same share of its shard (an eighth, more if the smallest shard
+    would give under 1,000 points: :func:`~flegel.interval.multistage.sample_fraction`; a
+    batch, ``Reason.BATCH``), bounded as a whole pass is (:meth:`_whole_bound`, scaled to a
+    pass): the first M-step is incremental EM's on a random sample stratified in proportion
+    to the shards (Neal & Hinton), and the rest of the first
+    pass runs at θ¹.  BSPV's calibration is batch EM's first step on a whole pass.  In the
+    idealised schedule of ``python bench/em_schedules.py`` (passes and M-steps in order, no
+    clock; ``flegel paper``'s GMM, exact objectives) the first M-step after an eighth reaches
+    the target after 1.125 passes against batch EM's 2, with the same 2 M-steps; measured
+    FSPV against BSPV (docs/benchmarks.md, medians of nine pairs) GMM 3.10x and FCM 2.20x
+    with the rows x 10, within a pair's noise at the quick scale.  Speeds and the pass are
+    measured on the sample as on any partial pass.  Not under FSPB, whose η⁰ is the
+    calibration's pass.
     """
 
     OPTIONS: ClassVar[dict[str, Key]] = {
@@ -521,10 +529,12 @@ class FSP(BarrierPolicy):
                          per_update=bool(getattr(server, "progress_per_update", False)))
         self.adjustor = make_adjustor(kind, **extra)
         self.semi = options["coordination"] == "semi"
-        # no timer: a whole pass of every worker, a straggler paused at _whole_bound
+        # no timer: a whole pass (a share, sampled) of every worker, a straggler paused at
+        # _whole_bound
         self.plan = Plan(0.0, phase="calibration")
         #: FSPV's first M-step after a share of every shard (class notes: the sampled
         #: calibration).
+        self.share = 1.0
         self.sampled = (kind == "multistage" and options["probes"] == "interleaved"
                         and options["eta_ms"] is None and bool(options.get("shuffle", True))
                         and bool(getattr(server, "sampled_first_step", False)))
@@ -568,8 +578,7 @@ class FSP(BarrierPolicy):
         mark = 1 if self.plan.mark else (-1 if self.plan.drop_mark else 0)
         bound = OFFSET_BOUND * eta  # η may have changed since the offsets were learnt
         offset = float(min(max(self.offsets[rank], -bound), bound))
-        batch = (sample_batch(self.server.shard_sizes.get(rank, 0))
-                 if self.sampled and self.plan.phase == "calibration" else 0)
+        batch = sample_batch(self.server.shard_sizes.get(rank, 0), self.share)
         return Instructions(batch=batch, eta_s=eta if self.semi else 0.0,
                             offset_s=offset if self.semi else 0.0,
                             mark=mark, rollback=self.plan.rollback,
@@ -585,10 +594,15 @@ class FSP(BarrierPolicy):
         self.signalled = False
         self.pause_at = None
         self.paused = set()
-        # The calibration is a whole pass for every algorithm (class notes); later ones
+        # The calibration is a whole pass (a share of it, sampled) for every algorithm
+        # (class notes); later ones
         # only for a full-batch algorithm without stragglers (_balanced).
         self.whole = self.plan.phase in ("calibration", WHOLE_PHASE)
         self.whole_iterations += self.whole
+        # The sampled calibration's share of every shard (1.0: a whole pass).
+        sizes = self.server.shard_sizes
+        self.share = (sample_fraction(sizes.get(r, 0) for r in srv.ranks)
+                      if self.sampled and self.plan.phase == "calibration" else 1.0)
         self._start_estimate = srv.estimated_objective()
         super().broadcast()
         self._orders = {}
@@ -620,7 +634,8 @@ class FSP(BarrierPolicy):
             if self.pause_at is None and self.whole:
                 # A whole pass: the others are paused only past its bound.
                 self.pause_at = self.iter_start + self._whole_bound(
-                    self.server.worker(rank).arrived_at)
+                    self.server.worker(rank).arrived_at,
+                    self.share if reason == Reason.BATCH else 1.0)
             elif self.pause_at is None:
                 self._on_pass(rank)  # a full pass ends the iteration (Section 3.3)
         super().on_commit(rank, header, agg)
@@ -695,7 +710,7 @@ class FSP(BarrierPolicy):
         pass, and holds no barrier back."""
         return self.full_batch and not self.passes.stragglers(WHOLE_PASS_WAIT, PASS_EVIDENCE)
 
-    def _whole_bound(self, first_arrival: float) -> float:
+    def _whole_bound(self, first_arrival: float, share: float = 1.0) -> float:
         """How long a whole pass may run, from its start, before the workers still
         computing are paused: :data:`WHOLE_PASS_WAIT` times the longest of the time its first
         pass took to arrive, the typical worker's predicted pass (a worker slower than that
@@ -715,9 +730,16 @@ class FSP(BarrierPolicy):
         step instead of L-BFGS's -- about one iteration lost for the rest of a pass.
         A straggler is still paused: a whole pass it held up is no complete one, and until
         one completes the bound is as before (the calibration, where a straggler shows
-        first)."""
-        return WHOLE_PASS_WAIT * max(first_arrival - self.iter_start, self.passes.typical(),
-                                     self._typical_whole())
+        first).
+
+        In the sampled calibration the first arrival covers ``share`` of a pass (the
+        sample's), so it is scaled to a pass: a worker is paused no sooner than in a
+        whole-pass calibration.  Unscaled (issue 19), a worker whose θ came late or that
+        waited for a core was paused before its share, and θ¹ came from unequal shares --
+        on sorted contiguous shards, from one blob less than the others
+        (``tests/test_fsp_sampled.py``)."""
+        return WHOLE_PASS_WAIT * max((first_arrival - self.iter_start) / share,
+                                     self.passes.typical(), self._typical_whole())
 
     def _typical_whole(self) -> float:
         """The lower median duration of the latest :data:`WHOLE_HISTORY` complete whole
@@ -804,8 +826,9 @@ class FSP(BarrierPolicy):
                   if h["points"] > 0 and h["n_active"] > 0 and h["compute_s"] > 0]
         passes = sorted(p for p in passes if p > 0)
         if passes:
-            # typical: the upper median (after the sampled calibration, see after_barrier)
-            self.eta_max_s = float(passes[len(passes) // 2] if typical else passes[0])
+            # typical (after the sampled calibration, see after_barrier): the lower median,
+            # PassPredictor.typical's rule -- with half the workers slow, the fast half's
+            self.eta_max_s = float(passes[(len(passes) - 1) // 2] if typical else passes[0])
 
     def _update_offsets(self, commits: dict[int, dict[str, float]],
                         arrivals: dict[int, float]) -> None:
