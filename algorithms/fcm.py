@@ -171,6 +171,9 @@ class FuzzyCMeans(DeviceKernels, RowKernel, Algorithm):
 
     name = "fcm"
     objective_name = "fcm objective"
+    #: θ keeps the statistics of every point's latest memberships (Eq. 3): FSP's first M-step
+    #: waits until every point has them (``Algorithm.cover_before_update``).
+    cover_before_update = True
 
     # The parameters, as set_params stores them from PARAMS.
     n_clusters: int

@@ -122,8 +122,10 @@ class ServerPort(Protocol):
         """The online objective scaled up to points not visited yet."""
         ...
 
-    def check_stop(self, agg: Arrays, iteration: int) -> StopReason | None:
-        """The algorithm's and the built-in stop criteria after ``iteration``."""
+    def check_stop(self, agg: Arrays, iteration: int,
+                   updated: bool = True) -> StopReason | None:
+        """The algorithm's (only if θ was ``updated``) and the built-in stop criteria after
+        ``iteration``."""
         ...
 
     def finish(self, reason: StopReason) -> None:
@@ -144,6 +146,16 @@ class ServerPort(Protocol):
     def progress_per_update(self) -> bool:
         """The algorithm progresses per update, not per point aggregated
         (``Algorithm.progress_per_update``)."""
+        ...
+
+    @property
+    def cover_before_update(self) -> bool:
+        """θ sums every point's contribution: its first update waits until every point was
+        visited (``Algorithm.cover_before_update``)."""
+        ...
+
+    def unseen(self) -> int:
+        """Points no worker has trained yet (in flight between workers included)."""
         ...
 
     @property
@@ -250,6 +262,13 @@ class WorkerPolicy(AttributeState):
     def deadline(self) -> float | None:
         """The clock time by which the current iteration must end (None: none)."""
         return None
+
+    def idle(self, port: WorkerPort, points: int) -> bool:
+        """Whether the worker has nothing to train yet but its iteration goes on (after
+        ``points`` points): the loop then sleeps a poll interval -- side work, migration and
+        signals go on -- and asks again.  Default False.  A policy that says True must end
+        the wait itself or be ended by a signal (FSP's coverage: the master's bound)."""
+        return False
 
     def finish(self, port: WorkerPort, reason: Reason) -> bool:
         """The iteration ended for ``reason``; return False to throw its work away."""

@@ -236,6 +236,8 @@ class Balancer:
     #: from them need no long speed history).  Immutable, so that a balancer checkpointed
     #: before it existed resumes with the class's empty default.
     stragglers_seen: frozenset[int] = frozenset()
+    #: Barriers of evidence the latest plan asked for (:meth:`at_barrier`).
+    evidence: int = MIN_HISTORY
 
     def stats(self, commits: dict[int, dict[str, float]]) -> list[WorkerStat]:
         """Eq. 8's statistics from the commits of one barrier.
@@ -277,13 +279,18 @@ class Balancer:
         return max(t_rem, 0.0)
 
     def at_barrier(self, now: float, commits: dict[int, dict[str, float]], objective: float,
-                   target: float | None, time_left: float | None, probing: bool = False
-                   ) -> dict[int, list[MigrationOrder]]:
+                   target: float | None, time_left: float | None, probing: bool = False,
+                   evidence: int = MIN_HISTORY) -> dict[int, list[MigrationOrder]]:
         """Plan at a barrier; return the orders for each rank (empty: nothing to do).
 
         ``probing``: the next iteration measures FSPV's g(η) (Section 3.3); only a
-        straggler's points move then (:meth:`while_probing`).
+        straggler's points move then (:meth:`while_probing`).  ``evidence``: barriers of
+        speed history every worker needs first, and of slowness a straggler needs
+        (:meth:`straggler`).  FSP's coverage passes 1: its calibration is a whole pass, each
+        speed measured over a pass or the pass's bound, not over FSPV's first barriers
+        milliseconds apart, and the points no worker has trained wait for this round.
         """
+        self.evidence = evidence
         opts = self.options
         T = self.remaining_time(now, objective, target, time_left)
         stats = self.stats(commits)
@@ -295,7 +302,7 @@ class Balancer:
         if (self.quiet_until is not None and now < self.quiet_until
                 and {s.rank for s in stats if self.straggler(s.rank)} <= self.quiet_for):
             return {}
-        if min(len(h) for h in self.speed.values()) < MIN_HISTORY:
+        if min(len(h) for h in self.speed.values()) < evidence:
             return {}
         if min(sum(c for c, _ in h) for h in self.speed.values()) < MIN_SPEED_S:
             return {}
@@ -379,7 +386,7 @@ class Balancer:
         """Whether ``rank`` is a straggler: :data:`PEER_SPEED` times slower than the median
         worker at the last :data:`STRAGGLER_BARRIERS` barriers (each speed itself smoothed
         over :data:`SPEED_WINDOW_S` of compute)."""
-        return self.slow_streak.get(rank, 0) >= STRAGGLER_BARRIERS
+        return self.slow_streak.get(rank, 0) >= min(STRAGGLER_BARRIERS, self.evidence)
 
     def supers(self, stats: list[WorkerStat]) -> list[SuperWorker]:
         """Super workers (§4.2): workers with "the same statistics" read loosely, speeds

@@ -321,6 +321,19 @@ class Server:
         (:attr:`flegel.Algorithm.progress_per_update`)."""
         return bool(getattr(self.algorithm, "progress_per_update", False))
 
+    @property
+    def cover_before_update(self) -> bool:
+        """Whether the algorithm's θ sums every point's contribution, so its first update
+        waits until every point was visited (:attr:`flegel.Algorithm.cover_before_update`)."""
+        return bool(getattr(self.algorithm, "cover_before_update", False))
+
+    def unseen(self) -> int:
+        """Points of the data set no worker has trained yet, by the workers' latest COMMIT
+        headers (``seen``: trained at least once, wherever they are now).  Points on their way
+        between workers count as unseen until they land: they are in no worker's ``seen``."""
+        seen = sum(w.header.get("seen", 0.0) for w in self.workers.values())
+        return max(int(sum(self.shard_sizes.values()) - seen), 0)
+
     def estimated_objective(self) -> float:
         """The online objective scaled up to the points not visited yet.
 
@@ -349,9 +362,12 @@ class Server:
             return min(fewest, seen / total)
         return fewest
 
-    def check_stop(self, agg: Arrays, iteration: int) -> StopReason | None:
-        """Apply the algorithm's and the built-in criteria (Section 5.3)."""
-        if self.algorithm.termination_check(agg, iteration):
+    def check_stop(self, agg: Arrays, iteration: int,
+                   updated: bool = True) -> StopReason | None:
+        """Apply the algorithm's and the built-in criteria (Section 5.3); the algorithm's only
+        after an update (``updated``): an aggregate kept back for later (FSP's coverage) says
+        nothing of convergence."""
+        if updated and self.algorithm.termination_check(agg, iteration):
             return StopReason.ALGORITHM
         if all(w.n_active == 0 for w in self.workers.values()):
             return StopReason.HALTED

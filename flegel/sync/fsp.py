@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from flegel.balance.migration import KEYS as MIGRATION_KEYS
-from flegel.balance.migration import Balancer, MigrationOptions, Migrator
+from flegel.balance.migration import MIN_HISTORY, Balancer, MigrationOptions, Migrator
 from flegel.balance.ports import MigratingShard, MigrationPort, OrderPort
 from flegel.interval import Observation, Plan, make_adjustor
 from flegel.interval.multistage import (
@@ -55,7 +55,7 @@ from flegel.interval.multistage import (
     STAGE_WINDOW,
 )
 from flegel.ports import ServerPort, WorkerPolicy, WorkerPort
-from flegel.protocol import POLL_MAX_S, Instructions, Reason, Signal
+from flegel.protocol import POLL_MAX_S, Instructions, OrderKind, Reason, Signal
 from flegel.sync.base import BarrierPolicy, round_trip_s
 from flegel.sync.passes import PassPredictor
 from flegel.validation import Key, boolean, choice, mapping, number
@@ -114,6 +114,9 @@ LATE_PASS_SHARE = PASS_GRACE / PASS_REACH
 #: the block sizer's per-point cost.  Twice: the pass may run twice as slow (a core shared
 #: with one other rank) and still end before the timer with its larger blocks.
 COURSE_MARGIN = 2.0
+#: The phase of an iteration at a kept θ, while some point has never been trained (an
+#: algorithm with ``cover_before_update``; see :class:`FSP`, "Coverage").
+COVER_PHASE = "coverage"
 #: Complete whole passes (no worker paused) whose durations, broadcast to the last arrival,
 #: give the typical whole pass that bounds the next one (:meth:`FSP._whole_bound`).  Five:
 #: their lower median ignores up to two disturbed passes and follows a change within three.
@@ -219,6 +222,8 @@ class FSPWorker(WorkerPolicy):
         self.migrator = Migrator(mig) if mig.mode != "off" else None
         self.sync_migration = mig.mode == "sync"
         self.mesh: MigrationPort | None = None
+        #: The master keeps θ until every point was trained once (Instructions.cover).
+        self._cover = 0
 
     def restore(self, state: dict[str, Any]) -> None:
         super().restore(state)
@@ -268,6 +273,10 @@ class FSPWorker(WorkerPolicy):
 
     def begin(self, port: WorkerPort, instructions: Instructions, sent_lag_s: float) -> None:
         super().begin(port, instructions, sent_lag_s)
+        self._cover = instructions.cover
+        if self.shard is not None:
+            # Coverage: windows take the points never trained first (the master's notes).
+            self.shard.unseen_first = self._cover > 0
         if self.migrator is not None and self.sync_migration:
             # Synchronous migration: the points move before the iteration starts.
             self.migrator.transfer_now(self._port(), instructions.orders)
@@ -290,10 +299,21 @@ class FSPWorker(WorkerPolicy):
 
     def commit_reason(self, port: WorkerPort, points: int) -> Reason | None:
         self._points = points
+        if self._cover and self.shard is not None:
+            # Coverage (FSP's notes): done once nothing held is untrained -- unless points
+            # are on their way here and none came yet (idle).
+            done = self.shard.n_unseen == 0 and (points > 0 or self._cover < 2)
+            return Reason.PASS if done else None
         if (self._deadline is not None and port.now() >= self._deadline
                 and not self._last_block(points) and not self._short_rest(port, points)):
             return Reason.TIMER
         return None
+
+    def idle(self, port: WorkerPort, points: int) -> bool:
+        """Coverage, with points on their way here and none trained yet: wait for them (the
+        loop sleeps; the master's bound pauses the wait)."""
+        return (self._cover >= 2 and points == 0 and self.shard is not None
+                and self.shard.n_unseen == 0)
 
     def block_size(self, port: WorkerPort, sized: int) -> int:
         self._block = sized
@@ -539,6 +559,19 @@ class FSP(BarrierPolicy):
         #: Durations of the latest complete whole passes of this run of the whole-pass phase
         #: (broadcast to last arrival, no worker paused): :meth:`_whole_bound`.
         self.whole_log: list[float] = []
+        # Coverage (class notes): whether θ still waits for a point never trained, the
+        # barriers that kept it, when the first update came, the untrained points at the
+        # latest barrier, the calibration's first pass and valid time, and the workers
+        # that migration orders send points to while θ is kept.
+        self.cover = bool(getattr(server, "cover_before_update", False))
+        self.covered = not self.cover
+        self.kept_barriers = 0
+        self.covered_at_s: float | None = None
+        self.unseen = 0
+        self._first_pass_s = 0.0
+        self._calibration_valid_s: float | None = None
+        self._targets: set[int] = set()
+        self._expecting: set[int] = set()
 
     # ---------------------------------------------------------------- sending
     def instructions(self, rank: int) -> Instructions:
@@ -546,10 +579,13 @@ class FSP(BarrierPolicy):
         mark = 1 if self.plan.mark else (-1 if self.plan.drop_mark else 0)
         bound = OFFSET_BOUND * eta  # η may have changed since the offsets were learnt
         offset = float(min(max(self.offsets[rank], -bound), bound))
+        cover = 0
+        if self.plan.phase == COVER_PHASE:
+            cover = 2 if rank in self._expecting else 1
         return Instructions(eta_s=eta if self.semi else 0.0,
                             offset_s=offset if self.semi else 0.0,
                             mark=mark, rollback=self.plan.rollback,
-                            orders=self._orders.get(rank, 0))
+                            orders=self._orders.get(rank, 0), cover=cover)
 
     def broadcast(self) -> None:
         srv = self.server
@@ -563,12 +599,19 @@ class FSP(BarrierPolicy):
         self.paused = set()
         # The calibration is a whole pass for every algorithm (class notes); later ones
         # only for a full-batch algorithm without stragglers (_balanced).
-        self.whole = self.plan.phase in ("calibration", WHOLE_PHASE)
+        self.whole = self.plan.phase in ("calibration", WHOLE_PHASE, COVER_PHASE)
         self.whole_iterations += self.whole
         self._start_estimate = srv.estimated_objective()
+        covering = self.plan.phase == COVER_PHASE
+        if covering:
+            self._expecting = self._expected_targets()
         super().broadcast()
         self._orders = {}
         self.iter_start = srv.now()
+        if covering:
+            # Bounded from the start: a worker waiting for points sent its way commits
+            # nothing until then (_cover_bound).
+            self.pause_at = self.iter_start + self._cover_bound()
 
     def before_broadcast(self, commits: dict[int, dict[str, float]]) -> None:
         """Migration (Section 4): balance passes at barriers.  Not before a probe that marks
@@ -581,10 +624,13 @@ class FSP(BarrierPolicy):
         srv = self.server
         orders = self.balancer.at_barrier(srv.now(), commits, srv.estimated_objective(),
                                           srv.target_objective, srv.time_left_s,
-                                          probing=self.plan.phase in PROBE_PHASES)
+                                          probing=self.plan.phase in PROBE_PHASES,
+                                          evidence=1 if not self.covered else MIN_HISTORY)
         for rank, messages in orders.items():
             for order in messages:
                 self.order_port.order(rank, order)
+                if not self.covered:  # where untrained points may go (coverage)
+                    self._targets.add(rank if order.kind == OrderKind.EXPECT else order.peer)
             self._orders[rank] = len(messages)
 
     # ---------------------------------------------------------------- receiving
@@ -698,6 +744,41 @@ class FSP(BarrierPolicy):
         recent = sorted(self.whole_log)
         return recent[(len(recent) - 1) // 2] if recent else 0.0
 
+    # ---------------------------------------------------------------- coverage
+    def keeps_theta(self, commits: dict[int, dict[str, float]]) -> bool:
+        """Coverage (class notes): keep θ while a point of the data set has never been
+        trained, by the workers' COMMIT headers (:meth:`ServerPort.unseen`); once every
+        point was, the carried aggregates are applied -- the first update -- and θ is never
+        kept again."""
+        if self.covered:
+            return False
+        self.unseen = self.server.unseen()
+        if self.unseen > 0:
+            self.kept_barriers += 1
+            return True
+        self.covered = True
+        self.covered_at_s = self.server.now()
+        self._targets = set()
+        return False
+
+    def _expected_targets(self) -> set[int]:
+        """The workers told to wait for untrained points (``Instructions.cover`` 2): the
+        targets of this run's migration orders while some untrained point is not held by a
+        worker's shard (in a window on its way) or orders were just sent."""
+        held = sum(max(w.header.get("n_held", 0.0) - w.header.get("seen", 0.0), 0.0)
+                   for w in (self.server.worker(r) for r in self.server.ranks))
+        coming = self.unseen - held > 0 or any(self._orders.values())
+        return set(self._targets) if coming else set()
+
+    def _cover_bound(self) -> float:
+        """How long an iteration at a kept θ may run before the workers still computing (or
+        waiting for points) are paused: :data:`WHOLE_PASS_WAIT` times the longest of the
+        calibration's first pass, the typical worker's predicted pass and the typical
+        complete whole pass -- the whole-pass bound (:meth:`_whole_bound`), from the start:
+        a worker waiting for points makes no first arrival."""
+        return WHOLE_PASS_WAIT * max(self._first_pass_s, self.passes.typical(),
+                                     self._typical_whole())
+
     # ---------------------------------------------------------------- the barrier
     def after_barrier(self, commits: dict[int, dict[str, float]], agg: dict[str, Any]) -> None:
         srv = self.server
@@ -705,7 +786,10 @@ class FSP(BarrierPolicy):
         arrivals = {r: srv.worker(r).arrived_at for r in commits}
         first = min(arrivals.values())
         self._update_eta_max(commits)
-        self.passes.observe(commits)
+        # A worker with nothing to train at a kept θ was not measured: it is not forgotten
+        # (PassPredictor forgets a worker that committed nothing, paused before it ran).
+        self.passes.observe({r: h for r, h in commits.items()
+                             if h["points"] > 0 or self.plan.phase != COVER_PHASE})
         if self.semi and self.plan.eta_s > 0:
             self._update_offsets(commits, arrivals)
         # Progress on the estimated objective: a first visit of a point adds its whole loss
@@ -714,6 +798,10 @@ class FSP(BarrierPolicy):
         obs = Observation(eta_s=self.plan.eta_s, progress=progress,
                           valid_s=first - self.iter_start, wall_s=now - self.iter_start,
                           barrier_s=now - first, eta_max_s=self.eta_max_s)
+        if self.plan.phase == "calibration":
+            # FSPB's η⁰ and the coverage bound, kept past the iterations at a kept θ.
+            self._calibration_valid_s = obs.valid_s
+            self._first_pass_s = first - self.iter_start
         # A whole pass has no interval: it ran to its last pass (the barrier's last report).
         self.eta_log.append(max(arrivals.values()) - self.iter_start if self.whole
                             else self.plan.eta_s)
@@ -721,7 +809,10 @@ class FSP(BarrierPolicy):
             # A complete whole pass (nobody paused): it bounds the next ones (_whole_bound).
             # Not the calibration, whose pass may include warm-up and a straggler's start.
             self.whole_log = (self.whole_log + [self.eta_log[-1]])[-WHOLE_HISTORY:]
-        if self._balanced():
+        if self.kept:
+            # Coverage: θ was kept, the next iteration trains the points never trained.
+            self.plan = Plan(0.0, phase=COVER_PHASE)
+        elif self._balanced():
             if self.plan.phase != WHOLE_PHASE:
                 # A new run of whole passes: the last one's durations are stale (a straggler
                 # turned them off since).
@@ -729,7 +820,7 @@ class FSP(BarrierPolicy):
             # Whole passes (WHOLE_PHASE); a mark left by rolled-back probes is dropped.
             self.plan = Plan(0.0, drop_mark=self.plan.phase in ("probe1", "probe2"),
                              phase=WHOLE_PHASE)
-        elif self.plan.phase in ("calibration", WHOLE_PHASE):
+        elif self.plan.phase in ("calibration", WHOLE_PHASE, COVER_PHASE):
             # The adjustor (re)starts from this iteration's measurements.
             eta0 = (self.options["eta_ms"] / 1e3 if self.options["eta_ms"] is not None
                     else self._first_interval(commits, obs))
@@ -748,7 +839,9 @@ class FSP(BarrierPolicy):
         BSPV's).
         """
         if self.options["interval"] != "multistage" or self.options["probes"] != "interleaved":
-            return obs.valid_s
+            # The calibration's, also after iterations at a kept θ (coverage).
+            return (self._calibration_valid_s if self._calibration_valid_s is not None
+                    else obs.valid_s)
         latency = sorted(h["latency_s"] for h in commits.values())[len(commits) // 2]
         phi0 = round_trip_s(latency, self.apply_s)
         return phi0 * (1.0 - FIRST_OVERHEAD) / FIRST_OVERHEAD
@@ -798,6 +891,10 @@ class FSP(BarrierPolicy):
         ev = super().event(commits, cost, spread)
         ev["eta_ms"] = round(self.eta_log[-1] * 1e3, 4) if self.eta_log else None
         ev["phase"] = self.plan_phase_done
+        if self.cover and self.plan_phase_done in ("calibration", COVER_PHASE):
+            # Coverage: the points never trained at this barrier, and whether θ was kept.
+            ev["unseen"] = self.unseen
+            ev["theta_kept"] = self.kept
         if self.semi:
             ev["offsets_ms"] = [round(self.offsets[r] * 1e3, 4) for r in sorted(commits)]
         if self.balancer is not None:
@@ -818,6 +915,9 @@ class FSP(BarrierPolicy):
                    eta_history_ms=[e * 1e3 for e in self.adjustor.history])
         if self.full_batch:
             out["whole_pass_iterations"] = self.whole_iterations
+        if self.cover:
+            out["coverage"] = {"kept_barriers": self.kept_barriers,
+                               "first_update_s": self.covered_at_s}
         out.update(self.adjustor.summary())  # FSPV: stages, stage_refits; FSPB: search_rounds
         if self.balancer is not None:
             out["migration"] = {"mode": self.balancer.options.mode,
