@@ -75,6 +75,8 @@ class MasterPolicy(Protocol):
 
     def on_tick(self, now: float) -> None: ...
 
+    def before_finish(self) -> None: ...
+
     def checkpoint_state(self) -> dict[str, Any]: ...
 
     def restore(self, state: dict[str, Any]) -> None: ...
@@ -610,6 +612,9 @@ class Server:
     def tick(self, policy: MasterPolicy) -> None:
         """Nothing arrived: let ``policy`` act on timers; warn about silent workers."""
         now = self.now()
+        limit = self.stop.max_time_s
+        if self.reason is None and limit is not None and now >= limit:
+            policy.before_finish()  # training ends outside a barrier: the policy settles
         self.check_time(now)
         policy.on_tick(now)
         self.warn_stalls(now)

@@ -60,6 +60,10 @@ class MasterPolicy(AttributeState):
     def on_tick(self, now: float) -> None:
         """Called whenever no message arrived (timers: interval η, predicted barriers)."""
 
+    def before_finish(self) -> None:
+        """Training is about to end outside the policy (``stop.max_time_s`` ran out between
+        barriers): settle what is pending.  Default: nothing."""
+
     def summary(self) -> dict[str, Any]:
         """Model-specific figures added to ``summary.json``."""
         return {}
@@ -90,6 +94,12 @@ class BarrierPolicy(MasterPolicy):
         #: and whether the latest barrier kept θ.
         self.carried: Arrays | None = None
         self.kept = False
+
+    def before_finish(self) -> None:
+        """Apply what kept barriers carried: the run's work is not lost."""
+        if self.carried is not None:
+            self.apply_s = self.server.apply(self.carried)
+            self.carried = None
 
     def keeps_theta(self, commits: dict[int, dict[str, float]]) -> bool:
         """Whether this barrier keeps θ as it is and carries its aggregate to the next

@@ -1,0 +1,162 @@
+"""FSP's coverage (issue 19, item 3; :class:`flegel.sync.fsp.FSP`, "Coverage"): for an
+algorithm whose θ sums every point's contribution (``Algorithm.cover_before_update``:
+K-means here), the master keeps θ until every point has been trained once, so the first
+M-step is Lloyd's on all the data whichever worker is slow.  One process: the real server,
+policies, migration and K-means on the simulated clock (tests/fakes.py), on contiguous
+shards of cluster-sorted data with the last worker 20x slower."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from flegel.algorithms.kmeans import KMeans
+from flegel.sync.fsp import COVER_PHASE, WHOLE_PASS_WAIT
+from tests.fakes import Simulation, kmeans_theta0
+
+WORKERS = 4
+N = 4000
+SLOW = {WORKERS: 20.0}
+COST = 20e-6  # a fast worker's pass: 1,000 points, 20 ms (the straggler's: 400 ms)
+
+
+def _sorted_blobs() -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """4 clusters, rows sorted by cluster: the slow worker's shard is mostly one cluster."""
+    rng = np.random.default_rng(0)
+    centers = rng.uniform(-10.0, 10.0, size=(4, 3))
+    labels = np.sort(rng.integers(0, 4, size=N))
+    x = centers[labels] + rng.normal(0.0, 1.0, size=(N, 3))
+    return x, kmeans_theta0(centers + rng.normal(0.0, 1.5, size=(4, 3)))
+
+
+class Watch:
+    """At every barrier: θ's version, the points no worker has trained, θ's centres."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, int, str]] = []
+        self.first_update: np.ndarray | None = None
+
+    def __call__(self, sim: Simulation, event: dict[str, Any]) -> None:
+        version = sim.server.version
+        self.rows.append((version, sim.server.unseen(), event["phase"]))
+        if version == 1 and self.first_update is None:
+            self.first_update = sim.server.theta["centers"].copy()
+
+
+def _run(migration: str | None, algorithm: KMeans | None = None,
+         stop: dict[str, Any] | None = None) -> tuple[Simulation, Watch]:
+    x, theta0 = _sorted_blobs()
+    options: dict[str, Any] = {}
+    if migration is not None:
+        options["migration"] = {"mode": migration, "window": 64}
+    watch = Watch()
+    sim = Simulation("fsp", options, workers=WORKERS, data=x, theta0=theta0,
+                     algorithm=algorithm or KMeans(n_clusters=4), slowdown=SLOW, cost_s=COST,
+                     on_barrier=watch, stop=stop or {"max_iterations": 12}).run()
+    return sim, watch
+
+
+def _lloyd_step(x: np.ndarray, centers: np.ndarray) -> np.ndarray:
+    d2 = ((x[:, None, :] - centers[None, :, :]) ** 2).sum(axis=2)
+    labels = d2.argmin(axis=1)
+    out = centers.copy()
+    for k in range(len(centers)):
+        if np.any(labels == k):
+            out[k] = x[labels == k].mean(axis=0)
+    return out
+
+
+@pytest.mark.parametrize("migration", [None, "async", "sync"])
+def test_no_theta_update_while_a_point_is_unseen(migration):
+    """θ keeps version 0 at every barrier after which some point was never trained; the
+    barrier that completes the coverage applies the first update.  (Before: the calibration
+    barrier updated θ with the straggler paused at a fifth of its shard.)"""
+    sim, watch = _run(migration)
+    assert watch.rows[0][1] > 0  # the straggler was paused in the calibration
+    for version, unseen, _ in watch.rows:
+        assert unseen == 0 or version == 0
+    covered = next(i for i, (_, unseen, _) in enumerate(watch.rows) if unseen == 0)
+    assert watch.rows[covered][0] == 1
+    assert all(phase == COVER_PHASE for _, _, phase in watch.rows[1:covered + 1])
+    summary = sim.policy.summary()["coverage"]
+    assert summary["kept_barriers"] == covered
+
+
+@pytest.mark.parametrize("migration", [None, "async"])
+def test_the_first_m_step_is_lloyds_on_all_the_data(migration):
+    """With a slow contiguous shard the first M-step equals an exact Lloyd step from θ⁰ on
+    every point (the basin BSPB's first step heads for).  (Before: the centres of the slow
+    shard's cluster came from the fifth of it the straggler had trained.)"""
+    sim, watch = _run(migration)
+    x = np.concatenate(sim.shards)
+    assert watch.first_update is not None
+    np.testing.assert_allclose(watch.first_update, _lloyd_step(x, sim.theta0["centers"]),
+                               rtol=1e-9, atol=1e-9)
+
+
+def test_the_hold_ends():
+    """Every iteration at a kept θ is bounded (WHOLE_PASS_WAIT times the first pass, a poll
+    and the messages later the straggler is paused), so without migration coverage ends
+    with the straggler's own pass; with async migration the first round, planned at the
+    calibration barrier, moves the points no worker has trained to the fast workers, and
+    coverage ends a few milliseconds after the calibration."""
+    straggler_pass = N / WORKERS * COST * SLOW[WORKERS]
+    fast_pass = N / WORKERS * COST
+    off, _ = _run(None)
+    on, _ = _run("async")
+    for sim in (off, on):
+        bars = sim.barrier_events()
+        kept = [e for e in bars if e["phase"] == COVER_PHASE]
+        gaps = np.diff([0.0] + [e["time_s"] for e in bars[:len(kept) + 1]])
+        assert gaps.max() <= WHOLE_PASS_WAIT * fast_pass + 3e-3
+    first_off = off.policy.summary()["coverage"]["first_update_s"]
+    first_on = on.policy.summary()["coverage"]["first_update_s"]
+    assert straggler_pass <= first_off <= straggler_pass + WHOLE_PASS_WAIT * fast_pass
+    calibration = on.barrier_events()[0]["time_s"]
+    assert first_on <= calibration + fast_pass
+    rounds = on.policy.summary()["migration"]["round_log"]
+    assert rounds[0]["time_s"] == pytest.approx(calibration, abs=1e-3)
+
+
+def test_the_time_limit_ends_a_hold_and_keeps_its_work():
+    """A straggler 200x slower (a pass of 4 s) and no migration: stop.max_time_s ends the
+    run between barriers during the hold, and what the kept barriers carried is applied, not
+    lost."""
+    x, theta0 = _sorted_blobs()
+    sim = Simulation("fsp", {}, workers=WORKERS, data=x, theta0=theta0,
+                     algorithm=KMeans(n_clusters=4), slowdown={WORKERS: 200.0}, cost_s=COST,
+                     stop={"max_iterations": 1000, "max_time_s": 0.3}).run()
+    assert sim.server.reason is not None and sim.server.reason.value == "max_time"
+    assert sim.policy.summary()["coverage"]["first_update_s"] is None
+    assert sim.server.version == 1 and sim.policy.carried is None
+    last = sim.barrier_events()[-1]
+    assert last["theta_kept"] and last["unseen"] > 0
+    assert sim.server.theta["counts"].sum() == pytest.approx(N - last["unseen"])
+
+
+class PartialKMeans(KMeans):
+    """K-means without the declaration: its first update is taken as before."""
+
+    cover_before_update = False
+
+
+def test_an_algorithm_without_the_declaration_is_not_held():
+    """``cover_before_update`` False (the CNN's mini-batch steps): the calibration barrier
+    updates θ though the straggler left most of its shard untrained."""
+    _, watch = _run(None, algorithm=PartialKMeans(n_clusters=4))
+    assert watch.rows[0][0] == 1 and watch.rows[0][1] > 0
+    assert all(phase != COVER_PHASE for _, _, phase in watch.rows)
+
+
+def test_waiting_for_migrated_points_is_no_compute():
+    """A fast worker told that untrained points are on their way waits for them without
+    computing: its reported compute time covers the points it trained, not the wait."""
+    sim, _ = _run("async")
+    (cover,) = [e for e in sim.barrier_events() if e["phase"] == COVER_PHASE]
+    for rank, points, compute in zip(cover["workers"]["rank"], cover["workers"]["points"],
+                                     cover["workers"]["compute_s"]):
+        if rank != WORKERS:
+            assert points > 0
+            assert compute <= points * COST * 1.01 + 1e-6
