@@ -126,10 +126,11 @@ class Algorithm:
         and ``WᵀX``), or a gradient sum that a full batch at θ turns into a stronger step
         (logistic regression).  An M-step taken while some points are unvisited fits θ to
         the others only -- on contiguous shards of sorted data, without a slow worker's
-        clusters -- and the run can settle in another basin.  FSP then holds θ (no update,
-        the barrier still measures speeds and migration plans its first round) until every
-        point has been visited once, so the first update is the full-batch one
-        (:mod:`flegel.sync.fsp`, "Coverage").  Default False: an update on any batch is
+        clusters -- and the run can settle in another basin.  FSP with data migration then
+        holds θ (no update; the barrier still measures speeds and migration plans its first
+        round, moving the points nobody trained to fast workers) until every point has been
+        visited once, so the first update is the full-batch one (:mod:`flegel.sync.fsp`,
+        "Coverage").  Default False: an update on any batch is
         unbiased (a mini-batch gradient step, the CNN's), and a hold would only delay it.
     PARAMS : dict of str to flegel.validation.Constraint
         Each constructor parameter's constraint, declared once: ``__init__`` checks its

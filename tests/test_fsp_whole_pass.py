@@ -18,12 +18,9 @@ LAT = 50e-6
 
 
 class FullBatchKMeans(KMeans):
-    """K-means declaring a stronger update on a full batch at θ (and not held until every
-    point was trained: coverage is tests/test_fsp_coverage.py's, and its kept iterations
-    would come before the rule under test here)."""
+    """K-means declaring a stronger update on a full batch at θ."""
 
     full_batch_update = True
-    cover_before_update = False
 
 
 def _run(**kwargs) -> Simulation:
@@ -125,12 +122,10 @@ def test_other_algorithms_calibrate_on_a_whole_pass_then_keep_fsp_pass_rule():
     assert "whole_pass_iterations" not in sim.policy.summary()
 
 
-def test_the_calibration_pauses_a_straggler_at_its_bound(monkeypatch):
+def test_the_calibration_pauses_a_straggler_at_its_bound():
     """K-means, worker 3 30x slower (a 60 ms pass against 2 ms; ``flegel paper``'s
     injected straggler is about that): the calibration pauses it once it ran
-    WHOLE_PASS_WAIT times the first pass, not after its own pass.  (Without coverage, whose
-    kept iterations after the calibration are tests/test_fsp_coverage.py's.)"""
-    monkeypatch.setattr(KMeans, "cover_before_update", False)
+    WHOLE_PASS_WAIT times the first pass, not after its own pass."""
     sim = Simulation("fsp", {}, cost_s=10e-6, slowdown={3: 30.0}, latency_s=LAT,
                      stop={"max_iterations": 2}).run()
     assert sim.barrier_events()[0]["workers"]["reason"] == ["pass", "pass", "signal"]

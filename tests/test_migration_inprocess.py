@@ -205,13 +205,11 @@ def test_sync_migration_moves_only_at_barriers_and_is_slower_than_async():
 
 # ============================================================================ virtual
 def test_virtual_migration_returns_points_without_their_data():
-    # A straggler until 80 ms, then as fast as the others: the points it gave away come
+    # A straggler until 40 ms, then as fast as the others: the points it gave away come
     # back.  (4x slower for 40 ms made no straggler: its points moved as a peer's once, on a
-    # speed history shorter than SPEED_WINDOW_S, which the balancer no longer does.  80 ms:
-    # FSP's coverage keeps θ until the straggler's points were trained, and 40 ms ended
-    # within the calibration, before any round.)
-    sim, _ = run("async", "fixed", 30, virtual=True, transient_until=0.08)
-    novirt, _ = run("async", "fixed", 30, virtual=False, transient_until=0.08)
+    # speed history shorter than SPEED_WINDOW_S, which the balancer no longer does.)
+    sim, _ = run("async", "fixed", 30, virtual=True, transient_until=0.04)
+    novirt, _ = run("async", "fixed", 30, virtual=False, transient_until=0.04)
     for s in (sim, novirt):
         check_end(s)
     others = [r for r in sim.ranks if r != STRAGGLER]

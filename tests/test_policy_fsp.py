@@ -102,12 +102,10 @@ def test_fsp_full_pass_triggers_early_barrier(coordination):
     assert sim.now < 2 * 8e-3 + 8 * (3e-3 + 0.5e-3)
 
 
-def test_fsp_a_pass_waits_for_workers_that_can_finish_theirs(monkeypatch):
+def test_fsp_a_pass_waits_for_workers_that_can_finish_theirs():
     """Issue 19: workers of about the same speed all finish their pass (the first pass no
     longer pauses them at once, which made them commit a fraction of it: [200, 180, 166]
-    points here before the fix), while a straggler is paused at once.  (Without coverage:
-    its kept iterations, tests/test_fsp_coverage.py's, would shift the ones judged here.)"""
-    monkeypatch.setattr(KMeans, "cover_before_update", False)
+    points here before the fix), while a straggler is paused at once."""
     from flegel.sync.fsp import PASS_GRACE
 
     sim = Simulation("fsp", {"interval": "fixed", "eta_ms": 1e5, "coordination": "semi"},
@@ -502,7 +500,7 @@ def test_fsp_a_worker_that_got_no_core_until_past_its_timer_finishes_a_short_pas
     {"pattern": "persistent", "factor": 20, "workers": [4]},
     {"pattern": "injected", "tau_ms": 2, "every": 1, "workers": [4]},
 ])
-def test_fsp_a_slowed_worker_is_neither_a_late_pass_nor_on_course(straggler, monkeypatch):
+def test_fsp_a_slowed_worker_is_neither_a_late_pass_nor_on_course(straggler):
     """Review of issue 19: the late-pass rule and the blocks on course judge a worker by its
     per-point cost *with* its straggler delays (the block sizer's ``per_point_s``).  At η of
     about 4 passes (8 ms; 150 points at 10 µs) worker 4, slowed 20x (or 2 ms after each
@@ -510,12 +508,6 @@ def test_fsp_a_slowed_worker_is_neither_a_late_pass_nor_on_course(straggler, mon
     pass and it took 4x blocks, so a barrier waited 30 ms for it (before the fix).  Now its
     commits end by its timer or the master's signal and no barrier interval exceeds η by
     more than a block of its and the messages."""
-    # Without coverage, whose kept iterations (bounded by whole passes, not η) come first:
-    # tests/test_fsp_coverage.py.
-    monkeypatch.setattr(KMeans, "cover_before_update", False)
-    # Without coverage, whose kept iterations (bounded by whole passes, not η) come first:
-    # tests/test_fsp_coverage.py.
-    monkeypatch.setattr(KMeans, "cover_before_update", False)
     eta = 8e-3
     sim = Simulation("fsp", {"interval": "fixed", "eta_ms": eta * 1e3, "coordination": "semi"},
                      workers=4, cost_s=10e-6, block_ms=1.0, latency_s=LAT,

@@ -236,7 +236,8 @@ class Balancer:
     #: from them need no long speed history).  Immutable, so that a balancer checkpointed
     #: before it existed resumes with the class's empty default.
     stragglers_seen: frozenset[int] = frozenset()
-    #: Barriers of evidence the latest plan asked for (:meth:`at_barrier`).
+    #: Barriers of evidence the latest plan asked for (:meth:`at_barrier`: 1 on whole
+    #: passes).
     evidence: int = MIN_HISTORY
 
     def stats(self, commits: dict[int, dict[str, float]]) -> list[WorkerStat]:
@@ -280,17 +281,18 @@ class Balancer:
 
     def at_barrier(self, now: float, commits: dict[int, dict[str, float]], objective: float,
                    target: float | None, time_left: float | None, probing: bool = False,
-                   evidence: int = MIN_HISTORY) -> dict[int, list[MigrationOrder]]:
+                   whole_passes: bool = False) -> dict[int, list[MigrationOrder]]:
         """Plan at a barrier; return the orders for each rank (empty: nothing to do).
 
         ``probing``: the next iteration measures FSPV's g(η) (Section 3.3); only a
-        straggler's points move then (:meth:`while_probing`).  ``evidence``: barriers of
-        speed history every worker needs first, and of slowness a straggler needs
-        (:meth:`straggler`).  FSP's coverage passes 1: its calibration is a whole pass, each
-        speed measured over a pass or the pass's bound, not over FSPV's first barriers
-        milliseconds apart, and the points no worker has trained wait for this round.
+        straggler's points move then (:meth:`while_probing`).  ``whole_passes``: the speeds
+        come from whole passes (FSP's calibration and coverage: each worker measured over
+        its pass, or the straggler over the pass's bound), not from FSPV's first barriers
+        milliseconds apart, so one barrier is evidence enough -- of speed history
+        (:data:`MIN_HISTORY`, :data:`MIN_SPEED_S`) and of slowness (:meth:`straggler`) --
+        and the points no worker has trained wait for this round (issue 19).
         """
-        self.evidence = evidence
+        self.evidence = 1 if whole_passes else MIN_HISTORY
         opts = self.options
         T = self.remaining_time(now, objective, target, time_left)
         stats = self.stats(commits)
@@ -302,9 +304,10 @@ class Balancer:
         if (self.quiet_until is not None and now < self.quiet_until
                 and {s.rank for s in stats if self.straggler(s.rank)} <= self.quiet_for):
             return {}
-        if min(len(h) for h in self.speed.values()) < evidence:
+        if min(len(h) for h in self.speed.values()) < self.evidence:
             return {}
-        if min(sum(c for c, _ in h) for h in self.speed.values()) < MIN_SPEED_S:
+        if (not whole_passes
+                and min(sum(c for c, _ in h) for h in self.speed.values()) < MIN_SPEED_S):
             return {}
         if any(h["in_flight"] > 0 or h["queued"] > 0 for h in commits.values()):
             # The last round's points are still moving or catching up: a worker's passes

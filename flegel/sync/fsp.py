@@ -11,7 +11,11 @@ its pass, the workers still computing paused once it ran :data:`WHOLE_PASS_WAIT`
 long as the first pass took to arrive (see :class:`FSP`, Notes).  It measures speeds and
 gives FSPB its η⁰ (the first pass's time).  An algorithm whose update is stronger on a full
 batch at θ (``Algorithm.full_batch_update``: logistic regression's L-BFGS) gets *whole passes*
-after it too while no worker straggles (see :class:`FSP`).
+after it too while no worker straggles (see :class:`FSP`).  An algorithm whose θ sums every
+point's contribution (``Algorithm.cover_before_update``: incremental EM's statistics) gets
+no update of θ until every point has been trained once -- *coverage*: the barriers go on,
+speeds are measured and migration plans its first round, θ is kept (see :class:`FSP`,
+"Coverage").
 
 Coordination (Section 5.2, Fig. 6):
 
@@ -43,7 +47,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from flegel.balance.migration import KEYS as MIGRATION_KEYS
-from flegel.balance.migration import MIN_HISTORY, Balancer, MigrationOptions, Migrator
+from flegel.balance.migration import Balancer, MigrationOptions, Migrator
 from flegel.balance.ports import MigratingShard, MigrationPort, OrderPort
 from flegel.interval import Observation, Plan, make_adjustor
 from flegel.interval.multistage import (
@@ -458,6 +462,47 @@ class FSP(BarrierPolicy):
     :data:`WHOLE_PASS_WAIT` times as long as its first pass took to arrive (an injected
     straggler of ``flegel paper`` takes 30x the others' pass).  FSPB's η⁰ is still the
     first pass's time.
+
+    **Coverage** (issue 19, item 3; a choice where the paper is silent).  Under incremental
+    EM (Section 2.2, Eq. 3) a point adds its statistics to θ on its first visit (K-means'
+    label is -1 before it), so an M-step taken while some points were never visited fits θ
+    to the others alone.  On contiguous shards of sorted data that is a fit without the slow
+    worker's clusters, and the run settles in another basin: the paper's pause of a
+    straggler at the first pass (Section 3.3) and the calibration's bound did exactly that,
+    and exact Lloyd steps from θ⁰ without the slow shard (``python bench/fsp_claims.py
+    --only basin``) end +3.1 % or +6.5 % above BSPB's basin on the overlapping workload,
+    +6.0 % on ``flegel paper``'s K-means after a single such step, while first steps on all
+    the data reach it.  For an algorithm that declares ``cover_before_update`` the master
+    therefore keeps θ (:meth:`keeps_theta`: no ``update_parameter``, θ's version unchanged;
+    the aggregate is carried to the first update, :class:`~flegel.sync.base.BarrierPolicy`)
+    while the workers' COMMIT headers say some point was never trained
+    (:meth:`~flegel.ports.ServerPort.unseen`: points in flight between workers count).  The
+    barriers still happen, so speeds are measured and data migration (Section 4) plans its
+    first round at the calibration barrier, on one barrier of evidence (``whole_passes``:
+    the calibration measured each worker over a pass or the pass's bound): the straggler's
+    untrained points leave first (``ShardStore.unseen_first``) and the fast workers train
+    them at θ⁰ first (Section 4.3's priority to points behind).  The iterations at a kept θ
+    (:data:`COVER_PHASE`) have no timer: each worker trains only its untrained points and
+    commits when none is left (``Instructions.cover``); a worker with none commits at once
+    -- it does not recompute at an unchanged θ -- unless untrained points are on their way
+    to it, which it waits for without computing (``WorkerPolicy.idle``: the loop sleeps).
+    Every such iteration is bounded from its start by :meth:`_cover_bound` (the whole-pass
+    bound), and ``stop.max_time_s`` ends the run (applying what was carried).  So the first
+    update is Lloyd's (or EM's, or the full-batch L-BFGS step) on all the data from θ⁰,
+    whichever worker is slow, a few fast passes after the calibration.  Not for the CNN
+    (``progress_per_update``), whose mini-batch steps are unbiased on any batch and would
+    only be delayed.
+
+    *Only with data migration* (``migration.mode`` async or sync).  Without it the hold
+    lasts the straggler's own first pass -- BSPV's first iteration -- and buys nothing: the
+    straggler's points, trained once per its pass afterwards, keep stale statistics while
+    the fast workers' iterations settle the basin anyway.  Measured (``flegel paper
+    --quick --only 7``, K-means, one worker slowed by τ = 32 ms, 4 workers on 2 cores at a
+    load of 9-12), FSPV without migration with the hold: contiguous shards ended at
+    60.77e6 (+7.4 % over BSPB's converged objective; +6.0 % without the hold), shuffled
+    ones reached the target in 2.92 s against 0.07 s without it.  With async migration the
+    same contiguous row reached the target in 0.43 s (first round 0.06 s, first update
+    0.16 s), where it never did in 4 s without coverage.
     """
 
     OPTIONS: ClassVar[dict[str, Key]] = {
@@ -563,7 +608,9 @@ class FSP(BarrierPolicy):
         # barriers that kept it, when the first update came, the untrained points at the
         # latest barrier, the calibration's first pass and valid time, and the workers
         # that migration orders send points to while θ is kept.
-        self.cover = bool(getattr(server, "cover_before_update", False))
+        # Only with migration: without it the hold lasts a straggler's whole pass (notes).
+        self.cover = (bool(getattr(server, "cover_before_update", False))
+                      and self.balancer is not None)
         self.covered = not self.cover
         self.kept_barriers = 0
         self.covered_at_s: float | None = None
@@ -625,7 +672,7 @@ class FSP(BarrierPolicy):
         orders = self.balancer.at_barrier(srv.now(), commits, srv.estimated_objective(),
                                           srv.target_objective, srv.time_left_s,
                                           probing=self.plan.phase in PROBE_PHASES,
-                                          evidence=1 if not self.covered else MIN_HISTORY)
+                                          whole_passes=not self.covered)
         for rank, messages in orders.items():
             for order in messages:
                 self.order_port.order(rank, order)
