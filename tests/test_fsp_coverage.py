@@ -4,7 +4,7 @@ K-means here) and with data migration, the master keeps θ until every point has
 trained once, so the first M-step is Lloyd's on all the data whichever worker is slow.
 One process: the real server, policies, migration and K-means on the simulated clock
 (tests/fakes.py), on contiguous shards of cluster-sorted data with the last worker 20x
-slower."""
+slower (``sorted_blobs``: 4 clusters, rows sorted by cluster)."""
 
 from __future__ import annotations
 
@@ -15,21 +15,11 @@ import pytest
 
 from flegel.algorithms.kmeans import KMeans
 from flegel.sync.fsp import COVER_PHASE, WHOLE_PASS_WAIT
-from tests.fakes import Simulation, kmeans_theta0
+from tests.fakes import Simulation
+from tests.test_migration_inprocess import WORKERS, N, sorted_blobs
 
-WORKERS = 4
-N = 4000
 SLOW = {WORKERS: 20.0}
 COST = 20e-6  # a fast worker's pass: 1,000 points, 20 ms (the straggler's: 400 ms)
-
-
-def _sorted_blobs() -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """4 clusters, rows sorted by cluster: the slow worker's shard is mostly one cluster."""
-    rng = np.random.default_rng(0)
-    centers = rng.uniform(-10.0, 10.0, size=(4, 3))
-    labels = np.sort(rng.integers(0, 4, size=N))
-    x = centers[labels] + rng.normal(0.0, 1.0, size=(N, 3))
-    return x, kmeans_theta0(centers + rng.normal(0.0, 1.5, size=(4, 3)))
 
 
 class Watch:
@@ -48,7 +38,7 @@ class Watch:
 
 def _run(migration: str | None, algorithm: KMeans | None = None,
          stop: dict[str, Any] | None = None, **kwargs: Any) -> tuple[Simulation, Watch]:
-    x, theta0 = _sorted_blobs()
+    x, theta0 = sorted_blobs()
     options: dict[str, Any] = {}
     if migration is not None:
         options["migration"] = {"mode": migration, "window": 64}
