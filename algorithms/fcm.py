@@ -174,6 +174,9 @@ class FuzzyCMeans(DeviceKernels, RowKernel, Algorithm):
     #: data, so FSPV takes its first after a share of every shard (flegel.interval.multistage).
     sampled_first_step = True
     objective_name = "fcm objective"
+    #: θ keeps the statistics of every point's latest memberships (Eq. 3): FSP's first M-step
+    #: waits until every point has them (``Algorithm.cover_before_update``).
+    cover_before_update = True
 
     # The parameters, as set_params stores them from PARAMS.
     n_clusters: int

@@ -185,6 +185,9 @@ class GaussianMixture(DeviceKernels, RowKernel, Algorithm):
     #: data, so FSPV takes its first after a share of every shard (flegel.interval.multistage).
     sampled_first_step = True
     objective_name = "negative log-likelihood"
+    #: θ keeps the sufficient statistics of every point's latest responsibilities (Eq. 3): FSP's
+    #: first M-step waits until every point has them (``Algorithm.cover_before_update``).
+    cover_before_update = True
 
     # The parameters, as set_params stores them from PARAMS.
     n_components: int

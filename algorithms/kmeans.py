@@ -469,6 +469,9 @@ class KMeans(DeviceKernels, Algorithm):
 
     name = "kmeans"
     objective_name = "inertia"
+    #: θ keeps the per-cluster sums of every point's latest label (Eq. 3): FSP's first M-step
+    #: waits until every point has one (``Algorithm.cover_before_update``).
+    cover_before_update = True
     # The parameters, as set_params stores them from PARAMS.
     n_clusters: int
     init: str

@@ -269,6 +269,11 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
         self._pass: list[Any] = [0.0, 0.0, 0.0]
         self._converged = False
 
+    #: The first update waits until every point's gradient is in the aggregate, all at θ⁰
+    #: (``Algorithm.cover_before_update``): FSP's first step is then the full batch's L-BFGS
+    #: step, as BSPV's is, not a gradient step without a slow worker's shard.
+    cover_before_update = True
+
     @property
     def full_batch_update(self) -> bool:  # type: ignore[override]
         """True unless ``solver="gd"``: a full batch at θ is an L-BFGS step (FSP then lets a

@@ -288,6 +288,9 @@ class NMF(DeviceKernels, RowKernel, Algorithm):
     name = "nmf"
     nonnegative_features = True
     objective_name = "squared Frobenius error"
+    #: θ keeps WᵀW and WᵀX over every row's latest w_i (Eq. 3): FSP's first update of H waits
+    #: until every row has one (``Algorithm.cover_before_update``).
+    cover_before_update = True
 
     # The parameters, as set_params stores them from PARAMS.
     n_components: int

@@ -128,6 +128,19 @@ class Algorithm:
         ``interval: multistage`` (FSPV) with ``probes: interleaved``, no ``eta_ms``,
         ``shuffle`` on, and every shard known and above 1,000 points; otherwise a whole
         pass.  Default False.
+    cover_before_update : bool
+        θ is a function of a *sum over every point's contribution*, and a point adds
+        nothing to it before its first visit: incremental EM's statistics kept in θ (FSP
+        paper Section 2.2, Eq. 3: K-means' per-cluster sums, GMM's and FCM's, NMF's ``WᵀW``
+        and ``WᵀX``), or a gradient sum that a full batch at θ turns into a stronger step
+        (logistic regression).  An M-step taken while some points are unvisited fits θ to
+        the others only -- on contiguous shards of sorted data, without a slow worker's
+        clusters -- and the run can settle in another basin.  FSP with data migration then
+        holds θ (no update; the barrier still measures speeds and migration plans its first
+        round, moving the points nobody trained to fast workers) until every point has been
+        visited once, so the first update is the full-batch one (:mod:`flegel.sync.fsp`,
+        "Coverage").  Default False: an update on any batch is
+        unbiased (a mini-batch gradient step, the CNN's), and a hold would only delay it.
     PARAMS : dict of str to flegel.validation.Constraint
         Each constructor parameter's constraint, declared once: ``__init__`` checks its
         arguments with :func:`flegel.validation.check_params`, whose
@@ -146,6 +159,7 @@ class Algorithm:
     full_batch_update: bool = False
     progress_per_update: bool = False
     sampled_first_step: bool = False
+    cover_before_update: bool = False
     #: Set by :meth:`vote_to_halt` for the point being processed (a class default, so a
     #: subclass that does not call ``super().__init__()`` still works).
     _halt_flag: bool = False

@@ -124,8 +124,10 @@ class ServerPort(Protocol):
         """The online objective scaled up to points not visited yet."""
         ...
 
-    def check_stop(self, agg: Arrays, iteration: int) -> StopReason | None:
-        """The algorithm's and the built-in stop criteria after ``iteration``."""
+    def check_stop(self, agg: Arrays, iteration: int,
+                   updated: bool = True) -> StopReason | None:
+        """The algorithm's (only if θ was ``updated``) and the built-in stop criteria after
+        ``iteration``."""
         ...
 
     def finish(self, reason: StopReason) -> None:
@@ -152,6 +154,16 @@ class ServerPort(Protocol):
     def sampled_first_step(self) -> bool:
         """An M-step on part of a pass at θ⁽⁰⁾ is one on a sample of the data
         (``Algorithm.sampled_first_step``)."""
+        ...
+
+    @property
+    def cover_before_update(self) -> bool:
+        """θ sums every point's contribution: its first update waits until every point was
+        visited (``Algorithm.cover_before_update``)."""
+        ...
+
+    def unseen(self) -> int:
+        """Points no worker has trained yet (in flight between workers included)."""
         ...
 
     @property
@@ -258,6 +270,13 @@ class WorkerPolicy(AttributeState):
     def deadline(self) -> float | None:
         """The clock time by which the current iteration must end (None: none)."""
         return None
+
+    def idle(self, port: WorkerPort, points: int) -> bool:
+        """Whether the worker has nothing to train yet but its iteration goes on (after
+        ``points`` points): the loop then sleeps a poll interval -- side work, migration and
+        signals go on -- and asks again.  Default False.  A policy that says True must end
+        the wait itself or be ended by a signal (FSP's coverage: the master's bound)."""
+        return False
 
     def finish(self, port: WorkerPort, reason: Reason) -> bool:
         """The iteration ended for ``reason``; return False to throw its work away."""

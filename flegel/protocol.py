@@ -169,6 +169,8 @@ PARAMS = Header((
     "has_theta",    # 1: θ follows the header; 0: θ is the one the worker holds already
     "orders",       # migration orders sent with this θ (Tag.ORDER messages)
     "checkpoint",   # 1: send your state (Tag.CHECKPOINT) before computing (rundir/checkpoint.py)
+    "cover",        # θ is held until every point was trained once: 1 train only those, 2 ...
+                    # and points are on their way to you: wait for them (Instructions.cover)
 ))
 
 #: Master -> worker control signal.
@@ -195,6 +197,12 @@ class Instructions:
         Training is over: evaluate θ and report.
     orders : int
         Migration orders (``Tag.ORDER`` messages) sent just before these instructions.
+    cover : int
+        The master holds θ until every point has been trained once (FSP's coverage,
+        :mod:`flegel.sync.fsp`).  0: no hold; 1: train only the points this worker holds
+        that no worker has trained yet, and commit when none is left; 2: as 1, and points
+        no worker has trained are on their way to this worker (migration): with none to
+        train yet, wait for them (the master's bound ends the wait).
     """
 
     batch: int = 0
@@ -204,6 +212,7 @@ class Instructions:
     rollback: bool = False
     stop: bool = False
     orders: int = 0
+    cover: int = 0
 
     def fields(self) -> dict[str, float]:
         """The :data:`PARAMS` header fields these instructions fill."""
@@ -215,7 +224,7 @@ class Instructions:
         return cls(batch=int(header["batch"]), eta_s=header["eta_s"],
                    offset_s=header["offset_s"], mark=int(header["mark"]),
                    rollback=bool(header["rollback"]), stop=bool(header["stop"]),
-                   orders=int(header["orders"]))
+                   orders=int(header["orders"]), cover=int(header.get("cover", 0.0)))
 
 
 # ------------------------------------------------------------------ data migration (§4.3)

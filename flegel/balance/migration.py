@@ -257,6 +257,9 @@ class Balancer:
     #: Per rank, the fixed cost per pass last measured (s), kept while a new count is
     #: measured: the wait for θ does not change with the points (:meth:`fixed_cost`).
     fixed: dict[int, float] | None = None
+    #: Barriers of evidence the latest plan asked for (:meth:`at_barrier`: 1 on whole
+    #: passes).
+    evidence: int = MIN_HISTORY
 
     def stats(self, commits: dict[int, dict[str, float]],
               now: float | None = None) -> list[WorkerStat]:
@@ -358,13 +361,19 @@ class Balancer:
         return max(t_rem, 0.0)
 
     def at_barrier(self, now: float, commits: dict[int, dict[str, float]], objective: float,
-                   target: float | None, time_left: float | None, probing: bool = False
-                   ) -> dict[int, list[MigrationOrder]]:
+                   target: float | None, time_left: float | None, probing: bool = False,
+                   whole_passes: bool = False) -> dict[int, list[MigrationOrder]]:
         """Plan at a barrier; return the orders for each rank (empty: nothing to do).
 
         ``probing``: the next iteration measures FSPV's g(η) (Section 3.3); only a
-        straggler's points move then (:meth:`while_probing`).
+        straggler's points move then (:meth:`while_probing`).  ``whole_passes``: the speeds
+        come from whole passes (FSP's calibration and coverage: each worker measured over
+        its pass, or the straggler over the pass's bound), not from FSPV's first barriers
+        milliseconds apart, so one barrier is evidence enough -- of speed history
+        (:data:`MIN_HISTORY`, :data:`MIN_SPEED_S`) and of slowness (:meth:`straggler`) --
+        and the points no worker has trained wait for this round (issue 19).
         """
+        self.evidence = 1 if whole_passes else MIN_HISTORY
         opts = self.options
         T = self.remaining_time(now, objective, target, time_left)
         stats = self.stats(commits, now)
@@ -376,9 +385,10 @@ class Balancer:
         if (self.quiet_until is not None and now < self.quiet_until
                 and {s.rank for s in stats if self.straggler(s.rank)} <= self.quiet_for):
             return {}
-        if min(len(h) for h in self.speed.values()) < MIN_HISTORY:
+        if min(len(h) for h in self.speed.values()) < self.evidence:
             return {}
-        if min(sum(c for c, _ in h) for h in self.speed.values()) < MIN_SPEED_S:
+        if (not whole_passes
+                and min(sum(c for c, _ in h) for h in self.speed.values()) < MIN_SPEED_S):
             return {}
         if any(h["in_flight"] > 0 or h["queued"] > 0 for h in commits.values()):
             # The last round's points are still moving or catching up: a worker's passes
@@ -462,7 +472,7 @@ class Balancer:
         """Whether ``rank`` is a straggler: :data:`PEER_SPEED` times slower than the median
         worker at the last :data:`STRAGGLER_BARRIERS` barriers (each speed itself smoothed
         over :data:`SPEED_WINDOW_S` of compute)."""
-        return self.slow_streak.get(rank, 0) >= STRAGGLER_BARRIERS
+        return self.slow_streak.get(rank, 0) >= min(STRAGGLER_BARRIERS, self.evidence)
 
     def supers(self, stats: list[WorkerStat]) -> list[SuperWorker]:
         """Super workers (§4.2): workers with "the same statistics" read loosely, speeds

@@ -30,11 +30,17 @@ from flegel.protocol import MigrationOrder, PeerMessage, Points
 class MigratingShard(Protocol):
     """What migration may do to a worker's shard (:class:`flegel.runtime.store.ShardStore`)."""
 
+    #: Windows take the points never trained first (FSP's coverage).
+    unseen_first: bool
+
     @property
     def marked(self) -> bool: ...
 
     @property
     def n_active(self) -> int: ...
+
+    @property
+    def n_unseen(self) -> int: ...
 
     def select_behind_cursor(self, count: int) -> np.ndarray: ...
 

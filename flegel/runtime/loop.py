@@ -219,6 +219,7 @@ def iterate(host: LoopHost, version: float
     points = 0
     compute = 0.0
     slowed = host.debt_s  # served now (or carried on: subtracted at the end)
+    idle = 0.0  # waited for points to train (policy.idle)
     reason = yield from suspend(host, version)
     while reason is None:
         signal = host.poll_signal(version)
@@ -230,6 +231,15 @@ def iterate(host: LoopHost, version: float
             break
         if (reason := policy.commit_reason(host, points)) is not None:
             break
+        if policy.idle(host, points):
+            # Nothing to train yet (points on their way here): wait without spinning; the
+            # wait is no compute (compute_s, which speeds are measured on, leaves it out).
+            t0 = host.now()
+            policy.while_waiting(host)
+            host.side_work()
+            yield Wait(POLL_MAX_S)
+            idle += host.now() - t0
+            continue
         policy.between_blocks(host)
         host.side_work()
         n = min(policy.block_size(host, host.block_size()), left)
@@ -254,7 +264,7 @@ def iterate(host: LoopHost, version: float
             slowed += suspended
             reason = yield from suspend(host, version)
     slowed -= host.debt_s  # what is left is served (and counted) next iteration
-    elapsed = host.now() - start
+    elapsed = host.now() - start - idle
     totals = Totals(points=points, compute_s=compute, slowed_s=slowed)
     rate = points / compute if compute > 0 else 0.0
     if not policy.finish(host, reason):

@@ -75,6 +75,8 @@ class MasterPolicy(Protocol):
 
     def on_tick(self, now: float) -> None: ...
 
+    def before_finish(self) -> None: ...
+
     def checkpoint_state(self) -> dict[str, Any]: ...
 
     def restore(self, state: dict[str, Any]) -> None: ...
@@ -327,6 +329,19 @@ class Server:
         (:attr:`flegel.Algorithm.sampled_first_step`)."""
         return bool(getattr(self.algorithm, "sampled_first_step", False))
 
+    @property
+    def cover_before_update(self) -> bool:
+        """Whether the algorithm's θ sums every point's contribution, so its first update
+        waits until every point was visited (:attr:`flegel.Algorithm.cover_before_update`)."""
+        return bool(getattr(self.algorithm, "cover_before_update", False))
+
+    def unseen(self) -> int:
+        """Points of the data set no worker has trained yet, by the workers' latest COMMIT
+        headers (``seen``: trained at least once, wherever they are now).  Points on their way
+        between workers count as unseen until they land: they are in no worker's ``seen``."""
+        seen = sum(w.header.get("seen", 0.0) for w in self.workers.values())
+        return max(int(sum(self.shard_sizes.values()) - seen), 0)
+
     def estimated_objective(self) -> float:
         """The online objective scaled up to the points not visited yet.
 
@@ -355,9 +370,12 @@ class Server:
             return min(fewest, seen / total)
         return fewest
 
-    def check_stop(self, agg: Arrays, iteration: int) -> StopReason | None:
-        """Apply the algorithm's and the built-in criteria (Section 5.3)."""
-        if self.algorithm.termination_check(agg, iteration):
+    def check_stop(self, agg: Arrays, iteration: int,
+                   updated: bool = True) -> StopReason | None:
+        """Apply the algorithm's and the built-in criteria (Section 5.3); the algorithm's only
+        after an update (``updated``): an aggregate kept back for later (FSP's coverage) says
+        nothing of convergence."""
+        if updated and self.algorithm.termination_check(agg, iteration):
             return StopReason.ALGORITHM
         if all(w.n_active == 0 for w in self.workers.values()):
             return StopReason.HALTED
@@ -600,6 +618,9 @@ class Server:
     def tick(self, policy: MasterPolicy) -> None:
         """Nothing arrived: let ``policy`` act on timers; warn about silent workers."""
         now = self.now()
+        limit = self.stop.max_time_s
+        if self.reason is None and limit is not None and now >= limit:
+            policy.before_finish()  # training ends outside a barrier: the policy settles
         self.check_time(now)
         policy.on_tick(now)
         self.warn_stalls(now)

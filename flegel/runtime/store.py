@@ -94,6 +94,9 @@ class ShardStore:
         self._on_gpu = False  # place() was asked by a GPU algorithm (resident or not)
         self.visited = 0  # points processed, over all passes
         self.scanned = 0  # rows the cursor has moved over (skipped ones included)
+        #: Windows take the points never trained first (:meth:`select_behind_cursor`): set
+        #: while FSP holds θ for coverage (:mod:`flegel.sync.fsp`).
+        self.unseen_first = False
 
     def __len__(self) -> int:
         return int(self.x.shape[0])
@@ -125,6 +128,11 @@ class ShardStore:
     def n_seen(self) -> int:
         """Points held that were trained at least once."""
         return self._n_seen
+
+    @property
+    def n_unseen(self) -> int:
+        """Points held that were never trained (migrated-in ones included)."""
+        return self._n_held - self._n_seen
 
     @property
     def mean_visits(self) -> float:
@@ -302,7 +310,24 @@ class ShardStore:
         bottom-up (the most recently trained first: Fig. 3), wrapping around the end.
 
         Those rows were trained this pass already, so sending them loses the target no pass.
+
+        While :attr:`unseen_first` is set (FSP holds θ until every point was trained once,
+        :mod:`flegel.sync.fsp`, "Coverage") the rows never trained come first, the last in
+        traversal order first (those this worker would reach last): a target trains them
+        at once (they are behind its passes, Section 4.3's priority), and the hold ends
+        when they are trained, not when this slow worker reaches them.
         """
+        if self.unseen_first and self.n_unseen > 0 and count > 0:
+            fresh = np.flatnonzero((self.visits == 0) & ~(self.halted | self.inactive
+                                                          | self.queued))[::-1][:count]
+            if len(fresh) >= count:
+                return fresh
+            rest = self._behind_cursor(count)
+            return np.concatenate([fresh, rest[~np.isin(rest, fresh)]])[:count]
+        return self._behind_cursor(count)
+
+    def _behind_cursor(self, count: int) -> np.ndarray:
+        """:meth:`select_behind_cursor` in traversal order alone."""
         found: list[np.ndarray] = []
         n, need, scanned = len(self), count, 0
         chunk = max(2 * count, 256)

@@ -60,6 +60,10 @@ class MasterPolicy(AttributeState):
     def on_tick(self, now: float) -> None:
         """Called whenever no message arrived (timers: interval η, predicted barriers)."""
 
+    def before_finish(self) -> None:
+        """Training is about to end outside the policy (``stop.max_time_s`` ran out between
+        barriers): settle what is pending.  Default: nothing."""
+
     def summary(self) -> dict[str, Any]:
         """Model-specific figures added to ``summary.json``."""
         return {}
@@ -71,6 +75,12 @@ class BarrierPolicy(MasterPolicy):
     Subclasses say what each worker does next (:meth:`instructions`) and may adjust after a
     barrier (:meth:`after_barrier`).  Records per barrier the barrier cost (first commit to
     broadcast, FSP paper Fig. 10) and the spread between the first and the last report.
+
+    A subclass may keep θ at a barrier (:meth:`keeps_theta`: FSP's coverage): the barrier
+    happens -- commits, speeds, migration, stop criteria -- but θ is not updated; the
+    aggregate is carried and applied with the next barrier's, so no work is lost (the
+    aggregators are sums, ``Algorithm.aggregate``).  A run that stops while θ is kept
+    applies what it carried.
     """
 
     def __init__(self, server: ServerPort, options: dict[str, Any]) -> None:
@@ -80,6 +90,21 @@ class BarrierPolicy(MasterPolicy):
         self.apply_s = 0.0
         self.barrier_s: list[float] = []
         self.spread_s: list[float] = []
+        #: The aggregate of barriers that kept θ, applied with the next update (None: none),
+        #: and whether the latest barrier kept θ.
+        self.carried: Arrays | None = None
+        self.kept = False
+
+    def before_finish(self) -> None:
+        """Apply what kept barriers carried: the run's work is not lost."""
+        if self.carried is not None:
+            self.apply_s = self.server.apply(self.carried)
+            self.carried = None
+
+    def keeps_theta(self, commits: dict[int, dict[str, float]]) -> bool:
+        """Whether this barrier keeps θ as it is and carries its aggregate to the next
+        (default: never).  ``commits`` are the barrier's COMMIT headers."""
+        return False
 
     def instructions(self, rank: int) -> Instructions:
         """What ``rank`` does in its next iteration."""
@@ -107,14 +132,25 @@ class BarrierPolicy(MasterPolicy):
         srv = self.server
         arrivals = [srv.worker(r).arrived_at for r in self.pending]
         total = srv.total(agg for _, agg in self.pending.values())
-        self.apply_s = srv.apply(total)
-        self.iteration += 1
         # Each worker's objective change: Σ Δf per worker shows who trained what (FSP Fig. 12).
         commits = {r: {**h, "delta_f": float(a["objective"])}
                    for r, (h, a) in self.pending.items()}
+        if self.carried is not None:
+            total = srv.total([self.carried, total])
+            self.carried = None
+        self.kept = self.keeps_theta(commits)
+        if self.kept:
+            self.carried, self.apply_s = total, 0.0
+        else:
+            self.apply_s = srv.apply(total)
+        self.iteration += 1
         self.pending = {}
         self.after_barrier(commits, total)
-        reason = srv.check_stop(total, self.iteration)
+        reason = srv.check_stop(total, self.iteration, updated=not self.kept)
+        if reason is not None and self.carried is not None:
+            # Training ends while θ is kept: what was carried is not lost.
+            self.apply_s = srv.apply(self.carried)
+            self.carried = None
         cost = srv.now() - min(arrivals)
         spread = max(arrivals) - min(arrivals)
         self.barrier_s.append(cost)

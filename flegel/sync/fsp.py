@@ -13,7 +13,11 @@ gives FSPB its η⁰ (the first pass's time).  Under FSPV, an incremental EM alg
 (``Algorithm.sampled_first_step``) ends it after a share of every worker's shard instead
 (see :class:`FSP`, Notes: the sampled calibration).  An algorithm whose update is stronger on a full
 batch at θ (``Algorithm.full_batch_update``: logistic regression's L-BFGS) gets *whole passes*
-after it too while no worker straggles (see :class:`FSP`).
+after it too while no worker straggles (see :class:`FSP`).  An algorithm whose θ sums every
+point's contribution (``Algorithm.cover_before_update``: incremental EM's statistics) gets
+no update of θ until every point has been trained once -- *coverage*: the barriers go on,
+speeds are measured and migration plans its first round, θ is kept (see :class:`FSP`,
+"Coverage").
 
 Coordination (Section 5.2, Fig. 6):
 
@@ -59,7 +63,7 @@ from flegel.interval.multistage import (
     sample_fraction,
 )
 from flegel.ports import ServerPort, WorkerPolicy, WorkerPort
-from flegel.protocol import POLL_MAX_S, Instructions, Reason, Signal
+from flegel.protocol import POLL_MAX_S, Instructions, OrderKind, Reason, Signal
 from flegel.sync.base import BarrierPolicy, round_trip_s
 from flegel.sync.passes import PassPredictor
 from flegel.validation import Key, boolean, choice, mapping, number
@@ -118,6 +122,9 @@ LATE_PASS_SHARE = PASS_GRACE / PASS_REACH
 #: the block sizer's per-point cost.  Twice: the pass may run twice as slow (a core shared
 #: with one other rank) and still end before the timer with its larger blocks.
 COURSE_MARGIN = 2.0
+#: The phase of an iteration at a kept θ, while some point has never been trained (an
+#: algorithm with ``cover_before_update``; see :class:`FSP`, "Coverage").
+COVER_PHASE = "coverage"
 #: Complete whole passes (no worker paused) whose durations, broadcast to the last arrival,
 #: give the typical whole pass that bounds the next one (:meth:`FSP._whole_bound`).  Five:
 #: their lower median ignores up to two disturbed passes and follows a change within three.
@@ -223,6 +230,8 @@ class FSPWorker(WorkerPolicy):
         self.migrator = Migrator(mig) if mig.mode != "off" else None
         self.sync_migration = mig.mode == "sync"
         self.mesh: MigrationPort | None = None
+        #: The master keeps θ until every point was trained once (Instructions.cover).
+        self._cover = 0
 
     def restore(self, state: dict[str, Any]) -> None:
         super().restore(state)
@@ -272,6 +281,10 @@ class FSPWorker(WorkerPolicy):
 
     def begin(self, port: WorkerPort, instructions: Instructions, sent_lag_s: float) -> None:
         super().begin(port, instructions, sent_lag_s)
+        self._cover = instructions.cover
+        if self.shard is not None:
+            # Coverage: windows take the points never trained first (the master's notes).
+            self.shard.unseen_first = self._cover > 0
         if self.migrator is not None and self.sync_migration:
             # Synchronous migration: the points move before the iteration starts.
             self.migrator.transfer_now(self._port(), instructions.orders)
@@ -294,12 +307,23 @@ class FSPWorker(WorkerPolicy):
 
     def commit_reason(self, port: WorkerPort, points: int) -> Reason | None:
         self._points = points
+        if self._cover and self.shard is not None:
+            # Coverage (FSP's notes): done once nothing held is untrained -- unless points
+            # are on their way here and none came yet (idle).
+            done = self.shard.n_unseen == 0 and (points > 0 or self._cover < 2)
+            return Reason.PASS if done else None
         if (batch := super().commit_reason(port, points)) is not None:
             return batch  # FSPV's sampled calibration (FSP, Notes)
         if (self._deadline is not None and port.now() >= self._deadline
                 and not self._last_block(points) and not self._short_rest(port, points)):
             return Reason.TIMER
         return None
+
+    def idle(self, port: WorkerPort, points: int) -> bool:
+        """Coverage, with points on their way here and none trained yet: wait for them (the
+        loop sleeps; the master's bound pauses the wait)."""
+        return (self._cover >= 2 and points == 0 and self.shard is not None
+                and self.shard.n_unseen == 0)
 
     def block_size(self, port: WorkerPort, sized: int) -> int:
         self._block = sized
@@ -463,6 +487,47 @@ class FSP(BarrierPolicy):
     with the rows x 10, within a pair's noise at the quick scale.  Speeds and the pass are
     measured on the sample as on any partial pass.  Not under FSPB, whose η⁰ is the
     calibration's pass.
+
+    **Coverage** (issue 19, item 3; a choice where the paper is silent).  Under incremental
+    EM (Section 2.2, Eq. 3) a point adds its statistics to θ on its first visit (K-means'
+    label is -1 before it), so an M-step taken while some points were never visited fits θ
+    to the others alone.  On contiguous shards of sorted data that is a fit without the slow
+    worker's clusters, and the run settles in another basin: the paper's pause of a
+    straggler at the first pass (Section 3.3) and the calibration's bound did exactly that,
+    and exact Lloyd steps from θ⁰ without the slow shard (``python bench/fsp_claims.py
+    --only basin``) end +3.1 % or +6.5 % above BSPB's basin on the overlapping workload,
+    +6.0 % on ``flegel paper``'s K-means after a single such step, while first steps on all
+    the data reach it.  For an algorithm that declares ``cover_before_update`` the master
+    therefore keeps θ (:meth:`keeps_theta`: no ``update_parameter``, θ's version unchanged;
+    the aggregate is carried to the first update, :class:`~flegel.sync.base.BarrierPolicy`)
+    while the workers' COMMIT headers say some point was never trained
+    (:meth:`~flegel.ports.ServerPort.unseen`: points in flight between workers count).  The
+    barriers still happen, so speeds are measured and data migration (Section 4) plans its
+    first round at the calibration barrier, on one barrier of evidence (``whole_passes``:
+    the calibration measured each worker over a pass or the pass's bound): the straggler's
+    untrained points leave first (``ShardStore.unseen_first``) and the fast workers train
+    them at θ⁰ first (Section 4.3's priority to points behind).  The iterations at a kept θ
+    (:data:`COVER_PHASE`) have no timer: each worker trains only its untrained points and
+    commits when none is left (``Instructions.cover``); a worker with none commits at once
+    -- it does not recompute at an unchanged θ -- unless untrained points are on their way
+    to it, which it waits for without computing (``WorkerPolicy.idle``: the loop sleeps).
+    Every such iteration is bounded from its start by :meth:`_cover_bound` (the whole-pass
+    bound), and ``stop.max_time_s`` ends the run (applying what was carried).  So the first
+    update is Lloyd's (or EM's, or the full-batch L-BFGS step) on all the data from θ⁰,
+    whichever worker is slow, a few fast passes after the calibration.  Not for the CNN
+    (``progress_per_update``), whose mini-batch steps are unbiased on any batch and would
+    only be delayed.
+
+    *Only with data migration* (``migration.mode`` async or sync).  Without it the hold
+    lasts the straggler's own first pass -- BSPV's first iteration -- and buys nothing: the
+    straggler's points, trained once per its pass afterwards, keep stale statistics while
+    the fast workers' iterations settle the basin anyway.  Measured (``flegel paper
+    --quick --only 7``, K-means, one worker slowed by τ = 32 ms, 4 workers on 2 cores at a
+    load of 9-12), FSPV without migration with the hold: contiguous shards ended at
+    60.77e6 (+7.4 % over BSPB's converged objective; +6.0 % without the hold), shuffled
+    ones reached the target in 2.92 s against 0.07 s without it.  With async migration the
+    same contiguous row reached the target in 0.43 s (first round 0.06 s, first update
+    0.16 s), where it never did in 4 s without coverage.
     """
 
     OPTIONS: ClassVar[dict[str, Key]] = {
@@ -571,6 +636,21 @@ class FSP(BarrierPolicy):
         #: Durations of the latest complete whole passes of this run of the whole-pass phase
         #: (broadcast to last arrival, no worker paused): :meth:`_whole_bound`.
         self.whole_log: list[float] = []
+        # Coverage (class notes): whether θ still waits for a point never trained, the
+        # barriers that kept it, when the first update came, the untrained points at the
+        # latest barrier, the calibration's first pass and valid time, and the workers
+        # that migration orders send points to while θ is kept.
+        # Only with migration: without it the hold lasts a straggler's whole pass (notes).
+        self.cover = (bool(getattr(server, "cover_before_update", False))
+                      and self.balancer is not None)
+        self.covered = not self.cover
+        self.kept_barriers = 0
+        self.covered_at_s: float | None = None
+        self.unseen = 0
+        self._first_pass_s = 0.0
+        self._calibration_valid_s: float | None = None
+        self._targets: set[int] = set()
+        self._expecting: set[int] = set()
 
     # ---------------------------------------------------------------- sending
     def instructions(self, rank: int) -> Instructions:
@@ -578,8 +658,11 @@ class FSP(BarrierPolicy):
         mark = 1 if self.plan.mark else (-1 if self.plan.drop_mark else 0)
         bound = OFFSET_BOUND * eta  # η may have changed since the offsets were learnt
         offset = float(min(max(self.offsets[rank], -bound), bound))
+        cover = 0
+        if self.plan.phase == COVER_PHASE:
+            cover = 2 if rank in self._expecting else 1
         batch = sample_batch(self.server.shard_sizes.get(rank, 0), self.share)
-        return Instructions(batch=batch, eta_s=eta if self.semi else 0.0,
+        return Instructions(batch=batch, cover=cover, eta_s=eta if self.semi else 0.0,
                             offset_s=offset if self.semi else 0.0,
                             mark=mark, rollback=self.plan.rollback,
                             orders=self._orders.get(rank, 0))
@@ -597,16 +680,23 @@ class FSP(BarrierPolicy):
         # The calibration is a whole pass (a share of it, sampled) for every algorithm
         # (class notes); later ones
         # only for a full-batch algorithm without stragglers (_balanced).
-        self.whole = self.plan.phase in ("calibration", WHOLE_PHASE)
+        self.whole = self.plan.phase in ("calibration", WHOLE_PHASE, COVER_PHASE)
         self.whole_iterations += self.whole
         # The sampled calibration's share of every shard (1.0: a whole pass).
         sizes = self.server.shard_sizes
         self.share = (sample_fraction(sizes.get(r, 0) for r in srv.ranks)
                       if self.sampled and self.plan.phase == "calibration" else 1.0)
         self._start_estimate = srv.estimated_objective()
+        covering = self.plan.phase == COVER_PHASE
+        if covering:
+            self._expecting = self._expected_targets()
         super().broadcast()
         self._orders = {}
         self.iter_start = srv.now()
+        if covering:
+            # Bounded from the start: a worker waiting for points sent its way commits
+            # nothing until then (_cover_bound).
+            self.pause_at = self.iter_start + self._cover_bound()
 
     def before_broadcast(self, commits: dict[int, dict[str, float]]) -> None:
         """Migration (Section 4): balance passes at barriers.  Not before a probe that marks
@@ -619,10 +709,13 @@ class FSP(BarrierPolicy):
         srv = self.server
         orders = self.balancer.at_barrier(srv.now(), commits, srv.estimated_objective(),
                                           srv.target_objective, srv.time_left_s,
-                                          probing=self.plan.phase in PROBE_PHASES)
+                                          probing=self.plan.phase in PROBE_PHASES,
+                                          whole_passes=not self.covered)
         for rank, messages in orders.items():
             for order in messages:
                 self.order_port.order(rank, order)
+                if not self.covered:  # where untrained points may go (coverage)
+                    self._targets.add(rank if order.kind == OrderKind.EXPECT else order.peer)
             self._orders[rank] = len(messages)
 
     # ---------------------------------------------------------------- receiving
@@ -747,6 +840,41 @@ class FSP(BarrierPolicy):
         recent = sorted(self.whole_log)
         return recent[(len(recent) - 1) // 2] if recent else 0.0
 
+    # ---------------------------------------------------------------- coverage
+    def keeps_theta(self, commits: dict[int, dict[str, float]]) -> bool:
+        """Coverage (class notes): keep θ while a point of the data set has never been
+        trained, by the workers' COMMIT headers (:meth:`ServerPort.unseen`); once every
+        point was, the carried aggregates are applied -- the first update -- and θ is never
+        kept again."""
+        if self.covered:
+            return False
+        self.unseen = self.server.unseen()
+        if self.unseen > 0:
+            self.kept_barriers += 1
+            return True
+        self.covered = True
+        self.covered_at_s = self.server.now()
+        self._targets = set()
+        return False
+
+    def _expected_targets(self) -> set[int]:
+        """The workers told to wait for untrained points (``Instructions.cover`` 2): the
+        targets of this run's migration orders while some untrained point is not held by a
+        worker's shard (in a window on its way) or orders were just sent."""
+        held = sum(max(w.header.get("n_held", 0.0) - w.header.get("seen", 0.0), 0.0)
+                   for w in (self.server.worker(r) for r in self.server.ranks))
+        coming = self.unseen - held > 0 or any(self._orders.values())
+        return set(self._targets) if coming else set()
+
+    def _cover_bound(self) -> float:
+        """How long an iteration at a kept θ may run before the workers still computing (or
+        waiting for points) are paused: :data:`WHOLE_PASS_WAIT` times the longest of the
+        calibration's first pass, the typical worker's predicted pass and the typical
+        complete whole pass -- the whole-pass bound (:meth:`_whole_bound`), from the start:
+        a worker waiting for points makes no first arrival."""
+        return WHOLE_PASS_WAIT * max(self._first_pass_s, self.passes.typical(),
+                                     self._typical_whole())
+
     # ---------------------------------------------------------------- the barrier
     def after_barrier(self, commits: dict[int, dict[str, float]], agg: dict[str, Any]) -> None:
         srv = self.server
@@ -758,7 +886,10 @@ class FSP(BarrierPolicy):
         # times shorter than its later ones (issue 19: FCM at 350,000 rows, a 24 ms "pass"
         # against 90 ms), so the typical worker's stands for it until the next barrier.
         self._update_eta_max(commits, typical=self.sampled and self.plan.phase == "calibration")
-        self.passes.observe(commits)
+        # A worker with nothing to train at a kept θ was not measured: it is not forgotten
+        # (PassPredictor forgets a worker that committed nothing, paused before it ran).
+        self.passes.observe({r: h for r, h in commits.items()
+                             if h["points"] > 0 or self.plan.phase != COVER_PHASE})
         if self.semi and self.plan.eta_s > 0:
             self._update_offsets(commits, arrivals)
         # Progress on the estimated objective: a first visit of a point adds its whole loss
@@ -767,6 +898,10 @@ class FSP(BarrierPolicy):
         obs = Observation(eta_s=self.plan.eta_s, progress=progress,
                           valid_s=first - self.iter_start, wall_s=now - self.iter_start,
                           barrier_s=now - first, eta_max_s=self.eta_max_s)
+        if self.plan.phase == "calibration":
+            # FSPB's η⁰ and the coverage bound, kept past the iterations at a kept θ.
+            self._calibration_valid_s = obs.valid_s
+            self._first_pass_s = first - self.iter_start
         # A whole pass has no interval: it ran to its last pass (the barrier's last report).
         self.eta_log.append(max(arrivals.values()) - self.iter_start if self.whole
                             else self.plan.eta_s)
@@ -774,7 +909,10 @@ class FSP(BarrierPolicy):
             # A complete whole pass (nobody paused): it bounds the next ones (_whole_bound).
             # Not the calibration, whose pass may include warm-up and a straggler's start.
             self.whole_log = (self.whole_log + [self.eta_log[-1]])[-WHOLE_HISTORY:]
-        if self._balanced():
+        if self.kept:
+            # Coverage: θ was kept, the next iteration trains the points never trained.
+            self.plan = Plan(0.0, phase=COVER_PHASE)
+        elif self._balanced():
             if self.plan.phase != WHOLE_PHASE:
                 # A new run of whole passes: the last one's durations are stale (a straggler
                 # turned them off since).
@@ -782,7 +920,7 @@ class FSP(BarrierPolicy):
             # Whole passes (WHOLE_PHASE); a mark left by rolled-back probes is dropped.
             self.plan = Plan(0.0, drop_mark=self.plan.phase in ("probe1", "probe2"),
                              phase=WHOLE_PHASE)
-        elif self.plan.phase in ("calibration", WHOLE_PHASE):
+        elif self.plan.phase in ("calibration", WHOLE_PHASE, COVER_PHASE):
             # The adjustor (re)starts from this iteration's measurements.
             eta0 = (self.options["eta_ms"] / 1e3 if self.options["eta_ms"] is not None
                     else self._first_interval(commits, obs))
@@ -801,7 +939,9 @@ class FSP(BarrierPolicy):
         BSPV's).
         """
         if self.options["interval"] != "multistage" or self.options["probes"] != "interleaved":
-            return obs.valid_s
+            # The calibration's, also after iterations at a kept θ (coverage).
+            return (self._calibration_valid_s if self._calibration_valid_s is not None
+                    else obs.valid_s)
         latency = sorted(h["latency_s"] for h in commits.values())[len(commits) // 2]
         phi0 = round_trip_s(latency, self.apply_s)
         return phi0 * (1.0 - FIRST_OVERHEAD) / FIRST_OVERHEAD
@@ -854,6 +994,10 @@ class FSP(BarrierPolicy):
         ev = super().event(commits, cost, spread)
         ev["eta_ms"] = round(self.eta_log[-1] * 1e3, 4) if self.eta_log else None
         ev["phase"] = self.plan_phase_done
+        if self.cover and self.plan_phase_done in ("calibration", COVER_PHASE):
+            # Coverage: the points never trained at this barrier, and whether θ was kept.
+            ev["unseen"] = self.unseen
+            ev["theta_kept"] = self.kept
         if self.semi:
             ev["offsets_ms"] = [round(self.offsets[r] * 1e3, 4) for r in sorted(commits)]
         if self.balancer is not None:
@@ -874,6 +1018,9 @@ class FSP(BarrierPolicy):
                    eta_history_ms=[e * 1e3 for e in self.adjustor.history])
         if self.full_batch:
             out["whole_pass_iterations"] = self.whole_iterations
+        if self.cover:
+            out["coverage"] = {"kept_barriers": self.kept_barriers,
+                               "first_update_s": self.covered_at_s}
         out.update(self.adjustor.summary())  # FSPV: stages, stage_refits; FSPB: search_rounds
         if self.balancer is not None:
             out["migration"] = {"mode": self.balancer.options.mode,
