@@ -30,16 +30,17 @@ SLOW_V = 32e-6
 FAST_N, SLOW_N = 133_000, 70
 
 
-def barrier(t: float, passes: dict[int, float], n: dict[int, int]) -> dict[int, dict[str, Any]]:
-    """Commits of one barrier ``ITERATION`` long: the fast workers compute SHARE of it and
-    pass once; the straggler computes its points (and sleeps) and passes as ``passes``
-    says."""
+def barrier(t: float, passes: dict[int, float], n: dict[int, int],
+            pass_s: dict[int, float] | None = None) -> dict[int, dict[str, Any]]:
+    """Commits of one barrier ``ITERATION`` long: each worker passes as ``passes`` says, once
+    per ``pass_s[rank]`` seconds (default ITERATION), and processes that share of its points;
+    the fast workers compute SHARE of the iteration, the straggler SLOW_V a point."""
     out: dict[int, dict[str, Any]] = {}
     for r in passes:
-        compute = SHARE * ITERATION if r > 1 else SLOW_V * n[r]
-        out[r] = {"compute_s": compute, "points": compute / (SLOW_V if r == 1 else
-                                                             SHARE * ITERATION / n[r]),
-                  "n_active": n[r], "passes": passes[r], "in_flight": 0, "queued": 0}
+        points = n[r] * ITERATION / (pass_s or {}).get(r, ITERATION)
+        compute = SLOW_V * points if r == 1 else SHARE * ITERATION
+        out[r] = {"compute_s": compute, "points": points, "n_active": n[r],
+                  "passes": passes[r], "in_flight": 0, "queued": 0}
     return out
 
 
@@ -61,7 +62,8 @@ def test_a_straggler_that_passes_less_often_than_vn_says_gives_its_last_points()
         t += ITERATION
         passes = {1: t / (ITERATION + SLOW_V * SLOW_N), 2: t / ITERATION, 3: t / ITERATION,
                   4: t / ITERATION}
-        orders = b.at_barrier(t, barrier(t, passes, n), 1.0, None, 30.0)
+        orders = b.at_barrier(t, barrier(t, passes, n, {1: ITERATION + SLOW_V * SLOW_N}), 1.0,
+                              None, 30.0)
         if orders:
             break
     assert b.straggler(1)
@@ -128,10 +130,43 @@ def test_a_straggler_ahead_in_passes_receives_only_what_its_pass_can_carry():
         b.round_end = math.inf if k < 50 else None  # plan once the pass times are measured
         passes = {1: 40 + t / ITERATION, 2: t / (1.05 * ITERATION),
                   3: t / (1.05 * ITERATION), 4: t / (1.05 * ITERATION)}
-        orders = b.at_barrier(t, barrier(t, passes, n), 1.0, None, 2.0)
+        slow = {2: 1.05 * ITERATION, 3: 1.05 * ITERATION, 4: 1.05 * ITERATION}
+        orders = b.at_barrier(t, barrier(t, passes, n, slow), 1.0, None, 2.0)
         got += sum(p for (_, target), p in sent(orders).items() if target == 1)
         if got:
             break
     assert b.straggler(1) and b.fixed
     fits = (1.1 * 1.05 * ITERATION - (ITERATION - SLOW_V * 20)) / SLOW_V
     assert 0 < got <= fits - 20 + 1, (got, fits)
+
+
+def test_catching_up_on_received_points_is_no_fixed_cost():
+    """A worker given points trains them first and its cursor's passes stop meanwhile
+    (queued > 0): that is compute, not a wait per pass.  Its fixed cost is measured again
+    only once they caught up, at its new count, and until then its clock is not settled.
+    (Counted as a fixed cost, the catching up made a straggler that recovered look slow and
+    its points swing back and forth: issue 19 review.)"""
+    b = Balancer(MigrationOptions.of({"mode": "async"}))
+    n = {2: FAST_N, 3: FAST_N}
+    t = 0.0
+
+    def feed(passes: dict[int, float], pass_s: dict[int, float], queued: int = 0) -> None:
+        commits = barrier(t, passes, n, pass_s)
+        commits[2]["queued"] = queued
+        b.stats(commits, t)
+
+    for _ in range(200):
+        t += ITERATION
+        feed({2: t / ITERATION, 3: t / ITERATION}, {})
+    assert b.fixed is not None and abs(b.fixed[2] - 0.7 * ITERATION) < 2e-4
+    n[2], p2 = 2 * FAST_N, t / ITERATION  # rank 2 receives as many again
+    for _ in range(100):  # catching up: it processes its points, its passes stand still
+        t += ITERATION
+        feed({2: p2, 3: t / ITERATION}, {2: 2 * ITERATION}, queued=FAST_N)
+        assert not b.clock_settled(2)
+    for k in range(1, 101):  # then a pass every two iterations, compute SHARE of each
+        t += ITERATION
+        feed({2: p2 + k / 2, 3: t / ITERATION}, {2: 2 * ITERATION})
+    assert b.clock_settled(2)
+    # Its wait: 2 iterations a pass less its compute, 2 · SHARE of an iteration.
+    assert abs(b.fixed[2] - 2 * (1 - SHARE) * ITERATION) < 3e-4, b.fixed[2]

@@ -250,13 +250,16 @@ class Balancer:
     #: from them need no long speed history).  Immutable, so that a balancer checkpointed
     #: before it existed resumes with the class's empty default.
     stragglers_seen: frozenset[int] = frozenset()
-    #: Per rank, the point count and the (server time, passes) of its barriers since the
-    #: count last changed by more than :data:`MIN_MOVE_FRACTION` (:meth:`fixed_cost`).
-    #: None (immutable) for the same reason as :attr:`stragglers_seen`.
-    pass_clock: dict[int, tuple[int, list[tuple[float, float]]]] | None = None
+    #: Per rank, the point count and the (server time, passes, points processed so far) of
+    #: its barriers since the count last changed by more than :data:`MIN_MOVE_FRACTION`
+    #: (:meth:`fixed_cost`).  None (immutable) for the same reason as
+    #: :attr:`stragglers_seen`.
+    pass_clock: dict[int, tuple[int, list[tuple[float, float, float]]]] | None = None
     #: Per rank, the fixed cost per pass last measured (s), kept while a new count is
     #: measured: the wait for θ does not change with the points (:meth:`fixed_cost`).
     fixed: dict[int, float] | None = None
+    #: Per rank, the point count its :attr:`fixed` was measured at (:meth:`clock_settled`).
+    fixed_at: dict[int, int] | None = None
 
     def stats(self, commits: dict[int, dict[str, float]],
               now: float | None = None) -> list[WorkerStat]:
@@ -278,15 +281,19 @@ class Balancer:
             points = sum(p for _, p in hist)
             v = max(seconds, 1e-9) / max(points, 1.0)  # no points yet: as slow as it gets
             n, p = int(h["n_active"]), float(h["passes"])
-            a = 0.0 if now is None else self.fixed_cost(r, now, n, p, v)
+            moving = h.get("in_flight", 0) > 0 or h.get("queued", 0) > 0
+            a = 0.0 if now is None else self.fixed_cost(r, now, n, p, v, h["points"], moving)
             out.append(WorkerStat(rank=r, n=n, v=v, p=p, a=a))
         return out
 
-    def fixed_cost(self, rank: int, now: float, n: int, passes: float, v: float) -> float:
+    def fixed_cost(self, rank: int, now: float, n: int, passes: float, v: float,
+                   points: float = 0.0, moving: bool = False) -> float:
         """A, the seconds a pass of ``rank`` costs besides its points (FSP paper §4.2's pass
-        time is V·N; see :mod:`flegel.balance.planner`, "A fixed cost per pass"): its pass
-        time on the wall clock, over the last :data:`PASS_WINDOW_S` of barriers at its
-        current point count, minus V·N; 0 when that is negative.
+        time is V·N; see :mod:`flegel.balance.planner`, "A fixed cost per pass"): the wall
+        clock it took to process N points, over the last :data:`PASS_WINDOW_S` of barriers
+        at its current point count, minus V·N; 0 when that is negative.  ``points``: the
+        points processed in this barrier's commit; ``moving``: the commit shows points in
+        flight or queued (catching up).
 
         Under FSP a worker's full pass ends its iteration, and it waits for the next θ
         whatever its points: a worker holding few points passes at most once an iteration,
@@ -296,35 +303,57 @@ class Balancer:
         straggler ~70 points, whose V·N equalled the others' compute per pass, and they were
         trained 2,896 times against 4,356 (the others' pass was their compute and a wait).
 
+        The pass time is ``N · span / Σ points processed``, not ``span / passes gained``: a
+        worker that received points trains them first and its cursor's passes stop meanwhile
+        (:meth:`flegel.runtime.store.ShardStore.admit`), and counting that catching up as a
+        fixed cost made a straggler that recovered look slow again (issue 19 review: its A
+        read 10 ms over 3,481 points while catching up; ``tests/test_migration_fixed_cost.py``).
+        For the same reason a barrier
+        whose commit shows points in flight or queued restarts the measurement: the pass
+        time is measured once the points settled.  A window in which the cursor did not
+        move at all measures nothing (the last A holds).
+
         The wall clock is measured at one point count (a change beyond
-        :data:`MIN_MOVE_FRACTION` starts a new measurement), over at least
-        :data:`MIN_HISTORY` barriers and :data:`SPEED_WINDOW_S`; until then the last A
-        measured holds (0 at first: the paper's model).  The wait for θ is the iteration's,
-        not the points', so it carries over to the new count.
+        :data:`MIN_MOVE_FRACTION` starts a new measurement), over more than
+        :data:`MIN_HISTORY` barriers and :data:`SPEED_WINDOW_S` (:meth:`clock_settled`); until
+        then the last A measured holds (0 at first: the paper's model).  The wait for θ is
+        the iteration's, not the points', so it carries over to the new count.
         """
         if self.pass_clock is None:
             self.pass_clock = {}
         if self.fixed is None:
             self.fixed = {}
+        if self.fixed_at is None:
+            self.fixed_at = {}
         count, log = self.pass_clock.get(rank, (n, []))
-        if abs(n - count) > MIN_MOVE_FRACTION * max(n, count):
+        if (moving or abs(n - count) > MIN_MOVE_FRACTION * max(n, count)
+                or (log and len(log[0]) < 3)):  # (time, passes) pairs: checkpointed before
             count, log = n, []
-        log.append((now, passes))
+        log.append((now, passes, (log[-1][2] if log else 0.0) + points))
         del log[:-SPEED_BARRIERS]
         while len(log) > MIN_HISTORY and now - log[1][0] >= PASS_WINDOW_S:
             del log[0]
         self.pass_clock[rank] = (count, log)
-        span, gained = now - log[0][0], passes - log[0][1]
-        if self.clock_settled(rank) and gained > 0 and n > 0:
-            self.fixed[rank] = max(span / gained - v * n, 0.0)
+        span, gained, done = now - log[0][0], passes - log[0][1], log[-1][2] - log[0][2]
+        if self.clock_long(log) and gained > 0 and done > 0 and n > 0:
+            self.fixed[rank] = max(n * span / done - v * n, 0.0)
+            self.fixed_at[rank] = count
         return self.fixed.get(rank, 0.0)
 
-    def clock_settled(self, rank: int) -> bool:
-        """Whether ``rank``'s pass time has been measured at its current point count: over
-        more than :data:`MIN_HISTORY` barriers covering :data:`SPEED_WINDOW_S`
-        (:meth:`fixed_cost`)."""
-        count, log = (self.pass_clock or {}).get(rank, (0, []))
+    @staticmethod
+    def clock_long(log: list[tuple[float, float, float]]) -> bool:
+        """Whether a pass log (:attr:`pass_clock`) is long enough to measure a pass time on:
+        more than :data:`MIN_HISTORY` barriers covering :data:`SPEED_WINDOW_S`."""
         return len(log) > MIN_HISTORY and log[-1][0] - log[0][0] >= SPEED_WINDOW_S
+
+    def clock_settled(self, rank: int) -> bool:
+        """Whether ``rank``'s fixed cost per pass was measured at its current point count
+        (:meth:`fixed_cost`).  A long log is not enough: a worker catching up on points it
+        received does not advance its passes, measures nothing, and would keep the A of its
+        old count (issue 19 review: a recovered straggler given 3,438 points kept the A of
+        its 360, looked fast, and was given 4,140 more, sent away again 1.5 s later)."""
+        count, _ = (self.pass_clock or {}).get(rank, (0, []))
+        return (self.fixed_at or {}).get(rank) == count
 
     def clocks_settled(self) -> bool:
         """Whether the fixed costs per pass agree in age: none measured yet (every A is 0,
