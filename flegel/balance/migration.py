@@ -161,8 +161,8 @@ SPEED_CHANGE = 0.5
 #: speed changed by :data:`SPEED_CHANGE`).  Plans, not rounds: a plan whose every move the
 #: lock held back is no round, and a lock counted in rounds would then hold for ever.
 LOCK_ROUNDS = 1
-#: A move carries at most this share of its source's points per round unless the source is
-#: a straggler (:meth:`Balancer.keep_some`): the speeds of the others wander on shared
+#: A source sends at most this share of its points per round, all its moves together, unless
+#: it is a straggler (:meth:`Balancer.keep_some`): the speeds of the others wander on shared
 #: cores, and Eq. 9 on a short split moved nearly all of a worker's points after a burst of
 #: load (issue 19: 106,362 of 112,000 points at 20 s of a 30 s run, the worker then trained
 #: its 5,569 points 920 times while the others trained theirs 140-412 times).  A straggler
@@ -599,11 +599,12 @@ class Balancer:
           burying the straggler in points many passes behind its own (issue 19,
           overlapping workload, worker 3 slow: 1,085 points at 7.1 s, 425 and 851 sent
           back at 8.9 and 11.2 s, the run ending at max/min passes 1.16).
-        * A move carries at most :data:`PEER_SHARE` of the source's points unless the
-          source is a straggler (:meth:`straggler`: :data:`PEER_SPEED` times slower than
-          the median worker at the last :data:`STRAGGLER_BARRIERS` barriers; a burst of load
-          on a shared machine makes a fast worker look that slow for a moment, rarely for
-          the whole smoothing window of its speed).
+        * A source sends at most :data:`PEER_SHARE` of its points in a round, all its moves
+          together (a source paired with three targets sent 75%), unless it is a straggler
+          (:meth:`straggler`: :data:`PEER_SPEED` times slower than the median worker at
+          the last :data:`STRAGGLER_BARRIERS` barriers; a burst of load on a shared machine
+          makes a fast worker look that slow for a moment, rarely for the whole smoothing
+          window of its speed).
         """
         pred, threshold = self.predicted_end(stats, T)
         floors = {s.rank: self.floor(s, stats) for s in stats}
@@ -622,8 +623,9 @@ class Balancer:
                 self.held_back += 1
                 continue
             points = min(m.points, left[m.source] - floors[m.source])
-            if not self.straggler(m.source):
-                points = min(points, int(PEER_SHARE * held[m.source]))
+            if not self.straggler(m.source):  # the share of all its moves this round
+                points = min(points, int(PEER_SHARE * held[m.source])
+                             - (held[m.source] - left[m.source]))
             if m.target in room:
                 points = min(points, room[m.target])
             smaller = min(held[m.source], held[m.target])
