@@ -453,3 +453,14 @@ def test_round_with_fixed_costs_conserves_points(
     after = advance(stats, moves, T, d)
     assert sum(s.n for s in after) == sum(s.n for s in stats)
     assert all(s.n >= 1 for s in after) and all(s.a == a for s in after)
+
+
+def test_eq9_with_fixed_costs_takes_an_empty_target_without_a_fixed_cost():
+    """A target holding no point and no fixed cost (A = 0) against a source with one: its
+    pass time is 0 at Δ = 0 (it divided by zero; issue 19 review)."""
+    from flegel.balance.planner import _eq9_bisect
+
+    i = SuperWorker((1,), 1000.0, 1e-6, 0.0, a=1e-3)
+    j = SuperWorker((2,), 0.0, 1e-6, 5.0)
+    delta = _eq9_bisect(i, j, 1.0)
+    assert 0 < delta <= 1000

@@ -341,9 +341,11 @@ def _eq9_bisect(i: SuperWorker, j: SuperWorker, t: float) -> float:
 
     def behind(x: float) -> float:
         """Source's passes minus target's after moving x (< 0: still behind)."""
-        rest = pass_time(i, i.n - x)
+        rest, grown = pass_time(i, i.n - x), pass_time(j, j.n + beta * x)
         left = math.inf if rest <= 0 else i.p + t / rest
-        return left - (j.p + (t - gap * beta * x * j.v) / pass_time(j, j.n + beta * x))
+        # A target holding nothing (and no fixed cost) passes without end.
+        right = math.inf if grown <= 0 else j.p + (t - gap * beta * x * j.v) / grown
+        return left - right
 
     if behind(0.0) >= 0:
         return 0.0
