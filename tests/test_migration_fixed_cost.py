@@ -170,3 +170,23 @@ def test_catching_up_on_received_points_is_no_fixed_cost():
     assert b.clock_settled(2)
     # Its wait: 2 iterations a pass less its compute, 2 · SHARE of an iteration.
     assert abs(b.fixed[2] - 2 * (1 - SHARE) * ITERATION) < 3e-4, b.fixed[2]
+
+
+def test_a_rank_that_stopped_committing_does_not_hold_the_clocks():
+    """Only the ranks of the barrier's commits count (issue 19 review: one whose count changed
+    at its last commit kept every later plan waiting for its measurement)."""
+    b = Balancer(MigrationOptions.of({"mode": "async"}))
+    n = {2: FAST_N, 3: FAST_N, 4: FAST_N}
+    t = 0.0
+    for _ in range(200):
+        t += ITERATION
+        b.stats(barrier(t, {r: t / ITERATION for r in n}, n), t)
+    n[4] *= 2  # its last commit: a new count, never measured
+    t += ITERATION
+    b.stats(barrier(t, {r: t / ITERATION for r in n}, n), t)
+    del n[4]
+    for _ in range(200):
+        t += ITERATION
+        commits = barrier(t, {r: t / ITERATION for r in n}, n)
+        b.stats(commits, t)
+    assert not b.clock_settled(4) and b.clocks_settled(commits)

@@ -52,6 +52,7 @@ waiting for θ, and at stop):
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -355,7 +356,7 @@ class Balancer:
         count, _ = (self.pass_clock or {}).get(rank, (0, []))
         return (self.fixed_at or {}).get(rank) == count
 
-    def clocks_settled(self) -> bool:
+    def clocks_settled(self, ranks: Iterable[int] | None = None) -> bool:
         """Whether the fixed costs per pass agree in age: none measured yet (every A is 0,
         the paper's model), or every worker's measured at its current point count.
 
@@ -365,7 +366,8 @@ class Balancer:
         measured) made its pass look 3x shorter than the others' (their A, the wait for θ,
         measured), and a round gave it 90 points back, to be sent away again 0.4 s later.
         """
-        return not self.fixed or all(self.clock_settled(r) for r in self.speed)
+        return not self.fixed or all(self.clock_settled(r) for r in
+                                     (self.speed if ranks is None else ranks))
 
     def remaining_time(self, now: float, objective: float, target: float | None,
                        time_left: float | None) -> float:
@@ -413,7 +415,7 @@ class Balancer:
             # The last round's points are still moving or catching up: a worker's passes
             # say little until they settle, and planning on them moves data back and forth.
             return {}
-        if not self.clocks_settled():
+        if not self.clocks_settled(commits):
             return {}  # a pass time not yet measured at the worker's new point count
         if T <= 0 or not math.isfinite(T):
             return {}
