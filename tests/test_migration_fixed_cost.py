@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from flegel.balance.migration import MIN_KEPT, MIN_MOVE_FRACTION, Balancer, MigrationOptions
+from flegel.balance.monitor import WorkerStat
 from flegel.protocol import OrderKind
 from tests.fakes import Simulation, kmeans_theta0
 
@@ -190,3 +191,14 @@ def test_a_rank_that_stopped_committing_does_not_hold_the_clocks():
         commits = barrier(t, {r: t / ITERATION for r in n}, n)
         b.stats(commits, t)
     assert not b.clock_settled(4) and b.clocks_settled(commits)
+
+
+def test_only_a_straggler_keeps_fewer_than_min_kept():
+    """A source slower than the others but no straggler keeps MIN_KEPT points, however long
+    its pass (issue 19 review: the floor's docs say a straggler's last points go)."""
+    b = Balancer(MigrationOptions.of({"mode": "async"}))
+    slow = WorkerStat(1, 1_000, 3e-6, 1.0, a=0.01)
+    stats = [slow] + [WorkerStat(r, 1_000, 1e-6, 5.0) for r in (2, 3, 4)]
+    assert b.floor(slow, stats) == MIN_KEPT
+    b.slow_streak = {1: 10**6}  # a straggler now: its points go, all but one
+    assert b.floor(slow, stats) == 1

@@ -550,8 +550,8 @@ class Balancer:
         return min(MIN_KEPT, self.options.window)
 
     def floor(self, source: WorkerStat, stats: list[WorkerStat]) -> int:
-        """Points ``source`` keeps whatever the orders: :attr:`kept`, or fewer -- at least
-        :data:`LAST_KEPT` -- where with those its pass (``A + V·kept``,
+        """Points ``source`` keeps whatever the orders: :attr:`kept`, or, for a straggler,
+        fewer -- at least :data:`LAST_KEPT` -- where with those its pass (``A + V·kept``,
         :meth:`fixed_cost`) would still take longer than ``1 +`` :data:`RELATIVE_EPSILON`
         times the typical worker's (the lower median of the others'): keeping them cannot
         meet Eq. 8's threshold, so they go.
@@ -560,7 +560,12 @@ class Balancer:
         adds 2 ms to a pass that costs it an iteration anyway (A): at FSPV's iterations of
         4-7 ms, 30-50% more than the others' pass (issue 19's 1.50x).  At 10% of a 4 ms
         iteration it keeps 12.
+
+        Only a straggler (:meth:`straggler`) keeps fewer: a peer slowed for a moment by a
+        burst of load keeps :attr:`kept`, enough to be measured and given work back.
         """
+        if not self.straggler(source.rank):
+            return self.kept
         fit = self.fits(source, stats)
         return self.kept if fit >= self.kept else max(LAST_KEPT, fit)
 
