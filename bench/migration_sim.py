@@ -43,7 +43,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.fakes import Simulation, kmeans_theta0, noisy_speed  # noqa: E402
+from tests.fakes import Simulation, noisy_speed, overlapping  # noqa: E402
 
 WORKERS, K, D = 4, 8, 8
 COST_S = 1e-6  # simulated compute per point
@@ -51,11 +51,7 @@ COST_S = 1e-6  # simulated compute per point
 
 def data(n: int, seed: int = 3) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Overlapping clusters sorted by cluster, and θ⁰ from random points."""
-    rng = np.random.default_rng(seed)
-    centers = rng.uniform(-6, 6, size=(K, D))
-    labels = np.sort(rng.integers(0, K, size=n))
-    x = centers[labels] + rng.normal(0, 2.0, size=(n, D))
-    return x, kmeans_theta0(x[rng.choice(n, K, replace=False)])
+    return overlapping(n, seed, K, D)
 
 
 def settings(draw: int = 0) -> dict[str, dict[int, Any]]:

@@ -16,12 +16,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
 from flegel.balance.migration import MIN_KEPT, MIN_MOVE_FRACTION, Balancer, MigrationOptions
 from flegel.balance.monitor import WorkerStat
 from flegel.protocol import OrderKind
-from tests.fakes import Simulation, kmeans_theta0
+from tests.fakes import Simulation, overlapping
 
 #: The iteration (s), the fast workers' compute share of it, and the straggler's seconds
 #: per point (its injected delays): issue 19's overlapping workload at a low load.
@@ -89,14 +87,6 @@ def test_the_fixed_cost_needs_passes_on_the_clock():
         b.at_barrier(0.01 * (k + 1), barrier(0.01 * (k + 1), {1: 3.0, 2: 4.0}, n), 1.0, None,
                      30.0)
     assert not b.fixed
-
-
-def overlapping(n: int = 20_000, seed: int = 3) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """``bench/migration_sim.py``'s data: 8 overlapping clusters in 8-D, sorted."""
-    rng = np.random.default_rng(seed)
-    centers = rng.uniform(-6, 6, size=(8, 8))
-    x = centers[np.sort(rng.integers(0, 8, size=n))] + rng.normal(0, 2.0, size=(n, 8))
-    return x, kmeans_theta0(x[rng.choice(n, 8, replace=False)])
 
 
 def test_simulated_injected_straggler_ends_with_passes_within_1_3():
