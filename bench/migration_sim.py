@@ -23,11 +23,15 @@ Usage::
 
     python bench/migration_sim.py [--points 20000] [--settings injected,noise,none] [--json OUT]
     python bench/migration_sim.py --draws 8
+    python bench/migration_sim.py --straggler
 
 ``--json OUT`` also writes every row to OUT (for ``bench/suite.py``).  ``--draws N`` instead
 runs the noise setting with N draws of the random speeds (draw k: worker r's factors seeded
 r + 10k; draw 0 is the table's) and prints the time to target of off and async for each,
-and their geometric mean ratio: one draw says little about random speeds.
+and their geometric mean ratio: one draw says little about random speeds.  ``--straggler``
+instead runs ``tests/test_migration_fixed_cost.py``'s injected straggler (τ = 32 ms per 1,000
+points, FSPV, 1 s) and prints max/min point passes at the end (Fig. 12's measure) and the
+straggler's points, async against off.
 """
 
 from __future__ import annotations
@@ -93,6 +97,20 @@ def draws(x: np.ndarray, theta0: dict[str, np.ndarray], stop: dict[str, Any],
     return ratios
 
 
+def straggler() -> None:
+    """Print max/min passes of the injected straggler (Fig. 12's measure), off and async."""
+    from tests.test_migration_fixed_cost import injected_straggler
+
+    print("injected straggler (tests/test_migration_fixed_cost.py), 1 s simulated")
+    print(f"    {'mode':6} {'max/min passes':>14} {'passes per worker':24} {'points held':28}")
+    for mode in ("off", "async"):
+        sim = injected_straggler(mode)
+        passes = [sim.workers[r].store.passes for r in sim.ranks]
+        held = " ".join(f"{sim.workers[r].store.n_active:6d}" for r in sim.ranks)
+        print(f"    {mode:6} {max(passes) / min(passes):14.2f} "
+              f"{' '.join(f'{p:5.1f}' for p in passes):24} {held:28}")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--points", type=int, default=20_000)
@@ -102,7 +120,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--draws", type=int, default=0, metavar="N",
                     help="only the noise setting, off against async, over N draws of the "
                          "random speeds")
+    ap.add_argument("--straggler", action="store_true",
+                    help="only the injected straggler of tests/test_migration_fixed_cost.py: "
+                         "max/min point passes after 1 s, off and async")
     args = ap.parse_args(argv)
+    if args.straggler:
+        straggler()
+        return
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     x, theta0 = data(args.points)
     t0 = time.perf_counter()
