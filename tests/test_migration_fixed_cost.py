@@ -133,8 +133,10 @@ def test_a_straggler_ahead_in_passes_receives_only_what_its_pass_can_carry():
         if got:
             break
     assert b.straggler(1) and b.fixed
-    fits = (1.1 * 1.05 * ITERATION - (ITERATION - SLOW_V * 20)) / SLOW_V
-    assert 0 < got <= fits - 20 + 1, (got, fits)
+    # The outcome: its pass with what it got -- an iteration (it passes once in each) and
+    # the new points' 32 µs each -- within Eq. 8's 10% of the others' 1.05 iterations.
+    assert got > 0
+    assert ITERATION + SLOW_V * got <= 1.1 * 1.05 * ITERATION + SLOW_V, got
 
 
 def test_catching_up_on_received_points_is_no_fixed_cost():
