@@ -133,6 +133,11 @@ MIN_KEPT = 64
 #: passes, is left out of the pairing (:func:`~flegel.balance.planner.pair`) and could never
 #: be given work back.
 LAST_KEPT = 1
+#: Wall-clock seconds (server time) a worker's pass log must cover, besides more than
+#: :data:`MIN_HISTORY` barriers, before its fixed cost per pass is measured
+#: (:meth:`Balancer.clock_long`); the same 0.25 s as :data:`SPEED_WINDOW_S`, which counts
+#: seconds of compute instead.
+SETTLE_S = 0.25
 #: Seconds of barriers (at most :data:`SPEED_BARRIERS`) a worker's pass time on the wall
 #: clock is measured over, at its current point count (:meth:`Balancer.fixed_cost`): an
 #: injected straggler's suspensions come in bursts (τ = 32 ms every 1,000 points, every
@@ -316,7 +321,7 @@ class Balancer:
 
         The wall clock is measured at one point count (a change beyond
         :data:`MIN_MOVE_FRACTION` starts a new measurement), over more than
-        :data:`MIN_HISTORY` barriers and :data:`SPEED_WINDOW_S` (:meth:`clock_settled`); until
+        :data:`MIN_HISTORY` barriers and :data:`SETTLE_S` (:meth:`clock_settled`); until
         then the last A measured holds (0 at first: the paper's model).  The wait for θ is
         the iteration's, not the points', so it carries over to the new count.
         """
@@ -344,8 +349,8 @@ class Balancer:
     @staticmethod
     def clock_long(log: list[tuple[float, float, float]]) -> bool:
         """Whether a pass log (:attr:`pass_clock`) is long enough to measure a pass time on:
-        more than :data:`MIN_HISTORY` barriers covering :data:`SPEED_WINDOW_S`."""
-        return len(log) > MIN_HISTORY and log[-1][0] - log[0][0] >= SPEED_WINDOW_S
+        more than :data:`MIN_HISTORY` barriers covering :data:`SETTLE_S` of wall clock."""
+        return len(log) > MIN_HISTORY and log[-1][0] - log[0][0] >= SETTLE_S
 
     def clock_settled(self, rank: int) -> bool:
         """Whether ``rank``'s fixed cost per pass was measured at its current point count

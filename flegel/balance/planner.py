@@ -77,7 +77,9 @@ bisection; with ``Aᵢ > 0`` the left side is bounded by ``Pᵢ + t/Aᵢ`` and m
 right side for every Δ < Nᵢ: then no share of its points lets the source keep pace, and
 Δ = Nᵢ (it keeps only what :func:`plan_round`'s callers leave it).  The fallback becomes
 ``Aᵢ + (Nᵢ − Δ)Vᵢ = βΔVⱼ``.  With every A = 0 all of this is the paper's Eq. 9, solved in
-closed form as above.
+closed form as above.  That the fallback still moves no more than Eq. 9 (Δ ≤ x*) is shown
+above for A = 0 only; with fixed costs it is checked, not proved, by a property test on
+random pairs (``tests/test_balance_planner.py``).
 
 Integers and super workers
 --------------------------
