@@ -200,3 +200,33 @@ def test_only_a_straggler_keeps_fewer_than_min_kept():
     assert b.floor(slow, stats) == MIN_KEPT
     b.slow_streak = {1: 10**6}  # a straggler now: its points go, all but one
     assert b.floor(slow, stats) == 1
+
+
+def test_a_recovered_straggler_keeps_enough_points_to_be_seen_recovering():
+    """A straggler's last points go, but not below those over which its loop overhead per
+    iteration (40 µs here, against 1 µs a point) leaves its V under PEER_SPEED times the
+    others' once it recovers: left with 10 its V read 5 µs, a straggler for ever, never
+    given points back (issue 19 review)."""
+    b = Balancer(MigrationOptions.of({"mode": "async"}))
+    loop, v = 40e-6, 1e-6
+    n = {1: SLOW_N, 2: FAST_N, 3: FAST_N}
+
+    def commit(r: int, slowed: float) -> dict[str, float]:
+        kernel = v * n[r]
+        return {"compute_s": kernel + slowed + (loop if r == 1 else 0.0), "points": n[r],
+                "rate": 1 / v, "slowed_s": slowed, "n_active": n[r], "passes": 1.0,
+                "in_flight": 0, "queued": 0}
+
+    def barrier_at(slowed: float) -> list[WorkerStat]:
+        stats = b.stats({r: commit(r, slowed if r == 1 else 0.0) for r in n})
+        b.note_stragglers(stats)
+        return stats
+
+    for _ in range(50):  # injected delays of 1 s a commit: a straggler with room for ~10
+        stats = barrier_at(1.0)
+    assert b.straggler(1)
+    n[1] = b.floor(stats[0], stats)
+    assert n[1] < MIN_KEPT
+    for _ in range(600):  # it recovered, holding its floor (the history forgets the delays)
+        barrier_at(0.0)
+    assert not b.straggler(1), n[1]

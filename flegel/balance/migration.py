@@ -266,6 +266,9 @@ class Balancer:
     fixed: dict[int, float] | None = None
     #: Per rank, the point count its :attr:`fixed` was measured at (:meth:`clock_settled`).
     fixed_at: dict[int, int] | None = None
+    #: Per rank, the seconds of its last commit besides its kernel and injected delays (the
+    #: loop's overhead per iteration; :meth:`floor`).
+    loop_s: dict[int, float] | None = None
 
     def stats(self, commits: dict[int, dict[str, float]],
               now: float | None = None) -> list[WorkerStat]:
@@ -287,6 +290,12 @@ class Balancer:
             points = sum(p for _, p in hist)
             v = max(seconds, 1e-9) / max(points, 1.0)  # no points yet: as slow as it gets
             n, p = int(h["n_active"]), float(h["passes"])
+            rate = h.get("rate", 0.0)
+            if rate > 0:
+                if self.loop_s is None:
+                    self.loop_s = {}
+                self.loop_s[r] = max(h["compute_s"] - h.get("slowed_s", 0.0)
+                                     - h["points"] / rate, 0.0)
             moving = h.get("in_flight", 0) > 0 or h.get("queued", 0) > 0
             a = 0.0 if now is None else self.fixed_cost(r, now, n, p, v, h["points"], moving)
             out.append(WorkerStat(rank=r, n=n, v=v, p=p, a=a))
@@ -572,7 +581,22 @@ class Balancer:
         if not self.straggler(source.rank):
             return self.kept
         fit = self.fits(source, stats)
-        return self.kept if fit >= self.kept else max(LAST_KEPT, fit)
+        return self.kept if fit >= self.kept else max(LAST_KEPT, fit, self.overhead(source, stats))
+
+    def overhead(self, source: WorkerStat, stats: list[WorkerStat]) -> int:
+        """Points over which ``source``'s loop overhead per iteration (:attr:`loop_s`) adds
+        at most half of :data:`PEER_SPEED` − 1 times the typical worker's V (the lower median
+        of the others') to its V: once it recovers, those points measure it under
+        :data:`PEER_SPEED` times the typical V, no straggler, and it can be given work back.
+        Left with 1 point, a recovered straggler's V was its overhead (tens of µs a commit
+        against a µs a point) and it stayed a straggler, never given points back (issue 19
+        review).  At most :attr:`kept`."""
+        others = sorted(s.v for s in stats if s.rank != source.rank and s.n > 0)
+        loop = (self.loop_s or {}).get(source.rank, 0.0)
+        if not others or loop <= 0:
+            return 0
+        per_point = 0.5 * (PEER_SPEED - 1.0) * others[(len(others) - 1) // 2]
+        return min(self.kept, math.ceil(loop / per_point))
 
     def fits(self, worker: WorkerStat, stats: list[WorkerStat]) -> int:
         """The most points ``worker`` can hold with its pass (``A + V·n``,
