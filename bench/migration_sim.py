@@ -23,11 +23,19 @@ Usage::
 
     python bench/migration_sim.py [--points 20000] [--settings injected,noise,none] [--json OUT]
     python bench/migration_sim.py --draws 8
+    python bench/migration_sim.py --straggler
+    python bench/migration_sim.py --recovery
 
 ``--json OUT`` also writes every row to OUT (for ``bench/suite.py``).  ``--draws N`` instead
 runs the noise setting with N draws of the random speeds (draw k: worker r's factors seeded
 r + 10k; draw 0 is the table's) and prints the time to target of off and async for each,
-and their geometric mean ratio: one draw says little about random speeds.
+and their geometric mean ratio: one draw says little about random speeds.  ``--straggler``
+instead runs ``tests/test_migration_fixed_cost.py``'s injected straggler (τ = 32 ms per 1,000
+points, FSPV, 1 s) and prints max/min point passes at the end (Fig. 12's measure) and the
+straggler's points, async against off.  ``--recovery`` runs a straggler that recovers:
+worker 1 150x slower for the first second of 7.5 s (2 µs a point, 1 ms latency), async;
+it prints every round's moves and the points ordered: a straggler's points should come back
+in rounds that do not reverse.
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.fakes import Simulation, kmeans_theta0, noisy_speed  # noqa: E402
+from tests.fakes import Simulation, noisy_speed, overlapping  # noqa: E402
 
 WORKERS, K, D = 4, 8, 8
 COST_S = 1e-6  # simulated compute per point
@@ -51,11 +59,7 @@ COST_S = 1e-6  # simulated compute per point
 
 def data(n: int, seed: int = 3) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Overlapping clusters sorted by cluster, and θ⁰ from random points."""
-    rng = np.random.default_rng(seed)
-    centers = rng.uniform(-6, 6, size=(K, D))
-    labels = np.sort(rng.integers(0, K, size=n))
-    x = centers[labels] + rng.normal(0, 2.0, size=(n, D))
-    return x, kmeans_theta0(x[rng.choice(n, K, replace=False)])
+    return overlapping(n, seed, K, D)
 
 
 def settings(draw: int = 0) -> dict[str, dict[int, Any]]:
@@ -97,6 +101,37 @@ def draws(x: np.ndarray, theta0: dict[str, np.ndarray], stop: dict[str, Any],
     return ratios
 
 
+def straggler() -> None:
+    """Print max/min passes of the injected straggler (Fig. 12's measure), off and async."""
+    from tests.test_migration_fixed_cost import injected_straggler
+
+    print("injected straggler (tests/test_migration_fixed_cost.py), 1 s simulated")
+    print(f"    {'mode':6} {'max/min passes':>14} {'passes per worker':24} {'points held':28}")
+    for mode in ("off", "async"):
+        sim = injected_straggler(mode)
+        passes = [sim.workers[r].store.passes for r in sim.ranks]
+        held = " ".join(f"{sim.workers[r].store.n_active:6d}" for r in sim.ranks)
+        print(f"    {mode:6} {max(passes) / min(passes):14.2f} "
+              f"{' '.join(f'{p:5.1f}' for p in passes):24} {held:28}")
+
+
+def recovery() -> None:
+    """Print the rounds of a straggler that recovers (150x slower until 1 s) and the points
+    ordered in all."""
+    x, theta0 = data(20_000)
+    sim = Simulation("fsp", {"interval": "multistage", "migration": {"mode": "async"}},
+                     workers=WORKERS, data=x, theta0=theta0, cost_s=2e-6, jitter=0.1,
+                     latency_s=1e-3, slowdown={1: lambda t: 150.0 if t < 1.0 else 1.0},
+                     stop={"max_time_s": 7.5, "max_iterations": 10**7}, max_sim_s=20).run()
+    balancer = sim.policy.balancer
+    assert balancer is not None
+    print("straggler recovering at 1 s (worker 1 150x slower before), 7.5 s simulated, async")
+    for e in balancer.log:
+        print(f"    {e['time_s']:5.2f} s  moves {e['moves']}  passes {e['passes']}")
+    held = [sim.workers[r].store.n_active for r in sim.ranks]
+    print(f"    ordered {balancer.ordered}, rounds {balancer.rounds}, final points {held}")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--points", type=int, default=20_000)
@@ -106,7 +141,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--draws", type=int, default=0, metavar="N",
                     help="only the noise setting, off against async, over N draws of the "
                          "random speeds")
+    ap.add_argument("--straggler", action="store_true",
+                    help="only the injected straggler of tests/test_migration_fixed_cost.py: "
+                         "max/min point passes after 1 s, off and async")
+    ap.add_argument("--recovery", action="store_true",
+                    help="only a straggler that recovers at 1 s: its rounds and the points "
+                         "ordered")
     args = ap.parse_args(argv)
+    if args.recovery:
+        recovery()
+        return
+    if args.straggler:
+        straggler()
+        return
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     x, theta0 = data(args.points)
     t0 = time.perf_counter()

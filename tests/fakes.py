@@ -140,6 +140,17 @@ def blobs(n: int = 600, k: int = 4, d: int = 3, seed: int = 0,
     return x, centers + rng.normal(0.0, 1.5, size=(k, d))
 
 
+def overlapping(n: int = 20_000, seed: int = 3, k: int = 8,
+                d: int = 8) -> tuple[np.ndarray, Arrays]:
+    """``n`` points of ``k`` overlapping clusters in ``d``-D, sorted by cluster (so that each
+    shard holds a few), and K-means θ⁽⁰⁾ from random points: ``bench/migration_sim.py``'s
+    data and the migration tests'."""
+    rng = np.random.default_rng(seed)
+    centers = rng.uniform(-6, 6, size=(k, d))
+    x = centers[np.sort(rng.integers(0, k, size=n))] + rng.normal(0, 2.0, size=(n, d))
+    return x, kmeans_theta0(x[rng.choice(n, k, replace=False)])
+
+
 def kmeans_theta0(centres: np.ndarray) -> Arrays:
     """θ⁽⁰⁾ of :class:`flegel.algorithms.kmeans.KMeans` with the given centres."""
     k, d = centres.shape

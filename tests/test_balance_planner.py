@@ -453,3 +453,40 @@ def test_round_with_fixed_costs_conserves_points(
     after = advance(stats, moves, T, d)
     assert sum(s.n for s in after) == sum(s.n for s in stats)
     assert all(s.n >= 1 for s in after) and all(s.a == a for s in after)
+
+
+def test_eq9_with_fixed_costs_takes_an_empty_target_without_a_fixed_cost():
+    """A target holding no point and no fixed cost (A = 0) against a source with one: its
+    pass time is 0 at Δ = 0 (it divided by zero; issue 19 review)."""
+    from flegel.balance.planner import _eq9_bisect
+
+    i = SuperWorker((1,), 1000.0, 1e-6, 0.0, a=1e-3)
+    j = SuperWorker((2,), 0.0, 1e-6, 5.0)
+    delta = _eq9_bisect(i, j, 1.0)
+    assert 0 < delta <= 1000
+
+
+@st.composite
+def behind_ahead_fixed(draw: st.DrawFn) -> tuple[SuperWorker, SuperWorker, float]:
+    """A pair with fixed costs per pass (A = 0 for some), the first behind at the end of t."""
+    def one(rank: int) -> SuperWorker:
+        a = draw(st.one_of(st.just(0.0), st.floats(1e-4, 0.1)))
+        return SuperWorker((rank,), float(draw(st.sampled_from([1, 5, 20, 70, 1000, 133_000]))),
+                           draw(st.floats(1e-7, 1e-3)), draw(st.floats(0.0, 500.0)), a=a)
+    i, j = one(1), one(2)
+    t = draw(st.floats(0.1, 30.0))
+    if predicted_passes(i, t, 4) > predicted_passes(j, t, 4):
+        i, j = j, i
+    return i, j, t
+
+
+@settings(max_examples=400, deadline=None)
+@given(behind_ahead_fixed())
+def test_with_fixed_costs_the_fallback_moves_no_more_than_eq9(
+        case: tuple[SuperWorker, SuperWorker, float]) -> None:
+    """The module docstring's "Δ ≤ x*" (shown in closed form for A = 0) holds with fixed
+    costs per pass too: the fallback never pushes a pair past each other."""
+    i, j, t = case
+    x = eq9_delta(i, j, t, 4)
+    delta, fell_back = pair_delta(i, j, t, 4)
+    assert delta <= x + 1e-9 * (1.0 + x)

@@ -23,6 +23,7 @@ from flegel.balance.migration import (
     Migrator,
 )
 from flegel.balance.monitor import WorkerStat
+from flegel.balance.planner import Move
 from flegel.protocol import MigrationOrder, OrderKind, PeerMessage, Window
 from flegel.runtime.store import ID_SHIFT, ShardStore
 from tests.test_migration_churn import N_PER, settle
@@ -168,3 +169,14 @@ def test_a_target_that_took_its_window_first_gets_the_next_one():
     m.step(port)
     assert port.windows()[2:] == [(3, size)]
     assert [t for t, _ in m.windows] == [2, 3] and m.in_flight == 2 * size
+
+
+def test_a_peer_sends_at_most_its_share_in_a_round_whatever_its_targets():
+    """PEER_SHARE caps what a source that is no straggler sends in a round, all its moves
+    together: paired with three targets it sent 3 x 25% (issue 19 review)."""
+    b = Balancer(MigrationOptions.of({"mode": "async"}))
+    b.speed = {r: [(1.0, 1e6)] for r in (1, 2, 3, 4)}  # every speed measured
+    stats = [WorkerStat(1, 10_000, 1e-6, 1.0)] + [WorkerStat(r, 10_000, 1e-6, 500.0)
+                                                  for r in (2, 3, 4)]
+    moves = b.keep_some([Move(1, r, 5_000) for r in (2, 3, 4)], stats, 10.0)
+    assert moves and sum(m.points for m in moves) <= PEER_SHARE * 10_000, moves

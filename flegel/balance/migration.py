@@ -52,6 +52,7 @@ waiting for θ, and at stop):
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,6 +133,11 @@ MIN_KEPT = 64
 #: passes, is left out of the pairing (:func:`~flegel.balance.planner.pair`) and could never
 #: be given work back.
 LAST_KEPT = 1
+#: Wall-clock seconds (server time) a worker's pass log must cover, besides more than
+#: :data:`MIN_HISTORY` barriers, before its fixed cost per pass is measured
+#: (:meth:`Balancer.clock_long`); the same 0.25 s as :data:`SPEED_WINDOW_S`, which counts
+#: seconds of compute instead.
+SETTLE_S = 0.25
 #: Seconds of barriers (at most :data:`SPEED_BARRIERS`) a worker's pass time on the wall
 #: clock is measured over, at its current point count (:meth:`Balancer.fixed_cost`): an
 #: injected straggler's suspensions come in bursts (τ = 32 ms every 1,000 points, every
@@ -161,8 +167,8 @@ SPEED_CHANGE = 0.5
 #: speed changed by :data:`SPEED_CHANGE`).  Plans, not rounds: a plan whose every move the
 #: lock held back is no round, and a lock counted in rounds would then hold for ever.
 LOCK_ROUNDS = 1
-#: A move carries at most this share of its source's points per round unless the source is
-#: a straggler (:meth:`Balancer.keep_some`): the speeds of the others wander on shared
+#: A source sends at most this share of its points per round, all its moves together, unless
+#: it is a straggler (:meth:`Balancer.keep_some`): the speeds of the others wander on shared
 #: cores, and Eq. 9 on a short split moved nearly all of a worker's points after a burst of
 #: load (issue 19: 106,362 of 112,000 points at 20 s of a 30 s run, the worker then trained
 #: its 5,569 points 920 times while the others trained theirs 140-412 times).  A straggler
@@ -250,16 +256,22 @@ class Balancer:
     #: from them need no long speed history).  Immutable, so that a balancer checkpointed
     #: before it existed resumes with the class's empty default.
     stragglers_seen: frozenset[int] = frozenset()
-    #: Per rank, the point count and the (server time, passes) of its barriers since the
-    #: count last changed by more than :data:`MIN_MOVE_FRACTION` (:meth:`fixed_cost`).
-    #: None (immutable) for the same reason as :attr:`stragglers_seen`.
-    pass_clock: dict[int, tuple[int, list[tuple[float, float]]]] | None = None
+    #: Per rank, the point count and the (server time, passes, points processed so far) of
+    #: its barriers since the count last changed by more than :data:`MIN_MOVE_FRACTION`
+    #: (:meth:`fixed_cost`).  None (immutable) for the same reason as
+    #: :attr:`stragglers_seen`.
+    pass_clock: dict[int, tuple[int, list[tuple[float, float, float]]]] | None = None
     #: Per rank, the fixed cost per pass last measured (s), kept while a new count is
     #: measured: the wait for θ does not change with the points (:meth:`fixed_cost`).
     fixed: dict[int, float] | None = None
     #: Barriers of evidence the latest plan asked for (:meth:`at_barrier`: 1 on whole
     #: passes).
     evidence: int = MIN_HISTORY
+    #: Per rank, the point count its :attr:`fixed` was measured at (:meth:`clock_settled`).
+    fixed_at: dict[int, int] | None = None
+    #: Per rank, the seconds of its last commit besides its kernel and injected delays (the
+    #: loop's overhead per iteration; :meth:`floor`).
+    loop_s: dict[int, float] | None = None
 
     def stats(self, commits: dict[int, dict[str, float]],
               now: float | None = None) -> list[WorkerStat]:
@@ -281,15 +293,25 @@ class Balancer:
             points = sum(p for _, p in hist)
             v = max(seconds, 1e-9) / max(points, 1.0)  # no points yet: as slow as it gets
             n, p = int(h["n_active"]), float(h["passes"])
-            a = 0.0 if now is None else self.fixed_cost(r, now, n, p, v)
+            rate = h.get("rate", 0.0)
+            if rate > 0:
+                if self.loop_s is None:
+                    self.loop_s = {}
+                self.loop_s[r] = max(h["compute_s"] - h.get("slowed_s", 0.0)
+                                     - h["points"] / rate, 0.0)
+            moving = h.get("in_flight", 0) > 0 or h.get("queued", 0) > 0
+            a = 0.0 if now is None else self.fixed_cost(r, now, n, p, v, h["points"], moving)
             out.append(WorkerStat(rank=r, n=n, v=v, p=p, a=a))
         return out
 
-    def fixed_cost(self, rank: int, now: float, n: int, passes: float, v: float) -> float:
+    def fixed_cost(self, rank: int, now: float, n: int, passes: float, v: float,
+                   points: float = 0.0, moving: bool = False) -> float:
         """A, the seconds a pass of ``rank`` costs besides its points (FSP paper §4.2's pass
-        time is V·N; see :mod:`flegel.balance.planner`, "A fixed cost per pass"): its pass
-        time on the wall clock, over the last :data:`PASS_WINDOW_S` of barriers at its
-        current point count, minus V·N; 0 when that is negative.
+        time is V·N; see :mod:`flegel.balance.planner`, "A fixed cost per pass"): the wall
+        clock it took to process N points, over the last :data:`PASS_WINDOW_S` of barriers
+        at its current point count, minus V·N; 0 when that is negative.  ``points``: the
+        points processed in this barrier's commit; ``moving``: the commit shows points in
+        flight or queued (catching up).
 
         Under FSP a worker's full pass ends its iteration, and it waits for the next θ
         whatever its points: a worker holding few points passes at most once an iteration,
@@ -299,37 +321,59 @@ class Balancer:
         straggler ~70 points, whose V·N equalled the others' compute per pass, and they were
         trained 2,896 times against 4,356 (the others' pass was their compute and a wait).
 
+        The pass time is ``N · span / Σ points processed``, not ``span / passes gained``: a
+        worker that received points trains them first and its cursor's passes stop meanwhile
+        (:meth:`flegel.runtime.store.ShardStore.admit`), and counting that catching up as a
+        fixed cost made a straggler that recovered look slow again (issue 19 review: its A
+        read 10 ms over 3,481 points while catching up; ``tests/test_migration_fixed_cost.py``).
+        For the same reason a barrier
+        whose commit shows points in flight or queued restarts the measurement: the pass
+        time is measured once the points settled.  A window in which the cursor did not
+        move at all measures nothing (the last A holds).
+
         The wall clock is measured at one point count (a change beyond
-        :data:`MIN_MOVE_FRACTION` starts a new measurement), over at least
-        :data:`MIN_HISTORY` barriers and :data:`SPEED_WINDOW_S`; until then the last A
-        measured holds (0 at first: the paper's model).  The wait for θ is the iteration's,
-        not the points', so it carries over to the new count.
+        :data:`MIN_MOVE_FRACTION` starts a new measurement), over more than
+        :data:`MIN_HISTORY` barriers and :data:`SETTLE_S` (:meth:`clock_settled`); until
+        then the last A measured holds (0 at first: the paper's model).  The wait for θ is
+        the iteration's, not the points', so it carries over to the new count.
         """
         if self.pass_clock is None:
             self.pass_clock = {}
         if self.fixed is None:
             self.fixed = {}
+        if self.fixed_at is None:
+            self.fixed_at = {}
         count, log = self.pass_clock.get(rank, (n, []))
-        if abs(n - count) > MIN_MOVE_FRACTION * max(n, count):
+        if (moving or abs(n - count) > MIN_MOVE_FRACTION * max(n, count)
+                or (log and len(log[0]) < 3)):  # (time, passes) pairs: checkpointed before
             count, log = n, []
-        log.append((now, passes))
+        log.append((now, passes, (log[-1][2] if log else 0.0) + points))
         del log[:-SPEED_BARRIERS]
         while len(log) > MIN_HISTORY and now - log[1][0] >= PASS_WINDOW_S:
             del log[0]
         self.pass_clock[rank] = (count, log)
-        span, gained = now - log[0][0], passes - log[0][1]
-        if self.clock_settled(rank) and gained > 0 and n > 0:
-            self.fixed[rank] = max(span / gained - v * n, 0.0)
+        span, gained, done = now - log[0][0], passes - log[0][1], log[-1][2] - log[0][2]
+        if self.clock_long(log) and gained > 0 and done > 0 and n > 0:
+            self.fixed[rank] = max(n * span / done - v * n, 0.0)
+            self.fixed_at[rank] = count
         return self.fixed.get(rank, 0.0)
 
-    def clock_settled(self, rank: int) -> bool:
-        """Whether ``rank``'s pass time has been measured at its current point count: over
-        more than :data:`MIN_HISTORY` barriers covering :data:`SPEED_WINDOW_S`
-        (:meth:`fixed_cost`)."""
-        count, log = (self.pass_clock or {}).get(rank, (0, []))
-        return len(log) > MIN_HISTORY and log[-1][0] - log[0][0] >= SPEED_WINDOW_S
+    @staticmethod
+    def clock_long(log: list[tuple[float, float, float]]) -> bool:
+        """Whether a pass log (:attr:`pass_clock`) is long enough to measure a pass time on:
+        more than :data:`MIN_HISTORY` barriers covering :data:`SETTLE_S` of wall clock."""
+        return len(log) > MIN_HISTORY and log[-1][0] - log[0][0] >= SETTLE_S
 
-    def clocks_settled(self) -> bool:
+    def clock_settled(self, rank: int) -> bool:
+        """Whether ``rank``'s fixed cost per pass was measured at its current point count
+        (:meth:`fixed_cost`).  A long log is not enough: a worker catching up on points it
+        received does not advance its passes, measures nothing, and would keep the A of its
+        old count (issue 19 review: a recovered straggler given 3,438 points kept the A of
+        its 360, looked fast, and was given 4,140 more, sent away again 1.5 s later)."""
+        count, _ = (self.pass_clock or {}).get(rank, (0, []))
+        return (self.fixed_at or {}).get(rank) == count
+
+    def clocks_settled(self, ranks: Iterable[int] | None = None) -> bool:
         """Whether the fixed costs per pass agree in age: none measured yet (every A is 0,
         the paper's model), or every worker's measured at its current point count.
 
@@ -339,7 +383,8 @@ class Balancer:
         measured) made its pass look 3x shorter than the others' (their A, the wait for θ,
         measured), and a round gave it 90 points back, to be sent away again 0.4 s later.
         """
-        return not self.fixed or all(self.clock_settled(r) for r in self.speed)
+        return not self.fixed or all(self.clock_settled(r) for r in
+                                     (self.speed if ranks is None else ranks))
 
     def remaining_time(self, now: float, objective: float, target: float | None,
                        time_left: float | None) -> float:
@@ -394,7 +439,7 @@ class Balancer:
             # The last round's points are still moving or catching up: a worker's passes
             # say little until they settle, and planning on them moves data back and forth.
             return {}
-        if not self.clocks_settled():
+        if not self.clocks_settled(commits):
             return {}  # a pass time not yet measured at the worker's new point count
         if T <= 0 or not math.isfinite(T):
             return {}
@@ -529,8 +574,8 @@ class Balancer:
         return min(MIN_KEPT, self.options.window)
 
     def floor(self, source: WorkerStat, stats: list[WorkerStat]) -> int:
-        """Points ``source`` keeps whatever the orders: :attr:`kept`, or fewer -- at least
-        :data:`LAST_KEPT` -- where with those its pass (``A + V·kept``,
+        """Points ``source`` keeps whatever the orders: :attr:`kept`, or, for a straggler,
+        fewer -- at least :data:`LAST_KEPT` -- where with those its pass (``A + V·kept``,
         :meth:`fixed_cost`) would still take longer than ``1 +`` :data:`RELATIVE_EPSILON`
         times the typical worker's (the lower median of the others'): keeping them cannot
         meet Eq. 8's threshold, so they go.
@@ -539,9 +584,29 @@ class Balancer:
         adds 2 ms to a pass that costs it an iteration anyway (A): at FSPV's iterations of
         4-7 ms, 30-50% more than the others' pass (issue 19's 1.50x).  At 10% of a 4 ms
         iteration it keeps 12.
+
+        Only a straggler (:meth:`straggler`) keeps fewer: a peer slowed for a moment by a
+        burst of load keeps :attr:`kept`, enough to be measured and given work back.
         """
+        if not self.straggler(source.rank):
+            return self.kept
         fit = self.fits(source, stats)
-        return self.kept if fit >= self.kept else max(LAST_KEPT, fit)
+        return self.kept if fit >= self.kept else max(LAST_KEPT, fit, self.overhead(source, stats))
+
+    def overhead(self, source: WorkerStat, stats: list[WorkerStat]) -> int:
+        """Points over which ``source``'s loop overhead per iteration (:attr:`loop_s`) adds
+        at most half of :data:`PEER_SPEED` − 1 times the typical worker's V (the lower median
+        of the others') to its V: once it recovers, those points measure it under
+        :data:`PEER_SPEED` times the typical V, no straggler, and it can be given work back.
+        Left with 1 point, a recovered straggler's V was its overhead (tens of µs a commit
+        against a µs a point) and it stayed a straggler, never given points back (issue 19
+        review).  At most :attr:`kept`."""
+        others = sorted(s.v for s in stats if s.rank != source.rank and s.n > 0)
+        loop = (self.loop_s or {}).get(source.rank, 0.0)
+        if not others or loop <= 0:
+            return 0
+        per_point = 0.5 * (PEER_SPEED - 1.0) * others[(len(others) - 1) // 2]
+        return min(self.kept, math.ceil(loop / per_point))
 
     def fits(self, worker: WorkerStat, stats: list[WorkerStat]) -> int:
         """The most points ``worker`` can hold with its pass (``A + V·n``,
@@ -580,11 +645,12 @@ class Balancer:
           burying the straggler in points many passes behind its own (issue 19,
           overlapping workload, worker 3 slow: 1,085 points at 7.1 s, 425 and 851 sent
           back at 8.9 and 11.2 s, the run ending at max/min passes 1.16).
-        * A move carries at most :data:`PEER_SHARE` of the source's points unless the
-          source is a straggler (:meth:`straggler`: :data:`PEER_SPEED` times slower than
-          the median worker at the last :data:`STRAGGLER_BARRIERS` barriers; a burst of load
-          on a shared machine makes a fast worker look that slow for a moment, rarely for
-          the whole smoothing window of its speed).
+        * A source sends at most :data:`PEER_SHARE` of its points in a round, all its moves
+          together (a source paired with three targets sent 75%), unless it is a straggler
+          (:meth:`straggler`: :data:`PEER_SPEED` times slower than the median worker at
+          the last :data:`STRAGGLER_BARRIERS` barriers; a burst of load on a shared machine
+          makes a fast worker look that slow for a moment, rarely for the whole smoothing
+          window of its speed).
         """
         pred, threshold = self.predicted_end(stats, T)
         floors = {s.rank: self.floor(s, stats) for s in stats}
@@ -603,8 +669,9 @@ class Balancer:
                 self.held_back += 1
                 continue
             points = min(m.points, left[m.source] - floors[m.source])
-            if not self.straggler(m.source):
-                points = min(points, int(PEER_SHARE * held[m.source]))
+            if not self.straggler(m.source):  # the share of all its moves this round
+                points = min(points, int(PEER_SHARE * held[m.source])
+                             - (held[m.source] - left[m.source]))
             if m.target in room:
                 points = min(points, room[m.target])
             smaller = min(held[m.source], held[m.target])

@@ -77,7 +77,9 @@ bisection; with ``Aᵢ > 0`` the left side is bounded by ``Pᵢ + t/Aᵢ`` and m
 right side for every Δ < Nᵢ: then no share of its points lets the source keep pace, and
 Δ = Nᵢ (it keeps only what :func:`plan_round`'s callers leave it).  The fallback becomes
 ``Aᵢ + (Nᵢ − Δ)Vᵢ = βΔVⱼ``.  With every A = 0 all of this is the paper's Eq. 9, solved in
-closed form as above.
+closed form as above.  That the fallback still moves no more than Eq. 9 (Δ ≤ x*) is shown
+above for A = 0 only; with fixed costs it is checked, not proved, by a property test on
+random pairs (``tests/test_balance_planner.py``).
 
 Integers and super workers
 --------------------------
@@ -341,9 +343,11 @@ def _eq9_bisect(i: SuperWorker, j: SuperWorker, t: float) -> float:
 
     def behind(x: float) -> float:
         """Source's passes minus target's after moving x (< 0: still behind)."""
-        rest = pass_time(i, i.n - x)
+        rest, grown = pass_time(i, i.n - x), pass_time(j, j.n + beta * x)
         left = math.inf if rest <= 0 else i.p + t / rest
-        return left - (j.p + (t - gap * beta * x * j.v) / pass_time(j, j.n + beta * x))
+        # A target holding nothing (and no fixed cost) passes without end.
+        right = math.inf if grown <= 0 else j.p + (t - gap * beta * x * j.v) / grown
+        return left - right
 
     if behind(0.0) >= 0:
         return 0.0
