@@ -512,7 +512,13 @@ class FSP(BarrierPolicy):
     -- it does not recompute at an unchanged θ -- unless untrained points are on their way
     to it, which it waits for without computing (``WorkerPolicy.idle``: the loop sleeps).
     Every such iteration is bounded from its start by :meth:`_cover_bound` (the whole-pass
-    bound), and ``stop.max_time_s`` ends the run (applying what was carried).  So the first
+    bound), and the hold as a whole by :meth:`_hold_cap` (the straggler's predicted pass
+    as dealt, BSPV's first iteration, or the whole-pass bound if longer): past it θ is
+    updated on the points trained so far (``coverage.hold_capped`` in the summary), as
+    coverage then buys nothing over BSPV.  While θ is kept windows carry untrained points
+    only (``ShardStore.unseen_first``: a point in flight counts as untrained, so a trained
+    one would hold θ for nothing); ``stop.max_time_s`` ends the run (applying what was
+    carried).  So the first
     update is Lloyd's (or EM's, or the full-batch L-BFGS step) on all the data from θ⁰,
     whichever worker is slow, a few fast passes after the calibration.  Not for the CNN
     (``progress_per_update``), whose mini-batch steps are unbiased on any batch and would
@@ -651,6 +657,11 @@ class FSP(BarrierPolicy):
         self._calibration_valid_s: float | None = None
         self._targets: set[int] = set()
         self._expecting: set[int] = set()
+        #: When the hold began (the calibration's start), how long it may last
+        #: (:meth:`_hold_cap`, set at the calibration barrier), and whether it was cut there.
+        self._hold_start_s = 0.0
+        self._hold_cap_s = float("inf")
+        self.hold_capped = False
 
     # ---------------------------------------------------------------- sending
     def instructions(self, rank: int) -> Instructions:
@@ -696,7 +707,10 @@ class FSP(BarrierPolicy):
         if covering:
             # Bounded from the start: a worker waiting for points sent its way commits
             # nothing until then (_cover_bound).
-            self.pause_at = self.iter_start + self._cover_bound()
+            # Nor past the hold's cap (keeps_theta).
+            self.pause_at = self.iter_start + max(
+                min(self._cover_bound(), self._hold_start_s + self._hold_cap_s - self.iter_start),
+                0.0)
 
     def before_broadcast(self, commits: dict[int, dict[str, float]]) -> None:
         """Migration (Section 4): balance passes at barriers.  Not before a probe that marks
@@ -848,10 +862,15 @@ class FSP(BarrierPolicy):
         kept again."""
         if self.covered:
             return False
+        if self.kept_barriers == 0:
+            self._hold_start_s = self.iter_start  # the calibration's start
+        now = self.server.now()
         self.unseen = self.server.unseen()
-        if self.unseen > 0:
+        capped = now - self._hold_start_s >= self._hold_cap_s
+        if self.unseen > 0 and not capped:
             self.kept_barriers += 1
             return True
+        self.hold_capped = self.unseen > 0
         self.covered = True
         self.covered_at_s = self.server.now()
         self._targets = set()
@@ -865,6 +884,17 @@ class FSP(BarrierPolicy):
                    for w in (self.server.worker(r) for r in self.server.ranks))
         coming = self.unseen - held > 0 or any(self._orders.values())
         return set(self._targets) if coming else set()
+
+    def _hold_cap(self) -> float:
+        """How long the hold may last from the calibration's start: the longest predicted
+        pass (:class:`~flegel.sync.passes.PassPredictor`, measured in the calibration on the
+        shards as dealt: the straggler's own pass, BSPV's first iteration) or the whole-pass
+        bound (:meth:`_cover_bound`), whichever is longer.  By then BSPV would have updated
+        θ on every point, so holding longer -- windows crawling on slow links -- buys
+        nothing over BSPV's first step and only delays the first update (issue 19 review:
+        on 20 kB/s links the hold lasted 3.5 s against the straggler's 0.4 s pass).  Past
+        the cap θ is updated on the points trained so far (``hold_capped``)."""
+        return max(max(self.passes.pass_s.values(), default=0.0), self._cover_bound())
 
     def _cover_bound(self) -> float:
         """How long an iteration at a kept θ may run before the workers still computing (or
@@ -902,6 +932,8 @@ class FSP(BarrierPolicy):
             # FSPB's η⁰ and the coverage bound, kept past the iterations at a kept θ.
             self._calibration_valid_s = obs.valid_s
             self._first_pass_s = first - self.iter_start
+            if self.kept:
+                self._hold_cap_s = self._hold_cap()
         # A whole pass has no interval: it ran to its last pass (the barrier's last report).
         self.eta_log.append(max(arrivals.values()) - self.iter_start if self.whole
                             else self.plan.eta_s)
@@ -1020,7 +1052,8 @@ class FSP(BarrierPolicy):
             out["whole_pass_iterations"] = self.whole_iterations
         if self.cover:
             out["coverage"] = {"kept_barriers": self.kept_barriers,
-                               "first_update_s": self.covered_at_s}
+                               "first_update_s": self.covered_at_s,
+                               "hold_capped": self.hold_capped}
         out.update(self.adjustor.summary())  # FSPV: stages, stage_refits; FSPB: search_rounds
         if self.balancer is not None:
             out["migration"] = {"mode": self.balancer.options.mode,
