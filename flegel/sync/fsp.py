@@ -486,7 +486,9 @@ class FSP(BarrierPolicy):
     FSPV against BSPV (docs/benchmarks.md, medians of nine pairs) GMM 3.10x and FCM 2.20x
     with the rows x 10, within a pair's noise at the quick scale.  Speeds and the pass are
     measured on the sample as on any partial pass.  Not under FSPB, whose η⁰ is the
-    calibration's pass.
+    calibration's pass.  With data migration the sampled calibration stays: coverage
+    (below) does not apply then, since a random sample stratified over the shuffled shards
+    has not the contiguous shards' problem it mends (a fit without a slow shard's clusters).
 
     **Coverage** (issue 19, item 3; a choice where the paper is silent).  Under incremental
     EM (Section 2.2, Eq. 3) a point adds its statistics to θ on its first visit (K-means'
@@ -522,7 +524,9 @@ class FSP(BarrierPolicy):
     update is Lloyd's (or EM's, or the full-batch L-BFGS step) on all the data from θ⁰,
     whichever worker is slow, a few fast passes after the calibration.  Not for the CNN
     (``progress_per_update``), whose mini-batch steps are unbiased on any batch and would
-    only be delayed.
+    only be delayed.  Nor under FSPV's sampled calibration (above: GMM and FCM with
+    ``sampled_first_step``), whose first M-step is on a stratified random sample of the
+    shuffled shards, which the basin problem does not concern; coverage would cancel it.
 
     *Only with data migration* (``migration.mode`` async or sync).  Without it the hold
     lasts the straggler's own first pass -- BSPV's first iteration -- and buys nothing: the
@@ -646,9 +650,10 @@ class FSP(BarrierPolicy):
         # barriers that kept it, when the first update came, the untrained points at the
         # latest barrier, the calibration's first pass and valid time, and the workers
         # that migration orders send points to while θ is kept.
-        # Only with migration: without it the hold lasts a straggler's whole pass (notes).
+        # Only with migration: without it the hold lasts a straggler's whole pass (notes);
+        # not in the sampled calibration, whose stratified sample has no basin problem.
         self.cover = (bool(getattr(server, "cover_before_update", False))
-                      and self.balancer is not None)
+                      and self.balancer is not None and not self.sampled)
         self.covered = not self.cover
         self.kept_barriers = 0
         self.covered_at_s: float | None = None
