@@ -180,3 +180,39 @@ def test_waiting_for_migrated_points_is_no_compute():
         if rank != WORKERS:
             assert points > 0
             assert compute <= points * COST * 1.01 + 1e-6
+
+
+def _covers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """(rank, Instructions.cover) of every instruction FSP sends while θ is kept."""
+    from flegel.sync.fsp import FSP
+
+    log: list[tuple[int, int]] = []
+    original = FSP.instructions
+
+    def instructions(self: FSP, rank: int) -> Any:
+        out = original(self, rank)
+        if out.cover:
+            log.append((rank, out.cover))
+        return out
+
+    monkeypatch.setattr(FSP, "instructions", instructions)
+    return log
+
+
+def test_under_sync_migration_nobody_waits_for_points(monkeypatch):
+    """Synchronous migration lands every point in ``begin``, before the iteration computes:
+    no worker is told to wait for points (``cover`` 2), which would only idle it until the
+    bound.  (Before: every target of the hold's orders was.)"""
+    log = _covers(monkeypatch)
+    _run("sync", slowdown={WORKERS: 200.0}, stop={"max_iterations": 6})
+    assert log and all(cover == 1 for _, cover in log)
+
+
+def test_only_targets_short_of_their_points_wait(monkeypatch):
+    """Asynchronous migration: a target waits for untrained points only while it has fewer
+    than were ordered to it and its source still sends; the source itself never waits."""
+    log = _covers(monkeypatch)
+    sim, _ = _run("async", slowdown={WORKERS: 200.0}, stop={"max_iterations": 6})
+    assert all(cover == 1 for rank, cover in log if rank == WORKERS)
+    assert any(cover == 2 for _, cover in log)
+    assert sim.policy.summary()["coverage"]["first_update_s"] is not None

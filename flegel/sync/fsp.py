@@ -660,7 +660,8 @@ class FSP(BarrierPolicy):
         self.unseen = 0
         self._first_pass_s = 0.0
         self._calibration_valid_s: float | None = None
-        self._targets: set[int] = set()
+        #: Target -> (its sources, points ordered to it, its n_held when first ordered).
+        self._targets: dict[int, tuple[set[int], int, float]] = {}
         self._expecting: set[int] = set()
         #: When the hold began (the calibration's start), how long it may last
         #: (:meth:`_hold_cap`, set at the calibration barrier), and whether it was cut there.
@@ -733,8 +734,12 @@ class FSP(BarrierPolicy):
         for rank, messages in orders.items():
             for order in messages:
                 self.order_port.order(rank, order)
-                if not self.covered:  # where untrained points may go (coverage)
-                    self._targets.add(rank if order.kind == OrderKind.EXPECT else order.peer)
+                if not self.covered and order.kind == OrderKind.EXPECT:
+                    # Where untrained points go while θ is kept (coverage), from where, and
+                    # how many: _expected_targets.
+                    sources, points, base = self._targets.get(
+                        rank, (set(), 0, srv.worker(rank).header.get("n_held", 0.0)))
+                    self._targets[rank] = (sources | {order.peer}, points + order.points, base)
             self._orders[rank] = len(messages)
 
     # ---------------------------------------------------------------- receiving
@@ -878,17 +883,31 @@ class FSP(BarrierPolicy):
         self.hold_capped = self.unseen > 0
         self.covered = True
         self.covered_at_s = self.server.now()
-        self._targets = set()
+        self._targets = {}
         return False
 
     def _expected_targets(self) -> set[int]:
-        """The workers told to wait for untrained points (``Instructions.cover`` 2): the
-        targets of this run's migration orders while some untrained point is not held by a
-        worker's shard (in a window on its way) or orders were just sent."""
-        held = sum(max(w.header.get("n_held", 0.0) - w.header.get("seen", 0.0), 0.0)
-                   for w in (self.server.worker(r) for r in self.server.ranks))
-        coming = self.unseen - held > 0 or any(self._orders.values())
-        return set(self._targets) if coming else set()
+        """The workers told to wait for untrained points (``Instructions.cover`` 2), per
+        target: those sent orders now, and those short of the points ordered to them (their
+        ``n_held`` grew by less) while one of their sources still has a window in flight or
+        untrained points held (only untrained points move during the hold,
+        ``ShardStore.unseen_first``).  None under synchronous migration: the points land in
+        ``begin``, before the iteration computes.  (Before the review every target of the
+        hold's orders waited while any untrained point was anywhere off a shard.)"""
+        if self.balancer is None or self.balancer.options.mode == "sync":
+            return set()
+        out = set()
+        for target, (sources, points, base) in self._targets.items():
+            if self._orders.get(target, 0) > 0:
+                out.add(target)
+                continue
+            came = self.server.worker(target).header.get("n_held", 0.0) - base
+            moving = any(h.get("in_flight", 0.0) > 0
+                         or h.get("n_held", 0.0) - h.get("seen", 0.0) > 0
+                         for h in (self.server.worker(r).header for r in sources))
+            if came < points and moving:
+                out.add(target)
+        return out
 
     def _hold_cap(self) -> float:
         """How long the hold may last from the calibration's start: the longest predicted
