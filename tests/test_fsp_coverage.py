@@ -37,9 +37,10 @@ class Watch:
 
 
 def _run(migration: str | None, algorithm: KMeans | None = None,
-         stop: dict[str, Any] | None = None, **kwargs: Any) -> tuple[Simulation, Watch]:
+         stop: dict[str, Any] | None = None, options: dict[str, Any] | None = None,
+         **kwargs: Any) -> tuple[Simulation, Watch]:
     x, theta0 = sorted_blobs()
-    options: dict[str, Any] = {}
+    options = dict(options or {})
     if migration is not None:
         options["migration"] = {"mode": migration, "window": 64}
     watch = Watch()
@@ -216,3 +217,22 @@ def test_only_targets_short_of_their_points_wait(monkeypatch):
     assert all(cover == 1 for rank, cover in log if rank == WORKERS)
     assert any(cover == 2 for _, cover in log)
     assert sim.policy.summary()["coverage"]["first_update_s"] is not None
+
+
+@pytest.mark.parametrize("phase", ["whole", COVER_PHASE])
+def test_fspb_restarts_from_the_calibration_only_after_a_hold(phase):
+    """FSPB's η⁰ when the adjustor (re)starts: after iterations at a kept θ (passes of
+    untrained points only) the calibration's valid time; after whole passes, as before
+    coverage, the latest iteration's.  (Before: the calibration's in both cases.)"""
+    from flegel.interval import Observation, Plan
+    from flegel.sync.fsp import WHOLE_PHASE
+
+    sim, _ = _run("async", stop={"max_iterations": 3}, options={"interval": "binary"})
+    policy = sim.policy
+    calibration = policy._calibration_valid_s
+    assert calibration is not None and calibration > 0
+    policy.plan = Plan(0.0, phase=WHOLE_PHASE if phase == "whole" else COVER_PHASE)
+    obs = Observation(eta_s=0.0, progress=1.0, valid_s=calibration / 3, wall_s=calibration,
+                      barrier_s=0.0, eta_max_s=calibration)
+    want = calibration / 3 if phase == "whole" else calibration
+    assert policy._first_interval({}, obs) == pytest.approx(want)

@@ -995,9 +995,11 @@ class FSP(BarrierPolicy):
         BSPV's).
         """
         if self.options["interval"] != "multistage" or self.options["probes"] != "interleaved":
-            # The calibration's, also after iterations at a kept θ (coverage).
-            return (self._calibration_valid_s if self._calibration_valid_s is not None
-                    else obs.valid_s)
+            # The calibration's after iterations at a kept θ (coverage), whose passes are
+            # of untrained points only; after the calibration or whole passes, their own.
+            if self.plan.phase == COVER_PHASE and self._calibration_valid_s is not None:
+                return self._calibration_valid_s
+            return obs.valid_s
         latency = sorted(h["latency_s"] for h in commits.values())[len(commits) // 2]
         phi0 = round_trip_s(latency, self.apply_s)
         return phi0 * (1.0 - FIRST_OVERHEAD) / FIRST_OVERHEAD
