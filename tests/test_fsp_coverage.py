@@ -236,3 +236,26 @@ def test_fspb_restarts_from_the_calibration_only_after_a_hold(phase):
                       barrier_s=0.0, eta_max_s=calibration)
     want = calibration / 3 if phase == "whole" else calibration
     assert policy._first_interval({}, obs) == pytest.approx(want)
+
+
+def test_training_ended_by_the_server_during_a_hold_keeps_its_work():
+    """Training ended by ``Server.finish`` at a kept barrier (as a signal, a fault or any
+    stop outside the policy's own criteria does) applies what the kept barriers carried.
+    (Before: only the time limit's tick and the barrier's own stop applied it.)"""
+    from flegel.protocol import StopReason
+
+    ended: list[int] = []
+
+    def stop_at_first_kept(sim: Simulation, event: dict[str, Any]) -> None:
+        if event.get("theta_kept") and not ended:
+            ended.append(event["unseen"])
+            sim.server.finish(StopReason.HALTED)
+
+    x, theta0 = sorted_blobs()
+    sim = Simulation("fsp", {"migration": {"mode": "async", "window": 64}}, workers=WORKERS,
+                     data=x, theta0=theta0, algorithm=KMeans(n_clusters=4), cost_s=COST,
+                     slowdown=SLOW, on_barrier=stop_at_first_kept,
+                     stop={"max_iterations": 12}).run()
+    assert ended and ended[0] > 0
+    assert sim.server.version == 1 and sim.policy.carried is None
+    assert sim.server.theta["counts"].sum() == pytest.approx(N - ended[0])
