@@ -387,7 +387,7 @@ class Server:
         # With exact evaluations the target is met on f(θ) (exact_step), never on the
         # online objective.
         found = self.stop.check(iteration, self.objective, self.min_passes(), self.now(),
-                                work, use_target=self.exact is None)
+                                work, use_target=self.exact is None, updated=updated)
         return None if found is None else StopReason(found)
 
     def finish(self, reason: StopReason) -> None:
