@@ -259,3 +259,19 @@ def test_training_ended_by_the_server_during_a_hold_keeps_its_work():
     assert ended and ended[0] > 0
     assert sim.server.version == 1 and sim.policy.carried is None
     assert sim.server.theta["counts"].sum() == pytest.approx(N - ended[0])
+
+
+def test_whole_pass_iterations_do_not_count_the_hold():
+    """An algorithm with ``full_batch_update`` and ``cover_before_update`` (logistic
+    regression's case; K-means with the first declaration added here): the
+    iterations at a kept θ are counted in ``coverage.kept_barriers``, not as whole passes.
+    (Before: they were counted in ``whole_pass_iterations`` too.)"""
+    from flegel.sync.fsp import WHOLE_PHASE
+    from tests.test_fsp_whole_pass import FullBatchKMeans
+
+    sim, _ = _run("async", algorithm=FullBatchKMeans(n_clusters=4))
+    phases = [e["phase"] for e in sim.barrier_events()]
+    summary = sim.policy.summary()
+    assert summary["coverage"]["kept_barriers"] >= 1 and COVER_PHASE in phases
+    assert summary["whole_pass_iterations"] == (phases.count("calibration")
+                                                + phases.count(WHOLE_PHASE))

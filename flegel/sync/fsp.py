@@ -535,9 +535,11 @@ class FSP(BarrierPolicy):
     --quick --only 7``, K-means, one worker slowed by τ = 32 ms, 4 workers on 2 cores at a
     load of 9-12), FSPV without migration with the hold: contiguous shards ended at
     60.77e6 (+7.4 % over BSPB's converged objective; +6.0 % without the hold), shuffled
-    ones reached the target in 2.92 s against 0.07 s without it.  With async migration the
-    same contiguous row reached the target in 0.43 s (first round 0.06 s, first update
-    0.16 s), where it never did in 4 s without coverage.
+    ones reached the target in 2.92 s against 0.07 s without it.  With migration
+    (``flegel paper --quick --only 11 --only migration``, docs/benchmarks.md, three
+    sittings) the contiguous K-means rows (async, sync, async centralized) reached the
+    target in 0.14-0.33 s (0.15-0.26 s in the final sitting; first update 0.06-0.13 s),
+    where they never did in 4 s without coverage.
     """
 
     OPTIONS: ClassVar[dict[str, Key]] = {
@@ -698,7 +700,9 @@ class FSP(BarrierPolicy):
         # (class notes); later ones
         # only for a full-batch algorithm without stragglers (_balanced).
         self.whole = self.plan.phase in ("calibration", WHOLE_PHASE, COVER_PHASE)
-        self.whole_iterations += self.whole
+        # Iterations at a kept θ are counted apart (coverage.kept_barriers), not as whole
+        # passes of the full-batch algorithm.
+        self.whole_iterations += self.whole and self.plan.phase != COVER_PHASE
         # The sampled calibration's share of every shard (1.0: a whole pass).
         sizes = self.server.shard_sizes
         self.share = (sample_fraction(sizes.get(r, 0) for r in srv.ranks)
