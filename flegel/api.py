@@ -127,7 +127,8 @@ class Algorithm:
         (:func:`flegel.interval.multistage.sample_fraction`) -- when all of these hold:
         ``interval: multistage`` (FSPV) with ``probes: interleaved``, no ``eta_ms``,
         ``shuffle`` on, and every shard known and above 1,000 points; otherwise a whole
-        pass.  Default False.
+        pass.  The sampled first step then takes precedence over ``cover_before_update``
+        (no hold: a stratified random sample has no missing shard).  Default False.
     cover_before_update : bool
         θ is a function of a *sum over every point's contribution*, and a point adds
         nothing to it before its first visit: incremental EM's statistics kept in θ (FSP
@@ -139,7 +140,8 @@ class Algorithm:
         holds θ (no update; the barrier still measures speeds and migration plans its first
         round, moving the points nobody trained to fast workers) until every point has been
         visited once, so the first update is the full-batch one (:mod:`flegel.sync.fsp`,
-        "Coverage").  Default False: an update on any batch is
+        "Coverage") -- not where ``sampled_first_step`` applies (FSPV's sampled
+        calibration, a random sample of every shard).  Default False: an update on any batch is
         unbiased (a mini-batch gradient step, the CNN's), and a hold would only delay it.
     PARAMS : dict of str to flegel.validation.Constraint
         Each constructor parameter's constraint, declared once: ``__init__`` checks its

@@ -37,9 +37,10 @@ class Watch:
 
 
 def _run(migration: str | None, algorithm: KMeans | None = None,
-         stop: dict[str, Any] | None = None, **kwargs: Any) -> tuple[Simulation, Watch]:
+         stop: dict[str, Any] | None = None, options: dict[str, Any] | None = None,
+         **kwargs: Any) -> tuple[Simulation, Watch]:
     x, theta0 = sorted_blobs()
-    options: dict[str, Any] = {}
+    options = dict(options or {})
     if migration is not None:
         options["migration"] = {"mode": migration, "window": 64}
     watch = Watch()
@@ -109,16 +110,35 @@ def test_the_hold_ends():
 def test_a_slow_migration_keeps_theta_no_longer_than_each_bound():
     """Windows that crawl (1 kB/s links): θ is kept while the straggler's points travel, and
     every iteration at the kept θ ends within its bound -- fast workers waiting for points
-    that do not come are paused -- so barriers keep coming and the run ends on time."""
+    that do not come are paused -- so barriers keep coming; the hold as a whole ends at its
+    cap (the straggler's predicted pass), with θ updated on the points trained so far."""
     fast_pass = N / WORKERS * COST
-    sim, watch = _run("async", bandwidth_Bps=1e3, stop={"max_iterations": 8})
+    straggler_pass = fast_pass * SLOW[WORKERS]
+    sim, watch = _run("async", bandwidth_Bps=1e3, stop={"max_iterations": 12})
     bars = sim.barrier_events()
-    assert all(e["phase"] in ("calibration", COVER_PHASE) for e in bars)
-    # Kept at every barrier; the last (max_iterations) applies what was carried.
-    assert [version for version, _, _ in watch.rows] == [0] * 7 + [1]
-    assert all(unseen > 0 for _, unseen, _ in watch.rows)
-    gaps = np.diff([e["time_s"] for e in bars])
+    kept = [e for e in bars if e.get("theta_kept")]
+    assert kept and all(e["phase"] in ("calibration", COVER_PHASE) for e in kept)
+    gaps = np.diff([e["time_s"] for e in kept])
     assert gaps.max() <= WHOLE_PASS_WAIT * fast_pass + 3e-3
+    coverage = sim.policy.summary()["coverage"]
+    assert coverage["hold_capped"]
+    assert coverage["first_update_s"] <= straggler_pass * 1.05 + 3e-3
+    assert max(version for version, _, _ in watch.rows) >= 2  # θ moves on after the cap
+
+
+@pytest.mark.parametrize("bandwidth", [2e4, 5e4])
+def test_the_hold_as_a_whole_is_bounded_on_slow_links(bandwidth):
+    """20-50 kB/s links: windows carry untrained points only while θ is kept (a trained
+    point in flight counts as unseen), and the hold ends at the latest about the
+    straggler's own pass -- BSPV's first update.  (Before: on 20 kB/s, 40 kept barriers and
+    the first update at 3.52 s, the straggler's pass being 0.4 s; 16 and 1.46 s on 50.)"""
+    fast_pass = N / WORKERS * COST
+    straggler_pass = fast_pass * SLOW[WORKERS]
+    sim, _ = _run("async", bandwidth_Bps=bandwidth, stop={"max_iterations": 60})
+    coverage = sim.policy.summary()["coverage"]
+    assert coverage["first_update_s"] is not None
+    assert coverage["first_update_s"] <= straggler_pass * 1.05 + 3e-3
+    assert coverage["kept_barriers"] <= 8
 
 
 def test_the_time_limit_ends_a_hold_and_keeps_its_work():
@@ -161,3 +181,97 @@ def test_waiting_for_migrated_points_is_no_compute():
         if rank != WORKERS:
             assert points > 0
             assert compute <= points * COST * 1.01 + 1e-6
+
+
+def _covers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """(rank, Instructions.cover) of every instruction FSP sends while θ is kept."""
+    from flegel.sync.fsp import FSP
+
+    log: list[tuple[int, int]] = []
+    original = FSP.instructions
+
+    def instructions(self: FSP, rank: int) -> Any:
+        out = original(self, rank)
+        if out.cover:
+            log.append((rank, out.cover))
+        return out
+
+    monkeypatch.setattr(FSP, "instructions", instructions)
+    return log
+
+
+def test_under_sync_migration_nobody_waits_for_points(monkeypatch):
+    """Synchronous migration lands every point in ``begin``, before the iteration computes:
+    no worker is told to wait for points (``cover`` 2), which would only idle it until the
+    bound.  (Before: every target of the hold's orders was.)"""
+    log = _covers(monkeypatch)
+    _run("sync", slowdown={WORKERS: 200.0}, stop={"max_iterations": 6})
+    assert log and all(cover == 1 for _, cover in log)
+
+
+def test_only_targets_short_of_their_points_wait(monkeypatch):
+    """Asynchronous migration: a target waits for untrained points only while it has fewer
+    than were ordered to it and its source still sends; the source itself never waits."""
+    log = _covers(monkeypatch)
+    sim, _ = _run("async", slowdown={WORKERS: 200.0}, stop={"max_iterations": 6})
+    assert all(cover == 1 for rank, cover in log if rank == WORKERS)
+    assert any(cover == 2 for _, cover in log)
+    assert sim.policy.summary()["coverage"]["first_update_s"] is not None
+
+
+@pytest.mark.parametrize("phase", ["whole", COVER_PHASE])
+def test_fspb_restarts_from_the_calibration_only_after_a_hold(phase):
+    """FSPB's η⁰ when the adjustor (re)starts: after iterations at a kept θ (passes of
+    untrained points only) the calibration's valid time; after whole passes, as before
+    coverage, the latest iteration's.  (Before: the calibration's in both cases.)"""
+    from flegel.interval import Observation, Plan
+    from flegel.sync.fsp import WHOLE_PHASE
+
+    sim, _ = _run("async", stop={"max_iterations": 3}, options={"interval": "binary"})
+    policy = sim.policy
+    calibration = policy._calibration_valid_s
+    assert calibration is not None and calibration > 0
+    policy.plan = Plan(0.0, phase=WHOLE_PHASE if phase == "whole" else COVER_PHASE)
+    obs = Observation(eta_s=0.0, progress=1.0, valid_s=calibration / 3, wall_s=calibration,
+                      barrier_s=0.0, eta_max_s=calibration)
+    want = calibration / 3 if phase == "whole" else calibration
+    assert policy._first_interval({}, obs) == pytest.approx(want)
+
+
+def test_training_ended_by_the_server_during_a_hold_keeps_its_work():
+    """Training ended by ``Server.finish`` at a kept barrier (as a signal, a fault or any
+    stop outside the policy's own criteria does) applies what the kept barriers carried.
+    (Before: only the time limit's tick and the barrier's own stop applied it.)"""
+    from flegel.protocol import StopReason
+
+    ended: list[int] = []
+
+    def stop_at_first_kept(sim: Simulation, event: dict[str, Any]) -> None:
+        if event.get("theta_kept") and not ended:
+            ended.append(event["unseen"])
+            sim.server.finish(StopReason.HALTED)
+
+    x, theta0 = sorted_blobs()
+    sim = Simulation("fsp", {"migration": {"mode": "async", "window": 64}}, workers=WORKERS,
+                     data=x, theta0=theta0, algorithm=KMeans(n_clusters=4), cost_s=COST,
+                     slowdown=SLOW, on_barrier=stop_at_first_kept,
+                     stop={"max_iterations": 12}).run()
+    assert ended and ended[0] > 0
+    assert sim.server.version == 1 and sim.policy.carried is None
+    assert sim.server.theta["counts"].sum() == pytest.approx(N - ended[0])
+
+
+def test_whole_pass_iterations_do_not_count_the_hold():
+    """An algorithm with ``full_batch_update`` and ``cover_before_update`` (logistic
+    regression's case; K-means with the first declaration added here): the
+    iterations at a kept θ are counted in ``coverage.kept_barriers``, not as whole passes.
+    (Before: they were counted in ``whole_pass_iterations`` too.)"""
+    from flegel.sync.fsp import WHOLE_PHASE
+    from tests.test_fsp_whole_pass import FullBatchKMeans
+
+    sim, _ = _run("async", algorithm=FullBatchKMeans(n_clusters=4))
+    phases = [e["phase"] for e in sim.barrier_events()]
+    summary = sim.policy.summary()
+    assert summary["coverage"]["kept_barriers"] >= 1 and COVER_PHASE in phases
+    assert summary["whole_pass_iterations"] == (phases.count("calibration")
+                                                + phases.count(WHOLE_PHASE))

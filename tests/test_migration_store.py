@@ -41,6 +41,21 @@ def test_window_is_taken_bottom_up_behind_the_cursor():
     assert list(s.select_behind_cursor(8)) == [3, 2, 1, 0, 9, 8, 7, 6]
 
 
+def test_while_theta_is_kept_windows_carry_untrained_rows_only():
+    """FSP's coverage (``unseen_first``): the rows never trained leave, the last in traversal
+    order first, and no trained row once they ran out (the master counts a point in
+    flight as untrained, so a trained one would hold θ for nothing)."""
+    s = _store(1, 10)
+    _train(s, 6, block=3)
+    s.unseen_first = True
+    assert list(s.select_behind_cursor(3)) == [9, 8, 7]
+    assert list(s.select_behind_cursor(8)) == [9, 8, 7, 6]
+    s.lock(np.array([9, 8, 7, 6]))
+    assert len(s.select_behind_cursor(4)) == 0
+    s.unseen_first = False
+    assert list(s.select_behind_cursor(2)) == [5, 4]
+
+
 def test_points_move_once_and_the_target_trains_them_first():
     a, b = _store(1, 40), _store(2, 40)
     _train(a, 20)

@@ -103,9 +103,10 @@ class _Recording(StopCriteria):
 
     def check(self, iteration: int, objective: float, min_passes: float, elapsed_s: float,
               work: Mapping[int, tuple[float, float]] | None = None,
-              use_target: bool = True) -> str | None:
+              use_target: bool = True, updated: bool = True) -> str | None:
         before = self.checks
-        reason = super().check(iteration, objective, min_passes, elapsed_s, work, use_target)
+        reason = super().check(iteration, objective, min_passes, elapsed_s, work, use_target,
+                               updated)
         if self.checks > before and work is not None:
             self.log.append(dict(work))
         return reason
@@ -140,3 +141,17 @@ def test_check_fires_as_the_stragglers_passes_advance_in_process(interval):
     for a, b in zip(straggler_points, straggler_points[1:]):
         assert b - a >= size  # one more full pass between checks
         assert b - a < 1.5 * size  # ... and not much more: it fired as the pass completed
+
+
+def test_a_barrier_that_kept_theta_takes_no_convergence_baseline():
+    """FSP's coverage keeps θ at some barriers (``updated`` False): the online objective
+    there (0.0 before any point was trained) is no baseline for the relative change, and
+    the first check comes at the first update.  (Before: the baseline was taken during the
+    hold, and the first update's change was measured against it.)"""
+    stop = StopCriteria(max_iterations=None, tolerance=1e-2)
+    work = {1: (100.0, 100.0)}
+    assert stop.check(1, 0.0, 1.0, 0.0, work, updated=False) is None
+    assert stop.checks == 0
+    assert stop.check(2, 50.0, 2.0, 0.0, {1: (200.0, 100.0)}) is None
+    assert stop.checks == 1
+    assert stop.check(3, 50.0, 3.0, 0.0, {1: (300.0, 100.0)}) == "converged"

@@ -221,6 +221,9 @@ class Server:
         self.slowest_s: float | None = None
         self._iteration_s: dict[int, float] = {}
         self._paused = False  # the busy workers were told to commit at stop.max_time_s
+        #: The policy being served (:meth:`begin`): it settles what it holds when training
+        #: ends (:meth:`finish`).
+        self._policy: MasterPolicy | None = None
         self.time_to_target: float | None = None
         self.train_s = 0.0
         self.start = clock()
@@ -384,16 +387,32 @@ class Server:
         # With exact evaluations the target is met on f(θ) (exact_step), never on the
         # online objective.
         found = self.stop.check(iteration, self.objective, self.min_passes(), self.now(),
-                                work, use_target=self.exact is None)
+                                work, use_target=self.exact is None, updated=updated)
         return None if found is None else StopReason(found)
 
     def finish(self, reason: StopReason) -> None:
+        """End training for ``reason``: the policy settles what it holds (FSP's coverage:
+        the aggregate of barriers that kept θ is applied), and every waiting worker is told
+        to stop.  Not on an exact target, whose final θ is the evaluated snapshot that met
+        it (a hold keeps θ⁰: only θ⁰ can meet it then)."""
         if self.reason is None:
+            if reason is not StopReason.TARGET and self._policy is not None:
+                self._policy.before_finish()
             self.reason = reason
             self.train_s = self.now()
         for r, w in self.workers.items():
             if not w.stopped and w.waiting:
                 self.send(r, Instructions(stop=True))
+
+    def _settle(self) -> None:
+        """Let the policy settle on the way out of a fault; a failure there must not hide
+        the fault itself."""
+        if self._policy is None:
+            return
+        try:
+            self._policy.before_finish()
+        except Exception as err:  # noqa: BLE001 - the fault being raised matters more
+            self._warn(f"could not apply what the policy held: {err}")
 
     def record(self, event: dict[str, Any]) -> None:
         self.events(event)
@@ -618,10 +637,7 @@ class Server:
     def tick(self, policy: MasterPolicy) -> None:
         """Nothing arrived: let ``policy`` act on timers; warn about silent workers."""
         now = self.now()
-        limit = self.stop.max_time_s
-        if self.reason is None and limit is not None and now >= limit:
-            policy.before_finish()  # training ends outside a barrier: the policy settles
-        self.check_time(now)
+        self.check_time(now)  # training may end outside a barrier: finish settles the policy
         policy.on_tick(now)
         self.warn_stalls(now)
         self.check_stalls(now)
@@ -708,6 +724,7 @@ class Server:
         """Start the training clock and ``policy`` (or continue from ``resume``, a
         checkpoint's master snapshot: :meth:`resume`)."""
         self.start = self.clock()
+        self._policy = policy
         if resume is None:
             policy.start()
         else:
@@ -760,17 +777,25 @@ class Server:
         self.begin(policy, resume)
         backoff = Backoff()
         idle_wall = idle_cpu = 0.0
-        while not self.done:
-            watch()
-            w0, c0 = self.clock(), time.process_time()
-            if self.poll_once(policy):
-                backoff.reset()
-                continue
-            backoff.sleep()
-            # A turn that found nothing, and the sleep after it: what waiting costs (the
-            # rest is barrier work).
-            idle_wall += self.clock() - w0
-            idle_cpu += time.process_time() - c0
+        try:
+            while not self.done:
+                watch()
+                w0, c0 = self.clock(), time.process_time()
+                if self.poll_once(policy):
+                    backoff.reset()
+                    continue
+                backoff.sleep()
+                # A turn that found nothing, and the sleep after it: what waiting costs (the
+                # rest is barrier work).
+                idle_wall += self.clock() - w0
+                idle_cpu += time.process_time() - c0
+        except JobFault:
+            # A signal or a fault ends training: what the policy holds (FSP's coverage: the
+            # aggregates of barriers that kept θ, each checked as it arrived) is applied
+            # before the model is saved, not lost.
+            if self.reason is None:
+                self._settle()
+            raise
         elapsed = max(self.now(), 1e-9)
         self.cpu_fraction = (time.process_time() - cpu0) / elapsed
         self.idle_cpu_fraction = idle_cpu / max(idle_wall, 1e-9)

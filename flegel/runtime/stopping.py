@@ -84,7 +84,7 @@ class StopCriteria:
 
     def check(self, iteration: int, objective: float, min_passes: float, elapsed_s: float,
               work: Mapping[int, tuple[float, float]] | None = None,
-              use_target: bool = True) -> str | None:
+              use_target: bool = True, updated: bool = True) -> str | None:
         """Return why training should stop now (``"converged"``, ``"target"``,
         ``"max_iterations"``, ``"max_time"``) or None to go on.
 
@@ -105,10 +105,14 @@ class StopCriteria:
         use_target : bool
             False when the target is checked on the exact objective elsewhere
             (:mod:`flegel.runtime.exact`).
+        updated : bool
+            False when this barrier kept θ (FSP's coverage): the online objective then lacks
+            the untrained points (0.0 before any), so it neither takes nor ends a
+            convergence check -- a baseline taken there would say nothing of convergence.
         """
         if use_target and self.reached_target(objective, min_passes):
             return "target"
-        if self.tolerance is not None and self._check_due(min_passes, work):
+        if updated and self.tolerance is not None and self._check_due(min_passes, work):
             prev = self._last_check_objective
             self._last_check_passes = float(min_passes)
             if work is not None:

@@ -312,18 +312,20 @@ class ShardStore:
         Those rows were trained this pass already, so sending them loses the target no pass.
 
         While :attr:`unseen_first` is set (FSP holds θ until every point was trained once,
-        :mod:`flegel.sync.fsp`, "Coverage") the rows never trained come first, the last in
+        :mod:`flegel.sync.fsp`, "Coverage") only rows never trained are taken, the last in
         traversal order first (those this worker would reach last): a target trains them
         at once (they are behind its passes, Section 4.3's priority), and the hold ends
-        when they are trained, not when this slow worker reaches them.
+        when they are trained, not when this slow worker reaches them.  No trained row is
+        taken then: the master counts points in flight as untrained, so a trained row on
+        its way would hold θ for nothing (issue 19 review: on 20 kB/s links 40 kept
+        barriers, the first update at 3.5 s against the straggler's 0.4 s pass); the rest
+        of the order moves once the hold is over (the sender posts a shortfall).
         """
-        if self.unseen_first and self.n_unseen > 0 and count > 0:
-            fresh = np.flatnonzero((self.visits == 0) & ~(self.halted | self.inactive
-                                                          | self.queued))[::-1][:count]
-            if len(fresh) >= count:
-                return fresh
-            rest = self._behind_cursor(count)
-            return np.concatenate([fresh, rest[~np.isin(rest, fresh)]])[:count]
+        if self.unseen_first:
+            if count <= 0 or self.n_unseen <= 0:
+                return np.empty(0, dtype=np.int64)
+            return np.flatnonzero((self.visits == 0) & ~(self.halted | self.inactive
+                                                         | self.queued))[::-1][:count]
         return self._behind_cursor(count)
 
     def _behind_cursor(self, count: int) -> np.ndarray:

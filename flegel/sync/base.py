@@ -61,8 +61,10 @@ class MasterPolicy(AttributeState):
         """Called whenever no message arrived (timers: interval η, predicted barriers)."""
 
     def before_finish(self) -> None:
-        """Training is about to end outside the policy (``stop.max_time_s`` ran out between
-        barriers): settle what is pending.  Default: nothing."""
+        """Training is about to end (``Server.finish``: ``stop.max_time_s`` ran out between
+        barriers, a barrier's stop criterion; or a signal or fault ended the serve loop):
+        settle what is pending.  Called more than once at most harmlessly.  Default:
+        nothing."""
 
     def summary(self) -> dict[str, Any]:
         """Model-specific figures added to ``summary.json``."""

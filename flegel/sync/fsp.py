@@ -486,7 +486,9 @@ class FSP(BarrierPolicy):
     FSPV against BSPV (docs/benchmarks.md, medians of nine pairs) GMM 3.10x and FCM 2.20x
     with the rows x 10, within a pair's noise at the quick scale.  Speeds and the pass are
     measured on the sample as on any partial pass.  Not under FSPB, whose η⁰ is the
-    calibration's pass.
+    calibration's pass.  With data migration the sampled calibration stays: coverage
+    (below) does not apply then, since a random sample stratified over the shuffled shards
+    has not the contiguous shards' problem it mends (a fit without a slow shard's clusters).
 
     **Coverage** (issue 19, item 3; a choice where the paper is silent).  Under incremental
     EM (Section 2.2, Eq. 3) a point adds its statistics to θ on its first visit (K-means'
@@ -512,11 +514,19 @@ class FSP(BarrierPolicy):
     -- it does not recompute at an unchanged θ -- unless untrained points are on their way
     to it, which it waits for without computing (``WorkerPolicy.idle``: the loop sleeps).
     Every such iteration is bounded from its start by :meth:`_cover_bound` (the whole-pass
-    bound), and ``stop.max_time_s`` ends the run (applying what was carried).  So the first
+    bound), and the hold as a whole by :meth:`_hold_cap` (the straggler's predicted pass
+    as dealt, BSPV's first iteration, or the whole-pass bound if longer): past it θ is
+    updated on the points trained so far (``coverage.hold_capped`` in the summary), as
+    coverage then buys nothing over BSPV.  While θ is kept windows carry untrained points
+    only (``ShardStore.unseen_first``: a point in flight counts as untrained, so a trained
+    one would hold θ for nothing); ``stop.max_time_s`` ends the run (applying what was
+    carried).  So the first
     update is Lloyd's (or EM's, or the full-batch L-BFGS step) on all the data from θ⁰,
     whichever worker is slow, a few fast passes after the calibration.  Not for the CNN
     (``progress_per_update``), whose mini-batch steps are unbiased on any batch and would
-    only be delayed.
+    only be delayed.  Nor under FSPV's sampled calibration (above: GMM and FCM with
+    ``sampled_first_step``), whose first M-step is on a stratified random sample of the
+    shuffled shards, which the basin problem does not concern; coverage would cancel it.
 
     *Only with data migration* (``migration.mode`` async or sync).  Without it the hold
     lasts the straggler's own first pass -- BSPV's first iteration -- and buys nothing: the
@@ -525,9 +535,11 @@ class FSP(BarrierPolicy):
     --quick --only 7``, K-means, one worker slowed by τ = 32 ms, 4 workers on 2 cores at a
     load of 9-12), FSPV without migration with the hold: contiguous shards ended at
     60.77e6 (+7.4 % over BSPB's converged objective; +6.0 % without the hold), shuffled
-    ones reached the target in 2.92 s against 0.07 s without it.  With async migration the
-    same contiguous row reached the target in 0.43 s (first round 0.06 s, first update
-    0.16 s), where it never did in 4 s without coverage.
+    ones reached the target in 2.92 s against 0.07 s without it.  With migration
+    (``flegel paper --quick --only 11 --only migration``, docs/benchmarks.md, three
+    sittings) the contiguous K-means rows (async, sync, async centralized) reached the
+    target in 0.14-0.33 s (0.15-0.26 s in the final sitting; first update 0.06-0.13 s),
+    where they never did in 4 s without coverage.
     """
 
     OPTIONS: ClassVar[dict[str, Key]] = {
@@ -640,17 +652,24 @@ class FSP(BarrierPolicy):
         # barriers that kept it, when the first update came, the untrained points at the
         # latest barrier, the calibration's first pass and valid time, and the workers
         # that migration orders send points to while θ is kept.
-        # Only with migration: without it the hold lasts a straggler's whole pass (notes).
+        # Only with migration: without it the hold lasts a straggler's whole pass (notes);
+        # not in the sampled calibration, whose stratified sample has no basin problem.
         self.cover = (bool(getattr(server, "cover_before_update", False))
-                      and self.balancer is not None)
+                      and self.balancer is not None and not self.sampled)
         self.covered = not self.cover
         self.kept_barriers = 0
         self.covered_at_s: float | None = None
         self.unseen = 0
         self._first_pass_s = 0.0
         self._calibration_valid_s: float | None = None
-        self._targets: set[int] = set()
+        #: Target -> (its sources, points ordered to it, its n_held when first ordered).
+        self._targets: dict[int, tuple[set[int], int, float]] = {}
         self._expecting: set[int] = set()
+        #: When the hold began (the calibration's start), how long it may last
+        #: (:meth:`_hold_cap`, set at the calibration barrier), and whether it was cut there.
+        self._hold_start_s = 0.0
+        self._hold_cap_s = float("inf")
+        self.hold_capped = False
 
     # ---------------------------------------------------------------- sending
     def instructions(self, rank: int) -> Instructions:
@@ -681,7 +700,9 @@ class FSP(BarrierPolicy):
         # (class notes); later ones
         # only for a full-batch algorithm without stragglers (_balanced).
         self.whole = self.plan.phase in ("calibration", WHOLE_PHASE, COVER_PHASE)
-        self.whole_iterations += self.whole
+        # Iterations at a kept θ are counted apart (coverage.kept_barriers), not as whole
+        # passes of the full-batch algorithm.
+        self.whole_iterations += self.whole and self.plan.phase != COVER_PHASE
         # The sampled calibration's share of every shard (1.0: a whole pass).
         sizes = self.server.shard_sizes
         self.share = (sample_fraction(sizes.get(r, 0) for r in srv.ranks)
@@ -696,7 +717,10 @@ class FSP(BarrierPolicy):
         if covering:
             # Bounded from the start: a worker waiting for points sent its way commits
             # nothing until then (_cover_bound).
-            self.pause_at = self.iter_start + self._cover_bound()
+            # Nor past the hold's cap (keeps_theta).
+            self.pause_at = self.iter_start + max(
+                min(self._cover_bound(), self._hold_start_s + self._hold_cap_s - self.iter_start),
+                0.0)
 
     def before_broadcast(self, commits: dict[int, dict[str, float]]) -> None:
         """Migration (Section 4): balance passes at barriers.  Not before a probe that marks
@@ -714,8 +738,12 @@ class FSP(BarrierPolicy):
         for rank, messages in orders.items():
             for order in messages:
                 self.order_port.order(rank, order)
-                if not self.covered:  # where untrained points may go (coverage)
-                    self._targets.add(rank if order.kind == OrderKind.EXPECT else order.peer)
+                if not self.covered and order.kind == OrderKind.EXPECT:
+                    # Where untrained points go while θ is kept (coverage), from where, and
+                    # how many: _expected_targets.
+                    sources, points, base = self._targets.get(
+                        rank, (set(), 0, srv.worker(rank).header.get("n_held", 0.0)))
+                    self._targets[rank] = (sources | {order.peer}, points + order.points, base)
             self._orders[rank] = len(messages)
 
     # ---------------------------------------------------------------- receiving
@@ -848,23 +876,53 @@ class FSP(BarrierPolicy):
         kept again."""
         if self.covered:
             return False
+        if self.kept_barriers == 0:
+            self._hold_start_s = self.iter_start  # the calibration's start
+        now = self.server.now()
         self.unseen = self.server.unseen()
-        if self.unseen > 0:
+        capped = now - self._hold_start_s >= self._hold_cap_s
+        if self.unseen > 0 and not capped:
             self.kept_barriers += 1
             return True
+        self.hold_capped = self.unseen > 0
         self.covered = True
         self.covered_at_s = self.server.now()
-        self._targets = set()
+        self._targets = {}
         return False
 
     def _expected_targets(self) -> set[int]:
-        """The workers told to wait for untrained points (``Instructions.cover`` 2): the
-        targets of this run's migration orders while some untrained point is not held by a
-        worker's shard (in a window on its way) or orders were just sent."""
-        held = sum(max(w.header.get("n_held", 0.0) - w.header.get("seen", 0.0), 0.0)
-                   for w in (self.server.worker(r) for r in self.server.ranks))
-        coming = self.unseen - held > 0 or any(self._orders.values())
-        return set(self._targets) if coming else set()
+        """The workers told to wait for untrained points (``Instructions.cover`` 2), per
+        target: those sent orders now, and those short of the points ordered to them (their
+        ``n_held`` grew by less) while one of their sources still has a window in flight or
+        untrained points held (only untrained points move during the hold,
+        ``ShardStore.unseen_first``).  None under synchronous migration: the points land in
+        ``begin``, before the iteration computes.  (Before the review every target of the
+        hold's orders waited while any untrained point was anywhere off a shard.)"""
+        if self.balancer is None or self.balancer.options.mode == "sync":
+            return set()
+        out = set()
+        for target, (sources, points, base) in self._targets.items():
+            if self._orders.get(target, 0) > 0:
+                out.add(target)
+                continue
+            came = self.server.worker(target).header.get("n_held", 0.0) - base
+            moving = any(h.get("in_flight", 0.0) > 0
+                         or h.get("n_held", 0.0) - h.get("seen", 0.0) > 0
+                         for h in (self.server.worker(r).header for r in sources))
+            if came < points and moving:
+                out.add(target)
+        return out
+
+    def _hold_cap(self) -> float:
+        """How long the hold may last from the calibration's start: the longest predicted
+        pass (:class:`~flegel.sync.passes.PassPredictor`, measured in the calibration on the
+        shards as dealt: the straggler's own pass, BSPV's first iteration) or the whole-pass
+        bound (:meth:`_cover_bound`), whichever is longer.  By then BSPV would have updated
+        θ on every point, so holding longer -- windows crawling on slow links -- buys
+        nothing over BSPV's first step and only delays the first update (issue 19 review:
+        on 20 kB/s links the hold lasted 3.5 s against the straggler's 0.4 s pass).  Past
+        the cap θ is updated on the points trained so far (``hold_capped``)."""
+        return max(max(self.passes.pass_s.values(), default=0.0), self._cover_bound())
 
     def _cover_bound(self) -> float:
         """How long an iteration at a kept θ may run before the workers still computing (or
@@ -902,6 +960,8 @@ class FSP(BarrierPolicy):
             # FSPB's η⁰ and the coverage bound, kept past the iterations at a kept θ.
             self._calibration_valid_s = obs.valid_s
             self._first_pass_s = first - self.iter_start
+            if self.kept:
+                self._hold_cap_s = self._hold_cap()
         # A whole pass has no interval: it ran to its last pass (the barrier's last report).
         self.eta_log.append(max(arrivals.values()) - self.iter_start if self.whole
                             else self.plan.eta_s)
@@ -939,9 +999,11 @@ class FSP(BarrierPolicy):
         BSPV's).
         """
         if self.options["interval"] != "multistage" or self.options["probes"] != "interleaved":
-            # The calibration's, also after iterations at a kept θ (coverage).
-            return (self._calibration_valid_s if self._calibration_valid_s is not None
-                    else obs.valid_s)
+            # The calibration's after iterations at a kept θ (coverage), whose passes are
+            # of untrained points only; after the calibration or whole passes, their own.
+            if self.plan.phase == COVER_PHASE and self._calibration_valid_s is not None:
+                return self._calibration_valid_s
+            return obs.valid_s
         latency = sorted(h["latency_s"] for h in commits.values())[len(commits) // 2]
         phi0 = round_trip_s(latency, self.apply_s)
         return phi0 * (1.0 - FIRST_OVERHEAD) / FIRST_OVERHEAD
@@ -1020,7 +1082,8 @@ class FSP(BarrierPolicy):
             out["whole_pass_iterations"] = self.whole_iterations
         if self.cover:
             out["coverage"] = {"kept_barriers": self.kept_barriers,
-                               "first_update_s": self.covered_at_s}
+                               "first_update_s": self.covered_at_s,
+                               "hold_capped": self.hold_capped}
         out.update(self.adjustor.summary())  # FSPV: stages, stage_refits; FSPB: search_rounds
         if self.balancer is not None:
             out["migration"] = {"mode": self.balancer.options.mode,
