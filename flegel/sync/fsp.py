@@ -125,6 +125,12 @@ COURSE_MARGIN = 2.0
 #: The phase of an iteration at a kept θ, while some point has never been trained (an
 #: algorithm with ``cover_before_update``; see :class:`FSP`, "Coverage").
 COVER_PHASE = "coverage"
+#: Coverage's first updates that are whole passes (every worker's pass at θ: Lloyd steps on
+#: all the data), the first included (:class:`FSP`, "Coverage").  Five: exact Lloyd steps
+#: from θ⁰ on the overlapping workload (``python bench/fsp_claims.py --only basin``) still
+#: change basin with the fifth step on a biased sample (+6.5 %), and one exact step followed
+#: by FSPV's partial ones ended +5.44 % above BSPB's basin in 2 of 2 runs of 10 s.
+COVER_STEPS = 5
 #: Complete whole passes (no worker paused) whose durations, broadcast to the last arrival,
 #: give the typical whole pass that bounds the next one (:meth:`FSP._whole_bound`).  Five:
 #: their lower median ignores up to two disturbed passes and follows a change within three.
@@ -514,7 +520,10 @@ class FSP(BarrierPolicy):
     Every such iteration is bounded from its start by :meth:`_cover_bound` (the whole-pass
     bound), and ``stop.max_time_s`` ends the run (applying what was carried).  So the first
     update is Lloyd's (or EM's, or the full-batch L-BFGS step) on all the data from θ⁰,
-    whichever worker is slow, a few fast passes after the calibration.  Not for the CNN
+    whichever worker is slow, a few fast passes after the calibration, and so are the
+    next :data:`COVER_STEPS` − 1: whole passes (:data:`WHOLE_PHASE`), cheap once migration
+    has left the straggler few points (one exact step followed by FSPV's partial steps
+    still ended in another basin on the overlapping workload).  Not for the CNN
     (``progress_per_update``), whose mini-batch steps are unbiased on any batch and would
     only be delayed.
 
@@ -651,6 +660,8 @@ class FSP(BarrierPolicy):
         self._calibration_valid_s: float | None = None
         self._targets: set[int] = set()
         self._expecting: set[int] = set()
+        #: Whole passes still to come after coverage (COVER_STEPS).
+        self.cover_steps_left = 0
 
     # ---------------------------------------------------------------- sending
     def instructions(self, rank: int) -> Instructions:
@@ -855,6 +866,7 @@ class FSP(BarrierPolicy):
         self.covered = True
         self.covered_at_s = self.server.now()
         self._targets = set()
+        self.cover_steps_left = COVER_STEPS - 1
         return False
 
     def _expected_targets(self) -> set[int]:
@@ -912,6 +924,10 @@ class FSP(BarrierPolicy):
         if self.kept:
             # Coverage: θ was kept, the next iteration trains the points never trained.
             self.plan = Plan(0.0, phase=COVER_PHASE)
+        elif self.cover_steps_left > 0:
+            # Coverage's first updates are whole passes: Lloyd steps on all the data.
+            self.cover_steps_left -= 1
+            self.plan = Plan(0.0, phase=WHOLE_PHASE)
         elif self._balanced():
             if self.plan.phase != WHOLE_PHASE:
                 # A new run of whole passes: the last one's durations are stale (a straggler
