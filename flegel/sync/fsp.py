@@ -129,7 +129,8 @@ COVER_PHASE = "coverage"
 #: all the data), the first included (:class:`FSP`, "Coverage").  Five: exact Lloyd steps
 #: from θ⁰ on the overlapping workload (``python bench/fsp_claims.py --only basin``) still
 #: change basin with the fifth step on a biased sample (+6.5 %), and one exact step followed
-#: by FSPV's partial ones ended +5.44 % above BSPB's basin in 2 of 2 runs of 10 s.
+#: by FSPV's partial ones ended +5.44 % above BSPB's basin in 2 of 2 runs of 10 s.  Only
+#: after a coverage that kept θ (:meth:`FSP.keeps_theta`).
 COVER_STEPS = 5
 #: Complete whole passes (no worker paused) whose durations, broadcast to the last arrival,
 #: give the typical whole pass that bounds the next one (:meth:`FSP._whole_bound`).  Five:
@@ -521,9 +522,15 @@ class FSP(BarrierPolicy):
     bound), and ``stop.max_time_s`` ends the run (applying what was carried).  So the first
     update is Lloyd's (or EM's, or the full-batch L-BFGS step) on all the data from θ⁰,
     whichever worker is slow, a few fast passes after the calibration, and so are the
-    next :data:`COVER_STEPS` − 1: whole passes (:data:`WHOLE_PHASE`), cheap once migration
-    has left the straggler few points (one exact step followed by FSPV's partial steps
-    still ended in another basin on the overlapping workload).  Not for the CNN
+    next :data:`COVER_STEPS` − 1 where θ was kept: whole passes (:data:`WHOLE_PHASE`),
+    cheap as migration has left the straggler few points.  Measured (``python
+    bench/fsp_claims.py --only gap --seconds 10``, worker 1 slow): one exact step followed
+    by FSPV's partial steps ended +5.44 % above BSPB's basin in 1 of 2 paired runs (and 2
+    of 2 before), 0 of 4 with the whole passes.  Not where the calibration itself covered
+    the data (every worker passed within its bound, θ never kept): whole passes would then
+    wait for the slow worker at every barrier, each worker one pass, so migration saw no
+    imbalance and planned no round (``tests/test_migration_inprocess.py``'s 4x straggler:
+    no point ordered, passes 11.9 against 6.7).  Not for the CNN
     (``progress_per_update``), whose mini-batch steps are unbiased on any batch and would
     only be delayed.
 
