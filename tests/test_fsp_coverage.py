@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 from flegel.algorithms.kmeans import KMeans
-from flegel.sync.fsp import COVER_PHASE, WHOLE_PASS_WAIT
+from flegel.sync.fsp import COVER_PHASE, COVER_STEPS, WHOLE_PASS_WAIT, WHOLE_PHASE
 from tests.fakes import Simulation
 from tests.test_migration_inprocess import WORKERS, N, sorted_blobs
+from tests.test_migration_inprocess import run as migration_run  # 4x straggler, fixed η
 
 SLOW = {WORKERS: 20.0}
 COST = 20e-6  # a fast worker's pass: 1,000 points, 20 ms (the straggler's: 400 ms)
@@ -28,12 +29,14 @@ class Watch:
     def __init__(self) -> None:
         self.rows: list[tuple[int, int, str]] = []
         self.first_update: np.ndarray | None = None
+        self.thetas: dict[int, np.ndarray] = {}
 
     def __call__(self, sim: Simulation, event: dict[str, Any]) -> None:
         version = sim.server.version
         self.rows.append((version, sim.server.unseen(), event["phase"]))
         if version == 1 and self.first_update is None:
             self.first_update = sim.server.theta["centers"].copy()
+        self.thetas.setdefault(version, sim.server.theta["centers"].copy())
 
 
 def _run(migration: str | None, algorithm: KMeans | None = None,
@@ -87,6 +90,34 @@ def test_the_first_m_step_is_lloyds_on_all_the_data(migration):
     assert watch.first_update is not None
     np.testing.assert_allclose(watch.first_update, _lloyd_step(x, sim.theta0["centers"]),
                                rtol=1e-9, atol=1e-9)
+
+
+def test_the_first_cover_steps_updates_are_lloyd_steps():
+    """After a coverage that kept θ, the first :data:`COVER_STEPS` updates are whole passes,
+    each an exact Lloyd step from the last θ on all the data (issue 19: one exact step then
+    FSPV's partial ones ended +5.44 % above BSPB's basin on the overlapping workload);
+    then FSP's own iterations.  Without the rule the second update comes from an
+    interval's partial passes and fails the comparison."""
+    sim, watch = _run("async")
+    covered = next(i for i, (_, unseen, _) in enumerate(watch.rows) if unseen == 0)
+    after = [phase for _, _, phase in watch.rows[covered + 1:]]
+    assert after[:COVER_STEPS - 1] == [WHOLE_PHASE] * (COVER_STEPS - 1)
+    assert after[COVER_STEPS - 1] != WHOLE_PHASE
+    x = np.concatenate(sim.shards)
+    for v in range(1, COVER_STEPS):
+        np.testing.assert_allclose(watch.thetas[v + 1], _lloyd_step(x, watch.thetas[v]),
+                                   rtol=1e-9, atol=1e-9)
+
+
+def test_no_whole_passes_after_a_calibration_that_covered():
+    """Where the calibration trained every point (the straggler passed within its bound) θ
+    was never kept and no whole pass follows: they would wait for the slow worker at every
+    barrier, with passes equal by construction, so migration would plan no round (the
+    first version of the rule: no point ordered in tests/test_migration_inprocess.py)."""
+    sim, _ = migration_run("async")
+    assert sim.policy.summary()["coverage"]["kept_barriers"] == 0
+    assert sim.policy.whole_iterations == 1  # the calibration
+    assert sim.policy.summary()["migration"]["points_ordered"] > 0
 
 
 def test_the_hold_ends():

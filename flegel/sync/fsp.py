@@ -125,6 +125,13 @@ COURSE_MARGIN = 2.0
 #: The phase of an iteration at a kept θ, while some point has never been trained (an
 #: algorithm with ``cover_before_update``; see :class:`FSP`, "Coverage").
 COVER_PHASE = "coverage"
+#: Coverage's first updates that are whole passes (every worker's pass at θ: Lloyd steps on
+#: all the data), the first included (:class:`FSP`, "Coverage").  Five: exact Lloyd steps
+#: from θ⁰ on the overlapping workload (``python bench/fsp_claims.py --only basin``) still
+#: change basin with the fifth step on a biased sample (+6.5 %), and one exact step followed
+#: by FSPV's partial ones ended +5.44 % above BSPB's basin in 2 of 2 runs of 10 s.  Only
+#: after a coverage that kept θ (:meth:`FSP.keeps_theta`).
+COVER_STEPS = 5
 #: Complete whole passes (no worker paused) whose durations, broadcast to the last arrival,
 #: give the typical whole pass that bounds the next one (:meth:`FSP._whole_bound`).  Five:
 #: their lower median ignores up to two disturbed passes and follows a change within three.
@@ -522,7 +529,16 @@ class FSP(BarrierPolicy):
     one would hold θ for nothing); ``stop.max_time_s`` ends the run (applying what was
     carried).  So the first
     update is Lloyd's (or EM's, or the full-batch L-BFGS step) on all the data from θ⁰,
-    whichever worker is slow, a few fast passes after the calibration.  Not for the CNN
+    whichever worker is slow, a few fast passes after the calibration, and so are the
+    next :data:`COVER_STEPS` − 1 where θ was kept: whole passes (:data:`WHOLE_PHASE`),
+    cheap as migration has left the straggler few points.  Measured (``python
+    bench/fsp_claims.py --only gap --seconds 10``, worker 1 slow): one exact step followed
+    by FSPV's partial steps ended +5.44 % above BSPB's basin in 1 of 2 paired runs (and 2
+    of 2 before), 0 of 4 with the whole passes.  Not where the calibration itself covered
+    the data (every worker passed within its bound, θ never kept): whole passes would then
+    wait for the slow worker at every barrier, each worker one pass, so migration saw no
+    imbalance and planned no round (``tests/test_migration_inprocess.py``'s 4x straggler:
+    no point ordered, passes 11.9 against 6.7).  Not for the CNN
     (``progress_per_update``), whose mini-batch steps are unbiased on any batch and would
     only be delayed.  Nor under FSPV's sampled calibration (above: GMM and FCM with
     ``sampled_first_step``), whose first M-step is on a stratified random sample of the
@@ -670,6 +686,8 @@ class FSP(BarrierPolicy):
         self._hold_start_s = 0.0
         self._hold_cap_s = float("inf")
         self.hold_capped = False
+        #: Whole passes still to come after coverage (COVER_STEPS).
+        self.cover_steps_left = 0
 
     # ---------------------------------------------------------------- sending
     def instructions(self, rank: int) -> Instructions:
@@ -888,6 +906,12 @@ class FSP(BarrierPolicy):
         self.covered = True
         self.covered_at_s = self.server.now()
         self._targets = {}
+        # Whole passes after coverage only where it kept θ (a worker could not pass in the
+        # calibration's bound): migration has then left the straggler few points, and a
+        # whole pass is cheap.  Covered at the calibration, every worker passed in its
+        # bound; whole passes would wait for a slow one at each of them, with passes
+        # equal by construction, so no migration round (tests/test_migration_*.py).
+        self.cover_steps_left = COVER_STEPS - 1 if self.kept_barriers else 0
         return False
 
     def _expected_targets(self) -> set[int]:
@@ -972,6 +996,10 @@ class FSP(BarrierPolicy):
         if self.kept:
             # Coverage: θ was kept, the next iteration trains the points never trained.
             self.plan = Plan(0.0, phase=COVER_PHASE)
+        elif self.cover_steps_left > 0:
+            # Coverage's first updates are whole passes: Lloyd steps on all the data.
+            self.cover_steps_left -= 1
+            self.plan = Plan(0.0, phase=WHOLE_PHASE)
         elif self._balanced():
             if self.plan.phase != WHOLE_PHASE:
                 # A new run of whole passes: the last one's durations are stale (a straggler
