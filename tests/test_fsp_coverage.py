@@ -155,6 +155,10 @@ def test_a_slow_migration_keeps_theta_no_longer_than_each_bound():
     assert coverage["hold_capped"]
     assert coverage["first_update_s"] <= straggler_pass * 1.05 + 3e-3
     assert max(version for version, _, _ in watch.rows) >= 2  # θ moves on after the cap
+    # no COVER_STEPS whole passes after a capped hold: the straggler still holds untrained
+    # points, and each would wait for it up to the whole-pass bound
+    after = [e["phase"] for e in bars if not e.get("theta_kept")][1:]
+    assert after and WHOLE_PHASE not in after
 
 
 @pytest.mark.parametrize("bandwidth", [2e4, 5e4])

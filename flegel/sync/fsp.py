@@ -534,7 +534,9 @@ class FSP(BarrierPolicy):
     cheap as migration has left the straggler few points.  Measured (``python
     bench/fsp_claims.py --only gap --seconds 10``, worker 1 slow): one exact step followed
     by FSPV's partial steps ended +5.44 % above BSPB's basin in 1 of 2 paired runs (and 2
-    of 2 before), 0 of 4 with the whole passes.  Not where the calibration itself covered
+    of 2 before), 0 of 4 with the whole passes.  Not after a capped hold (the straggler
+    still holds untrained points: each whole pass would wait for it up to its bound), nor
+    where the calibration itself covered
     the data (every worker passed within its bound, θ never kept): whole passes would then
     wait for the slow worker at every barrier, each worker one pass, so migration saw no
     imbalance and planned no round (``tests/test_migration_inprocess.py``'s 4x straggler:
@@ -910,8 +912,11 @@ class FSP(BarrierPolicy):
         # calibration's bound): migration has then left the straggler few points, and a
         # whole pass is cheap.  Covered at the calibration, every worker passed in its
         # bound; whole passes would wait for a slow one at each of them, with passes
-        # equal by construction, so no migration round (tests/test_migration_*.py).
-        self.cover_steps_left = COVER_STEPS - 1 if self.kept_barriers else 0
+        # equal by construction, so no migration round (tests/test_migration_*.py).  Nor
+        # after a capped hold: the straggler still holds untrained points, and each whole
+        # pass would wait for it up to the whole-pass bound.
+        self.cover_steps_left = (COVER_STEPS - 1 if self.kept_barriers and not self.hold_capped
+                                 else 0)
         return False
 
     def _expected_targets(self) -> set[int]:
