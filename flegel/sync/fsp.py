@@ -959,8 +959,7 @@ class FSP(BarrierPolicy):
         calibration's first pass, the typical worker's predicted pass and the typical
         complete whole pass -- the whole-pass bound (:meth:`_whole_bound`), from the start:
         a worker waiting for points makes no first arrival."""
-        return WHOLE_PASS_WAIT * max(self._first_pass_s, self.passes.typical(),
-                                     self._typical_whole())
+        return self._whole_bound(self.iter_start + self._first_pass_s)
 
     # ---------------------------------------------------------------- the barrier
     def after_barrier(self, commits: dict[int, dict[str, float]], agg: dict[str, Any]) -> None:
