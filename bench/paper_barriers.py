@@ -16,11 +16,11 @@ one's, side by side::
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from flegel.cli.paper import barriers
 from flegel.cli.paper.runner import RunResult
+from flegel.rundir.reader import barrier_events, read_events, read_summary
 
 
 def runs_under(folder: Path, match: str) -> list[Path]:
@@ -41,22 +41,20 @@ def idle_timer_barriers(path: Path) -> int:
     another model) is skipped, not counted: with no interval there is no "half an η" to
     hold it against, and a threshold of 0 would count every such barrier."""
     held = 0
-    with (path / "events.jsonl").open() as f:
-        for text in f:
-            ev = json.loads(text)
-            w = ev.get("workers") if "barrier_s" in ev else None
-            eta_ms = ev.get("eta_ms")
-            if not w or eta_ms is None or float(eta_ms) <= 0:
-                continue
-            if "pass" in w["reason"] and any(
-                    r == "timer" and p == 0 for r, p in zip(w["reason"], w["points"])
-            ) and ev["barrier_s"] * 1e3 >= 0.5 * float(eta_ms):
-                held += 1
+    for ev in barrier_events(read_events(path)):
+        w = ev["workers"] if "barrier_s" in ev else None
+        eta_ms = ev.get("eta_ms")
+        if not w or eta_ms is None or float(eta_ms) <= 0:
+            continue
+        if "pass" in w["reason"] and any(
+                r == "timer" and p == 0 for r, p in zip(w["reason"], w["points"])
+        ) and ev["barrier_s"] * 1e3 >= 0.5 * float(eta_ms):
+            held += 1
     return held
 
 
 def line(path: Path) -> str:
-    summary = json.loads((path / "summary.json").read_text())
+    summary = read_summary(path)
     r = RunResult(path.name, path, summary, None, None, 0.0)
     shares = barriers.cost_shares(r)
     why = barriers.reasons(r)

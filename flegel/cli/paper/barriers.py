@@ -22,24 +22,19 @@ barrier at the end of an iteration, to the point where it leaves the barrier."  
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import Any
 
 from flegel.cli.paper.runner import RunResult
+from flegel.rundir.files import EVENTS
+from flegel.rundir.reader import barrier_events, read_events
 
 
 def _barriers(run: RunResult) -> list[dict[str, Any]]:
-    path = run.folder / "events.jsonl"
-    if not run.ok or not path.exists():
+    """The run's barrier events that carry a barrier's cost, in order ([] for a failed run)."""
+    if not run.ok or not (run.folder / EVENTS).exists():
         return []
-    out = []
-    with path.open() as f:
-        for line in f:
-            ev = json.loads(line)
-            if "barrier_s" in ev and "workers" in ev:
-                out.append(ev)
-    return out
+    return [ev for ev in barrier_events(read_events(run.folder)) if "barrier_s" in ev]
 
 
 def worker_costs(run: RunResult) -> list[float]:
