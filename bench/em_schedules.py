@@ -31,13 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
-from flegel.algorithms.fcm import FuzzyCMeans
-from flegel.algorithms.gmm import GaussianMixture
-from flegel.algorithms.kmeans import KMeans
 from flegel.api import Algorithm
 from flegel.block import Block
 from flegel.cli.paper.workloads import QUICK, workloads, write_data
 from flegel.data.sources import sample_shard
+from flegel.job.algorithms import resolve_algorithm
 from flegel.local import make_info
 
 WORKERS = 4
@@ -47,8 +45,9 @@ SAMPLE = 10_000
 
 
 def make(name: str, params: dict) -> Algorithm:
-    cls = {"gmm": GaussianMixture, "fcm": FuzzyCMeans, "kmeans": KMeans}[name]
-    return cls(**{k: v for k, v in params.items()})
+    """The built-in algorithm ``name`` with the workload's ``params``."""
+    alg: Algorithm = resolve_algorithm(name)(**params)
+    return alg
 
 
 def run(alg: Algorithm, shards: Sequence[np.ndarray], theta0: dict, schedule: Sequence[float],
