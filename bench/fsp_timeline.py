@@ -35,26 +35,23 @@ from typing import Any
 import numpy as np
 
 from flegel.cli.paper.horizons import first_reach
-
-
-def events(run: Path) -> list[dict[str, Any]]:
-    """A run's barrier events (``events.jsonl``)."""
-    return [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()
-            if line.strip()]
+from flegel.rundir.reader import read_events, read_summary
 
 
 def to_target(run: Path, target: float, sizes: list[float] | None = None) -> dict[str, Any]:
     """Barriers, their mean time and the cut passes up to the first snapshot at or below
-    ``target`` (None figures if the run never reached it)."""
-    summary = json.loads((run / "summary.json").read_text())
-    hit = next((float(t) for t, f in summary["objective_trace"] if f <= target), None)
-    evs = events(run)
+    ``target`` (None figures if the run never reached it), and ``reach_s``: when the trace
+    crosses ``target`` (:func:`~flegel.cli.paper.horizons.first_reach`)."""
+    trace = read_summary(run)["objective_trace"]
+    hit = next((float(t) for t, f in trace if f <= target), None)
+    reach = {"reach_s": first_reach(trace, target)}  # interpolated (horizons.first_reach)
+    evs = read_events(run)
     later = [e for e in evs[3:] if "compute_s" in e["workers"] and "barrier_s" in e]
     warm = {"warm_ms": 1e3 * float(np.median([max(e["workers"]["compute_s"]) for e in later]))
             if later else None,
             "bar_ms": 1e3 * float(np.median([e["barrier_s"] for e in later])) if later else None}
     if hit is None or not evs:
-        return {"its": None, "ms_per_it": None, "cal_ms": None, "cut": [], **warm}
+        return {"its": None, "ms_per_it": None, "cal_ms": None, "cut": [], **warm, **reach}
     # The snapshot is taken at a barrier; the event of that barrier is the nearest one.
     n = 1 + min(range(len(evs)), key=lambda i: abs(evs[i]["time_s"] - hit))
     full = sizes or [max(e["workers"]["points"][k] for e in evs)
@@ -62,7 +59,7 @@ def to_target(run: Path, target: float, sizes: list[float] | None = None) -> dic
     cut = [f"{e['t']}:{r}" for e in evs[:n]
            for p, r, m in zip(e["workers"]["points"], e["workers"]["reason"], full) if p < m]
     return {"its": n, "ms_per_it": 1e3 * evs[n - 1]["time_s"] / n,
-            "cal_ms": 1e3 * evs[0]["time_s"], "cut": cut, **warm}
+            "cal_ms": 1e3 * evs[0]["time_s"], "cut": cut, **warm, **reach}
 
 
 def run_dir(rep: Path, algorithm: str, sync: str) -> Path:
@@ -92,9 +89,7 @@ def main() -> None:
             folder = args.keep / "horizons" / (f"rep{i}" if len(reps) > 1 else "")
             b = to_target(run_dir(folder, a, "bspv"), row["target"])
             f = to_target(run_dir(folder, a, "fspv-off"), row["target"])
-            tb, tf = (first_reach(json.loads((run_dir(folder, a, s) / "summary.json")
-                                             .read_text())["objective_trace"], row["target"])
-                      for s in ("bspv", "fspv-off"))
+            tb, tf = b["reach_s"], f["reach_s"]
             interp = f"{tb / tf:5.2f}x" if tb and tf else f"{'-':>6s}"
 
             def cells(x: dict[str, Any]) -> str:
