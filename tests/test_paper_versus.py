@@ -227,3 +227,15 @@ def test_fig12_reads_the_passes_over_the_horizon(tmp_path: Path,
     assert verdict(f) == MET
     assert any(line.startswith("| FSPV injected | >4.0 | 1.7 933.0 933.0 933.0 | 548.82 | "
                                "1.7 933.0") for line in f.table)
+
+
+def test_max_time_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from flegel.cli.paper import command
+
+    sub = argparse.ArgumentParser().add_subparsers()
+    command.add_parser(sub, "paper")
+    args = sub.choices["paper"].parse_args(["--quick", "--only", "9a", "--max-time", "0"])
+    assert args.max_time == 0.0 and command.main(args) == 2
+    assert "--max-time must be positive" in capsys.readouterr().err
