@@ -73,8 +73,8 @@ def interval(r: Ratio) -> tuple[float, float]:
 
 
 def lowest(ratios: list[Ratio]) -> tuple[int, Ratio]:
-    """The lowest of ``ratios`` with what is known of it, and the index of the one that
-    bounds it from above (the lowest value among those that are not lower bounds).
+    """The lowest of ``ratios`` with what is known of it, and the index of the ratio that
+    decides it (the one with the least upper end; for a lower bound, the least lower end).
 
     The lowest lies between the least lower end and the least upper end of the ratios'
     intervals (:func:`interval`): exact where the two meet; else a lower bound where every
