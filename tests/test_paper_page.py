@@ -106,19 +106,3 @@ def test_a_failed_run_reads_failed_not_nan():
 
     assert (_ms(float("nan")), _x(float("nan"))) == ("failed", "failed")
     assert (_ms(2.345), _x(1.5)) == ("2.35", "1.50x")
-
-
-def test_fig15_best_fixed_interval_ignores_failed_runs(tmp_path: Path) -> None:
-    from flegel.cli.paper.fsp_figures import best_run
-    from flegel.cli.paper.runner import RunResult
-
-    def run(name: str, summary: dict | None) -> RunResult:
-        return RunResult(name, tmp_path / name, summary, None if summary else "timed out",
-                         1.0, 1.0)
-
-    failed = run("failed", None)  # its "time" is 0 s, not reached
-    slow = run("slow", {"time_to_target_s": 2.0})
-    fast = run("fast", {"time_to_target_s": 0.5})
-    capped = run("capped", {"wall_time_s": 0.1})  # did not reach the target in 0.1 s
-    assert best_run([failed, slow, capped, fast]).key == "fast"
-    assert best_run([failed, capped]).key == "capped"

@@ -63,6 +63,54 @@ def geo_mean(ratios: list[Ratio]) -> Ratio:
     return Ratio(v, combine([r.qualifier for r in ratios]))
 
 
+def interval(r: Ratio) -> tuple[float, float]:
+    """The values ``r`` may stand for: ``(v, v)`` exact, ``(v, inf)`` a lower bound,
+    ``(0, v)`` an upper bound, ``(0, inf)`` unknown (or not a number)."""
+    if math.isnan(r.value) or r.qualifier not in ("", ">", "<"):
+        return 0.0, math.inf
+    return (r.value if r.qualifier in ("", ">") else 0.0,
+            r.value if r.qualifier in ("", "<") else math.inf)
+
+
+def lowest(ratios: list[Ratio]) -> tuple[int, Ratio]:
+    """The lowest of ``ratios`` with what is known of it, and the index of the ratio that
+    decides it (the one with the least upper end; for a lower bound, the least lower end).
+
+    The lowest lies between the least lower end and the least upper end of the ratios'
+    intervals (:func:`interval`): exact where the two meet; else a lower bound where every
+    ratio has one (the figure can claim no more than it), else an upper bound.  Taking the
+    lowest *value* instead would rank ``>0.5x`` below ``0.8x`` and ``<1.0x`` above it."""
+    if not ratios:
+        return -1, Ratio(float("nan"), "?")
+    spans = [interval(r) for r in ratios]
+    lo = min(s[0] for s in spans)
+    hi_i = min(range(len(spans)), key=lambda i: (spans[i][1], spans[i][0]))
+    hi = spans[hi_i][1]
+    if lo == hi:
+        return hi_i, Ratio(lo)
+    if lo > 0:
+        return min(range(len(spans)), key=lambda i: spans[i][0]), Ratio(lo, ">")
+    if math.isinf(hi):
+        return hi_i, Ratio(float("nan"), "?")
+    return hi_i, Ratio(hi, "<")
+
+
+def above(a: Ratio, b: Ratio) -> bool:
+    """Whether ``a`` is certainly above ``b``, bounds and all (:func:`interval`)."""
+    return interval(a)[0] > interval(b)[1]
+
+
+def narrower(a: Ratio, b: Ratio) -> bool:
+    """Whether ``a`` is certainly nearer 1 than ``b`` (``|log a| <= |log b|`` for every value
+    each may stand for): "the gap between the two frameworks narrows"."""
+    def logs(r: Ratio) -> tuple[float, float]:
+        lo, hi = interval(r)
+        ends = [abs(math.log(x)) if 0 < x < math.inf else math.inf for x in (lo, hi)]
+        return (0.0 if lo <= 1.0 <= hi else min(ends)), max(ends)
+
+    return logs(a)[1] <= logs(b)[0]
+
+
 def time_row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 

@@ -13,6 +13,26 @@ faster) is a lower bound (``>``) when FSPV never reached the target in its run.
 
 The same functions serve ``bench/fsp_claims.py --only horizons`` and ``flegel paper``'s
 Fig. 8, so the bench and the page measure the same thing.
+
+**Where neither side reaches the paper's target** (:func:`versus`; Figs. 7, 9a, 9b and 15,
+issue 19): with one worker slowed by τ = 32 ms per 1,000 points on contiguous sorted shards
+and no migration, no framework may reach BSPB's converged objective within ``--quick``'s
+4 s, and two times ">4.0" say nothing of who is ahead.  The comparison then takes the same
+measure from the two runs' exact traces: the horizon is the shorter run's length, the
+target the *better* (lower) of the two objectives reached by then, plus the workload's slack
+times its magnitude (the tolerance of the paper's target, :meth:`Runner.target`), and each
+side's time is its first reach of it (:func:`first_reach`) -- a bound, "more than its run",
+where it never got there.  So the side that is ahead at the horizon has an exact time and
+the other, unless within the slack of it, a bound: the ratio reads ``<x`` or ``>x`` (who is
+ahead, and at least by how much time), never ``?``.  Why the leader's objective and not the
+laggard's: a side that settles early on a plateau (FSPV without migration on contiguous
+K-means stalls at +5.9 % from 0.5 s on, in another basin) reaches the laggard's objective
+first and would read "faster" although the other side is ahead from then on; to the
+leader's objective it reads what it is, behind.  The ratio is that of the horizon, not of
+the converged objective: a side still descending at the horizon may overtake a side on a
+plateau later (``docs/benchmarks.md``, "flegel paper where no side reaches the target").
+Where either side reaches the paper's target the comparison is the paper's, unchanged
+(:meth:`Ratio.of` on the times to it).
 """
 
 from __future__ import annotations
@@ -23,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flegel.cli.paper.common import geo_mean
-from flegel.cli.paper.runner import Ratio, Runner, Time
+from flegel.cli.paper.runner import Ratio, Runner, RunResult, Time
 
 #: Horizons (seconds of BSPV's run) whose objective becomes a target.
 HORIZONS = (0.2, 0.5, 1.0, 2.0, 4.0)
@@ -146,6 +166,107 @@ def compare(bspv_trace: Sequence[Sequence[float]], fspv_trace: Sequence[Sequence
 def geo_mean_ratio(rows: Sequence[HorizonRow]) -> Ratio:
     """Geometric mean of the rows' ratios, a bound if any of them is."""
     return geo_mean([r.ratio for r in rows])
+
+
+#: Snapshots this share past the shorter run's length still count as by its horizon: a run
+#: stopped by ``max_time_s`` takes its last snapshot a few ms after it.
+HORIZON_GRACE = 0.01
+
+
+@dataclass(frozen=True)
+class Versus:
+    """Two runs compared (:func:`versus`): the ratio of their times ``a / b`` and what it was
+    measured on.
+
+    Attributes
+    ----------
+    ratio : Ratio
+        ``a``'s time over ``b``'s, a bound where one side never reached the target.
+    a, b : Time
+        Each side's time to the target.
+    horizon_s : float or None
+        None: the target is the paper's (one side reached it, or a run failed); else the
+        horizon whose better objective is the target (module notes).
+    target : float or None
+        The objective both times are to (None: the paper's target).
+    ends : tuple of (float or None)
+        Each side's best exact objective by the horizon (at the horizon only).
+    """
+
+    ratio: Ratio
+    a: Time
+    b: Time
+    horizon_s: float | None = None
+    target: float | None = None
+    ends: tuple[float | None, float | None] = (None, None)
+
+    #: The mark of a ratio measured at the horizon, on the page.
+    MARK = "†"
+
+    @property
+    def at_horizon(self) -> bool:
+        return self.horizon_s is not None
+
+    def text(self, unit: str = "x") -> str:
+        """``"<0.99x†"``: the ratio, marked when it was measured at the horizon."""
+        return self.ratio.text(unit) + (self.MARK if self.at_horizon else "")
+
+
+def _trace(r: RunResult) -> list[list[float]]:
+    return list((r.summary or {}).get("objective_trace") or [])
+
+
+#: The page's note under a table with ratios measured at the horizon.
+NOTE = (f"{Versus.MARK} neither side reached the target in its run: the ratio is of the times "
+        "to the better objective either side reached by the shorter run's end, plus the "
+        "workload's slack; a bound (`<` / `>`) where one side never reached it -- who is "
+        "ahead at the horizon, and at least by how much time "
+        "(`flegel/cli/paper/horizons.py`).")
+
+
+def end_above(r: RunResult) -> str:
+    """``r``'s best exact objective over its run relative to its target: ``"+0.58 %"``
+    (``"-"`` without either)."""
+    f = best_by(_trace(r), math.inf)
+    if f is None or not r.target:
+        return "-"
+    return f"{100 * (f / r.target - 1):+.2f} %"
+
+
+def versus(a: RunResult, b: RunResult, slack: float) -> Versus:
+    """``a``'s time over ``b``'s, to the paper's target or, where neither reached it, to
+    the better objective either reached by the shorter run's end (module notes).
+
+    Parameters
+    ----------
+    a, b : RunResult
+        Two runs of one setting to the same target (their ``objective_trace`` exact).
+    slack : float
+        The workload's relative slack (:class:`~flegel.cli.paper.workloads.Workload`): the
+        target at the horizon is the better objective plus ``slack`` times its magnitude.
+
+    Returns
+    -------
+    Versus
+        With ``horizon_s`` None where the paper's target decided (or a run failed: ``?``).
+    """
+    plain = Versus(Ratio.of(a.time, b.time), a.time, b.time)
+    if not (a.ok and b.ok) or a.time.reached or b.time.reached:
+        return plain
+    walls = [float((r.summary or {}).get("wall_time_s", 0.0)) for r in (a, b)]
+    horizon = min(walls)
+    ends = (best_by(_trace(a), horizon * (1 + HORIZON_GRACE)),
+            best_by(_trace(b), horizon * (1 + HORIZON_GRACE)))
+    known = [f for f in ends if f is not None]
+    if not known:
+        return plain
+    best = min(known)
+    target = best + slack * abs(best)
+    times = []
+    for r, wall in zip((a, b), walls):
+        t = first_reach(_trace(r), target)
+        times.append(Time(t, True) if t is not None else Time(wall, False))
+    return Versus(Ratio.of(times[0], times[1]), times[0], times[1], horizon, target, ends)
 
 
 def run_figures(summary: dict[str, Any]) -> dict[str, Any]:

@@ -109,21 +109,62 @@ def fig11(ctx: Ctx) -> Figure:
         table=table + failures(runs), pictures=[pic])
 
 
+def _spread(p: list[float]) -> str:
+    return f"{max(p) / max(min(p), 1e-9):.2f}" if p else "-"
+
+
+def _point_passes(r: RunResult) -> str:
+    pp = (r.summary or {}).get("point_passes") or {}
+    if not pp:
+        return "-"
+    lo, hi = float(pp["min"]), float(pp["max"])
+    return f"{lo:g}..{hi:g} ({hi / max(lo, 1e-9):.2f})"
+
+
+def over_horizon(ctx: Ctx, at_target: RunResult, sync: str, stragglers: str) -> RunResult:
+    """The run of K-means on contiguous shards with ``sync`` and ``stragglers`` for the
+    mode's whole ``max_time_s``, without a target (Fig. 12).  A run to the target that did
+    not reach it already ran that long (to within 1 %): it serves."""
+    horizon = ctx.mode.max_time_s
+    wall = float((at_target.summary or {}).get("wall_time_s", 0.0))
+    if at_target.ok and not at_target.time.reached and wall >= 0.99 * horizon:
+        return at_target
+    return ctx.runner.trace_run("kmeans", "contiguous", sync, stragglers,
+                                (f"stop.max_time_s={horizon:g}", "stop.tolerance=null"))
+
+
 def fig12(ctx: Ctx) -> Figure:
-    """Fig. 12: passes and Σ Δf per worker, with and without the straggler."""
+    """Fig. 12: passes and Σ Δf per worker, with and without the straggler.
+
+    The paper reports the passes "after a ML algorithm converges"; a run to the target ends
+    as soon as it gets there (K-means with *asyn*: 0.2 s at ``--quick`` scale), when the
+    coverage hold and the first migration round are most of the run, and its passes say
+    how the run started, not where migration settles (issue 19 asks max/min <= 1.3 "over a
+    30 s run").  So each setting also runs for the mode's whole ``max_time_s`` without a
+    target (:func:`over_horizon`), and the verdict reads those passes; the passes at the
+    target (the runs Fig. 11 shares) stay beside them.  Passes per worker count its own
+    shard's points wherever they were trained (the paper's quantity); "point passes" are
+    the fewest and most traversals of any single point (``summary.json``'s
+    ``point_passes``, what ``bench/fsp_claims.py --only gap`` reports)."""
     inj = ctx.injected()
-    runs = [(f"{NAMES[s]} {'injected' if st != 'none' else 'no stragglers'}",
-             ctx.run("kmeans", "contiguous", s, st))
-            for st in ("none", inj) for s in ("fspv-off", "fspv-async")]
-    head = ["run", "passes per worker", "max/min", "moved (bytes)"]
-    table = [time_row(head), time_row(["---"] * 4)]
-    for label, r in runs:
-        p = _passes(r)
-        table.append(time_row([label, " ".join(f"{x:.1f}" for x in p),
-                               f"{max(p) / max(min(p), 1e-9):.2f}" if p else "-",
-                               _migration(r)]))
-    p = _passes(runs[3][1])
+    horizon = ctx.mode.max_time_s
+    settings = [(f"{NAMES[s]} {'injected' if st != 'none' else 'no stragglers'}", s, st)
+                for st in ("none", inj) for s in ("fspv-off", "fspv-async")]
+    targets = [ctx.run("kmeans", "contiguous", s, st) for _, s, st in settings]
+    longs = [over_horizon(ctx, r, s, st) for r, (_, s, st) in zip(targets, settings)]
+    head = ["run", "time to target", "passes per worker at the end", "max/min",
+            f"passes per worker over {horizon:g} s", "max/min",
+            f"point passes over {horizon:g} s (max/min)", f"moved over {horizon:g} s (bytes)"]
+    table = [time_row(head), time_row(["---"] * len(head))]
+    for (label, _, _), r, long in zip(settings, targets, longs):
+        p, q = _passes(r), _passes(long)
+        table.append(time_row([label, r.time.text(), " ".join(f"{x:.1f}" for x in p),
+                               _spread(p), " ".join(f"{x:.1f}" for x in q), _spread(q),
+                               _point_passes(long), _migration(long)]))
+    p = _passes(longs[3])
     spread = max(p) / max(min(p), 1e-9) if p else float("inf")
+    p0 = _passes(targets[3])
+    runs = [(label, r) for (label, _, _), r in zip(settings, longs)]
     pics = [x for x in (plots.run_picture(ctx.pictures / "fig12-passes.png", runs,
                                           passes_picture),
                         plots.run_picture(ctx.pictures / "fig12-delta-f.png", runs,
@@ -132,9 +173,14 @@ def fig12(ctx: Ctx) -> Figure:
         "12", "passes and Σ Δf per worker under async migration",
         "with asyn the workers' passes even out and Σ Δf only slightly favours the fast "
         "workers (no number); issue 19 asks max/min passes <= 1.3", paper_value=1.3,
-        higher_better=False, ours=f"max/min passes with asyn and the straggler: {spread:.2f}",
-        ours_value=spread, setting=f"K-means, contiguous shards of sorted data, none and {inj}",
-        table=table + failures([r for _, r in runs]), pictures=pics)
+        higher_better=False,
+        ours=f"max/min passes with asyn and the straggler over {horizon:g} s: {spread:.2f} "
+             f"(at the target, {targets[3].time.text()} s: {_spread(p0)})",
+        ours_value=spread,
+        setting=f"K-means, contiguous shards of sorted data, none and {inj}; passes over "
+                f"{horizon:g} s of training without a target (the verdict), and at the end "
+                "of the run to the target", table=table + failures(targets + longs),
+        pictures=pics)
 
 
 #: Fig. 13's straggler, the paper's *Natural* (a worker on a congested host): a CPU this many

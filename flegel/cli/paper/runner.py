@@ -198,7 +198,7 @@ class Runner:
         summary, error = None, None
         try:
             summary = launch(self.job(algorithm, partition), folder, all_sets,
-                             3 * self.mode.ref_time_s + 60)
+                             3 * max(self.mode.ref_time_s, self.mode.max_time_s) + 60)
         except (RunFailedError, OSError, ValueError) as exc:
             error = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else repr(exc)
         res = RunResult(key, folder, summary, error, target, time.perf_counter() - t0)

@@ -1,0 +1,241 @@
+"""Two runs compared where neither reaches the paper's target (issue 19:
+:func:`flegel.cli.paper.horizons.versus`), the arithmetic of bounds behind the verdicts
+(:mod:`flegel.cli.paper.common`), and Figs. 7, 9a, 9b, 12 and 15 read on the runs of
+``flegel paper --quick``'s last page (tests/data/paper, no MPI)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flegel.cli.paper import fsp_figures, opt_figures, plots
+from flegel.cli.paper.common import Ctx, above, interval, lowest, narrower
+from flegel.cli.paper.horizons import end_above, versus
+from flegel.cli.paper.page import MET, MISSED, verdict
+from flegel.cli.paper.runner import Ratio, Runner, RunResult
+from flegel.cli.paper.workloads import QUICK
+
+#: Summaries (wall time, time to target, target, exact trace) of the contiguous-straggler
+#: runs of docs/paper.md's page on d56784f (runs/paper-quick-20261126-234026), keyed as
+#: :class:`Runner` keys its runs.
+PAGE = Path(__file__).parent / "data" / "paper" / "contiguous-stragglers.json"
+INJ = "injected:tau=32,workers=1"
+
+
+def run(trace: list[list[float]], wall: float, target: float = 1.0,
+        reached: float | None = None) -> RunResult:
+    """A run to ``target`` with this exact trace; ``reached``: its time to the target."""
+    s: dict[str, Any] = {"objective_trace": trace, "wall_time_s": wall,
+                         "target_objective": target, "time_to_target_s": reached}
+    return RunResult("k", Path("r"), s, None, target, wall)
+
+
+def test_both_reach_the_target_the_ratio_is_the_papers() -> None:
+    v = versus(run([[0.5, 2.0], [1.0, 0.9]], 1.0, reached=1.0),
+               run([[0.2, 0.8]], 0.2, reached=0.2), slack=0.01)
+    assert v.ratio == Ratio(5.0) and not v.at_horizon and v.text() == "5.00x"
+
+
+def test_one_reaches_the_target_the_other_a_bound_as_before() -> None:
+    v = versus(run([[0.5, 2.0], [1.0, 0.9]], 1.0, reached=1.0),
+               run([[0.1, 1.5], [4.0, 1.2]], 4.0), slack=0.01)
+    assert v.ratio == Ratio(0.25, "<") and not v.at_horizon
+
+
+def test_neither_reaches_the_leaders_objective_decides_and_the_laggard_is_a_bound() -> None:
+    """A at 1.5 by 4 s, B at 1.2 (ahead): the target is 1.2 plus the slack; B got there
+    between 3 s (1.3) and 4 s (1.2), A never did: A/B > 4 / B's time."""
+    a = run([[0.1, 3.0], [1.0, 1.6], [4.0, 1.5]], 4.0)
+    b = run([[0.5, 3.0], [3.0, 1.3], [4.0, 1.2]], 4.0)
+    v = versus(a, b, slack=0.01)
+    assert v.at_horizon and v.horizon_s == 4.0 and v.ends == (1.5, 1.2)
+    assert v.target == pytest.approx(1.212)
+    assert v.b.reached and v.b.s == pytest.approx(3.0 + (1.3 - 1.212) / 0.1)
+    assert not v.a.reached and v.a.s == 4.0
+    assert v.ratio.qualifier == ">" and v.ratio.value == pytest.approx(4.0 / v.b.s)
+    assert v.text().endswith("†") and v.text().startswith(">")
+    # Seen from the other side: an upper bound.
+    assert versus(b, a, slack=0.01).ratio.qualifier == "<"
+
+
+def test_a_side_on_an_early_plateau_never_reaches_the_others_objective() -> None:
+    """FSPV without migration on contiguous K-means: on a plateau (+6 %) from 0.5 s; BSPV
+    descends past it at 1.5 s and ends at +0.6 %.  To the plateau FSPV would read 3x
+    faster; to the leader's objective it reads what it is, behind."""
+    fspv = run([[0.1, 107.0], [0.5, 106.0], [4.0, 106.0]], 4.0, target=100.0)
+    bspv = run([[0.9, 119.0], [1.5, 106.0], [3.0, 103.0], [4.0, 100.6]], 4.0, target=100.0)
+    v = versus(bspv, fspv, slack=1e-3)
+    assert v.ratio.qualifier == "<" and v.ratio.value == pytest.approx(v.a.s / 4.0)
+    assert v.a.s == pytest.approx(3.0 + 1.0 * (103.0 - 100.7006) / 2.4)
+    assert end_above(fspv) == "+6.00 %" and end_above(bspv) == "+0.60 %"
+
+
+def test_two_sides_within_the_slack_of_each_other_both_reach_it() -> None:
+    a = run([[0.1, 3.0], [0.5, 2.0], [4.0, 2.0]], 4.0)
+    b = run([[0.1, 3.0], [1.0, 2.0], [4.0, 1.999]], 4.0)
+    v = versus(a, b, slack=1e-3)
+    assert v.at_horizon and v.ratio.qualifier == ""
+    assert v.a.s == pytest.approx(0.1 + 0.4 * (3.0 - 1.999 * 1.001) / 1.0)
+
+
+def test_the_horizon_is_the_shorter_run() -> None:
+    """B ran twice as long: its snapshots after A's end do not set the target."""
+    a = run([[0.5, 2.0], [2.0, 1.5]], 2.0)
+    b = run([[0.5, 1.8], [2.0, 1.7], [4.0, 1.0]], 4.0)
+    v = versus(a, b, slack=0.0)
+    assert v.horizon_s == 2.0 and v.target == 1.5 and v.a.s == 2.0 and v.a.reached
+    assert v.b.s == pytest.approx(2.0 + 2.0 * 0.2 / 0.7) and v.ratio.qualifier == ""
+
+
+def test_a_failed_run_is_unknown() -> None:
+    failed = RunResult("k", Path("r"), None, "timed out", 1.0, 1.0)
+    v = versus(failed, run([[0.1, 2.0]], 4.0), slack=0.01)
+    assert v.ratio.qualifier == "?" and not v.at_horizon
+
+
+def test_bounds_decide_lowest_above_and_narrower() -> None:
+    assert interval(Ratio(2.0, ">")) == (2.0, math.inf)
+    assert interval(Ratio(float("nan"))) == (0.0, math.inf)
+    assert lowest([Ratio(0.8), Ratio(1.0, "<"), Ratio(2.7, ">")]) == (0, Ratio(0.8, "<"))
+    assert lowest([Ratio(1.5), Ratio(1.2, ">")]) == (1, Ratio(1.2, ">"))
+    assert lowest([Ratio(1.5), Ratio(2.0)]) == (0, Ratio(1.5))
+    assert lowest([Ratio(0.5, "<"), Ratio(0.8, "<")])[1] == Ratio(0.5, "<")
+    assert above(Ratio(2.3, ">"), Ratio(0.33, "<"))
+    assert not above(Ratio(2.3), Ratio(3.0, "<")) and not above(Ratio(2.3, "<"), Ratio(0.3))
+    assert narrower(Ratio(1.2), Ratio(3.0, ">")) and narrower(Ratio(0.9), Ratio(0.5, "<"))
+    assert not narrower(Ratio(0.8, "<"), Ratio(1.0, "<"))  # two upper bounds: undecided
+    assert not narrower(Ratio(1.1, ">"), Ratio(3.0))
+
+
+def test_fig15_best_fixed_interval_ignores_failed_runs() -> None:
+    fspv = run([[1.0, 0.9]], 1.0, reached=1.0)
+    failed = RunResult("failed", Path("f"), None, "timed out", 1.0, 1.0)
+    slow = run([[2.0, 0.9]], 2.0, reached=2.0)
+    fast = run([[0.5, 0.9]], 0.5, reached=0.5)
+    capped = run([[0.1, 2.0]], 0.1)  # did not reach the target in 0.1 s
+    i, v = fsp_figures.best_fixed(fspv, [failed, slow, capped, fast], slack=0.01)
+    assert i == 3 and v.ratio == Ratio(2.0)
+    assert fsp_figures.best_fixed(fspv, [failed, capped], slack=0.01)[0] == 1
+
+
+class Held(Runner):
+    """A runner with its runs given: asked for any other, the test fails (no MPI job)."""
+
+    def _run(self, algorithm: str, partition: str, sync: str, stragglers: str,
+             sets: list[str], target: float | None, name: str | None, where: str = "",
+             launch: Any = None) -> RunResult:
+        key = json.dumps([algorithm, partition, sync, stragglers, sets, name])
+        assert key in self.runs, f"not among the given runs: {key}"
+        return self.runs[key]
+
+
+@pytest.fixture
+def page_ctx(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ctx:
+    """A Ctx whose runner holds the page's runs (and targets): the figures run no job (and
+    draw no picture)."""
+    monkeypatch.setattr(plots, "bars", lambda path, *a, **k: path.name)
+    monkeypatch.setattr(plots, "lines", lambda path, *a, **k: path.name)
+    runner = Held(QUICK, tmp_path, say=lambda _: None)
+    for key, s in json.loads(PAGE.read_text()).items():
+        a, p = json.loads(key)[:2]
+        runner.targets[a, p] = s["target_objective"]
+        runner.runs[key] = RunResult(key, tmp_path / "runs", s, None, s["target_objective"],
+                                     s["wall_time_s"])
+    (tmp_path / "pictures").mkdir()
+    return Ctx(runner, tmp_path / "pictures", say=lambda _: None)
+
+
+def test_fig7_on_the_page_reads_who_is_ahead(page_ctx: Ctx) -> None:
+    """On the last page both rows read ?1.00x three times.  K-means: FSPV (and FSPB) sit on
+    the +5.89 % plateau, BSPB and BSPV end +3.45 % / +0.58 %: behind both; level with FSPB.
+    Logistic regression: FSPV is ahead of the BSPs at 4 s (+6.35 % against +5.57 % and
+    +7.36 %, within the 1 % slack: exact), behind FSPB (+4.49 %)."""
+    table, vs_bspv, vs_fspb, _, _ = fsp_figures._speedups(
+        page_ctx, "7", INJ, {"contiguous": ("kmeans", "logreg")})
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[-3:] for line in table
+            if line.startswith("| kmeans") or line.startswith("| logreg")}
+    assert rows["kmeans"] == ["<0.79x†", "<1.00x†", "0.98x† |"]
+    assert rows["logreg"] == ["1.20x†", "1.98x†", "<0.82x† |"]
+    assert "- kmeans, contiguous: best objective in the run, above the target: BSPB +3.45 %, " \
+           "BSPV +0.58 %, FSPB +5.89 %, FSPV +5.89 %" in table
+    assert vs_bspv["kmeans/contiguous"].qualifier == "<"
+    assert lowest(list(vs_bspv.values()))[1].text() == "<1.00x"
+
+
+def test_fig9a_and_9b_on_the_page(page_ctx: Ctx) -> None:
+    """9a: FSPV vs BSPV <0.33x at τ = 8 (BSPV reached the target), >2.30x at τ = 128
+    (BSPV at +18 % after 4 s, FSPV on its plateau from 1.7 s): certainly grows: met.
+    9b: <1.00x, <0.83x, <0.81x -- FSPV behind with 1, 2 and 3 slow workers; two upper
+    bounds do not say whether the gap narrows: missed."""
+    a = fsp_figures.fig9a(page_ctx)
+    assert verdict(a) == MET
+    assert a.ours.startswith("FSPV vs BSPV <0.33x at τ=8 ms, >2.30x† at τ=128 ms")
+    b = fsp_figures.fig9b(page_ctx)
+    assert verdict(b) == MISSED
+    assert b.ours.startswith("FSPV vs BSPV <1.00x† with 1 slow worker, <0.81x† with 3")
+    assert "| 2 | >4.0 | >4.0 | <0.83x† | +2.24 % / +4.65 % |" in b.table
+
+
+def test_fig15_on_the_page(page_ctx: Ctx) -> None:
+    """FSPV never reaches BSPV's +0.58 %: FSPV / BSPV >1.00 (a bound on the wrong side:
+    missed).  Every fixed η ends on FSPV's plateau; FSPV gets there as soon as η = 1/32 of
+    a full batch (0.98) and sooner than the others (0.72, 0.27)."""
+    f = fsp_figures.fig15(page_ctx)
+    assert verdict(f) == MISSED and f.qualifier == ">"
+    assert f.ours == "FSPV / BSPV >1.00†; FSPV / the best fixed η (0.03125 of a full " \
+                     "batch) 0.98†"
+    assert [line.split(" | ")[-1] for line in f.table[2:5]] == ["0.98† |", "0.72† |",
+                                                                 "0.27† |"]
+
+
+def test_fig12_reads_the_passes_over_the_horizon(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verdict reads the run over max_time_s, not the 0.2 s run to the target; a run to
+    the target that did not reach it ran the horizon already and serves as its own."""
+    runner = Held(QUICK, tmp_path, say=lambda _: None)
+    runner.targets["kmeans", "contiguous"] = 1.0
+    inj = "injected:tau=32,workers=1"
+    horizon = [f"stop.max_time_s={QUICK.max_time_s:g}", "stop.tolerance=null"]
+
+    def put(sync: str, stragglers: str, passes: list[float], wall: float,
+            reached: float | None, name: str | None = None) -> None:
+        sets = horizon if name else []
+        key = json.dumps(["kmeans", "contiguous", sync, stragglers, sets, name])
+        s = {"wall_time_s": wall, "time_to_target_s": reached,
+             "per_worker": [{"passes": p} for p in passes],
+             "point_passes": {"min": min(passes), "max": max(passes)}}
+        runner.runs[key] = RunResult(key, tmp_path / key[:8], s, None, 1.0, wall)
+
+    for st in ("none", inj):
+        put("fspv-off", st, [50.0] * 4, 0.2, 0.1)
+        put("fspv-off", st, [500.0] * 4, 4.0, None, "trace-fspv-off")
+        put("fspv-async", st, [29.0, 43.0, 43.0, 43.0], 0.22, 0.2)
+        put("fspv-async", st, [300.0, 330.0, 330.0, 320.0], 4.0, None, "trace-fspv-async")
+    put("fspv-off", inj, [1.7, 933.0, 933.0, 933.0], 4.0, None)  # capped: its own horizon
+    del runner.runs[json.dumps(["kmeans", "contiguous", "fspv-off", inj, horizon,
+                                "trace-fspv-off"])]
+    (tmp_path / "pictures").mkdir()
+    monkeypatch.setattr(plots, "run_picture", lambda *a, **k: None)  # no events written
+    f = opt_figures.fig12(Ctx(runner, tmp_path / "pictures", say=lambda _: None))
+    assert f.ours_value == pytest.approx(1.1)
+    assert f.ours == "max/min passes with asyn and the straggler over 4 s: 1.10 (at the " \
+                     "target, 0.20 s: 1.48)"
+    assert verdict(f) == MET
+    assert any(line.startswith("| FSPV injected | >4.0 | 1.7 933.0 933.0 933.0 | 548.82 | "
+                               "1.7 933.0") for line in f.table)
+
+
+def test_max_time_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from flegel.cli.paper import command
+
+    sub = argparse.ArgumentParser().add_subparsers()
+    command.add_parser(sub, "paper")
+    args = sub.choices["paper"].parse_args(["--quick", "--only", "9a", "--max-time", "0"])
+    assert args.max_time == 0.0 and command.main(args) == 2
+    assert "--max-time must be positive" in capsys.readouterr().err
