@@ -11,11 +11,25 @@ Implementation:
 * Every θ is sent with ``mark = 1``, so the worker journals its per-point state and can roll
   back (:meth:`flegel.runtime.store.ShardStore.mark`); the abort is ``Signal.ABORT`` for the θ
   version the worker computes from.
-* The paper checks the count when the timer expires; the count only grows within the window,
-  so we decide at the push that makes it exceed the threshold -- the same decision, earlier,
-  with less work thrown away.
-* As in Algorithm 2, only an iteration started after a push is speculated on; a restarted one
-  is not (no abort storms).
+* The decision is the paper's (Algorithm 2, CHECKRESYNC; Section V-B): when a worker is sent
+  θ after a push, a *window* of ABORT_TIME opens; pushes by others while it is open are
+  counted; when it closes -- at the first master event at or after ``start + ABORT_TIME``: a
+  push, or a tick of the master loop when nothing arrived (at most ``POLL_MAX_S`` late) --
+  the worker is told to abort if the count exceeds ``m · ABORT_RATE`` and it is still
+  computing that iteration.  An iteration that ends (its push) before its window closes is
+  never aborted: its timer is reset by its own notify, as the paper's scheduler resets the
+  sender's counter and timer.  Issue 19 found the earlier rule -- abort at the push that
+  makes the count exceed the threshold -- aborting such iterations too (it is not "the same
+  decision, earlier": the iteration may end before the timer would have fired), and
+  restarting before the window's later pushes could be uncovered.
+* A window keeps the ABORT_TIME and threshold in force when it opened (the paper's timer is
+  set then); a retuning applies to windows opened after it.
+* As in Algorithm 2, only an iteration started after a push is speculated on; the first
+  iteration (no notify yet) and a restart are not (no abort storms).
+* Aborted work is dropped (the worker's ``finish`` returns False: nothing is applied) and
+  accounted: ``aborts``, ``aborted_points`` and ``aborted_s`` (the iteration's time, the
+  straggler's injected delay included) per worker; ``abort_signals`` counts the signals
+  sent (a signal that reaches a worker after it pushed is dropped as stale).
 * ``adaptive: true`` retunes ABORT_TIME and ABORT_RATE at the start of every epoch (an epoch
   ends when every worker has pushed once more, Section II-B) with Algorithm 1 on the pushes of
   the epoch just ended: the freshness gain ``ũ_i(Δ)`` is the number of pushes by others within
@@ -158,9 +172,11 @@ class SpecSync(SSP):
         self.abort_time = 0.0 if t_ms is None else t_ms / 1e3
         ranks = server.ranks
         self.abort_rate = {r: float(options["abort_rate"]) for r in ranks}
-        self.speculating = {r: False for r in ranks}  # its current iteration is speculated on
+        #: Open speculation windows: rank -> (closes at, abort when more pushes than this).
+        self.window: dict[int, tuple[float, float]] = {}
         self.seen = {r: 0 for r in ranks}             # pushes by others in its window so far
         self._restart = {r: False for r in ranks}
+        self.abort_signals = {r: 0 for r in ranks}
         self.aborts = {r: 0 for r in ranks}
         self.aborted_points = {r: 0 for r in ranks}
         self.aborted_s = {r: 0.0 for r in ranks}
@@ -179,28 +195,41 @@ class SpecSync(SSP):
 
     # ---------------------------------------------------------------- speculation
     def on_answer(self, rank: int, t: float) -> None:
-        # Algorithm 2: speculation starts with an iteration begun after a push, not a restart.
-        self.speculating[rank] = not self._restart[rank] and self.abort_time > 0
-        self._restart[rank] = False
+        # Algorithm 2: speculation starts with an iteration begun after a push (the notify
+        # starts the timer), not with the first iteration nor with a restart.
         self.seen[rank] = 0
+        self.window.pop(rank, None)
+        if self.clock[rank] > 0 and not self._restart[rank] and self.abort_time > 0:
+            self.window[rank] = (t + self.abort_time, self.n * self.abort_rate[rank])
+        self._restart[rank] = False
 
     def after_push(self, rank: int, header: dict[str, float], t: float) -> None:
         # Time of the update, not of the arrival: a push that arrived with others in one
         # poll but is applied after r was sent θ is one r's θ misses (Section III-A).
         t = self.now()
         self.log.append((t, rank, self.started[rank]))
-        for r in self.server.ranks:
-            if r == rank or not self.speculating[r] or r in self.held:
-                continue
-            if t - self.started[r] > self.abort_time:
-                self.speculating[r] = False  # its window closed without enough pushes
-                continue
-            self.seen[r] += 1
-            if self.seen[r] > self.n * self.abort_rate[r]:
-                self.speculating[r] = False
-                self.server.signal([r], Signal.ABORT, self.computing[r])
+        # Its iteration ended before its timer fired: nothing to abort (module notes).
+        self.window.pop(rank, None)
+        self._close(t)  # windows that closed before this push decide without it
+        for r in self.window:
+            if r != rank:
+                self.seen[r] += 1
         if self.adaptive and min(self.clock.values()) > self.epoch:
             self._retune(t)
+
+    def on_tick(self, now: float) -> None:
+        self._close(now)
+
+    def _close(self, now: float) -> None:
+        """CHECKRESYNC of every window that closed by ``now``: abort its iteration if more
+        than ``m · ABORT_RATE`` others pushed in it."""
+        for r, (until, most) in list(self.window.items()):
+            if now < until:
+                continue
+            del self.window[r]
+            if self.seen[r] > most:
+                self.abort_signals[r] += 1
+                self.server.signal([r], Signal.ABORT, self.computing[r])
 
     def on_abort(self, rank: int, header: dict[str, float], t: float) -> None:
         self._restart[rank] = True
@@ -238,6 +267,7 @@ class SpecSync(SSP):
             out.pop("s", None)
         ranks = self.server.ranks
         out.update(base=self.base, adaptive=self.adaptive,
+                   abort_signals=sum(self.abort_signals.values()),
                    aborts=sum(self.aborts.values()),
                    aborted_points=sum(self.aborted_points.values()),
                    aborted_s=sum(self.aborted_s.values()),
