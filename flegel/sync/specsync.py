@@ -50,6 +50,7 @@ Implementation:
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import Any, ClassVar
 
@@ -83,29 +84,46 @@ def tune(pushes: list[tuple[float, int]], starts: dict[int, float], spans: dict[
     Returns
     -------
     (abort_time_s, abort_rates, F)
-        Δ* (0.0 when no Δ improves freshness), Γ_i = Δ*(m − 1)/(T_i m) per rank of ``starts``,
-        and the estimate F(Δ*) of Eq. 7.
+        Δ* (0.0 when no Δ improves freshness), Γ_i = Δ*(m − 1)/(T_i m) per rank of ``starts``
+        (``math.inf``, never abort, for a worker whose half span is under Δ*), and the
+        estimate F(Δ*) of Eq. 7.
+
+    Notes
+    -----
+    A worker takes part only where Δ ≤ T_i / 2: the paper bounds ABORT_TIME's search by
+    "half of the batch time" (Section VI-E), and Eq. 6's Δ / T_i is a probability, which
+    only holds for Δ below the span.  Beyond it the timer would fire when the iteration is
+    nearly done (or has ended), and an abort would throw most of it away for pushes that
+    the re-execution, as long again, misses as many of (module notes).
     """
     if not starts:
         return 0.0, {}, 0.0
     times = np.array([p[0] for p in pushes], dtype=np.float64)
     ranks = np.array([p[1] for p in pushes])
     others = {i: np.sort(times[ranks != i]) for i in starts}
-    loss_rate = sum((m - 1) / spans[i] for i in starts)  # d(loss)/dΔ summed over workers
-    # Candidates: Δ where some ũ_i steps up (a push right-aligned with an iteration start).
-    deltas = np.unique(np.concatenate([others[i] - s for i, s in starts.items()] + [[]]))
+    # Candidates: Δ where some ũ_i steps up (a push right-aligned with an iteration start),
+    # within that worker's half span.
+    deltas = np.unique(np.concatenate(
+        [d[d <= spans[i] / 2] for i, s in starts.items() for d in [others[i] - s]] + [[]]))
     deltas = deltas[deltas > 0]
     if deltas.size == 0:
         return 0.0, {i: 0.0 for i in starts}, 0.0
-    gain = np.zeros(deltas.size)
+    f = np.zeros(deltas.size)
     for i, s in starts.items():
         o = others[i]
         # + 1 ns: s + (t - s) may round just below t, and the push at t must count.
-        gain += np.searchsorted(o, s + deltas + 1e-9, "right") - np.searchsorted(o, s, "right")
-    f = gain - loss_rate * deltas
+        gain = np.searchsorted(o, s + deltas + 1e-9, "right") - np.searchsorted(o, s, "right")
+        f += np.where(deltas <= spans[i] / 2, gain - (m - 1) / spans[i] * deltas, 0.0)
     k = int(np.argmax(f))  # the smallest Δ on ties
     best, best_f = (float(deltas[k]), float(f[k])) if f[k] > 0 else (0.0, 0.0)
-    return best, {i: best * (m - 1) / (spans[i] * m) for i in starts}, best_f
+    return best, {i: best * (m - 1) / (spans[i] * m) if best <= spans[i] / 2 else math.inf
+                  for i in starts}, best_f
+
+
+def _shown(rate: float) -> float | None:
+    """Γ_i as summary.json shows it: None for a worker that is not speculated on (JSON has
+    no infinity)."""
+    return round(rate, 6) if math.isfinite(rate) else None
 
 
 class SpecSyncWorker(WorkerPolicy):
@@ -199,7 +217,8 @@ class SpecSync(SSP):
         # starts the timer), not with the first iteration nor with a restart.
         self.seen[rank] = 0
         self.window.pop(rank, None)
-        if self.clock[rank] > 0 and not self._restart[rank] and self.abort_time > 0:
+        if (self.clock[rank] > 0 and not self._restart[rank] and self.abort_time > 0
+                and math.isfinite(self.abort_rate[rank])):
             self.window[rank] = (t + self.abort_time, self.n * self.abort_rate[rank])
         self._restart[rank] = False
 
@@ -259,7 +278,7 @@ class SpecSync(SSP):
         self.abort_rate.update(rates)
         self.tunings.append({"epoch": self.epoch, "time_s": round(t, 6),
                              "abort_time_ms": round(delta * 1e3, 4), "F": round(f, 4),
-                             "abort_rate": {r: round(g, 6) for r, g in rates.items()}})
+                             "abort_rate": {r: _shown(g) for r, g in rates.items()}})
 
     def summary(self) -> dict[str, Any]:
         out = super().summary()
@@ -275,6 +294,6 @@ class SpecSync(SSP):
                                         "points": self.aborted_points[r],
                                         "seconds": self.aborted_s[r]} for r in ranks],
                    abort_time_ms=self.abort_time * 1e3,
-                   abort_rate=[self.abort_rate[r] for r in ranks],
+                   abort_rate=[_shown(self.abort_rate[r]) for r in ranks],
                    tunings=len(self.tunings), tuning_log=self.tunings[-200:])
         return out
