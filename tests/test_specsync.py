@@ -36,11 +36,12 @@ class Window:
     signalled: bool = False
 
 
-def _run(delta_ms: float, rate: float, slowdown: dict[int, float], **kw) -> Simulation:
+def _run(delta_ms: float, rate: float, slowdown: dict[int, float], iterations: int = 40,
+         **kw) -> Simulation:
     return Simulation("specsync", {"adaptive": False, "abort_time_ms": delta_ms,
                                    "abort_rate": rate, "batch": 50},
                       slowdown=slowdown, latency_s=LAT, poll_s=POLL, jitter=0.3,
-                      stop={"max_iterations": 40}, **kw).run()
+                      stop={"max_iterations": iterations}, **kw).run()
 
 
 def windows(sim: Simulation, delta: float) -> list[Window]:
@@ -179,3 +180,23 @@ def test_workers_whose_half_span_is_under_abort_time_are_not_speculated_on():
         if t["abort_time_ms"] > 0:
             assert t["abort_rate"][1] is None and t["abort_rate"][2] is None
     assert all(w["aborts"] == 0 for w in s["aborted_per_worker"] if w["rank"] != 3)
+
+
+def test_an_aborted_iteration_does_not_leave_its_suspension_to_the_restart():
+    # Worker 3 is suspended 20 ms per 50-point iteration (the Injected pattern); windows of
+    # 5 ms abort it mid-suspension.  The restart recomputes the points and is suspended
+    # for them again: one span (~20.5 ms), not the 15 ms the dropped work still owed first.
+    tau = 0.020
+    slow = {"pattern": "injected", "tau_ms": tau * 1e3, "every": 50, "workers": [3]}
+    sim = _run(5.0, 0.0, {}, iterations=1000, stragglers=[slow])
+    its = sim.iterations(3)
+    restarts = [b for a, b in zip(its, its[1:]) if a.reason == Reason.ABORT
+                and b.reason is not None]
+    assert len(restarts) >= 3
+    for it in restarts:
+        assert it.ended - it.began < 1.2 * tau, it
+    # What the straggler served is its committed iterations' τ and the aborted ones' part.
+    served = sum(it.header["slowed_s"] for it in its if it.reason is not None)
+    pushes = sum(it.reason != Reason.ABORT for it in its if it.reason is not None)
+    assert served < (pushes + 1) * tau + sum(5e-3 + POLL + 2 * LAT for it in its
+                                             if it.reason == Reason.ABORT)
