@@ -26,8 +26,11 @@ ASP-like run whose exact objective swung between 24,900 and 27,500: whether a sn
 below the target decided the row, met in 2 of 5 runs).  With the fixed mini-batch both rows
 reach a verdict in 4 s; ElasticBSP's still flips now and then (met in 3 of 4 runs, and in 1
 of 4 with the monitoring phase bounded by ``R``), DSSP's gain over SSP is 0-11 % (met in 3 of
-4).  SpecSync's row flips either way (issue 19: ?1.00x, 0.32x, > 8.25x in three runs).  The
-figures are in ``docs/sync/elastic.md``, ``docs/sync/dssp.md`` and ``docs/sync/specsync.md``.
+4).  SpecSync's row flipped either way from one pair to the next (issue 19: ?1.00x, 0.32x,
+> 8.25x in three runs; 7.07x to <0.12x in six pairs of the same code): it now runs
+:data:`SPECSYNC_ROUNDS` rounds with and without the straggler and is judged on the medians
+(:func:`specsync`).  The figures are in ``docs/sync/elastic.md``, ``docs/sync/dssp.md`` and
+``docs/sync/specsync.md``.
 """
 
 from __future__ import annotations
