@@ -43,7 +43,12 @@ Implementation:
   it "to ensure that re-execution always makes a positive contribution"; Algorithm 1's line 8
   writes it with the mean span T, which makes a fast worker (small T_i) abort for gains
   smaller than its loss while a straggler hardly ever does.  When no Δ gains more than it
-  loses, Δ* = 0: no speculation in that epoch.  A worker without a push in the epoch keeps
+  loses, Δ* = 0: no speculation in that epoch.  Candidates stop at half a worker's span, and a
+  worker whose half span is under Δ* is not speculated on (Γ_i = ∞; :func:`tune`, Notes):
+  the paper searches ABORT_TIME up to "half of the batch time" (Section VI-E).  Unbounded,
+  with one Injected straggler Eq. 7 picked Δ* near the straggler's whole span (its gain,
+  the fast workers' pushes, grows by dozens; its loss by m − 1 at most), and every straggler
+  iteration was aborted when nearly done (issue 19).  A worker without a push in the epoch keeps
   its rate.  Until the first epoch ends, the configured ``abort_time_ms`` / ``abort_rate``
   are used (none: no speculation).
 """
@@ -92,9 +97,9 @@ def tune(pushes: list[tuple[float, int]], starts: dict[int, float], spans: dict[
     -----
     A worker takes part only where Δ ≤ T_i / 2: the paper bounds ABORT_TIME's search by
     "half of the batch time" (Section VI-E), and Eq. 6's Δ / T_i is a probability, which
-    only holds for Δ below the span.  Beyond it the timer would fire when the iteration is
-    nearly done (or has ended), and an abort would throw most of it away for pushes that
-    the re-execution, as long again, misses as many of (module notes).
+    only holds for Δ below the span.  Beyond it the timer fires when the iteration is
+    mostly done (or over), the abort throws most of it away, and the re-execution -- as long
+    again -- misses about as many later pushes as the wait uncovered.
     """
     if not starts:
         return 0.0, {}, 0.0
