@@ -219,6 +219,7 @@ def iterate(host: LoopHost, version: float
     points = 0
     compute = 0.0
     slowed = host.debt_s  # served now (or carried on: subtracted at the end)
+    charged = 0.0  # suspension this iteration's blocks added
     idle = 0.0  # waited for points to train (policy.idle)
     reason = yield from suspend(host, version)
     while reason is None:
@@ -261,6 +262,7 @@ def iterate(host: LoopHost, version: float
             slowed += blocked
         if suspended:
             host.debt_s += suspended
+            charged += suspended
             slowed += suspended
             reason = yield from suspend(host, version)
     slowed -= host.debt_s  # what is left is served (and counted) next iteration
@@ -268,9 +270,14 @@ def iterate(host: LoopHost, version: float
     totals = Totals(points=points, compute_s=compute, slowed_s=slowed)
     rate = points / compute if compute > 0 else 0.0
     if not policy.finish(host, reason):
-        # The policy threw the work away (SpecSync's abort): nothing to apply.
+        # The policy threw the work away (SpecSync's abort): nothing to apply, and the
+        # suspension its blocks still owe is not served -- a slow machine that drops a
+        # computation stops paying for it; the restart recomputes those points and pays
+        # again (debt carried in from earlier iterations stays).  Issue 19: serving it
+        # made each aborted iteration of a straggler cost a whole extra span.
         totals.aborted, points = points, 0
         agg = host.agg_layout.zeros()
+        host.debt_s = max(0.0, host.debt_s - charged)
     meta = {"points": points, "compute_s": elapsed, "reason": float(reason),
             "passes": store.passes, "block_s": host.sizer.block_s, "rate": rate,
             "slowed_s": slowed, "n_active": store.n_active, "aborted": totals.aborted,

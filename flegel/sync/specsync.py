@@ -11,11 +11,25 @@ Implementation:
 * Every θ is sent with ``mark = 1``, so the worker journals its per-point state and can roll
   back (:meth:`flegel.runtime.store.ShardStore.mark`); the abort is ``Signal.ABORT`` for the θ
   version the worker computes from.
-* The paper checks the count when the timer expires; the count only grows within the window,
-  so we decide at the push that makes it exceed the threshold -- the same decision, earlier,
-  with less work thrown away.
-* As in Algorithm 2, only an iteration started after a push is speculated on; a restarted one
-  is not (no abort storms).
+* The decision is the paper's (Algorithm 2, CHECKRESYNC; Section V-B): when a worker is sent
+  θ after a push, a *window* of ABORT_TIME opens; pushes by others while it is open are
+  counted; when it closes -- at the first master event at or after ``start + ABORT_TIME``: a
+  push, or a tick of the master loop when nothing arrived (at most ``POLL_MAX_S`` late) --
+  the worker is told to abort if the count exceeds ``m · ABORT_RATE`` and it is still
+  computing that iteration.  An iteration that ends (its push) before its window closes is
+  never aborted: its timer is reset by its own notify, as the paper's scheduler resets the
+  sender's counter and timer.  Issue 19 found the earlier rule -- abort at the push that
+  makes the count exceed the threshold -- aborting such iterations too (it is not "the same
+  decision, earlier": the iteration may end before the timer would have fired), and
+  restarting before the window's later pushes could be uncovered.
+* A window keeps the ABORT_TIME and threshold in force when it opened (the paper's timer is
+  set then); a retuning applies to windows opened after it.
+* As in Algorithm 2, only an iteration started after a push is speculated on; the first
+  iteration (no notify yet) and a restart are not (no abort storms).
+* Aborted work is dropped (the worker's ``finish`` returns False: nothing is applied) and
+  accounted: ``aborts``, ``aborted_points`` and ``aborted_s`` (the iteration's time, the
+  straggler's injected delay included) per worker; ``abort_signals`` counts the signals
+  sent (a signal that reaches a worker after it pushed is dropped as stale).
 * ``adaptive: true`` retunes ABORT_TIME and ABORT_RATE at the start of every epoch (an epoch
   ends when every worker has pushed once more, Section II-B) with Algorithm 1 on the pushes of
   the epoch just ended: the freshness gain ``ũ_i(Δ)`` is the number of pushes by others within
@@ -29,13 +43,21 @@ Implementation:
   it "to ensure that re-execution always makes a positive contribution"; Algorithm 1's line 8
   writes it with the mean span T, which makes a fast worker (small T_i) abort for gains
   smaller than its loss while a straggler hardly ever does.  When no Δ gains more than it
-  loses, Δ* = 0: no speculation in that epoch.  A worker without a push in the epoch keeps
+  loses, Δ* = 0: no speculation in that epoch.  Candidates stop at half the mean span (the
+  paper searches ABORT_TIME up to "half of the batch time", Section VI-E), and a worker
+  whose half span is under Δ* is not speculated on (Γ_i = ∞; :func:`tune`, Notes).
+  Unbounded, with one Injected straggler Eq. 7 picked Δ* near the straggler's whole span
+  (its gain, the fast workers' pushes, grows by dozens; its loss by m − 1 at most), and
+  every straggler iteration was aborted when nearly done (issue 19); bounded by its own
+  half span only, each abort still threw away half of it (the straggler made 0.45-0.51
+  passes a second against ASP's 0.76-0.80).  A worker without a push in the epoch keeps
   its rate.  Until the first epoch ends, the configured ``abort_time_ms`` / ``abort_rate``
   are used (none: no speculation).
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import Any, ClassVar
 
@@ -69,29 +91,47 @@ def tune(pushes: list[tuple[float, int]], starts: dict[int, float], spans: dict[
     Returns
     -------
     (abort_time_s, abort_rates, F)
-        Δ* (0.0 when no Δ improves freshness), Γ_i = Δ*(m − 1)/(T_i m) per rank of ``starts``,
-        and the estimate F(Δ*) of Eq. 7.
+        Δ* (0.0 when no Δ improves freshness), Γ_i = Δ*(m − 1)/(T_i m) per rank of ``starts``
+        (``math.inf``, never abort, for a worker whose half span is under Δ*), and the
+        estimate F(Δ*) of Eq. 7.
+
+    Notes
+    -----
+    Δ is at most half the mean span T (Algorithm 1's "averaged iteration span"): the paper
+    bounds ABORT_TIME's search by "half of the batch time" (Section VI-E).  And a worker
+    takes part only where Δ ≤ T_i / 2: Eq. 6's Δ / T_i is a probability, which only holds
+    for Δ below the span.  Beyond it the timer fires when the iteration is
+    mostly done (or over), the abort throws most of it away, and the re-execution -- as long
+    again -- misses about as many later pushes as the wait uncovered.
     """
     if not starts:
         return 0.0, {}, 0.0
     times = np.array([p[0] for p in pushes], dtype=np.float64)
     ranks = np.array([p[1] for p in pushes])
     others = {i: np.sort(times[ranks != i]) for i in starts}
-    loss_rate = sum((m - 1) / spans[i] for i in starts)  # d(loss)/dΔ summed over workers
-    # Candidates: Δ where some ũ_i steps up (a push right-aligned with an iteration start).
-    deltas = np.unique(np.concatenate([others[i] - s for i, s in starts.items()] + [[]]))
-    deltas = deltas[deltas > 0]
+    # Candidates: Δ where some ũ_i steps up (a push right-aligned with an iteration start),
+    # within that worker's half span and half the mean span (Notes).
+    deltas = np.unique(np.concatenate(
+        [d[d <= spans[i] / 2] for i, s in starts.items() for d in [others[i] - s]] + [[]]))
+    deltas = deltas[(deltas > 0) & (deltas <= np.mean([spans[i] for i in starts]) / 2)]
     if deltas.size == 0:
         return 0.0, {i: 0.0 for i in starts}, 0.0
-    gain = np.zeros(deltas.size)
+    f = np.zeros(deltas.size)
     for i, s in starts.items():
         o = others[i]
         # + 1 ns: s + (t - s) may round just below t, and the push at t must count.
-        gain += np.searchsorted(o, s + deltas + 1e-9, "right") - np.searchsorted(o, s, "right")
-    f = gain - loss_rate * deltas
+        gain = np.searchsorted(o, s + deltas + 1e-9, "right") - np.searchsorted(o, s, "right")
+        f += np.where(deltas <= spans[i] / 2, gain - (m - 1) / spans[i] * deltas, 0.0)
     k = int(np.argmax(f))  # the smallest Δ on ties
     best, best_f = (float(deltas[k]), float(f[k])) if f[k] > 0 else (0.0, 0.0)
-    return best, {i: best * (m - 1) / (spans[i] * m) for i in starts}, best_f
+    return best, {i: best * (m - 1) / (spans[i] * m) if best <= spans[i] / 2 else math.inf
+                  for i in starts}, best_f
+
+
+def _shown(rate: float) -> float | None:
+    """Γ_i as summary.json shows it: None for a worker that is not speculated on (JSON has
+    no infinity)."""
+    return round(rate, 6) if math.isfinite(rate) else None
 
 
 class SpecSyncWorker(WorkerPolicy):
@@ -158,9 +198,11 @@ class SpecSync(SSP):
         self.abort_time = 0.0 if t_ms is None else t_ms / 1e3
         ranks = server.ranks
         self.abort_rate = {r: float(options["abort_rate"]) for r in ranks}
-        self.speculating = {r: False for r in ranks}  # its current iteration is speculated on
+        #: Open speculation windows: rank -> (closes at, abort when more pushes than this).
+        self.window: dict[int, tuple[float, float]] = {}
         self.seen = {r: 0 for r in ranks}             # pushes by others in its window so far
         self._restart = {r: False for r in ranks}
+        self.abort_signals = {r: 0 for r in ranks}
         self.aborts = {r: 0 for r in ranks}
         self.aborted_points = {r: 0 for r in ranks}
         self.aborted_s = {r: 0.0 for r in ranks}
@@ -179,28 +221,42 @@ class SpecSync(SSP):
 
     # ---------------------------------------------------------------- speculation
     def on_answer(self, rank: int, t: float) -> None:
-        # Algorithm 2: speculation starts with an iteration begun after a push, not a restart.
-        self.speculating[rank] = not self._restart[rank] and self.abort_time > 0
-        self._restart[rank] = False
+        # Algorithm 2: speculation starts with an iteration begun after a push (the notify
+        # starts the timer), not with the first iteration nor with a restart.
         self.seen[rank] = 0
+        self.window.pop(rank, None)
+        if (self.clock[rank] > 0 and not self._restart[rank] and self.abort_time > 0
+                and math.isfinite(self.abort_rate[rank])):
+            self.window[rank] = (t + self.abort_time, self.n * self.abort_rate[rank])
+        self._restart[rank] = False
 
     def after_push(self, rank: int, header: dict[str, float], t: float) -> None:
         # Time of the update, not of the arrival: a push that arrived with others in one
         # poll but is applied after r was sent θ is one r's θ misses (Section III-A).
         t = self.now()
         self.log.append((t, rank, self.started[rank]))
-        for r in self.server.ranks:
-            if r == rank or not self.speculating[r] or r in self.held:
-                continue
-            if t - self.started[r] > self.abort_time:
-                self.speculating[r] = False  # its window closed without enough pushes
-                continue
-            self.seen[r] += 1
-            if self.seen[r] > self.n * self.abort_rate[r]:
-                self.speculating[r] = False
-                self.server.signal([r], Signal.ABORT, self.computing[r])
+        # Its iteration ended before its timer fired: nothing to abort (module notes).
+        self.window.pop(rank, None)
+        self._close(t)  # windows that closed before this push decide without it
+        for r in self.window:
+            if r != rank:
+                self.seen[r] += 1
         if self.adaptive and min(self.clock.values()) > self.epoch:
             self._retune(t)
+
+    def on_tick(self, now: float) -> None:
+        self._close(now)
+
+    def _close(self, now: float) -> None:
+        """CHECKRESYNC of every window that closed by ``now``: abort its iteration if more
+        than ``m · ABORT_RATE`` others pushed in it."""
+        for r, (until, most) in list(self.window.items()):
+            if now < until:
+                continue
+            del self.window[r]
+            if self.seen[r] > most:
+                self.abort_signals[r] += 1
+                self.server.signal([r], Signal.ABORT, self.computing[r])
 
     def on_abort(self, rank: int, header: dict[str, float], t: float) -> None:
         self._restart[rank] = True
@@ -230,7 +286,7 @@ class SpecSync(SSP):
         self.abort_rate.update(rates)
         self.tunings.append({"epoch": self.epoch, "time_s": round(t, 6),
                              "abort_time_ms": round(delta * 1e3, 4), "F": round(f, 4),
-                             "abort_rate": {r: round(g, 6) for r, g in rates.items()}})
+                             "abort_rate": {r: _shown(g) for r, g in rates.items()}})
 
     def summary(self) -> dict[str, Any]:
         out = super().summary()
@@ -238,6 +294,7 @@ class SpecSync(SSP):
             out.pop("s", None)
         ranks = self.server.ranks
         out.update(base=self.base, adaptive=self.adaptive,
+                   abort_signals=sum(self.abort_signals.values()),
                    aborts=sum(self.aborts.values()),
                    aborted_points=sum(self.aborted_points.values()),
                    aborted_s=sum(self.aborted_s.values()),
@@ -245,6 +302,6 @@ class SpecSync(SSP):
                                         "points": self.aborted_points[r],
                                         "seconds": self.aborted_s[r]} for r in ranks],
                    abort_time_ms=self.abort_time * 1e3,
-                   abort_rate=[self.abort_rate[r] for r in ranks],
+                   abort_rate=[_shown(self.abort_rate[r]) for r in ranks],
                    tunings=len(self.tunings), tuning_log=self.tunings[-200:])
         return out

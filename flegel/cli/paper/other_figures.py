@@ -26,8 +26,11 @@ ASP-like run whose exact objective swung between 24,900 and 27,500: whether a sn
 below the target decided the row, met in 2 of 5 runs).  With the fixed mini-batch both rows
 reach a verdict in 4 s; ElasticBSP's still flips now and then (met in 3 of 4 runs, and in 1
 of 4 with the monitoring phase bounded by ``R``), DSSP's gain over SSP is 0-11 % (met in 3 of
-4).  SpecSync's row flips either way (issue 19: ?1.00x, 0.32x, > 8.25x in three runs).  The
-figures are in ``docs/sync/elastic.md``, ``docs/sync/dssp.md`` and ``docs/sync/specsync.md``.
+4).  SpecSync's row flipped either way from one pair to the next (issue 19: ?1.00x, 0.32x,
+> 8.25x in three runs; 7.07x to <0.12x in six pairs of the same code): it now runs
+:data:`SPECSYNC_ROUNDS` rounds with and without the straggler and is judged on the medians
+(:func:`specsync`).  The figures are in ``docs/sync/elastic.md``, ``docs/sync/dssp.md`` and
+``docs/sync/specsync.md``.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from typing import Any
 from flegel.cli.paper import plots
 from flegel.cli.paper.common import Ctx, failures, time_row
 from flegel.cli.paper.page import NOT_RUN, Figure
-from flegel.cli.paper.runner import Ratio
+from flegel.cli.paper.runner import Ratio, Time
 
 #: Why Fig. 16 is not run.
 MULTI_HOST = ("needs more machines: the local cluster (deploy/local/cluster.sh, issue 20) "
@@ -118,13 +121,96 @@ def dssp(ctx: Ctx) -> Figure:
                  shuffled=True)
 
 
+#: Rounds of the SpecSync row: each round runs ASP, then SpecSync, in every setting.  One
+#: pair's times are first crossings of an objective that swings by thousands between
+#: snapshots on class-sorted shards (issue 19: six pairs of the same code read 7.07x, >5.54x,
+#: 0.61x, 0.61x, 0.42x and <0.12x), so the row is judged on the medians of the rounds.
+SPECSYNC_ROUNDS = 3
+
+
+def _median_time(times: list[Time]) -> Time:
+    """The median of times to target, a run that did not reach the target counting as at
+    least its training time (so the median is a bound when it is such a run)."""
+    ordered = sorted(times, key=lambda t: (not t.reached, t.s))
+    return ordered[(len(ordered) - 1) // 2] if ordered else Time(0.0, False)
+
+
+def _rates(summary: dict[str, Any] | None) -> str:
+    """``"straggler / fastest"`` passes per second of training: work done, whatever time the
+    run stopped at (one reaching the target early stops early: its pass totals are small)."""
+    s = summary or {}
+    wall = float(s.get("wall_time_s") or 0.0)
+    passes = [float(w["passes"]) for w in s.get("per_worker", [])]
+    return f"{passes[0] / wall:.2f} / {max(passes) / wall:.1f}" if passes and wall else "-"
+
+
 def specsync(ctx: Ctx) -> Figure:
     """SpecSync against ASP with one fixed mini-batch for both, as the SpecSync paper
     compares (Section VI-A: one batch size per workload -- 100,000 ratings for MF, 128
-    images for the ResNets -- for every scheme; SpecSync runs on MXNet's ASP)."""
-    return _pair(ctx, "specsync", "SpecSync against ASP",
-                 "SpecSync up to 3x faster than ASP", 3.0, "asp", "specsync",
-                 both_sets=(f"sync.batch={MINI_BATCH}",))
+    images for the ResNets -- for every scheme; SpecSync runs on MXNet's ASP).
+
+    :data:`SPECSYNC_ROUNDS` rounds (``seed`` 0, 1, ...: it changes nothing of logistic
+    regression from zero weights on stored-order shards but the run's key, so the rounds
+    differ by timing alone), each ASP then SpecSync, in two settings: the row's, contiguous
+    shards of sorted data with the Injected straggler (judged), and the paper's own, no
+    straggler (its "up to 3x" is on the homogeneous Cluster 1; Section VI-C: on the
+    heterogeneous Cluster 2 "the speedup ... is smaller"), shown beside it.  The verdict is
+    on the ratio of the medians; the table gives every round.
+    """
+    a, inj = "logreg", ctx.injected()
+    settings = (("contiguous", inj), ("contiguous", "none"))
+    syncs = ("asp", "specsync")
+    runs = {(st, k, s): ctx.run(a, part, s, st, (f"sync.batch={MINI_BATCH}", f"seed={k}"))
+            for part, st in settings for k in range(SPECSYNC_ROUNDS) for s in syncs}
+    med = {(st, s): _median_time([runs[st, k, s].time for k in range(SPECSYNC_ROUNDS)])
+           for _, st in settings for s in syncs}
+    ratio = {st: Ratio.of(med[st, "asp"], med[st, "specsync"]) for _, st in settings}
+    pairs = {st: [Ratio.of(runs[st, k, "asp"].time, runs[st, k, "specsync"].time)
+                  for k in range(SPECSYNC_ROUNDS)] for _, st in settings}
+    rounds = {st: [p.text() for p in pairs[st]] for st in pairs}
+    labels = [f"{part}, {st}" for part, st in settings]
+    pic = plots.bars(ctx.pictures / "specsync.png", f"SpecSync against ASP: LR, median of "
+                     f"{SPECSYNC_ROUNDS}", labels,
+                     {s: [med[st, s].s for _, st in settings] for s in syncs},
+                     "seconds to target")
+    table = [time_row(["stragglers", "round", "sync", "time to target", "final objective",
+                       "passes per s: straggler / fastest", "aborts"]),
+             time_row(["---"] * 7)]
+    for _, st in settings:
+        for k in range(SPECSYNC_ROUNDS):
+            for s in syncs:
+                x = runs[st, k, s].summary or {}
+                table.append(time_row([st, str(k + 1), s, runs[st, k, s].time.text(),
+                                       f"{x.get('final_objective', 'failed')}", _rates(x),
+                                       str(x.get("aborts", "-"))]))
+        table.append(time_row([st, "median", "asp / specsync",
+                               f"{med[st, 'asp'].text()} / {med[st, 'specsync'].text()}",
+                               "", "", ""]))
+    table += failures(list(runs.values()))
+    r, homog = ratio[inj], ratio["none"]
+    spread = ", ".join(rounds[inj])
+    # Rounds on both sides of 1.0x: which scheme is faster is decided by the draw.
+    parity = (any(p.value > 1 and p.qualifier in ("", ">") for p in pairs[inj])
+              and any(p.value < 1 and p.qualifier in ("", "<") for p in pairs[inj]))
+    return Figure(
+        "specsync", "SpecSync against ASP", "SpecSync up to 3x faster than ASP",
+        paper_value=3.0, ours_value=r.value, qualifier=r.qualifier,
+        ours=(f"specsync {r.text()} faster than asp (median of {SPECSYNC_ROUNDS} rounds; "
+              f"rounds {spread}" + ("; noise around parity: rounds on both sides of 1x"
+                                    if parity else "")
+              + f"); without stragglers {homog.text()} "
+              f"(rounds {', '.join(rounds['none'])})"),
+        setting=(f"logistic regression, {ctx.data(a)}, contiguous shards of sorted data, "
+                 f"{inj} (judged) and no stragglers (the paper's homogeneous cluster, "
+                 f"shown); both sides push {MINI_BATCH:,}-point mini-batches (the papers' one "
+                 f"fixed mini-batch for every model); {SPECSYNC_ROUNDS} rounds of each"),
+        table=table, pictures=[pic],
+        note=("One round's ratio is a first crossing of an objective that swings between "
+              "snapshots (class-pure mini-batches): a single pair flips between beaten and "
+              "missed.  Rounds on both sides of 1.0x mean noise around parity at this "
+              "scale, whatever the median's verdict; docs/sync/specsync.md has repeated "
+              "measurements.  Passes per second, not pass totals: a run that reaches the "
+              "target stops early."))
 
 
 def fig16(ctx: Ctx) -> Figure:
