@@ -7,6 +7,13 @@ suspension shares of the run's wall time; a slowed worker is marked ``*``.
 Usage::
 
     python bench/fsp_overlap.py RUNS_DIR [RUNS_DIR ...] [--match kmeans-contiguous]
+    python bench/fsp_overlap.py --job JOB.yaml --side NAME=KEY=VALUE,... [--side ...]
+        [--repeat N] [--out DIR]
+
+With ``--job`` it runs the job (e.g. the ``job.yaml`` a paper sitting left in a run folder)
+once per ``--side`` -- ``--set`` overrides after the name, none for the job as it is --
+sides alternating, ``--repeat`` rounds, and prints the same rows: paired figures of one
+sitting.
 
 Run it on the folders of two ``flegel paper --quick --only 7 --only 9a --only 10 --only 12
 --out DIR`` sittings, one on main's code and one on this branch's, back to back: the
@@ -69,11 +76,37 @@ def show(folder: Path, match: str) -> None:
               f"({min(shares):.2f}-{max(shares):.2f}, {len(shares)} workers)")
 
 
+def run_sides(job: Path, sides: list[str], repeat: int, out: Path) -> None:
+    """Run ``job`` once per side per round, sides alternating; show each side's runs."""
+    from flegel.cli.compare import run_one
+
+    parsed = []
+    for side in sides:
+        name, _, sets = side.partition("=")
+        parsed.append((name, [s for s in sets.split(",") if s]))
+    for k in range(repeat):
+        for name, sets in parsed:
+            run_one(job, out / name / f"{name}-{k}", sets, timeout=120.0)
+    for name, _ in parsed:
+        show(out / name, "")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("folders", type=Path, nargs="+")
+    ap.add_argument("folders", type=Path, nargs="*")
     ap.add_argument("--match", default="", help="only runs whose folder name contains this")
+    ap.add_argument("--job", type=Path, default=None, help="run this job per --side")
+    ap.add_argument("--side", action="append", default=[],
+                    help="NAME=KEY=VALUE,...: one setting (--set overrides) of --job")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=None,
+                    help="where --job's runs go (default: a temporary folder)")
     args = ap.parse_args()
+    if args.job is not None:
+        import tempfile
+
+        out = args.out or Path(tempfile.mkdtemp(prefix="fsp-overlap-"))
+        run_sides(args.job, args.side or ["job="], args.repeat, out)
     for folder in args.folders:
         show(folder, args.match)
 

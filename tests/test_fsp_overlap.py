@@ -55,19 +55,21 @@ def test_the_straggler_keeps_its_pace_under_a_barrier_storm():
 @pytest.mark.parametrize("overlap", [True, False])
 def test_the_suspension_is_lost_once_and_accounted_as_slowed(overlap: bool):
     """Every second the pattern imposed and the worker served is counted once, as slowed
-    time (``slowed_s``), whether served within an iteration or during a wait; the wait
-    (``wait_s``, the COMMIT header's) is what was left: the worker's time adds up to the
-    run's, with no second counted twice."""
+    time (``slowed_s``), whether served within an iteration or during a wait for θ; the
+    wait (``wait_s``, the COMMIT header's) stays the elapsed wait, the paper's
+    synchronization cost (Fig. 10), so with overlap the two share the suspension served
+    while waiting -- most of the straggler's waits."""
     sim = storm(overlap)
     w = sim.workers[1]
     assert w.slowed_s == pytest.approx(served(sim, 1), abs=1e-9)
-    assert w.slowed_s + w.wait_s <= sim.now + 1e-9
+    iterations = [it.header for it in sim.iterations(1) if it.header is not None]
+    in_iterations = sum(h["slowed_s"] for h in iterations)
+    in_waits = w.slowed_s - in_iterations
     if overlap:
-        # The waits were mostly suspension: what is left is a fraction of the waits that
-        # overlap turns into suspension served (0.05 s against 0.34 s when written).
-        assert w.wait_s < 0.25 * storm(False).workers[1].wait_s, w.wait_s
-    headers = [it.header["wait_s"] for it in sim.iterations(1) if it.header is not None]
-    assert all(h >= 0 for h in headers)
+        assert in_waits > 0.5 * w.wait_s, (in_waits, w.wait_s)
+    else:
+        assert in_waits == pytest.approx(0.0, abs=1e-9)
+    assert sum(h["wait_s"] for h in iterations) <= w.wait_s + 1e-9
 
 
 @pytest.mark.parametrize("overlap", [True, False])

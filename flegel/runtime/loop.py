@@ -26,11 +26,13 @@ work done so far, and the rest of the suspension is owed (``host.debt_s``).  A s
 thread's sleep runs on in wall time while the worker's communication commits and waits for
 θ, so under a policy that overlaps (:meth:`~flegel.ports.WorkerPolicy.overlaps`: FSP) the
 wait for θ serves the suspension (:func:`await_params`) and the worker's host counts the
-served part as slowed time, not as a wait (the COMMIT header's ``wait_s`` is the wait
-less it).  Before this, a straggler paused at every barrier lost the suspension *and* every
-wait: measured (``flegel paper --quick``, K-means on contiguous shards, one worker slowed by
-τ = 32 ms, FSPV without migration, 4 s) it made 1.7 passes against BSPV's straggler's 4.2,
-and its waits were half the run.  A worker does not train blocks on the θ it holds while it
+served part as slowed time as well as a wait: the COMMIT header's ``wait_s`` stays the
+elapsed wait, the paper's synchronization cost (Section 6.2, Fig. 10: from entering the
+barrier to leaving it), and a straggler's ``slowed_s`` and ``wait_s`` overlap.  Before
+this, a straggler paused at every barrier lost the suspension *and* every wait: measured
+(``flegel paper --quick``, K-means on contiguous shards, one worker slowed by τ = 32 ms,
+FSPV without migration, 4 s) it made 1.7 passes against BSPV's straggler's 4.2, and its
+waits were half the run.  A worker does not train blocks on the θ it holds while it
 waits (blocks one version stale, SSP's s = 1): measured on this project's 2-core machines
 (docs/sync/fsp.md, "Overlap") the CPU those blocks take is the master's, and every other
 rank's -- see there for the figures.  The work committed is the same either way: only the
@@ -165,8 +167,8 @@ def await_params(host: WorkerHost) -> Generator[Wait, Any, dict[str, float]]:
     policy's side work (:meth:`~flegel.ports.WorkerPolicy.while_waiting`, migration) and the
     host's (exact evaluations) go on at every poll.  Where the policy overlaps the wait
     (:meth:`~flegel.ports.WorkerPolicy.overlaps`) the straggler suspension still owed
-    (``host.debt_s``) is served meanwhile; the host counts what was served as slowed time,
-    not as a wait (see the module's notes, "Overlap").
+    (``host.debt_s``) is served meanwhile; the host counts what was served as slowed time
+    too (see the module's notes, "Overlap").
     """
     delay = POLL_S
     overlap = host.policy.overlaps(host)
