@@ -199,71 +199,18 @@ def work(host: WorkerHost) -> Generator[Wait, Any, dict[str, float]]:
     """
     policy = host.policy
     header = yield from host.wait_params()
-    carry: Carry | None = None
     while not header["stop"]:
         instructions = Instructions.from_header(header)
         policy.begin(host, instructions, host.wall_time() - header["sent_at"])
         yield from host.began(int(header["version"]), instructions)
-        agg, meta, totals = yield from iterate(host, header["version"], carry)
+        agg, meta, totals = yield from iterate(host, header["version"])
         host.add(totals)
         host.iteration_clock += 1
         yield from host.commit(agg, {"clock": host.iteration_clock,
                                      "version": header["version"],
                                      "wait_s": host.last_wait_s, **meta})
-        if getattr(policy, "overlap_blocks", False):
-            carry, header = yield from ahead(host, header["version"])
-        else:
-            header = yield from host.wait_params()
+        header = yield from host.wait_params()
     return header
-
-
-@dataclass
-class Carry:
-    """PROTOTYPE: blocks trained at the old θ while waiting, for the next commit."""
-
-    agg: Arrays
-    points: int
-    compute_s: float
-    scanned0: int
-
-
-def ahead(host: WorkerHost, version: float
-          ) -> Generator[Wait, Any, tuple[Carry | None, dict[str, float]]]:
-    """PROTOTYPE: train blocks at the θ held until instructions arrive (at most the rest of
-    a pass); then wait as usual."""
-    store, policy = host.store, host.policy
-    scanned0 = store.scanned
-    agg = host.agg_layout.zeros()
-    points = 0
-    compute = 0.0
-    t = int(version) + 1
-    while True:
-        header = host.take_params()
-        if header is not None:
-            host.last_wait_s = 0.0
-            break
-        left = len(store) - (store.scanned - scanned0)
-        if left <= 0 or host.debt_s > 0:
-            header = yield from host.wait_params()
-            break
-        policy.between_blocks(host)
-        host.side_work()
-        block, sel = store.next_block(min(host.block_size(), left))
-        dt = 0.0
-        if len(block):
-            delta, dt = yield from host.compute(block, t)
-            agg = host.algorithm.aggregate(agg, delta)
-        store.commit_block(block, sel)
-        points += len(block)
-        compute += dt
-        suspended, blocked = host.slow(len(block), dt)
-        host.sizer.observe(len(block), dt, suspended + blocked)
-        if blocked:
-            yield Wait(blocked)
-        host.debt_s += suspended
-    if header["stop"] or points == 0:
-        return None, header
-    return Carry(agg, points, compute, scanned0), header
 
 
 def suspend(host: LoopHost, version: float) -> Generator[Wait, Any, Reason | None]:
@@ -294,7 +241,7 @@ def suspend(host: LoopHost, version: float) -> Generator[Wait, Any, Reason | Non
     return None
 
 
-def iterate(host: LoopHost, version: float, carry: Carry | None = None
+def iterate(host: LoopHost, version: float
             ) -> Generator[Wait, Any, tuple[Arrays, dict[str, float], Totals]]:
     """One iteration from θ version ``version``: the aggregate, the COMMIT header fields and
     the totals it adds."""
@@ -305,8 +252,6 @@ def iterate(host: LoopHost, version: float, carry: Carry | None = None
     agg = host.agg_layout.zeros()
     points = 0
     compute = 0.0
-    if carry is not None:
-        scanned0, agg, points, compute = carry.scanned0, carry.agg, carry.points, carry.compute_s
     slowed = host.debt_s  # served now (or carried on: subtracted at the end)
     idle = 0.0  # waited for points to train (policy.idle)
     reason = yield from suspend(host, version)

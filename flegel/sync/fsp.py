@@ -239,8 +239,6 @@ class FSPWorker(WorkerPolicy):
         self.mesh: MigrationPort | None = None
         #: The master keeps θ until every point was trained once (Instructions.cover).
         self._cover = 0
-        #: PROTOTYPE: train blocks at the θ held while waiting for the next.
-        self.overlap_blocks = bool(self.options.get("overlap_blocks", False))
 
     def restore(self, state: dict[str, Any]) -> None:
         super().restore(state)
@@ -608,8 +606,6 @@ class FSP(BarrierPolicy):
                            "training thread) runs on while it waits for θ after a barrier "
                            "cut it short, instead of resuming once θ came (false: the "
                            "wait adds to it)", True),
-        "overlap_blocks": boolean("PROTOTYPE: train blocks at the θ held while waiting for "
-                                  "the next, for the next commit", False),
     }
 
     #: Nested sections of ``sync``, each declared as Keys of its own.
