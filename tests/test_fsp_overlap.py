@@ -73,12 +73,18 @@ def test_the_suspension_is_lost_once_and_accounted_as_slowed(overlap: bool):
 
 
 @pytest.mark.parametrize("overlap", [True, False])
-def test_what_is_committed_is_every_visit_exactly_once(overlap: bool):
+@pytest.mark.parametrize("migration", ["off", "async", "sync"])
+def test_what_is_committed_is_every_visit_exactly_once(overlap: bool, migration: str):
     """θ's cluster counts equal the labels every worker's shard holds: each trained point's
-    statistics reached the master once, none lost and none twice, with or without overlap.
-    (Run to a clean stop: every commit applied.)"""
-    sim = storm(overlap)
-    labels = np.concatenate([sim.workers[r].store.state["label"] for r in sim.ranks])
+    statistics reached the master once, none lost and none twice, with or without overlap,
+    with points migrating away from the straggler meanwhile (its suspension served during
+    the windows' waits too) and through coverage's hold (K-means covers before its first
+    update).  Run to ``stop.max_time_s``: every commit applied, every point held once."""
+    sim = storm(overlap, migration={"mode": migration})
+    held = sum(int(sim.workers[r].store.n_held) for r in sim.ranks)
+    assert held == sim.n_points
+    labels = np.concatenate([sim.workers[r].store.state["label"][~sim.workers[r].store.inactive]
+                             for r in sim.ranks])
     counts = np.bincount(labels[labels >= 0], minlength=len(sim.server.theta["counts"]))
     assert np.array_equal(np.asarray(sim.server.theta["counts"]), counts)
 
