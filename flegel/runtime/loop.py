@@ -32,12 +32,16 @@ barrier to leaving it), and a straggler's ``slowed_s`` and ``wait_s`` overlap.  
 this, a straggler paused at every barrier lost the suspension *and* every wait: measured
 (``flegel paper --quick``, K-means on contiguous shards, one worker slowed by τ = 32 ms,
 FSPV without migration, 4 s) it made 1.7 passes against BSPV's straggler's 4.2, and its
-waits were half the run.  A worker does not train blocks on the θ it holds while it
-waits (blocks one version stale, SSP's s = 1): measured on this project's 2-core machines
-(docs/sync/fsp.md, "Overlap") the CPU those blocks take is the master's, and every other
-rank's -- see there for the figures.  The work committed is the same either way: only the
-time at which a suspended straggler computes again changes, so no step, whole pass or
-coverage hold changes meaning.
+waits were half the run; with the suspension running on it made 3.0-3.3 (docs/sync/fsp.md,
+"Overlap").  The work committed is the same either way: only the time at which a suspended
+straggler computes again changes, so no step, whole pass or coverage hold changes meaning.
+
+A worker does not train blocks on the θ it holds while it waits (one version stale, SSP's
+s = 1, carried into its next commit): a prototype (commit 6c0d6a7) raised the workers'
+compute share 2-3x but not the time to target on 2 shared cores, where the CPU the stale
+blocks take is the master's and the other ranks', and an exact step (coverage, whole
+passes, the calibration, rolled-back probes) -- decided at the barrier after the worker
+began such blocks -- would need them rolled back, migrated points included.
 """
 
 from __future__ import annotations
