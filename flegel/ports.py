@@ -282,6 +282,16 @@ class WorkerPolicy(AttributeState):
         """The iteration ended for ``reason``; return False to throw its work away."""
         return True
 
+    def overlaps(self, port: WorkerPort) -> bool:
+        """Whether the worker's wait for θ after a commit overlaps its own lost time: a
+        straggler's suspension (the ``injected`` pattern, a suspended training thread) runs
+        on while it waits, as a sleeping thread's does while the communication thread
+        commits and takes θ (FSP paper Section 6.1), instead of resuming only once θ came.
+        Only a model whose barrier cuts a suspension short leaves one to serve (FSP's
+        pause and timers, SpecSync's abort); default False: the wait is the model's
+        (:mod:`flegel.runtime.loop`, "Overlap")."""
+        return False
+
     @property
     def in_flight(self) -> int:
         """Points of this worker on their way to another worker, trained by neither

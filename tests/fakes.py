@@ -664,9 +664,12 @@ class SimWorker:
         return header
 
     def wait_params(self) -> Generator[Command, Any, dict[str, float]]:
-        """The loop's wait for θ (:func:`flegel.runtime.loop.await_params`), timed."""
-        t0 = self.now()
+        """The loop's wait for θ (:func:`flegel.runtime.loop.await_params`), timed as
+        :meth:`flegel.runtime.worker.Worker.wait_params` times it (a suspension served
+        meanwhile is slowed time too)."""
+        t0, debt0 = self.now(), self.debt_s
         header = yield from await_params(self)
+        self.slowed_s += max(debt0 - self.debt_s, 0.0)
         self.last_wait_s = self.now() - t0
         self.wait_s += self.last_wait_s
         return header
