@@ -95,6 +95,9 @@ def test_a_failed_run_is_unknown() -> None:
     failed = RunResult("k", Path("r"), None, "timed out", 1.0, 1.0)
     v = versus(failed, run([[0.1, 2.0]], 4.0), slack=0.01)
     assert v.ratio.qualifier == "?" and not v.at_horizon
+    reached = run([[0.1, 2.0], [0.5, 0.9]], 0.5, reached=0.5)
+    for v in (versus(failed, reached, slack=0.01), versus(reached, failed, slack=0.01)):
+        assert v.ratio.qualifier == "?" and math.isnan(v.ratio.value) and not v.at_horizon
 
 
 def test_bounds_decide_lowest_above_and_narrower() -> None:

@@ -250,8 +250,11 @@ def versus(a: RunResult, b: RunResult, slack: float) -> Versus:
     Versus
         With ``horizon_s`` None where the paper's target decided (or a run failed: ``?``).
     """
+    if not (a.ok and b.ok):
+        # A failed run's time is no time: against any other, unknown.
+        return Versus(Ratio(math.nan, "?"), a.time, b.time)
     plain = Versus(Ratio.of(a.time, b.time), a.time, b.time)
-    if not (a.ok and b.ok) or a.time.reached or b.time.reached:
+    if a.time.reached or b.time.reached:
         return plain
     walls = [float((r.summary or {}).get("wall_time_s", 0.0)) for r in (a, b)]
     horizon = min(walls)
