@@ -112,6 +112,8 @@ def test_bounds_decide_lowest_above_and_narrower() -> None:
     assert narrower(Ratio(1.2), Ratio(3.0, ">")) and narrower(Ratio(0.9), Ratio(0.5, "<"))
     assert not narrower(Ratio(0.8, "<"), Ratio(1.0, "<"))  # two upper bounds: undecided
     assert not narrower(Ratio(1.1, ">"), Ratio(3.0))
+    assert not narrower(Ratio(2.0), Ratio(2.0)) and not narrower(Ratio(0.5), Ratio(2.0))
+    assert not narrower(Ratio(1.0), Ratio(1.0))  # level both times: no gap narrowed
 
 
 def test_fig15_best_fixed_interval_ignores_failed_runs() -> None:
