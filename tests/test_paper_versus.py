@@ -91,6 +91,17 @@ def test_the_horizon_is_the_shorter_run() -> None:
     assert v.b.s == pytest.approx(2.0 + 2.0 * 0.2 / 0.7) and v.ratio.qualifier == ""
 
 
+def test_a_summary_without_a_trace_counts_its_final_objective() -> None:
+    """No ``objective_trace`` (a run that kept none): its final objective at the end of
+    training stands for it, as ``flegel report`` reads it, not "never reached"."""
+    a = RunResult("k", Path("r"), {"wall_time_s": 4.0, "final_objective": 1.2,
+                                   "time_to_target_s": None}, None, 1.0, 4.0)
+    b = run([[0.5, 3.0], [4.0, 1.5]], 4.0)
+    v = versus(a, b, slack=0.0)
+    assert v.ends == (1.2, 1.5) and v.target == 1.2 and v.a.reached and v.a.s == 4.0
+    assert v.ratio.qualifier == "<" and end_above(a) == "+20.00 %"
+
+
 def test_a_failed_run_is_unknown() -> None:
     failed = RunResult("k", Path("r"), None, "timed out", 1.0, 1.0)
     v = versus(failed, run([[0.1, 2.0]], 4.0), slack=0.01)

@@ -44,6 +44,7 @@ from typing import Any
 
 from flegel.cli.paper.common import geo_mean
 from flegel.cli.paper.runner import Ratio, Runner, RunResult, Time
+from flegel.rundir.reader import exact_trace
 
 #: Horizons (seconds of BSPV's run) whose objective becomes a target.
 HORIZONS = (0.2, 0.5, 1.0, 2.0, 4.0)
@@ -212,10 +213,6 @@ class Versus:
         return self.ratio.text(unit) + (self.MARK if self.at_horizon else "")
 
 
-def _trace(r: RunResult) -> list[list[float]]:
-    return list((r.summary or {}).get("objective_trace") or [])
-
-
 #: The page's note under a table with ratios measured at the horizon.
 NOTE = (f"{Versus.MARK} neither side reached the target in its run: the ratio is of the times "
         "to the better objective either side reached by the shorter run's end, plus the "
@@ -224,10 +221,16 @@ NOTE = (f"{Versus.MARK} neither side reached the target in its run: the ratio is
         "(`flegel/cli/paper/horizons.py`).")
 
 
+def _points(r: RunResult) -> list[tuple[float, float]]:
+    """``r``'s exact objective as (time, objective) pairs: its trace, or without one its
+    final objective at the end of training (:func:`flegel.rundir.reader.exact_trace`)."""
+    return list(zip(*exact_trace(r.summary or {})))
+
+
 def end_above(r: RunResult) -> str:
     """``r``'s best exact objective over its run relative to its target: ``"+0.58 %"``
     (``"-"`` without either)."""
-    f = best_by(_trace(r), math.inf)
+    f = best_by(_points(r), math.inf)
     if f is None or not r.target:
         return "-"
     return f"{100 * (f / r.target - 1):+.2f} %"
@@ -240,7 +243,8 @@ def versus(a: RunResult, b: RunResult, slack: float) -> Versus:
     Parameters
     ----------
     a, b : RunResult
-        Two runs of one setting to the same target (their ``objective_trace`` exact).
+        Two runs of one setting to the same target (their exact ``objective_trace``; without
+        one, the final objective at the end of training).
     slack : float
         The workload's relative slack (:class:`~flegel.cli.paper.workloads.Workload`): the
         target at the horizon is the better objective plus ``slack`` times its magnitude.
@@ -258,16 +262,17 @@ def versus(a: RunResult, b: RunResult, slack: float) -> Versus:
         return plain
     walls = [float((r.summary or {}).get("wall_time_s", 0.0)) for r in (a, b)]
     horizon = min(walls)
-    ends = (best_by(_trace(a), horizon * (1 + HORIZON_GRACE)),
-            best_by(_trace(b), horizon * (1 + HORIZON_GRACE)))
+    traces = [_points(r) for r in (a, b)]
+    ends = (best_by(traces[0], horizon * (1 + HORIZON_GRACE)),
+            best_by(traces[1], horizon * (1 + HORIZON_GRACE)))
     known = [f for f in ends if f is not None]
     if not known:
         return plain
     best = min(known)
     target = best + slack * abs(best)
     times = []
-    for r, wall in zip((a, b), walls):
-        t = first_reach(_trace(r), target)
+    for trace, wall in zip(traces, walls):
+        t = first_reach(trace, target)
         times.append(Time(t, True) if t is not None else Time(wall, False))
     return Versus(Ratio.of(times[0], times[1]), times[0], times[1], horizon, target, ends)
 
