@@ -178,8 +178,27 @@ def test_fig7_on_the_page_reads_who_is_ahead(page_ctx: Ctx) -> None:
     assert rows["logreg"] == ["1.20x†", "1.98x†", "<0.82x† |"]
     assert "- kmeans, contiguous: best objective in the run, above the target: BSPB +3.45 %, " \
            "BSPV +0.58 %, FSPB +5.89 %, FSPV +5.89 %" in table
-    assert vs_bspv["kmeans/contiguous"].qualifier == "<"
-    assert lowest(list(vs_bspv.values()))[1].text() == "<1.00x"
+    assert vs_bspv["kmeans/contiguous"].ratio.qualifier == "<"
+    # The headline is at the horizon like the row that decides it, and so are the means.
+    ours, worst = fsp_figures.fig7_headline(vs_bspv, vs_fspb)
+    assert worst == lowest([v.ratio for v in vs_bspv.values()])[1]
+    assert ours.startswith("<1.00x† (lowest FSPV vs BSPV, kmeans/contiguous); geometric "
+                           "mean ")
+    assert ours.count("†") == 3
+
+
+def test_headline_marks_only_what_is_at_the_horizon() -> None:
+    """The lowest row to the paper's target, another at the horizon: the lowest unmarked,
+    the mean (which mixes the two) marked."""
+    paper = versus(run([[0.5, 0.9]], 0.5, reached=0.5), run([[1.0, 0.9]], 1.0, reached=1.0),
+                   slack=0.0)
+    horizon = versus(run([[0.5, 3.0], [4.0, 2.0]], 4.0), run([[0.5, 2.0], [4.0, 1.5]], 4.0),
+                     slack=0.0)
+    assert paper.ratio == Ratio(0.5) and horizon.at_horizon
+    ours, worst = fsp_figures.fig7_headline({"a/p": paper, "b/p": horizon}, {"a/p": paper})
+    assert worst == Ratio(0.5)
+    assert ours.startswith("0.50x (lowest FSPV vs BSPV, a/p); geometric mean ")
+    assert ours.split("; ")[1].endswith("†") and ours.endswith("vs FSPB 0.50x")
 
 
 def test_fig9a_and_9b_on_the_page(page_ctx: Ctx) -> None:

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flegel.cli.paper.common import geo_mean
+from flegel.cli.paper.common import geo_mean, lowest
 from flegel.cli.paper.runner import Ratio, Runner, RunResult, Time
 from flegel.rundir.reader import exact_trace
 
@@ -210,7 +210,31 @@ class Versus:
 
     def text(self, unit: str = "x") -> str:
         """``"<0.99x†"``: the ratio, marked when it was measured at the horizon."""
-        return self.ratio.text(unit) + (self.MARK if self.at_horizon else "")
+        return marked(self.ratio, self.at_horizon, unit)
+
+
+def marked(r: Ratio, at_horizon: bool, unit: str = "x") -> str:
+    """``r``'s text, with :attr:`Versus.MARK` where it was measured at the horizon."""
+    return r.text(unit) + (Versus.MARK if at_horizon else "")
+
+
+def lowest_of(vs: dict[str, Versus]) -> tuple[str, str, Ratio]:
+    """The lowest ratio of ``vs`` (:func:`flegel.cli.paper.common.lowest`, bounds and all):
+    the key of the row that decides it (``"-"``: none), its text -- marked where that row
+    is at the horizon, so a headline never reads as to the paper's target when it is not --
+    and the ratio."""
+    i, r = lowest([v.ratio for v in vs.values()])
+    if i < 0:
+        return "-", r.text(), r
+    key = list(vs)[i]
+    return key, marked(r, vs[key].at_horizon), r
+
+
+def mean_of(vs: Sequence[Versus]) -> tuple[str, Ratio]:
+    """The geometric mean of the ratios of ``vs`` (a bound if any is): its text, marked
+    where any row is at the horizon (the mean mixes the two measures), and the ratio."""
+    r = geo_mean([v.ratio for v in vs])
+    return marked(r, any(v.at_horizon for v in vs)), r
 
 
 #: The page's note under a table with ratios measured at the horizon.
