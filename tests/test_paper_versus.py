@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from flegel.cli.paper import fsp_figures, opt_figures, plots
+from flegel.cli.paper import fsp_figures, horizons, opt_figures, plots
 from flegel.cli.paper.common import Ctx, above, interval, lowest, narrower
 from flegel.cli.paper.horizons import end_above, versus
 from flegel.cli.paper.page import MET, MISSED, verdict
@@ -202,17 +202,36 @@ def test_headline_marks_only_what_is_at_the_horizon() -> None:
 
 
 def test_fig9a_and_9b_on_the_page(page_ctx: Ctx) -> None:
-    """9a: FSPV vs BSPV <0.33x at τ = 8 (BSPV reached the target), >2.30x at τ = 128
-    (BSPV at +18 % after 4 s, FSPV on its plateau from 1.7 s): certainly grows: met.
-    9b: <1.00x, <0.83x, <0.81x -- FSPV behind with 1, 2 and 3 slow workers; two upper
-    bounds do not say whether the gap narrows: missed."""
+    """9a: FSPV vs BSPV <0.33x at τ = 8 (BSPV reached the target), >2.30x† at τ = 128
+    (neither did: BSPV at +18 % after 4 s, FSPV on its plateau from 1.7 s, ahead at the
+    horizon): a time to the target against who is ahead at 4 s, two measures: undecided,
+    missed.  9b: <1.00x, <0.83x, <0.81x -- FSPV behind with 1, 2 and 3 slow workers; two
+    upper bounds do not say whether the gap narrows: missed."""
     a = fsp_figures.fig9a(page_ctx)
-    assert verdict(a) == MET
+    assert verdict(a) == MISSED
     assert a.ours.startswith("FSPV vs BSPV <0.33x at τ=8 ms, >2.30x† at τ=128 ms")
+    assert a.ours.endswith(f"; {horizons.MIXED})") and "like with like" in a.setting
     b = fsp_figures.fig9b(page_ctx)
     assert verdict(b) == MISSED
     assert b.ours.startswith("FSPV vs BSPV <1.00x† with 1 slow worker, <0.81x† with 3")
     assert "| 2 | >4.0 | >4.0 | <0.83x† | +2.24 % / +4.65 % |" in b.table
+    assert horizons.MIXED not in b.ours  # both rows at the horizon: like with like
+
+
+def test_a_claim_over_two_measures_is_undecided() -> None:
+    """9b's narrowing, 1.2x to the paper's target against 3.0x† at the horizon: it would
+    read narrowed; over two measures it is undecided.  Two rows at the horizon compare."""
+    paper = versus(run([[0.6, 0.9]], 0.6, reached=0.6), run([[0.5, 0.9]], 0.5, reached=0.5),
+                   slack=0.0)
+    far = versus(run([[3.0, 2.0], [4.0, 1.5]], 4.0), run([[1.0, 1.5], [4.0, 1.5]], 4.0),
+                 slack=0.0)
+    near = versus(run([[3.0, 2.0], [4.0, 1.5]], 4.0), run([[3.0, 1.6], [4.0, 1.5]], 4.0),
+                  slack=0.0)
+    assert paper.ratio == Ratio(1.2) and far.text() == "4.00x†" and near.text() == "1.00x†"
+    assert narrower(paper.ratio, far.ratio)
+    assert horizons.decide(far, paper, narrower) == (False, horizons.MIXED)
+    assert horizons.decide(far, near, narrower) == (True, "")
+    assert horizons.decide(paper, paper, above) == (False, "")
 
 
 def test_fig15_on_the_page(page_ctx: Ctx) -> None:

@@ -38,7 +38,7 @@ Where either side reaches the paper's target the comparison is the paper's, unch
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -249,6 +249,27 @@ def _points(r: RunResult) -> list[tuple[float, float]]:
     """``r``'s exact objective as (time, objective) pairs: its trace, or without one its
     final objective at the end of training (:func:`flegel.rundir.reader.exact_trace`)."""
     return list(zip(*exact_trace(r.summary or {})))
+
+
+#: Why a comparative claim over two rows of different measures is not decided.
+MIXED = ("undecided: one row is to the paper's target, the other at the horizon "
+         f"({Versus.MARK}), two different measures")
+
+
+def decide(first: Versus, last: Versus, test: Callable[[Ratio, Ratio], bool]
+           ) -> tuple[bool, str]:
+    """Whether a comparative claim holds, ``test(last, first)`` on the two rows' ratios
+    (Figs. 9a and 9b: :func:`~flegel.cli.paper.common.above`,
+    :func:`~flegel.cli.paper.common.narrower`), and why not where it is not decided.
+
+    Only like is compared with like: where one row is to the paper's target and the other
+    at the horizon, the two ratios measure different things (a time to the converged
+    objective against who is ahead by the shorter run's end) and the claim is undecided,
+    counted as not holding with :data:`MIXED` as the reason.  Two rows at the horizon
+    compare: each is who is ahead, and by how much time, in runs of the same length."""
+    if first.at_horizon != last.at_horizon:
+        return False, MIXED
+    return test(last.ratio, first.ratio), ""
 
 
 def end_above(r: RunResult) -> str:
