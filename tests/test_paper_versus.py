@@ -218,6 +218,14 @@ def test_fig9a_and_9b_on_the_page(page_ctx: Ctx) -> None:
     assert horizons.MIXED not in b.ours  # both rows at the horizon: like with like
 
 
+def test_fig8_ranks_bounds_as_intervals() -> None:
+    """``<1.0x`` may be below 0.8x: the lowest is ``<0.80x``, not 0.80x."""
+    ours, mean = fsp_figures.fig8_headline([Ratio(0.8), Ratio(1.0, "<")],
+                                           [Ratio(0.8), Ratio(1.0, "<"), Ratio(1.5)], {})
+    assert mean.qualifier == "<"
+    assert "lowest algorithm <0.80x, lowest at any horizon <0.80x" in ours
+
+
 def test_a_claim_over_two_measures_is_undecided() -> None:
     """9b's narrowing, 1.2x to the paper's target against 3.0x† at the horizon: it would
     read narrowed; over two measures it is undecided.  Two rows at the horizon compare."""
