@@ -16,7 +16,7 @@ from flegel.cli.paper import fsp_figures, horizons, opt_figures, plots
 from flegel.cli.paper.common import Ctx, above, interval, lowest, narrower
 from flegel.cli.paper.horizons import end_above, versus
 from flegel.cli.paper.page import MET, MISSED, verdict
-from flegel.cli.paper.runner import Ratio, Runner, RunResult
+from flegel.cli.paper.runner import Ratio, Runner, RunResult, Time
 from flegel.cli.paper.workloads import QUICK
 
 #: Summaries (wall time, time to target, target, exact trace) of the contiguous-straggler
@@ -100,6 +100,10 @@ def test_a_summary_without_a_trace_counts_its_final_objective() -> None:
     v = versus(a, b, slack=0.0)
     assert v.ends == (1.2, 1.5) and v.target == 1.2 and v.a.reached and v.a.s == 4.0
     assert v.ratio.qualifier == "<" and end_above(a) == "+20.00 %"
+
+
+def test_a_first_reach_or_more_than_the_run() -> None:
+    assert Time.first(1.5, 4.0) == Time(1.5, True) and Time.first(None, 4.0) == Time(4.0, False)
 
 
 def test_a_failed_run_is_unknown() -> None:

@@ -159,8 +159,7 @@ def compare(bspv_trace: Sequence[Sequence[float]], fspv_trace: Sequence[Sequence
         tb = first_reach(bspv_trace, target)
         assert tb is not None  # BSPV's own snapshot
         tf = first_reach(fspv_trace, target)
-        rows.append(HorizonRow(h, target, Time(tb, True),
-                               Time(tf, True) if tf is not None else Time(fspv_wall_s, False)))
+        rows.append(HorizonRow(h, target, Time(tb, True), Time.first(tf, fspv_wall_s)))
     return rows
 
 
@@ -315,10 +314,7 @@ def versus(a: RunResult, b: RunResult, slack: float) -> Versus:
         return plain
     best = min(known)
     target = best + slack * abs(best)
-    times = []
-    for trace, wall in zip(traces, walls):
-        t = first_reach(trace, target)
-        times.append(Time(t, True) if t is not None else Time(wall, False))
+    times = [Time.first(first_reach(trace, target), wall) for trace, wall in zip(traces, walls)]
     return Versus(Ratio.of(times[0], times[1]), times[0], times[1], horizon, target, ends)
 
 
