@@ -102,6 +102,14 @@ def test_a_summary_without_a_trace_counts_its_final_objective() -> None:
     assert v.ratio.qualifier == "<" and end_above(a) == "+20.00 %"
 
 
+def test_end_above_a_negative_or_zero_target() -> None:
+    """Above the target reads + for a negative objective too (log-likelihoods, ELBOs), and
+    a target of 0 is a target."""
+    assert end_above(run([[1.0, -99.0]], 1.0, target=-100.0)) == "+1.00 %"
+    assert end_above(run([[1.0, -101.0]], 1.0, target=-100.0)) == "-1.00 %"
+    assert end_above(run([[1.0, 0.012]], 1.0, target=0.0)) == "+0.012"
+
+
 def test_a_first_reach_or_more_than_the_run() -> None:
     assert Time.first(1.5, 4.0) == Time(1.5, True) and Time.first(None, 4.0) == Time(4.0, False)
 

@@ -272,12 +272,15 @@ def decide(first: Versus, last: Versus, test: Callable[[Ratio, Ratio], bool]
 
 
 def end_above(r: RunResult) -> str:
-    """``r``'s best exact objective over its run relative to its target: ``"+0.58 %"``
-    (``"-"`` without either)."""
+    """``r``'s best exact objective over its run relative to its target: ``"+0.58 %"``,
+    positive above it whatever the target's sign (the distance over ``|target|``); a
+    target of 0 gives the distance itself, ``"+0.012"`` (``"-"`` without either)."""
     f = best_by(_points(r), math.inf)
-    if f is None or not r.target:
+    if f is None or r.target is None:
         return "-"
-    return f"{100 * (f / r.target - 1):+.2f} %"
+    if r.target == 0:
+        return f"{f:+.3g}"
+    return f"{100 * (f - r.target) / abs(r.target):+.2f} %"
 
 
 def versus(a: RunResult, b: RunResult, slack: float) -> Versus:
