@@ -223,6 +223,7 @@ def test_fig9a_and_9b_on_the_page(page_ctx: Ctx) -> None:
     assert verdict(a) == MISSED
     assert a.ours.startswith("FSPV vs BSPV <0.33x at τ=8 ms, >2.30x† at τ=128 ms")
     assert a.ours.endswith(f"; {horizons.MIXED})") and "like with like" in a.setting
+    assert "by the shorter run's end, plus the workload's slack (†)" in a.setting
     b = fsp_figures.fig9b(page_ctx)
     assert verdict(b) == MISSED
     assert b.ours.startswith("FSPV vs BSPV <1.00x† with 1 slow worker, <0.81x† with 3")
@@ -262,6 +263,8 @@ def test_fig15_on_the_page(page_ctx: Ctx) -> None:
     assert verdict(f) == MISSED and f.qualifier == ">"
     assert f.ours == "FSPV / BSPV >1.00†; FSPV / the best fixed η (0.03125 of a full " \
                      "batch) 0.98†"
+    assert f.setting.endswith("plus the workload's slack (†); each pair (FSPV and one "
+                              "fixed η, FSPV and BSPV) at its own target")
     assert [line.split(" | ")[-1] for line in f.table[2:5]] == ["0.98† |", "0.72† |",
                                                                  "0.27† |"]
 

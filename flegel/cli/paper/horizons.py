@@ -250,6 +250,13 @@ def _points(r: RunResult) -> list[tuple[float, float]]:
     return list(zip(*exact_trace(r.summary or {})))
 
 
+def setting(max_time_s: float) -> str:
+    """A figure's setting line's words for the horizon measure (:func:`versus`)."""
+    return (f"where neither side reached the target in {max_time_s:g} s, the times to the "
+            "better objective either reached by the shorter run's end, plus the workload's "
+            f"slack ({Versus.MARK})")
+
+
 #: Why a comparative claim over two rows of different measures is not decided.
 MIXED = ("undecided: one row is to the paper's target, the other at the horizon "
          f"({Versus.MARK}), two different measures")
