@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from flegel.cli.paper import fsp_figures, opt_figures, plots
+from flegel.cli.paper import fsp_figures, horizons, opt_figures, plots
 from flegel.cli.paper.common import Ctx, above, interval, lowest, narrower
 from flegel.cli.paper.horizons import end_above, versus
 from flegel.cli.paper.page import MET, MISSED, verdict
-from flegel.cli.paper.runner import Ratio, Runner, RunResult
+from flegel.cli.paper.runner import Ratio, Runner, RunResult, Time
 from flegel.cli.paper.workloads import QUICK
 
 #: Summaries (wall time, time to target, target, exact trace) of the contiguous-straggler
@@ -91,10 +91,36 @@ def test_the_horizon_is_the_shorter_run() -> None:
     assert v.b.s == pytest.approx(2.0 + 2.0 * 0.2 / 0.7) and v.ratio.qualifier == ""
 
 
+def test_a_summary_without_a_trace_counts_its_final_objective() -> None:
+    """No ``objective_trace`` (a run that kept none): its final objective at the end of
+    training stands for it, as ``flegel report`` reads it, not "never reached"."""
+    a = RunResult("k", Path("r"), {"wall_time_s": 4.0, "final_objective": 1.2,
+                                   "time_to_target_s": None}, None, 1.0, 4.0)
+    b = run([[0.5, 3.0], [4.0, 1.5]], 4.0)
+    v = versus(a, b, slack=0.0)
+    assert v.ends == (1.2, 1.5) and v.target == 1.2 and v.a.reached and v.a.s == 4.0
+    assert v.ratio.qualifier == "<" and end_above(a) == "+20.00 %"
+
+
+def test_end_above_a_negative_or_zero_target() -> None:
+    """Above the target reads + for a negative objective too (log-likelihoods, ELBOs), and
+    a target of 0 is a target."""
+    assert end_above(run([[1.0, -99.0]], 1.0, target=-100.0)) == "+1.00 %"
+    assert end_above(run([[1.0, -101.0]], 1.0, target=-100.0)) == "-1.00 %"
+    assert end_above(run([[1.0, 0.012]], 1.0, target=0.0)) == "+0.012"
+
+
+def test_a_first_reach_or_more_than_the_run() -> None:
+    assert Time.first(1.5, 4.0) == Time(1.5, True) and Time.first(None, 4.0) == Time(4.0, False)
+
+
 def test_a_failed_run_is_unknown() -> None:
     failed = RunResult("k", Path("r"), None, "timed out", 1.0, 1.0)
     v = versus(failed, run([[0.1, 2.0]], 4.0), slack=0.01)
     assert v.ratio.qualifier == "?" and not v.at_horizon
+    reached = run([[0.1, 2.0], [0.5, 0.9]], 0.5, reached=0.5)
+    for v in (versus(failed, reached, slack=0.01), versus(reached, failed, slack=0.01)):
+        assert v.ratio.qualifier == "?" and math.isnan(v.ratio.value) and not v.at_horizon
 
 
 def test_bounds_decide_lowest_above_and_narrower() -> None:
@@ -109,6 +135,8 @@ def test_bounds_decide_lowest_above_and_narrower() -> None:
     assert narrower(Ratio(1.2), Ratio(3.0, ">")) and narrower(Ratio(0.9), Ratio(0.5, "<"))
     assert not narrower(Ratio(0.8, "<"), Ratio(1.0, "<"))  # two upper bounds: undecided
     assert not narrower(Ratio(1.1, ">"), Ratio(3.0))
+    assert not narrower(Ratio(2.0), Ratio(2.0)) and not narrower(Ratio(0.5), Ratio(2.0))
+    assert not narrower(Ratio(1.0), Ratio(1.0))  # level both times: no gap narrowed
 
 
 def test_fig15_best_fixed_interval_ignores_failed_runs() -> None:
@@ -162,22 +190,69 @@ def test_fig7_on_the_page_reads_who_is_ahead(page_ctx: Ctx) -> None:
     assert rows["logreg"] == ["1.20x†", "1.98x†", "<0.82x† |"]
     assert "- kmeans, contiguous: best objective in the run, above the target: BSPB +3.45 %, " \
            "BSPV +0.58 %, FSPB +5.89 %, FSPV +5.89 %" in table
-    assert vs_bspv["kmeans/contiguous"].qualifier == "<"
-    assert lowest(list(vs_bspv.values()))[1].text() == "<1.00x"
+    assert vs_bspv["kmeans/contiguous"].ratio.qualifier == "<"
+    # The headline is at the horizon like the row that decides it, and so are the means.
+    ours, worst = fsp_figures.fig7_headline(vs_bspv, vs_fspb)
+    assert worst == lowest([v.ratio for v in vs_bspv.values()])[1]
+    assert ours.startswith("<1.00x† (lowest FSPV vs BSPV, kmeans/contiguous); geometric "
+                           "mean ")
+    assert ours.count("†") == 3
+
+
+def test_headline_marks_only_what_is_at_the_horizon() -> None:
+    """The lowest row to the paper's target, another at the horizon: the lowest unmarked,
+    the mean (which mixes the two) marked."""
+    paper = versus(run([[0.5, 0.9]], 0.5, reached=0.5), run([[1.0, 0.9]], 1.0, reached=1.0),
+                   slack=0.0)
+    horizon = versus(run([[0.5, 3.0], [4.0, 2.0]], 4.0), run([[0.5, 2.0], [4.0, 1.5]], 4.0),
+                     slack=0.0)
+    assert paper.ratio == Ratio(0.5) and horizon.at_horizon
+    ours, worst = fsp_figures.fig7_headline({"a/p": paper, "b/p": horizon}, {"a/p": paper})
+    assert worst == Ratio(0.5)
+    assert ours.startswith("0.50x (lowest FSPV vs BSPV, a/p); geometric mean ")
+    assert ours.split("; ")[1].endswith("†") and ours.endswith("vs FSPB 0.50x")
 
 
 def test_fig9a_and_9b_on_the_page(page_ctx: Ctx) -> None:
-    """9a: FSPV vs BSPV <0.33x at τ = 8 (BSPV reached the target), >2.30x at τ = 128
-    (BSPV at +18 % after 4 s, FSPV on its plateau from 1.7 s): certainly grows: met.
-    9b: <1.00x, <0.83x, <0.81x -- FSPV behind with 1, 2 and 3 slow workers; two upper
-    bounds do not say whether the gap narrows: missed."""
+    """9a: FSPV vs BSPV <0.33x at τ = 8 (BSPV reached the target), >2.30x† at τ = 128
+    (neither did: BSPV at +18 % after 4 s, FSPV on its plateau from 1.7 s, ahead at the
+    horizon): a time to the target against who is ahead at 4 s, two measures: undecided,
+    missed.  9b: <1.00x, <0.83x, <0.81x -- FSPV behind with 1, 2 and 3 slow workers; two
+    upper bounds do not say whether the gap narrows: missed."""
     a = fsp_figures.fig9a(page_ctx)
-    assert verdict(a) == MET
+    assert verdict(a) == MISSED
     assert a.ours.startswith("FSPV vs BSPV <0.33x at τ=8 ms, >2.30x† at τ=128 ms")
+    assert a.ours.endswith(f"; {horizons.MIXED})") and "like with like" in a.setting
+    assert "by the shorter run's end, plus the workload's slack (†)" in a.setting
     b = fsp_figures.fig9b(page_ctx)
     assert verdict(b) == MISSED
     assert b.ours.startswith("FSPV vs BSPV <1.00x† with 1 slow worker, <0.81x† with 3")
     assert "| 2 | >4.0 | >4.0 | <0.83x† | +2.24 % / +4.65 % |" in b.table
+    assert horizons.MIXED not in b.ours  # both rows at the horizon: like with like
+
+
+def test_fig8_ranks_bounds_as_intervals() -> None:
+    """``<1.0x`` may be below 0.8x: the lowest is ``<0.80x``, not 0.80x."""
+    ours, mean = fsp_figures.fig8_headline([Ratio(0.8), Ratio(1.0, "<")],
+                                           [Ratio(0.8), Ratio(1.0, "<"), Ratio(1.5)], {})
+    assert mean.qualifier == "<"
+    assert "lowest algorithm <0.80x, lowest at any horizon <0.80x" in ours
+
+
+def test_a_claim_over_two_measures_is_undecided() -> None:
+    """9b's narrowing, 1.2x to the paper's target against 3.0x† at the horizon: it would
+    read narrowed; over two measures it is undecided.  Two rows at the horizon compare."""
+    paper = versus(run([[0.6, 0.9]], 0.6, reached=0.6), run([[0.5, 0.9]], 0.5, reached=0.5),
+                   slack=0.0)
+    far = versus(run([[3.0, 2.0], [4.0, 1.5]], 4.0), run([[1.0, 1.5], [4.0, 1.5]], 4.0),
+                 slack=0.0)
+    near = versus(run([[3.0, 2.0], [4.0, 1.5]], 4.0), run([[3.0, 1.6], [4.0, 1.5]], 4.0),
+                  slack=0.0)
+    assert paper.ratio == Ratio(1.2) and far.text() == "4.00x†" and near.text() == "1.00x†"
+    assert narrower(paper.ratio, far.ratio)
+    assert horizons.decide(far, paper, narrower) == (False, horizons.MIXED)
+    assert horizons.decide(far, near, narrower) == (True, "")
+    assert horizons.decide(paper, paper, above) == (False, "")
 
 
 def test_fig15_on_the_page(page_ctx: Ctx) -> None:
@@ -188,6 +263,8 @@ def test_fig15_on_the_page(page_ctx: Ctx) -> None:
     assert verdict(f) == MISSED and f.qualifier == ">"
     assert f.ours == "FSPV / BSPV >1.00†; FSPV / the best fixed η (0.03125 of a full " \
                      "batch) 0.98†"
+    assert f.setting.endswith("plus the workload's slack (†); each pair (FSPV and one "
+                              "fixed η, FSPV and BSPV) at its own target")
     assert [line.split(" | ")[-1] for line in f.table[2:5]] == ["0.98† |", "0.72† |",
                                                                  "0.27† |"]
 

@@ -101,14 +101,15 @@ def above(a: Ratio, b: Ratio) -> bool:
 
 
 def narrower(a: Ratio, b: Ratio) -> bool:
-    """Whether ``a`` is certainly nearer 1 than ``b`` (``|log a| <= |log b|`` for every value
-    each may stand for): "the gap between the two frameworks narrows"."""
+    """Whether ``a`` is certainly nearer 1 than ``b`` (``|log a| < |log b|`` for every value
+    each may stand for): "the gap between the two frameworks narrows".  An equal gap (2.0x
+    and 2.0x, or 0.5x and 2.0x) has not narrowed."""
     def logs(r: Ratio) -> tuple[float, float]:
         lo, hi = interval(r)
         ends = [abs(math.log(x)) if 0 < x < math.inf else math.inf for x in (lo, hi)]
         return (0.0 if lo <= 1.0 <= hi else min(ends)), max(ends)
 
-    return logs(a)[1] <= logs(b)[0]
+    return logs(a)[1] < logs(b)[0]
 
 
 def time_row(cells: list[str]) -> str:

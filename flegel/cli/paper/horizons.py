@@ -38,12 +38,13 @@ Where either side reaches the paper's target the comparison is the paper's, unch
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flegel.cli.paper.common import geo_mean
+from flegel.cli.paper.common import geo_mean, lowest
 from flegel.cli.paper.runner import Ratio, Runner, RunResult, Time
+from flegel.rundir.reader import exact_trace
 
 #: Horizons (seconds of BSPV's run) whose objective becomes a target.
 HORIZONS = (0.2, 0.5, 1.0, 2.0, 4.0)
@@ -158,8 +159,7 @@ def compare(bspv_trace: Sequence[Sequence[float]], fspv_trace: Sequence[Sequence
         tb = first_reach(bspv_trace, target)
         assert tb is not None  # BSPV's own snapshot
         tf = first_reach(fspv_trace, target)
-        rows.append(HorizonRow(h, target, Time(tb, True),
-                               Time(tf, True) if tf is not None else Time(fspv_wall_s, False)))
+        rows.append(HorizonRow(h, target, Time(tb, True), Time.first(tf, fspv_wall_s)))
     return rows
 
 
@@ -209,11 +209,31 @@ class Versus:
 
     def text(self, unit: str = "x") -> str:
         """``"<0.99x†"``: the ratio, marked when it was measured at the horizon."""
-        return self.ratio.text(unit) + (self.MARK if self.at_horizon else "")
+        return marked(self.ratio, self.at_horizon, unit)
 
 
-def _trace(r: RunResult) -> list[list[float]]:
-    return list((r.summary or {}).get("objective_trace") or [])
+def marked(r: Ratio, at_horizon: bool, unit: str = "x") -> str:
+    """``r``'s text, with :attr:`Versus.MARK` where it was measured at the horizon."""
+    return r.text(unit) + (Versus.MARK if at_horizon else "")
+
+
+def lowest_of(vs: dict[str, Versus]) -> tuple[str, str, Ratio]:
+    """The lowest ratio of ``vs`` (:func:`flegel.cli.paper.common.lowest`, bounds and all):
+    the key of the row that decides it (``"-"``: none), its text -- marked where that row
+    is at the horizon, so a headline never reads as to the paper's target when it is not --
+    and the ratio."""
+    i, r = lowest([v.ratio for v in vs.values()])
+    if i < 0:
+        return "-", r.text(), r
+    key = list(vs)[i]
+    return key, marked(r, vs[key].at_horizon), r
+
+
+def mean_of(vs: Sequence[Versus]) -> tuple[str, Ratio]:
+    """The geometric mean of the ratios of ``vs`` (a bound if any is): its text, marked
+    where any row is at the horizon (the mean mixes the two measures), and the ratio."""
+    r = geo_mean([v.ratio for v in vs])
+    return marked(r, any(v.at_horizon for v in vs)), r
 
 
 #: The page's note under a table with ratios measured at the horizon.
@@ -224,13 +244,50 @@ NOTE = (f"{Versus.MARK} neither side reached the target in its run: the ratio is
         "(`flegel/cli/paper/horizons.py`).")
 
 
+def _points(r: RunResult) -> list[tuple[float, float]]:
+    """``r``'s exact objective as (time, objective) pairs: its trace, or without one its
+    final objective at the end of training (:func:`flegel.rundir.reader.exact_trace`)."""
+    return list(zip(*exact_trace(r.summary or {})))
+
+
+def setting(max_time_s: float) -> str:
+    """A figure's setting line's words for the horizon measure (:func:`versus`)."""
+    return (f"where neither side reached the target in {max_time_s:g} s, the times to the "
+            "better objective either reached by the shorter run's end, plus the workload's "
+            f"slack ({Versus.MARK})")
+
+
+#: Why a comparative claim over two rows of different measures is not decided.
+MIXED = ("undecided: one row is to the paper's target, the other at the horizon "
+         f"({Versus.MARK}), two different measures")
+
+
+def decide(first: Versus, last: Versus, test: Callable[[Ratio, Ratio], bool]
+           ) -> tuple[bool, str]:
+    """Whether a comparative claim holds, ``test(last, first)`` on the two rows' ratios
+    (Figs. 9a and 9b: :func:`~flegel.cli.paper.common.above`,
+    :func:`~flegel.cli.paper.common.narrower`), and why not where it is not decided.
+
+    Only like is compared with like: where one row is to the paper's target and the other
+    at the horizon, the two ratios measure different things (a time to the converged
+    objective against who is ahead by the shorter run's end) and the claim is undecided,
+    counted as not holding with :data:`MIXED` as the reason.  Two rows at the horizon
+    compare: each is who is ahead, and by how much time, in runs of the same length."""
+    if first.at_horizon != last.at_horizon:
+        return False, MIXED
+    return test(last.ratio, first.ratio), ""
+
+
 def end_above(r: RunResult) -> str:
-    """``r``'s best exact objective over its run relative to its target: ``"+0.58 %"``
-    (``"-"`` without either)."""
-    f = best_by(_trace(r), math.inf)
-    if f is None or not r.target:
+    """``r``'s best exact objective over its run relative to its target: ``"+0.58 %"``,
+    positive above it whatever the target's sign (the distance over ``|target|``); a
+    target of 0 gives the distance itself, ``"+0.012"`` (``"-"`` without either)."""
+    f = best_by(_points(r), math.inf)
+    if f is None or r.target is None:
         return "-"
-    return f"{100 * (f / r.target - 1):+.2f} %"
+    if r.target == 0:
+        return f"{f:+.3g}"
+    return f"{100 * (f - r.target) / abs(r.target):+.2f} %"
 
 
 def versus(a: RunResult, b: RunResult, slack: float) -> Versus:
@@ -240,7 +297,8 @@ def versus(a: RunResult, b: RunResult, slack: float) -> Versus:
     Parameters
     ----------
     a, b : RunResult
-        Two runs of one setting to the same target (their ``objective_trace`` exact).
+        Two runs of one setting to the same target (their exact ``objective_trace``; without
+        one, the final objective at the end of training).
     slack : float
         The workload's relative slack (:class:`~flegel.cli.paper.workloads.Workload`): the
         target at the horizon is the better objective plus ``slack`` times its magnitude.
@@ -250,22 +308,23 @@ def versus(a: RunResult, b: RunResult, slack: float) -> Versus:
     Versus
         With ``horizon_s`` None where the paper's target decided (or a run failed: ``?``).
     """
+    if not (a.ok and b.ok):
+        # A failed run's time is no time: against any other, unknown.
+        return Versus(Ratio(math.nan, "?"), a.time, b.time)
     plain = Versus(Ratio.of(a.time, b.time), a.time, b.time)
-    if not (a.ok and b.ok) or a.time.reached or b.time.reached:
+    if a.time.reached or b.time.reached:
         return plain
     walls = [float((r.summary or {}).get("wall_time_s", 0.0)) for r in (a, b)]
     horizon = min(walls)
-    ends = (best_by(_trace(a), horizon * (1 + HORIZON_GRACE)),
-            best_by(_trace(b), horizon * (1 + HORIZON_GRACE)))
+    traces = [_points(r) for r in (a, b)]
+    ends = (best_by(traces[0], horizon * (1 + HORIZON_GRACE)),
+            best_by(traces[1], horizon * (1 + HORIZON_GRACE)))
     known = [f for f in ends if f is not None]
     if not known:
         return plain
     best = min(known)
     target = best + slack * abs(best)
-    times = []
-    for r, wall in zip((a, b), walls):
-        t = first_reach(_trace(r), target)
-        times.append(Time(t, True) if t is not None else Time(wall, False))
+    times = [Time.first(first_reach(trace, target), wall) for trace, wall in zip(traces, walls)]
     return Versus(Ratio.of(times[0], times[1]), times[0], times[1], horizon, target, ends)
 
 

@@ -109,8 +109,13 @@ def fig11(ctx: Ctx) -> Figure:
         table=table + failures(runs), pictures=[pic])
 
 
+def max_min(p: list[float]) -> float:
+    """The most passes over the fewest (Fig. 12's spread; inf without workers)."""
+    return max(p) / max(min(p), 1e-9) if p else float("inf")
+
+
 def _spread(p: list[float]) -> str:
-    return f"{max(p) / max(min(p), 1e-9):.2f}" if p else "-"
+    return f"{max_min(p):.2f}" if p else "-"
 
 
 def _point_passes(r: RunResult) -> str:
@@ -162,7 +167,7 @@ def fig12(ctx: Ctx) -> Figure:
                                _spread(p), " ".join(f"{x:.1f}" for x in q), _spread(q),
                                _point_passes(long), _migration(long)]))
     p = _passes(longs[3])
-    spread = max(p) / max(min(p), 1e-9) if p else float("inf")
+    spread = max_min(p)
     p0 = _passes(targets[3])
     runs = [(label, r) for (label, _, _), r in zip(settings, longs)]
     pics = [x for x in (plots.run_picture(ctx.pictures / "fig12-passes.png", runs,

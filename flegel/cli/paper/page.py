@@ -139,7 +139,8 @@ def render(figs: list[Figure], machine: str, command: str, wall_s: float,
            "than 5 % (a bound on the wrong side of it too); a claim without a number: "
            "whether it held.  `>x` / `<x`: a bound (a run did not reach the target in its "
            "time); `x†`: neither side reached it, the times are to the better objective "
-           "either reached in its run (`flegel/cli/paper/horizons.py`).",
+           "either reached by the shorter run's end, plus the workload's slack "
+           "(`flegel/cli/paper/horizons.py`).",
            "- times are to a target objective: the reference run's (BSPB, no stragglers, "
            "the same shards) final exact objective plus a small slack, as the paper's "
            "Section 6.1 pre-sets one.  2 cores shared by every rank (and by other work): "

@@ -47,6 +47,12 @@ class Time:
     s: float
     reached: bool
 
+    @classmethod
+    def first(cls, t: float | None, run_s: float) -> Time:
+        """The time of a first reach ``t``, or, where the run never reached (None), more
+        than its ``run_s``."""
+        return cls(t, True) if t is not None else cls(run_s, False)
+
     def text(self) -> str:
         return f"{self.s:.2f}" if self.reached else f">{self.s:.1f}"
 
