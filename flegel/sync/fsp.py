@@ -995,7 +995,9 @@ class FSP(BarrierPolicy):
         # ran it alone on a core, before the others started, extrapolates to a pass several
         # times shorter than its later ones (issue 19: FCM at 350,000 rows, a 24 ms "pass"
         # against 90 ms), so the typical worker's stands for it until the next barrier.
-        self._update_eta_max(commits, typical=self.sampled and self.plan.phase == "calibration")
+        # (Only where a share was sampled: a declaring algorithm's calibration on shards of
+        # at most SAMPLE_MIN_POINTS is a whole pass, whose fastest worker's pass is a pass.)
+        self._update_eta_max(commits, typical=self.share < 1.0 and self.plan.phase == "calibration")
         # A worker with nothing to train at a kept θ was not measured: it is not forgotten
         # (PassPredictor forgets a worker that committed nothing, paused before it ran).
         self.passes.observe({r: h for r, h in commits.items()
