@@ -21,6 +21,7 @@ from flegel.block import Block
 from flegel.interval.multistage import SAMPLE_SHARE, sample_batch
 from flegel.sync.fsp import sampled_calibration
 from tests.fakes import Simulation, blobs, kmeans_theta0, sync_options
+from tests.test_fsp_coverage import _lloyd_step  # Lloyd's step in plain NumPy
 
 WORKERS = 3
 #: Points per worker: an eighth of a shard (1,100) is above SAMPLE_MIN_POINTS.
@@ -58,18 +59,6 @@ def _kmeans(options: dict[str, Any] | None = None, model: str = "fsp",
                      algorithm=KMeans(n_clusters=4), cost_s=COST_S, latency_s=LATENCY_S,
                      on_barrier=watch, stop={"max_iterations": 4}, **kwargs).run()
     return sim, watch, theta0
-
-
-def _lloyd_step(x: np.ndarray, centres: np.ndarray) -> np.ndarray:
-    """Lloyd's step from ``centres`` on the rows ``x`` (a cluster with none keeps its
-    centre), in plain NumPy."""
-    d2 = ((x[:, None, :] - centres[None, :, :]) ** 2).sum(axis=2)
-    labels = d2.argmin(axis=1)
-    out = centres.copy()
-    for k in range(len(centres)):
-        if np.any(labels == k):
-            out[k] = x[labels == k].mean(axis=0)
-    return out
 
 
 def test_kmeans_first_update_is_lloyds_step_on_an_eighth_of_every_shard():
