@@ -126,10 +126,9 @@ class Algorithm:
         pass -- an eighth, raised so that the smallest shard gives 1,000 points
         (:func:`flegel.interval.multistage.sample_fraction`) -- when all of these hold:
         ``interval: multistage`` (FSPV) with ``probes: interleaved``, no ``eta_ms``,
-        ``shuffle`` on, and every shard known and above 1,000 points; otherwise a whole
-        pass.  With data migration and ``cover_before_update`` θ¹ is taken only if every
-        worker trained its share; a worker paused before it makes coverage hold θ instead
-        (:func:`flegel.sync.fsp.sampled_calibration`).  Default False.
+        ``shuffle`` on, no data migration, and every shard known and above 1,000 points;
+        otherwise a whole pass (with migration, ``cover_before_update``'s hold instead:
+        :func:`flegel.sync.fsp.sampled_calibration`).  Default False.
     cover_before_update : bool
         θ is a function of a *sum over every point's contribution*, and a point adds
         nothing to it before its first visit: incremental EM's statistics kept in θ (FSP
