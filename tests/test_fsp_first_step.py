@@ -113,15 +113,17 @@ def test_nmf_first_update_is_the_hals_step_on_the_sample():
         np.testing.assert_allclose(watch.theta[key], expected[key], rtol=1e-9, atol=1e-9)
 
 
-@pytest.mark.parametrize("case", ["stored order", "fspb", "small shards", "bspv"])
+@pytest.mark.parametrize("case", ["migration", "stored order", "fspb", "small shards", "bspv"])
 def test_no_sampled_first_step_where_it_must_not_apply(case):
-    """A whole pass where the sampled step does not apply: shards in stored order (no random
-    share), FSPB (η⁰ is the calibration's pass), shards of at most 8,000 points (an eighth
-    under 1,000 points: all of the smallest shard), and BSPV, whose calibration is its own.
-    (With data migration it applies: tests/test_fsp_sampled.py.)"""
+    """A whole pass where the sampled step does not apply: data migration (coverage holds θ
+    instead), shards in stored order (no random share), FSPB (η⁰ is the calibration's
+    pass), shards of at most 8,000 points (an eighth under 1,000 points: all of the
+    smallest shard), and BSPV, whose calibration is its own."""
     options: dict[str, Any] = {}
     model, shard, kwargs = "fsp", SHARD, {}
-    if case == "stored order":
+    if case == "migration":
+        options = {"migration": {"mode": "async", "window": 64}}
+    elif case == "stored order":
         options = {"shuffle": False}
     elif case == "fspb":
         options = {"interval": "binary"}
@@ -133,6 +135,8 @@ def test_no_sampled_first_step_where_it_must_not_apply(case):
     first = sim.barrier_events()[0]
     assert first["workers"]["points"] == [shard] * WORKERS
     assert "batch" not in first["workers"]["reason"] or model == "bsp"
+    if case == "migration":
+        assert "coverage" in sim.policy.summary()
 
 
 @pytest.mark.parametrize("algorithm", [KMeans, NMF, LogisticRegression])
@@ -143,7 +147,7 @@ def test_which_algorithms_take_the_sampled_first_step(algorithm):
     server = SimpleNamespace(sampled_first_step=algorithm.sampled_first_step)
     fspv = sync_options("fsp")
     assert sampled_calibration(fspv, server) == (algorithm is not LogisticRegression)
-    assert not sampled_calibration({**fspv, "shuffle": False}, server)
+    assert not sampled_calibration({**fspv, "migration": {"mode": "sync"}}, server)
 
 
 def test_kmeans_reaches_bspvs_optimum_sooner():

@@ -420,19 +420,21 @@ def sampled_calibration(options: dict[str, Any], server: ServerPort) -> bool:
     """Whether FSP's calibration is FSPV's sampled one (:class:`FSP`, Notes: the sampled
     calibration): the algorithm declares ``sampled_first_step`` (GMM, FCM, K-means, NMF),
     the interval is FSPV's (``multistage`` with ``interleaved`` probes and no ``eta_ms``),
-    and shards are traversed shuffled.
+    shards are traversed shuffled, and no data migration is configured.
 
-    With data migration and ``cover_before_update`` the sample is taken too, but θ¹ only if
-    every worker trained its share (:meth:`FSP.keeps_theta`; issue 19, i20k, a choice): a
-    straggler slower than the calibration's bound is paused before its share, and the sample
-    is then no longer stratified -- measured (``python bench/fsp_claims.py --only gap``,
-    K-means with the sample taking precedence over coverage) worker 1, slowed by τ = 32 ms,
-    had trained 5,034 of its 12,500 points when θ¹ was taken; on contiguous shards of sorted
-    data that is θ¹ fitted mostly without its clusters, the basin problem coverage mends.
-    Coverage then holds θ until every point was trained, as after a whole-pass
-    calibration."""
+    Not with migration (issue 19, a choice; before, the sample took precedence over coverage
+    for GMM and FCM): migration is there for stragglers, and a straggler is paused at the
+    calibration's bound before it has trained its share, so the sample is no longer
+    stratified -- measured (``python bench/fsp_claims.py --only gap``, K-means with the
+    sampled step, worker 1 slowed by τ = 32 ms) the slow worker had trained 5,034 of its
+    12,500 points when θ¹ was taken; on contiguous shards of sorted data that is θ¹ fitted
+    mostly without its clusters, the basin problem coverage mends (class notes,
+    "Coverage").  Coverage then applies instead, and without stragglers its calibration is
+    BSPV's whole pass, so migration costs nothing against BSPV there either."""
+    migration = MigrationOptions.of(options.get("migration"))
     return (options["interval"] == "multistage" and options["probes"] == "interleaved"
             and options["eta_ms"] is None and bool(options.get("shuffle", True))
+            and migration.mode == "off"
             and bool(getattr(server, "sampled_first_step", False)))
 
 
@@ -513,14 +515,14 @@ class FSP(BarrierPolicy):
     FSPV against BSPV (docs/benchmarks.md, medians of nine pairs) GMM 3.10x and FCM 2.20x
     with the rows x 10, within a pair's noise at the quick scale.  Speeds and the pass are
     measured on the sample as on any partial pass.  Not under FSPB, whose η⁰ is the
-    calibration's pass.  With data migration θ¹ is taken only if every worker trained its share
-    (:func:`sampled_calibration`): a straggler paused at the bound leaves the sample
-    unstratified, and coverage (below) holds θ instead.  K-means and NMF declare it too (issue
-    19, i20k): their θ sums per-point statistics as incremental EM's does (K-means' cluster
-    sums, NMF's ``WᵀW`` and ``WᵀX``), so θ¹ is Lloyd's (HALS's) step on the sample at θ⁰;
-    logistic regression does not -- its first full batch is L-BFGS's first evaluation, whose
-    gradient pair the sample's gradient step would not replace (a choice; docs/sync/fsp.md, "The
-    sampled first step on K-means and NMF").
+    calibration's pass.  Nor with data migration (:func:`sampled_calibration`): a
+    straggler paused at the bound leaves the sample unstratified, and coverage (below)
+    applies instead.  K-means and NMF declare it too (issue 19, i20k): their θ sums
+    per-point statistics as incremental EM's does (K-means' cluster sums, NMF's ``WᵀW``
+    and ``WᵀX``), so θ¹ is Lloyd's (HALS's) step on the sample at θ⁰; logistic regression
+    does not -- its first full batch is L-BFGS's first evaluation, whose gradient pair the
+    sample's gradient step would not replace (a choice; docs/sync/fsp.md, "The sampled first
+    step on K-means and NMF").
 
     **Coverage** (issue 19, item 3; a choice where the paper is silent).  Under incremental
     EM (Section 2.2, Eq. 3) a point adds its statistics to θ on its first visit (K-means'
@@ -567,8 +569,8 @@ class FSP(BarrierPolicy):
     imbalance and planned no round (``tests/test_migration_inprocess.py``'s 4x straggler:
     no point ordered, passes 11.9 against 6.7).  Not for the CNN
     (``progress_per_update``), whose mini-batch steps are unbiased on any batch and would
-    only be delayed.  After FSPV's sampled calibration (above) θ is held only if a worker
-    was paused before its share: a stratified sample has no missing shard.
+    only be delayed.  Coverage and FSPV's sampled calibration (above) never meet: the
+    sampled calibration is taken only without migration.
 
     *Only with data migration* (``migration.mode`` async or sync).  Without it the hold
     lasts the straggler's own first pass -- BSPV's first iteration -- and buys nothing: the
@@ -693,9 +695,9 @@ class FSP(BarrierPolicy):
         # latest barrier, the calibration's first pass and valid time, and the workers
         # that migration orders send points to while θ is kept.
         # Only with migration: without it the hold lasts a straggler's whole pass (notes);
-        # after a sampled calibration only where a worker fell short of its share.
+        # with it there is no sampled calibration (sampled_calibration).
         self.cover = (bool(getattr(server, "cover_before_update", False))
-                      and self.balancer is not None)
+                      and self.balancer is not None and not self.sampled)
         self.covered = not self.cover
         self.kept_barriers = 0
         self.covered_at_s: float | None = None
@@ -917,13 +919,6 @@ class FSP(BarrierPolicy):
         point was, the carried aggregates are applied -- the first update -- and θ is never
         kept again."""
         if self.covered:
-            return False
-        if self.share < 1.0 and self.plan.phase == "calibration" and all(
-                int(h["reason"]) in (Reason.BATCH, Reason.PASS) for h in commits.values()):
-            # The sampled calibration, every worker's share trained: θ¹ is a stratified
-            # sample's step (sampled_calibration), no shard is missing from it; no hold.
-            self.covered = True
-            self.covered_at_s = self.server.now()
             return False
         if self.kept_barriers == 0:
             self._hold_start_s = self.iter_start  # the calibration's start
