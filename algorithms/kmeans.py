@@ -468,6 +468,11 @@ class KMeans(DeviceKernels, Algorithm):
     """
 
     name = "kmeans"
+    #: Incremental EM (Eq. 3): θ keeps each cluster's sum and count over the points'
+    #: latest labels, so an M-step after part of the first pass is Lloyd's step on a sample
+    #: at θ⁰ -- mini-batch K-means' start -- and FSPV takes its first after a share of every
+    #: shuffled shard (flegel.sync.fsp.sampled_calibration; issue 19, Fig. 8).
+    sampled_first_step = True
     objective_name = "inertia"
     #: θ keeps the per-cluster sums of every point's latest label (Eq. 3): FSP's first M-step
     #: waits until every point has one (``Algorithm.cover_before_update``).

@@ -82,21 +82,21 @@ def test_the_first_m_step_comes_after_an_eighth_of_every_shard():
 
 
 @pytest.mark.parametrize("mode", ["async", "sync"])
-def test_migration_keeps_the_sampled_calibration(mode):
-    """With data migration GMM (``cover_before_update`` too) keeps its sampled first step:
-    coverage does not hold θ then, a stratified random sample having no missing shard.
-    (Before: coverage cancelled the sample, θ kept until every point was trained.)"""
-    versions: list[int] = []
+def test_migration_takes_coverage_not_the_sample(mode):
+    """With data migration GMM (``cover_before_update`` too) has no sampled first step: a
+    straggler slower than the calibration's bound is paused before its share, so the sample
+    is not stratified (``flegel.sync.fsp.sampled_calibration``); the calibration is a whole
+    pass and coverage holds θ until every point was trained.  (Before: the sample took
+    precedence, θ¹ came from [1100, 1100, 1100] points here, and nothing was held.)"""
     sim = Simulation("fsp", {"migration": {"mode": mode, "window": 64}}, workers=WORKERS,
                      data=_data(), algorithm=GaussianMixture(n_components=3), cost_s=COST_S,
                      latency_s=LATENCY_S, slowdown={WORKERS: 20.0},
-                     on_barrier=lambda s, e: versions.append(s.server.version),
                      stop={"max_iterations": 3}).run()
     first = sim.barrier_events()[0]
     assert first["phase"] == "calibration"
-    assert first["workers"]["reason"] == ["batch"] * WORKERS
-    assert versions[0] == 1
-    assert "coverage" not in sim.policy.summary()
+    assert "batch" not in first["workers"]["reason"]
+    assert first["workers"]["points"][:-1] == [SHARD] * (WORKERS - 1)
+    assert "coverage" in sim.policy.summary()
 
 
 @pytest.mark.parametrize("options", [{"interval": "binary"}, {"shuffle": False},

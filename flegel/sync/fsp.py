@@ -425,6 +425,32 @@ def center_offsets(offsets: dict[int, float], bound: float) -> dict[int, float]:
     return {r: clip(float(v) - c) for r, v in offsets.items()}
 
 
+def sampled_calibration(options: dict[str, Any], server: ServerPort) -> bool:
+    """Whether FSP's calibration is FSPV's sampled one (:class:`FSP`, Notes: the sampled
+    calibration): the algorithm declares ``sampled_first_step`` (GMM, FCM, K-means, NMF),
+    the interval is FSPV's (``multistage`` with ``interleaved`` probes and no ``eta_ms``),
+    shards are traversed shuffled, and no data migration is configured.
+
+    Not with migration (issue 19, a choice; before, the sample took precedence over coverage
+    for GMM and FCM): migration is there for stragglers, and a straggler slower than the
+    calibration's bound is paused before it has trained its share, so the sample is no
+    longer stratified -- measured (``python bench/fsp_claims.py --only gap``, K-means with the
+    sampled step, worker 1 slowed by τ = 32 ms) the slow worker had trained 5,034 of its
+    12,500 points when θ¹ was taken; on contiguous shards of sorted data that is θ¹ fitted
+    mostly without its clusters, the basin problem coverage mends (class notes,
+    "Coverage").  Coverage then applies instead, and without stragglers its calibration is
+    BSPV's whole pass, so migration costs nothing against BSPV there either (against FSPV
+    without migration it costs the sample's gain: ``bench/migration_sim.py``'s rows without
+    a straggler, 70.3 against 57.0 ms simulated).  Taking the sample under migration and
+    holding θ only where a share was cut was tried: +5.441 % in its first gap run
+    (docs/sync/fsp.md, "The sampled first step on K-means and NMF")."""
+    migration = MigrationOptions.of(options.get("migration"))
+    return (options["interval"] == "multistage" and options["probes"] == "interleaved"
+            and options["eta_ms"] is None and bool(options.get("shuffle", True))
+            and migration.mode == "off"
+            and bool(getattr(server, "sampled_first_step", False)))
+
+
 class FSP(BarrierPolicy):
     """Master policy of FSP.
 
@@ -502,9 +528,14 @@ class FSP(BarrierPolicy):
     FSPV against BSPV (docs/benchmarks.md, medians of nine pairs) GMM 3.10x and FCM 2.20x
     with the rows x 10, within a pair's noise at the quick scale.  Speeds and the pass are
     measured on the sample as on any partial pass.  Not under FSPB, whose η⁰ is the
-    calibration's pass.  With data migration the sampled calibration stays: coverage
-    (below) does not apply then, since a random sample stratified over the shuffled shards
-    has not the contiguous shards' problem it mends (a fit without a slow shard's clusters).
+    calibration's pass.  Nor with data migration (:func:`sampled_calibration`): a
+    straggler paused at the bound leaves the sample unstratified, and coverage (below)
+    applies instead.  K-means and NMF declare it too (issue 19, i20k): their θ sums
+    per-point statistics as incremental EM's does (K-means' cluster sums, NMF's ``WᵀW``
+    and ``WᵀX``), so θ¹ is Lloyd's (HALS's) step on the sample at θ⁰; logistic regression
+    does not -- its first full batch is L-BFGS's first evaluation, whose gradient pair the
+    sample's gradient step would not replace (a choice; docs/sync/fsp.md, "The sampled first
+    step on K-means and NMF").
 
     **Coverage** (issue 19, item 3; a choice where the paper is silent).  Under incremental
     EM (Section 2.2, Eq. 3) a point adds its statistics to θ on its first visit (K-means'
@@ -551,9 +582,8 @@ class FSP(BarrierPolicy):
     imbalance and planned no round (``tests/test_migration_inprocess.py``'s 4x straggler:
     no point ordered, passes 11.9 against 6.7).  Not for the CNN
     (``progress_per_update``), whose mini-batch steps are unbiased on any batch and would
-    only be delayed.  Nor under FSPV's sampled calibration (above: GMM and FCM with
-    ``sampled_first_step``), whose first M-step is on a stratified random sample of the
-    shuffled shards, which the basin problem does not concern; coverage would cancel it.
+    only be delayed.  Coverage and FSPV's sampled calibration (above) never meet: the
+    sampled calibration is taken only without migration.
 
     *Only with data migration* (``migration.mode`` async or sync).  Without it the hold
     lasts the straggler's own first pass -- BSPV's first iteration -- and buys nothing: the
@@ -643,9 +673,7 @@ class FSP(BarrierPolicy):
         #: FSPV's first M-step after a share of every shard (class notes: the sampled
         #: calibration).
         self.share = 1.0
-        self.sampled = (kind == "multistage" and options["probes"] == "interleaved"
-                        and options["eta_ms"] is None and bool(options.get("shuffle", True))
-                        and bool(getattr(server, "sampled_first_step", False)))
+        self.sampled = sampled_calibration(options, server)
         self.offsets = {r: 0.0 for r in server.ranks}
         self.signalled = False
         #: When the others are paused after a full pass (:meth:`_on_pass`), and who needs
@@ -684,7 +712,7 @@ class FSP(BarrierPolicy):
         # latest barrier, the calibration's first pass and valid time, and the workers
         # that migration orders send points to while θ is kept.
         # Only with migration: without it the hold lasts a straggler's whole pass (notes);
-        # not in the sampled calibration, whose stratified sample has no basin problem.
+        # with it there is no sampled calibration (sampled_calibration).
         self.cover = (bool(getattr(server, "cover_before_update", False))
                       and self.balancer is not None and not self.sampled)
         self.covered = not self.cover
@@ -984,7 +1012,9 @@ class FSP(BarrierPolicy):
         # ran it alone on a core, before the others started, extrapolates to a pass several
         # times shorter than its later ones (issue 19: FCM at 350,000 rows, a 24 ms "pass"
         # against 90 ms), so the typical worker's stands for it until the next barrier.
-        self._update_eta_max(commits, typical=self.sampled and self.plan.phase == "calibration")
+        # (Only where a share was sampled: a declaring algorithm's calibration on shards of
+        # at most SAMPLE_MIN_POINTS is a whole pass, whose fastest worker's pass is a pass.)
+        self._update_eta_max(commits, typical=self.share < 1.0 and self.plan.phase == "calibration")
         # A worker with nothing to train at a kept θ was not measured: it is not forgotten
         # (PassPredictor forgets a worker that committed nothing, paused before it ran).
         self.passes.observe({r: h for r, h in commits.items()
