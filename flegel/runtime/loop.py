@@ -37,6 +37,15 @@ waits were half the run; with the suspension running on it made 3.0-3.3 (docs/sy
 "Overlap").  The work committed is the same either way: only the time at which a suspended
 straggler computes again changes, so no step, whole pass or coverage hold changes meaning.
 
+A suspension that falls due on a pass's last block is served (:func:`suspend`) before the
+iteration ends on PASS and commits, in every model: the loop serves after each block and
+only then looks for the end of the pass.  Under FSP's overlap the wait for θ could serve it
+instead, the pass committed that much sooner (about 3 % of an FSP straggler's time against
+BSPV's, by the reviewer's estimate; not measured here).  Kept as it is so that FSP and
+BSPV's stragglers serve the same suspensions at the same point of a pass and differ by
+their barriers only, and a pass's commit means the same in every model: a straggler's
+commit of a whole pass carries its suspension.
+
 A worker does not train blocks on the θ it holds while it waits (one version stale, SSP's
 s = 1, carried into its next commit): a prototype (commit 6c0d6a7) raised the workers'
 compute share 2-3x but not the time to target on 2 shared cores, where the CPU the stale
