@@ -288,8 +288,9 @@ class WorkerPolicy(AttributeState):
         on while it waits, as a sleeping thread's does while the communication thread
         commits and takes θ (FSP paper Section 6.1), instead of resuming only once θ came.
         Only a model whose barrier cuts a suspension short leaves one to serve (FSP's
-        pause and timers, SpecSync's abort); default False: the wait is the model's
-        (:mod:`flegel.runtime.loop`, "Overlap")."""
+        pause and timers); SpecSync's abort drops the suspension the aborted iteration
+        added (:func:`flegel.runtime.loop.iterate`), so it never owes one at a commit.
+        Default False: the wait is the model's (:mod:`flegel.runtime.loop`, "Overlap")."""
         return False
 
     @property

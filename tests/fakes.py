@@ -666,10 +666,9 @@ class SimWorker:
     def wait_params(self) -> Generator[Command, Any, dict[str, float]]:
         """The loop's wait for θ (:func:`flegel.runtime.loop.await_params`), timed as
         :meth:`flegel.runtime.worker.Worker.wait_params` times it (a suspension served
-        meanwhile is slowed time too)."""
-        t0, debt0 = self.now(), self.debt_s
+        meanwhile is slowed time too: the loop counts it, through :meth:`add`)."""
+        t0 = self.now()
         header = yield from await_params(self)
-        self.slowed_s += max(debt0 - self.debt_s, 0.0)
         self.last_wait_s = self.now() - t0
         self.wait_s += self.last_wait_s
         return header

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from flegel.ports import WorkerPolicy
-from flegel.runtime.loop import Poll, await_params
+from flegel.runtime.loop import Poll, Totals, await_params, serve
 from tests.fakes import Simulation
 
 #: A barrier storm: η of 2 ms, a 1 ms one-way latency (every wait for θ is >= 2 ms), the
@@ -47,6 +47,8 @@ def test_the_straggler_keeps_its_pace_under_a_barrier_storm():
     pts_on, pts_off = on.workers[1].points, off.workers[1].points
     bound = on.now / (32e-6 + 1e-6)
     assert pts_on >= 0.9 * bound, (pts_on, bound)
+    # Never more than the pattern allows: 1,000 points per 32 ms served, one burst ahead.
+    assert pts_on <= (on.now / 0.032 + 1) * 1000, (pts_on, on.now)
     assert pts_on >= 2.5 * pts_off, (pts_on, pts_off)
     # Both runs had the storm: many barriers, the straggler paused in most of them.
     assert len(on.barrier_events()) > 100 and len(off.barrier_events()) > 100
@@ -105,7 +107,9 @@ class _Host:
         self.t = 0.0
         self.debt_s = debt_s
         self.arrive_at = arrive_at
+        self.slowed_s = 0.0
         self.debt_at_take: list[float] = []
+        self.slowed_at_take: list[float] = []
 
         class Policy(WorkerPolicy):
             def overlaps(self, port: Any) -> bool:
@@ -118,10 +122,14 @@ class _Host:
 
     def take_params(self) -> dict[str, float] | None:
         self.debt_at_take.append(self.debt_s)
+        self.slowed_at_take.append(self.slowed_s)
         return {"version": 1.0} if self.t >= self.arrive_at else None
 
     def side_work(self) -> None:
         pass
+
+    def add(self, totals: Totals) -> None:
+        self.slowed_s += totals.slowed_s
 
 
 def drive_sim(gen: Generator[Any, Any, Any], host: _Host) -> Any:
@@ -137,16 +145,34 @@ def drive_sim(gen: Generator[Any, Any, Any], host: _Host) -> Any:
 @pytest.mark.parametrize("overlap", [True, False])
 def test_the_wait_serves_the_debt_before_instructions_are_taken(overlap: bool):
     """Instructions that ask for a checkpoint are taken in (and the state sent) with the
-    suspension served so far already off the debt: a resumed worker owes what the
-    uninterrupted one would.  Not past zero, and not at all without overlap."""
+    suspension served so far already off the debt *and in the totals* (slowed time, added
+    by the loop's :func:`serve` as it serves): a resumed worker owes what the uninterrupted
+    one would and has lost none of what it served.  Not past zero, and not at all without
+    overlap."""
     host = _Host(overlap, debt_s=0.004, arrive_at=0.003)
     drive_sim(await_params(host), host)  # type: ignore[arg-type]
     waited = host.t
     assert waited >= 0.003
     if overlap:
         assert host.debt_at_take[-1] == pytest.approx(max(0.004 - waited, 0.0))
+        assert host.slowed_at_take[-1] == pytest.approx(min(waited, 0.004))
     else:
         assert host.debt_at_take[-1] == 0.004
+        assert host.slowed_at_take[-1] == 0.0
     long = _Host(overlap, debt_s=0.001, arrive_at=0.01)
     drive_sim(await_params(long), long)  # type: ignore[arg-type]
     assert long.debt_s == (0.0 if overlap else 0.001)
+    # Served once, never past what was owed.
+    assert long.slowed_s == pytest.approx(0.001 if overlap else 0.0)
+
+
+def test_serve_lowers_the_debt_and_counts_it_once():
+    """The one place a suspension is served (:func:`serve`): the debt drops by what was
+    served, never below zero, and exactly that goes into the totals."""
+    host = _Host(True, debt_s=0.005, arrive_at=0.0)
+    assert serve(host, 0.002) == pytest.approx(0.002)  # type: ignore[arg-type]
+    assert (host.debt_s, host.slowed_s) == pytest.approx((0.003, 0.002))
+    assert serve(host, 0.01) == pytest.approx(0.003)  # type: ignore[arg-type]
+    assert (host.debt_s, host.slowed_s) == (0.0, pytest.approx(0.005))
+    assert serve(host, 0.01) == 0.0  # type: ignore[arg-type]
+    assert host.slowed_s == pytest.approx(0.005)

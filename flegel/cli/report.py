@@ -407,7 +407,9 @@ def timeline_picture(runs: list[Run]) -> Picture:
     axes[-1, 0].set_xlabel("training time (s)  (blue: computing, orange: waiting)")
     caption = ("Every worker's compute (blue) and the rest of its time, waiting at the "
                "barrier or for θ (orange), over the whole run.  A slowed worker's "
-               "suspensions count as compute: it is busy, only slower.")
+               "suspensions within an iteration count as compute: it is busy, only slower; "
+               "a suspension served while it waits for θ (FSP's overlap) is drawn as "
+               "waiting.")
     if binned_any:
         caption += (f" Runs of more than {TIMELINE_MAX_INTERVALS} iterations are drawn in "
                     f"{TIMELINE_BINS} bins of equal time: in each bin the blue part is the "

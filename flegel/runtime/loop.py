@@ -25,8 +25,9 @@ training thread* for τ ms every 1,000 points; a barrier signal is answered at o
 work done so far, and the rest of the suspension is owed (``host.debt_s``).  A suspended
 thread's sleep runs on in wall time while the worker's communication commits and waits for
 θ, so under a policy that overlaps (:meth:`~flegel.ports.WorkerPolicy.overlaps`: FSP) the
-wait for θ serves the suspension (:func:`await_params`) and the worker's host counts the
-served part as slowed time as well as a wait: the COMMIT header's ``wait_s`` stays the
+wait for θ serves the suspension (:func:`await_params`), and the served part counts as
+slowed time (:func:`serve`, the one place a suspension is served and counted, in a wait as
+in an iteration) as well as a wait: the COMMIT header's ``wait_s`` stays the
 elapsed wait, the paper's synchronization cost (Section 6.2, Fig. 10: from entering the
 barrier to leaving it), and a straggler's ``slowed_s`` and ``wait_s`` overlap.  Before
 this, a straggler paused at every barrier lost the suspension *and* every wait: measured
@@ -35,6 +36,15 @@ FSPV without migration, 4 s) it made 1.7 passes against BSPV's straggler's 4.2, 
 waits were half the run; with the suspension running on it made 3.0-3.3 (docs/sync/fsp.md,
 "Overlap").  The work committed is the same either way: only the time at which a suspended
 straggler computes again changes, so no step, whole pass or coverage hold changes meaning.
+
+A suspension that falls due on a pass's last block is served (:func:`suspend`) before the
+iteration ends on PASS and commits, in every model: the loop serves after each block and
+only then looks for the end of the pass.  Under FSP's overlap the wait for θ could serve it
+instead, the pass committed that much sooner (about 3 % of an FSP straggler's time against
+BSPV's, by the reviewer's estimate; not measured here).  Kept as it is so that FSP and
+BSPV's stragglers serve the same suspensions at the same point of a pass and differ by
+their barriers only, and a pass's commit means the same in every model: a straggler's
+commit of a whole pass carries its suspension.
 
 A worker does not train blocks on the θ it holds while it waits (one version stale, SSP's
 s = 1, carried into its next commit): a prototype (commit 6c0d6a7) raised the workers'
@@ -75,7 +85,12 @@ class Poll(Wait):
 
 @dataclass
 class Totals:
-    """What one iteration adds to the worker's totals."""
+    """What one iteration adds to the worker's totals (or a suspension served:
+    :func:`serve`).
+
+    ``slowed_s`` at an iteration's end is its blocking delays only: the suspension it
+    served was added as it was served (:func:`serve`).
+    """
 
     points: int = 0
     compute_s: float = 0.0
@@ -114,6 +129,11 @@ class LoopHost(WorkerPort, Protocol):
         nonblocking step between blocks and while suspended."""
         ...
 
+    def add(self, totals: Totals) -> None:
+        """Add totals to the worker's: an iteration's, or a suspension served
+        (:func:`serve`)."""
+        ...
+
 
 class WorkerHost(LoopHost, Protocol):
     """What a worker's whole loop (:func:`work`) needs of the worker that runs it."""
@@ -142,10 +162,6 @@ class WorkerHost(LoopHost, Protocol):
         MPI; the simulation records the iteration there)."""
         ...
 
-    def add(self, totals: Totals) -> None:
-        """Add an iteration's totals to the worker's."""
-        ...
-
     def commit(self, agg: Arrays, fields: dict[str, float]
                ) -> Generator[Wait, Any, None]:
         """Send the master ``agg`` behind a COMMIT header of ``fields`` (nonblocking)."""
@@ -171,8 +187,8 @@ def await_params(host: WorkerHost) -> Generator[Wait, Any, dict[str, float]]:
     policy's side work (:meth:`~flegel.ports.WorkerPolicy.while_waiting`, migration) and the
     host's (exact evaluations) go on at every poll.  Where the policy overlaps the wait
     (:meth:`~flegel.ports.WorkerPolicy.overlaps`) the straggler suspension still owed
-    (``host.debt_s``) is served meanwhile; the host counts what was served as slowed time
-    too (see the module's notes, "Overlap").
+    (``host.debt_s``) is served meanwhile (:func:`serve`: counted as slowed time, and the
+    wait stays the elapsed wait; see the module's notes, "Overlap").
     """
     delay = POLL_S
     overlap = host.policy.overlaps(host)
@@ -180,18 +196,38 @@ def await_params(host: WorkerHost) -> Generator[Wait, Any, dict[str, float]]:
     while True:
         if overlap and host.debt_s > 0:
             # The suspension runs on while the worker waits ("Overlap"), served before
-            # instructions are taken in: a checkpoint they ask for sees what is still owed.
+            # instructions are taken in: a checkpoint they ask for sees what is still owed
+            # and, in the totals, what was served.
             now = host.now()
-            host.debt_s -= now - last
+            serve(host, now - last)
             last = now
-            if host.debt_s < 1e-12:
-                host.debt_s = 0.0
         if (header := host.take_params()) is not None:
             return header
         host.policy.while_waiting(host)
         host.side_work()
         yield Poll(delay)
         delay = min(delay * 1.5, POLL_MAX_S)
+
+
+def serve(host: LoopHost, seconds: float) -> float:
+    """Serve up to ``seconds`` of the straggler suspension owed (``host.debt_s``); return
+    the part served.
+
+    The one place a suspension is served and counted, in an iteration (:func:`suspend`) as
+    in a wait for θ (:func:`await_params`): the debt drops (to zero at most: a sleep that
+    overran it served no more than was owed) and the served part goes into the worker's
+    totals at once (:meth:`WorkerHost.add`, as slowed time), so a checkpoint taken at any
+    point of a wait or an iteration holds what was served so far, and no host repeats the
+    accounting.
+    """
+    served = min(max(seconds, 0.0), host.debt_s)
+    host.debt_s -= served
+    if host.debt_s < 1e-12:
+        served += host.debt_s
+        host.debt_s = 0.0
+    if served > 0:
+        host.add(Totals(slowed_s=served))
+    return served
 
 
 def work(host: WorkerHost) -> Generator[Wait, Any, dict[str, float]]:
@@ -221,7 +257,9 @@ def suspend(host: LoopHost, version: float) -> Generator[Wait, Any, Reason | Non
     """Serve the straggler suspension in slices; stop early for a signal or the deadline.
 
     Returns why the iteration ends if a signal interrupted it.  What is left of the
-    suspension stays in ``host.debt_s`` for the next iteration.  The policy's side work
+    suspension stays in ``host.debt_s``: served by the wait for θ that follows where the
+    policy overlaps (FSP), else at the start of the next iteration.  What is served is
+    counted as it is served (:func:`serve`).  The policy's side work
     (migration) goes on during the suspension, as a communication thread would while a
     slowed training thread sleeps; its time counts as served.
     """
@@ -232,9 +270,7 @@ def suspend(host: LoopHost, version: float) -> Generator[Wait, Any, Reason | Non
         yield Wait(min(host.debt_s, 1e-3))
         policy.while_waiting(host)
         host.side_work()
-        host.debt_s -= host.now() - t0
-        if host.debt_s < 1e-12:
-            host.debt_s = 0.0
+        serve(host, host.now() - t0)
         signal = host.poll_signal(version)
         if signal:
             reason = policy.on_signal(host, signal)
@@ -257,6 +293,7 @@ def iterate(host: LoopHost, version: float
     points = 0
     compute = 0.0
     slowed = host.debt_s  # served now (or carried on: subtracted at the end)
+    blocked_s = 0.0  # blocking delays (the suspension served is counted by serve)
     charged = 0.0  # suspension this iteration's blocks added
     idle = 0.0  # waited for points to train (policy.idle)
     reason = yield from suspend(host, version)
@@ -298,14 +335,15 @@ def iterate(host: LoopHost, version: float
         if blocked:
             yield Wait(blocked)
             slowed += blocked
+            blocked_s += blocked
         if suspended:
             host.debt_s += suspended
             charged += suspended
             slowed += suspended
             reason = yield from suspend(host, version)
-    slowed -= host.debt_s  # what is left is served (and counted) next iteration
+    slowed -= host.debt_s  # the header's: what is left is served (and counted) later
     elapsed = host.now() - start - idle
-    totals = Totals(points=points, compute_s=compute, slowed_s=slowed)
+    totals = Totals(points=points, compute_s=compute, slowed_s=blocked_s)
     rate = points / compute if compute > 0 else 0.0
     if not policy.finish(host, reason):
         # The policy threw the work away (SpecSync's abort): nothing to apply, and the

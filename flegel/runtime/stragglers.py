@@ -202,6 +202,7 @@ class Stragglers:
         return suspended, blocked
 
     def record(self) -> list[dict[str, Any]]:
-        """What slowed this worker and how much time it lost, for the run's summary."""
+        """What slowed this worker and how much time each pattern imposed (``lost_s``), for
+        the run's summary."""
         return [{"rank": self.rank, "pattern": p.kind, **p.options, "lost_s": round(p.lost_s, 6)}
                 for p in self.patterns]

@@ -234,12 +234,11 @@ class Worker:
     def wait_params(self) -> Generator[Wait, Any, dict[str, float]]:
         """:func:`~flegel.runtime.loop.await_params`, timed: the wait and the CPU it used
         (exact evaluations done meanwhile are work, not the cost of waiting).  A straggler
-        suspension served meanwhile (the loop's "Overlap") is slowed time too: the two
-        overlap by it."""
+        suspension served meanwhile (the loop's "Overlap") is slowed time too, counted by
+        the loop (:func:`~flegel.runtime.loop.serve`): the two overlap by it."""
         t0, c0 = time.perf_counter(), time.process_time()
-        busy0, debt0 = self._eval_busy_s, self.debt_s
+        busy0 = self._eval_busy_s
         header = yield from await_params(self)
-        self.stats.slowed_s += max(debt0 - self.debt_s, 0.0)
         self.last_wait_s = time.perf_counter() - t0
         self.stats.wait_s += self.last_wait_s
         busy = self._eval_busy_s - busy0

@@ -26,10 +26,17 @@ the delays themselves (below):
   process is only ever slower.  A worker on a persistently slower (or persistently loaded)
   host is slow in every kernel, and its fastest is slow too;
 * **delays summed over the history**, not taken per commit: an injected straggler computes
-  a burst of points at full speed, then sleeps through several iterations (what is left of a
-  suspension is served in the next), so one commit can look fast -- the first try of the
-  whole-pass rule judged the best of each worker's recent passes and called such a
-  straggler fast after each burst;
+  a burst of points at full speed, then sleeps through several iterations (a suspension cut
+  short by a barrier is owed: FSP's overlap serves it in the waits for θ that follow, else
+  the next iterations do), so one commit can look fast -- the first try of the whole-pass
+  rule judged the best of each worker's recent passes and called such a straggler fast
+  after each burst.  Under FSP's overlap (``sync.overlap``, the worker loop's "Overlap") a
+  commit's ``slowed_s`` is only the suspension served *within* its iteration: what is
+  served during a wait for θ shows in no commit, so the delays per point read here are the
+  straggler's pace within the shared barrier windows, not its pattern's per-point cost
+  (τ every ``every`` points).  That is the pace a pass of it takes while the others'
+  barriers come and go, which is what a predicted pass is for; no regression was measured
+  (``python bench/migration_sim.py --straggler``, docs/sync/fsp.md, "Overlap");
 * **a commit of no points and no delay forgets the worker** (it was paused before it ran):
   it is no straggler until measured again, so a worker that missed one iteration is not
   paused at once in the next and left unmeasured for good -- unless its recent commits carry
