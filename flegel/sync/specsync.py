@@ -73,7 +73,7 @@ HISTORY = 4096
 
 
 def tune(pushes: list[tuple[float, int]], starts: dict[int, float], spans: dict[int, float],
-         m: int) -> tuple[float, dict[int, float], float]:
+         m: int, mean_span: float) -> tuple[float, dict[int, float], float]:
     """Algorithm 1 (Adaptive Tuning): ABORT_TIME Δ* and ABORT_RATE from a push history.
 
     Parameters
@@ -87,6 +87,10 @@ def tune(pushes: list[tuple[float, int]], starts: dict[int, float], spans: dict[
         rank -> its mean iteration span ``T_i`` in that epoch (seconds, > 0).
     m : int
         Number of workers.
+    mean_span : float
+        Algorithm 1's ``T``: the mean span of every iteration of that epoch (seconds, > 0),
+        so each worker weighs by its share of the iterations (a straggler with one
+        iteration among dozens weighs one, not ``1/m`` of the mean).
 
     Returns
     -------
@@ -113,7 +117,7 @@ def tune(pushes: list[tuple[float, int]], starts: dict[int, float], spans: dict[
     # within that worker's half span and half the mean span (Notes).
     deltas = np.unique(np.concatenate(
         [d[d <= spans[i] / 2] for i, s in starts.items() for d in [others[i] - s]] + [[]]))
-    deltas = deltas[(deltas > 0) & (deltas <= np.mean([spans[i] for i in starts]) / 2)]
+    deltas = deltas[(deltas > 0) & (deltas <= mean_span / 2)]
     if deltas.size == 0:
         return 0.0, {i: 0.0 for i in starts}, 0.0
     f = np.zeros(deltas.size)
@@ -279,9 +283,12 @@ class SpecSync(SSP):
             if r not in starts or starts[r] < start <= began:
                 starts[r] = began  # its first iteration begun in the epoch
         mean_spans = {r: max(float(np.mean(v)), 1e-9) for r, v in spans.items()}
+        # Algorithm 1's T, "averaged iteration span" over the epoch's pushes (its l): the
+        # mean of every iteration's span, not of the workers' means.
+        every = max(float(np.mean([x for v in spans.values() for x in v])), 1e-9)
         since = min(starts.values(), default=start)
         pushes = [(when, r) for when, r, _ in self.log if when >= since]
-        delta, rates, f = tune(pushes, starts, mean_spans, self.n)
+        delta, rates, f = tune(pushes, starts, mean_spans, self.n, every)
         self.abort_time = delta
         self.abort_rate.update(rates)
         self.tunings.append({"epoch": self.epoch, "time_s": round(t, 6),
