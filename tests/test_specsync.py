@@ -62,7 +62,7 @@ def windows(sim: Simulation, delta: float) -> list[Window]:
         # Pushes dispatched after this one (so after the answer, or with it held: SSP) and
         # before the window closed.
         later = arrivals[i + 1:]
-        pushes = sum(1 for b in later if b.rank != a.rank and b.time < closes
+        pushes = sum(1 for b in later if b.rank != a.rank and b.time <= closes
                      and int(b.header["reason"]) != Reason.ABORT and b.time >= opened)
         nxt = next((b.time for b in later if b.rank == a.rank), float("inf"))
         if nxt == float("inf") and closes + POLL >= end:
@@ -218,3 +218,53 @@ def test_an_aborted_iteration_does_not_leave_its_suspension_to_the_restart():
     pushes = sum(it.reason != Reason.ABORT for it in its if it.reason is not None)
     assert served < (pushes + 1) * tau + sum(5e-3 + POLL + 2 * LAT for it in its
                                              if it.reason == Reason.ABORT)
+
+
+class _Server:
+    """The few parts of a server the speculation windows touch, on a hand-set clock."""
+
+    ranks = [1, 2, 3]
+    version = 0
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.signals: list[list[int]] = []
+
+    def now(self) -> float:
+        return self.t
+
+    def send(self, rank, instructions) -> None:
+        pass
+
+    def signal(self, ranks, kind, version=None) -> None:
+        self.signals.append(list(ranks))
+
+
+@pytest.mark.parametrize(("at", "counted"), [(0.75, True), (0.75 - 1e-9, True),
+                                             (0.75 + 1e-9, False)])
+def test_a_push_at_the_window_end_counts(at, counted):
+    # Worker 1's window opens at 0.5 s for 250 ms (both exact in binary); one push by
+    # worker 2 at ``at`` and Γ = 0: abort iff it is counted.  The window is closed on both
+    # ends, as tune counts the push Δ after a start.
+    from flegel.sync.specsync import SpecSync
+
+    srv = _Server()
+    policy = SpecSync(srv, {**{k: v.default for k, v in SpecSync.OPTIONS.items()},
+                            "adaptive": False, "abort_time_ms": 250.0, "batch": 50})
+    policy.clock[1] = 1  # it has pushed: its next iteration is speculated on
+    srv.t = 0.5
+    policy.answer(1)
+    srv.t = at
+    policy.after_push(2, {}, at)
+    policy.on_tick(0.75 + 1e-3)
+    assert srv.signals == ([[1]] if counted else [])
+
+
+def test_tune_counts_a_push_at_exactly_start_plus_delta():
+    # One push by worker 2 at 0.3 + 0.1: Δ = 0.1 gains it (loss 0.1 per the 1 s span), so
+    # Δ* = 0.1; were the push at Δ left out, no Δ would gain anything.
+    delta, rates, f = tune([(0.3 + 0.1, 2)], {1: 0.3}, {1: 1.0}, m=2, mean_span=1.0)
+    assert delta == pytest.approx(0.1) and f == pytest.approx(0.9)
+    # Just after the start and just before Δ: the same push, a step up at its own time.
+    delta, _, _ = tune([(0.3 + 0.1 - 1e-6, 2)], {1: 0.3}, {1: 1.0}, m=2, mean_span=1.0)
+    assert delta == pytest.approx(0.1 - 1e-6)

@@ -16,12 +16,15 @@ Implementation:
   counted; when it closes -- at the first master event at or after ``start + ABORT_TIME``: a
   push, or a tick of the master loop when nothing arrived (at most ``POLL_MAX_S`` late) --
   the worker is told to abort if the count exceeds ``m · ABORT_RATE`` and it is still
-  computing that iteration.  An iteration that ends (its push) before its window closes is
-  never aborted: its timer is reset by its own notify, as the paper's scheduler resets the
-  sender's counter and timer.  Issue 19 found the earlier rule -- abort at the push that
-  makes the count exceed the threshold -- aborting such iterations too (it is not "the same
-  decision, earlier": the iteration may end before the timer would have fired), and
-  restarting before the window's later pushes could be uncovered.
+  computing that iteration. The window is closed on both ends, ``[start, start +
+  ABORT_TIME]``: a push applied at exactly its end is counted before it decides, as
+  :func:`tune` counts the push Δ after a start in ``ũ_i(Δ)``. An iteration that ends (its
+  push) before its window closes is never aborted: its timer is reset by its own notify, as
+  the paper's scheduler resets the sender's counter and timer. Issue 19 found the earlier
+  rule -- abort at the push that makes the count exceed the threshold -- aborting such
+  iterations too (it is not "the same decision, earlier": the iteration may end before the
+  timer would have fired), and restarting before the window's later pushes could be
+  uncovered.
 * A window keeps the ABORT_TIME and threshold in force when it opened (the paper's timer is
   set then); a retuning applies to windows opened after it.
 * As in Algorithm 2, only an iteration started after a push is speculated on; the first
@@ -241,21 +244,26 @@ class SpecSync(SSP):
         self.log.append((t, rank, self.started[rank]))
         # Its iteration ended before its timer fired: nothing to abort (module notes).
         self.window.pop(rank, None)
-        self._close(t)  # windows that closed before this push decide without it
+        self._close(t, at=False)  # windows that closed before this push decide without it
         for r in self.window:
             if r != rank:
                 self.seen[r] += 1
+        self._close(t)  # a window closing at this push counts it, then decides
         if self.adaptive and min(self.clock.values()) > self.epoch:
             self._retune(t)
 
     def on_tick(self, now: float) -> None:
         self._close(now)
 
-    def _close(self, now: float) -> None:
-        """CHECKRESYNC of every window that closed by ``now``: abort its iteration if more
-        than ``m · ABORT_RATE`` others pushed in it."""
+    def _close(self, now: float, at: bool = True) -> None:
+        """CHECKRESYNC of every window that closed by ``now`` (``at``: one closing at ``now``
+        too): abort its iteration if more than ``m · ABORT_RATE`` others pushed in it.
+
+        A window is closed on both ends, ``[start, start + ABORT_TIME]``: a push at exactly
+        ``start + ABORT_TIME`` counts, as in :func:`tune` (Eq. 5's ``ũ_i(Δ)`` counts the
+        push Δ after the start: its candidates are such pushes)."""
         for r, (until, most) in list(self.window.items()):
-            if now < until:
+            if now < until or (now == until and not at):
                 continue
             del self.window[r]
             if self.seen[r] > most:
