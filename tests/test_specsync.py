@@ -218,6 +218,11 @@ def test_an_aborted_iteration_does_not_leave_its_suspension_to_the_restart():
     pushes = sum(it.reason != Reason.ABORT for it in its if it.reason is not None)
     assert served < (pushes + 1) * tau + sum(5e-3 + POLL + 2 * LAT for it in its
                                              if it.reason == Reason.ABORT)
+    # The straggler record adds up: the time its pattern says it lost is the time served
+    # (the dropped suspensions forgiven), plus what it still owed when training stopped.
+    worker = sim.workers[3]
+    lost = sum(p["lost_s"] for p in worker.stragglers.record())
+    assert lost == pytest.approx(served + worker.debt_s, abs=1e-5)
 
 
 class _Server:
