@@ -25,6 +25,10 @@ Implementation:
   iterations too (it is not "the same decision, earlier": the iteration may end before the
   timer would have fired), and restarting before the window's later pushes could be
   uncovered.
+* The window opens when θ is sent, as the paper's timer starts at the notify that answers
+  the push.  Under ``base: asp`` that is at the push; under ``base: ssp`` a worker held by
+  the staleness bound is sent θ -- and its window opens -- only when it is released, so the
+  pushes it waited through are not counted (its iteration starts from them).
 * A window keeps the ABORT_TIME and threshold in force when it opened (the paper's timer is
   set then); a retuning applies to windows opened after it.
 * As in Algorithm 2, only an iteration started after a push is speculated on; the first
@@ -46,9 +50,11 @@ Implementation:
   it "to ensure that re-execution always makes a positive contribution"; Algorithm 1's line 8
   writes it with the mean span T, which makes a fast worker (small T_i) abort for gains
   smaller than its loss while a straggler hardly ever does.  When no Δ gains more than it
-  loses, Δ* = 0: no speculation in that epoch.  Candidates stop at half the mean span (the
-  paper searches ABORT_TIME up to "half of the batch time", Section VI-E), and a worker
-  whose half span is under Δ* is not speculated on (Γ_i = ∞; :func:`tune`, Notes).
+  loses, Δ* = 0: no speculation in that epoch.  Candidates stop at half the mean span T
+  of the epoch's iterations -- flegel's choice: Algorithm 1 sets no bound; T / 2 is borrowed
+  from the paper's grid search (SpecSync-Cherrypick searched ABORT_TIME up to "half of the
+  batch time", Section VI-E) --, and a worker whose half span is under Δ* is not speculated
+  on (Γ_i = ∞; :func:`tune`, Notes).
   Unbounded, with one Injected straggler Eq. 7 picked Δ* near the straggler's whole span
   (its gain, the fast workers' pushes, grows by dozens; its loss by m − 1 at most), and
   every straggler iteration was aborted when nearly done (issue 19); bounded by its own
@@ -104,8 +110,10 @@ def tune(pushes: list[tuple[float, int]], starts: dict[int, float], spans: dict[
 
     Notes
     -----
-    Δ is at most half the mean span T (Algorithm 1's "averaged iteration span"): the paper
-    bounds ABORT_TIME's search by "half of the batch time" (Section VI-E).  And a worker
+    Δ is at most half the mean span T (Algorithm 1's "averaged iteration span"), flegel's
+    choice: Algorithm 1 searches Δ unbounded; the bound is borrowed from the paper's grid
+    search, SpecSync-Cherrypick, which tried ABORT_TIME up to "half of the batch time"
+    (Section VI-E), not from the adaptive algorithm.  And a worker
     takes part only where Δ ≤ T_i / 2: Eq. 6's Δ / T_i is a probability, which only holds
     for Δ below the span.  Beyond it the timer fires when the iteration is
     mostly done (or over), the abort throws most of it away, and the re-execution -- as long
