@@ -62,7 +62,7 @@ def windows(sim: Simulation, delta: float) -> list[Window]:
         # Pushes dispatched after this one (so after the answer, or with it held: SSP) and
         # before the window closed.
         later = arrivals[i + 1:]
-        pushes = sum(1 for b in later if b.rank != a.rank and b.time < closes
+        pushes = sum(1 for b in later if b.rank != a.rank and b.time <= closes
                      and int(b.header["reason"]) != Reason.ABORT and b.time >= opened)
         nxt = next((b.time for b in later if b.rank == a.rank), float("inf"))
         if nxt == float("inf") and closes + POLL >= end:
@@ -156,14 +156,21 @@ def test_tuning_keeps_abort_time_within_half_an_iteration():
     # The straggler (span 40 ms) sees the fast workers push every ms after its start; the
     # fast workers (span 1 ms) see a push 0.3 ms after theirs.  Unbounded, Eq. 7 would pick
     # Δ near the straggler's whole span (its gain grows by one a ms, its loss by 3/40); its
-    # own half span would allow 20 ms, half the mean span 5.4 ms.
+    # own half span would allow 20 ms, half the workers' mean span 5.4 ms, half the mean of
+    # the epoch's 40 iterations (1 of 40 ms, 39 of 1 ms) 0.99 ms.
     pushes = sorted([(0.001 * k, 2 + k % 3) for k in range(1, 40)] + [(0.040, 1)])
     starts = {1: 0.0, 2: 0.0007, 3: 0.0017, 4: 0.0027}
     spans = {1: 0.040, 2: 0.001, 3: 0.001, 4: 0.001}
-    delta, rates, f = tune(pushes, starts, spans, m=4)
-    mean = sum(spans.values()) / 4  # 10.75 ms
-    assert 0 < delta <= mean / 2 and f > 0  # Section VI-E: half the batch time at most
-    assert delta == pytest.approx(0.005)  # the last push within half the mean span
+    mean = (0.040 + 39 * 0.001) / 40  # Algorithm 1's T: over iterations, not workers
+    delta, rates, f = tune(pushes, starts, spans, m=4, mean_span=mean)
+    assert 0 < delta <= mean / 2 and f > 0
+    assert delta == pytest.approx(0.0003)  # the fast workers' push, within T / 2
+    assert rates[1] == pytest.approx(delta * 3 / (0.040 * 4))
+    # The fast workers' half span (0.5 ms) is over Δ*: they are speculated on too.
+    assert all(rates[r] == pytest.approx(delta * 3 / (0.001 * 4)) for r in (2, 3, 4))
+    # With the workers' mean (10.75 ms), the bound would let Δ* reach 5 ms.
+    delta, rates, f = tune(pushes, starts, spans, m=4, mean_span=sum(spans.values()) / 4)
+    assert delta == pytest.approx(0.005)  # the last push within half that mean
     assert rates[1] == pytest.approx(delta * 3 / (0.040 * 4))
     # A worker whose half span is under Δ* is not speculated on: its iteration would end
     # (or all but end) before the timer fired.
@@ -179,11 +186,15 @@ def test_adaptive_abort_time_stays_within_half_an_iteration():
     s = sim.policy.summary()
     spans = {r: [it.ended - it.began for it in sim.iterations(r)
                  if it.reason is not None and it.reason != Reason.ABORT] for r in sim.ranks}
-    mean = sum(sum(v) / len(v) for v in spans.values()) / len(spans)
+    # Algorithm 1's T: the mean over iterations (the fast workers' many weigh more than
+    # the straggler's few; the workers' mean would allow about 1.5x as long a window).
+    every = [x for v in spans.values() for x in v]
+    mean = sum(every) / len(every)
     picked = [t["abort_time_ms"] / 1e3 for t in s["tuning_log"] if t["abort_time_ms"] > 0]
     assert len(picked) > 3 and s["aborts"] > 0
     # (each epoch's own spans vary around the run's: 25 % slack)
-    assert max(picked) <= 1.25 * mean / 2
+    # (the master times a span from sending θ to applying the push: 2 latencies more)
+    assert max(picked) <= 1.25 * (mean + 2 * LAT) / 2
     never = {r for r in sim.ranks if all(t["abort_rate"].get(r) is None
                                          for t in s["tuning_log"] if t["abort_time_ms"] > 0)}
     assert all(w["aborts"] == 0 for w in s["aborted_per_worker"] if w["rank"] in never)
@@ -207,3 +218,58 @@ def test_an_aborted_iteration_does_not_leave_its_suspension_to_the_restart():
     pushes = sum(it.reason != Reason.ABORT for it in its if it.reason is not None)
     assert served < (pushes + 1) * tau + sum(5e-3 + POLL + 2 * LAT for it in its
                                              if it.reason == Reason.ABORT)
+    # The straggler record adds up: the time its pattern says it lost is the time served
+    # (the dropped suspensions forgiven), plus what it still owed when training stopped.
+    worker = sim.workers[3]
+    lost = sum(p["lost_s"] for p in worker.stragglers.record())
+    assert lost == pytest.approx(served + worker.debt_s, abs=1e-5)
+
+
+class _Server:
+    """The few parts of a server the speculation windows touch, on a hand-set clock."""
+
+    ranks = [1, 2, 3]
+    version = 0
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.signals: list[list[int]] = []
+
+    def now(self) -> float:
+        return self.t
+
+    def send(self, rank, instructions) -> None:
+        pass
+
+    def signal(self, ranks, kind, version=None) -> None:
+        self.signals.append(list(ranks))
+
+
+@pytest.mark.parametrize(("at", "counted"), [(0.75, True), (0.75 - 1e-9, True),
+                                             (0.75 + 1e-9, False)])
+def test_a_push_at_the_window_end_counts(at, counted):
+    # Worker 1's window opens at 0.5 s for 250 ms (both exact in binary); one push by
+    # worker 2 at ``at`` and Γ = 0: abort iff it is counted.  The window is closed on both
+    # ends, as tune counts the push Δ after a start.
+    from flegel.sync.specsync import SpecSync
+
+    srv = _Server()
+    policy = SpecSync(srv, {**{k: v.default for k, v in SpecSync.OPTIONS.items()},
+                            "adaptive": False, "abort_time_ms": 250.0, "batch": 50})
+    policy.clock[1] = 1  # it has pushed: its next iteration is speculated on
+    srv.t = 0.5
+    policy.answer(1)
+    srv.t = at
+    policy.after_push(2, {}, at)
+    policy.on_tick(0.75 + 1e-3)
+    assert srv.signals == ([[1]] if counted else [])
+
+
+def test_tune_counts_a_push_at_exactly_start_plus_delta():
+    # One push by worker 2 at 0.3 + 0.1: Δ = 0.1 gains it (loss 0.1 per the 1 s span), so
+    # Δ* = 0.1; were the push at Δ left out, no Δ would gain anything.
+    delta, rates, f = tune([(0.3 + 0.1, 2)], {1: 0.3}, {1: 1.0}, m=2, mean_span=1.0)
+    assert delta == pytest.approx(0.1) and f == pytest.approx(0.9)
+    # Just after the start and just before Δ: the same push, a step up at its own time.
+    delta, _, _ = tune([(0.3 + 0.1 - 1e-6, 2)], {1: 0.3}, {1: 1.0}, m=2, mean_span=1.0)
+    assert delta == pytest.approx(0.1 - 1e-6)

@@ -90,14 +90,16 @@ def test_specsync_tuning_speculates_for_the_straggler():
     pushes = [(0.01, 2), (0.011, 3), (0.012, 4), (0.5, 2), (0.5, 3), (0.5, 4), (1.0, 1)]
     starts = {1: 0.0, 2: 0.0, 3: 0.0, 4: 0.0}
     spans = {1: 1.0, 2: 0.5, 3: 0.5, 4: 0.5}
-    delta, rates, f = tune(pushes, starts, spans, m=4)
+    # T: the mean over the epoch's 7 iterations (the straggler's one, 6 of 0.5 s).
+    delta, rates, f = tune(pushes, starts, spans, m=4, mean_span=(1.0 + 6 * 0.5) / 7)
     assert delta == pytest.approx(0.012) and f > 0
     # Γ_i = Δ*(m − 1)/(T_i m): the straggler (long span) aborts most readily.
     assert rates[1] == pytest.approx(0.012 * 3 / 4)
     assert rates[2] == pytest.approx(0.012 * 3 / (0.5 * 4))
     assert rates[2] > rates[1]
     # Nobody else pushes soon after a start: no Δ gains freshness, no speculation.
-    assert tune([(0.9, 2), (1.0, 1)], {1: 0.0, 2: 0.0}, {1: 1.0, 2: 1.0}, m=2)[0] == 0.0
+    assert tune([(0.9, 2), (1.0, 1)], {1: 0.0, 2: 0.0}, {1: 1.0, 2: 1.0}, m=2,
+                mean_span=1.0)[0] == 0.0
 
 
 # ------------------------------------------------------------------ option validation

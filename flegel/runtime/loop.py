@@ -68,6 +68,7 @@ from flegel.protocol import POLL_MAX_S, POLL_S, Instructions, Reason, Signal
 from flegel.runtime.blocksize import BlockSizer
 from flegel.runtime.layout import Layout
 from flegel.runtime.store import ShardStore
+from flegel.runtime.stragglers import Stragglers
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,8 @@ class LoopHost(WorkerPort, Protocol):
     agg_layout: Layout
     theta: Arrays
     debt_s: float
+    #: The straggler patterns (their record forgives a suspension an abort drops).
+    stragglers: Stragglers
 
     def now(self) -> float: ...
 
@@ -353,7 +356,9 @@ def iterate(host: LoopHost, version: float
         # made each aborted iteration of a straggler cost a whole extra span.
         totals.aborted, points = points, 0
         agg = host.agg_layout.zeros()
-        host.debt_s = max(0.0, host.debt_s - charged)
+        dropped = min(host.debt_s, charged)
+        host.debt_s -= dropped
+        host.stragglers.forgive(dropped)  # the record keeps only the time served
     meta = {"points": points, "compute_s": elapsed, "reason": float(reason),
             "passes": store.passes, "block_s": host.sizer.block_s, "rate": rate,
             "slowed_s": slowed, "n_active": store.n_active, "aborted": totals.aborted,

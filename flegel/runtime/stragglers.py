@@ -201,6 +201,20 @@ class Stragglers:
                 blocked += d
         return suspended, blocked
 
+    def forgive(self, seconds: float) -> None:
+        """Take back ``seconds`` of suspension charged by :meth:`after_block` that will not
+        be served (SpecSync's abort drops the suspension its iteration still owes:
+        :func:`flegel.runtime.loop.iterate`), so each pattern's ``lost_s`` stays the time it
+        did cost.  Only ``injected`` patterns suspend; the seconds come off them in order,
+        none below zero."""
+        for p in self.patterns:
+            if seconds <= 0:
+                break
+            if p.kind == "injected":
+                take = min(p.lost_s, seconds)
+                p.lost_s -= take
+                seconds -= take
+
     def record(self) -> list[dict[str, Any]]:
         """What slowed this worker and how much time each pattern imposed (``lost_s``), for
         the run's summary."""

@@ -16,12 +16,19 @@ Implementation:
   counted; when it closes -- at the first master event at or after ``start + ABORT_TIME``: a
   push, or a tick of the master loop when nothing arrived (at most ``POLL_MAX_S`` late) --
   the worker is told to abort if the count exceeds ``m · ABORT_RATE`` and it is still
-  computing that iteration.  An iteration that ends (its push) before its window closes is
-  never aborted: its timer is reset by its own notify, as the paper's scheduler resets the
-  sender's counter and timer.  Issue 19 found the earlier rule -- abort at the push that
-  makes the count exceed the threshold -- aborting such iterations too (it is not "the same
-  decision, earlier": the iteration may end before the timer would have fired), and
-  restarting before the window's later pushes could be uncovered.
+  computing that iteration. The window is closed on both ends, ``[start, start +
+  ABORT_TIME]``: a push applied at exactly its end is counted before it decides, as
+  :func:`tune` counts the push Δ after a start in ``ũ_i(Δ)``. An iteration that ends (its
+  push) before its window closes is never aborted: its timer is reset by its own notify, as
+  the paper's scheduler resets the sender's counter and timer. Issue 19 found the earlier
+  rule -- abort at the push that makes the count exceed the threshold -- aborting such
+  iterations too (it is not "the same decision, earlier": the iteration may end before the
+  timer would have fired), and restarting before the window's later pushes could be
+  uncovered.
+* The window opens when θ is sent, as the paper's timer starts at the notify that answers
+  the push.  Under ``base: asp`` that is at the push; under ``base: ssp`` a worker held by
+  the staleness bound is sent θ -- and its window opens -- only when it is released, so the
+  pushes it waited through are not counted (its iteration starts from them).
 * A window keeps the ABORT_TIME and threshold in force when it opened (the paper's timer is
   set then); a retuning applies to windows opened after it.
 * As in Algorithm 2, only an iteration started after a push is speculated on; the first
@@ -43,9 +50,11 @@ Implementation:
   it "to ensure that re-execution always makes a positive contribution"; Algorithm 1's line 8
   writes it with the mean span T, which makes a fast worker (small T_i) abort for gains
   smaller than its loss while a straggler hardly ever does.  When no Δ gains more than it
-  loses, Δ* = 0: no speculation in that epoch.  Candidates stop at half the mean span (the
-  paper searches ABORT_TIME up to "half of the batch time", Section VI-E), and a worker
-  whose half span is under Δ* is not speculated on (Γ_i = ∞; :func:`tune`, Notes).
+  loses, Δ* = 0: no speculation in that epoch.  Candidates stop at half the mean span T
+  of the epoch's iterations -- flegel's choice: Algorithm 1 sets no bound; T / 2 is borrowed
+  from the paper's grid search (SpecSync-Cherrypick searched ABORT_TIME up to "half of the
+  batch time", Section VI-E) --, and a worker whose half span is under Δ* is not speculated
+  on (Γ_i = ∞; :func:`tune`, Notes).
   Unbounded, with one Injected straggler Eq. 7 picked Δ* near the straggler's whole span
   (its gain, the fast workers' pushes, grows by dozens; its loss by m − 1 at most), and
   every straggler iteration was aborted when nearly done (issue 19); bounded by its own
@@ -73,7 +82,7 @@ HISTORY = 4096
 
 
 def tune(pushes: list[tuple[float, int]], starts: dict[int, float], spans: dict[int, float],
-         m: int) -> tuple[float, dict[int, float], float]:
+         m: int, mean_span: float) -> tuple[float, dict[int, float], float]:
     """Algorithm 1 (Adaptive Tuning): ABORT_TIME Δ* and ABORT_RATE from a push history.
 
     Parameters
@@ -87,6 +96,10 @@ def tune(pushes: list[tuple[float, int]], starts: dict[int, float], spans: dict[
         rank -> its mean iteration span ``T_i`` in that epoch (seconds, > 0).
     m : int
         Number of workers.
+    mean_span : float
+        Algorithm 1's ``T``: the mean span of every iteration of that epoch (seconds, > 0),
+        so each worker weighs by its share of the iterations (a straggler with one
+        iteration among dozens weighs one, not ``1/m`` of the mean).
 
     Returns
     -------
@@ -97,8 +110,10 @@ def tune(pushes: list[tuple[float, int]], starts: dict[int, float], spans: dict[
 
     Notes
     -----
-    Δ is at most half the mean span T (Algorithm 1's "averaged iteration span"): the paper
-    bounds ABORT_TIME's search by "half of the batch time" (Section VI-E).  And a worker
+    Δ is at most half the mean span T (Algorithm 1's "averaged iteration span"), flegel's
+    choice: Algorithm 1 searches Δ unbounded; the bound is borrowed from the paper's grid
+    search, SpecSync-Cherrypick, which tried ABORT_TIME up to "half of the batch time"
+    (Section VI-E), not from the adaptive algorithm.  And a worker
     takes part only where Δ ≤ T_i / 2: Eq. 6's Δ / T_i is a probability, which only holds
     for Δ below the span.  Beyond it the timer fires when the iteration is
     mostly done (or over), the abort throws most of it away, and the re-execution -- as long
@@ -113,7 +128,7 @@ def tune(pushes: list[tuple[float, int]], starts: dict[int, float], spans: dict[
     # within that worker's half span and half the mean span (Notes).
     deltas = np.unique(np.concatenate(
         [d[d <= spans[i] / 2] for i, s in starts.items() for d in [others[i] - s]] + [[]]))
-    deltas = deltas[(deltas > 0) & (deltas <= np.mean([spans[i] for i in starts]) / 2)]
+    deltas = deltas[(deltas > 0) & (deltas <= mean_span / 2)]
     if deltas.size == 0:
         return 0.0, {i: 0.0 for i in starts}, 0.0
     f = np.zeros(deltas.size)
@@ -237,21 +252,26 @@ class SpecSync(SSP):
         self.log.append((t, rank, self.started[rank]))
         # Its iteration ended before its timer fired: nothing to abort (module notes).
         self.window.pop(rank, None)
-        self._close(t)  # windows that closed before this push decide without it
+        self._close(t, at=False)  # windows that closed before this push decide without it
         for r in self.window:
             if r != rank:
                 self.seen[r] += 1
+        self._close(t)  # a window closing at this push counts it, then decides
         if self.adaptive and min(self.clock.values()) > self.epoch:
             self._retune(t)
 
     def on_tick(self, now: float) -> None:
         self._close(now)
 
-    def _close(self, now: float) -> None:
-        """CHECKRESYNC of every window that closed by ``now``: abort its iteration if more
-        than ``m · ABORT_RATE`` others pushed in it."""
+    def _close(self, now: float, at: bool = True) -> None:
+        """CHECKRESYNC of every window that closed by ``now`` (``at``: one closing at ``now``
+        too): abort its iteration if more than ``m · ABORT_RATE`` others pushed in it.
+
+        A window is closed on both ends, ``[start, start + ABORT_TIME]``: a push at exactly
+        ``start + ABORT_TIME`` counts, as in :func:`tune` (Eq. 5's ``ũ_i(Δ)`` counts the
+        push Δ after the start: its candidates are such pushes)."""
         for r, (until, most) in list(self.window.items()):
-            if now < until:
+            if now < until or (now == until and not at):
                 continue
             del self.window[r]
             if self.seen[r] > most:
@@ -279,9 +299,12 @@ class SpecSync(SSP):
             if r not in starts or starts[r] < start <= began:
                 starts[r] = began  # its first iteration begun in the epoch
         mean_spans = {r: max(float(np.mean(v)), 1e-9) for r, v in spans.items()}
+        # Algorithm 1's T, "averaged iteration span" over the epoch's pushes (its l): the
+        # mean of every iteration's span, not of the workers' means.
+        every = max(float(np.mean([x for v in spans.values() for x in v])), 1e-9)
         since = min(starts.values(), default=start)
         pushes = [(when, r) for when, r, _ in self.log if when >= since]
-        delta, rates, f = tune(pushes, starts, mean_spans, self.n)
+        delta, rates, f = tune(pushes, starts, mean_spans, self.n, every)
         self.abort_time = delta
         self.abort_rate.update(rates)
         self.tunings.append({"epoch": self.epoch, "time_s": round(t, 6),
