@@ -600,13 +600,21 @@ class Balancer:
         :data:`PEER_SPEED` times the typical V, no straggler, and it can be given work back.
         Left with 1 point, a recovered straggler's V was its overhead (tens of µs a commit
         against a µs a point) and it stayed a straggler, never given points back (issue 19
-        review).  At most :attr:`kept`."""
+        review).
+
+        0 when that takes more than :attr:`kept` points: keeping :attr:`kept` would not make
+        it recognisable either, and would only cost Eq. 8 (FSP paper §4.2).  Measured (issue
+        19, Fig. 12's K-means, 4 s): the fast workers' V was ~20 ns a point (Hamerly bounds),
+        the straggler's loop ~0.4 ms a commit, so recognising a recovery took ~12,000 points;
+        the floor held it at 64, whose injected delays (32 µs a point) cost it one barrier in
+        5-6 -- passes 1.2-1.5x apart, and no round planned after the first second."""
         others = sorted(s.v for s in stats if s.rank != source.rank and s.n > 0)
         loop = (self.loop_s or {}).get(source.rank, 0.0)
         if not others or loop <= 0:
             return 0
         per_point = 0.5 * (PEER_SPEED - 1.0) * others[(len(others) - 1) // 2]
-        return min(self.kept, math.ceil(loop / per_point))
+        need = math.ceil(loop / per_point)
+        return need if need <= self.kept else 0
 
     def fits(self, worker: WorkerStat, stats: list[WorkerStat]) -> int:
         """The most points ``worker`` can hold with its pass (``A + V·n``,
