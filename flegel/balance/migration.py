@@ -652,7 +652,13 @@ class Balancer:
           Eq. 9 pairs it with the worker furthest behind and balances that pair alone,
           burying the straggler in points many passes behind its own (issue 19,
           overlapping workload, worker 3 slow: 1,085 points at 7.1 s, 425 and 851 sent
-          back at 8.9 and 11.2 s, the run ending at max/min passes 1.16).
+          back at 8.9 and 11.2 s, the run ending at max/min passes 1.16).  And it receives
+          nothing while its passes so far are behind its source's: a pass ends a worker's
+          iteration under FSP (Section 3.3), so a straggler already passing once a barrier
+          cannot catch up by holding more, only fall further behind; its lead, not Eq. 9's
+          P̃, is what calls for points back (issue 19, Fig. 12's K-means, 4 s: left with 1
+          point at 38 passes against 40-47, it was given 94 points at 0.9 s, sent away again
+          at 1.6 s).
         * A source sends at most :data:`PEER_SHARE` of its points in a round, all its moves
           together (a source paired with three targets sent 75%), unless it is a straggler
           (:meth:`straggler`: :data:`PEER_SPEED` times slower than the median worker at
@@ -666,6 +672,7 @@ class Balancer:
         left = {s.rank: s.n for s in stats}
         held = dict(left)
         speeds = {s.rank: s.v for s in stats}
+        passes = {s.rank: s.p for s in stats}
         measured = self.peers_measured()
         out = []
         for m in moves:
@@ -681,6 +688,8 @@ class Balancer:
                 points = min(points, int(PEER_SHARE * held[m.source])
                              - (held[m.source] - left[m.source]))
             if m.target in room:
+                if passes[m.target] < passes[m.source]:
+                    continue  # a straggler behind cannot catch up on more points
                 points = min(points, room[m.target])
             smaller = min(held[m.source], held[m.target])
             if points >= max(1.0, MIN_MOVE_FRACTION * smaller):
