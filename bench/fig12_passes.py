@@ -28,20 +28,6 @@ from flegel.cli.paper.workloads import QUICK, workloads, write_data, write_job  
 STRAGGLER = "injected:tau=32,workers=1"
 
 
-def rounds(folder: Path) -> list[tuple[float, int]]:
-    """(time, points ordered) of each migration round in the run's events.jsonl."""
-    out = []
-    path = folder / "events.jsonl"
-    if not path.exists():
-        return out
-    for line in path.read_text().splitlines():
-        e = json.loads(line)
-        if e.get("event") == "migration_round" or e.get("kind") == "migration_round":
-            moves = e.get("moves", [])
-            out.append((float(e.get("time_s", 0.0)), sum(int(m[2]) for m in moves)))
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=4.0)
