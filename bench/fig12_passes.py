@@ -56,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         moved = mig.get("bytes_moved", 0)
         rl = mig.get("round_log") or []
         print(f"run {k}: passes {' '.join(f'{p:.0f}' for p in passes)}  max/min {spread:.2f}"
-              f"  moved {moved / data_bytes:.2f}x data  rounds {len(rl)}: "
+              f"  moved {moved / data_bytes:.2f}x data"
+              f" ({mig.get('points_moved_more_than_once', 0)} points more than once)"
+              f"  rounds {len(rl)}: "
               + ", ".join(f"{r['time_s']:.2f}s/{sum(m[2] for m in r['moves'])}" for r in rl))
     if len(spreads) > 1:
         print(f"max/min over {len(spreads)} runs: {min(spreads):.2f}-{max(spreads):.2f}")
