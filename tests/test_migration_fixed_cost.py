@@ -230,3 +230,46 @@ def test_a_recovered_straggler_keeps_enough_points_to_be_seen_recovering():
     for _ in range(600):  # it recovered, holding its floor (the history forgets the delays)
         barrier_at(0.0)
     assert not b.straggler(1), n[1]
+
+
+def test_a_straggler_behind_in_passes_receives_nothing():
+    """A straggler left with 10 points passes once an iteration, the others, overloaded, once
+    every 1.5: Eq. 9's P̃ (over T = 2 s) puts the straggler ahead, though it is 20-40 passes
+    behind now.  A pass ends the iteration (FSP paper §3.3), so points given to it cannot
+    make it catch up, only slow it: it receives nothing while behind (issue 19, Fig. 12's
+    K-means: 94 points given at 0.9 s went away again at 1.6 s).  Before, up to the ~140
+    points whose pass fits Eq. 8's threshold moved to it."""
+    b = Balancer(MigrationOptions.of({"mode": "async"}))
+    n = {1: 10, 2: FAST_N, 3: FAST_N, 4: FAST_N}
+    t, got, planned = 0.0, 0, 0
+    for k in range(100):  # it overtakes them at 120 iterations
+        t += ITERATION
+        b.round_end = math.inf if k < 50 else None  # plan once the pass times are measured
+        passes = {1: 10 + t / ITERATION, 2: 50 + t / (1.5 * ITERATION),
+                  3: 50 + t / (1.5 * ITERATION), 4: 50 + t / (1.5 * ITERATION)}
+        slow = {2: 1.5 * ITERATION, 3: 1.5 * ITERATION, 4: 1.5 * ITERATION}
+        plans = b.plans
+        orders = b.at_barrier(t, barrier(t, passes, n, slow), 1.0, None, 2.0)
+        planned += b.plans - plans
+        got += sum(p for (_, target), p in sent(orders).items() if target == 1)
+    assert b.straggler(1) and b.fixed and planned > 0
+    assert got == 0
+
+
+def test_a_straggler_keeps_no_floor_that_cannot_show_its_recovery():
+    """Where the others' V is ~20 ns a point (K-means under Hamerly bounds) and the
+    straggler's loop costs 0.4 ms a commit, seeing it recover would take ~13,000 points:
+    MIN_KEPT would not show it either, and held at 64 its injected delays (32 µs a point)
+    cost it one barrier in 5-6 (issue 19, Fig. 12: passes 1.2-1.5x apart).  Its floor is
+    then what fits Eq. 8's threshold: 10% of an 11 ms pass at 32 µs a point, 34 points."""
+    b = Balancer(MigrationOptions.of({"mode": "async"}))
+    pass_s = 11e-3
+    slow = WorkerStat(1, 64, 32e-6, 100.0, a=pass_s)  # its wait: an iteration
+    stats = [slow] + [WorkerStat(r, 41_000, 20e-9, 120.0, a=pass_s - 41_000 * 20e-9)
+                      for r in (2, 3, 4)]
+    b.slow_streak = {1: 10**6}
+    b.loop_s = {1: 4e-4}
+    assert b.overhead(slow, stats) == 0
+    assert b.floor(slow, stats) == math.floor(0.1 * pass_s / 32e-6) == 34
+    b.loop_s = {1: 1.5e-6}  # a recovery visible within MIN_KEPT points keeps them: 50
+    assert b.floor(slow, stats) == b.overhead(slow, stats) == 50

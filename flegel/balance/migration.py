@@ -600,13 +600,21 @@ class Balancer:
         :data:`PEER_SPEED` times the typical V, no straggler, and it can be given work back.
         Left with 1 point, a recovered straggler's V was its overhead (tens of µs a commit
         against a µs a point) and it stayed a straggler, never given points back (issue 19
-        review).  At most :attr:`kept`."""
+        review).
+
+        0 when that takes more than :attr:`kept` points: keeping :attr:`kept` would not make
+        it recognisable either, and would only cost Eq. 8 (FSP paper §4.2).  Measured (issue
+        19, Fig. 12's K-means, 4 s): the fast workers' V was ~20 ns a point (Hamerly bounds),
+        the straggler's loop ~0.4 ms a commit, so recognising a recovery took ~12,000 points;
+        the floor held it at 64, whose injected delays (32 µs a point) cost it one barrier in
+        5-6 -- passes 1.2-1.5x apart, and no round planned after the first second."""
         others = sorted(s.v for s in stats if s.rank != source.rank and s.n > 0)
         loop = (self.loop_s or {}).get(source.rank, 0.0)
         if not others or loop <= 0:
             return 0
         per_point = 0.5 * (PEER_SPEED - 1.0) * others[(len(others) - 1) // 2]
-        return min(self.kept, math.ceil(loop / per_point))
+        need = math.ceil(loop / per_point)
+        return need if need <= self.kept else 0
 
     def fits(self, worker: WorkerStat, stats: list[WorkerStat]) -> int:
         """The most points ``worker`` can hold with its pass (``A + V·n``,
@@ -644,7 +652,13 @@ class Balancer:
           Eq. 9 pairs it with the worker furthest behind and balances that pair alone,
           burying the straggler in points many passes behind its own (issue 19,
           overlapping workload, worker 3 slow: 1,085 points at 7.1 s, 425 and 851 sent
-          back at 8.9 and 11.2 s, the run ending at max/min passes 1.16).
+          back at 8.9 and 11.2 s, the run ending at max/min passes 1.16).  And it receives
+          nothing while its passes so far are behind its source's: a pass ends a worker's
+          iteration under FSP (Section 3.3), so a straggler already passing once a barrier
+          cannot catch up by holding more, only fall further behind; its lead, not Eq. 9's
+          P̃, is what calls for points back (issue 19, Fig. 12's K-means, 4 s: left with 1
+          point at 38 passes against 40-47, it was given 94 points at 0.9 s, sent away again
+          at 1.6 s).
         * A source sends at most :data:`PEER_SHARE` of its points in a round, all its moves
           together (a source paired with three targets sent 75%), unless it is a straggler
           (:meth:`straggler`: :data:`PEER_SPEED` times slower than the median worker at
@@ -658,6 +672,7 @@ class Balancer:
         left = {s.rank: s.n for s in stats}
         held = dict(left)
         speeds = {s.rank: s.v for s in stats}
+        passes = {s.rank: s.p for s in stats}
         measured = self.peers_measured()
         out = []
         for m in moves:
@@ -673,6 +688,8 @@ class Balancer:
                 points = min(points, int(PEER_SHARE * held[m.source])
                              - (held[m.source] - left[m.source]))
             if m.target in room:
+                if passes[m.target] < passes[m.source]:
+                    continue  # a straggler behind cannot catch up on more points
                 points = min(points, room[m.target])
             smaller = min(held[m.source], held[m.target])
             if points >= max(1.0, MIN_MOVE_FRACTION * smaller):

@@ -81,6 +81,21 @@ closed form as above.  That the fallback still moves no more than Eq. 9 (Δ ≤ 
 above for A = 0 only; with fixed costs it is checked, not proved, by a property test on
 random pairs (``tests/test_balance_planner.py``).
 
+At most one pass a barrier
+--------------------------
+Measured (issue 19, Fig. 12's K-means over 4 s, ``python bench/fig12_passes.py``): a worker
+passes *at most once a barrier*, since a pass ends its iteration; the fast workers, whose
+pass costs ~1 ms under Hamerly bounds, pass at every barrier whatever their points, and their
+measured A makes ``A + V·N`` the barrier period B.  A straggler holding n points passes at
+every barrier except while its injected suspensions run, about ``n·V/B`` barriers per pass;
+A + V·N predicts that too.  What it cannot say is that a worker *behind* in passes so far
+never catches up: at one pass a barrier it can only keep pace.  So (Eq. 8-9 as used by
+:class:`~flegel.balance.migration.Balancer`): the straggler keeps only the points that fit
+Eq. 8's threshold on top of B (``Balancer.floor``; a floor kept to show a recovery applies
+only where it can show one), and a straggler behind its source in passes receives nothing,
+whatever Eq. 9's P̃ says (``Balancer.keep_some``).  The passes lost before it got there
+stay lost; what the rules bound is the rate at which more are lost.
+
 Integers and super workers
 --------------------------
 The pair moves S points in all, ``S = min(|𝕎ᵢ|·⌊Δ⌋, |𝕎ⱼ|·⌊βΔ⌋)``; S is split as evenly as
