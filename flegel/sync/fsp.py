@@ -434,10 +434,15 @@ def sampled_calibration(options: dict[str, Any], server: ServerPort) -> bool:
     Not with migration (issue 19, a choice; before, the sample took precedence over coverage
     for GMM and FCM): migration is there for stragglers, and a straggler slower than the
     calibration's bound is paused before it has trained its share, so the sample is no
-    longer stratified -- measured (``python bench/fsp_claims.py --only gap``, K-means with the
-    sampled step, worker 1 slowed by τ = 32 ms) the slow worker had trained 5,034 of its
-    12,500 points when θ¹ was taken; on contiguous shards of sorted data that is θ¹ fitted
-    mostly without its clusters, the basin problem coverage mends (class notes,
+    longer stratified -- measured (``python bench/fsp_claims.py --only gap``: 400,000
+    points, shards of 100,000, share 1/8 = 12,500 points; K-means with the sampled step,
+    worker 1 slowed by τ = 32 ms per 1,000 points) the slow worker had trained 5,034 of its
+    12,500-point share (5 % of its shard) when θ¹ was taken.  The bound is
+    :data:`WHOLE_PASS_WAIT` (4) times the fastest worker's pass extrapolated from its share
+    (:meth:`FSP._whole_bound`), and τ makes worker 1 roughly 80 times slower per point
+    (about 0.4 ms of compute per 1,000 points besides), so it trains about 4/80 of its
+    shard before the pause whatever the share; on contiguous shards of sorted data θ¹ is
+    then fitted mostly without its clusters, the basin problem coverage mends (class notes,
     "Coverage").  Coverage then applies instead, and without stragglers its calibration is
     BSPV's whole pass, so migration costs nothing against BSPV there either (against FSPV
     without migration it costs the sample's gain: ``bench/migration_sim.py``'s rows without
