@@ -439,9 +439,9 @@ def sampled_calibration(options: dict[str, Any], server: ServerPort) -> bool:
     worker 1 slowed by τ = 32 ms per 1,000 points) the slow worker had trained 5,034 of its
     12,500-point share (5 % of its shard) when θ¹ was taken.  The bound is
     :data:`WHOLE_PASS_WAIT` (4) times the fastest worker's pass extrapolated from its share
-    (:meth:`FSP._whole_bound`), and τ makes worker 1 roughly 80 times slower per point
-    (about 0.4 ms of compute per 1,000 points besides), so it trains about 4/80 of its
-    shard before the pause whatever the share; on contiguous shards of sorted data θ¹ is
+    (:meth:`FSP._whole_bound`): 5,034 points at τ are about 160 ms, four fast passes of about
+    40 ms (inferred, not logged), so the straggler trains what τ allows in four fast passes,
+    whatever the share; on contiguous shards of sorted data θ¹ is
     then fitted mostly without its clusters, the basin problem coverage mends (class notes,
     "Coverage").  Coverage then applies instead, and without stragglers its calibration is
     BSPV's whole pass, so migration costs nothing against BSPV there either (against FSPV
