@@ -128,7 +128,9 @@ class Algorithm:
         ``interval: multistage`` (FSPV) with ``probes: interleaved``, no ``eta_ms``,
         ``shuffle`` on, no data migration, and every shard known and above 1,000 points;
         otherwise a whole pass (with migration, ``cover_before_update``'s hold instead:
-        :func:`flegel.sync.fsp.sampled_calibration`).  Default False.
+        :func:`flegel.sync.fsp.sampled_calibration`).  FSP's default migration is async:
+        a plain ``fspv`` job keeps the whole first pass; ``migration: {mode: off}`` (the
+        ``fspv-off`` preset) takes the sample.  Default False.
     cover_before_update : bool
         θ is a function of a *sum over every point's contribution*, and a point adds
         nothing to it before its first visit: incremental EM's statistics kept in θ (FSP
