@@ -121,7 +121,8 @@ class Algorithm:
         points aggregated (EM's statistics, a full-batch step).
     sampled_first_step : bool
         An M-step on part of a pass at θ⁽⁰⁾ is the M-step of a sample of the data: incremental
-        EM with per-point sufficient statistics (GMM, FCM, K-means, NMF).  FSP then takes
+        EM with per-point sufficient statistics (GMM, FCM, NMF; K-means from a raw seeding,
+        ``n_init=1``).  FSP then takes
         its first update after the same share of every worker's shuffled shard, not a whole
         pass -- an eighth, raised so that the smallest shard gives 1,000 points
         (:func:`flegel.interval.multistage.sample_fraction`) -- when all of these hold:

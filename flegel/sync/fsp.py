@@ -9,9 +9,9 @@ on shared cores is what a worker that has not yet run needs).  Iteration 1 is a 
 iteration without a timer, a whole pass as BSPV's is: it ends when every worker has finished
 its pass, the workers still computing paused once it ran :data:`WHOLE_PASS_WAIT` times as
 long as the first pass took to arrive (see :class:`FSP`, Notes).  It measures speeds and
-gives FSPB its η⁰ (the first pass's time).  Under FSPV, an incremental EM algorithm
-(``Algorithm.sampled_first_step``) ends it after a share of every worker's shard instead
-(see :class:`FSP`, Notes: the sampled calibration).  An algorithm whose update is stronger on a full
+gives FSPB its η⁰ (the first pass's time).  Under FSPV without data migration, an incremental
+EM algorithm (``Algorithm.sampled_first_step``) ends it after a share of every worker's shard
+instead (see :class:`FSP`, Notes: the sampled calibration).  An algorithm whose update is stronger on a full
 batch at θ (``Algorithm.full_batch_update``: logistic regression's L-BFGS) gets *whole passes*
 after it too while no worker straggles (see :class:`FSP`).  An algorithm whose θ sums every
 point's contribution (``Algorithm.cover_before_update``: incremental EM's statistics) gets
@@ -428,7 +428,8 @@ def center_offsets(offsets: dict[int, float], bound: float) -> dict[int, float]:
 
 def sampled_calibration(options: dict[str, Any], server: ServerPort) -> bool:
     """Whether FSP's calibration is FSPV's sampled one (:class:`FSP`, Notes: the sampled
-    calibration): the algorithm declares ``sampled_first_step`` (GMM, FCM, K-means, NMF),
+    calibration): the algorithm declares ``sampled_first_step`` (GMM, FCM, NMF; K-means
+    from a raw seeding, ``n_init=1``),
     the interval is FSPV's (``multistage`` with ``interleaved`` probes and no ``eta_ms``),
     shards are traversed shuffled, and no data migration is configured.
 
@@ -553,7 +554,9 @@ class FSP(BarrierPolicy):
     measured on the sample as on any partial pass.  Not under FSPB, whose η⁰ is the
     calibration's pass.  Nor with data migration (:func:`sampled_calibration`): a
     straggler paused at the bound leaves the sample unstratified, and coverage (below)
-    applies instead.  K-means and NMF declare it too (issue 19, i20k): their θ sums
+    applies instead.  K-means (from a raw seeding: ``KMeans.sampled_first_step``; its share
+    holds 50 points per cluster, :func:`sample_share`) and NMF declare it too (issue 19,
+    i20k): their θ sums
     per-point statistics as incremental EM's does (K-means' cluster sums, NMF's ``WᵀW``
     and ``WᵀX``), so θ¹ is Lloyd's (HALS's) step on the sample at θ⁰; logistic regression
     does not -- its first full batch is L-BFGS's first evaluation, whose gradient pair the
