@@ -738,7 +738,8 @@ class FSP(BarrierPolicy):
         # latest barrier, the calibration's first pass and valid time, and the workers
         # that migration orders send points to while θ is kept.
         # Only with migration: without it the hold lasts a straggler's whole pass (notes);
-        # with it there is no sampled calibration (sampled_calibration).
+        # with it there is no sampled calibration (sampled_calibration), so ``not
+        # self.sampled`` cannot be false here -- kept as a guard should that rule change.
         self.cover = (bool(getattr(server, "cover_before_update", False))
                       and self.balancer is not None and not self.sampled)
         self.covered = not self.cover
@@ -1041,6 +1042,8 @@ class FSP(BarrierPolicy):
         # against 90 ms), so the typical worker's stands for it until the next barrier.
         # (Only where a share was sampled: a declaring algorithm's calibration on shards of
         # at most SAMPLE_MIN_POINTS is a whole pass, whose fastest worker's pass is a pass.)
+        # (share < 1 only in the calibration, set at its broadcast: the phase check is a
+        # guard, not a second condition.)
         self._update_eta_max(commits, typical=self.share < 1.0 and self.plan.phase == "calibration")
         # A worker with nothing to train at a kept θ was not measured: it is not forgotten
         # (PassPredictor forgets a worker that committed nothing, paused before it ran).
