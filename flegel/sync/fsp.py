@@ -13,9 +13,9 @@ gives FSPB its η⁰ (the first pass's time).  Under FSPV without data migration
 EM algorithm (``Algorithm.sampled_first_step``) ends it after a share of every worker's shard
 instead (see :class:`FSP`, Notes: the sampled calibration).  An algorithm whose update is
 stronger on a full batch at θ (``Algorithm.full_batch_update``: logistic regression's L-BFGS)
-gets *whole passes* after it too while no worker straggles (see :class:`FSP`).  An algorithm whose θ sums every
-point's contribution (``Algorithm.cover_before_update``: incremental EM's statistics) gets
-no update of θ until every point has been trained once -- *coverage*: the barriers go on,
+gets *whole passes* after it too while no worker straggles (see :class:`FSP`).  An algorithm
+whose θ sums every point's contribution (``Algorithm.cover_before_update``: incremental EM's
+statistics) gets no update of θ until every point has been trained once -- *coverage*: the barriers go on,
 speeds are measured and migration plans its first round, θ is kept (see :class:`FSP`,
 "Coverage").
 
