@@ -15,9 +15,9 @@ instead (see :class:`FSP`, Notes: the sampled calibration).  An algorithm whose 
 stronger on a full batch at θ (``Algorithm.full_batch_update``: logistic regression's L-BFGS)
 gets *whole passes* after it too while no worker straggles (see :class:`FSP`).  An algorithm
 whose θ sums every point's contribution (``Algorithm.cover_before_update``: incremental EM's
-statistics) gets no update of θ until every point has been trained once -- *coverage*: the barriers go on,
-speeds are measured and migration plans its first round, θ is kept (see :class:`FSP`,
-"Coverage").
+statistics) gets no update of θ until every point has been trained once -- *coverage*: the
+barriers go on, speeds are measured and migration plans its first round, θ is kept (see
+:class:`FSP`, "Coverage").
 
 Coordination (Section 5.2, Fig. 6):
 
