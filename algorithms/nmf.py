@@ -286,15 +286,14 @@ class NMF(DeviceKernels, RowKernel, Algorithm):
     """
 
     name = "nmf"
-    #: θ keeps WᵀW and WᵀX over every row's latest w_i (Eq. 3), so an update of H after part
-    #: of the first pass is HALS's step on a sample of rows at H⁰, and FSPV takes its first
-    #: after a share of every shuffled shard (flegel.sync.fsp.sampled_calibration; issue 19,
-    #: Fig. 8).
-    sampled_first_step = True
     nonnegative_features = True
     objective_name = "squared Frobenius error"
-    #: θ keeps WᵀW and WᵀX over every row's latest w_i (Eq. 3): FSP's first update of H waits
-    #: until every row has one (``Algorithm.cover_before_update``).
+    #: θ keeps WᵀW and WᵀX over every row's latest w_i (Eq. 3), so an update of H after part
+    #: of the first pass is HALS's step on a sample of rows at H⁰: FSPV takes its first after
+    #: a share of every shuffled shard (``sampled_first_step``,
+    #: flegel.sync.fsp.sampled_calibration; issue 19, Fig. 8), and under migration FSP's
+    #: first update of H waits until every row has one (``cover_before_update``).
+    sampled_first_step = True
     cover_before_update = True
 
     # The parameters, as set_params stores them from PARAMS.

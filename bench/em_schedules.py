@@ -20,11 +20,15 @@ the first intervals.  Time is then passes x (a pass) + M-steps x (a barrier): a 
 where it saves more passes than its extra barriers cost.  Usage::
 
     python bench/em_schedules.py [--algorithms gmm,fcm,kmeans,nmf] [--seed 1[,2,...]]
-        [--intervals 14]
+        [--intervals 14] [--set n_clusters=64 --set init=kmeans++ ...]
 
 ``--seed`` takes several shuffles (comma-separated): K-means' step count to the target moves
 by one either way with the shuffle and the share (issue 19, i20k), so one seed says little.
 ``--intervals``: whole passes after the first share (NMF's target needs more than 14).
+``--set KEY=VALUE`` (repeatable, values read as YAML) overrides the workload's algorithm
+parameters, e.g. K-means' default start (``--set init=kmeans++ --set n_init=10``) or a large
+K (``--set n_clusters=256``).  The ``fspv`` row is the share FSPV would take on these shards
+(:func:`flegel.sync.fsp.sample_share`, with the algorithm's ``sample_min_points``).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from flegel.api import Algorithm
 from flegel.block import Block
@@ -42,6 +47,7 @@ from flegel.cli.paper.workloads import QUICK, workloads, write_data
 from flegel.data.sources import sample_shard
 from flegel.job.algorithms import resolve_algorithm
 from flegel.local import make_info
+from flegel.sync.fsp import sample_share
 
 WORKERS = 4
 #: Rows sampled for the initial θ (``runtime.sample_size``'s default), split over the workers
@@ -83,30 +89,40 @@ def main() -> None:
                     help="the shards' shuffled order (comma-separated: one table each)")
     ap.add_argument("--intervals", type=int, default=14,
                     help="whole passes (batch) per schedule")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override an algorithm parameter (YAML value; repeatable)")
     args = ap.parse_args()
+    overrides = {k: yaml.safe_load(v) for k, _, v in (a.partition("=") for a in args.set)}
     loads = workloads(QUICK)
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.algorithms.split(","):
             w = loads[name]
             x = np.load(write_data(w, Path(tmp))).astype(np.float64)
-            alg = make(name, w.params)
+            alg = make(name, {**w.params, **overrides})
             shards = [x[r::WORKERS] for r in range(WORKERS)]  # strided
             sample = np.concatenate([sample_shard(s, None, SAMPLE // WORKERS, r)[0]
                                      for r, s in enumerate(shards)])
             info = make_info(x, None, seed=0, n_workers=WORKERS)
             info = type(info)(**{**info.__dict__, "sample": sample})
             theta0 = alg.init_parameter(info)
+            everything = Block.from_arrays(x)
+            # Whole passes sum the same statistics in any order: one converged reference
+            # per algorithm, not per shuffle.
+            converged = run(alg, shards, theta0, [1.0] * max(60, 4 * args.intervals),
+                            everything)[-1][1]
+            share = sample_share([len(s) for s in shards],
+                                 int(getattr(alg, "sample_min_points", 0)))
             for seed in (int(v) for v in args.seed.split(",")):
                 rng = np.random.default_rng(seed)
                 mixed = [s[rng.permutation(len(s))] for s in shards]
-                table(name, alg, mixed, theta0, Block.from_arrays(x), w.slack, seed,
-                      args.intervals)
+                table(name, alg, mixed, theta0, everything, w.slack, seed, args.intervals,
+                      converged, share)
 
 
 def table(name: str, alg: Algorithm, shards: Sequence[np.ndarray], theta0: dict,
-          everything: Block, slack: float, seed: int, n: int) -> None:
+          everything: Block, slack: float, seed: int, n: int, converged: float,
+          share: float) -> None:
     """Print one table: each schedule's M-steps and passes to the target, and its gaps."""
-    converged = run(alg, shards, theta0, [1.0] * max(60, 4 * n), everything)[-1][1]
     target = converged + slack * abs(converged)
     print(f"{name} (shuffle seed {seed}): target = converged {converged:.7g} + {slack:g} "
           "relative")
@@ -115,6 +131,8 @@ def table(name: str, alg: Algorithm, shards: Sequence[np.ndarray], theta0: dict,
     schedules = {"batch": [1.0] * n}
     for q in (1 / 2, 1 / 4, 1 / 8, 1 / 16):
         schedules[f"first 1/{round(1 / q)}"] = [q] + [1.0] * (n - 1)
+    if share < 1.0:
+        schedules[f"fspv {share:.3g}"] = [share] + [1.0] * (n - 1)
     for m in (2, 4):
         schedules[f"all 1/{m}"] = [1.0 / m] * n * m
     for label, sched in schedules.items():

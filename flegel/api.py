@@ -121,14 +121,17 @@ class Algorithm:
         points aggregated (EM's statistics, a full-batch step).
     sampled_first_step : bool
         An M-step on part of a pass at θ⁽⁰⁾ is the M-step of a sample of the data: incremental
-        EM with per-point sufficient statistics (GMM, FCM, K-means, NMF).  FSP then takes
+        EM with per-point sufficient statistics (GMM, FCM, NMF; K-means from a raw seeding,
+        ``n_init=1``).  FSP then takes
         its first update after the same share of every worker's shuffled shard, not a whole
         pass -- an eighth, raised so that the smallest shard gives 1,000 points
         (:func:`flegel.interval.multistage.sample_fraction`) -- when all of these hold:
         ``interval: multistage`` (FSPV) with ``probes: interleaved``, no ``eta_ms``,
         ``shuffle`` on, no data migration, and every shard known and above 1,000 points;
         otherwise a whole pass (with migration, ``cover_before_update``'s hold instead:
-        :func:`flegel.sync.fsp.sampled_calibration`).  Default False.
+        :func:`flegel.sync.fsp.sampled_calibration`).  FSP's default migration is async:
+        a plain ``fspv`` job keeps the whole first pass; ``migration: {mode: off}`` (the
+        ``fspv-off`` preset) takes the sample.  Default False.
     cover_before_update : bool
         θ is a function of a *sum over every point's contribution*, and a point adds
         nothing to it before its first visit: incremental EM's statistics kept in θ (FSP

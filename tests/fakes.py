@@ -1233,3 +1233,15 @@ def cupy_stand_in(n_devices: int = 1) -> types.ModuleType:
         runtime=types.SimpleNamespace(getDeviceCount=lambda: n_devices))
     fake.transfers = transfers  # type: ignore[attr-defined]
     return fake
+
+
+def lloyd_step(x: np.ndarray, centers: np.ndarray) -> np.ndarray:
+    """Lloyd's step in plain NumPy (a reference apart from :mod:`flegel.algorithms.kmeans`):
+    each centre moves to the mean of its nearest points; a centre without points stays."""
+    d2 = ((x[:, None, :] - centers[None, :, :]) ** 2).sum(axis=2)
+    labels = d2.argmin(axis=1)
+    out = centers.copy()
+    for k in range(len(centers)):
+        if np.any(labels == k):
+            out[k] = x[labels == k].mean(axis=0)
+    return out

@@ -15,7 +15,7 @@ import pytest
 
 from flegel.algorithms.kmeans import KMeans
 from flegel.sync.fsp import COVER_PHASE, COVER_STEPS, WHOLE_PASS_WAIT, WHOLE_PHASE
-from tests.fakes import Simulation
+from tests.fakes import Simulation, lloyd_step
 from tests.test_migration_inprocess import WORKERS, N, sorted_blobs
 from tests.test_migration_inprocess import run as migration_run  # 4x straggler, fixed η
 
@@ -54,16 +54,6 @@ def _run(migration: str | None, algorithm: KMeans | None = None,
     return sim, watch
 
 
-def _lloyd_step(x: np.ndarray, centers: np.ndarray) -> np.ndarray:
-    d2 = ((x[:, None, :] - centers[None, :, :]) ** 2).sum(axis=2)
-    labels = d2.argmin(axis=1)
-    out = centers.copy()
-    for k in range(len(centers)):
-        if np.any(labels == k):
-            out[k] = x[labels == k].mean(axis=0)
-    return out
-
-
 @pytest.mark.parametrize("migration", ["async", "sync"])
 def test_no_theta_update_while_a_point_is_unseen(migration):
     """θ keeps version 0 at every barrier after which some point was never trained; the
@@ -88,7 +78,7 @@ def test_the_first_m_step_is_lloyds_on_all_the_data(migration):
     sim, watch = _run(migration)
     x = np.concatenate(sim.shards)
     assert watch.first_update is not None
-    np.testing.assert_allclose(watch.first_update, _lloyd_step(x, sim.theta0["centers"]),
+    np.testing.assert_allclose(watch.first_update, lloyd_step(x, sim.theta0["centers"]),
                                rtol=1e-9, atol=1e-9)
 
 
@@ -105,7 +95,7 @@ def test_the_first_cover_steps_updates_are_lloyd_steps():
     assert after[COVER_STEPS - 1] != WHOLE_PHASE
     x = np.concatenate(sim.shards)
     for v in range(1, COVER_STEPS):
-        np.testing.assert_allclose(watch.thetas[v + 1], _lloyd_step(x, watch.thetas[v]),
+        np.testing.assert_allclose(watch.thetas[v + 1], lloyd_step(x, watch.thetas[v]),
                                    rtol=1e-9, atol=1e-9)
 
 

@@ -19,9 +19,8 @@ from flegel.algorithms.logreg import LogisticRegression
 from flegel.algorithms.nmf import NMF
 from flegel.block import Block
 from flegel.interval.multistage import SAMPLE_SHARE, sample_batch
-from flegel.sync.fsp import sampled_calibration
-from tests.fakes import Simulation, blobs, kmeans_theta0, sync_options
-from tests.test_fsp_coverage import _lloyd_step  # Lloyd's step in plain NumPy
+from flegel.sync.fsp import sample_share, sampled_calibration
+from tests.fakes import Simulation, blobs, kmeans_theta0, lloyd_step, sync_options
 
 WORKERS = 3
 #: Points per worker: an eighth of a shard (1,100) is above SAMPLE_MIN_POINTS.
@@ -39,6 +38,7 @@ class FirstUpdate:
         self.theta: dict[str, np.ndarray] | None = None
         self.sample: list[np.ndarray] = []
         self.visits: list[np.ndarray] = []
+        self.w: list[np.ndarray] = []
 
     def __call__(self, sim: Simulation, event: dict[str, Any]) -> None:
         if self.theta is not None or sim.server.version != 1:
@@ -48,16 +48,18 @@ class FirstUpdate:
             store = sim.workers[r].shard
             self.sample.append(np.array(store.x[:BATCH], copy=True))
             self.visits.append(np.array(store.visits, copy=True))
+            if "w" in store.state:  # NMF: the sample rows' w_i at H⁰
+                self.w.append(np.array(store.state["w"][:BATCH], copy=True))
 
 
 def _kmeans(options: dict[str, Any] | None = None, model: str = "fsp",
-            shard: int = SHARD, **kwargs: Any) -> tuple[Simulation, FirstUpdate, dict]:
+            shard: int = SHARD) -> tuple[Simulation, FirstUpdate, dict]:
     x, centres0 = blobs(n=WORKERS * shard, k=4, d=3, seed=1)
     theta0 = kmeans_theta0(centres0)
     watch = FirstUpdate()
     sim = Simulation(model, options or {}, workers=WORKERS, data=x, theta0=theta0,
-                     algorithm=KMeans(n_clusters=4), cost_s=COST_S, latency_s=LATENCY_S,
-                     on_barrier=watch, stop={"max_iterations": 4}, **kwargs).run()
+                     algorithm=KMeans(n_clusters=4, n_init=1), cost_s=COST_S, latency_s=LATENCY_S,
+                     on_barrier=watch, stop={"max_iterations": 4}).run()
     return sim, watch, theta0
 
 
@@ -75,7 +77,7 @@ def test_kmeans_first_update_is_lloyds_step_on_an_eighth_of_every_shard():
     assert watch.theta is not None
     for v in watch.visits:  # the first BATCH rows of the traversal, each once
         assert int(v[:BATCH].sum()) == BATCH and int(v[BATCH:].sum()) == 0
-    expected = _lloyd_step(np.concatenate(watch.sample), theta0["centers"])
+    expected = lloyd_step(np.concatenate(watch.sample), theta0["centers"])
     np.testing.assert_allclose(watch.theta["centers"], expected, rtol=1e-12, atol=1e-12)
     assert watch.theta["counts"].sum() == WORKERS * BATCH
 
@@ -111,16 +113,25 @@ def test_nmf_first_update_is_the_hals_step_on_the_sample():
     expected = ref.update_parameter(ref.update_block(block, theta0, 1), theta0)
     for key in ("wtw", "wtx", "components"):
         np.testing.assert_allclose(watch.theta[key], expected[key], rtol=1e-9, atol=1e-9)
+    # Independent of the class: HALS's update of H⁰ in plain NumPy from the sample's W.
+    w = np.concatenate(watch.w)
+    a, b, h = w.T @ w, w.T @ sample, h0.copy()
+    for _ in range(alg.h_iter):
+        for k in range(len(h)):
+            h[k] = np.maximum(h[k] + (b[k] - a[k] @ h) / a[k, k], 0.0)
+    np.testing.assert_allclose(watch.theta["wtw"], a, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(watch.theta["wtx"], b, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(watch.theta["components"], h, rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.parametrize("case", ["migration", "stored order", "fspb", "small shards", "bspv"])
 def test_no_sampled_first_step_where_it_must_not_apply(case):
     """A whole pass where the sampled step does not apply: data migration (coverage holds θ
     instead), shards in stored order (no random share), FSPB (η⁰ is the calibration's
-    pass), shards of at most 8,000 points (an eighth under 1,000 points: all of the
-    smallest shard), and BSPV, whose calibration is its own."""
+    pass), shards of at most 1,000 points (SAMPLE_MIN_POINTS would be all of the smallest
+    shard), and BSPV, whose calibration is its own."""
     options: dict[str, Any] = {}
-    model, shard, kwargs = "fsp", SHARD, {}
+    model, shard = "fsp", SHARD
     if case == "migration":
         options = {"migration": {"mode": "async", "window": 64}}
     elif case == "stored order":
@@ -131,7 +142,7 @@ def test_no_sampled_first_step_where_it_must_not_apply(case):
         shard = 800
     else:
         model, options = "bsp", {"batch": "auto"}
-    sim, _, _ = _kmeans(options, model=model, shard=shard, **kwargs)
+    sim, _, _ = _kmeans(options, model=model, shard=shard)
     first = sim.barrier_events()[0]
     assert first["workers"]["points"] == [shard] * WORKERS
     assert "batch" not in first["workers"]["reason"] or model == "bsp"
@@ -139,14 +150,38 @@ def test_no_sampled_first_step_where_it_must_not_apply(case):
         assert "coverage" in sim.policy.summary()
 
 
-@pytest.mark.parametrize("algorithm", [KMeans, NMF, LogisticRegression])
-def test_which_algorithms_take_the_sampled_first_step(algorithm):
-    """K-means and NMF declare it; logistic regression does not (its first full batch is
-    L-BFGS's first evaluation, docs/sync/fsp.md): FSPV's calibration is then a whole pass.
+def test_shards_between_get_a_larger_share():
+    """Shards of 2,000 points: an eighth would be 250, so the share is raised to 1/2 (1,000
+    points of the smallest shard, SAMPLE_MIN_POINTS) -- still a sample, not a whole pass."""
+    sim, _, _ = _kmeans(shard=2_000)
+    first = sim.barrier_events()[0]
+    assert first["workers"]["reason"] == ["batch"] * WORKERS
+    assert first["workers"]["points"] == [1_000] * WORKERS
+
+
+def test_the_kmeans_share_holds_fifty_points_per_cluster():
+    """K-means' sample holds at least 50·K points of every shard (sample_min_points): with K
+    near the 1,000-point floor clusters sat on 0-2 points.  Raised share, same for all."""
+    assert KMeans(n_clusters=128, n_init=1).sample_min_points == 6_400
+    assert sample_share([27_500] * 4, 0) == SAMPLE_SHARE
+    assert sample_share([27_500] * 4, 6_400) == pytest.approx(6_400 / 27_500)
+    assert sample_share([27_500, 30_000], 6_400) == pytest.approx(6_400 / 27_500)
+    assert sample_share([5_000] * 4, 6_400) == 1.0  # all of a shard: a whole pass
+    assert sample_share([800] * 4, 0) == 1.0
+
+
+@pytest.mark.parametrize("algorithm, takes", [
+    (KMeans(n_init=1), True), (KMeans(init="random", n_init=1), True), (NMF(), True),
+    (KMeans(), False), (KMeans(init="random"), False), (LogisticRegression(), False)])
+def test_which_algorithms_take_the_sampled_first_step(algorithm, takes):
+    """K-means from a raw seeding (``n_init=1``) and NMF declare it.  K-means' default
+    (``n_init=10``, each seeding refined by Lloyd on the init sample) starts near a fixed
+    point, where a step on an eighth is a step back (``bench/em_schedules.py``, kmeans.py);
+    logistic regression's first full batch is L-BFGS's first evaluation (docs/sync/fsp.md).
     The rule is :func:`~flegel.sync.fsp.sampled_calibration` on FSPV's default options."""
     server = SimpleNamespace(sampled_first_step=algorithm.sampled_first_step)
     fspv = sync_options("fsp")
-    assert sampled_calibration(fspv, server) == (algorithm is not LogisticRegression)
+    assert sampled_calibration(fspv, server) == takes
     assert not sampled_calibration({**fspv, "migration": {"mode": "sync"}}, server)
 
 
@@ -159,7 +194,7 @@ def test_kmeans_reaches_bspvs_optimum_sooner():
         x, centres0 = blobs(n=WORKERS * SHARD, k=4, d=3, seed=1)
         trace: list[tuple[float, float]] = []
         Simulation(model, options, workers=WORKERS, data=x, theta0=kmeans_theta0(centres0),
-                   algorithm=KMeans(n_clusters=4), cost_s=COST_S, latency_s=LATENCY_S,
+                   algorithm=KMeans(n_clusters=4, n_init=1), cost_s=COST_S, latency_s=LATENCY_S,
                    on_barrier=lambda s, e, t=trace: t.append((e["time_s"], s.objective())),
                    stop={"max_iterations": 10}).run()
         traces[model] = trace

@@ -9,7 +9,11 @@ the simulated clock.
   (:meth:`~flegel.balance.migration.Balancer.while_probing`);
 * with random speeds async migration moves nothing before the window (reaching the target
   as no migration does) and, once the peers are measured, reaches it within 5% of no
-  migration.
+  migration -- both with the same whole-pass calibration (:class:`WholeCalibrationKMeans`):
+  without migration FSPV would take the sampled first step, which it does not with
+  migration (:func:`flegel.sync.fsp.sampled_calibration`), and that alone separates them
+  (``python bench/migration_sim.py``'s rows without a straggler: 57.0 ms simulated off
+  against 70.3 ms async, docs/benchmarks.md), which is not what these tests measure.
 """
 
 from __future__ import annotations

@@ -333,6 +333,12 @@ class Server:
         return bool(getattr(self.algorithm, "sampled_first_step", False))
 
     @property
+    def sample_min_points(self) -> int:
+        """Points every worker's sample must hold in FSPV's sampled calibration, 0 for no
+        floor beyond the share's (``Algorithm.sample_min_points``, K-means': 50 · K)."""
+        return int(getattr(self.algorithm, "sample_min_points", 0))
+
+    @property
     def cover_before_update(self) -> bool:
         """Whether the algorithm's θ sums every point's contribution, so its first update
         waits until every point was visited (:attr:`flegel.Algorithm.cover_before_update`)."""

@@ -9,15 +9,15 @@ on shared cores is what a worker that has not yet run needs).  Iteration 1 is a 
 iteration without a timer, a whole pass as BSPV's is: it ends when every worker has finished
 its pass, the workers still computing paused once it ran :data:`WHOLE_PASS_WAIT` times as
 long as the first pass took to arrive (see :class:`FSP`, Notes).  It measures speeds and
-gives FSPB its η⁰ (the first pass's time).  Under FSPV, an incremental EM algorithm
-(``Algorithm.sampled_first_step``) ends it after a share of every worker's shard instead
-(see :class:`FSP`, Notes: the sampled calibration).  An algorithm whose update is stronger on a full
-batch at θ (``Algorithm.full_batch_update``: logistic regression's L-BFGS) gets *whole passes*
-after it too while no worker straggles (see :class:`FSP`).  An algorithm whose θ sums every
-point's contribution (``Algorithm.cover_before_update``: incremental EM's statistics) gets
-no update of θ until every point has been trained once -- *coverage*: the barriers go on,
-speeds are measured and migration plans its first round, θ is kept (see :class:`FSP`,
-"Coverage").
+gives FSPB its η⁰ (the first pass's time).  Under FSPV without data migration, an incremental
+EM algorithm (``Algorithm.sampled_first_step``) ends it after a share of every worker's shard
+instead (see :class:`FSP`, Notes: the sampled calibration).  An algorithm whose update is
+stronger on a full batch at θ (``Algorithm.full_batch_update``: logistic regression's L-BFGS)
+gets *whole passes* after it too while no worker straggles (see :class:`FSP`).  An algorithm
+whose θ sums every point's contribution (``Algorithm.cover_before_update``: incremental EM's
+statistics) gets no update of θ until every point has been trained once -- *coverage*: the
+barriers go on, speeds are measured and migration plans its first round, θ is kept (see
+:class:`FSP`, "Coverage").
 
 Coordination (Section 5.2, Fig. 6):
 
@@ -44,6 +44,7 @@ the first and the last report, and each worker's offset.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -427,17 +428,23 @@ def center_offsets(offsets: dict[int, float], bound: float) -> dict[int, float]:
 
 def sampled_calibration(options: dict[str, Any], server: ServerPort) -> bool:
     """Whether FSP's calibration is FSPV's sampled one (:class:`FSP`, Notes: the sampled
-    calibration): the algorithm declares ``sampled_first_step`` (GMM, FCM, K-means, NMF),
+    calibration): the algorithm declares ``sampled_first_step`` (GMM, FCM, NMF; K-means
+    from a raw seeding, ``n_init=1``),
     the interval is FSPV's (``multistage`` with ``interleaved`` probes and no ``eta_ms``),
     shards are traversed shuffled, and no data migration is configured.
 
     Not with migration (issue 19, a choice; before, the sample took precedence over coverage
     for GMM and FCM): migration is there for stragglers, and a straggler slower than the
     calibration's bound is paused before it has trained its share, so the sample is no
-    longer stratified -- measured (``python bench/fsp_claims.py --only gap``, K-means with the
-    sampled step, worker 1 slowed by τ = 32 ms) the slow worker had trained 5,034 of its
-    12,500 points when θ¹ was taken; on contiguous shards of sorted data that is θ¹ fitted
-    mostly without its clusters, the basin problem coverage mends (class notes,
+    longer stratified -- measured (``python bench/fsp_claims.py --only gap``: 400,000
+    points, shards of 100,000, share 1/8 = 12,500 points; K-means with the sampled step,
+    worker 1 slowed by τ = 32 ms per 1,000 points) the slow worker had trained 5,034 of its
+    12,500-point share (5 % of its shard) when θ¹ was taken.  The bound is
+    :data:`WHOLE_PASS_WAIT` (4) times the fastest worker's pass extrapolated from its share
+    (:meth:`FSP._whole_bound`): 5,034 points at τ are about 160 ms, four fast passes of about
+    40 ms (inferred, not logged), so the straggler trains what τ allows in four fast passes,
+    whatever the share; on contiguous shards of sorted data θ¹ is
+    then fitted mostly without its clusters, the basin problem coverage mends (class notes,
     "Coverage").  Coverage then applies instead, and without stragglers its calibration is
     BSPV's whole pass, so migration costs nothing against BSPV there either (against FSPV
     without migration it costs the sample's gain: ``bench/migration_sim.py``'s rows without
@@ -449,6 +456,23 @@ def sampled_calibration(options: dict[str, Any], server: ServerPort) -> bool:
             and options["eta_ms"] is None and bool(options.get("shuffle", True))
             and migration.mode == "off"
             and bool(getattr(server, "sampled_first_step", False)))
+
+
+def sample_share(shard_points: Sequence[int], min_points: int = 0) -> float:
+    """The share of every shard in FSPV's sampled calibration:
+    :func:`~flegel.interval.multistage.sample_fraction`, raised further so that the smallest
+    shard gives ``min_points`` (the algorithm's ``sample_min_points``: K-means' 50 points per
+    cluster); 1.0, a whole pass, when that is all of a shard.
+
+    :data:`~flegel.interval.multistage.SAMPLE_MIN_POINTS` ignores the model's size: with K
+    near the sample's size clusters sit on 0-2 points of it and θ¹'s centres are noise
+    (issue 19, i20k review); one share for all shards keeps the sample stratified."""
+    share = sample_fraction(shard_points)
+    smallest = min(shard_points, default=0)
+    if share >= 1.0 or min_points <= 0 or smallest <= 0:
+        return share
+    share = max(share, min_points / smallest)
+    return 1.0 if share >= 1.0 else share
 
 
 class FSP(BarrierPolicy):
@@ -530,7 +554,9 @@ class FSP(BarrierPolicy):
     measured on the sample as on any partial pass.  Not under FSPB, whose η⁰ is the
     calibration's pass.  Nor with data migration (:func:`sampled_calibration`): a
     straggler paused at the bound leaves the sample unstratified, and coverage (below)
-    applies instead.  K-means and NMF declare it too (issue 19, i20k): their θ sums
+    applies instead.  K-means (from a raw seeding: ``KMeans.sampled_first_step``; its share
+    holds 50 points per cluster, :func:`sample_share`) and NMF declare it too (issue 19,
+    i20k): their θ sums
     per-point statistics as incremental EM's does (K-means' cluster sums, NMF's ``WᵀW``
     and ``WᵀX``), so θ¹ is Lloyd's (HALS's) step on the sample at θ⁰; logistic regression
     does not -- its first full batch is L-BFGS's first evaluation, whose gradient pair the
@@ -712,7 +738,8 @@ class FSP(BarrierPolicy):
         # latest barrier, the calibration's first pass and valid time, and the workers
         # that migration orders send points to while θ is kept.
         # Only with migration: without it the hold lasts a straggler's whole pass (notes);
-        # with it there is no sampled calibration (sampled_calibration).
+        # with it there is no sampled calibration (sampled_calibration), so ``not
+        # self.sampled`` cannot be false here -- kept as a guard should that rule change.
         self.cover = (bool(getattr(server, "cover_before_update", False))
                       and self.balancer is not None and not self.sampled)
         self.covered = not self.cover
@@ -766,7 +793,8 @@ class FSP(BarrierPolicy):
         self.whole_iterations += self.whole and self.plan.phase != COVER_PHASE
         # The sampled calibration's share of every shard (1.0: a whole pass).
         sizes = self.server.shard_sizes
-        self.share = (sample_fraction(sizes.get(r, 0) for r in srv.ranks)
+        self.share = (sample_share([sizes.get(r, 0) for r in srv.ranks],
+                                   int(getattr(srv, "sample_min_points", 0)))
                       if self.sampled and self.plan.phase == "calibration" else 1.0)
         self._start_estimate = srv.estimated_objective()
         covering = self.plan.phase == COVER_PHASE
@@ -1014,6 +1042,8 @@ class FSP(BarrierPolicy):
         # against 90 ms), so the typical worker's stands for it until the next barrier.
         # (Only where a share was sampled: a declaring algorithm's calibration on shards of
         # at most SAMPLE_MIN_POINTS is a whole pass, whose fastest worker's pass is a pass.)
+        # (share < 1 only in the calibration, set at its broadcast: the phase check is a
+        # guard, not a second condition.)
         self._update_eta_max(commits, typical=self.share < 1.0 and self.plan.phase == "calibration")
         # A worker with nothing to train at a kept θ was not measured: it is not forgotten
         # (PassPredictor forgets a worker that committed nothing, paused before it ran).
