@@ -602,8 +602,13 @@ class Balancer:
         against a µs a point) and it stayed a straggler, never given points back (issue 19
         review).
 
-        0 when that takes more than :attr:`kept` points: keeping :attr:`kept` would not make
-        it recognisable either, and would only cost Eq. 8 (FSP paper §4.2).  Measured (issue
+        Half the margin is what ``need`` asks; a recovery shows with the whole margin, once
+        ``loop / n`` is under (:data:`PEER_SPEED` − 1) times the typical V.  So where ``need``
+        is over :attr:`kept` but :attr:`kept` points still show a recovery (``need`` up to
+        twice :attr:`kept`), the floor stays :attr:`kept`, as before the rule.  0 only where
+        :attr:`kept` points cannot show a recovery at all: keeping them would not make it
+        recognisable either, and would only cost Eq. 8 (FSP paper §4.2).  Known limit: such a
+        straggler is never recognised as recovered, nor given work back.  Measured (issue
         19, Fig. 12's K-means, 4 s): the fast workers' V was ~20 ns a point (Hamerly bounds),
         the straggler's loop ~0.4 ms a commit, so recognising a recovery took ~12,000 points;
         the floor held it at 64, whose injected delays (32 µs a point) cost it one barrier in
@@ -614,7 +619,8 @@ class Balancer:
             return 0
         per_point = 0.5 * (PEER_SPEED - 1.0) * others[(len(others) - 1) // 2]
         need = math.ceil(loop / per_point)
-        return need if need <= self.kept else 0
+        visible = loop / self.kept < (PEER_SPEED - 1.0) * others[(len(others) - 1) // 2]
+        return min(self.kept, need) if visible else 0
 
     def fits(self, worker: WorkerStat, stats: list[WorkerStat]) -> int:
         """The most points ``worker`` can hold with its pass (``A + V·n``,
