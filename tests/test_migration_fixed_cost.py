@@ -235,10 +235,11 @@ def test_a_recovered_straggler_keeps_enough_points_to_be_seen_recovering():
 def test_a_straggler_behind_in_passes_receives_nothing():
     """A straggler left with 10 points passes once an iteration, the others, overloaded, once
     every 1.5: Eq. 9's P̃ (over T = 2 s) puts the straggler ahead, though it is 20-40 passes
-    behind now.  A pass ends the iteration (FSP paper §3.3), so points given to it cannot
-    make it catch up, only slow it: it receives nothing while behind (issue 19, Fig. 12's
-    K-means: 94 points given at 0.9 s went away again at 1.6 s).  Before, up to the ~140
-    points whose pass fits Eq. 8's threshold moved to it."""
+    behind now.  A pass ends the iteration (FSP paper §3.3): passing every barrier, it gains
+    nothing from more points while behind, they would only slow its catching up; it receives
+    nothing while behind (issue 19, Fig. 12's K-means: 94 points given at 0.9 s went away
+    again at 1.6 s).  Before, each plan ordered it ~130 points, those whose pass fits Eq. 8's
+    threshold (the orders are not applied here)."""
     b = Balancer(MigrationOptions.of({"mode": "async"}))
     n = {1: 10, 2: FAST_N, 3: FAST_N, 4: FAST_N}
     t, got, planned = 0.0, 0, 0

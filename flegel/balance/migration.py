@@ -660,8 +660,10 @@ class Balancer:
           overlapping workload, worker 3 slow: 1,085 points at 7.1 s, 425 and 851 sent
           back at 8.9 and 11.2 s, the run ending at max/min passes 1.16).  And it receives
           nothing while its passes so far are behind its source's: a pass ends a worker's
-          iteration under FSP (Section 3.3), so a straggler already passing once a barrier
-          cannot catch up by holding more, only fall further behind; its lead, not Eq. 9's
+          iteration under FSP (Section 3.3), so a straggler already passing every barrier
+          gains nothing from more points while behind: they would only slow its catching up.
+          Eq. 9's lost-passes term (P_j − P_i, the passes migrated points have to make up)
+          assumes the target is ahead; behind, it turns into a gain.  Its lead, not Eq. 9's
           P̃, is what calls for points back (issue 19, Fig. 12's K-means, 4 s: left with 1
           point at 38 passes against 40-47, it was given 94 points at 0.9 s, sent away again
           at 1.6 s).
@@ -694,8 +696,11 @@ class Balancer:
                 points = min(points, int(PEER_SHARE * held[m.source])
                              - (held[m.source] - left[m.source]))
             if m.target in room:
+                # Strict on fractional passes, on purpose: at one pass a barrier more points
+                # only delay its next pass, however little it is behind; the pair test above
+                # already applied Eq. 8's threshold (to the predicted passes).
                 if passes[m.target] < passes[m.source]:
-                    continue  # a straggler behind cannot catch up on more points
+                    continue  # behind: more points would only slow its catching up
                 points = min(points, room[m.target])
             smaller = min(held[m.source], held[m.target])
             if points >= max(1.0, MIN_MOVE_FRACTION * smaller):
