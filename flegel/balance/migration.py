@@ -663,7 +663,8 @@ class Balancer:
           iteration under FSP (Section 3.3), so a straggler already passing every barrier
           gains nothing from more points while behind: they would only slow its catching up.
           Eq. 9's lost-passes term (P_j − P_i, the passes migrated points have to make up)
-          assumes the target is ahead; behind, it turns into a gain.  Its lead, not Eq. 9's
+          assumes the target is ahead; behind, it turns negative, crediting the target time
+          it does not have.  Its lead, not Eq. 9's
           P̃, is what calls for points back (issue 19, Fig. 12's K-means, 4 s: left with 1
           point at 38 passes against 40-47, it was given 94 points at 0.9 s, sent away again
           at 1.6 s).
