@@ -602,8 +602,13 @@ class Balancer:
         against a µs a point) and it stayed a straggler, never given points back (issue 19
         review).
 
-        0 when that takes more than :attr:`kept` points: keeping :attr:`kept` would not make
-        it recognisable either, and would only cost Eq. 8 (FSP paper §4.2).  Measured (issue
+        Half the margin is what ``need`` asks; a recovery shows with the whole margin, once
+        ``loop / n`` is under (:data:`PEER_SPEED` − 1) times the typical V.  So where ``need``
+        is over :attr:`kept` but :attr:`kept` points still show a recovery (``need`` up to
+        twice :attr:`kept`), the floor stays :attr:`kept`, as before the rule.  0 only where
+        :attr:`kept` points cannot show a recovery at all: keeping them would not make it
+        recognisable either, and would only cost Eq. 8 (FSP paper §4.2).  Known limit: such a
+        straggler is never recognised as recovered, nor given work back.  Measured (issue
         19, Fig. 12's K-means, 4 s): the fast workers' V was ~20 ns a point (Hamerly bounds),
         the straggler's loop ~0.4 ms a commit, so recognising a recovery took ~12,000 points;
         the floor held it at 64, whose injected delays (32 µs a point) cost it one barrier in
@@ -614,7 +619,8 @@ class Balancer:
             return 0
         per_point = 0.5 * (PEER_SPEED - 1.0) * others[(len(others) - 1) // 2]
         need = math.ceil(loop / per_point)
-        return need if need <= self.kept else 0
+        visible = loop / self.kept < (PEER_SPEED - 1.0) * others[(len(others) - 1) // 2]
+        return min(self.kept, need) if visible else 0
 
     def fits(self, worker: WorkerStat, stats: list[WorkerStat]) -> int:
         """The most points ``worker`` can hold with its pass (``A + V·n``,
@@ -654,8 +660,11 @@ class Balancer:
           overlapping workload, worker 3 slow: 1,085 points at 7.1 s, 425 and 851 sent
           back at 8.9 and 11.2 s, the run ending at max/min passes 1.16).  And it receives
           nothing while its passes so far are behind its source's: a pass ends a worker's
-          iteration under FSP (Section 3.3), so a straggler already passing once a barrier
-          cannot catch up by holding more, only fall further behind; its lead, not Eq. 9's
+          iteration under FSP (Section 3.3), so a straggler already passing every barrier
+          gains nothing from more points while behind: they would only slow its catching up.
+          Eq. 9's lost-passes term (P_j − P_i, the passes migrated points have to make up)
+          assumes the target is ahead; behind, it turns negative, crediting the target time
+          it does not have.  Its lead, not Eq. 9's
           P̃, is what calls for points back (issue 19, Fig. 12's K-means, 4 s: left with 1
           point at 38 passes against 40-47, it was given 94 points at 0.9 s, sent away again
           at 1.6 s).
@@ -688,8 +697,11 @@ class Balancer:
                 points = min(points, int(PEER_SHARE * held[m.source])
                              - (held[m.source] - left[m.source]))
             if m.target in room:
+                # Strict on fractional passes, on purpose: at one pass a barrier more points
+                # only delay its next pass, however little it is behind; the pair test above
+                # already applied Eq. 8's threshold (to the predicted passes).
                 if passes[m.target] < passes[m.source]:
-                    continue  # a straggler behind cannot catch up on more points
+                    continue  # behind: more points would only slow its catching up
                 points = min(points, room[m.target])
             smaller = min(held[m.source], held[m.target])
             if points >= max(1.0, MIN_MOVE_FRACTION * smaller):

@@ -88,13 +88,15 @@ passes *at most once a barrier*, since a pass ends its iteration; the fast worke
 pass costs ~1 ms under Hamerly bounds, pass at every barrier whatever their points, and their
 measured A makes ``A + V·N`` the barrier period B.  A straggler holding n points passes at
 every barrier except while its injected suspensions run, about ``n·V/B`` barriers per pass;
-A + V·N predicts that too.  What it cannot say is that a worker *behind* in passes so far
-never catches up: at one pass a barrier it can only keep pace.  So (Eq. 8-9 as used by
-:class:`~flegel.balance.migration.Balancer`): the straggler keeps only the points that fit
-Eq. 8's threshold on top of B (``Balancer.floor``; a floor kept to show a recovery applies
-only where it can show one), and a straggler behind its source in passes receives nothing,
-whatever Eq. 9's P̃ says (``Balancer.keep_some``).  The passes lost before it got there
-stay lost; what the rules bound is the rate at which more are lost.
+A + V·N predicts that too.  What it cannot say is that a straggler already passing every
+barrier gains nothing from more points while behind in passes so far: they would only slow
+its catching up (Eq. 9's lost-passes term, P_j − P_i, assumes the target is ahead).
+So (Eq. 8-9 as used by :class:`~flegel.balance.migration.Balancer`): the straggler keeps
+only the points that fit Eq. 8's threshold on top of B (``Balancer.floor``; a floor kept
+to show a recovery applies only where it can show one), and a straggler behind its source
+in passes receives nothing, whatever Eq. 9's P̃ says (``Balancer.keep_some``).  The passes
+lost before it got there stay lost; what the rules bound is the rate at which more are
+lost.
 
 Integers and super workers
 --------------------------
