@@ -157,6 +157,12 @@ class ServerPort(Protocol):
         ...
 
     @property
+    def sample_min_points(self) -> int:
+        """Points every worker's sample must hold in FSPV's sampled calibration, 0 for no
+        floor beyond the share's (``Algorithm.sample_min_points``)."""
+        ...
+
+    @property
     def cover_before_update(self) -> bool:
         """θ sums every point's contribution: its first update waits until every point was
         visited (``Algorithm.cover_before_update``)."""

@@ -455,7 +455,7 @@ def sampled_calibration(options: dict[str, Any], server: ServerPort) -> bool:
     return (options["interval"] == "multistage" and options["probes"] == "interleaved"
             and options["eta_ms"] is None and bool(options.get("shuffle", True))
             and migration.mode == "off"
-            and bool(getattr(server, "sampled_first_step", False)))
+            and server.sampled_first_step)
 
 
 def sample_share(shard_points: Sequence[int], min_points: int = 0) -> float:
@@ -690,7 +690,7 @@ class FSP(BarrierPolicy):
             extra.update(probe_s=options["probe_ms"] / 1e3,
                          stage_tolerance=options["stage_tolerance"],
                          probes=options["probes"],
-                         per_update=bool(getattr(server, "progress_per_update", False)))
+                         per_update=server.progress_per_update)
         self.adjustor = make_adjustor(kind, **extra)
         self.semi = options["coordination"] == "semi"
         # no timer: a whole pass (a share, sampled) of every worker, a straggler paused at
@@ -794,7 +794,7 @@ class FSP(BarrierPolicy):
         # The sampled calibration's share of every shard (1.0: a whole pass).
         sizes = self.server.shard_sizes
         self.share = (sample_share([sizes.get(r, 0) for r in srv.ranks],
-                                   int(getattr(srv, "sample_min_points", 0)))
+                                   srv.sample_min_points)
                       if self.sampled and self.plan.phase == "calibration" else 1.0)
         self._start_estimate = srv.estimated_objective()
         covering = self.plan.phase == COVER_PHASE
