@@ -935,11 +935,10 @@ class Migrator:
             self.state_bytes += state_bytes(taken)
             self._post(port, origin, Reactivate(taken, count))
         # Sent windows leave the list (their rows stay inactive here, kept for virtual
-        # migration).  A pair's messages are taken in the order they were posted (MPI's
-        # non-overtaking rule), so with k sends pending to a target its last k windows are
-        # the ones in flight, whatever the other targets did (they take windows at their
-        # own pace); a pending reactivation to it only keeps a window listed a little
-        # longer.
+        # migration).  A pair's messages complete in the order they were posted, so with k
+        # sends pending to a target its last k windows are the ones in flight, whatever the
+        # other targets did (they take windows at their own pace); a pending reactivation
+        # to it only keeps a window listed a little longer.
         pending = {t: port.sends_pending(t) for t in {t for t, _ in self.windows}}
         kept: list[tuple[int, np.ndarray]] = []
         for t, rows in reversed(self.windows):
