@@ -88,15 +88,11 @@ DEFAULT_WINDOW = 1024
 #: A move is sent in at most this many windows (:meth:`Migrator.window_size`): enough that
 #: the target trains the first while the others travel.
 WINDOWS_PER_MOVE = 4
-#: Windows a source keeps on its link at least (:meth:`Migrator.per_target`): one per
-#: target, or two to its only target.  With one, the link idled at every window boundary
-#: until the source's next poll saw the send complete and the target's next poll matched the
-#: window that followed (Table 2, one target, 200 Mbit/s: the samples at the boundaries of a
-#: move's four windows carried 0.45-0.95 of the link's rate); with the next window queued
-#: behind, the target has it matched while the one before is on the wire.  More windows in
-#: flight only lock more points out of training (§4.3 locks "only data in the current
-#: window"): three targets' windows already keep a link busy.
-WINDOWS_IN_FLIGHT = 2
+#: Windows in flight from a source to one target: the next is posted while the one before
+#: is on the wire, so the target has it matched and the link does not idle between two
+#: windows waiting for the source's next poll and the target's (Table 2: with one, the
+#: straggler's link carried 0.94 of a transfer-only job's throughput at 200 Mbit/s).
+WINDOWS_IN_FLIGHT = 1
 
 #: The keys of ``sync.migration`` (FSP only), declared once.
 KEYS: dict[str, validation.Key] = {
@@ -113,8 +109,7 @@ KEYS: dict[str, validation.Key] = {
     "window": validation.integer("points per window of asynchronous migration at least "
                              "(only the windows being sent are locked out of training; a "
                              f"move goes in about {WINDOWS_PER_MOVE} windows, fewer points "
-                             "each when few are left; one in flight per target, two to a "
-                             "source's only target)",
+                             "each when few are left; one in flight per target)",
                              DEFAULT_WINDOW, lo=1),
 }
 #: Barriers of objective samples the progress slope g is fitted on.
@@ -922,10 +917,7 @@ class Migrator:
         if shard.marked:
             # FSPV's probes roll θ and the shard back to the mark: a point whose state came
             # or went since would disagree with the θ it is rolled back to.  Everything
-            # waits for the unmark (senders' requests just stay pending meanwhile), but the
-            # windows already on their way are matched (none taken: ``limit=0``), so their
-            # data keeps flowing through the probe.
-            port.receive(limit=0)
+            # waits for the unmark (senders' requests just stay pending meanwhile).
             return
         self.take_messages(port, limit=1)
         for origin, count in list(self.returns.items()):
@@ -946,9 +938,9 @@ class Migrator:
                 pending[t] -= 1
                 kept.append((t, rows))
         self.windows = kept[::-1]
-        # per_target() windows in flight per target (§4.3 locks "only data in the current
-        # window"; a window per pair of workers keeps that per pair, and a second one to a
-        # source's only target keeps its link busy).  One window per source in all
+        # At most WINDOWS_IN_FLIGHT windows in flight per target (§4.3 locks "only data in
+        # the current window"; a window per pair of workers keeps that per pair, and the
+        # next one queued behind it keeps the link busy).  One window per source in all
         # took a straggler's 100,000 points 0.5-1.2 s to leave, one target after the other,
         # each taking one window between its blocks, while the fast workers settled θ
         # without them (issue 19, overlapping workload: the run ended 3.9-6.6% above BSPB).
@@ -969,21 +961,12 @@ class Migrator:
         """
         return max(self.options.window, -(-self.ordered.get(target, 0) // WINDOWS_PER_MOVE))
 
-    def per_target(self) -> int:
-        """Windows in flight to one target at most: :data:`WINDOWS_IN_FLIGHT` shared among
-        the targets this source sends to (those with points still to send or a window in
-        flight), one each at least."""
-        targets = {t for t, left in self.quota.items() if left > 0} | {t for t, _ in
-                                                                       self.windows}
-        return max(1, -(-WINDOWS_IN_FLIGHT // max(len(targets), 1)))
-
     def _next_window(self, port: MigrationPort, size: int | None = None) -> bool:
         """Post a window to a target with points still to send and fewer than
-        :meth:`per_target` windows in flight; return whether one was posted."""
+        :data:`WINDOWS_IN_FLIGHT` windows in flight; return whether one was posted."""
         shard = port.shard
         listed = [t for t, _ in self.windows]
-        most = self.per_target()
-        busy = {t for t in listed if listed.count(t) >= most}
+        busy = {t for t in listed if listed.count(t) >= WINDOWS_IN_FLIGHT}
         for target, left in list(self.quota.items()):
             if target in busy:
                 continue

@@ -89,8 +89,7 @@ class MigrationPort(Protocol):
 
     def receive(self, limit: int | None = None) -> list[tuple[int, PeerMessage]]:
         """``(source, message)`` of the worker messages that arrived, at most ``limit``
-        (never blocks); every message that reached this worker starts being received, so
-        ``limit=0`` takes none and lets their data flow."""
+        (never blocks)."""
         ...
 
     def orders(self) -> list[MigrationOrder]:
