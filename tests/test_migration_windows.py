@@ -4,8 +4,7 @@
   moves all it must (not :data:`~flegel.balance.migration.PEER_SHARE` per move);
 * a burst of slowness shorter than :data:`~flegel.balance.migration.STRAGGLER_BARRIERS`
   barriers makes no straggler;
-* the migrator keeps :data:`~flegel.balance.migration.WINDOWS_IN_FLIGHT` windows in flight
-  per target, and sends a move in at most
+* the migrator keeps one window in flight per target, and sends a move in at most
   :data:`~flegel.balance.migration.WINDOWS_PER_MOVE` windows (never under ``window``).
 """
 
@@ -18,7 +17,6 @@ import numpy as np
 from flegel.balance.migration import (
     PEER_SHARE,
     STRAGGLER_BARRIERS,
-    WINDOWS_IN_FLIGHT,
     WINDOWS_PER_MOVE,
     Balancer,
     MigrationOptions,
@@ -105,24 +103,18 @@ def _sending(points_to: dict[int, int]) -> tuple[Port, Migrator]:
     return port, m
 
 
-def test_two_windows_in_flight_per_target_and_a_move_in_at_most_four_windows():
-    assert WINDOWS_IN_FLIGHT == 2
+def test_one_window_in_flight_per_target_and_a_move_in_at_most_four_windows():
     port, m = _sending({2: 3000, 3: 100})
     size = math.ceil(3000 / WINDOWS_PER_MOVE)
-    # Two windows to each target at once (the second queued behind the first on the pair's
-    # link): the large move in quarters, the small one in windows of the configured size.
-    assert port.windows() == [(2, size), (2, size), (3, 64), (3, 36)]
-    assert m.in_flight == 2 * size + 100
+    # One window to each target at once: the large move in quarters, the small one in
+    # windows of the configured size.
+    assert port.windows() == [(2, size), (3, 64)]
+    assert m.in_flight == size + 64
     m.step(port)  # nothing completed: nothing more leaves
-    assert len(port.windows()) == 4
-    del port.pending[0]  # the oldest send (target 2's first window) completed
+    assert len(port.windows()) == 2
+    del port.pending[0]  # the oldest send completed
     m.step(port)
-    assert port.windows()[4:] == [(2, size)]
-    # Listed: target 2's two windows in flight, target 3's two (none of them completed).
-    assert m.in_flight == 2 * size + 100
-    port.pending = [d for d in port.pending if d != 3]  # target 3 took both of its windows
-    m.step(port)
-    assert m.in_flight == 2 * size and len(port.windows()) == 5
+    assert port.windows()[2:] == [(2, size)]
     port.pending.clear()
     while m.quota:
         m.step(port)
@@ -172,11 +164,11 @@ def test_a_target_that_took_its_window_first_gets_the_next_one():
     the target whose send completed gets the next window, the one still in flight none."""
     port, m = _sending({2: 3000, 3: 3000})
     size = math.ceil(3000 / WINDOWS_PER_MOVE)
-    assert port.windows() == [(2, size), (2, size), (3, size), (3, size)]
-    port.pending.remove(3)  # target 3 took its first window; target 2's are still in flight
+    assert port.windows() == [(2, size), (3, size)]
+    port.pending.remove(3)  # target 3 took its window; target 2's is still in flight
     m.step(port)
-    assert port.windows()[4:] == [(3, size)]
-    assert [t for t, _ in m.windows] == [2, 2, 3, 3] and m.in_flight == 4 * size
+    assert port.windows()[2:] == [(3, size)]
+    assert [t for t, _ in m.windows] == [2, 3] and m.in_flight == 2 * size
 
 
 def test_a_peer_sends_at_most_its_share_in_a_round_whatever_its_targets():

@@ -88,11 +88,6 @@ DEFAULT_WINDOW = 1024
 #: A move is sent in at most this many windows (:meth:`Migrator.window_size`): enough that
 #: the target trains the first while the others travel.
 WINDOWS_PER_MOVE = 4
-#: Windows in flight from a source to one target: the next is posted while the one before
-#: is on the wire, so the target has it matched and the link does not idle between two
-#: windows waiting for the source's next poll and the target's (Table 2: with one, the
-#: straggler's link carried 0.94 of a transfer-only job's throughput at 200 Mbit/s).
-WINDOWS_IN_FLIGHT = 1
 
 #: The keys of ``sync.migration`` (FSP only), declared once.
 KEYS: dict[str, validation.Key] = {
@@ -927,20 +922,12 @@ class Migrator:
             self.state_bytes += state_bytes(taken)
             self._post(port, origin, Reactivate(taken, count))
         # Sent windows leave the list (their rows stay inactive here, kept for virtual
-        # migration).  A pair's messages complete in the order they were posted, so with k
-        # sends pending to a target its last k windows are the ones in flight, whatever the
-        # other targets did (they take windows at their own pace); a pending reactivation
-        # to it only keeps a window listed a little longer.
-        pending = {t: port.sends_pending(t) for t in {t for t, _ in self.windows}}
-        kept: list[tuple[int, np.ndarray]] = []
-        for t, rows in reversed(self.windows):
-            if pending[t] > 0:
-                pending[t] -= 1
-                kept.append((t, rows))
-        self.windows = kept[::-1]
-        # At most WINDOWS_IN_FLIGHT windows in flight per target (§4.3 locks "only data in
-        # the current window"; a window per pair of workers keeps that per pair, and the
-        # next one queued behind it keeps the link busy).  One window per source in all
+        # migration).  With one in flight per target, a target with no send pending has
+        # taken its window, whatever the other targets did (they take windows at their own
+        # pace); a pending reactivation to it only keeps its window listed a little longer.
+        self.windows = [(t, rows) for t, rows in self.windows if port.sends_pending(t)]
+        # One window in flight per target (§4.3 locks "only data in the current window"; a
+        # window per pair of workers keeps that per pair).  One window per source in all
         # took a straggler's 100,000 points 0.5-1.2 s to leave, one target after the other,
         # each taking one window between its blocks, while the fast workers settled θ
         # without them (issue 19, overlapping workload: the run ended 3.9-6.6% above BSPB).
@@ -962,11 +949,10 @@ class Migrator:
         return max(self.options.window, -(-self.ordered.get(target, 0) // WINDOWS_PER_MOVE))
 
     def _next_window(self, port: MigrationPort, size: int | None = None) -> bool:
-        """Post a window to a target with points still to send and fewer than
-        :data:`WINDOWS_IN_FLIGHT` windows in flight; return whether one was posted."""
+        """Post a window to a target with points still to send and no window in flight;
+        return whether one was posted."""
         shard = port.shard
-        listed = [t for t, _ in self.windows]
-        busy = {t for t in listed if listed.count(t) >= WINDOWS_IN_FLIGHT}
+        busy = {t for t, _ in self.windows}
         for target, left in list(self.quota.items()):
             if target in busy:
                 continue

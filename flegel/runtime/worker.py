@@ -14,7 +14,7 @@ import socket
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
@@ -107,9 +107,6 @@ class Worker:
         self._commit_req: MPI.Request | None = None
         self.last_wait_s = 0.0
         self._posted: list[tuple[int, MPI.Request]] = []  # (dest, its send)
-        #: (source, its receive) of the peer messages matched and not yet taken, in the order
-        #: they were matched (:meth:`receive`).
-        self._incoming: list[tuple[int, MPI.Request]] = []
         self.evaluator = evaluator
         self._eval_sent: list[MPI.Request] = []
         self._state_sent: list[MPI.Request] = []
@@ -159,34 +156,7 @@ class Worker:
         return sum(1 for d, _ in self._posted if dest is None or d == dest)
 
     def receive(self, limit: int | None = None) -> list[tuple[int, PeerMessage]]:
-        """The peer messages whose data has arrived, at most ``limit``, each source's in the
-        order it sent them; never blocks.
-
-        Every message that has reached this rank is matched at once and received into its
-        own buffer without waiting (``improbe`` and a nonblocking receive), so a window's
-        data flows while this worker trains, and the next window's while the one before
-        is taken (FSP paper §4.3: migration overlaps training).  A blocking receive of a
-        window held the target out of training for the window's whole time on the wire,
-        and the source's next window started only once the target came back for it
-        (Table 2: the link idled between windows).
-        """
-        status = MPI.Status()
-        while (m := self.comm.improbe(source=MPI.ANY_SOURCE, tag=Tag.MIGRATE,
-                                      status=status)) is not None:
-            self._incoming.append((status.Get_source(), m.irecv()))
-        out: list[tuple[int, PeerMessage]] = []
-        kept: list[tuple[int, MPI.Request]] = []
-        held: set[int] = set()  # sources with an earlier message still on its way
-        for src, req in self._incoming:
-            if src not in held and (limit is None or len(out) < limit):
-                done, message = req.test()
-                if done:
-                    out.append((src, cast(PeerMessage, message)))
-                    continue
-            held.add(src)
-            kept.append((src, req))
-        self._incoming = kept
-        return out
+        return self._receive_tagged(Tag.MIGRATE, limit)
 
     def orders(self) -> list[MigrationOrder]:
         return [m for _, m in self._receive_tagged(Tag.ORDER)]
