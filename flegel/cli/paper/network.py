@@ -322,7 +322,8 @@ class Row:
 
 def measure(cluster: Cluster, job: Path, out: Path) -> Row:
     """Table 2's row at the cluster's current rate: link, Normal (the run into ``out``),
-    then Only with the moves Normal made."""
+    then Only with the moves Normal made; the three meters' samples go to
+    ``out/link-samples.json`` (``python bench/table2_samples.py`` prints them)."""
     link = link_meter(cluster)
     # The straggler's link (worker 1, on h2), which carries most of what migration moves:
     # one link, as the link column (moves between other workers on other links at the same
