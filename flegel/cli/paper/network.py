@@ -7,19 +7,22 @@ speedup loses less than 2 % at half the bandwidth.  Here, on the hosts of
 ``deploy/local/cluster.sh`` (one host per rank, links limited by a token bucket):
 
 * **link** (the paper's *iPerf*): one 32 MB MPI message from h2 to h3;
-* **Only**: an MPI job that sends the bytes migration moved, between the same ranks on the
-  same hosts, one window at a time as migration does (its rounds' moves from
-  ``summary.json``), back to back;
+* **Only** (the paper's "empty job ... which does nothing but *Only* transfers equal-size
+  data as done in a *Normal* job"): an MPI job that sends the bytes migration moved, between
+  the same ranks on the same hosts, in windows of migration's sizes (its rounds' moves from
+  ``summary.json``, each in about :data:`~flegel.balance.migration.WINDOWS_PER_MOVE`
+  windows of at least ``window`` points), one at a time, back to back;
 * **Normal**: FSPV with asynchronous migration (K-means on blobs sorted by cluster in
   contiguous shards, worker 1 an *Injected* straggler) to a target objective.
 
 Every throughput is measured the same way, on the link, not by the programs: the bytes h2
 (the straggler's host, the source of most moves; the link job's sender) puts on its link
 (the kernel's counter of its veth's end, sampled every :data:`SAMPLE_S`), over the samples
-where the link carried more than :data:`BUSY` of its rate.  That is what the paper's tools
-measure ("peer-to-peer network throughput") and it needs nothing from flegel.  The time to
-target is the run's own (``time_to_target_s``).  The hosts share this machine's cores: the
-figures show what the link does to migration, not what a cluster's CPUs would.
+where the link carried more than :data:`BUSY` of its rate, less the first and last sample
+of each busy stretch (:meth:`LinkMeter.busy`: they hold idle time too).  That is what the
+paper's tools measure ("peer-to-peer network throughput") and it needs nothing from flegel.
+The time to target is the run's own (``time_to_target_s``).  The hosts share this machine's
+cores: the figures show what the link does to migration, not what a cluster's CPUs would.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from flegel.balance.migration import WINDOWS_PER_MOVE
 from flegel.cli.compare import RunFailedError
 from flegel.cli.paper.runner import Runner, RunResult
 
@@ -60,10 +64,11 @@ import sys, json
 import numpy as np
 from mpi4py import MPI
 c = MPI.COMM_WORLD
-moves, window_bytes = json.loads(sys.argv[1]), int(sys.argv[2])
+moves, window_bytes, per_move = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 c.Barrier()
 for src, dst, nbytes in moves:
-    chunks = [window_bytes] * (nbytes // window_bytes) + [nbytes % window_bytes]
+    size = max(window_bytes, -(-nbytes // per_move))
+    chunks = [size] * (nbytes // size) + [nbytes % size]
     for n in (k for k in chunks if k):
         buf = np.zeros(n, np.uint8)
         if c.rank == src:
@@ -191,14 +196,42 @@ class LinkMeter:
         self._stop.set()
         self._thread.join()
 
-    def busy(self) -> tuple[float, float]:
-        """(bytes, seconds) over the busy samples (above :data:`BUSY` of the link rate)."""
+    def stretches(self) -> list[list[tuple[float, int]]]:
+        """The busy stretches: runs of consecutive samples, each ``(seconds, bytes)``, where
+        the link carried more than :data:`BUSY` of its rate."""
         floor = BUSY * self.cluster.link_bps()
-        total, seconds = 0.0, 0.0
+        out: list[list[tuple[float, int]]] = [[]]
         for (t0, b0), (t1, b1) in zip(self.samples, self.samples[1:]):
             if t1 > t0 and (b1 - b0) / (t1 - t0) > floor:
-                total, seconds = total + b1 - b0, seconds + t1 - t0
+                out[-1].append((t1 - t0, b1 - b0))
+            elif out[-1]:
+                out.append([])
+        return [run for run in out if run]
+
+    def busy(self) -> tuple[float, float]:
+        """(bytes, seconds) over the busy samples inside a busy stretch: its first and last
+        samples are left out.
+
+        A transfer starts and ends somewhere inside a sample, so the first and last samples
+        of a stretch hold idle time the counter cannot tell from the transfer's; counted,
+        they took 5-10 % off a transfer of a few MB (a dozen samples), more off the one
+        with more stretches (*Normal*'s rounds, and the stray bursts of a job's start).
+        The samples inside a stretch are the link carrying the transfer, gaps between
+        windows included.  A stretch of two samples or fewer says nothing and is left out.
+        """
+        total, seconds = 0.0, 0.0
+        for run in self.stretches():
+            for dt, db in run[1:-1]:
+                total, seconds = total + db, seconds + dt
         return total, seconds
+
+    def dump(self) -> dict[str, Any]:
+        """The samples and what :meth:`busy` made of them (written beside a run to audit a
+        figure)."""
+        total, seconds = self.busy()
+        return {"rate": self.cluster.rate, "hosts": self.hosts, "samples": self.samples,
+                "stretches": [len(run) for run in self.stretches()],
+                "busy_bytes": total, "busy_s": seconds}
 
     def mb_s(self) -> float:
         total, seconds = self.busy()
@@ -229,11 +262,16 @@ def round_trip_us(cluster: Cluster, n: int = 200, timeout: float = RTT_TIMEOUT_S
     return float(out.strip().splitlines()[-1])
 
 
-def link_mb_s(cluster: Cluster) -> float:
-    """The link's throughput: one :data:`LINK_BYTES` message h2 -> h3."""
+def link_meter(cluster: Cluster) -> LinkMeter:
+    """The meter of one :data:`LINK_BYTES` message h2 -> h3 (the link column)."""
     with LinkMeter(cluster, ["h2"]) as meter:
         _mpiexec(cluster, _LINK, str(LINK_BYTES))
-    return meter.mb_s()
+    return meter
+
+
+def link_mb_s(cluster: Cluster) -> float:
+    """The link's throughput: one :data:`LINK_BYTES` message h2 -> h3."""
+    return link_meter(cluster).mb_s()
 
 
 def fspv_job(folder: Path, n_points: int, workers: int, slack: float) -> Path:
@@ -284,8 +322,9 @@ class Row:
 
 def measure(cluster: Cluster, job: Path, out: Path) -> Row:
     """Table 2's row at the cluster's current rate: link, Normal (the run into ``out``),
-    then Only with the moves Normal made."""
-    link = link_mb_s(cluster)
+    then Only with the moves Normal made; the three meters' samples go to
+    ``out/link-samples.json`` (``python bench/table2_samples.py`` prints them)."""
+    link = link_meter(cluster)
     # The straggler's link (worker 1, on h2), which carries most of what migration moves:
     # one link, as the link column (moves between other workers on other links at the same
     # time would add up past one link's rate).
@@ -298,8 +337,10 @@ def measure(cluster: Cluster, job: Path, out: Path) -> Row:
              for src, dst, n in r["moves"] if n > 0]
     window = int(s["sync"].get("migration", {}).get("window", 1000) * per_point) or 1
     with LinkMeter(cluster, ["h2"]) as only:
-        _mpiexec(cluster, _ONLY, json.dumps(moves), str(window))
-    return Row(cluster.rate, link, only.mb_s(), normal.mb_s(), s.get("time_to_target_s"),
+        _mpiexec(cluster, _ONLY, json.dumps(moves), str(window), str(WINDOWS_PER_MOVE))
+    (out / "link-samples.json").write_text(json.dumps(
+        {"link": link.dump(), "normal": normal.dump(), "only": only.dump()}))
+    return Row(cluster.rate, link.mb_s(), only.mb_s(), normal.mb_s(), s.get("time_to_target_s"),
                int(mig.get("bytes_moved", 0)), s)
 
 
