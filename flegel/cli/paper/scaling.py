@@ -299,7 +299,9 @@ def fig16a(ctx: Ctx) -> Figure:
               "besides (mpiexec, imports, numba's start-up in every rank, loading, θ⁰, the "
               "exact trace, exit), shown, not counted.  *compute s per worker* is the "
               "kernel's own time, small beside the charged delay by design "
-              "(flegel/cli/paper/scaling.py)."))
+              "(flegel/cli/paper/scaling.py).  One run per count: at load 12-19 on 2 cores "
+              "the efficiency at 8 workers moved between 0.60 and 0.99 from one sitting to "
+              "the next (docs/benchmarks.md, Fig. 16)."))
 
 
 def fig16b(ctx: Ctx) -> Figure:
@@ -343,4 +345,9 @@ def fig16b(ctx: Ctx) -> Figure:
                  f"{sc.gpu_ms:g} ms and workers 2-{n} (CPUs) {sc.cpu_ms:g} ms per 1,000 "
                  f"points (the Injected pattern: a sleep), a GPU {sc.cpu_ms / sc.gpu_ms:g}x "
                  f"a CPU worker"),
-        table=table + failures(list(runs.values())), pictures=[pic])
+        table=table + failures(list(runs.values())), pictures=[pic],
+        note=("Under data migration K-means takes FSP's coverage rule (docs/sync/fsp.md, "
+              "\"Coverage\"): θ is kept until every point was trained, then whole passes "
+              "follow, each waiting for the slowest worker, so until migration has moved "
+              "the CPU workers' points the GPU-like worker waits as under BSP; compare the "
+              "passes and points moved above (docs/benchmarks.md, Fig. 16)."))
