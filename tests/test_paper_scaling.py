@@ -150,16 +150,20 @@ def test_fig16a_end_to_end_met_and_missed(tmp_path: Path,
     fake = FakeRuns(times)
     fig = scaling.fig16a(_page_ctx(tmp_path, monkeypatch, fake))
     assert verdict(fig) == MET, fig.ours
-    assert "3.64x from 2 to 8 workers, efficiency 0.91" in fig.ours
+    assert "3.64x from 2 to 8 workers, efficiency 0.909" in fig.ours
     assert len(fake.sets) == 6
     first = dict(s.split("=", 1) for s in fake.sets[0])
     assert first["workers"] == "2" and first["params.init"].endswith("kmeans-start.npy")
     assert first["stop.target_objective"] == "1.5" and first["sync.migration.mode"] == '"async"'
-    assert any("none | 8 | 1.10 | 3.64x | 0.91" in row for row in fig.table)
+    assert any("none | 8 | 1.10 | 3.64x | 0.909" in row for row in fig.table)
 
     times[f, 8, True] = 2.5  # efficiency 0.6 with the stragglers
     fig = scaling.fig16a(_page_ctx(tmp_path / "b", monkeypatch, FakeRuns(times)))
-    assert verdict(fig) == MISSED and "efficiency 0.60" in fig.ours
+    assert verdict(fig) == MISSED and "efficiency 0.600" in fig.ours
+
+    times[f, 8, True] = 1.5 / 0.795  # 0.795 reads as itself, not as 0.80
+    fig = scaling.fig16a(_page_ctx(tmp_path / "c", monkeypatch, FakeRuns(times)))
+    assert verdict(fig) == MISSED and "efficiency 0.795" in fig.ours
 
 
 @pytest.mark.parametrize(("bspv", "fspv", "opt", "expected"), [

@@ -233,6 +233,11 @@ def gpu_cut(bsp: Time, fsp: Time, opt: Time) -> tuple[float, str, Ratio]:
     return 100 * (1 - opt.s / max(fsp.s, 1e-9)), q, Ratio.of(bsp, fsp)
 
 
+def _eff(e: Ratio) -> str:
+    """An efficiency to three places: 0.795 must not read as 0.80 beside a 0.8 rule."""
+    return f"{e.qualifier}{e.value:.3f}"
+
+
 def _mean(values: list[float]) -> str:
     return f"{sum(values) / len(values):.1f}" if values else "-"
 
@@ -269,7 +274,7 @@ def fig16a(ctx: Ctx) -> Figure:
             sp, eff = rows[label][i] if label in rows else (Ratio(float("nan"), "?"),) * 2
             out = outside_s(r)
             table.append(time_row([
-                label, str(n), r.time.text(), sp.text(), eff.text(""),
+                label, str(n), r.time.text(), sp.text(), _eff(eff),
                 _mean(_per_worker(r, "passes")),
                 f"{sum(_per_worker(r, 'compute_s')) / max(n, 1):.3f}" if r.ok else "-",
                 str((r.summary or {}).get("iterations", "-")), _moved(r),
@@ -279,7 +284,7 @@ def fig16a(ctx: Ctx) -> Figure:
                       [float(n) for n in sc.counts], speed, "workers",
                       f"speedup against {n0} workers")
     ours = "; ".join(f"stragglers {label}: {r[-1][0].text()} from {n0} to {top} workers, "
-                     f"efficiency {r[-1][1].text('')}" for label, r in rows.items())
+                     f"efficiency {_eff(r[-1][1])}" for label, r in rows.items())
     if len(rows) < len(settings):
         ours += "; failed: " + ", ".join(k for k in settings if k not in rows)
     return Figure(
