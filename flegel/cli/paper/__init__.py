@@ -9,8 +9,8 @@ Modules: :mod:`~flegel.cli.paper.workloads` (data and jobs), :mod:`~flegel.cli.p
 (runs, targets, times), :mod:`~flegel.cli.paper.common` (what figures share),
 :mod:`~flegel.cli.paper.fsp_figures` (Figs. 7-10, 14, 15), :mod:`~flegel.cli.paper.opt_figures`
 (Figs. 11-13, the six algorithms under migration), :mod:`~flegel.cli.paper.other_figures`
-(ElasticBSP, DSSP, SpecSync; Fig. 16 and Table 2), :mod:`~flegel.cli.paper.network` (Table 2
-on the local cluster), :mod:`~flegel.cli.paper.plots`,
+(ElasticBSP, DSSP, SpecSync; Table 2), :mod:`~flegel.cli.paper.scaling` (Fig. 16),
+:mod:`~flegel.cli.paper.network` (Table 2 on the local cluster), :mod:`~flegel.cli.paper.plots`,
 :mod:`~flegel.cli.paper.page` (the markdown page and the verdicts),
 :mod:`~flegel.cli.paper.command` (the command).
 """

@@ -14,11 +14,11 @@ source tree it runs from, with the pictures beside it in ``docs/paper/`` -- only
 runs every figure (without ``--only``), so a partial run never replaces the whole page.
 ``--full`` is the paper's scale (16 workers, four slow, 20x the data; a cluster).
 ``--only FIG`` (repeatable) runs some figures only: ``7``, ``8``, ``9a``, ``9b``, ``10``,
-``11``, ``12``, ``13``, ``14``, ``15``, ``16``, ``table2``, ``migration``, ``elastic``,
-``dssp``, ``specsync``.  ``--max-time S`` trains every run for at most ``S`` seconds instead
-of the mode's ``max_time_s`` (4 s in ``--quick``): only the runs that do not reach their target
-take longer, and they are the ones a longer horizon measures further (issue 19: the
-contiguous-straggler rows; ``docs/benchmarks.md`` has what 8 s costs and reads).
+``11``, ``12``, ``13``, ``14``, ``15``, ``16a``, ``16b`` (``16``: both), ``table2``,
+``migration``, ``elastic``, ``dssp``, ``specsync``.  ``--max-time S`` trains every run for at
+most ``S`` seconds instead of the mode's ``max_time_s`` (4 s in ``--quick``): only the runs that
+do not reach their target take longer, and they are the ones a longer horizon measures further
+(issue 19: the contiguous-straggler rows; ``docs/benchmarks.md`` has what 8 s costs and reads).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from flegel.cli.paper import fsp_figures, opt_figures, other_figures
+from flegel.cli.paper import fsp_figures, opt_figures, other_figures, scaling
 from flegel.cli.paper.common import Ctx
 from flegel.cli.paper.page import NOT_RUN, Figure, render, verdict
 from flegel.cli.paper.runner import Runner
@@ -48,10 +48,14 @@ FIGURES: dict[str, Callable[[Ctx], Figure]] = {
     "7": fsp_figures.fig7, "8": fsp_figures.fig8, "9a": fsp_figures.fig9a,
     "9b": fsp_figures.fig9b, "10": fsp_figures.fig10, "11": opt_figures.fig11,
     "migration": opt_figures.migration, "12": opt_figures.fig12, "13": opt_figures.fig13,
-    "14": fsp_figures.fig14, "15": fsp_figures.fig15, "16": other_figures.fig16,
+    "14": fsp_figures.fig14, "15": fsp_figures.fig15, "16a": scaling.fig16a,
+    "16b": scaling.fig16b,
     "table2": other_figures.table2, "elastic": other_figures.elastic,
     "dssp": other_figures.dssp, "specsync": other_figures.specsync,
 }
+
+#: ``--only`` names that stand for several figures.
+GROUPS = {"16": ("16a", "16b")}
 
 #: docs/paper.md of the source tree this module belongs to.
 DOCS = Path(__file__).resolve().parents[3] / "docs"
@@ -74,7 +78,8 @@ def add_parser(sub: Any, name: str) -> None:
     size.add_argument("--full", action="store_true",
                       help="the paper's scale: 16 workers, four slow, 20x the data")
     p.add_argument("--only", action="append", default=None, metavar="FIG",
-                   help=f"run only this figure (repeatable): {', '.join(FIGURES)}")
+                   help=f"run only this figure (repeatable): {', '.join(FIGURES)} "
+                        "(16: 16a and 16b)")
     p.add_argument("--max-time", type=float, default=None, metavar="S",
                    help="train each run for at most S seconds (default: the mode's, 4 s in "
                         "--quick; runs that reach their target stop sooner)")
@@ -89,7 +94,7 @@ def main(args: argparse.Namespace) -> int:
             sys.stderr.write("flegel: error: --max-time must be positive\n")
             return 2
         mode = dataclasses.replace(mode, max_time_s=args.max_time)
-    only = args.only or list(FIGURES)
+    only = [k for f in args.only or list(FIGURES) for k in GROUPS.get(f, (f,))]
     unknown = [f for f in only if f not in FIGURES]
     if unknown:
         sys.stderr.write(f"flegel: error: unknown figure(s) {', '.join(unknown)}; choose from "

@@ -1,5 +1,6 @@
 """The other papers' headline comparisons (ElasticBSP, DSSP, SpecSync) and the FSP paper's
-figures that need several hosts (Fig. 16, Table 2: on the local cluster when one is up).
+Table 2, which needs several hosts (on the local cluster when one is up; Fig. 16 is in
+:mod:`flegel.cli.paper.scaling`).
 
 The three headlines run logistic regression (a gradient method, as the DNNs of those
 papers) on contiguous shards of sorted data with the *Injected* straggler -- the
@@ -42,11 +43,6 @@ from flegel.cli.paper.common import Ctx, failures, time_row
 from flegel.cli.paper.page import NOT_RUN, Figure
 from flegel.cli.paper.runner import Ratio, Time
 
-#: Why Fig. 16 is not run.
-MULTI_HOST = ("needs more machines: the local cluster (deploy/local/cluster.sh, issue 20) "
-              "gives ranks hosts and links of their own, but its hosts share this machine's "
-              "cores, so adding workers (16a) adds no compute, and there is no GPU worker "
-              "(16b).  Not run rather than faked.")
 #: Why Table 2 is not run when no local cluster is up.
 NO_CLUSTER = ("runs on the local cluster: as root, `deploy/local/cluster.sh up 5` (4 workers, "
               "one host each), then flegel paper again (or `python bench/network_bench.py`, "
@@ -220,12 +216,6 @@ def specsync(ctx: Ctx) -> Figure:
               "scale, whatever the median's verdict; docs/sync/specsync.md has repeated "
               "measurements.  Passes per second, not pass totals: a run that reaches the "
               "target stops early."))
-
-
-def fig16(ctx: Ctx) -> Figure:
-    return Figure("16", "scalability with compute resources (workers 4-32; one GPU worker)",
-                  "FSPV+opt nearly linear from 4 to 32 workers; with one GPU worker of five "
-                  "up to 42 % better than FSPV", verdict=NOT_RUN, note="Fig. 16 " + MULTI_HOST)
 
 
 def table2(ctx: Ctx) -> Figure:

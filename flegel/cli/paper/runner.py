@@ -124,7 +124,7 @@ class Runner:
     out: Path
     say: Callable[[str], None] = print
     runs: dict[str, RunResult] = field(default_factory=dict)
-    targets: dict[tuple[str, str], float] = field(default_factory=dict)
+    targets: dict[tuple[str, ...], float] = field(default_factory=dict)
     work: dict[str, Workload] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -139,23 +139,26 @@ class Runner:
             write_job(w, self.mode, data, partition, path.parent)
         return path
 
-    def target(self, algorithm: str, partition: str) -> float | None:
+    def target(self, algorithm: str, partition: str, sets: tuple[str, ...] = ()
+               ) -> float | None:
         """The target objective of ``algorithm`` on ``partition`` (module notes); None if
-        its reference failed."""
-        if (algorithm, partition) not in self.targets:
+        its reference failed.  ``sets``: further ``--set`` keys of the reference run (e.g. a
+        warm start every run of a figure shares, :mod:`flegel.cli.paper.scaling`)."""
+        key = (algorithm, partition, *sets)
+        if key not in self.targets:
             ref = self._run(algorithm, partition, "bspb", "none",
-                            [f"stop.max_time_s={self.mode.ref_time_s}", "stop.tolerance=1e-7"],
-                            target=None, name="reference")
+                            [f"stop.max_time_s={self.mode.ref_time_s}", "stop.tolerance=1e-7",
+                             *sets], target=None, name="reference")
             if not ref.ok:
                 return None
             assert ref.summary is not None
             f = float(ref.summary["final_objective"])
-            self.targets[algorithm, partition] = f + self.work[algorithm].slack * abs(f)
-        return self.targets.get((algorithm, partition))
+            self.targets[key] = f + self.work[algorithm].slack * abs(f)
+        return self.targets.get(key)
 
     def run(self, algorithm: str, partition: str, sync: str, stragglers: str = "none",
-            sets: tuple[str, ...] = (), where: str = "", launch: Launcher = run_one
-            ) -> RunResult:
+            sets: tuple[str, ...] = (), where: str = "", launch: Launcher = run_one,
+            reference: tuple[str, ...] = ()) -> RunResult:
         """Run one setting to ``algorithm``'s target (once; later calls get the same result).
 
         Parameters
@@ -174,9 +177,11 @@ class Runner:
         launch : callable
             Runs the job (:data:`Launcher`); by default ``flegel run`` here.  The reference
             run behind the target always runs here.
+        reference : tuple of str
+            Further ``--set`` keys of the reference run behind the target (:meth:`target`).
         """
         return self._run(algorithm, partition, sync, stragglers, list(sets),
-                         self.target(algorithm, partition), name=None, where=where,
+                         self.target(algorithm, partition, reference), name=None, where=where,
                          launch=launch)
 
     def trace_run(self, algorithm: str, partition: str, sync: str, stragglers: str,
