@@ -535,9 +535,16 @@ class Balancer:
         15-19% apart under sync migration instead of 6%.)
         """
         mean_p = sum(s.p for s in stats) / max(len(stats), 1)
-        tol = Tolerance(v_rel=GROUP_SPREAD, n_rel=GROUP_SPREAD,
-                        p_abs=max(self.options.epsilon, RELATIVE_EPSILON * mean_p))
-        return group(stats, tol)
+        p_abs = max(self.options.epsilon, RELATIVE_EPSILON * mean_p)
+        tol = Tolerance(v_rel=GROUP_SPREAD, n_rel=GROUP_SPREAD, p_abs=p_abs)
+        slow = [s for s in stats if self.straggler(s.rank)]
+        if not slow:
+            return group(stats, tol)
+        # Beside a straggler, the others are grouped by points and passes alone: their
+        # speeds differ by the load of the moment, not by what makes a straggler.
+        peers = Tolerance(v_rel=PEER_SPEED - 1.0, n_rel=GROUP_SPREAD, p_abs=p_abs)
+        out = group([s for s in stats if not self.straggler(s.rank)], peers) + group(slow, tol)
+        return sorted(out, key=lambda w: w.ranks[0])
 
     def predicted_end(self, stats: list[WorkerStat], T: float) -> tuple[dict[int, float],
                                                                         float]:
