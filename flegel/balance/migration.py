@@ -690,6 +690,12 @@ class Balancer:
         speeds = {s.rank: s.v for s in stats}
         passes = {s.rank: s.p for s in stats}
         measured = self.peers_measured()
+        # A source's share (PEER_SHARE) is split over its moves in proportion to what each
+        # asks, not taken by the first: first come, a source paired with three targets sent
+        # its whole share to one of them, which then held the others' pass back.
+        asked: dict[int, int] = {}
+        for m in moves:
+            asked[m.source] = asked.get(m.source, 0) + m.points
         out = []
         for m in moves:
             if abs(pred[m.target] - pred[m.source]) <= threshold:
@@ -701,8 +707,9 @@ class Balancer:
                 continue
             points = min(m.points, left[m.source] - floors[m.source])
             if not self.straggler(m.source):  # the share of all its moves this round
-                points = min(points, int(PEER_SHARE * held[m.source])
-                             - (held[m.source] - left[m.source]))
+                share = int(PEER_SHARE * held[m.source])
+                points = min(points, share * m.points // max(asked[m.source], 1),
+                             share - (held[m.source] - left[m.source]))
             if m.target in room:
                 # Strict on fractional passes, on purpose: at one pass a barrier more points
                 # only delay its next pass, however little it is behind; the pair test above
