@@ -533,6 +533,14 @@ class Balancer:
         once, and none moves between them.  (Passes within 5 instead of Eq. 8's threshold
         -- the ranks' start-up lag -- made ``bench/migration_sim.py``'s noisy speeds end
         15-19% apart under sync migration instead of 6%.)
+
+        Beside a straggler (:meth:`straggler`) the others are grouped by points and passes
+        alone -- speeds within :data:`PEER_SPEED`, which no straggler is -- and each
+        straggler stays a super worker of its own: the load of shared cores left the fast
+        workers' speeds over :data:`GROUP_SPREAD` apart, Eq. 9 then paired the straggler with
+        one of them, which took all its points, held 3,870 against 2,000, and set every
+        iteration's length for 1.8 s (issue 19, ``flegel paper``'s NMF,
+        ``tests/test_migration_catch_up.py``).
         """
         mean_p = sum(s.p for s in stats) / max(len(stats), 1)
         p_abs = max(self.options.epsilon, RELATIVE_EPSILON * mean_p)
@@ -676,7 +684,9 @@ class Balancer:
           point at 38 passes against 40-47, it was given 94 points at 0.9 s, sent away again
           at 1.6 s).
         * A source sends at most :data:`PEER_SHARE` of its points in a round, all its moves
-          together (a source paired with three targets sent 75%), unless it is a straggler
+          together (a source paired with three targets sent 75%), split over its moves in
+          proportion to what each asks (first come, one target took the whole share), unless
+          it is a straggler
           (:meth:`straggler`: :data:`PEER_SPEED` times slower than the median worker at
           the last :data:`STRAGGLER_BARRIERS` barriers; a burst of load on a shared machine
           makes a fast worker look that slow for a moment, rarely for the whole smoothing
