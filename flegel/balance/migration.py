@@ -540,7 +540,7 @@ class Balancer:
         workers' speeds over :data:`GROUP_SPREAD` apart, Eq. 9 then paired the straggler with
         one of them, which took all its points, held 3,870 against 2,000, and set every
         iteration's length for 1.8 s (issue 19, ``flegel paper``'s NMF,
-        ``tests/test_migration_catch_up.py``).
+        ``tests/test_migration_churn.py``).
         """
         mean_p = sum(s.p for s in stats) / max(len(stats), 1)
         p_abs = max(self.options.epsilon, RELATIVE_EPSILON * mean_p)
