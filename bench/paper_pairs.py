@@ -13,7 +13,7 @@ Usage::
 
     python bench/paper_pairs.py [--algorithm cnn] [--partition contiguous]
         [--syncs bspv,fspv-off,fspv-async] [--stragglers injected:tau=32,workers=1]
-        [--repeat 3] [--set KEY=VALUE ...] [--target F] [--keep DIR]
+        [--repeat 3] [--set KEY=VALUE ...] [--target F] [--keep DIR] [--phases]
 
 Imports whichever ``flegel`` the interpreter finds (no path of its own), so the same file
 measures another checkout: ``cd /tmp && python /path/to/bench/paper_pairs.py`` with that
@@ -23,6 +23,7 @@ checkout's interpreter.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 from pathlib import Path
@@ -44,6 +45,39 @@ def describe(r: RunResult) -> str:
                                                          else ""))
 
 
+def phases(r: RunResult) -> str:
+    """Where a run's time went (``--phases``), from its events.jsonl: the end of the
+    calibration, the first migration round, the iterations up to the target and their mean
+    length before and after that round, and the longest iteration (a catch-up of migrated
+    points held the barrier for it, issue 19)."""
+    s: dict[str, Any] = r.summary or {}
+    path = Path(r.folder) / "events.jsonl"
+    if not path.exists():
+        return ""
+    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    target = r.target if r.target is not None else -float("inf")
+    rounds = (s.get("migration") or {}).get("round_log") or []
+    first_round = rounds[0]["time_s"] if rounds else None
+    times, before, after, prev, reached = [], [], [], 0.0, None
+    for e in events:
+        t = float(e["time_s"])
+        (after if first_round is not None and prev >= first_round else before).append(t - prev)
+        times.append(t - prev)
+        prev = t
+        if reached is None and float(e.get("objective", float("inf"))) <= target:
+            reached = int(e["t"])
+            break
+
+    def mean_ms(xs: list[float]) -> str:
+        return f"{1e3 * sum(xs) / len(xs):5.1f}" if xs else "    -"
+
+    calib = events[0]["time_s"] if events else float("nan")
+    return (f"    calibration {calib:.3f} s  first round "
+            f"{'-' if first_round is None else f'{first_round:.3f} s'}  iterations to target "
+            f"{reached if reached is not None else '-'}  mean ms before/after the round "
+            f"{mean_ms(before)}/{mean_ms(after)}  longest {1e3 * max(times, default=0):.0f} ms")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--algorithm", default="cnn")
@@ -59,6 +93,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="the target objective (default: flegel paper's, from a reference "
                          "run, which under load stops short and sets an easier one)")
     ap.add_argument("--keep", type=Path, default=None, help="keep the runs under this folder")
+    ap.add_argument("--phases", action="store_true",
+                    help="also print where each run's time went (calibration, first "
+                         "migration round, iterations and their mean length, the longest)")
     args = ap.parse_args(argv)
     syncs = args.syncs.split(",")
     with tempfile.TemporaryDirectory(prefix="paper-pairs-") as tmp:
@@ -81,6 +118,8 @@ def main(argv: list[str] | None = None) -> None:
                 r = runner.run(args.algorithm, args.partition, preset, args.stragglers, sets)
                 times[s].append(r.time)
                 print(f"  round {k} {s:12} {describe(r)}", flush=True)
+                if args.phases:
+                    print(phases(r), flush=True)
         base = statistics.median(t.s for t in times[syncs[0]])
         print(f"median time to target (s), and {syncs[0]}'s median over it "
               "('>': a run did not reach the target, its time is a lower bound, and so is a "

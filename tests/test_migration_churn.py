@@ -67,12 +67,16 @@ def test_nothing_moves_among_balanced_workers():
     assert b.ordered == 0 and b.summary()["points_ordered"] == 0
 
 
-def test_a_straggler_gives_to_every_worker_ahead_at_once():
-    """One straggler, three fast workers of speeds 30% apart (shared cores): the fast ones
-    form one super worker and each receives a share in the same round."""
+@pytest.mark.parametrize("spread", [1.3, 2.2])
+def test_a_straggler_gives_to_every_worker_ahead_at_once(spread):
+    """One straggler, three fast workers of speeds 30% apart (shared cores), or 2.2x apart (a
+    load burst: beyond GROUP_SPREAD, within PEER_SPEED; issue 19, the migration row): the fast
+    ones form one super worker and each receives a share in the same round.  (Before, at 2.2x
+    the straggler was paired with one of them alone, which then held 2x the others' points:
+    on ``flegel paper``'s NMF it held the barrier at every iteration for 1.8 s.)"""
     b = Balancer(MigrationOptions.of({"mode": "async"}))
     n = dict.fromkeys(range(1, 5), N_PER)
-    v = {1: 50e-6, 2: 1.0e-6, 3: 1.3e-6, 4: 1.15e-6}
+    v = {1: 50e-6, 2: 1.0e-6, 3: spread * 1e-6, 4: (1 + spread) / 2 * 1e-6}
     p = {1: 0.1, 2: 3.0, 3: 2.4, 4: 2.7}
     orders = settle(b, n, v, p, now=0.5)
     assert sends(orders) == {(1, 2), (1, 3), (1, 4)}

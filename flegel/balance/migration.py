@@ -533,11 +533,26 @@ class Balancer:
         once, and none moves between them.  (Passes within 5 instead of Eq. 8's threshold
         -- the ranks' start-up lag -- made ``bench/migration_sim.py``'s noisy speeds end
         15-19% apart under sync migration instead of 6%.)
+
+        Beside a straggler (:meth:`straggler`) the others are grouped by points and passes
+        alone -- speeds within :data:`PEER_SPEED`, which no straggler is -- and each
+        straggler stays a super worker of its own: the load of shared cores left the fast
+        workers' speeds over :data:`GROUP_SPREAD` apart, Eq. 9 then paired the straggler with
+        one of them, which took all its points, held 3,870 against 2,000, and set every
+        iteration's length for 1.8 s (issue 19, ``flegel paper``'s NMF,
+        ``tests/test_migration_churn.py``).
         """
         mean_p = sum(s.p for s in stats) / max(len(stats), 1)
-        tol = Tolerance(v_rel=GROUP_SPREAD, n_rel=GROUP_SPREAD,
-                        p_abs=max(self.options.epsilon, RELATIVE_EPSILON * mean_p))
-        return group(stats, tol)
+        p_abs = max(self.options.epsilon, RELATIVE_EPSILON * mean_p)
+        tol = Tolerance(v_rel=GROUP_SPREAD, n_rel=GROUP_SPREAD, p_abs=p_abs)
+        slow = [s for s in stats if self.straggler(s.rank)]
+        if not slow:
+            return group(stats, tol)
+        # Beside a straggler, the others are grouped by points and passes alone: their
+        # speeds differ by the load of the moment, not by what makes a straggler.
+        peers = Tolerance(v_rel=PEER_SPEED - 1.0, n_rel=GROUP_SPREAD, p_abs=p_abs)
+        out = group([s for s in stats if not self.straggler(s.rank)], peers) + group(slow, tol)
+        return sorted(out, key=lambda w: w.ranks[0])
 
     def predicted_end(self, stats: list[WorkerStat], T: float) -> tuple[dict[int, float],
                                                                         float]:
@@ -669,7 +684,9 @@ class Balancer:
           point at 38 passes against 40-47, it was given 94 points at 0.9 s, sent away again
           at 1.6 s).
         * A source sends at most :data:`PEER_SHARE` of its points in a round, all its moves
-          together (a source paired with three targets sent 75%), unless it is a straggler
+          together (a source paired with three targets sent 75%), split over its moves in
+          proportion to what each asks (first come, one target took the whole share), unless
+          it is a straggler
           (:meth:`straggler`: :data:`PEER_SPEED` times slower than the median worker at
           the last :data:`STRAGGLER_BARRIERS` barriers; a burst of load on a shared machine
           makes a fast worker look that slow for a moment, rarely for the whole smoothing
@@ -683,6 +700,12 @@ class Balancer:
         speeds = {s.rank: s.v for s in stats}
         passes = {s.rank: s.p for s in stats}
         measured = self.peers_measured()
+        # A source's share (PEER_SHARE) is split over its moves in proportion to what each
+        # asks, not taken by the first: first come, a source paired with three targets sent
+        # its whole share to one of them, which then held the others' pass back.
+        asked: dict[int, int] = {}
+        for m in moves:
+            asked[m.source] = asked.get(m.source, 0) + m.points
         out = []
         for m in moves:
             if abs(pred[m.target] - pred[m.source]) <= threshold:
@@ -694,8 +717,9 @@ class Balancer:
                 continue
             points = min(m.points, left[m.source] - floors[m.source])
             if not self.straggler(m.source):  # the share of all its moves this round
-                points = min(points, int(PEER_SHARE * held[m.source])
-                             - (held[m.source] - left[m.source]))
+                share = int(PEER_SHARE * held[m.source])
+                points = min(points, share * m.points // max(asked[m.source], 1),
+                             share - (held[m.source] - left[m.source]))
             if m.target in room:
                 # Strict on fractional passes, on purpose: at one pass a barrier more points
                 # only delay its next pass, however little it is behind; the pair test above
