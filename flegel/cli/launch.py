@@ -16,6 +16,9 @@ The launcher owns the job's lifetime (issue 13, ``docs/exit-codes.md``):
   (:mod:`flegel.runtime.lifetime`).
 * If the launcher itself is killed, even by SIGKILL, the kernel sends ``mpiexec`` SIGTERM
   (``PR_SET_PDEATHSIG``), and the same chain ends every rank.
+* Once the master has written the run directory, the job must end within
+  :data:`FINISH_S`: a rank stuck in ``MPI_Finalize`` or at its exit is named and the job
+  killed, with the run's exit code.
 * MPICH's shared-memory files that an aborted or killed job leaves in ``/dev/shm`` are
   removed once every rank has ended (:mod:`flegel.runtime.shm_leftovers`).
 * MPI's own noise on these paths ("Sending Ctrl-C to processes", MPICH's
