@@ -210,3 +210,30 @@ def test_the_launcher_ends_a_job_stuck_after_the_master_finished(
                    "1 s after the run finished (a thread or an exit handler that does not "
                    "end?); killed: the run directory is complete\n")
     assert watch.wait_gone(2.0) == []  # every rank was killed with the job
+
+
+def test_a_signal_after_the_job_was_ending_keeps_the_first_cause(tmp_path: Path) -> None:
+    """A worker died and the master decided the job's end (exit 5, the status file); a
+    Ctrl-C while it saves θ is forwarded, but the first real error keeps the exit code."""
+    status = tmp_path / "status"
+    status.write_text("5\nworker 2 (pid 1) died while computing; last θ saved\n")
+    mpiexec = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                               start_new_session=True)
+    try:
+        job = launch._Job(mpiexec, status)
+        job.on_signal(signal.SIGINT, None)  # forwarded: the stand-in ends of it
+        assert job.wait(status) == 5
+    finally:
+        mpiexec.kill()
+        mpiexec.wait()
+    # Before any cause the signal decides, as ever.
+    status.unlink()
+    mpiexec = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                               start_new_session=True)
+    try:
+        job = launch._Job(mpiexec, status)
+        job.on_signal(signal.SIGTERM, None)
+        assert job.wait(status) == 128 + signal.SIGTERM
+    finally:
+        mpiexec.kill()
+        mpiexec.wait()

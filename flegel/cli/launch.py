@@ -170,9 +170,14 @@ def _code_in(status: Path) -> int | None:
 class _Job:
     """The running ``mpiexec`` and what the launcher received."""
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], status: Path | None = None) -> None:
         self.proc = proc
+        self.status = status
         self.signum: int | None = None
+        #: A rank's death was seen (the watch), or a rank decided the job's end (the status
+        #: file), before the first signal: that came first and decides the exit code.
+        self.death_seen = False
+        self.after_cause = False
         self.kill_at: float | None = None
         self.signal_at = 0.0  # time.monotonic() of the first signal
         #: The master finished and the job was killed :data:`FINISH_S` later.
@@ -190,11 +195,20 @@ class _Job:
                 self.kill()
             return
         self.signum, self.signal_at = signum, time.monotonic()
+        self.after_cause = self.death_seen or (self.status is not None
+                                               and self.status.exists())
         self.kill_at = self.signal_at + KILL_AFTER_S
         try:
             self.proc.send_signal(signum)
         except ProcessLookupError:
             pass
+
+    @property
+    def stopped(self) -> bool:
+        """A signal ended the job: it came before any other cause (the first real error
+        decides the exit code: a signal sent while the job was already ending for a dead
+        worker, say, is a consequence)."""
+        return self.signum is not None and not self.after_cause
 
     def kill(self) -> None:
         """Kill ``mpiexec`` and its daemons (their process group); ranks die with them."""
@@ -270,8 +284,8 @@ class _Job:
             if self._pidfd is not None:
                 os.close(self._pidfd)
                 self._pidfd = None
-        if self.signum is not None:
-            return ExitCode.for_signal(self.signum)
+        if self.stopped:
+            return ExitCode.for_signal(self.signum or signal.SIGTERM)
         code = _code_in(status)
         if code is not None:
             return code
@@ -367,10 +381,11 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
     proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True,
                             preexec_fn=die_with_parent(signal.SIGTERM))
-    job = _Job(proc)
+    job = _Job(proc, status)
     previous = {s: signal.signal(s, job.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
 
     def died() -> None:  # whatever the ranks left are doing, the job ends within a bound
+        job.death_seen = True
         timer = threading.Timer(KILL_AFTER_S, job.kill_if_running)
         timer.daemon = True
         timer.start()
@@ -409,19 +424,19 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
     workers = [d for d in watch.first if d[0] != 0]
     if message:  # the master left it here: it may not have lived to print it
         sys.stderr.write(f"flegel: {message}\n")
-    elif watch.missing and told is None and job.signum is None:
+    elif watch.missing and told is None and not job.stopped:
         # MPI would have waited for it for ever: the others were in MPI_Init
         ranks = ", ".join(map(str, watch.missing))
         sys.stderr.write(f"flegel: rank {ranks} did not start (its Python exited before "
                          "flegel ran: see the lines above); the job was ended\n")
         code = ExitCode.WORKER_DIED if 0 not in watch.missing else ExitCode.FAILED
-    elif len(workers) == 1 and told is None and job.signum is None and code != 0:
+    elif len(workers) == 1 and told is None and not job.stopped and code != 0:
         # The master died of it before it could say so (MPICH ends a rank that touches a
         # dead peer; hydra ends the job when a host goes): the launcher names the worker.
         sys.stderr.write(f"flegel: worker {workers[0][0]} ({_where(status, *workers[0])}) "
                          "died; the job ended before the master could save θ\n")
         code = ExitCode.WORKER_DIED
-    elif workers and told is None and job.signum is None and code != 0:
+    elif workers and told is None and not job.stopped and code != 0:
         # Several were found dead at once (a loaded machine wakes the watch late, or a host
         # with several workers went) and the master said nothing: all are named.
         ranks = ", ".join(f"{rank} ({_where(status, rank, pid)})" for rank, pid in workers)
