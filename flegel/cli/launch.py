@@ -70,6 +70,10 @@ KILL_AFTER_S = 7.0
 #: (they die with their MPI daemon within milliseconds) before it kills them.
 RANKS_GONE_S = 3.0
 
+#: Seconds between a rank found never to have started and the end of the job: MPI's
+#: daemon passes on that rank's own last lines meanwhile.
+MISSING_GRACE_S = 1.0
+
 #: Seconds the job may run on once the master finished (the run directory written: its
 #: done marker): every rank is then only finalizing MPI and exiting, well under a second
 #: each.  A rank stuck there (in ``MPI_Finalize``, whose barrier holds every other rank in
@@ -384,6 +388,13 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
     job = _Job(proc, status)
     previous = {s: signal.signal(s, job.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
 
+    def missing() -> None:  # the others wait in MPI_Init: nothing to save, end soon
+        # ... but not at once: the proxy may still hold the dead rank's own lines (the
+        # message says "see the lines above"; a kill at once lost them under load).
+        timer = threading.Timer(MISSING_GRACE_S, job.kill_if_running)
+        timer.daemon = True
+        timer.start()
+
     def died() -> None:  # whatever the ranks left are doing, the job ends within a bound
         job.death_seen = True
         timer = threading.Timer(KILL_AFTER_S, job.kill_if_running)
@@ -394,7 +405,7 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
     watch = RankWatch(proc, n_ranks, f"{STATUS_ENV}={status}",
                       done=lambda rank: os.path.exists(done_marker(str(status), rank)),
                       on_death=died, startup_s=STARTUP_S if one_host else None,
-                      on_missing=job.kill_if_running,
+                      on_missing=missing,
                       started=lambda rank: os.path.exists(started_marker(str(status), rank)))
 
     def quiet() -> bool:  # hydra's report of a dead rank is redundant (and wrong) now
