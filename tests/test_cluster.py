@@ -358,6 +358,27 @@ def test_a_killed_host_ends_the_job_naming_rank_and_host(cluster: Cluster, jobs:
     _nothing_left(cluster, out)
 
 
+def test_a_killed_host_with_two_workers_names_both(cluster: Cluster, jobs: Path,
+                                                   tmp_path: Path) -> None:
+    """Four workers: h2 holds workers 1 and 4.  Its MPI daemon ends first and both its
+    ranks with it (flegel.cli.rankwatch): the line names both, each with its host."""
+    out = tmp_path / "kill2"
+
+    def kill_h2(proc: subprocess.Popen[str]) -> None:
+        h2 = subprocess.run(["ip", "netns", "pids", f"{cluster.name}-h2"], capture_output=True,
+                            text=True, check=True).stdout.split()
+        subprocess.run(["kill", "-9", *h2], check=False)
+
+    job = jobs / "long4.yaml"
+    job.write_text((jobs / "long.yaml").read_text().replace("workers: 3", "workers: 4"))
+    assert "workers: 4" in job.read_text()
+    code, err, took = _fault(cluster, out, job, kill_h2)
+    assert code == 5, err
+    _one_line(err, r"ranks 1 \(host h2, pid \d+\), 4 \(host h2, pid \d+\) died at once")
+    assert took < STALL_S + SLACK_S, took
+    _nothing_left(cluster, out)
+
+
 def test_down_while_a_job_runs_ends_it_and_leaves_nothing(jobs: Path, tmp_path: Path) -> None:
     c = _up(f"d{os.getpid() % 10_000}", f"10.252.{os.getpid() % 250}")
     try:

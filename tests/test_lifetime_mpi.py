@@ -349,3 +349,47 @@ def test_a_message_never_received_does_not_hang_the_end(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "unmatched" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     _gone_within(tmp_path, 5)
+
+
+#: A K-means whose rank 2 never ends: an exit handler that sleeps, after its work is done.
+STUCK_AT_EXIT = textwrap.dedent('''
+    import atexit
+    import os
+    import time
+
+    from flegel.algorithms.kmeans import KMeans
+
+
+    class StuckAtExit(KMeans):
+        def __init__(self, n_clusters=4):
+            super().__init__(n_clusters=n_clusters)
+            if os.environ.get("PMI_RANK") == "2":
+                atexit.register(time.sleep, 1000)
+''')
+
+
+def test_a_rank_stuck_at_its_exit_does_not_keep_flegel_run_waiting(tmp_path):
+    """The run finished (summary.json written) but rank 2 never reaches MPI_Finalize, whose
+    barrier holds the others in theirs: ``flegel run`` waited for ever.  It now kills the
+    job FINISH_S after the master finished, names rank 2 in one line, and keeps the job's
+    exit code, 0."""
+    from flegel.cli.launch import FINISH_S
+
+    (tmp_path / "stuck.py").write_text(STUCK_AT_EXIT)
+    job = _job(tmp_path, algorithm="stuck:StuckAtExit",
+               stop={"max_iterations": 5, "tolerance": None})
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "flegel", "run", str(job), "--out", str(out)],
+                          capture_output=True, text=True, env=child_env(), cwd=ROOT,
+                          timeout=FINISH_S + 90)
+    took = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / "summary.json").read_text())["iterations"] == 5
+    lines = _messages(proc.stderr)
+    assert len(lines) == 1 and re.fullmatch(
+        rf"flegel: warning: rank 2 \(pid \d+\) had not reached MPI_Finalize {FINISH_S:g} s "
+        r"after the run finished \(a thread or an exit handler that does not end\?\); "
+        r"killed: the run directory is complete", lines[0]), proc.stderr
+    assert took < FINISH_S + 60, took
+    _gone_within(tmp_path, 5)

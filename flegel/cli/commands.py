@@ -199,7 +199,7 @@ def _end_rank(mpi: Any) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     atexit._run_exitfuncs()
-    from flegel.runtime.lifetime import c_exit, outlive_parent
+    from flegel.runtime.lifetime import c_exit, mark_finalizing, outlive_parent
 
     outlive_parent()
     # MPI_Finalize holds the GIL: a Python handler could not run there, and a rank stuck in
@@ -217,6 +217,7 @@ def _end_rank(mpi: Any) -> NoReturn:
         if lost:  # a signal crossing the stop is expected; anything else is worth a line
             print(f"flegel: warning: rank {mpi.COMM_WORLD.Get_rank()} dropped unreceived "
                   f"message(s) at its end (source, tag): {lost}", file=sys.stderr, flush=True)
+        mark_finalizing()  # flegel run names a rank stuck before or in MPI_Finalize
         mpi.Finalize()
     c_exit(0)
 

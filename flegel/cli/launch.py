@@ -16,6 +16,9 @@ The launcher owns the job's lifetime (issue 13, ``docs/exit-codes.md``):
   (:mod:`flegel.runtime.lifetime`).
 * If the launcher itself is killed, even by SIGKILL, the kernel sends ``mpiexec`` SIGTERM
   (``PR_SET_PDEATHSIG``), and the same chain ends every rank.
+* Once the master has written the run directory, the job must end within
+  :data:`FINISH_S`: a rank stuck in ``MPI_Finalize`` or at its exit is named and the job
+  killed, with the run's exit code.
 * MPICH's shared-memory files that an aborted or killed job leaves in ``/dev/shm`` are
   removed once every rank has ended (:mod:`flegel.runtime.shm_leftovers`).
 * MPI's own noise on these paths ("Sending Ctrl-C to processes", MPICH's
@@ -28,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -48,6 +52,7 @@ from flegel.runtime.lifetime import (
     STATUS_ENV,
     die_with_parent,
     done_marker,
+    finalizing_marker,
     same_stop,
     started_marker,
 )
@@ -64,6 +69,21 @@ KILL_AFTER_S = 7.0
 #: Seconds the launcher waits for ranks still alive once ``mpiexec`` ended without a signal
 #: (they die with their MPI daemon within milliseconds) before it kills them.
 RANKS_GONE_S = 3.0
+
+#: Seconds between a rank found never to have started and the end of the job: MPI's
+#: daemon passes on that rank's own last lines meanwhile.
+MISSING_GRACE_S = 1.0
+
+#: Seconds the job may run on once the master finished (the run directory written: its
+#: done marker): every rank is then only finalizing MPI and exiting, well under a second
+#: each.  A rank stuck there (in ``MPI_Finalize``, whose barrier holds every other rank in
+#: theirs too, or at its exit: a thread or exit handler that does not end) would otherwise
+#: keep ``flegel run`` waiting for ever; the launcher then kills the job and keeps its code.
+FINISH_S = 10.0
+
+#: Seconds between the launcher's looks for the master's done marker while the job runs
+#: (a stat; the launcher otherwise sleeps in ``poll()`` on ``mpiexec``'s pidfd).
+FINISH_LOOK_S = 1.0
 
 #: Lines of the MPI launcher and library that repeat what flegel says in its own line.
 _NOISE = re.compile(
@@ -154,11 +174,22 @@ def _code_in(status: Path) -> int | None:
 class _Job:
     """The running ``mpiexec`` and what the launcher received."""
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], status: Path | None = None) -> None:
         self.proc = proc
+        self.status = status
         self.signum: int | None = None
+        #: A rank's death was seen (the watch), or a rank decided the job's end (the status
+        #: file), before the first signal: that came first and decides the exit code.
+        self.death_seen = False
+        self.after_cause = False
         self.kill_at: float | None = None
         self.signal_at = 0.0  # time.monotonic() of the first signal
+        #: The master finished and the job was killed :data:`FINISH_S` later.
+        self.cut_short = False
+        try:  # before anyone waits for mpiexec: its PID cannot have been reused yet
+            self._pidfd: int | None = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):  # no pidfds here: Popen.wait's own polling
+            self._pidfd = None
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         """Forward the first SIGINT/SIGTERM to ``mpiexec``; a second one kills the job
@@ -168,11 +199,20 @@ class _Job:
                 self.kill()
             return
         self.signum, self.signal_at = signum, time.monotonic()
+        self.after_cause = self.death_seen or (self.status is not None
+                                               and self.status.exists())
         self.kill_at = self.signal_at + KILL_AFTER_S
         try:
             self.proc.send_signal(signum)
         except ProcessLookupError:
             pass
+
+    @property
+    def stopped(self) -> bool:
+        """A signal ended the job: it came before any other cause (the first real error
+        decides the exit code: a signal sent while the job was already ending for a dead
+        worker, say, is a consequence)."""
+        return self.signum is not None and not self.after_cause
 
     def kill(self) -> None:
         """Kill ``mpiexec`` and its daemons (their process group); ranks die with them."""
@@ -198,24 +238,88 @@ class _Job:
             sys.stderr.write(f"flegel: rank(s) {', '.join(map(str, killed))} still ran after "
                              "mpiexec ended; killed\n")
 
-    def wait(self, status: Path) -> int:
-        """Wait for ``mpiexec`` (sleeping in the kernel) and return the job's exit code."""
-        while True:
-            left = None if self.kill_at is None else max(self.kill_at - time.monotonic(), 0)
+    def _ended(self, timeout_s: float | None) -> bool:
+        """Sleep until ``mpiexec`` ends or ``timeout_s`` passed (None: no bound); True if it
+        ended (not yet waited for)."""
+        if self._pidfd is None:
             try:
-                rc = self.proc.wait(timeout=left)
-                break
+                self.proc.wait(timeout=timeout_s)
+                return True
             except subprocess.TimeoutExpired:
-                sys.stderr.write(f"flegel: the job did not end {KILL_AFTER_S:g} s after "
-                                 f"{signal.Signals(self.signum or 15).name}; killing it\n")
-                self.kill()
-                self.kill_at = None
-        if self.signum is not None:
-            return ExitCode.for_signal(self.signum)
+                return False
+        poller = select.poll()
+        poller.register(self._pidfd, select.POLLIN)
+        return bool(poller.poll(None if timeout_s is None else int(timeout_s * 1000) + 1))
+
+    def wait(self, status: Path, watch: RankWatch | None = None) -> int:
+        """Wait for ``mpiexec`` (sleeping in the kernel) and return the job's exit code.
+
+        Bounded once the job must end: :data:`KILL_AFTER_S` after a signal, and
+        :data:`FINISH_S` after the master finished (its done marker, looked for every
+        :data:`FINISH_LOOK_S`); ``watch`` names the ranks still running then.
+        """
+        master_done = done_marker(str(status), 0)
+        finish_at: float | None = None
+        try:
+            while True:
+                now = time.monotonic()
+                if self.kill_at is not None:
+                    left: float | None = max(self.kill_at - now, 0)
+                elif finish_at is not None:
+                    left = max(finish_at - now, 0)
+                else:
+                    left = FINISH_LOOK_S
+                if self._ended(left):
+                    rc = self.proc.wait()
+                    break
+                now = time.monotonic()
+                if self.kill_at is not None and now >= self.kill_at:
+                    sys.stderr.write(f"flegel: the job did not end {KILL_AFTER_S:g} s after "
+                                     f"{signal.Signals(self.signum or 15).name}; killing it\n")
+                    self.kill()
+                    self.kill_at = None
+                    finish_at = None
+                elif finish_at is not None and now >= finish_at and self.kill_at is None:
+                    self._cut_short(status, watch)
+                    finish_at = None
+                elif finish_at is None and not self.cut_short and os.path.exists(master_done):
+                    finish_at = now + FINISH_S
+        finally:
+            if self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
+        if self.stopped:
+            return ExitCode.for_signal(self.signum or signal.SIGTERM)
         code = _code_in(status)
         if code is not None:
             return code
+        if self.cut_short:  # the master finished: the run is complete, whatever was killed
+            return ExitCode.OK
         return ExitCode.for_signal(-rc) if rc < 0 else rc
+
+    def _cut_short(self, status: Path, watch: RankWatch | None) -> None:
+        """The master finished :data:`FINISH_S` ago and the job runs on: say which ranks
+        still run, and where, then kill them and ``mpiexec`` (the ranks cancelled their
+        death with the MPI daemon before ``MPI_Finalize``, so each is killed itself)."""
+        self.cut_short = True
+        alive = watch.alive() if watch is not None else []
+        # MPI_Finalize holds every rank until all are in it: name the ones never there.
+        before = [(rank, pid) for rank, pid in alive
+                  if not os.path.exists(finalizing_marker(str(status), rank))]
+        named = before or alive
+        where = ", ".join(f"{rank} ({_where(status, rank, pid)})" for rank, pid in named)
+        ranks = f"rank{'s' if len(named) > 1 else ''} {where}"
+        if before:
+            said = (f"{ranks} had not reached MPI_Finalize {FINISH_S:g} s after the run "
+                    "finished (a thread or an exit handler that does not end?)")
+        elif alive:
+            said = f"{ranks} still in MPI_Finalize {FINISH_S:g} s after the run finished"
+        else:
+            said = f"the job still ran {FINISH_S:g} s after the run finished"
+        sys.stderr.write(f"flegel: warning: {said}; killed: the run directory is complete\n")
+        if watch is not None:
+            watch.kill_all()
+        self.kill()
 
 
 def launch(n_ranks: int, args: list[str], progress: str = "none", *,
@@ -281,10 +385,18 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
     proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True,
                             preexec_fn=die_with_parent(signal.SIGTERM))
-    job = _Job(proc)
+    job = _Job(proc, status)
     previous = {s: signal.signal(s, job.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
 
+    def missing() -> None:  # the others wait in MPI_Init: nothing to save, end soon
+        # ... but not at once: the proxy may still hold the dead rank's own lines (the
+        # message says "see the lines above"; a kill at once lost them under load).
+        timer = threading.Timer(MISSING_GRACE_S, job.kill_if_running)
+        timer.daemon = True
+        timer.start()
+
     def died() -> None:  # whatever the ranks left are doing, the job ends within a bound
+        job.death_seen = True
         timer = threading.Timer(KILL_AFTER_S, job.kill_if_running)
         timer.daemon = True
         timer.start()
@@ -293,7 +405,7 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
     watch = RankWatch(proc, n_ranks, f"{STATUS_ENV}={status}",
                       done=lambda rank: os.path.exists(done_marker(str(status), rank)),
                       on_death=died, startup_s=STARTUP_S if one_host else None,
-                      on_missing=job.kill_if_running,
+                      on_missing=missing,
                       started=lambda rank: os.path.exists(started_marker(str(status), rank)))
 
     def quiet() -> bool:  # hydra's report of a dead rank is redundant (and wrong) now
@@ -307,7 +419,7 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
     for relay in relays:
         relay.start()
     try:
-        code = job.wait(status)
+        code = job.wait(status, watch)
         # mpiexec may end before its ranks (hydra on SIGTERM): none may outlive this call.
         job.wait_ranks(watch)
     finally:
@@ -318,26 +430,27 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
     _close(proc, relays, outs, keep=[given for given in sinks if given is not None])
     watch.settle()  # every rank is gone: the watch has seen who died first
     told, message = _read_status(status)
-    dead = watch.dead_worker()
+    # The ranks whose end ended the job (a worker whose host's MPI daemon died counts from
+    # that moment, before its own end shows): rankwatch.cause.
+    workers = [d for d in watch.first if d[0] != 0]
     if message:  # the master left it here: it may not have lived to print it
         sys.stderr.write(f"flegel: {message}\n")
-    elif watch.missing and told is None and job.signum is None:
+    elif watch.missing and told is None and not job.stopped:
         # MPI would have waited for it for ever: the others were in MPI_Init
         ranks = ", ".join(map(str, watch.missing))
         sys.stderr.write(f"flegel: rank {ranks} did not start (its Python exited before "
                          "flegel ran: see the lines above); the job was ended\n")
         code = ExitCode.WORKER_DIED if 0 not in watch.missing else ExitCode.FAILED
-    elif dead is not None and told is None and job.signum is None and code != 0:
+    elif len(workers) == 1 and told is None and not job.stopped and code != 0:
         # The master died of it before it could say so (MPICH ends a rank that touches a
-        # dead peer): the launcher names the worker.
-        sys.stderr.write(f"flegel: worker {dead[0]} ({_where(status, *dead)}) died; the job "
-                         "ended before the master could save θ\n")
+        # dead peer; hydra ends the job when a host goes): the launcher names the worker.
+        sys.stderr.write(f"flegel: worker {workers[0][0]} ({_where(status, *workers[0])}) "
+                         "died; the job ended before the master could save θ\n")
         code = ExitCode.WORKER_DIED
-    elif (any(rank for rank, _ in watch.first) and told is None and job.signum is None
-          and code != 0):
-        # Several ranks were found dead at once (a loaded machine wakes the watch late) and
-        # the master said nothing: which died first is unknown, so all are named.
-        ranks = ", ".join(f"{rank} (pid {pid})" for rank, pid in watch.first)
+    elif workers and told is None and not job.stopped and code != 0:
+        # Several were found dead at once (a loaded machine wakes the watch late, or a host
+        # with several workers went) and the master said nothing: all are named.
+        ranks = ", ".join(f"{rank} ({_where(status, rank, pid)})" for rank, pid in workers)
         sys.stderr.write(f"flegel: ranks {ranks} died at once; the job ended before the "
                          "master could save θ\n")
         code = ExitCode.WORKER_DIED

@@ -287,6 +287,22 @@ def started_marker(status: str, rank: int) -> str:
     return f"{status}.started{rank}"
 
 
+def finalizing_marker(status: str, rank: int) -> str:
+    """The file a rank creates beside the launcher's status file as it enters
+    ``MPI_Finalize``: a rank still running well after the run finished without it is stuck
+    before (a thread or an exit handler that does not end), with it in ``MPI_Finalize``."""
+    return f"{status}.finalizing{rank}"
+
+
+def mark_finalizing() -> None:
+    """Tell ``flegel run`` that this rank (``PMI_RANK``) enters ``MPI_Finalize`` (its work
+    and its exit handlers are done): :data:`flegel.cli.launch.FINISH_S`."""
+    status, rank = os.environ.get(STATUS_ENV), os.environ.get("PMI_RANK")
+    if status and rank is not None and rank.isdigit():
+        with contextlib.suppress(OSError):
+            open(finalizing_marker(status, int(rank)), "w").close()
+
+
 def mark_started() -> None:
     """Tell ``flegel run`` that flegel runs in this rank (``PMI_RANK``): from now on its exit
     is a death, not a failed start (:class:`flegel.cli.rankwatch.RankWatch`).  The marker
