@@ -18,8 +18,10 @@
    ``flegel paper``'s six workloads on shuffled shards; per algorithm the time to the
    objective BSPV reached after 0.2 s, 0.5 s, 1 s, 2 s and 4 s (no target below BSPB's
    converged objective plus the workload's slack), BSPV / FSPV, and where each run's time
-   went (barriers, mean barrier cost, mean η or batch, workers' compute share).  The same
-   measurement as ``flegel paper``'s Fig. 8 (:mod:`flegel.cli.paper.horizons`).
+   went (barriers, mean barrier cost, mean η or batch, workers' compute share); three pairs
+   per algorithm (``--repeat``), each horizon the median of the pairs, each run as long as
+   its rows need (``--length`` fixes it).  The same measurement as ``flegel paper``'s Fig. 8
+   (:mod:`flegel.cli.paper.horizons`, :func:`~flegel.cli.paper.horizons.measure`).
 
 5. **What decides the basin** (``--only basin``): exact Lloyd steps on the overlapping
    workload that miss most of the first shard, then steps on all rows (:func:`skewed_basin`):
