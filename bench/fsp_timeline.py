@@ -68,7 +68,7 @@ def run_dir(rep: Path, algorithm: str, sync: str, pair: int = 1) -> Path:
     ``fsp_claims.py``: a folder per pair), or the ``pair``-th of the one folder (pairs
     tagged ``-2``, ``-3``, ... after the sync, :meth:`Runner.trace_run`)."""
     tag = "" if pair == 1 else f"-{pair}"
-    name = re.compile(rf"{re.escape(algorithm)}-[a-z]+-trace-{re.escape(sync)}{tag}-[0-9a-f]{{6}}")
+    name = re.compile(rf"{re.escape(algorithm)}-[a-z]+-trace-{re.escape(sync)}{tag}-[0-9a-f]+")
     (found,) = sorted(d for d in (rep / "runs").iterdir() if name.fullmatch(d.name))
     return found
 
