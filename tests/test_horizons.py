@@ -103,6 +103,9 @@ def test_medians_by_horizon_over_pairs_whose_rows_differ():
     ratios = sorted(p.ratio.value for p in (a[0], b[0], c[0]))
     assert rows[0].ratio.value == pytest.approx(ratios[1])
     assert rows[1].ratio.value == pytest.approx((a[1].ratio.value * b[1].ratio.value) ** 0.5)
+    # A horizon of one pair in three is that pair's ratio: left out.
+    assert [r.horizon_s for r in medians([a, c, c])] == [0.2]
+    assert [r.horizon_s for r in medians([a])] == [0.2, 0.5]
 
 
 def test_a_run_lasts_what_its_rows_need():

@@ -16,19 +16,21 @@ Fig. 8, so the bench and the page measure the same thing.
 
 **Repeats and the run's length** (issue 19, Fig. 8; :func:`measure`).  At ``--quick``'s
 scale BSPV reaches the paper's target within its first 3-5 iterations (20-60 ms on shuffled
-shards for K-means, GMM, FCM and LR), so a horizon row is the time of a few iterations
-after start-up, and on 2 shared cores one pair's ratio moved between 0.75x and 2.30x from
-pair to pair of identical code (K-means, three pairs back to back at a load of 9-13).  Each
+shards for K-means, GMM, FCM and LR), so a horizon row is the time of a few iterations after
+start-up, and on 2 shared cores one pair's ratio moved between 0.75x and 2.30x from pair to
+pair of identical code (K-means, three pairs back to back at a load of 9-13).  Each
 algorithm therefore runs :data:`REPEAT` pairs, BSPV then FSPV back to back, and each
 horizon's ratio is the median of the pairs' ratios (:func:`median_ratio`), as the SpecSync
-figure takes medians of its rounds.  The pairs pay for themselves: a run lasts no longer
-than its rows need -- :data:`LENGTH_FACTOR` times the reference run's time to the paper's
-target, rounded up to a horizon, at least :data:`MIN_LENGTH_S` (:func:`run_length`) --
-since every horizon past the one where BSPV reaches the target merges into it
-(:func:`compare`'s floor), and the 4 s runs spent 3.9 s after the last row.  Both sides run
-the same length; a side that has not reached a target by then reads as a bound, as before.
-The snapshots of a short run are not thinned: every θ version of the first 0.5 s is in it
-(``flegel.runtime.server.Trace`` keeps all of the first 2 x ``output.trace_points``).
+figure takes medians of its rounds; a horizon that only a minority of the pairs has (its
+target merged into another's in the others) is left out (:func:`medians`).  The pairs pay
+for themselves: a run lasts no longer than its rows need -- :data:`LENGTH_FACTOR` times the
+reference run's time to the paper's target, rounded up to a horizon, at least
+:data:`MIN_LENGTH_S` (:func:`run_length`) -- since every horizon past the one where BSPV
+reaches the target merges into it (:func:`compare`'s floor), and the 4 s runs spent 3.9 s
+after the last row.  Both sides run the same length; a side that has not reached a target by
+then reads as a bound, as before. The snapshots of a short run are not thinned: every θ
+version of the first 0.5 s is in it (``flegel.runtime.server.Trace`` keeps all of the first
+2 x ``output.trace_points``).
 
 **Where neither side reaches the paper's target** (:func:`versus`; Figs. 7, 9a, 9b and 15,
 issue 19): with one worker slowed by τ = 32 ms per 1,000 points on contiguous sorted shards
@@ -235,13 +237,17 @@ class MedianRow:
 
 
 def medians(pairs: Sequence[Sequence[HorizonRow]]) -> list[MedianRow]:
-    """Per horizon, the rows of the pairs that have it (a pair's target may merge two
-    horizons: :func:`compare`), in horizon order."""
+    """Per horizon, the rows of the pairs that have it, in horizon order -- where most of
+    the pairs have it.  A pair lacks a horizon where its target merged into another's
+    (:func:`compare`: BSPV reached the floor before it, or made no snapshot by it); a row
+    of a minority of the pairs would be one pair's ratio, the noise the pairs are there to
+    take out (module notes)."""
     by: dict[float, list[HorizonRow]] = {}
     for rows in pairs:
         for r in rows:
             by.setdefault(r.horizon_s, []).append(r)
-    return [MedianRow(h, tuple(by[h])) for h in sorted(by)]
+    quorum = len(pairs) // 2 + 1
+    return [MedianRow(h, tuple(by[h])) for h in sorted(by) if len(by[h]) >= quorum]
 
 
 def run_length(reference: RunResult | None, target: float | None,
