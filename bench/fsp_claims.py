@@ -18,8 +18,10 @@
    ``flegel paper``'s six workloads on shuffled shards; per algorithm the time to the
    objective BSPV reached after 0.2 s, 0.5 s, 1 s, 2 s and 4 s (no target below BSPB's
    converged objective plus the workload's slack), BSPV / FSPV, and where each run's time
-   went (barriers, mean barrier cost, mean η or batch, workers' compute share).  The same
-   measurement as ``flegel paper``'s Fig. 8 (:mod:`flegel.cli.paper.horizons`).
+   went (barriers, mean barrier cost, mean η or batch, workers' compute share); three pairs
+   per algorithm (``--repeat``), each horizon the median of the pairs, each run as long as
+   its rows need (``--length`` fixes it).  The same measurement as ``flegel paper``'s Fig. 8
+   (:mod:`flegel.cli.paper.horizons`, :func:`~flegel.cli.paper.horizons.measure`).
 
 5. **What decides the basin** (``--only basin``): exact Lloyd steps on the overlapping
    workload that miss most of the first shard, then steps on all rows (:func:`skewed_basin`):
@@ -30,7 +32,7 @@ Usage::
 
     python bench/fsp_claims.py [--quick] [--points 400000] [--seconds 30] [--keep DIR]
         [--json OUT] [--only ratio,gap,horizons,basin] [--algorithms kmeans,...]
-        [--partition strided] [--repeat N] [--workloads blobs,overlap]
+        [--partition strided] [--repeat N] [--length S] [--workloads blobs,overlap]
 
 ``--quick``: 100,000 points, 10 s runs (about 3 minutes on 2 cores).  The measuring
 functions -- :func:`overlap_data`, :func:`reference`, :func:`time_to_target_ratio`,
@@ -238,16 +240,17 @@ def skewed_basin(folder: Path, ref: float, workers: int = 4, finish: int = 40,
 
 
 def horizon_table(root: Path, algorithms: list[str], partition: str,
-                  stragglers: str = "none", repeat: int = 1,
-                  scale: float = 1.0) -> dict[str, Any]:
+                  stragglers: str = "none", repeat: int = hz.REPEAT,
+                  scale: float = 1.0, length_s: float | None = None) -> dict[str, Any]:
     """FSPV / BSPV at every horizon (:mod:`flegel.cli.paper.horizons`) on ``flegel paper``'s
-    workloads: prints one line per algorithm (the ratio at each horizon, BSPV / FSPV, > 1:
-    FSPV faster) and where each run's time went.
+    workloads: prints one line per pair and per algorithm the median of the pairs at each
+    horizon (BSPV / FSPV, > 1: FSPV faster) and where each run's time went.
 
-    ``repeat`` > 1 runs each pair that many times (BSPV then FSPV, the pairs one after the
-    other, one data set and one reference) and prints each repeat's line and, per horizon,
-    the median ratio: at the 0.2-0.5 s horizons one pair's ratio moves by 2x from run to run
-    on a shared 2-core machine (issue 19).
+    ``repeat`` pairs (BSPV then FSPV, back to back, one data set and one reference) each as
+    long as :func:`flegel.cli.paper.horizons.run_length` says (``length_s``: a fixed length
+    instead) -- the measurement of ``flegel paper``'s Fig. 8, which takes the medians:
+    at the 0.2-0.5 s horizons one pair's ratio moves by 2-3x from pair to pair on a shared
+    2-core machine (issue 19).
 
     ``scale`` multiplies the quick workloads' rows (``--scale``): at 1 a warm pass of GMM or
     FCM costs a few ms of CPU, less than a barrier on 2 shared cores, so what FSPV saves in
@@ -255,60 +258,43 @@ def horizon_table(root: Path, algorithms: list[str], partition: str,
     by the barriers; larger data make a pass cost what it does on the paper's cluster.
     """
     mode = dataclasses.replace(QUICK, scale=scale)
-    first = Runner(mode, root / "rep0" if repeat > 1 else root, say=lambda _: None)
+    runner = Runner(mode, root, say=lambda _: None)
     out: dict[str, Any] = {}
     print(f"time to BSPV's objective at each horizon, BSPV / FSPV (>1: FSPV faster), "
           f"{partition} shards, stragglers: {stragglers}"
-          + (f", rows x {scale:g}" if scale != 1 else "")
-          + (f", {repeat} pairs each" if repeat > 1 else ""))
+          + (f", rows x {scale:g}" if scale != 1 else "") + f", {repeat} pairs each")
     print(f"  {'algorithm':9s} " + " ".join(f"{h:>7g}s" for h in hz.HORIZONS) + "   mean")
+
+    def line(label: str, rows: list[Any], mean: Any) -> str:
+        cells = {r.horizon_s: r.ratio.text() for r in rows}
+        return (f"  {label:9s} " + " ".join(f"{cells.get(h, '-'):>8s}" for h in hz.HORIZONS)
+                + f"  {mean.text():>6s}")
+
     for a in algorithms:
-        reps: list[dict[str, Any]] = []
-        for i in range(repeat):
-            runner = first
-            if i:
-                runner = Runner(mode, root / f"rep{i}", say=lambda _: None)
-                runner.targets = first.targets  # one reference per workload
-                runner.out.mkdir(parents=True, exist_ok=True)
-                if not (runner.out / "data").exists():
-                    (runner.out / "data").symlink_to((first.out / "data").resolve())
-            m = hz.measure(runner, a, partition, stragglers)
-            cells = {r.horizon_s: r.ratio.text() for r in m["rows"]}
-            label = a if repeat == 1 else f"{a} #{i + 1}"
-            print(f"  {label:9s} " + " ".join(f"{cells.get(h, '-'):>8s}" for h in hz.HORIZONS)
-                  + f"  {m['mean'].text():>6s}", flush=True)
-            for s, f in m["figures"].items():
+        m = hz.measure(runner, a, partition, stragglers, repeat=repeat, length_s=length_s)
+        for i, rows in enumerate(m["pairs"]):
+            print(line(f"{a} #{i + 1}", rows, hz.geo_mean_ratio(rows)), flush=True)
+            for j, s in enumerate(("bspv", "fspv-off")):
+                f = hz.run_figures(m["runs"][2 * i + j].summary or {})
                 print(f"      {s:9s} barriers {f['barriers']}, barrier "
                       f"{f['mean_barrier_ms']:.2f} ms, η "
                       f"{f['mean_eta_ms'] and round(f['mean_eta_ms'], 2)} ms, batch "
                       f"{f['batch']}, compute share {f['compute_share']:.2f}, final "
                       f"{f['final_objective']:.7g}" if f["final_objective"] is not None
-                      else f"      {s:9s} failed: "
-                      + str(next((r.error for r in m["runs"] if not r.ok), "?")))
-            reps.append({"rows": [r.as_dict() for r in m["rows"]], "mean": m["mean"].value,
-                         "bound": m["mean"].qualifier, "figures": m["figures"]})
-        if repeat == 1:
-            out[a] = reps[0]
-            continue
-        by_h: dict[float, list[float]] = {}
-        for rep in reps:
-            for r in rep["rows"]:
-                by_h.setdefault(r["horizon_s"], []).append(r["ratio"])
-        med = {h: float(np.median(v)) for h, v in by_h.items()}
-        means = [rep["mean"] for rep in reps if rep["rows"]]
-        mean = float(np.exp(np.mean(np.log(list(med.values()))))) if med else float("nan")
-        print(f"  {a + ' med':9s} " + " ".join(
-            f"{(f'{med[h]:.2f}x' if h in med else '-'):>8s}" for h in hz.HORIZONS)
-              + f"  {mean:.2f}x   (pairs' means {', '.join(f'{x:.2f}' for x in means)})",
+                      else f"      {s:9s} failed")
+        print(line(f"{a} med", m["rows"], m["mean"])
+              + f"   (runs of {m['length_s']:g} s; pairs' means "
+              + ", ".join(hz.geo_mean_ratio(rows).text() for rows in m["pairs"]) + ")",
               flush=True)
-        out[a] = {"rows": [{"horizon_s": h, "ratio": v, "ratios": by_h[h]}
-                           for h, v in med.items()], "mean": mean, "repeats": reps}
+        out[a] = {"rows": [r.as_dict() for r in m["rows"]], "mean": m["mean"].value,
+                  "bound": m["mean"].qualifier, "length_s": m["length_s"],
+                  "figures": m["figures"]}
     means = [v["mean"] for v in out.values() if v["rows"]]
     if means:
         g = float(np.exp(np.mean(np.log(np.maximum(means, 1e-12)))))
         worst = min(r["ratio"] for v in out.values() for r in v["rows"])
         print(f"  geometric mean over algorithms {g:.2f}x; lowest at any horizon {worst:.2f}x"
-              + (" (medians of the pairs)" if repeat > 1 else ""))
+              " (medians of the pairs)")
         out["_mean"], out["_lowest"] = g, worst
     return out
 
@@ -325,9 +311,13 @@ def main() -> None:
     ap.add_argument("--partition", default="strided", help="horizons: strided or contiguous")
     ap.add_argument("--scale", type=float, default=1.0,
                     help="horizons: multiply the quick workloads' rows")
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="horizons: pairs of runs per algorithm (medians printed); ratio: "
-                         "runs of each straggler row")
+    ap.add_argument("--repeat", type=int, default=None,
+                    help=f"horizons: pairs of runs per algorithm, medians printed (default "
+                         f"{hz.REPEAT}, as flegel paper); ratio: runs of each straggler row "
+                         "(default 1)")
+    ap.add_argument("--length", type=float, default=None,
+                    help="horizons: seconds per run (default: as long as the rows need, "
+                         "flegel.cli.paper.horizons.run_length)")
     ap.add_argument("--workloads", default="blobs,overlap",
                     help="ratio: blobs, overlap (comma-separated)")
     ap.add_argument("--keep", type=Path, default=None, help="keep the runs under this folder")
@@ -339,8 +329,9 @@ def main() -> None:
     figures: dict[str, Any] = {"points": n, "seconds": seconds}
     if "horizons" in only:
         figures["horizons"] = horizon_table(root / "horizons", args.algorithms.split(","),
-                                            args.partition, repeat=args.repeat,
-                                            scale=args.scale)
+                                            args.partition,
+                                            repeat=args.repeat or hz.REPEAT,
+                                            scale=args.scale, length_s=args.length)
     if not only & {"ratio", "gap", "basin"}:
         print(f"runs in {root}")
         if args.json:
@@ -358,7 +349,7 @@ def main() -> None:
             else:
                 job, ref = overlap, ref_overlap
             figures[f"ratio_{label}"] = ratio_rows(root / f"ratio-{label}", label, job, ref,
-                                                   args.repeat)
+                                                   args.repeat or 1)
     if "basin" in only:
         print("the basin when the first steps miss the straggler's shard (Lloyd, NumPy):")
         figures["basin"] = skewed_basin(root / "overlap-data", ref_overlap)

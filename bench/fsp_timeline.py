@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +63,13 @@ def to_target(run: Path, target: float, sizes: list[float] | None = None) -> dic
             "cal_ms": 1e3 * evs[0]["time_s"], "cut": cut, **warm, **reach}
 
 
-def run_dir(rep: Path, algorithm: str, sync: str) -> Path:
-    """The kept trace run of ``sync`` on ``algorithm`` in one repeat's folder."""
-    (found,) = sorted((rep / "runs").glob(f"{algorithm}-*-trace-{sync}-*"))
+def run_dir(rep: Path, algorithm: str, sync: str, pair: int = 1) -> Path:
+    """The kept trace run of ``sync`` on ``algorithm``: in one repeat's folder (an older
+    ``fsp_claims.py``: a folder per pair), or the ``pair``-th of the one folder (pairs
+    tagged ``-2``, ``-3``, ... after the sync, :meth:`Runner.trace_run`)."""
+    tag = "" if pair == 1 else f"-{pair}"
+    name = re.compile(rf"{re.escape(algorithm)}-[a-z]+-trace-{re.escape(sync)}{tag}-[0-9a-f]+")
+    (found,) = sorted(d for d in (rep / "runs").iterdir() if name.fullmatch(d.name))
     return found
 
 
@@ -81,14 +86,22 @@ def main() -> None:
           f" {'cal ms':>6s} {'warm':>5s} {'bar':>5s}   {'FSPV its':>8s} {'ms/it':>6s}"
           f" {'cal ms':>6s} {'warm':>5s} {'bar':>5s}  FSPV cut passes (t:reason)")
     for a in names:
-        reps = figures[a].get("repeats") or [figures[a]]
-        for i, rep in enumerate(reps):
-            if not rep["rows"]:
-                continue
-            row = rep["rows"][0]
-            folder = args.keep / "horizons" / (f"rep{i}" if len(reps) > 1 else "")
-            b = to_target(run_dir(folder, a, "bspv"), row["target"])
-            f = to_target(run_dir(folder, a, "fspv-off"), row["target"])
+        if "repeats" in figures[a] or "pairs" not in (figures[a]["rows"] or [{}])[0]:
+            # An older fsp_claims.py: a folder per pair.
+            reps = figures[a].get("repeats") or [figures[a]]
+            firsts = [(i, rep["rows"][0]) for i, rep in enumerate(reps) if rep["rows"]]
+            folders = {i: args.keep / "horizons" / (f"rep{i}" if len(reps) > 1 else "")
+                       for i, _ in firsts}
+            pair_of = {i: 1 for i, _ in firsts}
+        else:
+            # One folder; each pair's first row is among the first horizon's pairs.
+            firsts = list(enumerate(figures[a]["rows"][0]["pairs"]))
+            folders = {i: args.keep / "horizons" for i, _ in firsts}
+            pair_of = {i: i + 1 for i, _ in firsts}
+        for i, row in firsts:
+            folder, k = folders[i], pair_of[i]
+            b = to_target(run_dir(folder, a, "bspv", k), row["target"])
+            f = to_target(run_dir(folder, a, "fspv-off", k), row["target"])
             tb, tf = b["reach_s"], f["reach_s"]
             interp = f"{tb / tf:5.2f}x" if tb and tf else f"{'-':>6s}"
 

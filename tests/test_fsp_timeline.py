@@ -48,6 +48,11 @@ def test_iterations_time_and_cut_passes_to_the_target(timeline, tmp_path):
     assert timeline.to_target(run, 0.5)["its"] is None
     assert timeline.run_dir(tmp_path, "kmeans", "fspv-off") == run
     assert out["warm_ms"] is None  # no compute_s / barrier_s recorded
+    # fsp_claims.py's later pairs in the same folder: tagged after the sync.
+    second = (tmp_path / "runs" / "kmeans-strided-trace-fspv-off-2-d4bbc7")
+    second.mkdir()
+    assert timeline.run_dir(tmp_path, "kmeans", "fspv-off", pair=2) == second
+    assert timeline.run_dir(tmp_path, "kmeans", "fspv-off") == run
 
 
 def test_warm_pass_and_barrier(timeline, tmp_path):

@@ -74,3 +74,56 @@ def test_a_step_curve_is_read_within_the_snapshots_around_its_crossing():
     assert crossed == pytest.approx(0.05)
     assert got is not None and 0.0 < got <= 0.05
     assert crossed - got < 0.05 - 0.0125
+
+
+def test_the_median_of_ratios_that_may_be_bounds():
+    from flegel.cli.paper.horizons import median_ratio
+    from flegel.cli.paper.runner import Ratio
+
+    assert median_ratio([Ratio(2.3), Ratio(0.75), Ratio(1.97)]) == Ratio(1.97)
+    assert median_ratio([Ratio(1.0), Ratio(4.0)]).value == pytest.approx(2.0)
+    # A lower bound above the middle does not move it; two of three lower bounds do.
+    assert median_ratio([Ratio(1.0), Ratio(1.2, ">"), Ratio(0.8)]) == Ratio(1.0)
+    assert median_ratio([Ratio(1.5, ">"), Ratio(1.2, ">"), Ratio(0.8)]) == Ratio(1.2, ">")
+    assert median_ratio([Ratio(0.5, "<"), Ratio(0.7, "<"), Ratio(2.0)]) == Ratio(0.7, "<")
+    # Bounds both ways around the middle: unknown.
+    assert median_ratio([Ratio(1.5, ">"), Ratio(0.7, "<")]).qualifier == "?"
+    assert median_ratio([]).qualifier == "?"
+
+
+def test_medians_by_horizon_over_pairs_whose_rows_differ():
+    from flegel.cli.paper.horizons import medians
+
+    a = compare([[0.1, 10.0], [0.5, 6.0]], [[0.05, 9.0], [0.2, 5.0]], 1.0, (0.2, 0.5))
+    b = compare([[0.1, 7.0], [0.5, 6.0]], [[0.2, 6.5], [0.4, 5.0]], 1.0, (0.2, 0.5))
+    c = compare([[0.1, 7.0], [0.3, 6.0]], [[0.2, 6.5]], 0.3, (0.2, 0.5))  # ends at 0.3 s
+    rows = medians([a, b, c])
+    assert [r.horizon_s for r in rows] == [0.2, 0.5]
+    assert [len(r.pairs) for r in rows] == [3, 2]  # c has no 0.5 s row
+    ratios = sorted(p.ratio.value for p in (a[0], b[0], c[0]))
+    assert rows[0].ratio.value == pytest.approx(ratios[1])
+    assert rows[1].ratio.value == pytest.approx((a[1].ratio.value * b[1].ratio.value) ** 0.5)
+    # A horizon of one pair in three is that pair's ratio: left out.
+    assert [r.horizon_s for r in medians([a, c, c])] == [0.2]
+    assert [r.horizon_s for r in medians([a])] == [0.2, 0.5]
+
+
+def test_a_run_lasts_what_its_rows_need():
+    from pathlib import Path
+
+    from flegel.cli.paper.horizons import run_length
+    from flegel.cli.paper.runner import RunResult
+
+    def ref(trace: list[list[float]]) -> RunResult:
+        return RunResult("r", Path("r"), {"objective_trace": trace, "wall_time_s": 5.0},
+                         None, None, 5.0)
+
+    hs = (0.2, 0.5, 1.0, 2.0, 4.0)
+    # The reference reached the target at 0.09 s: runs of 0.5 s (4 x 0.09, at least 0.5).
+    assert run_length(ref([[0.09, 1.0], [1.1, 0.9]]), 1.0, hs) == 0.5
+    # At 0.39 s (NMF): 1.56 s, rounded up to the 2 s horizon.
+    assert run_length(ref([[0.2, 2.0], [0.39, 1.0]]), 1.0, hs) == 2.0
+    # Late or never, or no reference: the longest horizon.
+    assert run_length(ref([[0.2, 2.0], [3.0, 1.0]]), 1.0, hs) == 4.0
+    assert run_length(ref([[0.2, 2.0]]), 1.0, hs) == 4.0
+    assert run_length(None, 1.0, hs) == 4.0

@@ -14,6 +14,24 @@ faster) is a lower bound (``>``) when FSPV never reached the target in its run.
 The same functions serve ``bench/fsp_claims.py --only horizons`` and ``flegel paper``'s
 Fig. 8, so the bench and the page measure the same thing.
 
+**Repeats and the run's length** (issue 19, Fig. 8; :func:`measure`).  At ``--quick``'s
+scale BSPV reaches the paper's target within its first 3-5 iterations (20-60 ms on shuffled
+shards for K-means, GMM, FCM and LR), so a horizon row is the time of a few iterations after
+start-up, and on 2 shared cores one pair's ratio moved between 0.75x and 2.30x from pair to
+pair of identical code (K-means, three pairs back to back at a load of 9-13).  Each
+algorithm therefore runs :data:`REPEAT` pairs, BSPV then FSPV back to back, and each
+horizon's ratio is the median of the pairs' ratios (:func:`median_ratio`), as the SpecSync
+figure takes medians of its rounds; a horizon that only a minority of the pairs has (its
+target merged into another's in the others) is left out (:func:`medians`).  The pairs pay
+for themselves: a run lasts no longer than its rows need -- :data:`LENGTH_FACTOR` times the
+reference run's time to the paper's target, rounded up to a horizon, at least
+:data:`MIN_LENGTH_S` (:func:`run_length`) -- since every horizon past the one where BSPV
+reaches the target merges into it (:func:`compare`'s floor), and the 4 s runs spent 3.9 s
+after the last row.  Both sides run the same length; a side that has not reached a target by
+then reads as a bound, as before. The snapshots of a short run are not thinned: every θ
+version of the first 0.5 s is in it (``flegel.runtime.server.Trace`` keeps all of the first
+2 x ``output.trace_points``).
+
 **Where neither side reaches the paper's target** (:func:`versus`; Figs. 7, 9a, 9b and 15,
 issue 19): with one worker slowed by τ = 32 ms per 1,000 points on contiguous sorted shards
 and no migration, no framework may reach BSPB's converged objective within ``--quick``'s
@@ -42,7 +60,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flegel.cli.paper.common import geo_mean, lowest
+import numpy as np
+
+from flegel.cli.paper.common import geo_mean, interval, lowest
 from flegel.cli.paper.runner import Ratio, Runner, RunResult, Time
 from flegel.rundir.reader import exact_trace
 
@@ -54,6 +74,13 @@ TRACE_POINTS = 300
 TRACE_POINTS_COSTLY = 80
 #: Algorithms whose exact evaluation of a snapshot costs a pass of real work.
 COSTLY = ("nmf", "cnn")
+#: Pairs of runs (BSPV then FSPV) per algorithm; each horizon's ratio is their median
+#: (module notes).
+REPEAT = 3
+#: A run lasts this many times the reference's time to the paper's target (module notes).
+LENGTH_FACTOR = 4.0
+#: The shortest run: the first horizon and room after it for a side behind.
+MIN_LENGTH_S = 0.5
 #: Every snapshot is evaluated after training (``output.trace_budget``: a share of the
 #: training time large enough never to drop one).
 TRACE_BUDGET = 100.0
@@ -163,7 +190,82 @@ def compare(bspv_trace: Sequence[Sequence[float]], fspv_trace: Sequence[Sequence
     return rows
 
 
-def geo_mean_ratio(rows: Sequence[HorizonRow]) -> Ratio:
+def median_ratio(ratios: Sequence[Ratio]) -> Ratio:
+    """The median of ratios that may be bounds: the median of their intervals' lower ends
+    and of their upper ends (:func:`~flegel.cli.paper.common.interval`; the median is
+    monotone, so it lies between the two).  Exact where they meet, a lower (upper) bound
+    where the upper (lower) end is open, else unknown (``?``, at their geometric mean).
+    With an even count the middle two are averaged geometrically."""
+    if not ratios:
+        return Ratio(math.nan, "?")
+    spans = [interval(r) for r in ratios]
+
+    def mid(xs: list[float], low: bool) -> float:
+        xs = sorted(xs)
+        a, b = xs[(len(xs) - 1) // 2], xs[len(xs) // 2]
+        if 0 < a and b < math.inf:
+            return math.sqrt(a * b)
+        return a if low else b  # an open end in the middle: the wider of the two
+
+    lo, hi = mid([x[0] for x in spans], True), mid([x[1] for x in spans], False)
+    if lo == hi:
+        return Ratio(lo)
+    if math.isinf(hi):
+        return Ratio(lo, ">") if lo > 0 else Ratio(math.nan, "?")
+    if lo <= 0:
+        return Ratio(hi, "<")
+    return Ratio(math.sqrt(lo * hi), "?")
+
+
+@dataclass(frozen=True)
+class MedianRow:
+    """One horizon over repeated pairs: the rows of the pairs that have it, and the median
+    of their ratios (module notes)."""
+
+    horizon_s: float
+    pairs: tuple[HorizonRow, ...]
+
+    @property
+    def ratio(self) -> Ratio:
+        """The median BSPV / FSPV of the pairs (> 1: FSPV faster)."""
+        return median_ratio([p.ratio for p in self.pairs])
+
+    def as_dict(self) -> dict[str, Any]:
+        r = self.ratio
+        return {"horizon_s": self.horizon_s, "ratio": r.value, "bound": r.qualifier,
+                "pairs": [p.as_dict() for p in self.pairs]}
+
+
+def medians(pairs: Sequence[Sequence[HorizonRow]]) -> list[MedianRow]:
+    """Per horizon, the rows of the pairs that have it, in horizon order -- where most of
+    the pairs have it.  A pair lacks a horizon where its target merged into another's
+    (:func:`compare`: BSPV reached the floor before it, or made no snapshot by it); a row
+    of a minority of the pairs would be one pair's ratio, the noise the pairs are there to
+    take out (module notes)."""
+    by: dict[float, list[HorizonRow]] = {}
+    for rows in pairs:
+        for r in rows:
+            by.setdefault(r.horizon_s, []).append(r)
+    quorum = len(pairs) // 2 + 1
+    return [MedianRow(h, tuple(by[h])) for h in sorted(by) if len(by[h]) >= quorum]
+
+
+def run_length(reference: RunResult | None, target: float | None,
+               horizons: Sequence[float] = HORIZONS) -> float:
+    """How long a horizon run lasts (module notes): the first horizon at or past
+    :data:`LENGTH_FACTOR` times the reference's first reach of ``target`` (and
+    :data:`MIN_LENGTH_S`), the longest horizon where that is unknown or beyond it."""
+    longest = max(horizons)
+    if reference is None or target is None or not reference.ok:
+        return longest
+    t = first_reach(_points(reference), target)
+    if t is None:
+        return longest
+    need = max(LENGTH_FACTOR * t, MIN_LENGTH_S)
+    return min((h for h in horizons if h >= need * (1 - 1e-9)), default=longest)
+
+
+def geo_mean_ratio(rows: Sequence[HorizonRow | MedianRow]) -> Ratio:
     """Geometric mean of the rows' ratios, a bound if any of them is."""
     return geo_mean([r.ratio for r in rows])
 
@@ -341,27 +443,58 @@ def run_figures(summary: dict[str, Any]) -> dict[str, Any]:
             "final_objective": summary.get("final_objective")}
 
 
+def median_figures(figures: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The median of each of :func:`run_figures`' numbers over repeated runs (None where no
+    run has it)."""
+    out: dict[str, Any] = {}
+    for k in figures[0] if figures else ():
+        xs = [float(f[k]) for f in figures if f.get(k) is not None]
+        out[k] = float(np.median(xs)) if xs else None
+    return out
+
+
 def measure(runner: Runner, algorithm: str, partition: str = "strided",
             stragglers: str = "none", horizons: Sequence[float] = HORIZONS,
-            syncs: tuple[str, str] = ("bspv", "fspv-off")) -> dict[str, Any]:
-    """Run BSPV and FSPV (``syncs``) on ``algorithm`` for the longest horizon and compare
-    their traces (:func:`compare`), no target below the runner's (BSPB's converged
-    objective plus the workload's slack, :meth:`Runner.target`).
+            syncs: tuple[str, str] = ("bspv", "fspv-off"), repeat: int = REPEAT,
+            length_s: float | None = None) -> dict[str, Any]:
+    """Run ``repeat`` pairs of BSPV and FSPV (``syncs``, back to back) on ``algorithm`` and
+    compare each pair's traces (:func:`compare`), no target below the runner's (BSPB's
+    converged objective plus the workload's slack, :meth:`Runner.target`); each horizon's
+    ratio is the pairs' median (module notes).
+
+    Parameters
+    ----------
+    length_s : float or None
+        Each run's length; None: :func:`run_length` from the reference run.
 
     Returns
     -------
     dict
-        ``rows`` (:class:`HorizonRow`), ``mean`` (their geometric mean ratio), ``runs``
-        (the two :class:`RunResult`) and ``figures`` (:func:`run_figures` of each).
+        ``rows`` (:class:`MedianRow`), ``mean`` (their geometric mean ratio), ``pairs``
+        (each pair's :class:`HorizonRow` list), ``runs`` (every :class:`RunResult`),
+        ``figures`` (per sync, the median of :func:`run_figures` over its runs) and
+        ``length_s``.
     """
-    costly = algorithm in COSTLY
-    sets = tuple(trace_sets(max(horizons), costly))
-    b, f = (runner.trace_run(algorithm, partition, s, stragglers, sets) for s in syncs)
-    rows: list[HorizonRow] = []
-    if b.ok and f.ok:
-        assert b.summary is not None and f.summary is not None
-        rows = compare(b.summary["objective_trace"], f.summary["objective_trace"],
-                       float(f.summary.get("wall_time_s", max(horizons))), horizons,
-                       floor=runner.target(algorithm, partition))
-    return {"rows": rows, "mean": geo_mean_ratio(rows), "runs": (b, f),
-            "figures": {s: run_figures(r.summary or {}) for s, r in zip(syncs, (b, f))}}
+    floor = runner.target(algorithm, partition)
+    if length_s is None:
+        length_s = run_length(runner.references.get((algorithm, partition)), floor,
+                              horizons)
+    sets = tuple(trace_sets(length_s, algorithm in COSTLY))
+    pairs: list[list[HorizonRow]] = []
+    runs: list[RunResult] = []
+    for i in range(repeat):
+        tag = f"-{i + 1}" if i else ""
+        b, f = (runner.trace_run(algorithm, partition, s, stragglers, sets, tag)
+                for s in syncs)
+        runs += [b, f]
+        if b.ok and f.ok:
+            assert b.summary is not None and f.summary is not None
+            pairs.append(compare(b.summary["objective_trace"], f.summary["objective_trace"],
+                                 float(f.summary.get("wall_time_s", length_s)), horizons,
+                                 floor=floor))
+    rows = medians(pairs)
+    return {"rows": rows, "mean": geo_mean_ratio(rows), "pairs": pairs, "runs": runs,
+            "length_s": length_s,
+            "figures": {s: median_figures([run_figures(r.summary) for r in runs[j::2]
+                                           if r.summary])
+                        for j, s in enumerate(syncs)}}

@@ -125,6 +125,8 @@ class Runner:
     say: Callable[[str], None] = print
     runs: dict[str, RunResult] = field(default_factory=dict)
     targets: dict[tuple[str, ...], float] = field(default_factory=dict)
+    #: The reference run behind each target (its trace says how soon the target comes).
+    references: dict[tuple[str, ...], RunResult] = field(default_factory=dict)
     work: dict[str, Workload] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -149,6 +151,7 @@ class Runner:
             ref = self._run(algorithm, partition, "bspb", "none",
                             [f"stop.max_time_s={self.mode.ref_time_s}", "stop.tolerance=1e-7",
                              *sets], target=None, name="reference")
+            self.references[key] = ref
             if not ref.ok:
                 return None
             assert ref.summary is not None
@@ -185,11 +188,12 @@ class Runner:
                          launch=launch)
 
     def trace_run(self, algorithm: str, partition: str, sync: str, stragglers: str,
-                  sets: tuple[str, ...]) -> RunResult:
+                  sets: tuple[str, ...], tag: str = "") -> RunResult:
         """Run one setting without a target (``sets`` give its length and trace): for
-        measurements on its ``objective_trace`` (:mod:`flegel.cli.paper.horizons`)."""
+        measurements on its ``objective_trace`` (:mod:`flegel.cli.paper.horizons`).
+        ``tag`` tells repeats of one setting apart (each runs: a key of its own)."""
         return self._run(algorithm, partition, sync, stragglers, list(sets), target=None,
-                         name=f"trace-{sync}")
+                         name=f"trace-{sync}{tag}")
 
     def _run(self, algorithm: str, partition: str, sync: str, stragglers: str,
              sets: list[str], target: float | None, name: str | None, where: str = "",
