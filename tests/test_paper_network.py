@@ -6,7 +6,11 @@ migrator's."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -134,3 +138,41 @@ def test_only_sends_the_migrators_windows() -> None:
     for target, points in moves.items():
         posted = [k for d, k in port.windows() if d == target]
         assert posted == only_windows(points, 64), target
+
+
+def _bench() -> Any:
+    path = Path(__file__).resolve().parents[1] / "bench" / "table2_samples.py"
+    spec = importlib.util.spec_from_file_location("bench_table2_samples", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_bench_prints_each_columns_samples_and_both_readings(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bench = _bench()
+    run = tmp_path / "run-200mbit-0"
+    run.mkdir()
+    normal = meter([0, 0.5 * RATE, RATE, RATE, 0, RATE, RATE, 0.5 * RATE, 0, *[0] * 5,
+                    RATE, 0])
+    dump = {"link": meter([0, 0.3 * RATE, *[RATE] * 4, 0.4 * RATE, 0]).dump(),
+            "normal": normal.dump(), "only": {**meter([0, RATE, 0]).dump(), "rate": "none"}}
+    (run / "link-samples.json").write_text(json.dumps(dump))
+    (run / "summary.json").write_text(json.dumps(
+        {"migration": {"round_log": [{"moves": [[1, 2, 5000]]}]}}))
+    assert bench.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "[[1, 2, 5000]]" in out
+    both = f"{normal.mb_s():5.2f} MB/s (every busy sample: {normal.mb_s(edges=True):5.2f})"
+    assert both in out
+    assert "[12.5 25.0 25.0 0.0_ 25.0 25.0 12.5]" in out  # the idle sample inside: counted
+    assert "(6 idle) [25.0]" in out and "(1 idle)" in out  # a stretch of one; none dropped
+    assert "link rate 'none': no busy floor" in out
+    # A run stopped after its link column: no summary, no Normal or Only, no crash.
+    (run / "summary.json").unlink()
+    (run / "link-samples.json").write_text(json.dumps({"link": dump["link"]}))
+    assert bench.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "no summary.json" in out and "normal not measured" in out
+    assert bench.main([str(tmp_path / "nothing")]) == 1
