@@ -6,8 +6,8 @@ written after each, so a run that failed part way has the columns before it).  T
 for each such file under the folders given, the moves migration made, then per column its
 busy stretches, its throughput as the table reads it (:meth:`LinkMeter.mb_s`) beside the
 reading of every busy sample with nothing left out or joined (``mb_s(edges=True)``, the
-reading before the meter's edge and gap rules), and every sample's rate in MB/s, marked as
-the meter reads it:
+reading before the meter's edge and gap rules), both readings' *Normal* / *Only*, and every
+sample's rate in MB/s, marked as the meter reads it:
 
 * ``[`` ``]``: the first and last sample of a stretch, left out; ``[x]``: a stretch of one;
 * ``_``: below the busy floor (inside a stretch: idle between windows, counted);
@@ -87,6 +87,13 @@ def report(path: Path) -> list[str]:
     for name in COLUMNS:
         lines.append(column(name, dump[name]) if name in dump
                      else f"  {name:6} not measured (the run stopped before it)")
+    if "normal" in dump and "only" in dump:
+        normal, only = LinkMeter.load(dump["normal"]), LinkMeter.load(dump["only"])
+        try:
+            lines.append(f"  Normal / Only {normal.mb_s() / only.mb_s():.2f} (every busy sample: "
+                         f"{normal.mb_s(edges=True) / only.mb_s(edges=True):.2f})")
+        except ValueError:
+            pass  # no link rate: said on the column's line
     return lines
 
 

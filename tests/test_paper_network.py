@@ -169,6 +169,12 @@ def test_the_bench_prints_each_columns_samples_and_both_readings(
     assert "[12.5 25.0 25.0 0.0_ 25.0 25.0 12.5]" in out  # the idle sample inside: counted
     assert "(6 idle) [25.0]" in out and "(1 idle)" in out  # a stretch of one; none dropped
     assert "link rate 'none': no busy floor" in out
+    assert "Normal / Only" not in out  # Only has no rate: no ratio
+    dump["only"] = meter([0, 0.5 * RATE, *[RATE] * 5, 0.5 * RATE, 0]).dump()
+    (run / "link-samples.json").write_text(json.dumps(dump))
+    assert bench.main([str(tmp_path)]) == 0
+    ratio = f"Normal / Only {normal.mb_s() / 25:.2f} (every busy sample: "
+    assert ratio + f"{normal.mb_s(edges=True) / (6 * 25 / 7):.2f})" in capsys.readouterr().out
     # A run stopped after its link column: no summary, no Normal or Only, no crash.
     (run / "summary.json").unlink()
     (run / "link-samples.json").write_text(json.dumps({"link": dump["link"]}))
