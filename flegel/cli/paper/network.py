@@ -56,11 +56,11 @@ SAMPLE_S = 0.02
 BUSY = 0.25
 #: Busy runs at most this many idle samples apart are one stretch, the idle samples counted
 #: (:meth:`LinkMeter.stretches`): a transfer's pause between two windows (a wake-up of
-#: source and target, tens of ms here) is the transfer's own loss.  Split there, the part-idle
-#: samples beside the pause would become a stretch's edges and be left out, and a transfer
-#: in spaced windows (*Normal*) would read faster than one back to back (*Only*).  60 ms
-#: (three samples) is longer than the pauses between windows and shorter than the time
-#: between a Normal job's migration rounds.
+#: source and target) is the transfer's own loss.  Split there, the part-idle samples beside
+#: the pause would become a stretch's edges and be left out, and a transfer in spaced
+#: windows (*Normal*) would read faster than one back to back (*Only*).  Three samples are
+#: chosen to span such pauses and not the idle between a Normal job's migration rounds
+#: (docs/benchmarks.md, "Where Table 2's last 6-7 % went", has the samples).
 JOIN_IDLE = 3
 #: Bytes of the link measurement's one message.
 LINK_BYTES = 32 << 20

@@ -248,8 +248,9 @@ def table2(ctx: Ctx) -> Figure:
                           "Injected (32 ms per 1,000 points), FSPV with async migration",
                   table=network.table(rows),
                   note="Throughput on the straggler host's link (its byte counter) over "
-                       "the samples where it was busy, less each busy stretch's first and "
-                       "last (part idle), the same way for all three columns; link: one "
+                       "the samples where it was busy (a pause of up to 3 samples inside "
+                       "a transfer counted), less each busy stretch's first and last (part "
+                       "idle), the same way for all three columns; link: one "
                        "32 MB MPI message between two hosts (the paper's iPerf); Only: the "
                        "same bytes between the same hosts in migration's window sizes, "
                        "nothing else running.")
