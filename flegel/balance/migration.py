@@ -958,9 +958,17 @@ class Migrator:
         while self._next_window(port):
             pass
 
+    @staticmethod
+    def window_points(window: int, ordered: int) -> int:
+        """Points per window of a move of ``ordered`` points with windows of at least
+        ``window``: ``window``, or the move split into :data:`WINDOWS_PER_MOVE` windows when
+        that is more (§4.3); :meth:`window_size` and Table 2's *Only* job
+        (:func:`flegel.cli.paper.network.only_windows`) share it."""
+        return max(window, -(-ordered // WINDOWS_PER_MOVE))
+
     def window_size(self, target: int) -> int:
-        """Points of the next window to ``target``: ``window``, or the round's order to it
-        split into :data:`WINDOWS_PER_MOVE` windows when that is more (§4.3).
+        """Points of the next window to ``target``: :meth:`window_points` of ``window`` and
+        the round's order to it (§4.3).
 
         A window costs a wake-up of its source and of its target, whatever its size
         (measured at a load of 8-12 on 2 cores: 5-15 ms between windows for a window's
@@ -970,7 +978,7 @@ class Migrator:
         (:meth:`~flegel.runtime.store.ShardStore.select_behind_cursor`), points the source
         trains again only after the rest of its shard, and they are sent away anyway.
         """
-        return max(self.options.window, -(-self.ordered.get(target, 0) // WINDOWS_PER_MOVE))
+        return self.window_points(self.options.window, self.ordered.get(target, 0))
 
     def _next_window(self, port: MigrationPort, size: int | None = None) -> bool:
         """Post a window to a target with points still to send and no window in flight;
