@@ -55,10 +55,16 @@ FIGURES: dict[str, Callable[[Ctx], Figure]] = {
 }
 
 #: ``--only`` names that stand for several figures.
-GROUPS = {"16": ("16a", "16b")}
+GROUPS: dict[str, tuple[str, ...]] = {"16": ("16a", "16b")}
 
 #: docs/paper.md of the source tree this module belongs to.
 DOCS = Path(__file__).resolve().parents[3] / "docs"
+
+
+def expand(only: list[str] | None) -> list[str]:
+    """The figure keys ``--only`` names, a group (:data:`GROUPS`) standing for its figures;
+    every figure where ``only`` is None or empty.  Unknown names are kept, for the error."""
+    return [k for f in only or list(FIGURES) for k in GROUPS.get(f, (f,))]
 
 
 def machine() -> str:
@@ -94,7 +100,7 @@ def main(args: argparse.Namespace) -> int:
             sys.stderr.write("flegel: error: --max-time must be positive\n")
             return 2
         mode = dataclasses.replace(mode, max_time_s=args.max_time)
-    only = [k for f in args.only or list(FIGURES) for k in GROUPS.get(f, (f,))]
+    only = expand(args.only)
     unknown = [f for f in only if f not in FIGURES]
     if unknown:
         sys.stderr.write(f"flegel: error: unknown figure(s) {', '.join(unknown)}; choose from "

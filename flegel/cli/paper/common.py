@@ -7,7 +7,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from flegel.cli.paper import network
 from flegel.cli.paper.runner import Ratio, Runner, RunResult
 from flegel.cli.paper.workloads import ALGORITHMS, Mode
 
@@ -119,3 +121,23 @@ def time_row(cells: list[str]) -> str:
 def failures(runs: list[RunResult]) -> list[str]:
     """Markdown lines naming the runs that failed, with their error."""
     return [f"- FAILED: `{r.folder.name}`: {r.error}" for r in runs if not r.ok]
+
+
+def per_worker(summary: dict[str, Any] | None, key: str) -> list[float]:
+    """``key`` (e.g. ``"passes"``, ``"compute_s"``) of every worker of a run's summary,
+    worker 1 first; empty for a failed run."""
+    return [float(w[key]) for w in (summary or {}).get("per_worker", [])]
+
+
+def points_moved(r: RunResult) -> int | None:
+    """Points data migration moved in a run; None where the run failed or reports no
+    migration."""
+    m = (r.summary or {}).get("migration") or {}
+    return int(m["points_moved"]) if r.ok and m.get("points_moved") is not None else None
+
+
+def cluster_place(min_hosts: int) -> network.Cluster | None:
+    """The local cluster (:func:`flegel.cli.paper.network.find`) when it is up with at least
+    ``min_hosts`` hosts, else None: where a figure that needs several hosts runs."""
+    cluster = network.find()
+    return cluster if cluster is not None and len(cluster.hosts) >= min_hosts else None

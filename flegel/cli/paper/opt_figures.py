@@ -13,7 +13,16 @@ import math
 import subprocess
 
 from flegel.cli.paper import barriers, network, plots
-from flegel.cli.paper.common import NAMES, Ctx, failures, geo_mean, time_row
+from flegel.cli.paper.common import (
+    NAMES,
+    Ctx,
+    cluster_place,
+    failures,
+    geo_mean,
+    per_worker,
+    points_moved,
+    time_row,
+)
 from flegel.cli.paper.page import Figure
 from flegel.cli.paper.runner import Ratio, RunResult
 from flegel.cli.report import delta_f_picture, passes_picture
@@ -22,14 +31,15 @@ CENTRALIZED = ("sync.coordination=centralized",)
 
 
 def _migration(r: RunResult) -> str:
-    m = (r.summary or {}).get("migration") or {}
-    if not m or not m.get("points_moved"):
+    moved = points_moved(r)
+    if not moved:
         return "-"
-    return f"{int(m['points_moved']):,} ({100 * float(m.get('bytes_fraction', 0)):.0f} %)"
+    m = (r.summary or {})["migration"]
+    return f"{moved:,} ({100 * float(m.get('bytes_fraction', 0)):.0f} %)"
 
 
 def _passes(r: RunResult) -> list[float]:
-    return [float(w["passes"]) for w in (r.summary or {}).get("per_worker", [])]
+    return per_worker(r.summary, "passes")
 
 
 def migration(ctx: Ctx) -> Figure:
@@ -240,9 +250,8 @@ def fig13(ctx: Ctx) -> Figure:
     head = ["where", "algorithm", "accumulated s c / s", "ratio c / s", "barriers c / s",
             "barrier ms c / s", "time to target c / s", "timers (semi)"]
     table = [time_row(head), time_row(["---"] * len(head))]
-    cluster = network.find()
-    places = ["local"] + (["cluster"] if cluster is not None
-                          and len(cluster.hosts) >= ctx.mode.workers + 1 else [])
+    cluster = cluster_place(ctx.mode.workers + 1)
+    places = ["local"] + (["cluster"] if cluster is not None else [])
     rtt = ""
     if cluster is not None and "cluster" in places:
         try:

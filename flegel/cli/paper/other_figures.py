@@ -39,7 +39,7 @@ from __future__ import annotations
 from typing import Any
 
 from flegel.cli.paper import plots
-from flegel.cli.paper.common import Ctx, failures, time_row
+from flegel.cli.paper.common import Ctx, failures, per_worker, time_row
 from flegel.cli.paper.page import NOT_RUN, Figure
 from flegel.cli.paper.runner import Ratio, Time
 
@@ -56,14 +56,9 @@ NO_CLUSTER = ("runs on the local cluster: as root, `deploy/local/cluster.sh up 5
 MINI_BATCH = 1000
 
 
-def _worker_passes(summary: dict[str, Any] | None) -> list[float]:
-    """Passes of every worker of a run, worker 1 (the Injected straggler) first."""
-    return [float(w["passes"]) for w in (summary or {}).get("per_worker", [])]
-
-
 def _passes(summary: dict[str, Any] | None) -> str:
     """``"straggler / fastest"`` passes of a run (the Injected straggler is worker 1)."""
-    passes = _worker_passes(summary)
+    passes = per_worker(summary, "passes")
     return f"{passes[0]:.1f} / {max(passes):.1f}" if passes else "-"
 
 
@@ -144,7 +139,7 @@ def _rates(summary: dict[str, Any] | None) -> str:
     straggler where there is one): work done, whatever time the run stopped at (one reaching
     the target early stops early: its pass totals are small)."""
     wall = float((summary or {}).get("wall_time_s") or 0.0)
-    passes = _worker_passes(summary)
+    passes = per_worker(summary, "passes")
     return f"{passes[0] / wall:.2f} / {max(passes) / wall:.1f}" if passes and wall else "-"
 
 
