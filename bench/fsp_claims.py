@@ -247,11 +247,11 @@ def horizon_table(root: Path, algorithms: list[str], partition: str,
     workloads: prints one line per pair and per algorithm the median of the pairs at each
     horizon (BSPV / FSPV, > 1: FSPV faster) and where each run's time went.
 
-    ``repeat`` pairs (BSPV then FSPV, back to back, one data set and one reference) each as
-    long as :func:`flegel.cli.paper.horizons.run_length` says (``length_s``: a fixed length
-    instead) -- the measurement of ``flegel paper``'s Fig. 8, which takes the medians:
-    at the 0.2-0.5 s horizons one pair's ratio moves by 2-3x from pair to pair on a shared
-    2-core machine (issue 19).
+    ``repeat`` pairs (back to back, BSPV first, then FSPV first, alternating; one data set
+    and one reference) each as long as :func:`flegel.cli.paper.horizons.run_length` says
+    (``length_s``: a fixed length instead) -- the measurement of ``flegel paper``'s Fig. 8,
+    which takes the medians: at the 0.2-0.5 s horizons one pair's ratio moves by 2-3x from
+    pair to pair on a shared 2-core machine (issue 19).
 
     ``scale`` multiplies the quick workloads' rows (``--scale``): at 1 a warm pass of GMM or
     FCM costs a few ms of CPU, less than a barrier on 2 shared cores, so what FSPV saves in

@@ -19,18 +19,31 @@ scale BSPV reaches the paper's target within its first 3-5 iterations (20-60 ms 
 shards for K-means, GMM, FCM and LR), so a horizon row is the time of a few iterations after
 start-up, and on 2 shared cores one pair's ratio moved between 0.75x and 2.30x from pair to
 pair of identical code (K-means, three pairs back to back at a load of 9-13).  Each
-algorithm therefore runs :data:`REPEAT` pairs, BSPV then FSPV back to back, and each
-horizon's ratio is the median of the pairs' ratios (:func:`median_ratio`), as the SpecSync
-figure takes medians of its rounds; a horizon that only a minority of the pairs has (its
-target merged into another's in the others) is left out (:func:`medians`).  The pairs pay
-for themselves: a run lasts no longer than its rows need -- :data:`LENGTH_FACTOR` times the
-reference run's time to the paper's target, rounded up to a horizon, at least
-:data:`MIN_LENGTH_S` (:func:`run_length`) -- since every horizon past the one where BSPV
-reaches the target merges into it (:func:`compare`'s floor), and the 4 s runs spent 3.9 s
-after the last row.  Both sides run the same length; a side that has not reached a target by
-then reads as a bound, as before. The snapshots of a short run are not thinned: every θ
-version of the first 0.5 s is in it (``flegel.runtime.server.Trace`` keeps all of the first
-2 x ``output.trace_points``).
+algorithm therefore runs :data:`REPEAT` pairs back to back, the order alternating (BSPV
+first, then FSPV first, then BSPV first: the second run of a pair meets a machine the first
+has warmed, and neither side should always have that), and each horizon's ratio is the
+median of the pairs' ratios (:func:`median_ratio`, :func:`medians`).  That is a median of
+per-pair ratios, not the SpecSync figure's ratio of each side's median time
+(``other_figures.specsync``): a horizon's target is BSPV's objective *of that pair*, so the
+two times are only comparable within a pair.  A pair whose horizon merged into an earlier
+one (BSPV reached the floor before it) has that earlier row's target there, so its ratio:
+it is carried forward to every horizon up to the end of its BSPV trace and every horizon's
+median is over all the pairs -- leaving it out would keep, at the later horizons, only the
+pairs where BSPV was slow to the floor, in FSPV's favour.  A pair with a failed run counts
+as unknown (``?``) at every horizon.  The majority rule only decides which horizons are
+shown: one where most of the :data:`REPEAT` pairs (failed ones counted) have a row of their
+own.  The pairs pay for themselves: a run lasts no longer than its rows need --
+:data:`LENGTH_FACTOR` times the reference run's time to the paper's target, rounded up to a
+horizon, at least :data:`MIN_LENGTH_S` (:func:`run_length`) -- since every horizon past the
+one where BSPV reaches the target merges into it (:func:`compare`'s floor), and the 4 s runs
+spent 3.9 s after the last row.  Both sides run the same length; a side that has not reached
+a target by then reads as a bound, as before.  A horizon at the run's end is not compared
+(:func:`compared`): a side behind there has no time left and would always read ``<``; the
+longest horizon is compared where the runs last that long, as in the paper's fixed-length
+runs.  Where some pair's BSPV has not reached the floor by the run's end the result says
+``truncated``: its later horizons were cut by the length, not merged.  The snapshots of a
+short run are not thinned: every θ version of the first 0.5 s is in it
+(``flegel.runtime.server.Trace`` keeps all of the first 2 x ``output.trace_points``).
 
 **Where neither side reaches the paper's target** (:func:`versus`; Figs. 7, 9a, 9b and 15,
 issue 19): with one worker slowed by τ = 32 ms per 1,000 points on contiguous sorted shards
@@ -76,8 +89,8 @@ TRACE_POINTS = 300
 TRACE_POINTS_COSTLY = 80
 #: Algorithms whose exact evaluation of a snapshot costs a pass of real work.
 COSTLY = ("nmf", "cnn")
-#: Pairs of runs (BSPV then FSPV) per algorithm; each horizon's ratio is their median
-#: (module notes).
+#: Pairs of runs (BSPV first, then FSPV first, alternating) per algorithm; each horizon's
+#: ratio is their median (module notes).
 REPEAT = 3
 #: A run lasts this many times the reference's time to the paper's target (module notes).
 LENGTH_FACTOR = 4.0
