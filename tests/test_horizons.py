@@ -119,7 +119,7 @@ def row(h: float, tb: float, tf: float, pair: int = 0, target: float = 1.0) -> H
     return HorizonRow(h, target, Time(tb, True), Time(tf, True), pair=pair)
 
 
-def test_a_pair_whose_horizon_merged_counts_with_its_earlier_ratio():
+def test_a_pair_whose_horizon_merged_counts_with_its_earlier_ratio() -> None:
     """The reviewer's case: pair 0's BSPV reached the floor by 0.2 s (level, 1.00x), so it
     has no 0.5 s row -- the same target as at 0.2 s.  Leaving it out made 0.5 s the median
     of the two pairs where BSPV was later, 1.26x; carried forward, it is 1.00x."""
@@ -140,7 +140,7 @@ def test_a_pair_whose_horizon_merged_counts_with_its_earlier_ratio():
                                          (0.2, 0.5))] == [0.2]
 
 
-def test_a_failed_pair_counts_unknown_and_in_the_majority():
+def test_a_failed_pair_counts_unknown_and_in_the_majority() -> None:
     from flegel.cli.paper.horizons import medians
 
     good = [row(0.2, 0.1, 0.1), row(0.5, 0.4, 0.2)]

@@ -407,9 +407,9 @@ def test_measure_flags_a_run_that_ends_before_bspv_reaches_the_floor(tmp_path: P
 
 
 def test_median_figures_takes_numbers_and_words() -> None:
-    figs = [{"batch": "full", "barriers": 3, "x": None},
-            {"batch": "full", "barriers": 5, "x": None},
-            {"batch": 100, "barriers": 4, "x": None}]
+    figs: list[dict[str, Any]] = [{"batch": "full", "barriers": 3, "x": None},
+                                  {"batch": "full", "barriers": 5, "x": None},
+                                  {"batch": 100, "barriers": 4, "x": None}]
     assert horizons.median_figures(figs) == {"batch": 100.0, "barriers": 4.0, "x": None}
     assert horizons.median_figures(figs[:2])["batch"] == "full"
     assert horizons.median_figures([]) == {}
