@@ -53,7 +53,8 @@ import yaml
 
 from flegel.cli.compare import run_one
 from flegel.cli.paper import horizons as hz
-from flegel.cli.paper.runner import Runner
+from flegel.cli.paper.common import geo_mean, lowest
+from flegel.cli.paper.runner import Ratio, Runner
 from flegel.cli.paper.workloads import ALGORITHMS, QUICK
 
 #: One injected straggler, the paper's τ = 32 ms per 1,000 points (Section 6.1).
@@ -246,11 +247,11 @@ def horizon_table(root: Path, algorithms: list[str], partition: str,
     workloads: prints one line per pair and per algorithm the median of the pairs at each
     horizon (BSPV / FSPV, > 1: FSPV faster) and where each run's time went.
 
-    ``repeat`` pairs (BSPV then FSPV, back to back, one data set and one reference) each as
-    long as :func:`flegel.cli.paper.horizons.run_length` says (``length_s``: a fixed length
-    instead) -- the measurement of ``flegel paper``'s Fig. 8, which takes the medians:
-    at the 0.2-0.5 s horizons one pair's ratio moves by 2-3x from pair to pair on a shared
-    2-core machine (issue 19).
+    ``repeat`` pairs (back to back, BSPV first, then FSPV first, alternating; one data set
+    and one reference) each as long as :func:`flegel.cli.paper.horizons.run_length` says
+    (``length_s``: a fixed length instead) -- the measurement of ``flegel paper``'s Fig. 8,
+    which takes the medians: at the 0.2-0.5 s horizons one pair's ratio moves by 2-3x from
+    pair to pair on a shared 2-core machine (issue 19).
 
     ``scale`` multiplies the quick workloads' rows (``--scale``): at 1 a warm pass of GMM or
     FCM costs a few ms of CPU, less than a barrier on 2 shared cores, so what FSPV saves in
@@ -272,30 +273,40 @@ def horizon_table(root: Path, algorithms: list[str], partition: str,
 
     for a in algorithms:
         m = hz.measure(runner, a, partition, stragglers, repeat=repeat, length_s=length_s)
-        for i, rows in enumerate(m["pairs"]):
-            print(line(f"{a} #{i + 1}", rows, hz.geo_mean_ratio(rows)), flush=True)
-            for j, s in enumerate(("bspv", "fspv-off")):
-                f = hz.run_figures(m["runs"][2 * i + j].summary or {})
+        for pair in m.pairs:
+            label = f"{a} #{pair.index + 1}"
+            if pair.rows is None:
+                print(f"  {label:9s} failed ({pair.order}): "
+                      + "; ".join(f"{s} {r.error or 'ok'}" for s, r in pair.runs.items()),
+                      flush=True)
+                continue
+            print(line(label, pair.rows, hz.geo_mean_ratio(pair.rows)) + f"   {pair.order}",
+                  flush=True)
+            for s, r in pair.runs.items():
+                f = hz.run_figures(r.summary or {})
                 print(f"      {s:9s} barriers {f['barriers']}, barrier "
                       f"{f['mean_barrier_ms']:.2f} ms, η "
                       f"{f['mean_eta_ms'] and round(f['mean_eta_ms'], 2)} ms, batch "
                       f"{f['batch']}, compute share {f['compute_share']:.2f}, final "
-                      f"{f['final_objective']:.7g}" if f["final_objective"] is not None
-                      else f"      {s:9s} failed")
-        print(line(f"{a} med", m["rows"], m["mean"])
-              + f"   (runs of {m['length_s']:g} s; pairs' means "
-              + ", ".join(hz.geo_mean_ratio(rows).text() for rows in m["pairs"]) + ")",
+                      f"{f['final_objective']:.7g}")
+        print(line(f"{a} med", m.rows, m.mean)
+              + f"   (runs of {m.length_s:g} s"
+              + (", truncated" if m.truncated else "") + "; pairs' means "
+              + ", ".join(hz.geo_mean_ratio(p.rows).text() if p.rows is not None else "failed"
+                          for p in m.pairs) + ")",
               flush=True)
-        out[a] = {"rows": [r.as_dict() for r in m["rows"]], "mean": m["mean"].value,
-                  "bound": m["mean"].qualifier, "length_s": m["length_s"],
-                  "figures": m["figures"]}
-    means = [v["mean"] for v in out.values() if v["rows"]]
+        out[a] = {"rows": [r.as_dict() for r in m.rows], "mean": m.mean.value,
+                  "bound": m.mean.qualifier, "length_s": m.length_s,
+                  "truncated": m.truncated, "failed": m.failed, "figures": m.figures}
+    means = [Ratio(v["mean"], v["bound"]) for v in out.values() if v["rows"] or v["failed"]]
     if means:
-        g = float(np.exp(np.mean(np.log(np.maximum(means, 1e-12)))))
-        worst = min(r["ratio"] for v in out.values() for r in v["rows"])
-        print(f"  geometric mean over algorithms {g:.2f}x; lowest at any horizon {worst:.2f}x"
-              " (medians of the pairs)")
-        out["_mean"], out["_lowest"] = g, worst
+        g = geo_mean(means)
+        worst = lowest([Ratio(r["ratio"], r["bound"]) for v in out.values()
+                        for r in v["rows"]])[1]
+        print(f"  geometric mean over algorithms {g.text()}; lowest at any horizon "
+              f"{worst.text()} (medians of the pairs)")
+        out["_mean"], out["_lowest"] = g.value, worst.value
+        out["_mean_bound"], out["_lowest_bound"] = g.qualifier, worst.qualifier
     return out
 
 
@@ -330,7 +341,8 @@ def main() -> None:
     if "horizons" in only:
         figures["horizons"] = horizon_table(root / "horizons", args.algorithms.split(","),
                                             args.partition,
-                                            repeat=args.repeat or hz.REPEAT,
+                                            repeat=(hz.REPEAT if args.repeat is None
+                                                    else args.repeat),
                                             scale=args.scale, length_s=args.length)
     if not only & {"ratio", "gap", "basin"}:
         print(f"runs in {root}")

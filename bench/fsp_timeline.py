@@ -94,8 +94,10 @@ def main() -> None:
                        for i, _ in firsts}
             pair_of = {i: 1 for i, _ in firsts}
         else:
-            # One folder; each pair's first row is among the first horizon's pairs.
-            firsts = list(enumerate(figures[a]["rows"][0]["pairs"]))
+            # One folder; each pair's first row is among the first horizon's pairs, which
+            # name their pair (a failed pair has none; older files without "pair": in order).
+            firsts = [(int(r.get("pair", i)), r)
+                      for i, r in enumerate(figures[a]["rows"][0]["pairs"])]
             folders = {i: args.keep / "horizons" for i, _ in firsts}
             pair_of = {i: i + 1 for i, _ in firsts}
         for i, row in firsts:

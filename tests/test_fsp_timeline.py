@@ -88,3 +88,22 @@ def test_no_warm_pass_within_three_barriers(timeline, tmp_path):
     out = timeline.to_target(run, 1.0)
     assert out["its"] == 3
     assert out["warm_ms"] is None and out["bar_ms"] is None
+
+
+def test_main_reads_each_rows_pair(timeline: ModuleType, tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """fsp_claims.py's --json names each row's pair: with pair 1 failed, the first
+    horizon's rows are pairs 2 and 3, read from their own runs (not the 1st and 2nd)."""
+    for k in (2, 3):
+        for sync in ("bspv", "fspv-off"):
+            write_run(tmp_path / "horizons" / "runs" / f"kmeans-strided-trace-{sync}-{k}-abc",
+                      [(0.010 * k, [100, 100], ["pass", "pass"])], [(0.010 * k - 1e-4, 1.0)])
+    rows = [{"horizon_s": 0.2, "pairs": [
+        {"pair": k - 1, "target": 2.0, "ratio": 1.0, "order": "bspv-fspv"} for k in (2, 3)]}]
+    figures = tmp_path / "f.json"
+    figures.write_text(json.dumps({"horizons": {"kmeans": {"rows": rows}}}))
+    monkeypatch.setattr(sys, "argv", ["fsp_timeline.py", str(tmp_path), str(figures)])
+    timeline.main()
+    out = capsys.readouterr().out
+    assert "kmeans #2" in out and "kmeans #3" in out and "kmeans #1" not in out

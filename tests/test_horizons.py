@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from flegel.cli.paper.horizons import best_by, compare, first_reach, geo_mean_ratio
+from flegel.cli.paper.horizons import (
+    HorizonRow,
+    best_by,
+    compare,
+    first_reach,
+    geo_mean_ratio,
+)
+from flegel.cli.paper.runner import Ratio, Time
 
 
 def test_targets_are_bspv_objectives_at_each_horizon_and_ratios_bspv_over_fspv():
@@ -97,15 +104,54 @@ def test_medians_by_horizon_over_pairs_whose_rows_differ():
     a = compare([[0.1, 10.0], [0.5, 6.0]], [[0.05, 9.0], [0.2, 5.0]], 1.0, (0.2, 0.5))
     b = compare([[0.1, 7.0], [0.5, 6.0]], [[0.2, 6.5], [0.4, 5.0]], 1.0, (0.2, 0.5))
     c = compare([[0.1, 7.0], [0.3, 6.0]], [[0.2, 6.5]], 0.3, (0.2, 0.5))  # ends at 0.3 s
-    rows = medians([a, b, c])
+    rows = medians([a, b, c], ends=[0.5, 0.5, 0.3], horizons=(0.2, 0.5))
     assert [r.horizon_s for r in rows] == [0.2, 0.5]
-    assert [len(r.pairs) for r in rows] == [3, 2]  # c has no 0.5 s row
+    assert [len(r.pairs) for r in rows] == [3, 2]  # c's trace ends at 0.3 s: no 0.5 s
     ratios = sorted(p.ratio.value for p in (a[0], b[0], c[0]))
     assert rows[0].ratio.value == pytest.approx(ratios[1])
     assert rows[1].ratio.value == pytest.approx((a[1].ratio.value * b[1].ratio.value) ** 0.5)
     # A horizon of one pair in three is that pair's ratio: left out.
-    assert [r.horizon_s for r in medians([a, c, c])] == [0.2]
-    assert [r.horizon_s for r in medians([a])] == [0.2, 0.5]
+    assert [r.horizon_s for r in medians([a, c, c], [0.5, 0.3, 0.3], (0.2, 0.5))] == [0.2]
+    assert [r.horizon_s for r in medians([a], [0.5], (0.2, 0.5))] == [0.2, 0.5]
+
+
+def row(h: float, tb: float, tf: float, pair: int = 0, target: float = 1.0) -> HorizonRow:
+    return HorizonRow(h, target, Time(tb, True), Time(tf, True), pair=pair)
+
+
+def test_a_pair_whose_horizon_merged_counts_with_its_earlier_ratio() -> None:
+    """The reviewer's case: pair 0's BSPV reached the floor by 0.2 s (level, 1.00x), so it
+    has no 0.5 s row -- the same target as at 0.2 s.  Leaving it out made 0.5 s the median
+    of the two pairs where BSPV was later, 1.26x; carried forward, it is 1.00x."""
+    from flegel.cli.paper.horizons import medians
+
+    pairs = [[row(0.2, 0.1, 0.1, 0)],
+             [row(0.2, 0.1, 0.1, 1, 2.0), row(0.5, 0.4, 0.4, 1)],
+             [row(0.2, 0.1, 0.1, 2, 2.0), row(0.5, 0.4, 0.25, 2)]]
+    rows = medians(pairs, ends=[1.0, 1.0, 1.0], horizons=(0.2, 0.5))
+    assert [r.horizon_s for r in rows] == [0.2, 0.5]
+    assert rows[1].ratio == Ratio(1.0)
+    assert [p.pair for p in rows[1].pairs] == [0, 1, 2]
+    assert [p["carried"] for p in rows[1].as_dict()["pairs"]] == [True, False, False]
+    # Carried only up to the end of the pair's BSPV trace.
+    assert len(medians(pairs, ends=[0.3, 1.0, 1.0], horizons=(0.2, 0.5))[1].pairs) == 2
+    # Two pairs in three merged: the majority has no 0.5 s row of its own, none is shown.
+    assert [r.horizon_s for r in medians([pairs[0], pairs[0], pairs[2]], [1.0] * 3,
+                                         (0.2, 0.5))] == [0.2]
+
+
+def test_a_failed_pair_counts_unknown_and_in_the_majority() -> None:
+    from flegel.cli.paper.horizons import medians
+
+    good = [row(0.2, 0.1, 0.1), row(0.5, 0.4, 0.2)]
+    rows = medians([good, None, good], [1.0, 0.0, 1.0], (0.2, 0.5))
+    assert [r.failed for r in rows] == [1, 1]
+    assert rows[0].ratio == Ratio(1.0)  # two of three level: the unknown third is outvoted
+    assert rows[1].ratio == Ratio(2.0)
+    assert rows[0].as_dict()["failed"] == 1
+    # One good pair in three is no majority: nothing shown.
+    assert medians([good, None, None], [1.0, 0.0, 0.0], (0.2, 0.5)) == []
+    assert medians([good, None], [1.0, 0.0], (0.2, 0.5)) == []
 
 
 def test_a_run_lasts_what_its_rows_need():

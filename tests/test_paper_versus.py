@@ -316,3 +316,100 @@ def test_max_time_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
     args = sub.choices["paper"].parse_args(["--quick", "--only", "9a", "--max-time", "0"])
     assert args.max_time == 0.0 and command.main(args) == 2
     assert "--max-time must be positive" in capsys.readouterr().err
+
+
+def canned(summary: dict[str, Any] | None, key: str = "r") -> RunResult:
+    return RunResult(key, Path(key), summary, None if summary else "timed out", None,
+                     float((summary or {}).get("wall_time_s", 1.0)))
+
+
+class Logged(Held):
+    """:class:`Held`, noting the order the runs were asked for."""
+
+    asked: list[str]
+
+    def _run(self, algorithm: str, partition: str, sync: str, stragglers: str,
+             sets: list[str], target: float | None, name: str | None, where: str = "",
+             launch: Any = None) -> RunResult:
+        self.asked.append(str(name))
+        return super()._run(algorithm, partition, sync, stragglers, sets, target, name)
+
+
+def horizon_runner(tmp_path: Path, failed: set[int]) -> Logged:
+    """Three K-means pairs on canned traces; the target (floor) 5.0, reached by the
+    reference at 0.2 s: runs of 1 s (4 x 0.2 s, rounded up to a horizon), horizons 0.2 s
+    and 0.5 s compared (1 s is the run's end).  ``failed``: pairs whose BSPV run failed."""
+    runner = Logged(QUICK, tmp_path, say=lambda _: None)
+    runner.asked = []
+    runner.targets["kmeans", "strided"] = 5.0
+    runner.references["kmeans", "strided"] = canned(
+        {"objective_trace": [[0.1, 9.0], [0.2, 5.0]], "wall_time_s": 3.0})
+    sets = horizons.trace_sets(1.0)
+    bspv = {"objective_trace": [[0.1, 10.0], [0.3, 6.0], [0.6, 5.0], [1.0, 4.9]],
+            "wall_time_s": 1.0, "batch": "full", "per_worker": []}
+    fspvs = [[[0.05, 9.0], [0.25, 5.5], [1.0, 4.9]],   # 0.2 s: 2x; 0.5 s: 0.3/0.2375
+             [[0.1, 9.0], [0.3, 6.0], [1.0, 4.9]],     # level
+             [[0.2, 9.5], [0.9, 6.0], [1.0, 4.9]]]     # behind
+    for i, trace in enumerate(fspvs):
+        tag = f"-{i + 1}" if i else ""
+        for sync, s in (("bspv", None if i in failed else bspv),
+                        ("fspv-off", {"objective_trace": trace, "wall_time_s": 1.0,
+                                      "mean_eta_ms": 2.0 + i})):
+            key = json.dumps(["kmeans", "strided", sync, "none", sets, f"trace-{sync}{tag}"])
+            runner.runs[key] = canned(s, key)
+    return runner
+
+
+def test_measure_runs_alternating_pairs_as_long_as_the_reference_says(tmp_path: Path) -> None:
+    runner = horizon_runner(tmp_path, failed={1})
+    m = horizons.measure(runner, "kmeans")
+    # run_length from the runner's reference (Runner.reference): 4 x 0.2 s -> 1 s.
+    assert runner.reference("kmeans", "strided") is runner.references["kmeans", "strided"]
+    assert m.length_s == 1.0 and not m.truncated
+    # BSPV first, then FSPV first, then BSPV first.
+    assert runner.asked == ["trace-bspv", "trace-fspv-off", "trace-fspv-off-2",
+                            "trace-bspv-2", "trace-bspv-3", "trace-fspv-off-3"]
+    assert [p.order for p in m.pairs] == ["bspv-fspv", "fspv-bspv", "bspv-fspv"]
+    assert m.failed == [1] and m.pairs[1].rows is None and len(m.runs) == 6
+    # 1 s is the run's end: not compared.  Pair 1 failed: unknown in each median.
+    assert [r.horizon_s for r in m.rows] == [0.2, 0.5]
+    assert [[p.pair for p in r.pairs] for r in m.rows] == [[0, 2], [0, 2]]
+    assert [r.failed for r in m.rows] == [1, 1]
+    assert m.rows[0].pairs[0].as_dict()["order"] == "bspv-fspv"
+    # 0.2 s: 2x and 0.1 / 0.2; with the unknown third, between them: unknown.
+    assert m.rows[0].ratio.qualifier == "?"
+    # Run figures: the median eta of the FSPV runs, BSPV's batch "full" as it is.
+    assert m.figures["fspv-off"]["mean_eta_ms"] == pytest.approx(3.0)
+    assert m.figures["bspv"]["batch"] == "full"
+
+
+def test_measure_with_every_pair_failed_is_unknown_not_met(tmp_path: Path) -> None:
+    runner = horizon_runner(tmp_path, failed={0, 1, 2})
+    m = horizons.measure(runner, "kmeans")
+    assert m.rows == [] and m.failed == [0, 1, 2] and m.mean.qualifier == "?"
+    (tmp_path / "pictures").mkdir()
+    ctx = Ctx(horizon_runner(tmp_path, failed={0, 1, 2}), tmp_path / "pictures",
+              say=lambda _: None)
+    table, means, every, runs = fsp_figures.horizon_table(ctx, ("kmeans",), "strided")
+    # The algorithm counts, unknown: the figure's mean is not met by leaving it out.
+    assert len(means) == 1 and means[0].qualifier == "?" and every == [] and len(runs) == 6
+    assert "(pairs failed: 1, 2, 3) | 1 s | 0.0 ms, -, " in table[-1]
+
+
+def test_measure_flags_a_run_that_ends_before_bspv_reaches_the_floor(tmp_path: Path) -> None:
+    runner = horizon_runner(tmp_path, failed=set())
+    assert not horizons.measure(runner, "kmeans").truncated
+    runner.targets["kmeans", "strided"] = 4.0  # below BSPV's best in its 1 s, 4.9
+    m = horizons.measure(runner, "kmeans", length_s=1.0)
+    assert m.truncated and [r.horizon_s for r in m.rows] == [0.2, 0.5]
+    assert horizons.compared((0.2, 0.5, 1.0, 2.0, 4.0), 4.0) == [0.2, 0.5, 1.0, 2.0, 4.0]
+    assert horizons.compared((0.2, 0.5, 1.0, 2.0, 4.0), 0.5) == [0.2]
+
+
+def test_median_figures_takes_numbers_and_words() -> None:
+    figs: list[dict[str, Any]] = [{"batch": "full", "barriers": 3, "x": None},
+                                  {"batch": "full", "barriers": 5, "x": None},
+                                  {"batch": 100, "barriers": 4, "x": None}]
+    assert horizons.median_figures(figs) == {"batch": 100.0, "barriers": 4.0, "x": None}
+    assert horizons.median_figures(figs[:2])["batch"] == "full"
+    assert horizons.median_figures([]) == {}

@@ -119,19 +119,24 @@ def horizon_table(ctx: Ctx, algorithms: tuple[str, ...], partition: str
     runs: list[RunResult] = []
     for a in algorithms:
         m = horizons.measure(ctx.runner, a, partition)
-        runs += m["runs"]
-        every += [r.ratio for r in m["rows"]]
-        cells = {r.horizon_s: r.ratio.text() for r in m["rows"]}
+        runs += m.runs
+        every += [r.ratio for r in m.rows]
+        cells = {r.horizon_s: r.ratio.text() for r in m.rows}
         spread = "; ".join(f"{r.horizon_s:g} s: " + ", ".join(p.ratio.text() for p in r.pairs)
-                           for r in m["rows"]) or "-"
-        fb, ff = (m["figures"][s] for s in ("bspv", "fspv-off"))
-        if m["rows"]:
-            means.append(m["mean"])
+                           for r in m.rows) or "-"
+        if m.failed:
+            spread += f" (pairs failed: {', '.join(str(i + 1) for i in m.failed)})"
+        fb, ff = (m.figures[s] for s in ("bspv", "fspv-off"))
+        if m.rows or m.failed:
+            # An algorithm whose runs failed counts, unknown: the verdict is then missed.
+            means.append(m.mean)
+        batch = fb.get("batch")
         table.append(time_row(
-            [a] + [cells.get(h, "-") for h in horizons.HORIZONS] + [m["mean"].text(), spread,
-                                                                    f"{m['length_s']:g} s"]
+            [a] + [cells.get(h, "-") for h in horizons.HORIZONS] + [
+                m.mean.text(), spread,
+                f"{m.length_s:g} s" + (" (truncated)" if m.truncated else "")]
             + [f"{fb.get('mean_barrier_ms') or 0:.1f} ms, "
-               f"{fb['batch'] if fb.get('batch') is None else round(fb['batch'])}, "
+               f"{'-' if batch is None else batch if isinstance(batch, str) else round(batch)}, "
                f"{fb.get('compute_share') or 0:.2f}",
                f"{ff.get('mean_barrier_ms') or 0:.1f} ms, {ff.get('mean_eta_ms') or 0:.1f} ms, "
                f"{ff.get('compute_share') or 0:.2f}"]))
@@ -169,9 +174,10 @@ def fig8(ctx: Ctx) -> Figure:
                 f"shuffled shards (medians of {horizons.REPEAT} pairs); times to the paper's "
                 "target on shuffled shards (all six) and contiguous ones (K-means, LR)",
         table=["FSPV vs BSPV at each horizon (BSPV / FSPV, > 1: FSPV faster; the median of "
-               f"{horizons.REPEAT} pairs of runs, BSPV then FSPV back to back, each as long as "
-               "its rows need; `python bench/fsp_claims.py --only horizons` measures the "
-               "same):", ""]
+               f"{horizons.REPEAT} pairs of runs back to back, BSPV first, then FSPV first, "
+               "alternating, each as long as its rows need; a pair whose horizon merged "
+               "counts with its earlier ratio, a failed pair as `?`; `python "
+               "bench/fsp_claims.py --only horizons` measures the same):", ""]
         + h_table + ["", "Time to the paper's target (BSPB's converged objective plus a "
                      "slack):", ""] + table + failures(runs + h_runs),
         pictures=[pic])

@@ -19,18 +19,31 @@ scale BSPV reaches the paper's target within its first 3-5 iterations (20-60 ms 
 shards for K-means, GMM, FCM and LR), so a horizon row is the time of a few iterations after
 start-up, and on 2 shared cores one pair's ratio moved between 0.75x and 2.30x from pair to
 pair of identical code (K-means, three pairs back to back at a load of 9-13).  Each
-algorithm therefore runs :data:`REPEAT` pairs, BSPV then FSPV back to back, and each
-horizon's ratio is the median of the pairs' ratios (:func:`median_ratio`), as the SpecSync
-figure takes medians of its rounds; a horizon that only a minority of the pairs has (its
-target merged into another's in the others) is left out (:func:`medians`).  The pairs pay
-for themselves: a run lasts no longer than its rows need -- :data:`LENGTH_FACTOR` times the
-reference run's time to the paper's target, rounded up to a horizon, at least
-:data:`MIN_LENGTH_S` (:func:`run_length`) -- since every horizon past the one where BSPV
-reaches the target merges into it (:func:`compare`'s floor), and the 4 s runs spent 3.9 s
-after the last row.  Both sides run the same length; a side that has not reached a target by
-then reads as a bound, as before. The snapshots of a short run are not thinned: every θ
-version of the first 0.5 s is in it (``flegel.runtime.server.Trace`` keeps all of the first
-2 x ``output.trace_points``).
+algorithm therefore runs :data:`REPEAT` pairs back to back, the order alternating (BSPV
+first, then FSPV first, then BSPV first: the second run of a pair meets a machine the first
+has warmed, and neither side should always have that), and each horizon's ratio is the
+median of the pairs' ratios (:func:`median_ratio`, :func:`medians`).  That is a median of
+per-pair ratios, not the SpecSync figure's ratio of each side's median time
+(``other_figures.specsync``): a horizon's target is BSPV's objective *of that pair*, so the
+two times are only comparable within a pair.  A pair whose horizon merged into an earlier
+one (BSPV reached the floor before it) has that earlier row's target there, so its ratio:
+it is carried forward to every horizon up to the end of its BSPV trace and every horizon's
+median is over all the pairs -- leaving it out would keep, at the later horizons, only the
+pairs where BSPV was slow to the floor, in FSPV's favour.  A pair with a failed run counts
+as unknown (``?``) at every horizon.  The majority rule only decides which horizons are
+shown: one where most of the :data:`REPEAT` pairs (failed ones counted) have a row of their
+own.  The pairs pay for themselves: a run lasts no longer than its rows need --
+:data:`LENGTH_FACTOR` times the reference run's time to the paper's target, rounded up to a
+horizon, at least :data:`MIN_LENGTH_S` (:func:`run_length`) -- since every horizon past the
+one where BSPV reaches the target merges into it (:func:`compare`'s floor), and the 4 s runs
+spent 3.9 s after the last row.  Both sides run the same length; a side that has not reached
+a target by then reads as a bound, as before.  A horizon at the run's end is not compared
+(:func:`compared`): a side behind there has no time left and would always read ``<``; the
+longest horizon is compared where the runs last that long, as in the paper's fixed-length
+runs.  Where some pair's BSPV has not reached the floor by the run's end the result says
+``truncated``: its later horizons were cut by the length, not merged.  The snapshots of a
+short run are not thinned: every θ version of the first 0.5 s is in it
+(``flegel.runtime.server.Trace`` keeps all of the first 2 x ``output.trace_points``).
 
 **Where neither side reaches the paper's target** (:func:`versus`; Figs. 7, 9a, 9b and 15,
 issue 19): with one worker slowed by τ = 32 ms per 1,000 points on contiguous sorted shards
@@ -55,7 +68,9 @@ Where either side reaches the paper's target the comparison is the paper's, unch
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -74,8 +89,8 @@ TRACE_POINTS = 300
 TRACE_POINTS_COSTLY = 80
 #: Algorithms whose exact evaluation of a snapshot costs a pass of real work.
 COSTLY = ("nmf", "cnn")
-#: Pairs of runs (BSPV then FSPV) per algorithm; each horizon's ratio is their median
-#: (module notes).
+#: Pairs of runs (BSPV first, then FSPV first, alternating) per algorithm; each horizon's
+#: ratio is their median (module notes).
 REPEAT = 3
 #: A run lasts this many times the reference's time to the paper's target (module notes).
 LENGTH_FACTOR = 4.0
@@ -146,6 +161,9 @@ class HorizonRow:
     target: float
     bspv: Time
     fspv: Time
+    #: Which pair of :func:`measure` (0-based) and which side ran first in it.
+    pair: int = 0
+    order: str = "bspv-fspv"
 
     @property
     def ratio(self) -> Ratio:
@@ -153,10 +171,11 @@ class HorizonRow:
         return Ratio.of(self.bspv, self.fspv)
 
     def as_dict(self) -> dict[str, Any]:
+        """The row's figures, its pair and order (``bench/fsp_timeline.py`` reads them)."""
         r = self.ratio
         return {"horizon_s": self.horizon_s, "target": self.target,
                 "bspv_s": self.bspv.s, "fspv_s": self.fspv.s, "fspv_reached": self.fspv.reached,
-                "ratio": r.value, "bound": r.qualifier}
+                "ratio": r.value, "bound": r.qualifier, "pair": self.pair, "order": self.order}
 
 
 def compare(bspv_trace: Sequence[Sequence[float]], fspv_trace: Sequence[Sequence[float]],
@@ -219,35 +238,72 @@ def median_ratio(ratios: Sequence[Ratio]) -> Ratio:
 
 @dataclass(frozen=True)
 class MedianRow:
-    """One horizon over repeated pairs: the rows of the pairs that have it, and the median
-    of their ratios (module notes)."""
+    """One horizon over repeated pairs: each pair's row, and the median of their ratios
+    (module notes).
+
+    ``pairs`` holds, per pair that measures the horizon, its own row or -- where its target
+    merged into an earlier horizon's (BSPV reached the floor before it) -- that earlier row,
+    carried forward (its ``horizon_s`` is the earlier one): the same target, so the same
+    ratio.  ``failed`` pairs (a run failed) count as unknown, ``?``."""
 
     horizon_s: float
     pairs: tuple[HorizonRow, ...]
+    failed: int = 0
 
     @property
     def ratio(self) -> Ratio:
-        """The median BSPV / FSPV of the pairs (> 1: FSPV faster)."""
-        return median_ratio([p.ratio for p in self.pairs])
+        """The median BSPV / FSPV of the pairs (> 1: FSPV faster), failed ones unknown."""
+        return median_ratio([p.ratio for p in self.pairs] + [UNKNOWN] * self.failed)
 
     def as_dict(self) -> dict[str, Any]:
+        """The horizon, the median (``ratio``, ``bound``: its qualifier), the pairs' rows
+        (:meth:`HorizonRow.as_dict`; ``carried``: from an earlier horizon) and ``failed``."""
         r = self.ratio
         return {"horizon_s": self.horizon_s, "ratio": r.value, "bound": r.qualifier,
-                "pairs": [p.as_dict() for p in self.pairs]}
+                "pairs": [{**p.as_dict(), "carried": p.horizon_s != self.horizon_s}
+                          for p in self.pairs], "failed": self.failed}
 
 
-def medians(pairs: Sequence[Sequence[HorizonRow]]) -> list[MedianRow]:
-    """Per horizon, the rows of the pairs that have it, in horizon order -- where most of
-    the pairs have it.  A pair lacks a horizon where its target merged into another's
-    (:func:`compare`: BSPV reached the floor before it, or made no snapshot by it); a row
-    of a minority of the pairs would be one pair's ratio, the noise the pairs are there to
-    take out (module notes)."""
-    by: dict[float, list[HorizonRow]] = {}
-    for rows in pairs:
-        for r in rows:
-            by.setdefault(r.horizon_s, []).append(r)
+#: A failed pair's ratio: unknown.
+UNKNOWN = Ratio(math.nan, "?")
+
+
+def medians(pairs: Sequence[Sequence[HorizonRow] | None], ends: Sequence[float] | None = None,
+            horizons: Sequence[float] = HORIZONS) -> list[MedianRow]:
+    """Per horizon the median over every pair (module notes), for the horizons most of the
+    pairs have a row of their own at.
+
+    A pair lacks a horizon's row where its target merged into an earlier one
+    (:func:`compare`: BSPV reached the floor, or made no progress, in between): its target
+    there is that earlier row's, so is its ratio, and the row is carried forward to every
+    horizon up to the end of the pair's BSPV trace (``ends``, seconds; None: to every
+    horizon).  Leaving such pairs out would favour FSPV: a pair lacks a later horizon
+    because its BSPV was early to the floor, so the later medians would be over the pairs
+    where BSPV was unlucky.  A pair that is ``None`` failed: unknown at every horizon, and
+    counted in the majority, so a horizon of one good pair in three is not shown.  Which
+    horizons are shown is the majority rule's only use: a row of a minority of the pairs
+    would be one pair's ratio, the noise the pairs are there to take out."""
     quorum = len(pairs) // 2 + 1
-    return [MedianRow(h, tuple(by[h])) for h in sorted(by) if len(by[h]) >= quorum]
+    failed = sum(rows is None for rows in pairs)
+    out: list[MedianRow] = []
+    for h in horizons:
+        cells: list[HorizonRow] = []
+        own = 0
+        for i, rows in enumerate(pairs):
+            if rows is None:
+                continue
+            mine = [r for r in rows if r.horizon_s == h]
+            if mine:
+                own += 1
+                cells.append(mine[0])
+                continue
+            end = math.inf if ends is None else ends[i]
+            before = [r for r in rows if r.horizon_s < h]
+            if before and h <= end * 1.001 + 1e-9:
+                cells.append(before[-1])
+        if own >= quorum:
+            out.append(MedianRow(h, tuple(cells), failed))
+    return out
 
 
 def run_length(reference: RunResult | None, target: float | None,
@@ -444,57 +500,158 @@ def run_figures(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def median_figures(figures: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The median of each of :func:`run_figures`' numbers over repeated runs (None where no
-    run has it)."""
+    """Each of :func:`run_figures`' entries over repeated runs: the median of its numeric
+    values, else its most common value (BSP's ``batch: "full"``), None where no run has
+    it."""
     out: dict[str, Any] = {}
     for k in figures[0] if figures else ():
-        xs = [float(f[k]) for f in figures if f.get(k) is not None]
-        out[k] = float(np.median(xs)) if xs else None
+        given = [f[k] for f in figures if f.get(k) is not None]
+        xs = [float(x) for x in given
+              if isinstance(x, (int, float)) and not isinstance(x, bool)]
+        if xs:
+            out[k] = float(np.median(xs))
+        elif given:
+            out[k] = Counter(map(str, given)).most_common(1)[0][0]
+        else:
+            out[k] = None
     return out
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One pair of :func:`measure`: its index, its two runs, which ran first, and its rows
+    (None: a run failed)."""
+
+    index: int
+    bspv: RunResult
+    fspv: RunResult
+    order: str
+    rows: list[HorizonRow] | None
+
+    @property
+    def runs(self) -> dict[str, RunResult]:
+        """The runs by side, ``"bspv"`` and ``"fspv"``."""
+        return {"bspv": self.bspv, "fspv": self.fspv}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What :func:`measure` returns.
+
+    Attributes
+    ----------
+    rows : list of MedianRow
+        The horizons shown, each the median over the pairs (:func:`medians`).
+    mean : Ratio
+        Their geometric mean; unknown (``?``) where a run failed and no row is left.
+    pairs : list of Pair
+        Every pair, failed ones included, in the order run.
+    length_s : float
+        Each run's length.
+    truncated : bool
+        Some pair's BSPV did not reach the floor in its run: its later horizons are cut by
+        the run's length, not merged (module notes).
+    figures : dict
+        Per sync, :func:`median_figures` of :func:`run_figures` over its runs.
+    """
+
+    rows: list[MedianRow]
+    mean: Ratio
+    pairs: list[Pair]
+    length_s: float
+    truncated: bool
+    figures: dict[str, dict[str, Any]]
+
+    @property
+    def runs(self) -> list[RunResult]:
+        """Every run, pair by pair."""
+        return [r for p in self.pairs for r in (p.bspv, p.fspv)]
+
+    @property
+    def failed(self) -> list[int]:
+        """The indices of the pairs with a failed run."""
+        return [p.index for p in self.pairs if p.rows is None]
+
+
+def compared(horizons: Sequence[float], length_s: float) -> list[float]:
+    """The horizons a run of ``length_s`` measures (module notes): those strictly below its
+    length, and the longest horizon where the run is that long.  At a horizon equal to the
+    run's end a side behind has no time left to reach the target and always reads ``<``."""
+    longest = max(horizons)
+    return [h for h in horizons if h < length_s * (1 - 1e-9)
+            or (h == longest and h <= length_s * (1 + 1e-9))]
 
 
 def measure(runner: Runner, algorithm: str, partition: str = "strided",
             stragglers: str = "none", horizons: Sequence[float] = HORIZONS,
             syncs: tuple[str, str] = ("bspv", "fspv-off"), repeat: int = REPEAT,
-            length_s: float | None = None) -> dict[str, Any]:
-    """Run ``repeat`` pairs of BSPV and FSPV (``syncs``, back to back) on ``algorithm`` and
-    compare each pair's traces (:func:`compare`), no target below the runner's (BSPB's
+            length_s: float | None = None) -> Measured:
+    """Run ``repeat`` pairs of BSPV and FSPV (``syncs``, back to back, the order
+    alternating: BSPV first in pairs 0, 2, ..., FSPV first in 1, 3, ...) on ``algorithm``
+    and compare each pair's traces (:func:`compare`), no target below the runner's (BSPB's
     converged objective plus the workload's slack, :meth:`Runner.target`); each horizon's
-    ratio is the pairs' median (module notes).
+    ratio is the median over the pairs (:func:`medians`, module notes).
 
     Parameters
     ----------
+    runner : Runner
+        Runs the jobs (and the reference behind the target).
+    algorithm, partition : str
+        The workload and how its rows are split (:mod:`flegel.cli.paper.workloads`).
+    stragglers : str
+        A ``flegel compare --stragglers`` spec (``"none"``: Fig. 8).
+    horizons : sequence of float
+        The horizons, seconds; those a run of ``length_s`` measures are compared
+        (:func:`compared`).
+    syncs : tuple of (str, str)
+        The BSPV side and the FSPV side (model or preset names).
+    repeat : int
+        Pairs of runs; the majority rule counts failed pairs too.
     length_s : float or None
-        Each run's length; None: :func:`run_length` from the reference run.
+        Each run's length; None: :func:`run_length` from the reference run
+        (:meth:`Runner.reference`).
 
     Returns
     -------
-    dict
-        ``rows`` (:class:`MedianRow`), ``mean`` (their geometric mean ratio), ``pairs``
-        (each pair's :class:`HorizonRow` list), ``runs`` (every :class:`RunResult`),
-        ``figures`` (per sync, the median of :func:`run_figures` over its runs) and
-        ``length_s``.
+    Measured
     """
     floor = runner.target(algorithm, partition)
     if length_s is None:
-        length_s = run_length(runner.references.get((algorithm, partition)), floor,
-                              horizons)
+        length_s = run_length(runner.reference(algorithm, partition), floor, horizons)
+    shown = compared(horizons, length_s)
     sets = tuple(trace_sets(length_s, algorithm in COSTLY))
-    pairs: list[list[HorizonRow]] = []
-    runs: list[RunResult] = []
+    pairs: list[Pair] = []
+    ends: list[float] = []
+    truncated = False
     for i in range(repeat):
         tag = f"-{i + 1}" if i else ""
-        b, f = (runner.trace_run(algorithm, partition, s, stragglers, sets, tag)
-                for s in syncs)
-        runs += [b, f]
+        # Which side runs first alternates (module notes): the second of two back-to-back
+        # runs meets a machine the first has warmed (caches, page cache, CPU clocks).
+        first = 0 if i % 2 == 0 else 1
+        got: dict[str, RunResult] = {}
+        for s in (syncs[first], syncs[1 - first]):
+            got[s] = runner.trace_run(algorithm, partition, s, stragglers, sets, tag)
+        b, f = got[syncs[0]], got[syncs[1]]
+        order = "bspv-fspv" if first == 0 else "fspv-bspv"
+        rows: list[HorizonRow] | None = None
+        end = 0.0
         if b.ok and f.ok:
             assert b.summary is not None and f.summary is not None
-            pairs.append(compare(b.summary["objective_trace"], f.summary["objective_trace"],
-                                 float(f.summary.get("wall_time_s", length_s)), horizons,
-                                 floor=floor))
-    rows = medians(pairs)
-    return {"rows": rows, "mean": geo_mean_ratio(rows), "pairs": pairs, "runs": runs,
-            "length_s": length_s,
-            "figures": {s: median_figures([run_figures(r.summary) for r in runs[j::2]
-                                           if r.summary])
-                        for j, s in enumerate(syncs)}}
+            trace = b.summary["objective_trace"]
+            rows = [dataclasses.replace(r, pair=i, order=order) for r in compare(
+                trace, f.summary["objective_trace"],
+                float(f.summary.get("wall_time_s", length_s)), shown, floor=floor)]
+            end = max((float(t) for t, _ in trace), default=0.0)
+            best = best_by(trace, math.inf)
+            truncated |= floor is not None and best is not None and best > floor
+        pairs.append(Pair(i, b, f, order, rows))
+        ends.append(end)
+    rows_m = medians([p.rows for p in pairs], ends, shown)
+    mean = geo_mean_ratio(rows_m)
+    if not rows_m and any(p.rows is None for p in pairs):
+        mean = UNKNOWN
+    runs = [r for p in pairs for r in (p.bspv, p.fspv)]
+    return Measured(rows_m, mean, pairs, length_s, truncated,
+                    {s: median_figures([run_figures(r.summary) for r in runs[j::2]
+                                        if r.summary])
+                     for j, s in enumerate(syncs)})

@@ -146,7 +146,7 @@ class Runner:
         """The target objective of ``algorithm`` on ``partition`` (module notes); None if
         its reference failed.  ``sets``: further ``--set`` keys of the reference run (e.g. a
         warm start every run of a figure shares, :mod:`flegel.cli.paper.scaling`)."""
-        key = (algorithm, partition, *sets)
+        key = self._ref_key(algorithm, partition, sets)
         if key not in self.targets:
             ref = self._run(algorithm, partition, "bspb", "none",
                             [f"stop.max_time_s={self.mode.ref_time_s}", "stop.tolerance=1e-7",
@@ -158,6 +158,16 @@ class Runner:
             f = float(ref.summary["final_objective"])
             self.targets[key] = f + self.work[algorithm].slack * abs(f)
         return self.targets.get(key)
+
+    def reference(self, algorithm: str, partition: str, sets: tuple[str, ...] = ()
+                  ) -> RunResult | None:
+        """The reference run behind :meth:`target`'s target (None: not run yet); its trace
+        says how soon the target comes (:func:`flegel.cli.paper.horizons.run_length`)."""
+        return self.references.get(self._ref_key(algorithm, partition, sets))
+
+    @staticmethod
+    def _ref_key(algorithm: str, partition: str, sets: tuple[str, ...]) -> tuple[str, ...]:
+        return (algorithm, partition, *sets)
 
     def run(self, algorithm: str, partition: str, sync: str, stragglers: str = "none",
             sets: tuple[str, ...] = (), where: str = "", launch: Launcher | None = None,
