@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -550,8 +550,15 @@ class Balancer:
             return group(stats, tol)
         # Beside a straggler, the others are grouped by points and passes alone: their
         # speeds differ by the load of the moment, not by what makes a straggler.
+        # Their speeds still differ, by up to PEER_SPEED: each member's own V goes with the
+        # group, and what it receives is split by speed (planner._by_speed), not evenly --
+        # an even split gave a 3.5x slower peer as many points as the fast ones, and it
+        # passed them on at the next plans at unchanged speeds (points moving twice).
         peers = Tolerance(v_rel=PEER_SPEED - 1.0, n_rel=GROUP_SPREAD, p_abs=p_abs)
-        out = group([s for s in stats if not self.straggler(s.rank)], peers) + group(slow, tol)
+        v = {s.rank: s.v for s in stats}
+        out = [replace(w, speeds=tuple(v[r] for r in w.ranks)) if w.size > 1 else w
+               for w in group([s for s in stats if not self.straggler(s.rank)], peers)]
+        out += group(slow, tol)
         return sorted(out, key=lambda w: w.ranks[0])
 
     def predicted_end(self, stats: list[WorkerStat], T: float) -> tuple[dict[int, float],
