@@ -692,7 +692,8 @@ class Balancer:
           at 1.6 s).
         * A source sends at most :data:`PEER_SHARE` of its points in a round, all its moves
           together (a source paired with three targets sent 75%), split over its moves in
-          proportion to what each asks (first come, one target took the whole share), unless
+          proportion to what each asks -- the moves the rules above kept, not those they
+          dropped (first come, one target took the whole share), unless
           it is a straggler
           (:meth:`straggler`: :data:`PEER_SPEED` times slower than the median worker at
           the last :data:`STRAGGLER_BARRIERS` barriers; a burst of load on a shared machine
@@ -707,13 +708,10 @@ class Balancer:
         speeds = {s.rank: s.v for s in stats}
         passes = {s.rank: s.p for s in stats}
         measured = self.peers_measured()
-        # A source's share (PEER_SHARE) is split over its moves in proportion to what each
-        # asks, not taken by the first: first come, a source paired with three targets sent
-        # its whole share to one of them, which then held the others' pass back.
-        asked: dict[int, int] = {}
-        for m in moves:
-            asked[m.source] = asked.get(m.source, 0) + m.points
-        out = []
+        # The moves that pass the rules independent of the points left (the pair's
+        # threshold, measured speeds, no reversal, no target behind its source), first: a
+        # source's share is split over these only.
+        kept = []
         for m in moves:
             if abs(pred[m.target] - pred[m.source]) <= threshold:
                 continue
@@ -722,17 +720,26 @@ class Balancer:
             if self.reversal(m, speeds):
                 self.held_back += 1
                 continue
+            # Strict on fractional passes, on purpose: at one pass a barrier more points
+            # only delay its next pass, however little it is behind; the pair test above
+            # already applied Eq. 8's threshold (to the predicted passes).
+            if m.target in room and passes[m.target] < passes[m.source]:
+                continue  # behind: more points would only slow its catching up
+            kept.append(m)
+        # A source's share (PEER_SHARE) is split over its moves in proportion to what each
+        # asks, not taken by the first: first come, a source paired with three targets sent
+        # its whole share to one of them, which then held the others' pass back.
+        asked: dict[int, int] = {}
+        for m in kept:
+            asked[m.source] = asked.get(m.source, 0) + m.points
+        out = []
+        for m in kept:
             points = min(m.points, left[m.source] - floors[m.source])
             if not self.straggler(m.source):  # the share of all its moves this round
                 share = int(PEER_SHARE * held[m.source])
                 points = min(points, share * m.points // max(asked[m.source], 1),
                              share - (held[m.source] - left[m.source]))
             if m.target in room:
-                # Strict on fractional passes, on purpose: at one pass a barrier more points
-                # only delay its next pass, however little it is behind; the pair test above
-                # already applied Eq. 8's threshold (to the predicted passes).
-                if passes[m.target] < passes[m.source]:
-                    continue  # behind: more points would only slow its catching up
                 points = min(points, room[m.target])
             smaller = min(held[m.source], held[m.target])
             if points >= max(1.0, MIN_MOVE_FRACTION * smaller):
