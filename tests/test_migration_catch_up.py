@@ -94,6 +94,11 @@ def test_a_catching_up_target_holds_no_barrier(with_pause, without_pause):
                if e["workers"]["points"][k] > 1.5 * e["workers"]["held"][k])
     before = [(e, d) for e, d in durations(without_pause) if catching(e)]
     assert any(d > bound_s(e) for e, d in before), [(e["t"], d) for e, d in before]
+    # The figures docs/sync/fsp.md cites (``pytest -s -k holds_no_barrier``).
+    print(f"\nlongest catch-up iteration {1e3 * max(d for _, d in rows):.1f} ms with the "
+          f"pause, {1e3 * max(d for _, d in before):.1f} ms without; 40 iterations end at "
+          f"{with_pause.barrier_events()[-1]['time_s']:.3f} s against "
+          f"{without_pause.barrier_events()[-1]['time_s']:.3f} s")
     # Fewer seconds for the same 40 iterations.
     assert (with_pause.barrier_events()[-1]["time_s"]
             < without_pause.barrier_events()[-1]["time_s"])

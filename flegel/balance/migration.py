@@ -541,6 +541,16 @@ class Balancer:
         one of them, which took all its points, held 3,870 against 2,000, and set every
         iteration's length for 1.8 s (issue 19, ``flegel paper``'s NMF,
         ``tests/test_migration_churn.py``).
+
+        Where this departs from §4.2: its super workers are workers with "the same
+        statistics", among which Δ is split evenly.  These groups are looser -- beside a
+        straggler, members up to :data:`PEER_SPEED` (4x) apart in speed, points within
+        :data:`GROUP_SPREAD`, passes within ε -- so each member's own V goes with the group
+        (``SuperWorker.speeds``) and what the group receives is split by speed
+        (``planner._by_speed``: equal predicted passes), not evenly: split evenly, a 3.5x
+        slower member took as many of a straggler's points as the fast ones and passed them
+        on at the next plans at unchanged speeds.  The group's V in Eq. 9 stays the members'
+        mean, as in :func:`group`.
         """
         mean_p = sum(s.p for s in stats) / max(len(stats), 1)
         p_abs = max(self.options.epsilon, RELATIVE_EPSILON * mean_p)
