@@ -25,7 +25,7 @@ from flegel.balance.migration import (
 )
 from flegel.balance.planner import Move
 from flegel.protocol import OrderKind
-from tests.fakes import Simulation, kmeans_theta0
+from tests.fakes import Simulation, kmeans_theta0, overlapping
 
 N_PER = 10_000
 
@@ -178,3 +178,27 @@ def test_a_slow_peer_beside_a_straggler_gets_its_speed_share_and_keeps_it():
     assert received.get(4, 0) <= share, received
     for r, got in received.items():
         assert got == 0 or later.get(r, 0) == 0, (r, received, later)
+
+
+def test_simulated_slow_peer_beside_a_straggler_passes_nothing_on():
+    """The same on the simulated clock: a straggler 50x slower, peers at speeds 1, 1 and 3.5x
+    slower (within PEER_SPEED: one super worker), speeds unchanged for the whole run.  The
+    slow peer gets no more than its speed share of the first round, and no worker that
+    received points sends any later (split evenly it took 649 of 1,957 points and sent
+    625 on to workers 2 and 3 at 0.82 s)."""
+    x, _ = overlapping(8000)
+    sim = Simulation("fsp", {"interval": "fixed", "eta_ms": 100.0,
+                             "migration": {"mode": "async"}},
+                     workers=4, data=x, cost_s=5e-6, slowdown={1: 50.0, 4: 3.5},
+                     stop={"max_iterations": 60}).run()
+    log = sim.policy.summary()["migration"]["round_log"]
+    first = log[0]["moves"]
+    assert first and all(s == 1 for s, _, _ in first), first
+    speed = {2: 1.0, 3: 1.0, 4: 1 / 3.5}
+    got4 = sum(k for _, t, k in first if t == 4)
+    assert got4 <= speed[4] / sum(speed.values()) * sum(k for _, _, k in first), first
+    received: set[int] = set()
+    for r in log:
+        senders = {s for s, _, _ in r["moves"]}
+        assert not senders & received, (r["time_s"], r["moves"], received)
+        received |= {t for _, t, _ in r["moves"]}
