@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 
 from flegel.balance.migration import PEER_SHARE, Balancer, MigrationOptions
+from flegel.interval.base import Plan
 from flegel.protocol import POLL_S
 from flegel.sync import fsp
 from tests.fakes import Simulation, overlapping
@@ -132,3 +133,16 @@ def test_a_slow_peer_splits_its_share_over_its_moves():
     assert set(moved) == {2, 3, 4}, moved
     assert sum(moved.values()) <= PEER_SHARE * N_PER
     assert max(moved.values()) - min(moved.values()) <= 1
+
+
+@pytest.mark.parametrize("flag", ["mark", "rollback"])
+def test_a_probe_that_marks_or_rolls_back_has_no_receivers(with_pause, flag):
+    """Before a probe that marks or rolls back θ no points move, and last barrier's
+    receivers are forgotten: none of them is paused as catching up in the probe (it would
+    skew g(η)).  (The finished run's policy, changed here: last in the module, nothing reads
+    it after.)"""
+    policy = with_pause.policy
+    policy._receivers = {2, 3}
+    policy.plan = Plan(0.1, **{flag: True})
+    policy.before_broadcast({})
+    assert policy._receivers == set()
