@@ -45,21 +45,29 @@ def describe(r: RunResult) -> str:
                                                          else ""))
 
 
-def phases(r: RunResult) -> str:
+def phases(r: RunResult) -> str | None:
     """Where a run's time went (``--phases``), from its events.jsonl: the end of the
     calibration, the first migration round, the iterations up to the target and their mean
-    length before and after that round, and the longest iteration (a catch-up of migrated
-    points held the barrier for it, issue 19)."""
+    length before and after that round, and the longest iteration after the calibration (a
+    catch-up of migrated points held the barrier for it, issue 19).  None without
+    events.jsonl."""
     s: dict[str, Any] = r.summary or {}
     path = Path(r.folder) / "events.jsonl"
     if not path.exists():
-        return ""
+        return None
     events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not events:
+        return None
     target = r.target if r.target is not None else -float("inf")
     rounds = (s.get("migration") or {}).get("round_log") or []
-    first_round = rounds[0]["time_s"] if rounds else None
-    times, before, after, prev, reached = [], [], [], 0.0, None
-    for e in events:
+    first_round: float | None = rounds[0]["time_s"] if rounds else None
+    # The first event ends the calibration: counted as that, not as an iteration.
+    calib = float(events[0]["time_s"])
+    times: list[float] = []
+    before: list[float] = []
+    after: list[float] = []
+    prev, reached = calib, None
+    for e in events[1:]:
         t = float(e["time_s"])
         (after if first_round is not None and prev >= first_round else before).append(t - prev)
         times.append(t - prev)
@@ -71,7 +79,6 @@ def phases(r: RunResult) -> str:
     def mean_ms(xs: list[float]) -> str:
         return f"{1e3 * sum(xs) / len(xs):5.1f}" if xs else "    -"
 
-    calib = events[0]["time_s"] if events else float("nan")
     return (f"    calibration {calib:.3f} s  first round "
             f"{'-' if first_round is None else f'{first_round:.3f} s'}  iterations to target "
             f"{reached if reached is not None else '-'}  mean ms before/after the round "
@@ -118,8 +125,9 @@ def main(argv: list[str] | None = None) -> None:
                 r = runner.run(args.algorithm, args.partition, preset, args.stragglers, sets)
                 times[s].append(r.time)
                 print(f"  round {k} {s:12} {describe(r)}", flush=True)
-                if args.phases:
-                    print(phases(r), flush=True)
+                line = phases(r) if args.phases else None
+                if line is not None:
+                    print(line, flush=True)
         base = statistics.median(t.s for t in times[syncs[0]])
         print(f"median time to target (s), and {syncs[0]}'s median over it "
               "('>': a run did not reach the target, its time is a lower bound, and so is a "

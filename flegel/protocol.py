@@ -153,7 +153,8 @@ COMMIT = Header((
     "n_held",       # points the worker holds (migrated-away ones excluded)
     "in_flight",    # points locked in windows being sent (migration)
     "seen",         # points held that were trained at least once
-    "queued",       # points migrated in that still catch up on passes
+    "queued",       # points migrated in (or reactivated) not yet in the traversal
+    "behind",       # ... of which still behind in passes: the catch-up left to train
 ))
 
 #: Master -> worker, in front of θ.

@@ -25,7 +25,7 @@ from flegel.balance.migration import (
 )
 from flegel.balance.planner import Move
 from flegel.protocol import OrderKind
-from tests.fakes import Simulation, kmeans_theta0
+from tests.fakes import Simulation, kmeans_theta0, overlapping
 
 N_PER = 10_000
 
@@ -73,13 +73,15 @@ def test_a_straggler_gives_to_every_worker_ahead_at_once(spread):
     load burst: beyond GROUP_SPREAD, within PEER_SPEED; issue 19, the migration row): the fast
     ones form one super worker and each receives a share in the same round.  (Before, at 2.2x
     the straggler was paired with one of them alone, which then held 2x the others' points:
-    on ``flegel paper``'s NMF it held the barrier at every iteration for 1.8 s.)"""
+    on ``flegel paper``'s NMF it held the barrier at every iteration for 1.8 s.)  The share
+    is by speed (``planner._by_speed``): at 2.2x the slowest already holds more than its
+    speed share of the points and receives none."""
     b = Balancer(MigrationOptions.of({"mode": "async"}))
     n = dict.fromkeys(range(1, 5), N_PER)
     v = {1: 50e-6, 2: 1.0e-6, 3: spread * 1e-6, 4: (1 + spread) / 2 * 1e-6}
     p = {1: 0.1, 2: 3.0, 3: 2.4, 4: 2.7}
     orders = settle(b, n, v, p, now=0.5)
-    assert sends(orders) == {(1, 2), (1, 3), (1, 4)}
+    assert sends(orders) == ({(1, 2), (1, 3), (1, 4)} if spread < 2 else {(1, 2), (1, 4)})
 
 
 def _two_rounds(speed_change: float) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
@@ -143,3 +145,60 @@ def test_simulated_run_never_reverses_a_move_in_the_next_round(mode):
         there = {(s, t) for s, t, _ in before["moves"]}
         back = {(t, s) for s, t, _ in after["moves"]}
         assert not there & back, (before, after)
+
+
+def test_a_slow_peer_beside_a_straggler_gets_its_speed_share_and_keeps_it():
+    """Beside a straggler 50x slower, peers of speeds 1, 1 and 3.5x slower form one super
+    worker (within PEER_SPEED); what it receives is split by speed, so the slow peer gets
+    no more than its speed share, and none of what it received moves on at the later plans
+    at unchanged speeds (issue 19 item 4: no point moves twice without a speed change).
+    (Split evenly, it received 3,172 points and passed 1,646 + 1,646 on at the next plan.)"""
+    b = Balancer(MigrationOptions.of({"mode": "async"}))
+    n = dict.fromkeys(range(1, 5), N_PER)
+    v = {1: 50e-6, 2: 1e-6, 3: 1e-6, 4: 3.5e-6}
+    p = {1: 0.1, 2: 3.0, 3: 3.0, 4: 3.0}
+    received: dict[int, int] = {}
+    later: dict[int, int] = {}
+    for t in range(6):
+        orders = settle(b, n, v, p, now=0.5 + t)
+        for r, os in orders.items():
+            for o in os:
+                if o.kind == OrderKind.SEND:
+                    n[r] -= o.points
+                    n[o.peer] += o.points
+                    if t == 0:
+                        received[o.peer] = received.get(o.peer, 0) + o.points
+                    else:
+                        later[r] = later.get(r, 0) + o.points
+        # Each worker's passes advance at its speed over its points: 0.1 s of compute.
+        p = {r: p[r] + 0.1 / (v[r] * n[r]) for r in n}
+    assert received, "the straggler sent nothing"
+    speed = {r: 1.0 / v[r] for r in (2, 3, 4)}
+    share = speed[4] / sum(speed.values()) * sum(received.values())
+    assert received.get(4, 0) <= share, received
+    for r, got in received.items():
+        assert got == 0 or later.get(r, 0) == 0, (r, received, later)
+
+
+def test_simulated_slow_peer_beside_a_straggler_passes_nothing_on():
+    """The same on the simulated clock: a straggler 50x slower, peers at speeds 1, 1 and 3.5x
+    slower (within PEER_SPEED: one super worker), speeds unchanged for the whole run.  The
+    slow peer gets no more than its speed share of the first round, and no worker that
+    received points sends any later (split evenly it took 649 of 1,957 points and sent
+    625 on to workers 2 and 3 at 0.82 s)."""
+    x, _ = overlapping(8000)
+    sim = Simulation("fsp", {"interval": "fixed", "eta_ms": 100.0,
+                             "migration": {"mode": "async"}},
+                     workers=4, data=x, cost_s=5e-6, slowdown={1: 50.0, 4: 3.5},
+                     stop={"max_iterations": 60}).run()
+    log = sim.policy.summary()["migration"]["round_log"]
+    first = log[0]["moves"]
+    assert first and all(s == 1 for s, _, _ in first), first
+    speed = {2: 1.0, 3: 1.0, 4: 1 / 3.5}
+    got4 = sum(k for _, t, k in first if t == 4)
+    assert got4 <= speed[4] / sum(speed.values()) * sum(k for _, _, k in first), first
+    received: set[int] = set()
+    for r in log:
+        senders = {s for s, _, _ in r["moves"]}
+        assert not senders & received, (r["time_s"], r["moves"], received)
+        received |= {t for _, t, _ in r["moves"]}

@@ -272,3 +272,18 @@ def test_a_checkpoint_without_a_state_key_the_algorithm_keeps_now_restores_it_fr
     new.restore(saved)
     assert list(new.state["label"]) == [0, 1, 2, 3, 4, 5]
     assert new.state["bound"].shape == (6,) and (new.state["bound"] == -1.0).all()
+
+
+def test_n_behind_counts_only_queued_points_still_behind_in_passes():
+    """``n_behind`` (the COMMIT header ``behind``, FSP's catch-up pause) counts the queued
+    points still behind the target's passes; points migrated in ahead of them are queued
+    too (``n_queued``) but have nothing to catch up: a target holding only those is not
+    catching up."""
+    ahead, behind, target = _store(1, 10), _store(2, 10), _store(3, 10)
+    _train(ahead, 40), _train(target, 20)          # 4 passes, 2 passes
+    target.admit(ahead.export(ahead.select_behind_cursor(3)))
+    assert target.n_queued == 3 and target.n_behind == 0
+    target.admit(behind.export(behind.select_behind_cursor(2)))  # never trained
+    assert target.n_queued == 5 and target.n_behind == 2
+    _train(target, 8)  # the catch-up first: 2 passes of the 2 behind, then the traversal
+    assert target.n_behind == 0

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -541,6 +541,16 @@ class Balancer:
         one of them, which took all its points, held 3,870 against 2,000, and set every
         iteration's length for 1.8 s (issue 19, ``flegel paper``'s NMF,
         ``tests/test_migration_churn.py``).
+
+        Where this departs from §4.2: its super workers are workers with "the same
+        statistics", among which Δ is split evenly.  These groups are looser -- beside a
+        straggler, members up to :data:`PEER_SPEED` (4x) apart in speed, points within
+        :data:`GROUP_SPREAD`, passes within ε -- so each member's own V goes with the group
+        (``SuperWorker.speeds``) and what the group receives is split by speed
+        (``planner._by_speed``: equal predicted passes), not evenly: split evenly, a 3.5x
+        slower member took as many of a straggler's points as the fast ones and passed them
+        on at the next plans at unchanged speeds.  The group's V in Eq. 9 stays the members'
+        mean, as in :func:`group`.
         """
         mean_p = sum(s.p for s in stats) / max(len(stats), 1)
         p_abs = max(self.options.epsilon, RELATIVE_EPSILON * mean_p)
@@ -550,8 +560,15 @@ class Balancer:
             return group(stats, tol)
         # Beside a straggler, the others are grouped by points and passes alone: their
         # speeds differ by the load of the moment, not by what makes a straggler.
+        # Their speeds still differ, by up to PEER_SPEED: each member's own V goes with the
+        # group, and what it receives is split by speed (planner._by_speed), not evenly --
+        # an even split gave a 3.5x slower peer as many points as the fast ones, and it
+        # passed them on at the next plans at unchanged speeds (points moving twice).
         peers = Tolerance(v_rel=PEER_SPEED - 1.0, n_rel=GROUP_SPREAD, p_abs=p_abs)
-        out = group([s for s in stats if not self.straggler(s.rank)], peers) + group(slow, tol)
+        v = {s.rank: s.v for s in stats}
+        out = [replace(w, speeds=tuple(v[r] for r in w.ranks)) if w.size > 1 else w
+               for w in group([s for s in stats if not self.straggler(s.rank)], peers)]
+        out += group(slow, tol)
         return sorted(out, key=lambda w: w.ranks[0])
 
     def predicted_end(self, stats: list[WorkerStat], T: float) -> tuple[dict[int, float],
@@ -685,7 +702,8 @@ class Balancer:
           at 1.6 s).
         * A source sends at most :data:`PEER_SHARE` of its points in a round, all its moves
           together (a source paired with three targets sent 75%), split over its moves in
-          proportion to what each asks (first come, one target took the whole share), unless
+          proportion to what each asks -- the moves the rules above kept, not those they
+          dropped (first come, one target took the whole share), unless
           it is a straggler
           (:meth:`straggler`: :data:`PEER_SPEED` times slower than the median worker at
           the last :data:`STRAGGLER_BARRIERS` barriers; a burst of load on a shared machine
@@ -700,13 +718,10 @@ class Balancer:
         speeds = {s.rank: s.v for s in stats}
         passes = {s.rank: s.p for s in stats}
         measured = self.peers_measured()
-        # A source's share (PEER_SHARE) is split over its moves in proportion to what each
-        # asks, not taken by the first: first come, a source paired with three targets sent
-        # its whole share to one of them, which then held the others' pass back.
-        asked: dict[int, int] = {}
-        for m in moves:
-            asked[m.source] = asked.get(m.source, 0) + m.points
-        out = []
+        # The moves that pass the rules independent of the points left (the pair's
+        # threshold, measured speeds, no reversal, no target behind its source), first: a
+        # source's share is split over these only.
+        kept = []
         for m in moves:
             if abs(pred[m.target] - pred[m.source]) <= threshold:
                 continue
@@ -715,17 +730,26 @@ class Balancer:
             if self.reversal(m, speeds):
                 self.held_back += 1
                 continue
+            # Strict on fractional passes, on purpose: at one pass a barrier more points
+            # only delay its next pass, however little it is behind; the pair test above
+            # already applied Eq. 8's threshold (to the predicted passes).
+            if m.target in room and passes[m.target] < passes[m.source]:
+                continue  # behind: more points would only slow its catching up
+            kept.append(m)
+        # A source's share (PEER_SHARE) is split over its moves in proportion to what each
+        # asks, not taken by the first: first come, a source paired with three targets sent
+        # its whole share to one of them, which then held the others' pass back.
+        asked: dict[int, int] = {}
+        for m in kept:
+            asked[m.source] = asked.get(m.source, 0) + m.points
+        out = []
+        for m in kept:
             points = min(m.points, left[m.source] - floors[m.source])
             if not self.straggler(m.source):  # the share of all its moves this round
                 share = int(PEER_SHARE * held[m.source])
                 points = min(points, share * m.points // max(asked[m.source], 1),
                              share - (held[m.source] - left[m.source]))
             if m.target in room:
-                # Strict on fractional passes, on purpose: at one pass a barrier more points
-                # only delay its next pass, however little it is behind; the pair test above
-                # already applied Eq. 8's threshold (to the predicted passes).
-                if passes[m.target] < passes[m.source]:
-                    continue  # behind: more points would only slow its catching up
                 points = min(points, room[m.target])
             smaller = min(held[m.source], held[m.target])
             if points >= max(1.0, MIN_MOVE_FRACTION * smaller):

@@ -99,6 +99,12 @@ class SuperWorker:
         it does not have.
     a : float, optional
         Aᵢ, seconds a pass costs besides its points (mean; :class:`WorkerStat`), ``≥ 0``.
+    speeds : tuple of float, optional
+        Each member's own V, in the order of ``ranks``, for a group whose members' speeds
+        differ by more than timing noise (``Balancer.supers`` beside a straggler); the
+        planner then splits the points it receives so that the members' counts come out
+        proportional to their speeds (equal predicted passes) instead of evenly.  Empty:
+        the members count as equally fast (§4.2's "same statistics").
     """
 
     ranks: tuple[int, ...]
@@ -107,12 +113,16 @@ class SuperWorker:
     p: float
     sizes: tuple[int, ...] = ()
     a: float = 0.0
+    speeds: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.ranks:
             raise ValueError("a super worker needs at least one member")
         if self.sizes and len(self.sizes) != len(self.ranks):
             raise ValueError("sizes must list one point count per rank")
+        if self.speeds and (len(self.speeds) != len(self.ranks)
+                            or not all(math.isfinite(v) and v > 0 for v in self.speeds)):
+            raise ValueError("speeds must list one finite V > 0 per rank")
         if not (math.isfinite(self.n) and self.n >= 0):
             raise ValueError(f"super worker {self.ranks}: n must be finite and >= 0")
         if not (math.isfinite(self.v) and self.v > 0):

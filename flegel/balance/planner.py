@@ -437,6 +437,30 @@ def _even(total: int, k: int) -> list[int]:
     return [base + (1 if m < extra else 0) for m in range(k)]
 
 
+def _by_speed(total: int, j: SuperWorker) -> list[int]:
+    """``total`` received points split over ``j``'s members so that their counts come out
+    proportional to their speeds 1/V (water filling: a member already holding more than its
+    share gets none), so that their predicted passes are equal and no member receives
+    points it would pass on at the next plan at unchanged speeds (issue 19, churn).  The
+    largest remainders take the points left by rounding down."""
+    have = j.member_sizes()
+    rate = [1.0 / v for v in j.speeds]
+    # The level L (points per unit of speed) at which sum(max(0, L·rate − have)) = total.
+    order = sorted(range(j.size), key=lambda m: have[m] / rate[m])
+    level, pool, rates = 0.0, float(total), 0.0
+    for k, m in enumerate(order):
+        rates += rate[m]
+        pool += have[m]
+        level = pool / rates
+        if k + 1 == len(order) or level <= have[order[k + 1]] / rate[order[k + 1]]:
+            break
+    want = [max(0.0, level * rate[m] - have[m]) for m in range(j.size)]
+    out = [math.floor(w) for w in want]
+    for m in sorted(range(j.size), key=lambda m: out[m] - want[m])[:total - sum(out)]:
+        out[m] += 1
+    return out
+
+
 def _pair_moves(i: SuperWorker, j: SuperWorker, delta: float) -> list[Move]:
     per_source = min(math.floor(delta), max(math.ceil(i.n) - 1, 0))
     per_target = math.floor(i.size * delta / j.size)
@@ -445,7 +469,7 @@ def _pair_moves(i: SuperWorker, j: SuperWorker, delta: float) -> list[Move]:
         return []
     sends = [min(share, max(have - 1, 0))
              for share, have in zip(_even(total, i.size), i.member_sizes())]
-    receives = _even(sum(sends), j.size)
+    receives = _by_speed(sum(sends), j) if j.speeds else _even(sum(sends), j.size)
     moves: list[Move] = []
     a = b = 0
     left_a = sends[0]

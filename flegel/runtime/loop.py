@@ -363,7 +363,7 @@ def iterate(host: LoopHost, version: float
             "passes": store.passes, "block_s": host.sizer.block_s, "rate": rate,
             "slowed_s": slowed, "n_active": store.n_active, "aborted": totals.aborted,
             "n_held": store.n_held, "in_flight": policy.in_flight, "seen": store.n_seen,
-            "queued": store.n_queued}
+            "queued": store.n_queued, "behind": store.n_behind}
     return agg, meta, totals
 
 

@@ -125,6 +125,16 @@ class ShardStore:
         return self._n_queued
 
     @property
+    def n_behind(self) -> int:
+        """Queued points still behind in passes (Section 4.3's catch-up left to train); the
+        others of :attr:`n_queued` caught up, or came ahead, and only wait to join the
+        traversal.  Vectorized over the queue: read once a commit."""
+        if not self._n_queued:
+            return 0
+        rows = self._queue
+        return int(np.count_nonzero(self.visits[rows] < self.cycles + (rows < self.cursor)))
+
+    @property
     def n_seen(self) -> int:
         """Points held that were trained at least once."""
         return self._n_seen

@@ -725,10 +725,10 @@ class FSP(BarrierPolicy):
                                 f"found {type(server).__name__}")
             self.order_port = server
         self._orders: dict[int, int] = {}
-        #: Workers catching up on migrated points this iteration, and when they are paused
+        #: Workers catching up on migrated points this iteration, and when each is paused
         #: (:meth:`_on_pass`: a catch-up holds no barrier).
         self._receivers: set[int] = set()
-        self._catch_up_at: float | None = None
+        self._catch_up_at: dict[int, float] = {}
         # Whole passes (_balanced): the algorithm's declaration, whether this iteration waits
         # for every pass, and how many did.
         self.full_batch = bool(server.full_batch_update)
@@ -788,7 +788,7 @@ class FSP(BarrierPolicy):
         self.signalled = False
         self.pause_at = None
         self.paused = set()
-        self._catch_up_at = None
+        self._catch_up_at = {}
         # The calibration is a whole pass (a share of it, sampled) for every algorithm
         # (class notes); later ones
         # only for a full-batch algorithm without stragglers (_balanced).
@@ -821,13 +821,15 @@ class FSP(BarrierPolicy):
         or rolls back θ (rollback mode), whose roll-back must find the data where they were;
         before the other probes (:data:`~flegel.interval.multistage.PROBE_PHASES`) only a
         straggler's points move (``Balancer.while_probing``)."""
+        # Who trains migrated points this iteration (:meth:`_catching_up`): the targets of
+        # this barrier's orders (the windows arrive during the iteration) -- none before a
+        # probe that marks or rolls back θ, which orders nothing (last barrier's receivers
+        # paused in it would skew g(η)).
+        self._receivers = set()
         if (self.balancer is None or self.order_port is None or self.plan.mark
                 or self.plan.rollback):
             return
         srv = self.server
-        # Who trains migrated points this iteration (:meth:`_catching_up`): the targets of
-        # this barrier's orders (the windows arrive during the iteration).
-        self._receivers = set()
         orders = self.balancer.at_barrier(srv.now(), commits, srv.estimated_objective(),
                                           srv.target_objective, srv.time_left_s,
                                           probing=self.plan.phase in PROBE_PHASES,
@@ -879,6 +881,11 @@ class FSP(BarrierPolicy):
         nothing; finishing its pass then costs it one pass.  A master-side pause at
         ``PASS_GRACE · t_p`` (an earlier version of this rule) still paused the workers
         whose θ arrived late, before they had run.
+
+        One exception: a worker catching up on migrated points (:meth:`_catching_up`) is
+        paused by the master at ``max(PASS_GRACE · t_p, PASS_GRACE · its own predicted
+        pass)`` after the broadcast, when that comes before its timer: only the catch-up
+        beyond its own pass is cut, which a timer does not cut (issue 19).
         """
         now = self.server.now()
         t_pass = max(now - self.iter_start, 0.0)
@@ -902,15 +909,23 @@ class FSP(BarrierPolicy):
         self.paused.add(rank)  # it committed: nothing to pause
         # Semi-centralized with η: each worker's timer ends its iteration.
         self.pause_at = math.inf if self.semi and eta > 0 else self.iter_start + grace
-        # ... but not a catch-up: a worker training migrated points is paused at the grace.
-        if self.pause_at > self.iter_start + grace and self._catching_up():
-            self._catch_up_at = self.iter_start + grace
+        # ... but not a catch-up beyond its own pass: a worker training migrated points is
+        # paused at PASS_GRACE times its own predicted pass at its own point count, or at
+        # the grace if later -- so a worker on a shared core that has not run yet is not
+        # cut short of its own pass (the master-side pause above, removed).
+        self._catch_up_at = {}
+        for r in self._catching_up():
+            at = self.iter_start + max(grace, PASS_GRACE * self.passes.pass_s.get(r, 0.0))
+            if at < self.pause_at:
+                self._catch_up_at[r] = at
         self.on_tick(now)
 
     def _catching_up(self) -> list[int]:
         """The workers still computing that train migrated points first (Section 4.3's
         priority queue): targets of this barrier's orders, and those whose last commit had
-        points queued (``queued``, still behind in passes).
+        points still behind in passes (``behind``, :attr:`ShardStore.n_behind`; not
+        ``queued``, which counts points ahead in passes that only wait, and reactivated
+        ones).
 
         Their pass is no pass of their own points: the queue's points are trained until
         their passes caught up, P_target − P_source visits each at the same θ, and the
@@ -920,22 +935,31 @@ class FSP(BarrierPolicy):
         --syncs fspv-off,fspv-async``, 4 workers on 2 cores at a load of 16): a target
         given 1,000 points 11 passes behind trained 14,000 points in one iteration of
         155 ms against 18-25 ms, 0.3-0.5 s of such iterations a run.  Paused at the grace
-        (:data:`PASS_GRACE` times the first pass), it catches up over the next iterations,
-        the queue first (Eq. 9 budgets the compensation over T/d, not one barrier)."""
+        (:data:`PASS_GRACE` times the first pass, or its own predicted pass if longer:
+        :meth:`_on_pass`), it catches up over the next iterations,
+        the queue first (Eq. 9 budgets the compensation over T/d, not one barrier).
+
+        Returns
+        -------
+        list of int
+            The ranks still computing (not committed, not paused) that are catching up.
+        """
         if self.balancer is None:
             return []
         return [r for r in self.server.ranks
                 if r not in self.pending and r not in self.paused
                 and (r in self._receivers
-                     or self.server.worker(r).header.get("queued", 0.0) > 0)]
+                     or self.server.worker(r).header.get("behind", 0.0) > 0)]
 
     def on_tick(self, now: float) -> None:
         if self.signalled:
             return
         eta = self.plan.eta_s
-        if self._catch_up_at is not None and now >= self._catch_up_at:
-            self._catch_up_at = None
-            catching = self._catching_up()
+        due = [r for r, at in self._catch_up_at.items() if now >= at]
+        if due:
+            for r in due:
+                del self._catch_up_at[r]
+            catching = [r for r in self._catching_up() if r in due]
             if catching:
                 self.server.signal(catching, Signal.PAUSE)
                 self.paused.update(catching)
