@@ -109,7 +109,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         argv = ["run", "--resume", str(Path(args.resume).resolve())]
         for s in args.set:
             argv += ["--set", s]
-        return launch(job.workers + 1, argv)
+        return launch(job.workers + 1, argv, finish_s=job.runtime.finish_timeout_s)
     if not under_mpi():
         try:
             job = load_job(args.job, args.set)
@@ -122,7 +122,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         argv = ["run", str(job.file), "--out", str(out), "--force"]
         for s in args.set:
             argv += ["--set", s]
-        return launch(job.workers + 1, argv, job.output.progress)
+        return launch(job.workers + 1, argv, job.output.progress,
+                      finish_s=job.runtime.finish_timeout_s)
 
     # Rank 0 says what the next second or so goes to (flegel.runtime.timings).
     mark_started()  # flegel runs in this rank: its exit from now on is no failed start
@@ -217,7 +218,7 @@ def _end_rank(mpi: Any) -> NoReturn:
         if lost:  # a signal crossing the stop is expected; anything else is worth a line
             print(f"flegel: warning: rank {mpi.COMM_WORLD.Get_rank()} dropped unreceived "
                   f"message(s) at its end (source, tag): {lost}", file=sys.stderr, flush=True)
-        mark_finalizing()  # flegel run names a rank stuck before or in MPI_Finalize
+        mark_finalizing()  # flegel run names a rank stuck before, in or after MPI_Finalize
         mpi.Finalize()
     c_exit(0)
 
