@@ -191,10 +191,22 @@ class _Job:
         #: ... and a rank killed then had not reached ``MPI_Finalize``: its exit handlers or
         #: threads were cut off, so the job is not counted a success.
         self.cut_before_finalize = False
+        #: Set when ``mpiexec`` ended, where there are no pidfds (macOS, Linux < 5.3, a
+        #: seccomp filter): a thread waits for it in the kernel (Popen.wait with a timeout
+        #: would poll it about 25 times a second).
+        self._gone: threading.Event | None = None
         try:  # before anyone waits for mpiexec: its PID cannot have been reused yet
             self._pidfd: int | None = os.pidfd_open(proc.pid)
-        except (AttributeError, OSError):  # no pidfds here: Popen.wait's own polling
+        except (AttributeError, OSError):
             self._pidfd = None
+            self._gone = threading.Event()
+            threading.Thread(target=self._reap, daemon=True, name="flegel-mpiexec").start()
+
+    def _reap(self) -> None:
+        """Wait for ``mpiexec`` (blocking in ``waitpid``) and say it ended."""
+        self.proc.wait()
+        assert self._gone is not None
+        self._gone.set()
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         """Forward the first SIGINT/SIGTERM to ``mpiexec``; a second one kills the job
@@ -204,8 +216,10 @@ class _Job:
                 self.kill()
             return
         self.signum, self.signal_at = signum, time.monotonic()
-        self.after_cause = self.death_seen or (self.status is not None
-                                               and self.status.exists())
+        # A rank decided the end (the status file), or the run finished (the master's done
+        # marker: the run directory is complete): the signal does not decide the code.
+        self.after_cause = self.death_seen or (self.status is not None and (
+            self.status.exists() or os.path.exists(done_marker(str(self.status), 0))))
         self.kill_at = self.signal_at + KILL_AFTER_S
         try:
             self.proc.send_signal(signum)
@@ -246,12 +260,9 @@ class _Job:
     def _ended(self, timeout_s: float | None) -> bool:
         """Sleep until ``mpiexec`` ends or ``timeout_s`` passed (None: no bound); True if it
         ended (not yet waited for)."""
-        if self._pidfd is None:
-            try:
-                self.proc.wait(timeout=timeout_s)
-                return True
-            except subprocess.TimeoutExpired:
-                return False
+        if self._gone is not None:
+            return self._gone.wait(timeout_s)
+        assert self._pidfd is not None
         poller = select.poll()
         poller.register(self._pidfd, select.POLLIN)
         return bool(poller.poll(None if timeout_s is None else int(timeout_s * 1000) + 1))
@@ -271,12 +282,14 @@ class _Job:
             while True:
                 now = time.monotonic()
                 if self.kill_at is not None:
-                    left: float | None = max(self.kill_at - now, 0)
+                    left = max(self.kill_at - now, 0.0)
                 elif finish_at is not None:
                     left = max(finish_at - now, 0)
                 else:
                     left = FINISH_LOOK_S
-                if self._ended(left):
+                # At most a second asleep: a signal's handler runs while the kernel wait
+                # resumes, and its kill time must then take effect.
+                if self._ended(min(left, FINISH_LOOK_S)):
                     rc = self.proc.wait()
                     break
                 now = time.monotonic()
@@ -300,8 +313,10 @@ class _Job:
         code = _code_in(status)
         if code is not None:
             return code
-        if self.cut_short:  # the master finished: the run directory is complete
-            return ExitCode.STALLED if self.cut_before_finalize else ExitCode.OK
+        if self.cut_before_finalize:  # an exit handler or a thread was cut off
+            return ExitCode.STALLED
+        if self.cut_short or (self.signum is not None and os.path.exists(master_done)):
+            return ExitCode.OK  # the master finished: the run directory is complete
         return ExitCode.for_signal(-rc) if rc < 0 else rc
 
     def _cut_short(self, status: Path, watch: RankWatch | None, finish_s: float) -> None:
