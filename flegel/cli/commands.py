@@ -166,7 +166,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         from flegel.runtime.lifetime import agreed_end
 
         agreed_end(comm.rank, EXIT_BAD_JOB)  # no rank's exit is then taken for a death
-        return EXIT_BAD_JOB
+        # As a finished rank ends: its finalizing marker tells flegel run it is past its
+        # exit handlers (runtime.finish_timeout_s runs from rank 0's done marker).
+        _end_rank(MPI, EXIT_BAD_JOB)
     assert summary is not None  # the master returns the summary
     print(f"run directory: {out}")
     brief = {k: summary[k] for k in ("iterations", "final_objective", "wall_time_s",
@@ -184,8 +186,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
-def _end_rank(mpi: Any) -> NoReturn:
-    """End a rank whose work is done (everything written and closed) with exit status 0.
+def _end_rank(mpi: Any, code: int = 0) -> NoReturn:
+    """End a rank whose work is done (everything written and closed) with exit status
+    ``code`` (0; 2 for a job every rank refused before any work).
 
     Non-daemon threads are joined, the exit handlers run and MPI is finalized, then the
     process exits through C's ``exit`` (:func:`flegel.runtime.lifetime.c_exit`: MPICH's
@@ -220,7 +223,7 @@ def _end_rank(mpi: Any) -> NoReturn:
                   f"message(s) at its end (source, tag): {lost}", file=sys.stderr, flush=True)
         mark_finalizing()  # flegel run names a rank stuck before, in or after MPI_Finalize
         mpi.Finalize()
-    c_exit(0)
+    c_exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:
