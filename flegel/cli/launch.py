@@ -174,7 +174,17 @@ def _code_in(status: Path) -> int | None:
 
 
 class _Job:
-    """The running ``mpiexec`` and what the launcher received."""
+    """The running ``mpiexec`` and what the launcher received (signals, a rank's death).
+
+    Parameters
+    ----------
+    proc : Popen
+        ``mpiexec``, started in its own session (its process group is the job's), not yet
+        waited for: its pidfd is opened here.
+    status : Path or None
+        The job's status file (:data:`~flegel.runtime.lifetime.STATUS_ENV`); the ranks'
+        done and finalizing markers lie beside it.  None: no rank can decide the end.
+    """
 
     def __init__(self, proc: subprocess.Popen[bytes], status: Path | None = None) -> None:
         self.proc = proc
