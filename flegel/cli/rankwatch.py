@@ -24,6 +24,11 @@ that ends while a rank it started still runs has lost that rank, whenever the ra
 shows.  What ends after ``mpiexec`` ended is a consequence.  The one limit left: the watch
 must get the CPU between the killed daemon's end and ``mpiexec``'s, the killed rank's own
 exit time; a wake-up later than that finds the whole job ended at once and names every rank.
+
+The watch sees only the processes in this host's ``/proc``: every rank of a one-host job
+(and of the local cluster, whose hosts share a kernel), not the ranks on other hosts of a
+real cluster.  Without pidfds (macOS, Linux < 5.3, a seccomp filter) nothing is watched,
+and the launcher says so once.
 """
 
 from __future__ import annotations
