@@ -205,12 +205,12 @@ class _Job:
         #: seccomp filter): a thread waits for it in the kernel (Popen.wait with a timeout
         #: would poll it about 25 times a second).
         self._gone: threading.Event | None = None
+        self._reaper: threading.Thread | None = None  # started by the first wait
         try:  # before anyone waits for mpiexec: its PID cannot have been reused yet
             self._pidfd: int | None = os.pidfd_open(proc.pid)
         except (AttributeError, OSError):
             self._pidfd = None
             self._gone = threading.Event()
-            threading.Thread(target=self._reap, daemon=True, name="flegel-mpiexec").start()
 
     def _reap(self) -> None:
         """Wait for ``mpiexec`` (blocking in ``waitpid``) and say it ended."""
@@ -271,6 +271,10 @@ class _Job:
         """Sleep until ``mpiexec`` ends or ``timeout_s`` passed (None: no bound); True if it
         ended (not yet waited for)."""
         if self._gone is not None:
+            if self._reaper is None:
+                self._reaper = threading.Thread(target=self._reap, daemon=True,
+                                                name="flegel-mpiexec")
+                self._reaper.start()
             return self._gone.wait(timeout_s)
         assert self._pidfd is not None
         poller = select.poll()
