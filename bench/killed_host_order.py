@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests import test_cluster as tc  # noqa: E402
 from tests.conftest import write_job  # noqa: E402
+
+#: Seconds a run may take to start training (its first event) before the bench gives up.
+START_S = 120.0
+
+
+def _training(out: Path, proc: subprocess.Popen[str]) -> None:
+    """Return once the job in ``out`` trains (its first event); raise if it ended or did not
+    start within :data:`START_S`."""
+    deadline = time.monotonic() + START_S
+    events = out / "events.jsonl"
+    while not (events.exists() and '"t": 1,' in events.read_text()):
+        if proc.poll() is not None:
+            raise RuntimeError(f"the job ended before training (exit {proc.returncode}): "
+                               f"{proc.communicate()[1]}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the job did not train within {START_S:g} s")
+        time.sleep(0.05)
 
 
 def _job_processes(out: Path) -> dict[int, str]:
@@ -57,9 +75,9 @@ def main() -> None:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 4
     name = os.environ.get("FLEGEL_CLUSTER", "jl")
     c = tc._up(name, os.environ.get("FLEGEL_CLUSTER_SUBNET", "10.88.0"))
+    folder = Path(tempfile.mkdtemp(prefix="killed-host-"))
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
-        folder = Path(tempfile.mkdtemp(prefix="killed-host-"))
         blobs = {"source": "synthetic", "kind": "blobs", "n_points": 20_000,
                  "n_features": 8, "centers": 5, "seed": 1}
         write_job(folder / "long.yaml", algorithm="kmeans",
@@ -71,26 +89,33 @@ def main() -> None:
         for i in range(runs):
             out = folder / f"out{i}"
             proc = c.start(folder / "long.yaml", out)
-            while not ((out / "events.jsonl").exists()
-                       and '"t": 1,' in (out / "events.jsonl").read_text()):
-                time.sleep(0.05)
+            try:
+                _training(out, proc)
+            except RuntimeError:
+                proc.kill()
+                proc.communicate()
+                raise
             fds = _job_processes(out)
-            poller = select.poll()
-            for fd in fds:
-                poller.register(fd, select.POLLIN)
-            h2 = subprocess.run(["ip", "netns", "pids", f"{name}-h2"], capture_output=True,
-                                text=True).stdout.split()
-            t0 = time.monotonic()
-            subprocess.run(["kill", "-9", *h2])
             ended = []
-            while fds:
-                ready = poller.poll(10_000)
-                if not ready:
-                    break
-                t = (time.monotonic() - t0) * 1000
-                for fd, _ in ready:
-                    ended.append(f"{t:.1f} {fds.pop(fd)}")
-                    poller.unregister(fd)
+            try:
+                poller = select.poll()
+                for fd in fds:
+                    poller.register(fd, select.POLLIN)
+                h2 = subprocess.run(["ip", "netns", "pids", f"{name}-h2"],
+                                    capture_output=True, text=True).stdout.split()
+                t0 = time.monotonic()
+                subprocess.run(["kill", "-9", *h2])
+                while fds:
+                    ready = poller.poll(10_000)
+                    if not ready:
+                        break
+                    t = (time.monotonic() - t0) * 1000
+                    for fd, _ in ready:
+                        ended.append(f"{t:.1f} {fds.pop(fd)}")
+                        poller.unregister(fd)
+                        os.close(fd)
+            finally:
+                for fd in fds:  # still running 10 s after the kill
                     os.close(fd)
             _, err = proc.communicate(timeout=60)
             line = [ln for ln in err.splitlines() if ln.startswith("flegel:")]
@@ -99,6 +124,7 @@ def main() -> None:
                   flush=True)
     finally:
         tc._down(c)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

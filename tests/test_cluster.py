@@ -345,17 +345,20 @@ def test_a_killed_host_ends_the_job_naming_rank_and_host(cluster: Cluster, jobs:
     worker and its host."""
     out = tmp_path / "kill"
 
-    def kill_h2(proc: subprocess.Popen[str]) -> None:
-        h2 = subprocess.run(["ip", "netns", "pids", f"{cluster.name}-h2"], capture_output=True,
-                            text=True, check=True).stdout.split()
-        assert h2, "no process on h2"
-        subprocess.run(["kill", "-9", *h2], check=False)
-
-    code, err, took = _fault(cluster, out, jobs / "long.yaml", kill_h2)
+    code, err, took = _fault(cluster, out, jobs / "long.yaml",
+                             lambda proc: _kill_host(cluster, "h2"))
     assert code == 5, err  # a worker died
     _one_line(err, r"worker 1 \(host h2, pid \d+\) died")
     assert took < STALL_S + SLACK_S, took
     _nothing_left(cluster, out)
+
+
+def _kill_host(cluster: Cluster, host: str) -> None:
+    """SIGKILL every process of ``host`` of ``cluster`` (its network namespace)."""
+    pids = subprocess.run(["ip", "netns", "pids", f"{cluster.name}-{host}"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert pids, f"no process on {host}"
+    subprocess.run(["kill", "-9", *pids], check=False)
 
 
 def test_a_killed_host_with_two_workers_names_both(cluster: Cluster, jobs: Path,
@@ -364,15 +367,10 @@ def test_a_killed_host_with_two_workers_names_both(cluster: Cluster, jobs: Path,
     ranks with it (flegel.cli.rankwatch): the line names both, each with its host."""
     out = tmp_path / "kill2"
 
-    def kill_h2(proc: subprocess.Popen[str]) -> None:
-        h2 = subprocess.run(["ip", "netns", "pids", f"{cluster.name}-h2"], capture_output=True,
-                            text=True, check=True).stdout.split()
-        subprocess.run(["kill", "-9", *h2], check=False)
-
     job = jobs / "long4.yaml"
     job.write_text((jobs / "long.yaml").read_text().replace("workers: 3", "workers: 4"))
     assert "workers: 4" in job.read_text()
-    code, err, took = _fault(cluster, out, job, kill_h2)
+    code, err, took = _fault(cluster, out, job, lambda proc: _kill_host(cluster, "h2"))
     assert code == 5, err
     _one_line(err, r"ranks 1 \(host h2, pid \d+\), 4 \(host h2, pid \d+\) died at once")
     assert took < STALL_S + SLACK_S, took

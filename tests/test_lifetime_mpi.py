@@ -371,25 +371,26 @@ STUCK_AT_EXIT = textwrap.dedent('''
 def test_a_rank_stuck_at_its_exit_does_not_keep_flegel_run_waiting(tmp_path):
     """The run finished (summary.json written) but rank 2 never reaches MPI_Finalize, whose
     barrier holds the others in theirs: ``flegel run`` waited for ever.  It now kills the
-    job FINISH_S after the master finished, names rank 2 in one line, and keeps the job's
-    exit code, 0."""
-    from flegel.cli.launch import FINISH_S
-
+    job ``runtime.finish_timeout_s`` after the master finished, names rank 2 in one line,
+    and exits 3: rank 2's exit handler was cut off, so the job is no success."""
+    finish_s = 2
     (tmp_path / "stuck.py").write_text(STUCK_AT_EXIT)
     job = _job(tmp_path, algorithm="stuck:StuckAtExit",
                stop={"max_iterations": 5, "tolerance": None})
     out = tmp_path / "run"
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "flegel", "run", str(job), "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "flegel", "run", str(job), "--out", str(out),
+                           "--set", f"runtime.finish_timeout_s={finish_s}"],
                           capture_output=True, text=True, env=child_env(), cwd=ROOT,
-                          timeout=FINISH_S + 90)
+                          timeout=finish_s + 90)
     took = time.monotonic() - t0
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 3, proc.stderr
     assert json.loads((out / "summary.json").read_text())["iterations"] == 5
     lines = _messages(proc.stderr)
     assert len(lines) == 1 and re.fullmatch(
-        rf"flegel: warning: rank 2 \(pid \d+\) had not reached MPI_Finalize {FINISH_S:g} s "
-        r"after the run finished \(a thread or an exit handler that does not end\?\); "
-        r"killed: the run directory is complete", lines[0]), proc.stderr
-    assert took < FINISH_S + 60, took
+        rf"flegel: warning: rank 2 \(pid \d+\) had not reached MPI_Finalize {finish_s:g} s "
+        r"after the run finished \(a thread or an exit handler that does not end\? "
+        r"runtime.finish_timeout_s\); killed: the run directory is complete", lines[0]), \
+        proc.stderr
+    assert took < finish_s + 60, took
     _gone_within(tmp_path, 5)

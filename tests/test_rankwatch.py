@@ -17,12 +17,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from flegel.cli import launch
+from flegel.cli import launch, rankwatch
 from flegel.cli.rankwatch import RankWatch, Wake, cause
 from flegel.runtime.lifetime import STATUS_ENV, done_marker, finalizing_marker
 
@@ -38,8 +39,17 @@ DAEMON = (
     "                     env={**os.environ, 'PMI_RANK': r})\n"
     "time.sleep(120)\n")
 
-#: Seconds each step waits: far more than one wake-up of the watch, even under load.
-STEP_S = 0.4
+#: Seconds any one step may take: far more than a wake-up of the watch even under load; the
+#: tests wait for what they need (a wake-up noted, a process gone), never a fixed time.
+BOUND_S = 10.0
+
+
+def _until(ready: Callable[[], object], timeout_s: float = BOUND_S) -> None:
+    """Wait (sleeping) until ``ready()`` is true; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        assert time.monotonic() < deadline, f"not within {timeout_s:g} s"
+        time.sleep(0.01)
 
 
 class Job:
@@ -57,22 +67,22 @@ class Job:
         self.daemons = [subprocess.Popen([sys.executable, "-c", DAEMON, *map(str, ranks)],
                                          env=env) for ranks in hosts]
 
-    def watch(self, **kwargs: object) -> RankWatch:
-        watch = RankWatch(self.mpiexec, self.n_ranks, self.marker,  # type: ignore[arg-type]
-                          **kwargs)
-        deadline = time.monotonic() + 30
-        while len(watch.pids) < self.n_ranks:
-            assert time.monotonic() < deadline, f"ranks not found: {watch.pids}"
-            time.sleep(0.05)
-        time.sleep(STEP_S)  # their daemons are watched from the same look
+    def watch(self, **kwargs: Any) -> RankWatch:
+        watch = RankWatch(self.mpiexec, self.n_ranks, self.marker, **kwargs)
+        _until(lambda: len(watch.pids) == self.n_ranks, 30)
+        # Their daemons are watched from the same look.
+        _until(lambda: sorted(watch.daemons) == sorted(d.pid for d in self.daemons))
         return watch
 
-    def kill(self, pid: int) -> None:
+    def kill(self, pid: int, watch: RankWatch | None = None) -> None:
+        """SIGKILL ``pid``; with ``watch``, wait until a wake-up of it noted the end."""
+        woken = len(watch.wakes) if watch is not None else 0
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        time.sleep(STEP_S)
+        if watch is not None:
+            _until(lambda: len(watch.wakes) > woken)
 
     def end(self, watch: RankWatch | None) -> None:
         for pid in (watch.pids.values() if watch is not None else []):
@@ -94,7 +104,7 @@ def job_of(tmp_path: Path) -> Iterator[list[Job]]:
 
 
 def _start(job_of: list[Job], tmp_path: Path, hosts: list[list[int]],
-           **kwargs: object) -> tuple[Job, RankWatch]:
+           **kwargs: Any) -> tuple[Job, RankWatch]:
     job = Job(tmp_path, hosts)
     job_of.append(job)
     watch = job.watch(**kwargs)
@@ -111,15 +121,15 @@ def test_a_killed_host_is_named_though_the_master_is_seen_dead_before_its_rank(
     died: list[bool] = []
     watch.on_death = lambda: died.append(True)
     ranks = dict(watch.pids)
-    job.kill(job.daemons[1].pid)  # every process of h2: the daemon first ...
-    job.kill(ranks[0])  # ... the master meanwhile ...
-    job.kill(ranks[1])  # ... h2's rank last (a large process takes long to exit)
-    job.kill(job.mpiexec.pid)
-    job.kill(ranks[2])
-    job.kill(job.daemons[0].pid)
-    watch.settle()
+    job.kill(job.daemons[1].pid, watch)  # every process of h2: the daemon first ...
+    job.kill(ranks[0], watch)  # ... the master meanwhile ...
+    job.kill(ranks[1], watch)  # ... h2's rank last (a large process takes long to exit)
+    job.kill(job.mpiexec.pid, watch)
+    job.kill(ranks[2], watch)
+    job.kill(job.daemons[0].pid)  # its ranks ended: no wake-up, the watch is over
+    watch.settle(BOUND_S)
+    assert not watch.watching
     assert watch.first == [(1, ranks[1])]
-    assert watch.dead_worker() == (1, ranks[1])
     assert died == [True]  # the launcher's bound on the job's end starts once
     assert watch.wakes[0] == Wake(lost=((1, ranks[1]),))
 
@@ -127,9 +137,9 @@ def test_a_killed_host_is_named_though_the_master_is_seen_dead_before_its_rank(
 def test_a_worker_seen_dead_first_is_named(job_of: list[Job], tmp_path: Path) -> None:
     job, watch = _start(job_of, tmp_path, [[0, 1, 2]])
     ranks = dict(watch.pids)
-    job.kill(ranks[2])
-    job.kill(ranks[0])  # MPICH ends the master that touched the dead peer
-    job.kill(job.mpiexec.pid)
+    job.kill(ranks[2], watch)
+    job.kill(ranks[0], watch)  # MPICH ends the master that touched the dead peer
+    job.kill(job.mpiexec.pid, watch)
     assert watch.first == [(2, ranks[2])]
 
 
@@ -139,11 +149,12 @@ def test_the_ends_after_mpiexec_ended_are_its_consequence(job_of: list[Job],
     of them is named as the cause."""
     job, watch = _start(job_of, tmp_path, [[0, 1, 2]])
     ranks = dict(watch.pids)
-    job.kill(job.mpiexec.pid)
-    job.kill(ranks[1])
-    job.kill(job.daemons[0].pid)
+    job.kill(job.mpiexec.pid, watch)
+    job.kill(ranks[1], watch)
+    job.kill(job.daemons[0].pid, watch)  # ranks 0 and 2 are lost with it
     assert watch.first == []
     assert watch.wakes[0] == Wake(launcher_ended=True)
+    assert watch.wakes[-1].lost == ((0, ranks[0]), (2, ranks[2]))
 
 
 def test_a_daemon_ending_after_its_ranks_finished_loses_nobody(job_of: list[Job],
@@ -154,10 +165,13 @@ def test_a_daemon_ending_after_its_ranks_finished_loses_nobody(job_of: list[Job]
     done.update((0, 1))  # their work is over: they may exit, and their daemons after them
     job.kill(ranks[1])
     job.kill(job.daemons[1].pid)
+    _until(lambda: job.daemons[1].pid not in watch.daemons)  # the watch took its end in
+    job.kill(job.mpiexec.pid, watch)
     job.kill(ranks[0])
-    job.kill(job.mpiexec.pid)
-    watch.settle()
+    watch.settle(BOUND_S)
+    assert not watch.watching
     assert watch.first == [] and all(not (w.dead or w.lost) for w in watch.wakes)
+    assert watch.wakes and watch.wakes[-1].launcher_ended
 
 
 def test_cause_reads_the_first_wake_that_found_an_end() -> None:
@@ -174,22 +188,28 @@ def test_alive_and_kill_all_touch_only_this_launchs_ranks(job_of: list[Job],
                                                           tmp_path: Path) -> None:
     job, watch = _start(job_of, tmp_path, [[0, 1]])
     ranks = dict(watch.pids)
-    job.kill(ranks[1])
+    job.kill(ranks[1], watch)
     assert watch.alive() == [(0, ranks[0])]
-    watch.pids[1] = job.daemons[0].pid  # a PID reused by another process: not the rank
-    assert watch.alive() == [(0, ranks[0])]
-    watch.kill_all()
-    time.sleep(STEP_S)
-    assert watch.alive() == [] and job.daemons[0].poll() is None
+    time.sleep(0.05)  # a later clock tick: another process's start time differs
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                             env={**os.environ, STATUS_ENV: str(job.status), "PMI_RANK": "1"})
+    try:
+        watch.pids[1] = other.pid  # rank 1's PID reused by another process: not the rank
+        assert watch.alive() == [(0, ranks[0])]
+        watch.kill_all()
+        _until(lambda: watch.alive() == [])
+        assert other.poll() is None and job.daemons[0].poll() is None
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_the_launcher_ends_a_job_stuck_after_the_master_finished(
         job_of: list[Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     """The master wrote the run directory (its done marker); rank 1 never reaches
-    MPI_Finalize, so rank 0 waits in its own: FINISH_S later the launcher names rank 1,
-    kills the job and returns the job's code, 0."""
-    monkeypatch.setattr(launch, "FINISH_S", 1.0)
+    MPI_Finalize, so rank 0 waits in its own: ``finish_s`` later the launcher names rank 1,
+    kills the job and returns 3 (rank 1's exit handlers were cut off)."""
     monkeypatch.setattr(launch, "FINISH_LOOK_S", 0.1)
     job, watch = _start(job_of, tmp_path, [[0, 1]])
     ranks = dict(watch.pids)
@@ -198,18 +218,88 @@ def test_the_launcher_ends_a_job_stuck_after_the_master_finished(
     Path(finalizing_marker(str(job.status), 0)).touch()
     stuck = launch._Job(job.mpiexec)
     result: list[int] = []
-    waiting = threading.Thread(target=lambda: result.append(stuck.wait(job.status, watch)),
-                               daemon=True)
+    waiting = threading.Thread(
+        target=lambda: result.append(stuck.wait(job.status, watch, finish_s=1.0)), daemon=True)
     t0 = time.monotonic()
     waiting.start()
-    waiting.join(20)
-    assert result == [0], "flegel run waited on, or lost the job's code"
-    assert 1.0 <= time.monotonic() - t0 < 5
+    waiting.join(30)
+    assert result == [3], "flegel run waited on, or took the cut-off job for a success"
+    assert time.monotonic() - t0 >= 1.0
     err = capsys.readouterr().err
     assert err == (f"flegel: warning: rank 1 (pid {ranks[1]}) had not reached MPI_Finalize "
                    "1 s after the run finished (a thread or an exit handler that does not "
-                   "end?); killed: the run directory is complete\n")
+                   "end? runtime.finish_timeout_s); killed: the run directory is complete\n")
     assert watch.wait_gone(2.0) == []  # every rank was killed with the job
+
+
+def test_a_job_whose_ranks_all_reached_mpi_finalize_keeps_code_0(
+        job_of: list[Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Every rank still running had reached MPI_Finalize (stuck in its barrier): the run
+    is complete, and the launcher kills the job with the run's code, 0."""
+    monkeypatch.setattr(launch, "FINISH_LOOK_S", 0.1)
+    job, watch = _start(job_of, tmp_path, [[0, 1]])
+    for rank in (0, 1):
+        Path(done_marker(str(job.status), rank)).touch()
+        Path(finalizing_marker(str(job.status), rank)).touch()
+    assert launch._Job(job.mpiexec).wait(job.status, watch, finish_s=0.5) == 0
+    assert "still in or after MPI_Finalize 0.5 s after" in capsys.readouterr().err
+    assert watch.wait_gone(2.0) == []
+
+
+def _stand_in() -> subprocess.Popen[bytes]:
+    """A process standing for mpiexec, in its own process group as flegel run starts it."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                            start_new_session=True)
+
+
+def test_a_signal_after_the_run_finished_keeps_its_code(tmp_path: Path) -> None:
+    """The master wrote the run directory (its done marker; no rank decided an early end):
+    a SIGTERM then, while the ranks finalize, does not turn the complete run into 143."""
+    status = tmp_path / "status"
+    Path(done_marker(str(status), 0)).touch()
+    mpiexec = _stand_in()
+    try:
+        job = launch._Job(mpiexec, status)
+        job.on_signal(signal.SIGTERM, None)  # forwarded: the stand-in dies of it
+        assert not job.stopped
+        assert job.wait(status) == 0
+    finally:
+        mpiexec.kill()
+        mpiexec.wait()
+
+
+def test_without_pidfds_the_launcher_waits_in_a_thread_and_still_ends_the_job(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """No pidfds (macOS, an old kernel, a seccomp filter): mpiexec's end is waited for by a
+    thread, the finish bound still ends a job stuck after the master finished, and the rank
+    watch says once that it is unavailable."""
+    def no_pidfd(pid: int, flags: int = 0) -> int:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    monkeypatch.setattr(rankwatch, "_warned", [])
+    monkeypatch.setattr(launch, "FINISH_LOOK_S", 0.1)
+    status = tmp_path / "status"
+    Path(done_marker(str(status), 0)).touch()
+    mpiexec = _stand_in()
+    try:
+        job = launch._Job(mpiexec, status)
+        watch = RankWatch(mpiexec, 2, f"{STATUS_ENV}={status}")
+        RankWatch(mpiexec, 2, f"{STATUS_ENV}={status}")  # a second one says nothing more
+        assert not watch.watching and watch.alive() == []
+        assert job.wait(status, watch, finish_s=0.5) == 0
+        assert job.cut_short and mpiexec.poll() is not None
+    finally:
+        mpiexec.kill()
+        mpiexec.wait()
+    err = capsys.readouterr().err.splitlines()
+    assert [line for line in err if "rank watch unavailable" in line] == [
+        "flegel: warning: no pidfds here ([Errno 38] Function not implemented); rank watch "
+        "unavailable: a dead or missing rank is named by MPI only"]
+    assert err[-1] == ("flegel: warning: the job still ran 0.5 s after the run finished; "
+                       "killed: the run directory is complete")
 
 
 def test_a_signal_after_the_job_was_ending_keeps_the_first_cause(tmp_path: Path) -> None:

@@ -109,7 +109,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         argv = ["run", "--resume", str(Path(args.resume).resolve())]
         for s in args.set:
             argv += ["--set", s]
-        return launch(job.workers + 1, argv)
+        return launch(job.workers + 1, argv, finish_s=job.runtime.finish_timeout_s)
     if not under_mpi():
         try:
             job = load_job(args.job, args.set)
@@ -122,7 +122,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         argv = ["run", str(job.file), "--out", str(out), "--force"]
         for s in args.set:
             argv += ["--set", s]
-        return launch(job.workers + 1, argv, job.output.progress)
+        return launch(job.workers + 1, argv, job.output.progress,
+                      finish_s=job.runtime.finish_timeout_s)
 
     # Rank 0 says what the next second or so goes to (flegel.runtime.timings).
     mark_started()  # flegel runs in this rank: its exit from now on is no failed start
@@ -165,7 +166,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         from flegel.runtime.lifetime import agreed_end
 
         agreed_end(comm.rank, EXIT_BAD_JOB)  # no rank's exit is then taken for a death
-        return EXIT_BAD_JOB
+        # As a finished rank ends: its finalizing marker tells flegel run it is past its
+        # exit handlers (runtime.finish_timeout_s runs from rank 0's done marker).
+        _end_rank(MPI, EXIT_BAD_JOB)
     assert summary is not None  # the master returns the summary
     print(f"run directory: {out}")
     brief = {k: summary[k] for k in ("iterations", "final_objective", "wall_time_s",
@@ -183,8 +186,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
-def _end_rank(mpi: Any) -> NoReturn:
-    """End a rank whose work is done (everything written and closed) with exit status 0.
+def _end_rank(mpi: Any, code: int = 0) -> NoReturn:
+    """End a rank whose work is done (everything written and closed) with exit status
+    ``code`` (0; 2 for a job every rank refused before any work).
 
     Non-daemon threads are joined, the exit handlers run and MPI is finalized, then the
     process exits through C's ``exit`` (:func:`flegel.runtime.lifetime.c_exit`: MPICH's
@@ -217,9 +221,9 @@ def _end_rank(mpi: Any) -> NoReturn:
         if lost:  # a signal crossing the stop is expected; anything else is worth a line
             print(f"flegel: warning: rank {mpi.COMM_WORLD.Get_rank()} dropped unreceived "
                   f"message(s) at its end (source, tag): {lost}", file=sys.stderr, flush=True)
-        mark_finalizing()  # flegel run names a rank stuck before or in MPI_Finalize
+        mark_finalizing()  # flegel run names a rank stuck before, in or after MPI_Finalize
         mpi.Finalize()
-    c_exit(0)
+    c_exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:

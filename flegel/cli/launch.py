@@ -17,8 +17,9 @@ The launcher owns the job's lifetime (issue 13, ``docs/exit-codes.md``):
 * If the launcher itself is killed, even by SIGKILL, the kernel sends ``mpiexec`` SIGTERM
   (``PR_SET_PDEATHSIG``), and the same chain ends every rank.
 * Once the master has written the run directory, the job must end within
-  :data:`FINISH_S`: a rank stuck in ``MPI_Finalize`` or at its exit is named and the job
-  killed, with the run's exit code.
+  ``runtime.finish_timeout_s`` (default :data:`FINISH_S`): a rank stuck in ``MPI_Finalize``
+  or at its exit is named and the job killed; the exit code stays the run's, 0, unless a
+  rank was killed before ``MPI_Finalize`` (its exit handlers did not end): 3.
 * MPICH's shared-memory files that an aborted or killed job leaves in ``/dev/shm`` are
   removed once every rank has ended (:mod:`flegel.runtime.shm_leftovers`).
 * MPI's own noise on these paths ("Sending Ctrl-C to processes", MPICH's
@@ -75,10 +76,11 @@ RANKS_GONE_S = 3.0
 MISSING_GRACE_S = 1.0
 
 #: Seconds the job may run on once the master finished (the run directory written: its
-#: done marker): every rank is then only finalizing MPI and exiting, well under a second
-#: each.  A rank stuck there (in ``MPI_Finalize``, whose barrier holds every other rank in
-#: theirs too, or at its exit: a thread or exit handler that does not end) would otherwise
-#: keep ``flegel run`` waiting for ever; the launcher then kills the job and keeps its code.
+#: done marker), unless the job sets ``runtime.finish_timeout_s``: every rank is then only
+#: running its exit handlers, finalizing MPI and exiting, well under a second each.  A rank
+#: stuck there (in ``MPI_Finalize``, whose barrier holds every other rank in theirs too, or
+#: at its exit: a thread or exit handler that does not end) would otherwise keep ``flegel
+#: run`` waiting for ever; the launcher then kills the job.
 FINISH_S = 10.0
 
 #: Seconds between the launcher's looks for the master's done marker while the job runs
@@ -172,7 +174,17 @@ def _code_in(status: Path) -> int | None:
 
 
 class _Job:
-    """The running ``mpiexec`` and what the launcher received."""
+    """The running ``mpiexec`` and what the launcher received (signals, a rank's death).
+
+    Parameters
+    ----------
+    proc : Popen
+        ``mpiexec``, started in its own session (its process group is the job's), not yet
+        waited for: its pidfd is opened here.
+    status : Path or None
+        The job's status file (:data:`~flegel.runtime.lifetime.STATUS_ENV`); the ranks'
+        done and finalizing markers lie beside it.  None: no rank can decide the end.
+    """
 
     def __init__(self, proc: subprocess.Popen[bytes], status: Path | None = None) -> None:
         self.proc = proc
@@ -184,12 +196,27 @@ class _Job:
         self.after_cause = False
         self.kill_at: float | None = None
         self.signal_at = 0.0  # time.monotonic() of the first signal
-        #: The master finished and the job was killed :data:`FINISH_S` later.
+        #: The master finished and the job was killed ``finish_s`` later.
         self.cut_short = False
+        #: ... and a rank killed then had not reached ``MPI_Finalize``: its exit handlers or
+        #: threads were cut off, so the job is not counted a success.
+        self.cut_before_finalize = False
+        #: Set when ``mpiexec`` ended, where there are no pidfds (macOS, Linux < 5.3, a
+        #: seccomp filter): a thread waits for it in the kernel (Popen.wait with a timeout
+        #: would poll it about 25 times a second).
+        self._gone: threading.Event | None = None
+        self._reaper: threading.Thread | None = None  # started by the first wait
         try:  # before anyone waits for mpiexec: its PID cannot have been reused yet
             self._pidfd: int | None = os.pidfd_open(proc.pid)
-        except (AttributeError, OSError):  # no pidfds here: Popen.wait's own polling
+        except (AttributeError, OSError):
             self._pidfd = None
+            self._gone = threading.Event()
+
+    def _reap(self) -> None:
+        """Wait for ``mpiexec`` (blocking in ``waitpid``) and say it ended."""
+        self.proc.wait()
+        assert self._gone is not None
+        self._gone.set()
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         """Forward the first SIGINT/SIGTERM to ``mpiexec``; a second one kills the job
@@ -199,8 +226,10 @@ class _Job:
                 self.kill()
             return
         self.signum, self.signal_at = signum, time.monotonic()
-        self.after_cause = self.death_seen or (self.status is not None
-                                               and self.status.exists())
+        # A rank decided the end (the status file), or the run finished (the master's done
+        # marker: the run directory is complete): the signal does not decide the code.
+        self.after_cause = self.death_seen or (self.status is not None and (
+            self.status.exists() or os.path.exists(done_marker(str(self.status), 0))))
         self.kill_at = self.signal_at + KILL_AFTER_S
         try:
             self.proc.send_signal(signum)
@@ -241,22 +270,25 @@ class _Job:
     def _ended(self, timeout_s: float | None) -> bool:
         """Sleep until ``mpiexec`` ends or ``timeout_s`` passed (None: no bound); True if it
         ended (not yet waited for)."""
-        if self._pidfd is None:
-            try:
-                self.proc.wait(timeout=timeout_s)
-                return True
-            except subprocess.TimeoutExpired:
-                return False
+        if self._gone is not None:
+            if self._reaper is None:
+                self._reaper = threading.Thread(target=self._reap, daemon=True,
+                                                name="flegel-mpiexec")
+                self._reaper.start()
+            return self._gone.wait(timeout_s)
+        assert self._pidfd is not None
         poller = select.poll()
         poller.register(self._pidfd, select.POLLIN)
         return bool(poller.poll(None if timeout_s is None else int(timeout_s * 1000) + 1))
 
-    def wait(self, status: Path, watch: RankWatch | None = None) -> int:
+    def wait(self, status: Path, watch: RankWatch | None = None,
+             finish_s: float = FINISH_S) -> int:
         """Wait for ``mpiexec`` (sleeping in the kernel) and return the job's exit code.
 
         Bounded once the job must end: :data:`KILL_AFTER_S` after a signal, and
-        :data:`FINISH_S` after the master finished (its done marker, looked for every
-        :data:`FINISH_LOOK_S`); ``watch`` names the ranks still running then.
+        ``finish_s`` (``runtime.finish_timeout_s``) after the master finished (its done
+        marker, looked for every :data:`FINISH_LOOK_S`); ``watch`` names the ranks still
+        running then.
         """
         master_done = done_marker(str(status), 0)
         finish_at: float | None = None
@@ -264,12 +296,14 @@ class _Job:
             while True:
                 now = time.monotonic()
                 if self.kill_at is not None:
-                    left: float | None = max(self.kill_at - now, 0)
+                    left = max(self.kill_at - now, 0.0)
                 elif finish_at is not None:
                     left = max(finish_at - now, 0)
                 else:
                     left = FINISH_LOOK_S
-                if self._ended(left):
+                # At most a second asleep: a signal's handler runs while the kernel wait
+                # resumes, and its kill time must then take effect.
+                if self._ended(min(left, FINISH_LOOK_S)):
                     rc = self.proc.wait()
                     break
                 now = time.monotonic()
@@ -280,10 +314,10 @@ class _Job:
                     self.kill_at = None
                     finish_at = None
                 elif finish_at is not None and now >= finish_at and self.kill_at is None:
-                    self._cut_short(status, watch)
+                    self._cut_short(status, watch, finish_s)
                     finish_at = None
                 elif finish_at is None and not self.cut_short and os.path.exists(master_done):
-                    finish_at = now + FINISH_S
+                    finish_at = now + finish_s
         finally:
             if self._pidfd is not None:
                 os.close(self._pidfd)
@@ -293,14 +327,29 @@ class _Job:
         code = _code_in(status)
         if code is not None:
             return code
-        if self.cut_short:  # the master finished: the run is complete, whatever was killed
-            return ExitCode.OK
+        if self.cut_before_finalize:  # an exit handler or a thread was cut off
+            return ExitCode.STALLED
+        if self.cut_short or (self.signum is not None and os.path.exists(master_done)):
+            return ExitCode.OK  # the master finished: the run directory is complete
         return ExitCode.for_signal(-rc) if rc < 0 else rc
 
-    def _cut_short(self, status: Path, watch: RankWatch | None) -> None:
-        """The master finished :data:`FINISH_S` ago and the job runs on: say which ranks
-        still run, and where, then kill them and ``mpiexec`` (the ranks cancelled their
-        death with the MPI daemon before ``MPI_Finalize``, so each is killed itself)."""
+    def _cut_short(self, status: Path, watch: RankWatch | None, finish_s: float) -> None:
+        """End a job still running ``finish_s`` after the master finished.
+
+        Say which ranks still run, and where, then kill ``mpiexec`` with its daemons and the
+        ranks the watch sees in this host's ``/proc`` (the ranks cancelled their death with
+        the MPI daemon before ``MPI_Finalize``, so a rank on this host is killed itself; one
+        on another host ends when its host's daemon ends, as hydra's ``mpiexec`` goes).
+
+        Parameters
+        ----------
+        status : Path
+            The job's status file: the ranks' finalizing markers lie beside it.
+        watch : RankWatch or None
+            The ranks' processes; None: no rank is named.
+        finish_s : float
+            ``runtime.finish_timeout_s``, for the line.
+        """
         self.cut_short = True
         alive = watch.alive() if watch is not None else []
         # MPI_Finalize holds every rank until all are in it: name the ones never there.
@@ -309,22 +358,24 @@ class _Job:
         named = before or alive
         where = ", ".join(f"{rank} ({_where(status, rank, pid)})" for rank, pid in named)
         ranks = f"rank{'s' if len(named) > 1 else ''} {where}"
+        self.cut_before_finalize = bool(before)
         if before:
-            said = (f"{ranks} had not reached MPI_Finalize {FINISH_S:g} s after the run "
-                    "finished (a thread or an exit handler that does not end?)")
+            said = (f"{ranks} had not reached MPI_Finalize {finish_s:g} s after the run "
+                    "finished (a thread or an exit handler that does not end? "
+                    "runtime.finish_timeout_s)")
         elif alive:
-            said = f"{ranks} still in MPI_Finalize {FINISH_S:g} s after the run finished"
+            said = f"{ranks} still in or after MPI_Finalize {finish_s:g} s after the run finished"
         else:
-            said = f"the job still ran {FINISH_S:g} s after the run finished"
+            said = f"the job still ran {finish_s:g} s after the run finished"
         sys.stderr.write(f"flegel: warning: {said}; killed: the run directory is complete\n")
+        self.kill()  # mpiexec first: it must not see its ranks die and report them
         if watch is not None:
             watch.kill_all()
-        self.kill()
 
 
 def launch(n_ranks: int, args: list[str], progress: str = "none", *,
            stdout: IO[bytes] | None = None, stderr: IO[bytes] | None = None,
-           origin: float | None = None) -> int:
+           origin: float | None = None, finish_s: float = FINISH_S) -> int:
     """Run ``python -m flegel ARGS`` on ``n_ranks`` MPI ranks; return the exit code.
 
     ``progress`` is the job's ``output.progress``: unless ``none``, the launcher says it is
@@ -335,7 +386,8 @@ def launch(n_ranks: int, args: list[str], progress: str = "none", *,
     terminal (``sys.stdout`` may be a ``StringIO`` or a notebook's stream).  ``origin``
     (``time.time()`` seconds) is when the job started, for ``launch_s`` and the progress
     lines: by default this process's start (``flegel run``); a fit passes its own start, as
-    its process may have run for hours.
+    its process may have run for hours.  ``finish_s`` is the job's
+    ``runtime.finish_timeout_s``: how long its ranks may run on once the master finished.
     """
     mpiexec = find_mpiexec()
     if mpiexec is None:
@@ -359,7 +411,7 @@ def launch(n_ranks: int, args: list[str], progress: str = "none", *,
         with tempfile.TemporaryDirectory(prefix="flegel-") as tmp:
             status = Path(tmp) / "status"
             env[STATUS_ENV] = str(status)
-            return _run(mpiexec, n_ranks, args, env, status, (stdout, stderr))
+            return _run(mpiexec, n_ranks, args, env, status, (stdout, stderr), finish_s)
     finally:
         # Every rank on this host has ended (_run waits for them): MPICH's files an aborted
         # or killed job left would pile up in memory (flegel.runtime.shm_leftovers).  A
@@ -369,7 +421,8 @@ def launch(n_ranks: int, args: list[str], progress: str = "none", *,
 
 
 def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
-         status: Path, sinks: tuple[IO[bytes] | None, IO[bytes] | None] = (None, None)) -> int:
+         status: Path, sinks: tuple[IO[bytes] | None, IO[bytes] | None] = (None, None),
+         finish_s: float = FINISH_S) -> int:
     """Run the MPI job and relay its output; return its exit code (see :func:`launch`)."""
     cmd = [mpiexec, "-n", str(n_ranks)]
     if (Path(mpiexec).parent / "hydra_pmi_proxy").exists() and "HYDRA_HOST_FILE" not in env:
@@ -409,7 +462,7 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
                       started=lambda rank: os.path.exists(started_marker(str(status), rank)))
 
     def quiet() -> bool:  # hydra's report of a dead rank is redundant (and wrong) now
-        return _code_in(status) is not None or bool(watch.first)
+        return _code_in(status) is not None or bool(watch.first) or job.cut_short
 
     assert proc.stdout is not None and proc.stderr is not None
     # The caller's sinks (an estimator's captured output) are its own to close.
@@ -419,7 +472,7 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
     for relay in relays:
         relay.start()
     try:
-        code = job.wait(status, watch)
+        code = job.wait(status, watch, finish_s)
         # mpiexec may end before its ranks (hydra on SIGTERM): none may outlive this call.
         job.wait_ranks(watch)
     finally:

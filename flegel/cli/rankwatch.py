@@ -24,6 +24,11 @@ that ends while a rank it started still runs has lost that rank, whenever the ra
 shows.  What ends after ``mpiexec`` ended is a consequence.  The one limit left: the watch
 must get the CPU between the killed daemon's end and ``mpiexec``'s, the killed rank's own
 exit time; a wake-up later than that finds the whole job ended at once and names every rank.
+
+The watch sees only the processes in this host's ``/proc``: every rank of a one-host job
+(and of the local cluster, whose hosts share a kernel), not the ranks on other hosts of a
+real cluster.  Without pidfds (macOS, Linux < 5.3, a seccomp filter) nothing is watched,
+and the launcher says so once.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -48,6 +54,8 @@ STARTUP_S = 15.0
 #: Seconds a rank may still be missing once another rank was found: hydra starts a host's
 #: ranks in one loop, milliseconds apart.
 STARTUP_GAP_S = 5.0
+
+_warned: list[bool] = []  # the missing-pidfd warning was given (once per process)
 
 
 def _ranks_with(marker: bytes) -> dict[int, int]:
@@ -67,14 +75,26 @@ def _ranks_with(marker: bytes) -> dict[int, int]:
     return found
 
 
-def _parent(pid: int) -> int | None:
-    """The parent process of ``pid`` (None: it is gone)."""
+def _stat(pid: int, field: int) -> int | None:
+    """Field ``field`` (1-based, as proc(5) numbers them) of ``/proc/PID/stat``, from field
+    4 on (None: the process is gone)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-    return int(stat.rpartition(")")[2].split()[1])
+    return int(stat.rpartition(")")[2].split()[field - 3])
+
+
+def _parent(pid: int) -> int | None:
+    """The parent process of ``pid`` (None: it is gone)."""
+    return _stat(pid, 4)
+
+
+def _start_time(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks after boot (None: it is gone): with the PID, it
+    names one process (a PID is reused only by a process started later)."""
+    return _stat(pid, 22)
 
 
 @dataclass(frozen=True)
@@ -165,24 +185,38 @@ class RankWatch:
         self.missing: list[int] = []
         #: rank -> pid of every rank found so far (:meth:`wait_gone` waits for them).
         self.pids: dict[int, int] = {}
+        self._starts: dict[int, int | None] = {}  # rank -> its process's start time
+        #: pid -> the ranks it started, of every MPI daemon watched and not yet ended.
+        self.daemons: dict[int, list[int]] = {}
         self._told = False  # on_death was called
         self._thread: threading.Thread | None = None
         self._launcher_fd: int | None = None
-        if os.path.isdir("/proc") and hasattr(os, "pidfd_open"):
-            # Here, before anyone waits for mpiexec: its PID cannot have been reused yet.
-            try:
-                self._launcher_fd = os.pidfd_open(proc.pid)
-            except OSError:
-                self._launcher_fd = None
-            self._thread = threading.Thread(target=self._watch, daemon=True,
-                                            name="flegel-ranks")
-            self._thread.start()
+        # Decided here, before anyone waits for mpiexec (its PID cannot have been reused
+        # yet): without pidfds (macOS, Linux < 5.3, a seccomp filter) no process can be
+        # watched, and the user is told once what is lost.
+        try:
+            if not os.path.isdir("/proc"):
+                raise OSError("no /proc")
+            self._launcher_fd = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError) as exc:
+            if not _warned:
+                _warned.append(True)
+                sys.stderr.write(f"flegel: warning: no pidfds here ({exc}); rank watch "
+                                 "unavailable: a dead or missing rank is named by MPI only\n")
+            return
+        self._thread = threading.Thread(target=self._watch, daemon=True, name="flegel-ranks")
+        self._thread.start()
 
     @property
     def first(self) -> list[tuple[int, int]]:
         """(rank, pid) of the ranks whose end ended the job (:func:`cause`); empty while
         none ended."""
         return cause(list(self.wakes))
+
+    @property
+    def watching(self) -> bool:
+        """The watching thread runs (it ends once every rank found has ended)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def settle(self, timeout_s: float = 2.0) -> None:
         """Wait (at most ``timeout_s``) for the watching thread to take in the ranks' ends,
@@ -195,12 +229,12 @@ class RankWatch:
         ranks = self.pids
         fds: dict[int, int] = {}  # pidfd -> rank
         daemons: dict[int, int] = {}  # pidfd -> pid of a daemon that started ranks
-        under: dict[int, list[int]] = {}  # daemon pid -> the ranks it started
+        under = self.daemons  # daemon pid -> the ranks it started
         gone: set[int] = set()  # ranks seen dead or done
         poller = select.poll()
-        ended = self._launcher_fd is None  # without its pidfd, mpiexec is not watched
-        if self._launcher_fd is not None:
-            poller.register(self._launcher_fd, select.POLLIN)
+        assert self._launcher_fd is not None  # opened in __init__
+        ended = False
+        poller.register(self._launcher_fd, select.POLLIN)
         begun = time.monotonic()
         deadline = None if self.startup_s is None else begun + self.startup_s
         gap = STARTUP_GAP_S if self.startup_s is None else min(STARTUP_GAP_S, self.startup_s)
@@ -221,6 +255,7 @@ class RankWatch:
                             if not self.done(rank):
                                 dead.append((rank, pid))
                             continue
+                        self._starts[rank] = _start_time(pid)  # the pidfd pins the PID
                         fds[fd] = rank
                         poller.register(fd, select.POLLIN)
                         self._watch_daemon(rank, pid, daemons, under, poller)
@@ -263,6 +298,7 @@ class RankWatch:
                 os.close(fd)
             if self._launcher_fd is not None:
                 os.close(self._launcher_fd)
+                self._launcher_fd = None
 
     def _watch_daemon(self, rank: int, pid: int, daemons: dict[int, int],
                       under: dict[int, list[int]], poller: select.poll) -> None:
@@ -300,19 +336,18 @@ class RankWatch:
 
     def _open(self) -> dict[int, int]:
         """pidfd -> rank of every rank found that still runs.  A rank's PID may have been
-        reused since it ended: the process must still carry this launch's marker and its
-        rank (checked after the pidfd is open, which pins the process)."""
+        reused since it ended: the process must have started when the rank did (checked
+        after the pidfd is open, which pins the process)."""
         fds: dict[int, int] = {}
+        if not hasattr(os, "pidfd_open"):
+            return fds
         for rank, pid in list(self.pids.items()):
             try:
                 fd = os.pidfd_open(pid)
             except OSError:  # gone already (or no pidfds here)
                 continue
-            try:
-                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            except OSError:
-                env = []
-            if self.marker in env and f"PMI_RANK={rank}".encode() in env:
+            began = _start_time(pid)
+            if began is not None and began == self._starts.get(rank):
                 fds[fd] = rank
             else:
                 os.close(fd)
@@ -366,12 +401,6 @@ class RankWatch:
             for fd in fds:
                 os.close(fd)
         return sorted(killed)
-
-    def dead_worker(self) -> tuple[int, int] | None:
-        """(rank, pid) of the worker that ended the job, when that is clear: it was the only
-        worker :func:`cause` names (the master may be found dead beside it)."""
-        workers = [d for d in self.first if d[0] != 0]
-        return workers[0] if len(workers) == 1 else None
 
 
 def _wait_exits(fds: dict[int, int], timeout_s: float) -> bool:

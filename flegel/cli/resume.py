@@ -15,7 +15,7 @@ from flegel.rundir.checkpoint import CheckpointError, read_manifest
 #: Keys a resumed job may change with ``--set``: when it stops and what it shows, never
 #: what it computes.
 RESUME_SETTABLE = ("stop.", "output.progress", "runtime.stall_warning_s",
-                   "runtime.stall_timeout_s")
+                   "runtime.stall_timeout_s", "runtime.finish_timeout_s")
 
 
 def resumed_job(run_dir: Path, sets: list[str], workers: int | None = None) -> Job:

@@ -253,7 +253,7 @@ def run_job(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
             code = launch(job.workers + 1, ["run", str(job_file), "--out", str(run_dir)],
                           job.output.progress if verbose >= 1 else "none",
                           stdout=cast(IO[bytes], out_sink), stderr=cast(IO[bytes], err_sink),
-                          origin=started)
+                          origin=started, finish_s=job.runtime.finish_timeout_s)
     finally:
         for f in files:
             f.unlink(missing_ok=True)

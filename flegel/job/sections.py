@@ -135,6 +135,12 @@ RUNTIME: dict[str, Key] = {
         "snapshots on all the data during the run (the progress line, the exact trace and "
         "the target stop use it); 0: never, and stop.target_objective is then met on the "
         "online objective", 0.05, lo=0, hi=0.5),
+    "finish_timeout_s": validation.number(
+        "seconds the job may run on once the master has written the run directory (flegel "
+        "run launching MPI itself): exit handlers and non-daemon threads (a wandb flush, a "
+        "model upload) must end within it; the ranks still running then are killed, and a "
+        "rank killed before MPI_Finalize makes the exit code 3", 10.0, lo=0, lo_open=True,
+        unit="seconds"),
 }
 
 #: The sections checked by :func:`flegel.validation.check_section` directly.
@@ -238,6 +244,7 @@ class Runtime:
     stall_warning_s: float
     stall_timeout_s: float | str | None
     exact_budget: float
+    finish_timeout_s: float
 
 
 @dataclass(frozen=True)

@@ -296,7 +296,8 @@ def finalizing_marker(status: str, rank: int) -> str:
 
 def mark_finalizing() -> None:
     """Tell ``flegel run`` that this rank (``PMI_RANK``) enters ``MPI_Finalize`` (its work
-    and its exit handlers are done): :data:`flegel.cli.launch.FINISH_S`."""
+    and its exit handlers are done): ``runtime.finish_timeout_s``
+    (:data:`flegel.cli.launch.FINISH_S`)."""
     status, rank = os.environ.get(STATUS_ENV), os.environ.get("PMI_RANK")
     if status and rank is not None and rank.isdigit():
         with contextlib.suppress(OSError):
