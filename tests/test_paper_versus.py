@@ -392,8 +392,10 @@ def test_measure_with_every_pair_failed_is_unknown_not_met(tmp_path: Path) -> No
               say=lambda _: None)
     table, means, every, runs = fsp_figures.horizon_table(ctx, ("kmeans",), "strided")
     # The algorithm counts, unknown: the figure's mean is not met by leaving it out.
-    assert len(means) == 1 and means[0].qualifier == "?" and every == [] and len(runs) == 6
-    assert "(pairs failed: 1, 2, 3) | 1 s | 0.0 ms, -, " in table[-1]
+    # The page runs the mode's pairs (quick: 2), every one failed.
+    assert ctx.mode.pairs == 2
+    assert len(means) == 1 and means[0].qualifier == "?" and every == [] and len(runs) == 4
+    assert "(pairs failed: 1, 2) | 1 s | 0.0 ms, -, " in table[-1]
 
 
 def test_measure_flags_a_run_that_ends_before_bspv_reaches_the_floor(tmp_path: Path) -> None:

@@ -108,8 +108,8 @@ def horizon_table(ctx: Ctx, algorithms: tuple[str, ...], partition: str
     """FSPV vs BSPV at every horizon (:mod:`flegel.cli.paper.horizons`, the measurement
     ``bench/fsp_claims.py --only horizons`` prints): the table lines, each algorithm's
     geometric mean over its horizons, every horizon's ratio, and the runs.  Each cell is the
-    median of :data:`~flegel.cli.paper.horizons.REPEAT` pairs of runs, with the pairs'
-    ratios beside it; the run figures are medians over the runs."""
+    median of the mode's ``pairs`` pairs of runs (:class:`~flegel.cli.paper.workloads.Mode`),
+    with the pairs' ratios beside it; the run figures are medians over the runs."""
     head = ["algorithm"] + [f"{h:g} s" for h in horizons.HORIZONS] + [
         "mean", "pairs' ratios (by horizon)", "run length",
         "BSPV: barrier, batch, compute share", "FSPV: barrier, mean η, compute share"]
@@ -118,7 +118,7 @@ def horizon_table(ctx: Ctx, algorithms: tuple[str, ...], partition: str
     every: list[Ratio] = []
     runs: list[RunResult] = []
     for a in algorithms:
-        m = horizons.measure(ctx.runner, a, partition)
+        m = horizons.measure(ctx.runner, a, partition, repeat=ctx.mode.pairs)
         runs += m.runs
         every += [r.ratio for r in m.rows]
         cells = {r.horizon_s: r.ratio.text() for r in m.rows}
@@ -171,10 +171,10 @@ def fig8(ctx: Ctx) -> Figure:
         "FSPV always the best", paper_value=1.3, ours=ours,
         ours_value=mean.value, qualifier=mean.qualifier,
         setting=f"six algorithms, {ctx.mode.workers} workers, no stragglers; horizons on "
-                f"shuffled shards (medians of {horizons.REPEAT} pairs); times to the paper's "
+                f"shuffled shards (medians of {ctx.mode.pairs} pairs); times to the paper's "
                 "target on shuffled shards (all six) and contiguous ones (K-means, LR)",
         table=["FSPV vs BSPV at each horizon (BSPV / FSPV, > 1: FSPV faster; the median of "
-               f"{horizons.REPEAT} pairs of runs back to back, BSPV first, then FSPV first, "
+               f"{ctx.mode.pairs} pairs of runs back to back, BSPV first, then FSPV first, "
                "alternating, each as long as its rows need; a pair whose horizon merged "
                "counts with its earlier ratio, a failed pair as `?`; `python "
                "bench/fsp_claims.py --only horizons` measures the same):", ""]

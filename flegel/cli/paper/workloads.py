@@ -52,6 +52,12 @@ class Mode:
         Training time per run, and for the reference runs that set the targets.
     sweep : tuple of float
         τ values (ms) of Fig. 9a.
+    pairs : int
+        BSPV/FSPV pairs per algorithm of Fig. 8's horizons
+        (:func:`flegel.cli.paper.horizons.measure`).  ``quick`` runs 2, one in each order:
+        3 took Fig. 8 from 187 s to 393 s and the page to 17.5 min, over the 15 min it must
+        fit in on a 2-core machine (issue 19); two pairs in opposite orders still take the
+        order effect out, and a horizon is shown only where both have it.
     """
 
     name: str
@@ -61,6 +67,7 @@ class Mode:
     max_time_s: float
     ref_time_s: float
     sweep: tuple[float, ...] = (8.0, 32.0, 128.0)
+    pairs: int = 3
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -69,7 +76,8 @@ class Mode:
         return int(hi or lo) - int(lo) + 1
 
 
-QUICK = Mode("quick", workers=4, slow="1", scale=1.0, max_time_s=4.0, ref_time_s=5.0)
+QUICK = Mode("quick", workers=4, slow="1", scale=1.0, max_time_s=4.0, ref_time_s=5.0,
+             pairs=2)
 FULL = Mode("full", workers=16, slow="1-4", scale=20.0, max_time_s=120.0, ref_time_s=600.0)
 MODES = {"quick": QUICK, "full": FULL}
 
