@@ -57,6 +57,9 @@ from flegel.cli.paper.common import geo_mean, lowest
 from flegel.cli.paper.runner import Ratio, Runner
 from flegel.cli.paper.workloads import ALGORITHMS, QUICK
 
+#: The workloads of ``--only ratio`` (module notes): the issue's blobs and the overlapping one.
+WORKLOADS = ("blobs", "overlap")
+
 #: One injected straggler, the paper's τ = 32 ms per 1,000 points (Section 6.1).
 STRAGGLER = {"pattern": "injected", "tau_ms": 32, "every": 1000}
 #: Target of the time-to-target comparisons: BSPB's converged objective times this.
@@ -329,11 +332,17 @@ def main() -> None:
     ap.add_argument("--length", type=float, default=None,
                     help="horizons: seconds per run (default: as long as the rows need, "
                          "flegel.cli.paper.horizons.run_length)")
-    ap.add_argument("--workloads", default="blobs,overlap",
-                    help="ratio: blobs, overlap (comma-separated)")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS),
+                    help=f"ratio: {', '.join(WORKLOADS)} (comma-separated)")
     ap.add_argument("--keep", type=Path, default=None, help="keep the runs under this folder")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args()
+    unknown = [w for w in args.workloads.split(",") if w not in WORKLOADS]
+    if unknown:
+        # Before any run: an unknown label used to run the overlapping workload under its
+        # name.
+        ap.error(f"--workloads: expected labels among {', '.join(WORKLOADS)}, found "
+                 f"{', '.join(map(repr, unknown))}")
     n, seconds = (100_000, 10.0) if args.quick else (args.points, args.seconds)
     only = set(args.only.split(","))
     root = args.keep or Path(tempfile.mkdtemp(prefix="fsp_claims_"))
