@@ -10,6 +10,7 @@ exit code and line; then takes the cluster down.  ``python bench/killed_host_ord
 
 from __future__ import annotations
 
+import argparse
 import os
 import select
 import shutil
@@ -72,7 +73,9 @@ def _job_processes(out: Path) -> dict[int, str]:
 
 
 def main() -> None:
-    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 4
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", type=int, nargs="?", default=4, help="kills to time (default 4)")
+    runs = ap.parse_args().runs
     name = os.environ.get("FLEGEL_CLUSTER", "jl")
     c = tc._up(name, os.environ.get("FLEGEL_CLUSTER_SUBNET", "10.88.0"))
     folder = Path(tempfile.mkdtemp(prefix="killed-host-"))
