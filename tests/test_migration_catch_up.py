@@ -146,3 +146,7 @@ def test_a_probe_that_marks_or_rolls_back_has_no_receivers(with_pause, flag):
     policy.plan = Plan(0.1, **{flag: True})
     policy.before_broadcast({})
     assert policy._receivers == set()
+    # Nor a worker whose last commit had points behind: the probe pauses no catch-up.
+    worker = policy.server.worker(policy.server.ranks[0])
+    worker.header["behind"] = 1.0
+    assert policy._catching_up() == []

@@ -210,6 +210,9 @@ def _end_rank(mpi: Any, code: int = 0) -> NoReturn:
     # it would outlive its job.  The work is done, so a signal just ends the process.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # flegel run names a rank stuck before, in or after MPI_Finalize; one whose MPI is
+    # finalized already is past it too.
+    mark_finalizing()
     if not mpi.Is_finalized():
         from flegel.protocol import Tag
         from flegel.runtime.comm import drop_unreceived
@@ -221,7 +224,6 @@ def _end_rank(mpi: Any, code: int = 0) -> NoReturn:
         if lost:  # a signal crossing the stop is expected; anything else is worth a line
             print(f"flegel: warning: rank {mpi.COMM_WORLD.Get_rank()} dropped unreceived "
                   f"message(s) at its end (source, tag): {lost}", file=sys.stderr, flush=True)
-        mark_finalizing()  # flegel run names a rank stuck before, in or after MPI_Finalize
         mpi.Finalize()
     c_exit(code)
 

@@ -132,7 +132,12 @@ class ShardStore:
         if not self._n_queued:
             return 0
         rows = self._queue
-        return int(np.count_nonzero(self.visits[rows] < self.cycles + (rows < self.cursor)))
+        return int(np.count_nonzero(self.visits[rows] < self._expected(rows)))
+
+    def _expected(self, rows: np.ndarray) -> np.ndarray:
+        """Visits each of ``rows`` has when it is level with the traversal: this cycle's,
+        one more for a row behind the cursor (trained already this cycle)."""
+        return self.cycles + (rows < self.cursor)
 
     @property
     def n_seen(self) -> int:
@@ -264,7 +269,7 @@ class ShardStore:
             self._behind = self._queue
             return self._behind
         rows = self._queue
-        expected = self.cycles + (rows < self.cursor)
+        expected = self._expected(rows)
         visits = self.visits[rows]
         done = visits == expected
         if done.any():

@@ -837,9 +837,10 @@ class FSP(BarrierPolicy):
         for rank, messages in orders.items():
             for order in messages:
                 self.order_port.order(rank, order)
-                if order.kind == OrderKind.EXPECT:
-                    self._receivers.add(rank)
-                if not self.covered and order.kind == OrderKind.EXPECT:
+                if order.kind != OrderKind.EXPECT:
+                    continue
+                self._receivers.add(rank)
+                if not self.covered:
                     # Where untrained points go while θ is kept (coverage), from where, and
                     # how many: _expected_targets.
                     sources, points, base = self._targets.get(
@@ -939,17 +940,21 @@ class FSP(BarrierPolicy):
         :meth:`_on_pass`), it catches up over the next iterations,
         the queue first (Eq. 9 budgets the compensation over T/d, not one barrier).
 
+        None in a probe that marks or rolls back θ: a pause there would skew g(η).
+
         Returns
         -------
         list of int
-            The ranks still computing (not committed, not paused) that are catching up.
+            The ranks still computing (:meth:`_running`) that are catching up.
         """
-        if self.balancer is None:
+        if self.balancer is None or self.plan.mark or self.plan.rollback:
             return []
-        return [r for r in self.server.ranks
-                if r not in self.pending and r not in self.paused
-                and (r in self._receivers
-                     or self.server.worker(r).header.get("behind", 0.0) > 0)]
+        return [r for r in self._running()
+                if r in self._receivers or self.server.worker(r).header.get("behind", 0.0) > 0]
+
+    def _running(self) -> list[int]:
+        """The workers still computing: neither committed nor paused."""
+        return [r for r in self.server.ranks if r not in self.pending and r not in self.paused]
 
     def on_tick(self, now: float) -> None:
         if self.signalled:
@@ -959,7 +964,10 @@ class FSP(BarrierPolicy):
         if due:
             for r in due:
                 del self._catch_up_at[r]
-            catching = [r for r in self._catching_up() if r in due]
+            # Found catching up at the pass (_on_pass); its receivers are fixed for the
+            # iteration and a header changes only with a commit: only "still running" is new.
+            running = set(self._running())
+            catching = [r for r in due if r in running]
             if catching:
                 self.server.signal(catching, Signal.PAUSE)
                 self.paused.update(catching)
@@ -971,9 +979,7 @@ class FSP(BarrierPolicy):
     def _pause_all(self) -> None:
         """Signal every worker still computing (not those paused or committed already)."""
         self.signalled = True
-        running = [r for r in self.server.ranks
-                   if r not in self.pending and r not in self.paused]
-        self.server.signal(running, Signal.PAUSE)
+        self.server.signal(self._running(), Signal.PAUSE)
 
     def _balanced(self) -> bool:
         """Whether whole passes suit the next iteration (:data:`WHOLE_PHASE`): the algorithm
