@@ -307,8 +307,7 @@ def test_a_signal_after_the_job_was_ending_keeps_the_first_cause(tmp_path: Path)
     Ctrl-C while it saves θ is forwarded, but the first real error keeps the exit code."""
     status = tmp_path / "status"
     status.write_text("5\nworker 2 (pid 1) died while computing; last θ saved\n")
-    mpiexec = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
-                               start_new_session=True)
+    mpiexec = _stand_in()
     try:
         job = launch._Job(mpiexec, status)
         job.on_signal(signal.SIGINT, None)  # forwarded: the stand-in ends of it
@@ -318,8 +317,7 @@ def test_a_signal_after_the_job_was_ending_keeps_the_first_cause(tmp_path: Path)
         mpiexec.wait()
     # Before any cause the signal decides, as ever.
     status.unlink()
-    mpiexec = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
-                               start_new_session=True)
+    mpiexec = _stand_in()
     try:
         job = launch._Job(mpiexec, status)
         job.on_signal(signal.SIGTERM, None)

@@ -441,18 +441,19 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
     job = _Job(proc, status)
     previous = {s: signal.signal(s, job.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
 
-    def missing() -> None:  # the others wait in MPI_Init: nothing to save, end soon
-        # ... but not at once: the proxy may still hold the dead rank's own lines (the
-        # message says "see the lines above"; a kill at once lost them under load).
-        timer = threading.Timer(MISSING_GRACE_S, job.kill_if_running)
+    def kill_later(delay_s: float) -> None:
+        timer = threading.Timer(delay_s, job.kill_if_running)
         timer.daemon = True
         timer.start()
 
+    def missing() -> None:  # the others wait in MPI_Init: nothing to save, end soon
+        # ... but not at once: the proxy may still hold the dead rank's own lines (the
+        # message says "see the lines above"; a kill at once lost them under load).
+        kill_later(MISSING_GRACE_S)
+
     def died() -> None:  # whatever the ranks left are doing, the job ends within a bound
         job.death_seen = True
-        timer = threading.Timer(KILL_AFTER_S, job.kill_if_running)
-        timer.daemon = True
-        timer.start()
+        kill_later(KILL_AFTER_S)
 
     one_host = "HYDRA_HOST_FILE" not in env  # every rank shows in this host's /proc
     watch = RankWatch(proc, n_ranks, f"{STATUS_ENV}={status}",

@@ -377,14 +377,15 @@ def fig14(ctx: Ctx) -> Figure:
         table=table, pictures=pics)
 
 
-def best_fixed(fspv: RunResult, fixed: list[RunResult], slack: float
-               ) -> tuple[int, horizons.Versus]:
+def best_fixed(fspv: RunResult, fixed: list[RunResult], slack: float,
+               vs: list[horizons.Versus] | None = None) -> tuple[int, horizons.Versus]:
     """The fixed η FSPV compares worst against, and that comparison: FSPV's time over each
     fixed η's (:func:`flegel.cli.paper.horizons.versus`: to the paper's target, or at the
     horizon where neither reached it), the largest, bounds and all -- the comparison whose
     values are certainly the highest (the lower end of :func:`~flegel.cli.paper.common.
-    interval`, then the upper).  A failed run (no summary) is no candidate unless all are."""
-    vs = [horizons.versus(fspv, r, slack) for r in fixed]
+    interval`, then the upper).  A failed run (no summary) is no candidate unless all are.
+    ``vs``: those comparisons, where the caller made them already (they read the traces)."""
+    vs = vs if vs is not None else [horizons.versus(fspv, r, slack) for r in fixed]
     i = max(range(len(fixed)), key=lambda k: (fixed[k].ok, *interval(vs[k].ratio)))
     return i, vs[i]
 
@@ -412,7 +413,7 @@ def fig15(ctx: Ctx) -> Figure:
     slack = ctx.runner.work["kmeans"].slack
     vs_bspv = horizons.versus(fspv, bspv, slack)
     each = [horizons.versus(fspv, r, slack) for r in fixed]
-    best, vs_best = best_fixed(fspv, fixed, slack)
+    best, vs_best = best_fixed(fspv, fixed, slack, each)
     top = max([r.time.s for r in fixed] + [fspv.time.s])
     pic = plots.lines(ctx.pictures / "fig15.png", "Fig. 15: K-means, fixed η",
                       fractions, {"fixed η": [r.time.s / top for r in fixed],

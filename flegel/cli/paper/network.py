@@ -442,6 +442,11 @@ class Row:
     #: (NaN: a transfer too short to read), left out of the median (:func:`median`).
     too_short: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def ratio(self) -> float:
+        """Normal's throughput over Only's: the figure Table 2's claim is held to."""
+        return self.normal / self.only
+
 
 def measure(cluster: Cluster, job: Path, out: Path) -> Row:
     """Table 2's row at the cluster's current rate: link, Normal (the run into ``out``),
@@ -498,7 +503,7 @@ def table(rows: list[Row]) -> list[str]:
     for r in rows:
         ttt = ("not reached" if r.time_to_target_s is None
                else f"{r.time_to_target_s:.2f}")
-        ratio = r.normal / r.only
+        ratio = r.ratio
         lines.append(f"| {r.rate} | {_cell(r, 'link')} | {_cell(r, 'only')} | "
                      f"{_cell(r, 'normal')} | "
                      f"{f'{ratio:.2f}' if math.isfinite(ratio) else '-'} | "
@@ -513,7 +518,7 @@ WITHIN = 0.96
 def holds(rows: list[Row]) -> bool:
     """Whether migration kept within :data:`WITHIN` of *Only* at every rate; a ratio that
     is not a number (a column too short to read) does not hold."""
-    return all(math.isfinite(x) and x >= WITHIN for x in (r.normal / r.only for r in rows))
+    return all(math.isfinite(x) and x >= WITHIN for x in (r.ratio for r in rows))
 
 
 def median(rows: list[Row]) -> Row:

@@ -39,7 +39,7 @@ from __future__ import annotations
 from typing import Any
 
 from flegel.cli.paper import plots
-from flegel.cli.paper.common import Ctx, failures, per_worker, time_row
+from flegel.cli.paper.common import Ctx, cluster_place, failures, per_worker, time_row
 from flegel.cli.paper.page import NOT_RUN, Figure
 from flegel.cli.paper.runner import Ratio, Time
 
@@ -222,15 +222,15 @@ def table2(ctx: Ctx) -> Figure:
     title, paper = ("migration speed under limited bandwidth",
                     "migration 98.8 MB/s (Injected, non-limited) and 56.9 MB/s (limited), "
                     "within 4 % of a transfer-only job")
-    cluster = network.find()
-    if cluster is None or len(cluster.hosts) < 3:
+    cluster = cluster_place(3)
+    if cluster is None:
         return Figure("table2", title, paper, verdict=NOT_RUN, note="Table 2 " + NO_CLUSTER)
     quick = ctx.mode.name == "quick"
     folder = ctx.runner.out / "table2"
     folder.mkdir(parents=True, exist_ok=True)
     rows = network.run_table2(cluster, folder, n_points=100_000 if quick else 200_000,
                               slack=0.0, repeat=1 if quick else 3, say=ctx.say)
-    ratios = [r.normal / r.only for r in rows]
+    ratios = [r.ratio for r in rows]
     times = [r.time_to_target_s for r in rows]
     slower = (f"; FSPV's time to target at {rows[1].rate} is {times[1] / times[0]:.2f}x "
               f"that at {rows[0].rate}" if len(rows) > 1 and times[0] and times[1] else "")

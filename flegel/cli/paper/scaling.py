@@ -83,7 +83,7 @@ machine's cores.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -157,8 +157,7 @@ GPU_WORKERS = 5
 def scaling(ctx: Ctx) -> Scaling:
     """The sizes of ``ctx``'s mode; a longer ``--max-time`` lengthens its runs too."""
     s = SCALINGS[ctx.mode.name]
-    return Scaling(s.counts, s.tau_ms, s.straggler_ms, s.gpu_ms, s.cpu_ms,
-                   max(s.max_time_s, ctx.mode.max_time_s))
+    return replace(s, max_time_s=max(s.max_time_s, ctx.mode.max_time_s))
 
 
 def start_rows(x: np.ndarray, k: int, seed: int) -> np.ndarray:
