@@ -451,6 +451,20 @@ def _moved(r: RunResult) -> str:
     return "-" if not r.ok else f"{moved or 0:,}"
 
 
+def _tail(r: RunResult) -> list[str]:
+    """The last cells of a row of both Fig. 16 tables: iterations, points moved, and the
+    seconds the run cost outside training."""
+    out = outside_s(r)
+    return [str((r.summary or {}).get("iterations", "-")), _moved(r),
+            f"{out:.1f}" if out is not None else "-"]
+
+
+def _where(ctx: Ctx, place: Place) -> str:
+    """The start of both Fig. 16 settings: the workload, the shared start, where it ran."""
+    return (f"K-means, {ctx.data(ALGORITHM)}, contiguous shards of sorted data, "
+            f"{start_words(ctx)}; {place.words()}")
+
+
 def fig16a(ctx: Ctx) -> Figure:
     """Fig. 16a: FSPV+opt's time to target as the workers grow, without and with
     stragglers; the claim holds when the efficiency at the largest count is at least
@@ -473,13 +487,11 @@ def fig16a(ctx: Ctx) -> Figure:
         for i, n in enumerate(sc.counts):
             r = runs[label, n]
             sp, eff = rows[label][i] if label in rows else (Ratio(float("nan"), "?"),) * 2
-            out = outside_s(r)
             table.append(time_row([
                 label, str(n), r.time.text(), sp.text(), _eff(eff),
                 _mean(per_worker(r.summary, "passes")),
                 f"{sum(per_worker(r.summary, 'compute_s')) / max(n, 1):.3f}" if r.ok else "-",
-                str((r.summary or {}).get("iterations", "-")), _moved(r),
-                f"{out:.1f}" if out is not None else "-"]))
+                *_tail(r)]))
     speed["linear"] = [n / n0 for n in sc.counts]
     pic = plots.lines(ctx.pictures / "fig16a.png", "Fig. 16a: FSPV+opt, K-means, speedup",
                       [float(n) for n in sc.counts], speed, "workers",
@@ -493,9 +505,8 @@ def fig16a(ctx: Ctx) -> Figure:
         "FSPV+opt nearly linear from 4 to 32 workers, with or without stragglers (no number)",
         holds=holds,
         ours=f"{ours} (nearly linear: efficiency >= {LINEAR:g} at {top} in both)",
-        setting=(f"FSPV+opt (async migration, semi-centralized), K-means, "
-                 f"{ctx.data(ALGORITHM)}, contiguous shards of sorted data, "
-                 f"{start_words(ctx)}; {place.words()}; each worker's compute charged as "
+        setting=(f"FSPV+opt (async migration, semi-centralized), {_where(ctx, place)}; "
+                 f"each worker's compute charged as "
                  f"{sc.tau_ms:g} ms per 1,000 points (the Injected pattern on every worker: "
                  f"a sleep, so what grows with the workers is flegel's coordination -- "
                  f"barriers, master, migration -- not the cores' compute); the stragglers: "
@@ -521,16 +532,13 @@ def fig16b(ctx: Ctx) -> Figure:
     cut, cut_bsp, beats = gpu_cut(runs["BSPV"].time, runs["FSPV"].time,
                                   runs["FSPV+opt"].time)
     head = ["sync", "time to target (s)", "final objective", "passes: GPU-like / CPUs (mean)",
-            "points moved", "iterations", "outside s"]
+            "iterations", "points moved", "outside s"]
     table = [time_row(head), time_row(["---"] * len(head))]
     for label, r in runs.items():
         p = per_worker(r.summary, "passes")
-        out = outside_s(r)
         table.append(time_row([
             label, r.time.text(), f"{(r.summary or {}).get('final_objective', 'failed')}",
-            f"{p[0]:.1f} / {_mean(p[1:])}" if p else "-", _moved(r),
-            str((r.summary or {}).get("iterations", "-")),
-            f"{out:.1f}" if out is not None else "-"]))
+            f"{p[0]:.1f} / {_mean(p[1:])}" if p else "-", *_tail(r)]))
     pic = plots.bars(ctx.pictures / "fig16b.png",
                      "Fig. 16b: one GPU-like worker and four CPU workers, K-means",
                      ["5 workers"], {k: [r.time.s] for k, r in runs.items()},
@@ -548,8 +556,7 @@ def fig16b(ctx: Ctx) -> Figure:
         ours=(f"FSPV+opt cuts FSPV's runtime by {_cut(cut, runs['FSPV'], opt)} (BSPV's by "
               f"{_cut(cut_bsp, runs['BSPV'], opt)}); FSPV {verb} BSPV ({beats.text()})"
               + (f"; failed: {', '.join(failed)}" if failed else "")),
-        setting=(f"K-means, {ctx.data(ALGORITHM)}, contiguous shards of sorted data, "
-                 f"{start_words(ctx)}; {place.words()}; no GPU: emulated, worker 1 (GPU-like) "
+        setting=(f"{_where(ctx, place)}; no GPU: emulated, worker 1 (GPU-like) "
                  f"charged {sc.gpu_ms:g} ms and workers 2-{n} (CPUs) {sc.cpu_ms:g} ms per 1,000 "
                  f"points (the Injected pattern: a sleep), a GPU {sc.cpu_ms / sc.gpu_ms:g}x "
                  f"a CPU worker"),
