@@ -650,8 +650,8 @@ def measure(runner: Runner, algorithm: str, partition: str = "strided",
     mean = geo_mean_ratio(rows_m)
     if not rows_m and any(p.rows is None for p in pairs):
         mean = UNKNOWN
-    runs = [r for p in pairs for r in (p.bspv, p.fspv)]
+    sides = [p.runs for p in pairs]
     return Measured(rows_m, mean, pairs, length_s, truncated,
-                    {s: median_figures([run_figures(r.summary) for r in runs[j::2]
-                                        if r.summary])
-                     for j, s in enumerate(syncs)})
+                    {s: median_figures([run_figures(summary) for run in sides
+                                        if (summary := run[side].summary)])
+                     for s, side in zip(syncs, ("bspv", "fspv"))})
