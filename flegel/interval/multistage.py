@@ -141,10 +141,11 @@ PROBE_MODES = ("interleaved", "rollback")
 PROBE_PHASES = frozenset({"probe", "probe1", "probe2"})
 
 
-def sample_fraction(shard_points: Iterable[int]) -> float:
+def sample_fraction(shard_points: Iterable[int], min_points: int = 0) -> float:
     """The share of every worker's shard in FSPV's sampled calibration: :data:`SAMPLE_SHARE`,
-    raised so that the smallest shard gives :data:`SAMPLE_MIN_POINTS`; 1.0 (a whole pass)
-    when that is all of a shard, or a shard's size is unknown (0).
+    raised so that the smallest shard gives :data:`SAMPLE_MIN_POINTS` (or ``min_points``, the
+    algorithm's, if more: :func:`flegel.sync.fsp.sample_share`); 1.0 (a whole pass) when
+    that is all of a shard, or a shard's size is unknown (0).
 
     One share for the job, not a minimum per worker: every worker contributes the same share
     of its shard in its shuffled order, so the sample is stratified over the shards in
@@ -167,9 +168,10 @@ def sample_fraction(shard_points: Iterable[int]) -> float:
     """
     sizes = list(shard_points)
     smallest = min(sizes, default=0)
-    if smallest <= SAMPLE_MIN_POINTS:
+    floor = max(SAMPLE_MIN_POINTS, min_points)
+    if smallest <= floor:
         return 1.0
-    return min(1.0, max(SAMPLE_SHARE, SAMPLE_MIN_POINTS / smallest))
+    return min(1.0, max(SAMPLE_SHARE, floor / smallest))
 
 
 def sample_batch(shard_points: int, fraction: float) -> int:

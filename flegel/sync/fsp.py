@@ -467,12 +467,7 @@ def sample_share(shard_points: Sequence[int], min_points: int = 0) -> float:
     :data:`~flegel.interval.multistage.SAMPLE_MIN_POINTS` ignores the model's size: with K
     near the sample's size clusters sit on 0-2 points of it and θ¹'s centres are noise
     (issue 19, i20k review); one share for all shards keeps the sample stratified."""
-    share = sample_fraction(shard_points)
-    smallest = min(shard_points, default=0)
-    if share >= 1.0 or min_points <= 0 or smallest <= 0:
-        return share
-    share = max(share, min_points / smallest)
-    return 1.0 if share >= 1.0 else share
+    return sample_fraction(shard_points, min_points)
 
 
 class FSP(BarrierPolicy):
