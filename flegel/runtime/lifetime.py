@@ -237,21 +237,31 @@ def decide(code: int, message: str | None = None) -> bool:
         if _Decision.code is not None:
             return False
         status = os.environ.get(STATUS_ENV)
-        if status:
-            tmp = f"{status}.{os.getpid()}"
-            try:
-                with open(tmp, "w") as f:
-                    f.write(f"{int(code)}\n" + (f"{message}\n" if message else ""))
-                os.link(tmp, status)
-            except FileExistsError:
-                return False  # another rank decided (the master, or a worker ending it)
-            except OSError:
-                pass  # the launcher's folder is not on this host: this process decides
-            finally:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+        if status and claim(status, code, message) is False:
+            return False  # another rank decided (the master, or a worker ending it)
         _Decision.code = int(code)
         return True
+
+
+def claim(status: str, code: int, message: str | None = None) -> bool | None:
+    """Create the launcher's status file ``status`` with ``code`` and ``message``, unless it
+    exists: True when this call created it, False when it existed (a cause was decided),
+    None when it could not be written (the launcher's folder is not on this host).  The
+    ranks claim through :func:`decide`; ``flegel run`` itself for a master that cannot
+    (:mod:`flegel.runtime.watchdog`)."""
+    tmp = f"{status}.{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            f.write(f"{int(code)}\n" + (f"{message}\n" if message else ""))
+        os.link(tmp, status)
+    except FileExistsError:
+        return False
+    except OSError:
+        return None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    return True
 
 
 def decided() -> int | None:

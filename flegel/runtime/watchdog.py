@@ -229,6 +229,9 @@ class Watchdog:
         self._train_start = now if max_time_s is not None else None
         self._max_time_s = max_time_s
         self.last_beat = now
+        # At once, not at the thread's next look: a master may hang before it (holding the
+        # GIL, the thread then never looks again).
+        self._write(self.deadline())
 
     def beat(self) -> None:
         """The master completed a turn of its loop."""
@@ -258,10 +261,13 @@ class Watchdog:
             return None
         return Stuck(self.phase, now - self.last_beat, self.bound())
 
-    def fire(self, stuck: Stuck, frame: FrameType | None = None) -> None:
-        """Hand ``stuck`` to ``on_stuck``, once (the thread and the signal handler race)."""
-        if self._fired.acquire(blocking=False):
-            self.on_stuck(stuck, frame)
+    def fire(self, stuck: Stuck, frame: FrameType | None = None) -> bool:
+        """Hand ``stuck`` to ``on_stuck``, once (the thread and the signal handler race);
+        False when the other came first."""
+        if not self._fired.acquire(blocking=False):
+            return False
+        self.on_stuck(stuck, frame)
+        return True
 
     def start(self) -> None:
         """Start the thread (a daemon: it never keeps the master alive)."""
@@ -301,8 +307,13 @@ class Watchdog:
         end the job if the master is stuck (the launcher's call); otherwise it was a request
         for the stack alone."""
         stuck = self.look()
-        if stuck is not None:
-            self.fire(stuck, frame)
+        if stuck is None:
+            return
+        if not self.fire(stuck, frame):
+            # The thread is ending the job (it got the GIL while this handler ran): let it
+            # run, not the stuck code this handler would return to.
+            threading.Event().wait(ANSWER_S + 10.0)
+
 
 
 def read_state(status: str) -> dict[str, Any] | None:
