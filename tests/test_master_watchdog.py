@@ -248,3 +248,32 @@ def test_workers_get_a_stack_dump_on_the_signal(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGUSR1)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0 and "in worker_waits" in err
+
+
+def test_a_master_not_stuck_shows_its_stack_on_the_signal_and_goes_on(tmp_path: Path) -> None:
+    """``kill -USR1`` on a master that is not stuck: its stack (written by the C handler
+    into the launcher's folder) comes out on stderr, and it runs on."""
+    script = textwrap.dedent(f'''
+        import sys, time
+        from flegel.runtime import watchdog
+        dog = watchdog.Watchdog(lambda stuck, frame: sys.exit("ended"))
+        dog.enter("training", lambda: 60.0, "runtime.stall_timeout_s:")
+        dog.stack_file = watchdog.install_dump(dog, {str(tmp_path / "status")!r})
+        print("ready", flush=True)
+        def master_serves():
+            for _ in range(20):
+                time.sleep(0.1)
+                dog.beat()
+        master_serves()
+        print("done", flush=True)
+    ''')
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and out == "done\n"
+    assert "in master_serves" in err
+    assert (tmp_path / "status.stack0").read_text() == ""

@@ -280,6 +280,13 @@ class Watchdog:
         self._stop.set()
         self._write(None)
 
+    def _echo_stack(self) -> None:
+        """A request for the stack alone (``kill -USR1``): the C handler wrote it into the
+        launcher's folder; the user reads it on stderr."""
+        if self.stack_file is not None:
+            with contextlib.suppress(OSError, ValueError):
+                _echo(self.stack_file)
+
     def _run(self) -> None:
         while not self._stop.wait(TICK_S):
             stuck = self.look()
@@ -308,12 +315,24 @@ class Watchdog:
         for the stack alone."""
         stuck = self.look()
         if stuck is None:
+            self._echo_stack()
             return
         if not self.fire(stuck, frame):
             # The thread is ending the job (it got the GIL while this handler ran): let it
             # run, not the stuck code this handler would return to.
             threading.Event().wait(ANSWER_S + 10.0)
 
+
+
+def _echo(out: IO[Any]) -> None:
+    """Copy what the C handler wrote into ``out`` (a file) to stderr, and empty it."""
+    fd = out.fileno()
+    size = os.lseek(fd, 0, os.SEEK_CUR)
+    if size:
+        sys.stderr.write(os.pread(fd, size, 0).decode(errors="replace"))
+        sys.stderr.flush()
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
 
 
 def read_state(status: str) -> dict[str, Any] | None:
@@ -337,7 +356,7 @@ def install_dump(master: Watchdog | None, status: str | None) -> IO[Any] | None:
         signal.signal(DUMP_SIGNAL, master.on_dump_signal)
         if status:
             with contextlib.suppress(OSError):
-                out = open(stack_path(status), "w")  # noqa: SIM115 - held for the process
+                out = open(stack_path(status), "w+")  # noqa: SIM115 - held for the process
     faulthandler.register(DUMP_SIGNAL, file=out if out is not None else sys.stderr,
                           all_threads=True, chain=master is not None)
     return out
