@@ -442,7 +442,7 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     writer = RunWriter(out_dir, job,
                        events_from=None if resume is None else resume.master["events_bytes"])
     saver.writer, saver.algorithm = writer, algorithm
-    watchdog.current().run_dir = writer.dir  # type: ignore[union-attr]
+    watchdog.current().stack_to = writer.dir / files.MASTER_STACK  # type: ignore[union-attr]
     progress.name = algorithm.objective_name
     server = Server(MpiTransport(comm, theta_layout, agg_layout), ranks, algorithm, theta,
                     agg_layout.zeros, StopCriteria(**asdict(job.stop)), events=writer.event,

@@ -140,7 +140,7 @@ STUCK_MASTER = textwrap.dedent('''
     def stuck_in_c():
         json.dump({"pid": os.getpid(), "host": "h", "deadline": time.time() - 10,
                    "phase": "training", "bound": "stop.max_time_s: 1 and 6 s of grace",
-                   "run_dir": sys.argv[2]}, open(status + ".master", "w"))
+                   "stack": sys.argv[2] + "/master-stack.txt"}, open(status + ".master", "w"))
         while True:
             time.sleep(1)
     stuck_in_c()

@@ -563,12 +563,12 @@ def _stuck_line(status: Path, state: dict[str, object]) -> str:
     """The launcher's line for a master that could not end its stuck job: rank 0, host,
     PID, where it was (its stack, moved into the run directory) and that θ was lost."""
     dump = Path(watchdog.stack_path(str(status)))
-    run_dir = state.get("run_dir")
+    target = state.get("stack")  # master-stack.txt in the run directory, once it exists
     where = str(dump)
-    if isinstance(run_dir, str):
+    if isinstance(target, str):
         with contextlib.suppress(OSError):
-            shutil.copyfile(dump, Path(run_dir) / watchdog.STACK_FILE)
-            where = str(Path(run_dir) / watchdog.STACK_FILE)
+            shutil.copyfile(dump, target)
+            where = target
     try:
         frames = watchdog.main_frames_in_dump(dump.read_text(errors="replace"))
     except OSError:

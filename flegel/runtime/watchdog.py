@@ -81,9 +81,6 @@ DUMP_SIGNAL = signal.SIGUSR1
 _FLEGEL_DIR = str(Path(__file__).resolve().parents[1])
 _STDLIB_DIRS = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")})
 
-#: The name of the stack file in the run directory.
-STACK_FILE = "master-stack.txt"
-
 #: One frame: (file, line, function).
 Frame = tuple[str, int, str]
 
@@ -206,7 +203,8 @@ class Watchdog:
         self.on_stuck = on_stuck
         self.clock = clock
         self.state = state
-        self.run_dir: Path | None = None  # where the stack goes, once the run directory is
+        #: Where the stack goes once the run directory exists (``master-stack.txt``).
+        self.stack_to: Path | None = None
         self.phase = "starting"
         self._silence: Callable[[], float | None] = lambda: None
         self._bound = ""
@@ -302,7 +300,7 @@ class Watchdog:
         wall = None if deadline is None else time.time() + deadline - self.clock()
         doc = {"pid": os.getpid(), "host": socket.gethostname(), "deadline": wall,
                "phase": self.phase, "bound": self.bound(),
-               "run_dir": None if self.run_dir is None else str(self.run_dir)}
+               "stack": None if self.stack_to is None else str(self.stack_to)}
         with contextlib.suppress(OSError):
             tmp = f"{self.state}.{os.getpid()}"
             with open(tmp, "w") as f:
@@ -436,11 +434,14 @@ def _stack(dog: Watchdog, frame: FrameType | None) -> str:
     """Write every thread's stack into the run directory; say where it is.  From the dump
     signal its C handler wrote it already (:func:`stack_path`): it is moved there."""
     status = os.environ.get(lifetime.STATUS_ENV)
-    if dog.run_dir is None:
-        if frame is None:
-            faulthandler.dump_traceback(sys.stderr, all_threads=True)
-        return "on stderr above" if frame is None or not status else stack_path(status)
-    target = dog.run_dir / STACK_FILE
+    if dog.stack_to is None:  # no run directory yet
+        with contextlib.suppress(OSError, ValueError):
+            if frame is not None and dog.stack_file is not None:
+                _echo(dog.stack_file)
+            else:
+                faulthandler.dump_traceback(sys.stderr, all_threads=True)
+        return "on stderr above"
+    target = dog.stack_to
     with contextlib.suppress(OSError):
         if frame is not None and status and os.path.getsize(stack_path(status)):
             os.replace(stack_path(status), target)
