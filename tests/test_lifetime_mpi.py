@@ -470,8 +470,8 @@ def test_a_master_stuck_in_its_own_code_ends_the_job_after_max_time(tmp_path):
     proc = mpirun(job, 2, out, timeout=90, check=False)
     took = time.monotonic() - t0
     assert proc.returncode == ExitCode.STALLED, proc.stderr
-    # max_time_s + 6 s after training began; start-up takes 2-3 s, 10 s allowed under load.
-    assert took < max_time_s + 6 + 20, took
+    # max_time_s + 6 s after training began; start-up takes 2-3 s, up to 20 s at load 9.
+    assert took < max_time_s + 6 + 30, took
     _gone_within(tmp_path, 10)
     _check_stuck_master(tmp_path, out, _messages(proc.stderr), max_time_s)
 
@@ -490,6 +490,31 @@ def test_a_master_holding_the_gil_is_ended_by_flegel_run(tmp_path):
     took = time.monotonic() - t0
     assert proc.returncode == ExitCode.STALLED, proc.stderr
     # + LAUNCH_SLACK_S (2 s) past the master's deadline, and the launcher's look (1 s).
-    assert took < max_time_s + 6 + 3 + 20, took
+    assert took < max_time_s + 6 + 3 + 30, took
     _gone_within(tmp_path, 10)
     _check_stuck_master(tmp_path, out, _messages(proc.stderr), max_time_s)
+
+
+def test_without_max_time_the_stall_timeout_bounds_the_master_too(tmp_path):
+    """No ``stop.max_time_s``: the master silent in training for ``runtime.stall_timeout_s``
+    is stuck, as a worker would be."""
+    (tmp_path / "hung.py").write_text(HUNG_MASTER)
+    (tmp_path / "thetas").mkdir()
+    job = _job(tmp_path, algorithm="hung:HungMaster",
+               params={"at": 3, "mode": "sleep", "record": str(tmp_path / "thetas")},
+               stop={"max_iterations": 100000, "tolerance": None, "max_time_s": None},
+               runtime={"stall_timeout_s": 2.5})
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    proc = mpirun(job, 2, out, timeout=90, check=False)
+    assert proc.returncode == ExitCode.STALLED, proc.stderr
+    assert time.monotonic() - t0 < 2.5 + 30, proc.stderr
+    _gone_within(tmp_path, 10)
+    line = _messages(proc.stderr)[-1]
+    assert re.fullmatch(
+        r"flegel: rank 0 \(master, host \S+, pid \d+\) was stuck: silent for (2\.[5-9]|3\.\d) s "
+        r"while training \(runtime.stall_timeout_s: 2.5 s\); it was in update_parameter "
+        rf"\({tmp_path}/hung.py:\d+\); its stack is in {out}/master-stack.txt; last θ "
+        rf"\(iteration 3\) saved in {out}/model.npz", line), line
+    np.testing.assert_array_equal(np.load(out / "model.npz")["centers"],
+                                  np.load(tmp_path / "thetas" / "theta3.npy"))
