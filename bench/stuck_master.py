@@ -26,27 +26,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from flegel.cli.rankwatch import _ranks_with  # noqa: E402
 from tests.conftest import write_job  # noqa: E402
 from tests.test_lifetime_mpi import HUNG_MASTER  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _ranks(folder: bytes) -> dict[int, int]:
-    """rank -> pid of the job's ranks (their PYTHONPATH names the bench's folder)."""
-    found: dict[int, int] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            env = Path(entry.path, "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(v.startswith(b"PYTHONPATH=") and folder in v for v in env):
-            for v in env:
-                if v.startswith(b"PMI_RANK="):
-                    found[int(v[9:])] = int(entry.name)
-    return found
 
 
 def _cpu_ticks(pid: int) -> int | None:
@@ -71,8 +55,8 @@ def run(mode: str, max_time_s: float, sample_s: float, timeout_s: float, flegel:
                               "max_time_s": max_time_s},
                         output={"progress": "none"})
         out = folder / "run"
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(folder),
-                                                           os.environ.get("PYTHONPATH", "")]))
+        path = os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")])
+        env = dict(os.environ, PYTHONPATH=path)
         t0 = time.monotonic()
         proc = subprocess.Popen([flegel, "run", str(job), "--out", str(out)], env=env, cwd=folder,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -80,7 +64,8 @@ def run(mode: str, max_time_s: float, sample_s: float, timeout_s: float, flegel:
             time.sleep(0.02)
         began = time.monotonic()
         time.sleep(min(1.0, max_time_s / 2))  # the master hangs within its first updates
-        workers = {r: p for r, p in _ranks(str(folder).encode()).items() if r != 0}
+        ranks = _ranks_with(f"PYTHONPATH={path}".encode())  # the job's, by their environment
+        workers = {r: p for r, p in ranks.items() if r != 0}
         before = {r: _cpu_ticks(p) for r, p in workers.items()}
         time.sleep(sample_s)
         after = {r: _cpu_ticks(p) for r, p in workers.items()}

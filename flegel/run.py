@@ -267,8 +267,11 @@ class _Saver:
             return self.server.doing(rank)
         return f"the workers were {self.phase}"
 
-    def save(self) -> str:
-        """Save the server's θ (the last good one); say where, for the message."""
+    def save(self, reason: StopReason | None = None) -> str:
+        """Save the server's θ (the last good one); say where, for the message.  ``reason``:
+        the run's ``stop_reason`` unless training had ended for one."""
+        if reason is not None and self.server is not None and self.server.reason is None:
+            self.server.reason = reason
         srv, writer = self.server, self.writer
         if srv is None or writer is None or self.algorithm is None:
             return "no model saved: training had not started"
@@ -283,12 +286,6 @@ class _Saver:
         return (f"the trained model (iteration {srv.version}) was saved before, in "
                 f"{writer.dir / files.MODEL}")
 
-    def save_stuck(self) -> str:
-        """:meth:`save` for a master stuck in its own code (:mod:`flegel.runtime.watchdog`)."""
-        if self.server is not None and self.server.reason is None:
-            self.server.reason = StopReason.STALLED
-        return self.save()
-
 
 def run_master(comm: MPI.Comm, job: Job, out_dir: Path,
                resume: Checkpoint | None = None) -> dict[str, Any]:
@@ -296,7 +293,8 @@ def run_master(comm: MPI.Comm, job: Job, out_dir: Path,
     exception saves θ and ends the job."""
     saver = _Saver()
     peers.on_death(lambda rank, pid: _worker_died(comm, saver, rank, pid))
-    watchdog.start_master(comm, saver.save_stuck, job.runtime.stall_timeout_s)
+    watchdog.start_master(comm, functools.partial(saver.save, StopReason.STALLED),
+                          job.runtime.stall_timeout_s)
     try:
         return _run_master(comm, job, out_dir, saver, resume)
     except BaseException as exc:  # noqa: BLE001 - every failure must end the job
@@ -323,19 +321,9 @@ def _worker_died(comm: MPI.Comm, saver: _Saver, rank: int, pid: int) -> None:
     """A worker process died (:mod:`flegel.runtime.peers`, in its watching thread): name
     it, save the last θ and end the job at once, before the main loop touches MPI again
     (MPICH would end this process there without a word)."""
-    what = f"worker {rank} (pid {pid}) died while {saver.doing(rank)}"
-    # Said first, in case saving θ takes longer than MPI lets this process live.
-    if not lifetime.decide(ExitCode.WORKER_DIED, what):
-        return  # the job is ending for another cause: this death is its consequence
-    launched = lifetime.tell_launcher(ExitCode.WORKER_DIED, what)
-    if saver.server is not None and saver.server.reason is None:
-        saver.server.reason = StopReason.FAILED
-    what = f"{what}; {saver.save()}"
-    if launched:  # the launcher prints it, whatever happens to this process
-        lifetime.tell_launcher(ExitCode.WORKER_DIED, what)
-    else:
-        sys.stderr.write(f"flegel: {what}\n")
-    lifetime.end_job(comm, ExitCode.WORKER_DIED)
+    lifetime.end_with(comm, ExitCode.WORKER_DIED,
+                      f"worker {rank} (pid {pid}) died while {saver.doing(rank)}",
+                      functools.partial(saver.save, StopReason.FAILED))
 
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -228,6 +227,18 @@ def test_update_parameter_gets_a_copy_so_theta_stays_the_last_good_one() -> None
     assert server.version == 1 and (server.theta["w"] == 1.0).all()
 
 
+def _signalled(script: str) -> tuple[subprocess.Popen[str], str, str]:
+    """Run ``script`` until it prints ``ready``, send it the dump signal, let it end."""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    time.sleep(0.2)
+    proc.send_signal(watchdog.DUMP_SIGNAL)
+    out, err = proc.communicate(timeout=30)
+    return proc, out, err
+
+
 def test_workers_get_a_stack_dump_on_the_signal(tmp_path: Path) -> None:
     """Every rank writes its stack on :data:`~flegel.runtime.watchdog.DUMP_SIGNAL` (a worker
     to stderr) and goes on."""
@@ -240,13 +251,7 @@ def test_workers_get_a_stack_dump_on_the_signal(tmp_path: Path) -> None:
             time.sleep(2)
         worker_waits()
     ''')
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
-    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
-    time.sleep(0.2)
-    proc.send_signal(signal.SIGUSR1)
-    _, err = proc.communicate(timeout=30)
+    proc, out, err = _signalled(script)
     assert proc.returncode == 0 and "in worker_waits" in err
 
 
@@ -267,13 +272,7 @@ def test_a_master_not_stuck_shows_its_stack_on_the_signal_and_goes_on(tmp_path: 
         master_serves()
         print("done", flush=True)
     ''')
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
-    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
-    time.sleep(0.2)
-    proc.send_signal(signal.SIGUSR1)
-    out, err = proc.communicate(timeout=30)
+    proc, out, err = _signalled(script)
     assert proc.returncode == 0 and out == "done\n"
     assert "in master_serves" in err
     assert (tmp_path / "status.stack0").read_text() == ""

@@ -264,6 +264,25 @@ def claim(status: str, code: int, message: str | None = None) -> bool | None:
     return True
 
 
+def end_with(comm: Any, code: int, what: str, save: Callable[[], str]) -> None:
+    """End the job for ``what`` (one line naming the rank and what happened), first saving
+    θ (``save()`` says where); returns, saying nothing, when another cause came first
+    (:func:`decide`: this is its consequence).
+
+    The line reaches the launcher before θ is saved, in case saving takes longer than MPI
+    lets this process live, and again with where θ went.
+    """
+    if not decide(code, what):
+        return
+    launched = tell_launcher(code, what)
+    what = f"{what}; {save()}"
+    if launched:  # the launcher prints it, whatever happens to this process
+        tell_launcher(code, what)
+    else:
+        sys.stderr.write(f"flegel: {what}\n")
+    end_job(comm, code)
+
+
 def decided() -> int | None:
     """The exit code this process decided the job ends with (None: none yet)."""
     return _Decision.code

@@ -468,12 +468,4 @@ def end_stuck(comm: Any, dog: Watchdog, stuck: Stuck, frame: FrameType | None,
     what = (f"rank 0 (master, host {socket.gethostname()}, pid {os.getpid()}) was stuck: "
             f"silent for {stuck.silent_s:.1f} s while {stuck.phase} ({stuck.bound}); it was "
             f"in {describe(top_frame(frames))}; its stack is in {where}")
-    if not lifetime.decide(ExitCode.STALLED, what):
-        return
-    launched = lifetime.tell_launcher(ExitCode.STALLED, what)
-    what = f"{what}; {save()}"
-    if launched:  # the launcher prints it, whatever happens to this process
-        lifetime.tell_launcher(ExitCode.STALLED, what)
-    else:
-        sys.stderr.write(f"flegel: {what}\n")
-    lifetime.end_job(comm, ExitCode.STALLED)
+    lifetime.end_with(comm, ExitCode.STALLED, what, save)
