@@ -299,6 +299,7 @@ def run_master(comm: MPI.Comm, job: Job, out_dir: Path,
         return _run_master(comm, job, out_dir, saver, resume)
     except BaseException as exc:  # noqa: BLE001 - every failure must end the job
         if isinstance(exc, Rejected) or (isinstance(exc, SystemExit) and not exc.code):
+            watchdog.finished()  # no work to bound: the ranks end as agreed
             raise  # Rejected: every rank agreed to stop before any work; rank 0 said why
         code = exc.code if isinstance(exc, JobFault) else ExitCode.FAILED
         if not lifetime.decide(code):
