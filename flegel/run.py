@@ -46,13 +46,14 @@ from flegel.protocol import ExitCode, StopReason, Tag
 from flegel.rundir import files
 from flegel.rundir.checkpoint import Checkpoint, Checkpointer
 from flegel.runtime import comm as msg
-from flegel.runtime import lifetime, peers
+from flegel.runtime import lifetime, peers, watchdog
 from flegel.runtime.agreement import Rejected, agreed
 from flegel.runtime.blocksize import device_of, fixed_block, measure_call_cost
 from flegel.runtime.cut import CUT, consistent_cut
 from flegel.runtime.exact import Evaluator, ExactObjective, evaluate_snapshots, id_checksum
 from flegel.runtime.faults import JobFault
 from flegel.runtime.layout import Layout
+from flegel.runtime.limits import PHASE_MIN_S
 from flegel.runtime.peak_memory import peak_rss_mib
 from flegel.runtime.server import AUTO, STALL_UNMEASURED_S, Server
 from flegel.runtime.stopping import StopCriteria
@@ -266,8 +267,11 @@ class _Saver:
             return self.server.doing(rank)
         return f"the workers were {self.phase}"
 
-    def save(self) -> str:
-        """Save the server's θ (the last good one); say where, for the message."""
+    def save(self, reason: StopReason | None = None) -> str:
+        """Save the server's θ (the last good one); say where, for the message.  ``reason``:
+        the run's ``stop_reason`` unless training had ended for one."""
+        if reason is not None and self.server is not None and self.server.reason is None:
+            self.server.reason = reason
         srv, writer = self.server, self.writer
         if srv is None or writer is None or self.algorithm is None:
             return "no model saved: training had not started"
@@ -289,10 +293,13 @@ def run_master(comm: MPI.Comm, job: Job, out_dir: Path,
     exception saves θ and ends the job."""
     saver = _Saver()
     peers.on_death(lambda rank, pid: _worker_died(comm, saver, rank, pid))
+    watchdog.start_master(comm, functools.partial(saver.save, StopReason.STALLED),
+                          job.runtime.stall_timeout_s)
     try:
         return _run_master(comm, job, out_dir, saver, resume)
     except BaseException as exc:  # noqa: BLE001 - every failure must end the job
         if isinstance(exc, Rejected) or (isinstance(exc, SystemExit) and not exc.code):
+            watchdog.finished()  # no work to bound: the ranks end as agreed
             raise  # Rejected: every rank agreed to stop before any work; rank 0 said why
         code = exc.code if isinstance(exc, JobFault) else ExitCode.FAILED
         if not lifetime.decide(code):
@@ -315,25 +322,10 @@ def _worker_died(comm: MPI.Comm, saver: _Saver, rank: int, pid: int) -> None:
     """A worker process died (:mod:`flegel.runtime.peers`, in its watching thread): name
     it, save the last θ and end the job at once, before the main loop touches MPI again
     (MPICH would end this process there without a word)."""
-    what = f"worker {rank} (pid {pid}) died while {saver.doing(rank)}"
-    # Said first, in case saving θ takes longer than MPI lets this process live.
-    if not lifetime.decide(ExitCode.WORKER_DIED, what):
-        return  # the job is ending for another cause: this death is its consequence
-    launched = lifetime.tell_launcher(ExitCode.WORKER_DIED, what)
-    if saver.server is not None and saver.server.reason is None:
-        saver.server.reason = StopReason.FAILED
-    what = f"{what}; {saver.save()}"
-    if launched:  # the launcher prints it, whatever happens to this process
-        lifetime.tell_launcher(ExitCode.WORKER_DIED, what)
-    else:
-        sys.stderr.write(f"flegel: {what}\n")
-    lifetime.end_job(comm, ExitCode.WORKER_DIED)
+    lifetime.end_with(comm, ExitCode.WORKER_DIED,
+                      f"worker {rank} (pid {pid}) died while {saver.doing(rank)}",
+                      functools.partial(saver.save, StopReason.FAILED))
 
-
-#: The least time the workers get to load, compile (JIT) and evaluate, whatever
-#: ``runtime.stall_timeout_s`` says: those scale with the shard, not with an iteration, and a
-#: cold numba cache alone takes seconds.
-PHASE_MIN_S = 60.0
 
 
 #: Seconds the master may go on after SIGINT/SIGTERM to complete a checkpoint (when the job
@@ -354,6 +346,7 @@ def final_checkpoint(server: Server) -> Callable[[], None]:
     asked: dict[str, float] = {}
 
     def watch() -> None:
+        watchdog.beat()  # a turn of the serve loop completed
         cp = server.checkpoint
         if lifetime.pending() is not None and cp is not None:
             if not asked:
@@ -381,6 +374,7 @@ def _watch(comm: MPI.Comm, timeout_s: float | str | None, what: str) -> Any:
     deadline = None if limit is None else time.monotonic() + limit
 
     def watch(missing: list[int] | None = None) -> None:
+        watchdog.beat()
         msg.check_faults(comm)
         if deadline is not None and time.monotonic() >= deadline:
             who = "worker(s) " + ", ".join(map(str, missing)) if missing else "a worker"
@@ -437,6 +431,7 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     writer = RunWriter(out_dir, job,
                        events_from=None if resume is None else resume.master["events_bytes"])
     saver.writer, saver.algorithm = writer, algorithm
+    watchdog.current().stack_to = writer.dir / files.MASTER_STACK  # type: ignore[union-attr]
     progress.name = algorithm.objective_name
     server = Server(MpiTransport(comm, theta_layout, agg_layout), ranks, algorithm, theta,
                     agg_layout.zeros, StopCriteria(**asdict(job.stop)), events=writer.event,
@@ -475,6 +470,9 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
         if server.checkpoint is not None:
             server.checkpoint.resumed(resume.manifest["sequence"], snapshot["elapsed_s"],
                                       snapshot["iteration"])
+    # The master's own silence is bounded as a worker's (flegel.runtime.watchdog).
+    watchdog.enter("training", server.stall_limit, watchdog.training_keys(timeout),
+                   _time_left(job.stop.max_time_s, snapshot))
     with lifetime.deferred():  # a signal stops the loop at a poll, with θ consistent
         server.serve(policy, watch=final_checkpoint(server), resume=snapshot)
     # The trained model first: a failure in the final evaluation must not lose it.
@@ -482,6 +480,7 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
                                     complete=False, stop_reason=str(server.reason))
     timings.begin("final_eval_s")
     saver.phase = "evaluating the final θ"
+    watchdog.enter_phase(saver.phase, timeout)
     watch = _watch(comm, timeout, saver.phase)
     evaluation = server.final_evaluation(job.output.trace_budget)
     msg.bcast_object(comm, evaluation.thetas, watch=watch)
@@ -499,8 +498,16 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     # The run directory is written: the master's exit is no death either (without this,
     # ``flegel run`` took it for one and killed the job 7 s later if a worker was still
     # finalizing: rc 9 under load).
+    watchdog.finished()
     lifetime.mark_done(comm.rank)
     return summary
+
+
+def _time_left(max_time_s: float | None, snapshot: dict[str, Any] | None) -> float | None:
+    """``stop.max_time_s`` left to train (a resumed job trained for part of it)."""
+    if max_time_s is None or snapshot is None:
+        return max_time_s
+    return max(max_time_s - float(snapshot["elapsed_s"]), 0.0)
 
 
 def require_ranks(comm: MPI.Comm) -> None:
@@ -526,5 +533,6 @@ def run(comm: MPI.Comm, job: Job, out_dir: Path,
     peers.watch(comm)
     if comm.rank == 0:
         return abort_on_error(comm, run_master, comm, job, out_dir, resume)
+    watchdog.install_dump(None, None)  # kill -USR1 PID: the worker's stack on stderr
     abort_on_error(comm, run_worker, comm, job)
     return None

@@ -394,3 +394,127 @@ def test_a_rank_stuck_at_its_exit_does_not_keep_flegel_run_waiting(tmp_path):
         proc.stderr
     assert took < finish_s + 60, took
     _gone_within(tmp_path, 5)
+
+
+#: A K-means whose master hangs in ``update_parameter`` after ``at`` updates, having begun
+#: to write θ in place: in a Python sleep loop (the GIL free) or in a regular expression
+#: that backtracks for minutes (the GIL held).  Each completed update's centres are saved
+#: in ``record``, to check the saved model against.
+HUNG_MASTER = textwrap.dedent('''
+    import os
+    import re
+    import time
+
+    import numpy as np
+
+    from flegel.algorithms.kmeans import KMeans
+
+
+    class HungMaster(KMeans):
+        def __init__(self, n_clusters=4, at=3, mode="sleep", record=""):
+            super().__init__(n_clusters=n_clusters)
+            self.at, self.mode, self.record, self.n = at, mode, record, 0
+
+        def update_parameter(self, agg, theta):
+            self.n += 1
+            if self.n > self.at:
+                theta["centers"][0] = np.nan  # half an update, in place
+                while True:
+                    if self.mode == "regex":
+                        re.match(r"(a+)+$", "a" * 40 + "b")
+                    else:
+                        time.sleep(1)
+            new = super().update_parameter(agg, theta)
+            np.save(os.path.join(self.record, f"theta{self.n}.npy"), new["centers"])
+            return new
+''')
+
+
+def _stuck_master(tmp_path: Path, mode: str, max_time_s: float) -> Path:
+    (tmp_path / "hung.py").write_text(HUNG_MASTER)
+    (tmp_path / "thetas").mkdir()
+    return _job(tmp_path, algorithm="hung:HungMaster",
+                params={"at": 3, "mode": mode, "record": str(tmp_path / "thetas")},
+                stop={"max_iterations": None, "tolerance": None, "max_time_s": max_time_s})
+
+
+def _check_stuck_master(tmp_path: Path, out: Path, lines: list[str], max_time_s: float) -> None:
+    """One line naming rank 0 (host, pid), the user's function and the stack file; the
+    stack names it too; model.npz is the θ of the last completed update, finite."""
+    ended = re.fullmatch(
+        r"flegel: rank 0 \(master, host \S+, pid \d+\) was stuck: silent for [\d.]+ s while "
+        rf"training \(stop.max_time_s: {max_time_s:g} and 6 s of grace; runtime.stall_timeout_s:"
+        rf" auto 60 s\); it was in update_parameter \({tmp_path}/hung.py:\d+\); its stack is "
+        rf"in {out}/master-stack.txt; last θ \(iteration (\d+)\) saved in {out}/model.npz",
+        lines[-1])
+    assert ended, lines
+    assert "line" in (out / "master-stack.txt").read_text()
+    assert f'File "{tmp_path}/hung.py"' in (out / "master-stack.txt").read_text()
+    assert "in update_parameter" in (out / "master-stack.txt").read_text()
+    meta = json.loads((out / "model.json").read_text())
+    assert meta["theta_version"] == int(ended[1]) == 3 and meta["stop_reason"] == "stalled"
+    centers = np.load(out / "model.npz")["centers"]
+    assert np.isfinite(centers).all()
+    np.testing.assert_array_equal(centers, np.load(tmp_path / "thetas" / "theta3.npy"))
+    assert not (out / "summary.json").exists()
+
+
+def test_a_master_stuck_in_its_own_code_ends_the_job_after_max_time(tmp_path):
+    """The master sleeps for ever in ``update_parameter`` (the GIL free), under a plain
+    mpirun: its watchdog ends the job ``max_time_s`` + 6 s after training began (main
+    waited for ever)."""
+    max_time_s = 2.0
+    job = _stuck_master(tmp_path, "sleep", max_time_s)
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    proc = mpirun(job, 2, out, timeout=90, check=False)
+    took = time.monotonic() - t0
+    assert proc.returncode == ExitCode.STALLED, proc.stderr
+    # max_time_s + 6 s after training began; start-up takes 2-3 s, up to 20 s at load 9.
+    assert took < max_time_s + 6 + 30, took
+    _gone_within(tmp_path, 10)
+    _check_stuck_master(tmp_path, out, _messages(proc.stderr), max_time_s)
+
+
+def test_a_master_holding_the_gil_is_ended_by_flegel_run(tmp_path):
+    """The master backtracks in a regular expression (the GIL held: its watchdog thread
+    cannot run): ``flegel run`` finds its deadline passed, has it write its stack from C and
+    end the job from its signal handler (Python runs it between two backtracking steps)."""
+    max_time_s = 2.0
+    job = _stuck_master(tmp_path, "regex", max_time_s)
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "flegel", "run", str(job), "--out", str(out)],
+                          capture_output=True, text=True, env=child_env(tmp_path), cwd=ROOT,
+                          timeout=90)
+    took = time.monotonic() - t0
+    assert proc.returncode == ExitCode.STALLED, proc.stderr
+    # + LAUNCH_SLACK_S (2 s) past the master's deadline, and the launcher's look (1 s).
+    assert took < max_time_s + 6 + 3 + 30, took
+    _gone_within(tmp_path, 10)
+    _check_stuck_master(tmp_path, out, _messages(proc.stderr), max_time_s)
+
+
+def test_without_max_time_the_stall_timeout_bounds_the_master_too(tmp_path):
+    """No ``stop.max_time_s``: the master silent in training for ``runtime.stall_timeout_s``
+    is stuck, as a worker would be."""
+    (tmp_path / "hung.py").write_text(HUNG_MASTER)
+    (tmp_path / "thetas").mkdir()
+    job = _job(tmp_path, algorithm="hung:HungMaster",
+               params={"at": 3, "mode": "sleep", "record": str(tmp_path / "thetas")},
+               stop={"max_iterations": 100000, "tolerance": None, "max_time_s": None},
+               runtime={"stall_timeout_s": 2.5})
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    proc = mpirun(job, 2, out, timeout=90, check=False)
+    assert proc.returncode == ExitCode.STALLED, proc.stderr
+    assert time.monotonic() - t0 < 2.5 + 30, proc.stderr
+    _gone_within(tmp_path, 10)
+    line = _messages(proc.stderr)[-1]
+    assert re.fullmatch(
+        r"flegel: rank 0 \(master, host \S+, pid \d+\) was stuck: silent for (2\.[5-9]|3\.\d) s "
+        r"while training \(runtime.stall_timeout_s: 2.5 s\); it was in update_parameter "
+        rf"\({tmp_path}/hung.py:\d+\); its stack is in {out}/master-stack.txt; last θ "
+        rf"\(iteration 3\) saved in {out}/model.npz", line), line
+    np.testing.assert_array_equal(np.load(out / "model.npz")["centers"],
+                                  np.load(tmp_path / "thetas" / "theta3.npy"))

@@ -216,10 +216,10 @@ def test_the_launcher_ends_a_job_stuck_after_the_master_finished(
     Path(done_marker(str(job.status), 0)).touch()
     Path(done_marker(str(job.status), 1)).touch()
     Path(finalizing_marker(str(job.status), 0)).touch()
-    stuck = launch._Job(job.mpiexec)
+    stuck = launch._Job(job.mpiexec, job.status)
     result: list[int] = []
     waiting = threading.Thread(
-        target=lambda: result.append(stuck.wait(job.status, watch, finish_s=1.0)), daemon=True)
+        target=lambda: result.append(stuck.wait(watch, finish_s=1.0)), daemon=True)
     t0 = time.monotonic()
     waiting.start()
     waiting.join(30)
@@ -242,7 +242,7 @@ def test_a_job_whose_ranks_all_reached_mpi_finalize_keeps_code_0(
     for rank in (0, 1):
         Path(done_marker(str(job.status), rank)).touch()
         Path(finalizing_marker(str(job.status), rank)).touch()
-    assert launch._Job(job.mpiexec).wait(job.status, watch, finish_s=0.5) == 0
+    assert launch._Job(job.mpiexec, job.status).wait(watch, finish_s=0.5) == 0
     assert "still in or after MPI_Finalize 0.5 s after" in capsys.readouterr().err
     assert watch.wait_gone(2.0) == []
 
@@ -263,7 +263,7 @@ def test_a_signal_after_the_run_finished_keeps_its_code(tmp_path: Path) -> None:
         job = launch._Job(mpiexec, status)
         job.on_signal(signal.SIGTERM, None)  # forwarded: the stand-in dies of it
         assert not job.stopped
-        assert job.wait(status) == 0
+        assert job.wait() == 0
     finally:
         mpiexec.kill()
         mpiexec.wait()
@@ -289,7 +289,7 @@ def test_without_pidfds_the_launcher_waits_in_a_thread_and_still_ends_the_job(
         watch = RankWatch(mpiexec, 2, f"{STATUS_ENV}={status}")
         RankWatch(mpiexec, 2, f"{STATUS_ENV}={status}")  # a second one says nothing more
         assert not watch.watching and watch.alive() == []
-        assert job.wait(status, watch, finish_s=0.5) == 0
+        assert job.wait(watch, finish_s=0.5) == 0
         assert job.cut_short and mpiexec.poll() is not None
     finally:
         mpiexec.kill()
@@ -311,7 +311,7 @@ def test_a_signal_after_the_job_was_ending_keeps_the_first_cause(tmp_path: Path)
     try:
         job = launch._Job(mpiexec, status)
         job.on_signal(signal.SIGINT, None)  # forwarded: the stand-in ends of it
-        assert job.wait(status) == 5
+        assert job.wait() == 5
     finally:
         mpiexec.kill()
         mpiexec.wait()
@@ -321,7 +321,7 @@ def test_a_signal_after_the_job_was_ending_keeps_the_first_cause(tmp_path: Path)
     try:
         job = launch._Job(mpiexec, status)
         job.on_signal(signal.SIGTERM, None)
-        assert job.wait(status) == 128 + signal.SIGTERM
+        assert job.wait() == 128 + signal.SIGTERM
     finally:
         mpiexec.kill()
         mpiexec.wait()

@@ -20,6 +20,12 @@ The launcher owns the job's lifetime (issue 13, ``docs/exit-codes.md``):
   ``runtime.finish_timeout_s`` (default :data:`FINISH_S`): a rank stuck in ``MPI_Finalize``
   or at its exit is named and the job killed; the exit code stays the run's, 0, unless a
   rank was killed before ``MPI_Finalize`` (its exit handlers did not end): 3.
+* A master stuck in its own code ends the job by itself (:mod:`flegel.runtime.watchdog`);
+  one that cannot run Python (a C call holding the GIL) is the launcher's: once the
+  deadline the master last wrote is :data:`~flegel.runtime.watchdog.LAUNCH_SLACK_S` past,
+  the launcher has rank 0 write its stack (a C signal handler) and end the job, and if it
+  has not :data:`~flegel.runtime.watchdog.ANSWER_S` later, names rank 0 itself and kills
+  the job: exit 3.
 * MPICH's shared-memory files that an aborted or killed job leaves in ``/dev/shm`` are
   removed once every rank has ended (:mod:`flegel.runtime.shm_leftovers`).
 * MPI's own noise on these paths ("Sending Ctrl-C to processes", MPICH's
@@ -48,9 +54,10 @@ from typing import IO
 
 from flegel.cli.rankwatch import STARTUP_S, RankWatch
 from flegel.protocol import ExitCode
-from flegel.runtime import shm_leftovers
+from flegel.runtime import shm_leftovers, watchdog
 from flegel.runtime.lifetime import (
     STATUS_ENV,
+    claim,
     die_with_parent,
     done_marker,
     finalizing_marker,
@@ -201,6 +208,10 @@ class _Job:
         #: ... and a rank killed then had not reached ``MPI_Finalize``: its exit handlers or
         #: threads were cut off, so the job is not counted a success.
         self.cut_before_finalize = False
+        #: time.monotonic() when the master was found stuck past its deadline and sent the
+        #: dump signal (:meth:`_master_bound`), and the state it had written.
+        self.stuck_at: float | None = None
+        self._stuck: dict[str, object] = {}
         #: Set when ``mpiexec`` ended, where there are no pidfds (macOS, Linux < 5.3, a
         #: seccomp filter): a thread waits for it in the kernel (Popen.wait with a timeout
         #: would poll it about 25 times a second).
@@ -281,15 +292,17 @@ class _Job:
         poller.register(self._pidfd, select.POLLIN)
         return bool(poller.poll(None if timeout_s is None else int(timeout_s * 1000) + 1))
 
-    def wait(self, status: Path, watch: RankWatch | None = None,
-             finish_s: float = FINISH_S) -> int:
+    def wait(self, watch: RankWatch | None = None, finish_s: float = FINISH_S) -> int:
         """Wait for ``mpiexec`` (sleeping in the kernel) and return the job's exit code.
 
         Bounded once the job must end: :data:`KILL_AFTER_S` after a signal, and
         ``finish_s`` (``runtime.finish_timeout_s``) after the master finished (its done
         marker, looked for every :data:`FINISH_LOOK_S`); ``watch`` names the ranks still
-        running then.
+        running then.  Before that, a master stuck past its own deadline is ended
+        (:meth:`_master_bound`).
         """
+        status = self.status
+        assert status is not None, "the job's status file"
         master_done = done_marker(str(status), 0)
         finish_at: float | None = None
         try:
@@ -318,6 +331,8 @@ class _Job:
                     finish_at = None
                 elif finish_at is None and not self.cut_short and os.path.exists(master_done):
                     finish_at = now + finish_s
+                elif finish_at is None and self.kill_at is None and not self.cut_short:
+                    self._master_bound(status, watch)
         finally:
             if self._pidfd is not None:
                 os.close(self._pidfd)
@@ -332,6 +347,39 @@ class _Job:
         if self.cut_short or (self.signum is not None and os.path.exists(master_done)):
             return ExitCode.OK  # the master finished: the run directory is complete
         return ExitCode.for_signal(-rc) if rc < 0 else rc
+
+    def _master_bound(self, status: Path, watch: RankWatch | None) -> None:
+        """End a job whose master is stuck and cannot end it (its Python cannot run).
+
+        The master's watchdog writes its deadline (:func:`flegel.runtime.watchdog.
+        read_state`); :data:`~flegel.runtime.watchdog.LAUNCH_SLACK_S` past it, with no
+        cause decided, rank 0 gets :data:`~flegel.runtime.watchdog.DUMP_SIGNAL`: its C
+        handler writes every thread's stack, and its Python handler, if the interpreter
+        runs it, saves θ and ends the job.  :data:`~flegel.runtime.watchdog.ANSWER_S` later
+        the launcher claims the job's end itself (one line naming rank 0, code 3) and kills
+        the job; if the master claimed it and is still saving, it gets
+        :data:`KILL_AFTER_S` more.
+        """
+        now = time.monotonic()
+        if self.stuck_at is None:
+            state = watchdog.read_state(str(status))
+            deadline = None if state is None else state.get("deadline")
+            if (state is None or not isinstance(deadline, (int, float)) or status.exists()
+                    or time.time() < deadline + watchdog.LAUNCH_SLACK_S):
+                return
+            pid = (watch.pids.get(0) if watch is not None else None) or int(state["pid"])
+            self.stuck_at, self._stuck = now, {**state, "pid": pid}
+            with contextlib.suppress(OSError):
+                os.kill(pid, watchdog.DUMP_SIGNAL)
+            return
+        if now < self.stuck_at + watchdog.ANSWER_S:
+            return
+        if status.exists():  # the master is ending the job: saving θ
+            if now >= self.stuck_at + watchdog.ANSWER_S + KILL_AFTER_S:
+                self.kill()
+            return
+        claim(str(status), ExitCode.STALLED, _stuck_line(status, self._stuck))
+        self.kill()
 
     def _cut_short(self, status: Path, watch: RankWatch | None, finish_s: float) -> None:
         """End a job still running ``finish_s`` after the master finished.
@@ -473,7 +521,7 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
     for relay in relays:
         relay.start()
     try:
-        code = job.wait(status, watch, finish_s)
+        code = job.wait(watch, finish_s)
         # mpiexec may end before its ranks (hydra on SIGTERM): none may outlive this call.
         job.wait_ranks(watch)
     finally:
@@ -509,6 +557,27 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
                          "master could save θ\n")
         code = ExitCode.WORKER_DIED
     return code
+
+
+def _stuck_line(status: Path, state: dict[str, object]) -> str:
+    """The launcher's line for a master that could not end its stuck job: rank 0, host,
+    PID, where it was (its stack, moved into the run directory) and that θ was lost."""
+    dump = Path(watchdog.stack_path(str(status)))
+    target = state.get("stack")  # master-stack.txt in the run directory, once it exists
+    where = str(dump)
+    if isinstance(target, str):
+        with contextlib.suppress(OSError):
+            shutil.copyfile(dump, target)
+            where = target
+    try:
+        frames = watchdog.main_frames_in_dump(dump.read_text(errors="replace"))
+    except OSError:
+        frames = []
+    return (f"rank 0 (master, host {state.get('host')}, pid {state.get('pid')}) was stuck "
+            f"while {state.get('phase')} ({state.get('bound')}) and could not end the job: "
+            "its Python did not run (a C call holding the GIL?); it was in "
+            f"{watchdog.describe(watchdog.top_frame(frames))}; its stack is in {where}; "
+            "killed: θ not saved (the last checkpoint is kept)")
 
 
 def _where(status: Path, rank: int, pid: int) -> str:

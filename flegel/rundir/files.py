@@ -7,6 +7,7 @@ A run directory (``flegel run --out``, or ``output.dir/<name>-<sync>-<time>``) h
     model.npz       the final θ's arrays, no pickle (MODEL)
     model.json      the algorithm, its parameters, the arrays' shapes (MODEL_META)
     summary.json    written last, when the run ends (SUMMARY)
+    master-stack.txt  every thread's stack of a master that was stuck (MASTER_STACK)
     estimator.json  what an estimator's ``fit`` keeps that the job cannot (ESTIMATOR)
     checkpoint/     the last checkpoint (CHECKPOINT_DIR):
         manifest.json           which folder is the checkpoint, and each file's SHA-256
@@ -28,8 +29,8 @@ from __future__ import annotations
 
 __all__ = [
     "CHECKPOINT_DIR", "CHECKPOINT_MANIFEST", "CHECKPOINT_MASTER", "COMPARE", "DELTA_F_PNG",
-    "ESTIMATOR", "EVENTS", "FIT_INPUTS", "FIT_X", "FIT_Y", "HELD_PNG", "JOB", "MODEL",
-    "MODEL_META", "OBJECTIVE_PNG", "PASSES_PNG", "PASSES_TIME_PNG", "REFERENCE", "REPORT",
+    "ESTIMATOR", "EVENTS", "FIT_INPUTS", "FIT_X", "FIT_Y", "HELD_PNG", "JOB", "MASTER_STACK",
+    "MODEL", "MODEL_META", "OBJECTIVE_PNG", "PASSES_PNG", "PASSES_TIME_PNG", "REFERENCE", "REPORT",
     "RUN_FILES", "SUMMARY", "TIMELINE_PNG", "checkpoint_worker", "checkpoint_worker_rank",
     "run_report",
 ]
@@ -39,6 +40,9 @@ EVENTS = "events.jsonl"
 MODEL = "model.npz"
 MODEL_META = "model.json"
 SUMMARY = "summary.json"
+#: Every thread's Python stack, written when the master was stuck in its own code
+#: (flegel.runtime.watchdog).
+MASTER_STACK = "master-stack.txt"
 #: Written beside the model by an estimator's fit: what the job file cannot hold
 #: (the original class labels).
 ESTIMATOR = "estimator.json"

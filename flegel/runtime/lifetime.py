@@ -237,21 +237,50 @@ def decide(code: int, message: str | None = None) -> bool:
         if _Decision.code is not None:
             return False
         status = os.environ.get(STATUS_ENV)
-        if status:
-            tmp = f"{status}.{os.getpid()}"
-            try:
-                with open(tmp, "w") as f:
-                    f.write(f"{int(code)}\n" + (f"{message}\n" if message else ""))
-                os.link(tmp, status)
-            except FileExistsError:
-                return False  # another rank decided (the master, or a worker ending it)
-            except OSError:
-                pass  # the launcher's folder is not on this host: this process decides
-            finally:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+        if status and claim(status, code, message) is False:
+            return False  # another rank decided (the master, or a worker ending it)
         _Decision.code = int(code)
         return True
+
+
+def claim(status: str, code: int, message: str | None = None) -> bool | None:
+    """Create the launcher's status file ``status`` with ``code`` and ``message``, unless it
+    exists: True when this call created it, False when it existed (a cause was decided),
+    None when it could not be written (the launcher's folder is not on this host).  The
+    ranks claim through :func:`decide`; ``flegel run`` itself for a master that cannot
+    (:mod:`flegel.runtime.watchdog`)."""
+    tmp = f"{status}.{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            f.write(f"{int(code)}\n" + (f"{message}\n" if message else ""))
+        os.link(tmp, status)
+    except FileExistsError:
+        return False
+    except OSError:
+        return None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    return True
+
+
+def end_with(comm: Any, code: int, what: str, save: Callable[[], str]) -> None:
+    """End the job for ``what`` (one line naming the rank and what happened), first saving
+    θ (``save()`` says where); returns, saying nothing, when another cause came first
+    (:func:`decide`: this is its consequence).
+
+    The line reaches the launcher before θ is saved, in case saving takes longer than MPI
+    lets this process live, and again with where θ went.
+    """
+    if not decide(code, what):
+        return
+    launched = tell_launcher(code, what)
+    what = f"{what}; {save()}"
+    if launched:  # the launcher prints it, whatever happens to this process
+        tell_launcher(code, what)
+    else:
+        sys.stderr.write(f"flegel: {what}\n")
+    end_job(comm, code)
 
 
 def decided() -> int | None:

@@ -22,5 +22,10 @@ STALL_FLOOR_S = 60.0
 #: ... and this many until an iteration was measured (the first may be a long full pass),
 #: the bound of the waits outside training too (loading, compiling, the final evaluation).
 STALL_UNMEASURED_S = 300.0
+#: The least time the workers get to load, compile (JIT) and evaluate, whatever
+#: ``runtime.stall_timeout_s`` says: those scale with the shard, not with an iteration, and a
+#: cold numba cache alone takes seconds.  The master's own silence there has the same bound
+#: (:mod:`flegel.runtime.watchdog`).
+PHASE_MIN_S = 60.0
 #: The value of ``runtime.stall_timeout_s`` that asks for :func:`auto_stall_timeout`.
 AUTO = "auto"

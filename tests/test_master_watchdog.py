@@ -1,0 +1,278 @@
+"""The master's own bound (flegel.runtime.watchdog): the deadline arithmetic on a fake clock,
+the frame it names, and the launcher's layer on stand-in processes (no MPI).
+
+The MPI runs of a master stuck in its own code are in tests/test_lifetime_mpi.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flegel.cli import launch
+from flegel.protocol import ExitCode
+from flegel.runtime import watchdog
+from flegel.runtime.limits import MAX_TIME_GRACE_S, STALL_UNMEASURED_S
+from flegel.runtime.watchdog import (
+    MASTER_GRACE_S,
+    SILENT_MIN_S,
+    Watchdog,
+    main_frames_in_dump,
+    master_deadline,
+    phase_bound,
+    top_frame,
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_the_deadline_is_max_time_plus_the_workers_grace_or_the_silence_bound() -> None:
+    # With max_time_s the master gets the workers' grace and a second after T...
+    assert MASTER_GRACE_S == MAX_TIME_GRACE_S + 1.0
+    assert master_deadline(1.0, 60.0, train_start=0.0, max_time_s=3.0) == 3.0 + MASTER_GRACE_S
+    # ... unless it answered a moment ago (it is deciding the job's end itself) ...
+    assert master_deadline(9.5, 60.0, 0.0, 3.0) == 9.5 + SILENT_MIN_S
+    # ... and the stall bound on its silence comes first when shorter.
+    assert master_deadline(1.0, 2.5, 0.0, 30.0) == 3.5
+    # Without max_time_s, the silence bound alone; none at all: no deadline.
+    assert master_deadline(7.0, 60.0) == 67.0
+    assert master_deadline(7.0, None) is None
+    assert master_deadline(7.0, None, 0.0, 3.0) == 3.0 + MASTER_GRACE_S
+
+
+def test_outside_training_the_phase_bound_is_the_workers() -> None:
+    assert phase_bound("auto") == STALL_UNMEASURED_S
+    assert phase_bound(2.5) == 60.0 and phase_bound(120.0) == 120.0
+    assert phase_bound(None) is None
+
+
+def test_a_beating_master_is_never_stuck_and_a_silent_one_is_at_its_deadline() -> None:
+    clock = Clock()
+    fired: list[watchdog.Stuck] = []
+    dog = Watchdog(lambda stuck, frame: fired.append(stuck), clock=clock)
+    slowest = [60.0]
+    dog.enter("training", lambda: slowest[0], "runtime.stall_timeout_s: auto", max_time_s=3.0)
+    for _ in range(100):  # a master polling every 0.1 s past max_time_s is not stuck
+        clock.t += 0.1
+        dog.beat()
+        assert dog.look() is None
+    clock.t += SILENT_MIN_S - 0.01
+    assert dog.look() is None
+    clock.t += 0.02
+    stuck = dog.look()
+    assert stuck is not None and stuck.phase == "training"
+    assert stuck.bound == ("stop.max_time_s: 3 and 6 s of grace; "
+                           "runtime.stall_timeout_s: auto 60 s")
+    # Without max_time_s the silence bound is read at every look (auto grows with iterations).
+    dog.enter("training", lambda: slowest[0], "runtime.stall_timeout_s: auto")
+    clock.t += 59.0
+    assert dog.look() is None
+    slowest[0] = 50.0
+    assert dog.look() is not None
+    # The thread and the dump signal's handler race: only one ends the job.
+    assert dog.fire(stuck) and not dog.fire(stuck)
+    assert fired == [stuck]
+
+
+def test_the_state_file_tells_the_launcher_the_wall_clock_deadline(tmp_path: Path) -> None:
+    clock = Clock()
+    state = tmp_path / "status.master"
+    dog = Watchdog(lambda stuck, frame: None, clock=clock, state=str(state))
+    before = time.time()
+    dog.enter("training", lambda: 60.0, "runtime.stall_timeout_s:", max_time_s=3.0)
+    doc = json.loads(state.read_text())  # written at once: a master may hang before a look
+    assert doc["pid"] == os.getpid() and doc["phase"] == "training"
+    assert before + 3.0 + MASTER_GRACE_S - 1 < doc["deadline"] < time.time() + 9.0 + 1
+    assert watchdog.read_state(str(tmp_path / "status")) == doc
+    dog.stop()
+    assert json.loads(state.read_text())["deadline"] is None
+
+
+def test_the_named_frame_is_the_users_innermost() -> None:
+    frames = [("/usr/lib/python3.11/re/__init__.py", 166, "match"),
+              ("/home/me/algo.py", 16, "update_parameter"),
+              (os.path.join(watchdog._FLEGEL_DIR, "runtime", "server.py"), 266, "apply")]
+    frames[0] = (os.path.join(watchdog._STDLIB_DIRS[0], "re", "__init__.py"), 166, "match")
+    assert top_frame(frames) == ("/home/me/algo.py", 16, "update_parameter")
+    assert top_frame(frames[2:]) == frames[2]  # none of the user's: the innermost
+    assert top_frame([]) is None
+    assert watchdog.describe(frames[1]) == "update_parameter (/home/me/algo.py:16)"
+
+
+def test_the_main_thread_is_found_in_a_faulthandler_dump(tmp_path: Path) -> None:
+    script = textwrap.dedent('''
+        import faulthandler, sys, threading, time
+        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+        def user_function():
+            faulthandler.dump_traceback(sys.stdout, all_threads=True)
+        user_function()
+    ''')
+    (tmp_path / "dumping.py").write_text(script)
+    out = subprocess.run([sys.executable, str(tmp_path / "dumping.py")], capture_output=True,
+                         text=True, timeout=30).stdout
+    frames = main_frames_in_dump(out)
+    assert frames[0][2] == "user_function" and frames[0][0].endswith("dumping.py")
+
+
+#: A stand-in master: writes the watchdog's state file with a deadline already past, then
+#: holds still, ignoring the dump signal's Python side as a master holding the GIL does
+#: (faulthandler's C handler still writes its stack).
+STUCK_MASTER = textwrap.dedent('''
+    import faulthandler, json, os, signal, sys, time
+    status = sys.argv[1]
+    out = open(status + ".stack0", "w")
+    faulthandler.register(signal.SIGUSR1, file=out, all_threads=True)
+    def stuck_in_c():
+        json.dump({"pid": os.getpid(), "host": "h", "deadline": time.time() - 10,
+                   "phase": "training", "bound": "stop.max_time_s: 1 and 6 s of grace",
+                   "stack": sys.argv[2] + "/master-stack.txt"}, open(status + ".master", "w"))
+        while True:
+            time.sleep(1)
+    stuck_in_c()
+''')
+
+
+def test_the_launcher_ends_a_master_that_cannot_end_its_job(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the deadline the master wrote, the launcher has it dump its stack; a master
+    whose Python does not answer is named by the launcher (rank 0, host, pid, where it was,
+    the stack moved into the run directory, θ not saved) and the job killed: code 3."""
+    monkeypatch.setattr(launch, "FINISH_LOOK_S", 0.1)
+    monkeypatch.setattr(watchdog, "ANSWER_S", 1.0)
+    status = tmp_path / "status"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (tmp_path / "master.py").write_text(STUCK_MASTER)
+    # The stand-in master is mpiexec too: the launcher kills its process group.
+    master = subprocess.Popen([sys.executable, str(tmp_path / "master.py"), str(status),
+                               str(run_dir)], start_new_session=True)
+    try:
+        t0 = time.monotonic()
+        while not (tmp_path / "status.master").exists():
+            assert time.monotonic() - t0 < 30
+            time.sleep(0.05)
+        code = launch._Job(master, status).wait()
+        assert code == ExitCode.STALLED
+        assert master.poll() is not None  # killed
+    finally:
+        master.kill()
+        master.wait()
+    told, line = launch._read_status(status)
+    assert told == ExitCode.STALLED and line is not None
+    assert line.startswith(f"rank 0 (master, host h, pid {master.pid}) was stuck while "
+                           "training (stop.max_time_s: 1 and 6 s of grace) and could not end "
+                           "the job: its Python did not run")
+    assert f"it was in stuck_in_c ({tmp_path / 'master.py'}:" in line
+    assert line.endswith(f"its stack is in {run_dir / 'master-stack.txt'}; killed: θ not "
+                         "saved (the last checkpoint is kept)")
+    assert "stuck_in_c" in (run_dir / "master-stack.txt").read_text()
+
+
+def test_a_deadline_not_yet_past_leaves_the_job_alone(tmp_path: Path) -> None:
+    status = tmp_path / "status"
+    Path(watchdog.state_path(str(status))).write_text(json.dumps(
+        {"pid": 1, "deadline": time.time() + 60, "phase": "training", "bound": ""}))
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                            start_new_session=True)
+    try:
+        job = launch._Job(proc, status)
+        job._master_bound(status, None)
+        assert job.stuck_at is None and not status.exists() and proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_update_parameter_gets_a_copy_so_theta_stays_the_last_good_one() -> None:
+    """An algorithm that writes θ in place and then fails (or hangs) leaves the server's θ
+    as the last completed update left it."""
+    from flegel.runtime.server import Server
+    from flegel.runtime.stopping import StopCriteria
+
+    class InPlace:
+        def update_parameter(self, agg: dict, theta: dict) -> dict:
+            theta["w"] += 1.0  # in place
+            if agg["objective"] < 0:
+                theta["w"][0] = np.nan
+                raise RuntimeError("stuck here")
+            return theta
+
+        def aggregate(self, a: dict, b: dict) -> dict:
+            return a
+
+        def termination_check(self, agg: dict, t: int) -> bool:
+            return False
+
+    theta = {"w": np.zeros(3)}
+    server = Server(None, [1], InPlace(), theta,  # type: ignore[arg-type]
+                    lambda: {"objective": np.zeros(())}, StopCriteria(), events=lambda e: None)
+    server.apply({"objective": np.ones(())})
+    assert server.version == 1 and (server.theta["w"] == 1.0).all()
+    with pytest.raises(RuntimeError):
+        server.apply({"objective": -np.ones(())})
+    assert server.version == 1 and (server.theta["w"] == 1.0).all()
+
+
+def _signalled(script: str) -> tuple[subprocess.Popen[str], str, str]:
+    """Run ``script`` until it prints ``ready``, send it the dump signal, let it end."""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    time.sleep(0.2)
+    proc.send_signal(watchdog.DUMP_SIGNAL)
+    out, err = proc.communicate(timeout=30)
+    return proc, out, err
+
+
+def test_workers_get_a_stack_dump_on_the_signal(tmp_path: Path) -> None:
+    """Every rank writes its stack on :data:`~flegel.runtime.watchdog.DUMP_SIGNAL` (a worker
+    to stderr) and goes on."""
+    script = textwrap.dedent('''
+        import sys, time
+        from flegel.runtime import watchdog
+        watchdog.install_dump(None, None)
+        print("ready", flush=True)
+        def worker_waits():
+            time.sleep(2)
+        worker_waits()
+    ''')
+    proc, out, err = _signalled(script)
+    assert proc.returncode == 0 and "in worker_waits" in err
+
+
+def test_a_master_not_stuck_shows_its_stack_on_the_signal_and_goes_on(tmp_path: Path) -> None:
+    """``kill -USR1`` on a master that is not stuck: its stack (written by the C handler
+    into the launcher's folder) comes out on stderr, and it runs on."""
+    script = textwrap.dedent(f'''
+        import sys, time
+        from flegel.runtime import watchdog
+        dog = watchdog.Watchdog(lambda stuck, frame: sys.exit("ended"))
+        dog.enter("training", lambda: 60.0, "runtime.stall_timeout_s:")
+        dog.stack_file = watchdog.install_dump(dog, {str(tmp_path / "status")!r})
+        print("ready", flush=True)
+        def master_serves():
+            for _ in range(20):
+                time.sleep(0.1)
+                dog.beat()
+        master_serves()
+        print("done", flush=True)
+    ''')
+    proc, out, err = _signalled(script)
+    assert proc.returncode == 0 and out == "done\n"
+    assert "in master_serves" in err
+    assert (tmp_path / "status.stack0").read_text() == ""
