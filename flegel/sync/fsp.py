@@ -133,6 +133,13 @@ COVER_PHASE = "coverage"
 #: by FSPV's partial ones ended +5.44 % above BSPB's basin in 2 of 2 runs of 10 s.  Only
 #: after a coverage that kept θ (:meth:`FSP.keeps_theta`).
 COVER_STEPS = 5
+#: Coverage's whole passes are taken only while the longest predicted pass is at most this
+#: many times the fastest's (:meth:`FSP._cover_step_cheap`): WHOLE_PASS_WAIT, the spread a
+#: whole pass's own bound allows a first arrival.  A straggler left with few points by
+#: migration reads ~2x (``python bench/fsp_claims.py --only gap``: 6,619 points at τ = 32
+#: ms against 100,000-193,381 at full speed); Fig. 16b's CPU workers beside its GPU-like
+#: one 7-8x.
+COVER_STEP_SPREAD = WHOLE_PASS_WAIT
 #: Complete whole passes (no worker paused) whose durations, broadcast to the last arrival,
 #: give the typical whole pass that bounds the next one (:meth:`FSP._whole_bound`).  Five:
 #: their lower median ignores up to two disturbed passes and follows a change within three.
@@ -755,8 +762,13 @@ class FSP(BarrierPolicy):
         self._hold_start_s = 0.0
         self._hold_cap_s = float("inf")
         self.hold_capped = False
-        #: Whole passes still to come after coverage (COVER_STEPS).
+        #: Whole passes still to come after coverage (COVER_STEPS), those taken, and whether
+        #: the rest were dropped as too dear (:meth:`_cover_step_cheap`).
         self.cover_steps_left = 0
+        self.cover_steps_taken = 0
+        self.cover_steps_dropped = False
+        #: The longest predicted pass over the fastest's where coverage ended (None before).
+        self.cover_spread: float | None = None
 
     # ---------------------------------------------------------------- sending
     def instructions(self, rank: int) -> Instructions:
@@ -1054,6 +1066,28 @@ class FSP(BarrierPolicy):
                                  else 0)
         return False
 
+    def _cover_step_cheap(self) -> bool:
+        """Whether a whole pass after coverage (:data:`COVER_STEPS`) is cheap: the longest
+        predicted pass (:class:`~flegel.sync.passes.PassPredictor`, at each worker's points
+        now) is at most :data:`COVER_STEP_SPREAD` times the fastest's.
+
+        The whole passes were made for a straggler whose untrained points migration has
+        moved away: left with few points, its pass is about the others', and an exact Lloyd
+        step costs about one of FSPV's iterations at a barrier per pass.  Beside one *fast*
+        worker the others still hold their shards, and a whole pass is theirs: the fast
+        worker waits through each of them as under BSP (issue 19, Fig. 16b: one worker 8x
+        as fast as the other four, 4 whole passes of ~0.9 s after coverage, the fast
+        worker idle 0.8 s of each; FSPV+opt 4.26 s to target against FSPV's 2.19 s).
+        Judged at every barrier that would take one: a pass predicted dear drops the rest,
+        as the exact steps serve the basin only right after coverage.  No prediction:
+        cheap (nothing is known against it)."""
+        fastest = self.passes.fastest()
+        longest = max(self.passes.pass_s.values(), default=0.0)
+        spread = longest / fastest if fastest > 0 else 1.0
+        if self.cover_spread is None:
+            self.cover_spread = spread  # at the barrier that covered: the summary's
+        return spread <= COVER_STEP_SPREAD
+
     def _expected_targets(self) -> set[int]:
         """The workers told to wait for untrained points (``Instructions.cover`` 2), per
         target: those sent orders now, and those short of the points ordered to them (their
@@ -1136,12 +1170,18 @@ class FSP(BarrierPolicy):
             # A complete whole pass (nobody paused): it bounds the next ones (_whole_bound).
             # Not the calibration, whose pass may include warm-up and a straggler's start.
             self.whole_log = (self.whole_log + [self.eta_log[-1]])[-WHOLE_HISTORY:]
+        if self.cover_steps_left > 0 and not self.kept and not self._cover_step_cheap():
+            # A whole pass would wait for workers far slower than the fastest (beside a fast
+            # worker: for most of them): the rest of coverage's whole passes are dropped.
+            self.cover_steps_left = 0
+            self.cover_steps_dropped = True
         if self.kept:
             # Coverage: θ was kept, the next iteration trains the points never trained.
             self.plan = Plan(0.0, phase=COVER_PHASE)
         elif self.cover_steps_left > 0:
             # Coverage's first updates are whole passes: Lloyd steps on all the data.
             self.cover_steps_left -= 1
+            self.cover_steps_taken += 1
             self.plan = Plan(0.0, phase=WHOLE_PHASE)
         elif self._balanced():
             if self.plan.phase != WHOLE_PHASE:
@@ -1254,7 +1294,10 @@ class FSP(BarrierPolicy):
         if self.cover:
             out["coverage"] = {"kept_barriers": self.kept_barriers,
                                "first_update_s": self.covered_at_s,
-                               "hold_capped": self.hold_capped}
+                               "hold_capped": self.hold_capped,
+                               "whole_passes": self.cover_steps_taken,
+                               "whole_passes_dropped": self.cover_steps_dropped,
+                               "pass_spread": self.cover_spread}
         out.update(self.adjustor.summary())  # FSPV: stages, stage_refits; FSPB: search_rounds
         if self.balancer is not None:
             out["migration"] = {"mode": self.balancer.options.mode,
