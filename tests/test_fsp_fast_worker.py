@@ -29,8 +29,8 @@ def test_no_whole_slow_passes_after_coverage_beside_a_fast_worker():
     """θ is kept until every point was trained and the first update is Lloyd's on all the
     data, as before; then FSP's own iterations follow, not whole passes, so the fast worker
     trains on instead of waiting: over the next 8 barriers it makes more than twice the
-    passes of any slow one and waits under a tenth of the time.  (Before: 4 whole passes, each a slow
-    worker's pass, the fast worker idle 7/8 of each.)"""
+    passes of any slow one and waits under a tenth of the time.  (Before: 4 whole passes,
+    each a slow worker's pass, the fast worker idle 7/8 of each.)"""
     sim, watch = _run("async", slowdown=FAST, stop={"max_iterations": 12})
     coverage = sim.policy.summary()["coverage"]
     assert coverage["kept_barriers"] >= 1
@@ -54,10 +54,9 @@ def test_no_whole_slow_passes_after_coverage_beside_a_fast_worker():
 
 
 def test_the_straggler_keeps_its_exact_first_steps():
-    """One straggler 20x slower (tests/test_fsp_coverage.py's case): migration has moved its
-    untrained points away by the first update, the passes are within
-    :data:`COVER_STEP_SPREAD` of each other, and the whole passes -- exact Lloyd steps --
-    are all taken."""
+    """One straggler 20x slower (tests/test_fsp_coverage.py's case): the typical worker's
+    pass is within :data:`COVER_STEP_SPREAD` of the fastest's (the straggler's own, 3.3x,
+    is not the typical), and the whole passes -- exact Lloyd steps -- are all taken."""
     sim, watch = _run("async")
     coverage = sim.policy.summary()["coverage"]
     assert coverage["whole_passes"] == 4 and not coverage["whole_passes_dropped"]
