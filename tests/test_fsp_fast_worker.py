@@ -11,11 +11,12 @@ exact Lloyd step) is unchanged."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from flegel.sync.fsp import COVER_PHASE, COVER_STEP_SPREAD, WHOLE_PHASE
 from tests.fakes import lloyd_step
-from tests.test_fsp_coverage import _run
-from tests.test_migration_inprocess import WORKERS
+from tests.test_fsp_coverage import COST, _run
+from tests.test_migration_inprocess import WORKERS, N
 
 #: Worker 1 is the fast one (a GPU beside CPUs, as Fig. 16b's 4 ms against 32 ms).
 FAST = {r: 8.0 for r in range(2, WORKERS + 1)}
@@ -28,8 +29,8 @@ def _covered(rows: list[tuple[int, int, str]]) -> int:
 def test_no_whole_slow_passes_after_coverage_beside_a_fast_worker():
     """θ is kept until every point was trained and the first update is Lloyd's on all the
     data, as before; then FSP's own iterations follow, not whole passes, so the fast worker
-    trains on instead of waiting: over the next 8 barriers it makes more than twice the
-    passes of any slow one and waits under a tenth of the time.  (Before: 4 whole passes,
+    trains on instead of waiting: over the next 8 barriers it trains over 4 times the
+    points of any slow one and waits under a tenth of the time.  (Before: 4 whole passes,
     each a slow worker's pass, the fast worker idle 7/8 of each.)"""
     sim, watch = _run("async", slowdown=FAST, stop={"max_iterations": 12})
     coverage = sim.policy.summary()["coverage"]
@@ -44,9 +45,8 @@ def test_no_whole_slow_passes_after_coverage_beside_a_fast_worker():
     assert all(e["phase"] in ("calibration", COVER_PHASE) for e in bars[:covered + 1])
     after = bars[covered + 1:covered + 9]
     assert len(after) == 8 and all(e["phase"] != WHOLE_PHASE for e in after)
-    start, end = bars[covered]["workers"], after[-1]["workers"]
-    gained = [b - a for a, b in zip(start["passes"], end["passes"])]
-    assert gained[0] > 2 * max(gained[1:])
+    trained = [sum(e["workers"]["points"][i] for e in after) for i in range(WORKERS)]
+    assert trained[0] > 4 * max(trained[1:])
     # (A commit's wait_s is its wait for θ before the iteration: the first after coverage
     # carries the wait through the hold.)
     waited = sum(e["workers"]["wait_s"][0] for e in after[1:])
@@ -65,3 +65,19 @@ def test_the_straggler_keeps_its_exact_first_steps():
     for v in (1, 2, 3, 4):
         np.testing.assert_allclose(watch.thetas[v + 1], lloyd_step(x, watch.thetas[v]),
                                    rtol=1e-9, atol=1e-9)
+
+
+def test_the_fast_worker_takes_untrained_points_at_the_calibration():
+    """The calibration measured every worker over a whole pass (or its bound), so migration
+    moves points between peers at once, not only a straggler's: the first round, at the
+    calibration barrier, sends the slow workers' untrained points to the fast worker, which
+    trains them while they train the rest, and coverage ends well before a slow worker's
+    own pass.  (Before: no round until every speed had 0.25 s of compute behind it, and the
+    fast worker idled through the hold; first update at the slow pass, 0.16 s here.)"""
+    sim, _ = _run("async", slowdown=FAST, stop={"max_iterations": 4})
+    slow_pass = N / WORKERS * COST * FAST[2]
+    bars = sim.barrier_events()
+    rounds = sim.policy.summary()["migration"]["round_log"]
+    assert rounds and rounds[0]["time_s"] == pytest.approx(bars[0]["time_s"], abs=1e-3)
+    assert {target for _, target, _ in rounds[0]["moves"]} == {1}
+    assert sim.policy.summary()["coverage"]["first_update_s"] < 0.85 * slow_pass
