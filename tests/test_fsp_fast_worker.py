@@ -81,3 +81,30 @@ def test_the_fast_worker_takes_untrained_points_at_the_calibration():
     assert rounds and rounds[0]["time_s"] == pytest.approx(bars[0]["time_s"], abs=1e-3)
     assert {target for _, target, _ in rounds[0]["moves"]} == {1}
     assert sim.policy.summary()["coverage"]["first_update_s"] < 0.85 * slow_pass
+
+
+def _judge(points_s: dict[int, tuple[float, int]]) -> tuple[bool, float]:
+    """``_cover_step_cheap`` of an FSP master whose workers' predicted passes come from one
+    commit each: rank -> (seconds per point, points held)."""
+    from flegel.sync.passes import PassPredictor
+
+    sim, _ = _run("async", slowdown=FAST, stop={"max_iterations": 1})
+    policy = sim.policy
+    policy.passes = PassPredictor()
+    policy.passes.observe({r: {"points": n, "rate": 1e6, "slowed_s": n * (s - 1e-6),
+                               "n_active": n} for r, (s, n) in points_s.items()})
+    return policy._cover_step_cheap(), policy.cover_spread
+
+
+def test_a_straggler_left_with_few_points_is_not_the_fastest_worker():
+    """Migration may leave a straggler so few points that its pass is the shortest (``flegel
+    paper --quick --only migration``'s K-means: 3.8x under the typical pass, and the whole
+    passes were dropped in a straggler's case): the fastest worker is judged by its speed,
+    not by its pass, so the whole passes stay; beside a fast worker (8x, holding twice the
+    others' points) they go."""
+    cheap, spread = _judge({1: (33e-6, 282), 2: (1.2e-6, 27_500), 3: (1.2e-6, 27_500),
+                            4: (1.2e-6, 54_718)})
+    assert cheap and spread == pytest.approx(1.0)
+    cheap, spread = _judge({1: (4e-6, 44_000), 2: (32e-6, 16_500), 3: (32e-6, 16_500),
+                            4: (32e-6, 16_500)})
+    assert not cheap and spread == pytest.approx(3.0)
