@@ -99,12 +99,16 @@ def _judge(points_s: dict[int, tuple[float, int]]) -> tuple[bool, float]:
 def test_a_straggler_left_with_few_points_is_not_the_fastest_worker():
     """Migration may leave a straggler so few points that its pass is the shortest (``flegel
     paper --quick --only migration``'s K-means: 3.8x under the typical pass, and the whole
-    passes were dropped in a straggler's case): the fastest worker is judged by its speed,
-    not by its pass, so the whole passes stay; beside a fast worker (8x, holding twice the
-    others' points) they go."""
+    passes were dropped in a straggler's case), and the fast workers unequal points (one
+    with twice the others'): judged on speeds per point, the whole passes stay; beside a
+    fast worker (8x per point, holding 2.7x the others' points) they go."""
     cheap, spread = _judge({1: (33e-6, 282), 2: (1.2e-6, 27_500), 3: (1.2e-6, 27_500),
                             4: (1.2e-6, 54_718)})
     assert cheap and spread == pytest.approx(1.0)
+    # python bench/fsp_claims.py --only gap's case: kernel times 1.5x apart on shared cores
+    cheap, spread = _judge({1: (33e-6, 1_996), 2: (1.5e-6, 156_741), 3: (1.5e-6, 141_263),
+                            4: (1e-6, 100_000)})
+    assert cheap and spread == pytest.approx(1.5)
     cheap, spread = _judge({1: (4e-6, 44_000), 2: (32e-6, 16_500), 3: (32e-6, 16_500),
                             4: (32e-6, 16_500)})
-    assert not cheap and spread == pytest.approx(3.0)
+    assert not cheap and spread == pytest.approx(8.0)

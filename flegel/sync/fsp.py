@@ -133,12 +133,12 @@ COVER_PHASE = "coverage"
 #: by FSPV's partial ones ended +5.44 % above BSPB's basin in 2 of 2 runs of 10 s.  Only
 #: after a coverage that kept θ (:meth:`FSP.keeps_theta`).
 COVER_STEPS = 5
-#: Coverage's whole passes are taken only while the typical worker's predicted pass is at
-#: most this many times the fastest worker's (:meth:`FSP._cover_step_cheap`): PASS_GRACE,
-#: beyond which FSP's own iterations do not wait for a worker (:meth:`FSP._on_pass`).  One
-#: straggler beside same-speed workers reads ~1 whatever its own pass; Fig. 16b's four CPU
-#: workers beside its GPU-like one 7.7-8.
-COVER_STEP_SPREAD = PASS_GRACE
+#: Coverage's whole passes are taken only while the typical worker is at most this many
+#: times slower per point than the fastest (:meth:`FSP._cover_step_cheap`): no *fast*
+#: worker, the mirror of a straggler (WHOLE_PASS_WAIT, as :meth:`FSP._balanced` and the
+#: balancer's PEER_SPEED call a worker 4x slower than the typical one a straggler).  Peers
+#: on shared cores read 1-1.5x; Fig. 16b's CPU workers beside its GPU-like one 8x.
+COVER_STEP_SPREAD = WHOLE_PASS_WAIT
 #: Complete whole passes (no worker paused) whose durations, broadcast to the last arrival,
 #: give the typical whole pass that bounds the next one (:meth:`FSP._whole_bound`).  Five:
 #: their lower median ignores up to two disturbed passes and follows a change within three.
@@ -768,8 +768,8 @@ class FSP(BarrierPolicy):
         self.cover_steps_left = 0
         self.cover_steps_taken = 0
         self.cover_steps_dropped = False
-        #: The typical predicted pass over the fastest worker's where coverage ended (None
-        #: before).
+        #: The typical worker's seconds per point over the fastest's where coverage ended
+        #: (None before).
         self.cover_spread: float | None = None
 
     # ---------------------------------------------------------------- sending
@@ -1069,36 +1069,37 @@ class FSP(BarrierPolicy):
         return False
 
     def _cover_step_cheap(self) -> bool:
-        """Whether a whole pass after coverage (:data:`COVER_STEPS`) is cheap: the typical
-        worker's predicted pass (:class:`~flegel.sync.passes.PassPredictor`, the lower
-        median, at each worker's points now) is at most :data:`COVER_STEP_SPREAD` times the
-        pass of the fastest worker (by its speed, ``PassPredictor.point_s``): how long the
-        fastest worker would wait for most others.
+        """Whether whole passes after coverage (:data:`COVER_STEPS`) suit the workers: the
+        typical worker (the lower median) is at most :data:`COVER_STEP_SPREAD` times slower
+        per point than the fastest (:meth:`~flegel.sync.passes.PassPredictor.point_s`:
+        kernel time and injected delays), i.e. no worker is a *fast* worker -- the mirror
+        of a straggler (:meth:`_balanced`, ``Balancer.straggler``: 4x the typical).
 
         The whole passes were made for one straggler whose untrained points migration has
-        moved away: the others are about as fast as the fastest, and a whole pass costs
+        moved away: the others are about as fast as one another, and a whole pass costs
         about one of FSPV's iterations at a barrier per pass (a straggler still holding
         points is paused at the whole pass's bound, :meth:`_whole_bound`).  Beside one
-        *fast* worker the typical worker is a slow one, and every whole pass is its pass:
-        the fast worker waits through each as under BSP, for workers FSP's own iterations
-        would not wait for (:meth:`_on_pass`).  Measured (issue 19, Fig. 16b: one worker 8x
-        as fast as the other four, ``flegel paper --quick --only 16b``): 4 whole passes of
-        ~1 s after coverage, the fast worker idle 0.8-0.9 s of each; FSPV+opt 4.26 s to
-        target against FSPV's 2.19 s.  The typical pass, not the longest: the straggler's
-        own pass, 3.3x the others' at the first update on the simulated clock
-        (``tests/test_fsp_fast_worker.py``), says nothing of who else waits.  The fastest
-        worker's pass, not the shortest: a straggler left with a few hundred points by
-        migration has the shortest pass (``flegel paper --quick --only migration``'s
-        K-means: the typical pass read 3.8x the shortest, and the whole passes were
-        dropped in a straggler's case).  Judged at
-        every barrier that would take one: a pass predicted dear drops the rest, as the
-        exact steps serve the basin only right after coverage.  No prediction: cheap
-        (nothing is known against it)."""
-        preds = self.passes.pass_s
-        if not preds:
+        fast worker the typical worker is a slow one, and every whole pass is a slow
+        worker's pass: the fast worker waits through each as under BSP.  Measured (issue
+        19, Fig. 16b: one worker 8x as fast as the other four, ``flegel paper --quick
+        --only 16b``): 4 whole passes of ~1 s after coverage, the fast worker idle 0.8-0.9 s
+        of each; FSPV+opt 4.26 s to target against FSPV's 2.19 s.
+
+        Speeds, not passes (two versions before this one, measured): the typical pass over
+        the shortest dropped the whole passes in a straggler's case, where migration had
+        left the straggler a few hundred points, the shortest pass by 3.8x (``flegel paper
+        --quick --only migration``'s K-means); over the pass of the fastest worker it did
+        too, where migration had left the fast workers 100,000-156,741 points each and the
+        kernel times of shared cores differed by 1.5x: 2.3x, and that run ended on the
+        +5.44 % plateau (``python bench/fsp_claims.py --only gap --seconds 10``, worker 1
+        slow).  Judged at every barrier that would take one: a fast worker found drops the
+        rest, as the exact steps serve the basin only right after coverage.  No prediction:
+        cheap (nothing is known against it)."""
+        per_point = sorted(p for p in map(self.passes.point_s, self.passes.pass_s)
+                           if 0 < p < math.inf)
+        if not per_point:
             return True
-        fast = min(preds, key=self.passes.point_s)  # the fastest worker, by its speed
-        spread = self.passes.typical() / preds[fast] if preds[fast] > 0 else 1.0
+        spread = per_point[(len(per_point) - 1) // 2] / per_point[0]
         if self.cover_spread is None:
             self.cover_spread = spread  # at the barrier that covered: the summary's
         return spread <= COVER_STEP_SPREAD
