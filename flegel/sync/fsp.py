@@ -598,9 +598,8 @@ class FSP(BarrierPolicy):
     update is Lloyd's (or EM's, or the full-batch L-BFGS step) on all the data from θ⁰,
     whichever worker is slow, a few fast passes after the calibration, and so are the
     next :data:`COVER_STEPS` − 1 where θ was kept: whole passes (:data:`WHOLE_PHASE`),
-    cheap as migration has left the straggler few points -- taken only while they are
-    (:meth:`_cover_step_cheap`: beside one *fast* worker each would be a slow worker's
-    pass).  Measured (``python
+    cheap as migration has left the straggler few points -- not beside a *fast* worker
+    (:meth:`_cover_step_cheap`), where each would be a slow worker's pass.  Measured (``python
     bench/fsp_claims.py --only gap --seconds 10``, worker 1 slow): one exact step followed
     by FSPV's partial steps ended +5.44 % above BSPB's basin in 1 of 2 paired runs (and 2
     of 2 before), 0 of 4 with the whole passes.  Not after a capped hold (the straggler
