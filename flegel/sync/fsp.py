@@ -131,14 +131,9 @@ COVER_PHASE = "coverage"
 #: from θ⁰ on the overlapping workload (``python bench/fsp_claims.py --only basin``) still
 #: change basin with the fifth step on a biased sample (+6.5 %), and one exact step followed
 #: by FSPV's partial ones ended +5.44 % above BSPB's basin in 2 of 2 runs of 10 s.  Only
-#: after a coverage that kept θ (:meth:`FSP.keeps_theta`).
+#: after a coverage that kept θ (:meth:`FSP.keeps_theta`) for a straggler
+#: (:meth:`FSP._straggler_hold`).
 COVER_STEPS = 5
-#: Coverage's whole passes are taken only while the typical worker is at most this many
-#: times slower per point than the fastest (:meth:`FSP._cover_step_cheap`): no *fast*
-#: worker, the mirror of a straggler (WHOLE_PASS_WAIT, as :meth:`FSP._balanced` and the
-#: balancer's PEER_SPEED call a worker 4x slower than the typical one a straggler).  Peers
-#: on shared cores read 1-1.5x; Fig. 16b's CPU workers beside its GPU-like one 8x.
-COVER_STEP_SPREAD = WHOLE_PASS_WAIT
 #: Complete whole passes (no worker paused) whose durations, broadcast to the last arrival,
 #: give the typical whole pass that bounds the next one (:meth:`FSP._whole_bound`).  Five:
 #: their lower median ignores up to two disturbed passes and follows a change within three.
@@ -599,7 +594,7 @@ class FSP(BarrierPolicy):
     whichever worker is slow, a few fast passes after the calibration, and so are the
     next :data:`COVER_STEPS` − 1 where θ was kept: whole passes (:data:`WHOLE_PHASE`),
     cheap as migration has left the straggler few points -- not beside a *fast* worker
-    (:meth:`_cover_step_cheap`), where each would be a slow worker's pass.  Measured (``python
+    (:meth:`_straggler_hold`), where each would be a slow worker's pass.  Measured (``python
     bench/fsp_claims.py --only gap --seconds 10``, worker 1 slow): one exact step followed
     by FSPV's partial steps ended +5.44 % above BSPB's basin in 1 of 2 paired runs (and 2
     of 2 before), 0 of 4 with the whole passes.  Not after a capped hold (the straggler
@@ -763,13 +758,10 @@ class FSP(BarrierPolicy):
         self._hold_cap_s = float("inf")
         self.hold_capped = False
         #: Whole passes still to come after coverage (COVER_STEPS), those taken, and whether
-        #: the rest were dropped as too dear (:meth:`_cover_step_cheap`).
+        #: they were dropped for want of a straggler (:meth:`_straggler_hold`).
         self.cover_steps_left = 0
         self.cover_steps_taken = 0
         self.cover_steps_dropped = False
-        #: The typical worker's seconds per point over the fastest's where coverage ended
-        #: (None before).
-        self.cover_spread: float | None = None
 
     # ---------------------------------------------------------------- sending
     def instructions(self, rank: int) -> Instructions:
@@ -1063,45 +1055,41 @@ class FSP(BarrierPolicy):
         # equal by construction, so no migration round (tests/test_migration_*.py).  Nor
         # after a capped hold: the straggler still holds untrained points, and each whole
         # pass would wait for it up to the whole-pass bound.
-        self.cover_steps_left = (COVER_STEPS - 1 if self.kept_barriers and not self.hold_capped
-                                 else 0)
+        whole = bool(self.kept_barriers) and not self.hold_capped
+        # ... and only where the hold was a straggler's (_straggler_hold): beside a fast
+        # worker every whole pass would be a slow worker's.
+        self.cover_steps_dropped = whole and not self._straggler_hold()
+        self.cover_steps_left = COVER_STEPS - 1 if whole and not self.cover_steps_dropped else 0
         return False
 
-    def _cover_step_cheap(self) -> bool:
-        """Whether whole passes after coverage (:data:`COVER_STEPS`) suit the workers: the
-        typical worker (the lower median) is at most :data:`COVER_STEP_SPREAD` times slower
-        per point than the fastest (:meth:`~flegel.sync.passes.PassPredictor.point_s`:
-        kernel time and injected delays), i.e. no worker is a *fast* worker -- the mirror
-        of a straggler (:meth:`_balanced`, ``Balancer.straggler``: 4x the typical).
+    def _straggler_hold(self) -> bool:
+        """Whether coverage held θ for a straggler: migration's balancer has recognised
+        one (``Balancer.stragglers_seen``: :data:`~flegel.balance.migration.PEER_SPEED`
+        times slower per point than the median worker, on the calibration's whole pass).
+        Only then are coverage's whole passes taken (:data:`COVER_STEPS`).
 
         The whole passes were made for one straggler whose untrained points migration has
         moved away: the others are about as fast as one another, and a whole pass costs
         about one of FSPV's iterations at a barrier per pass (a straggler still holding
         points is paused at the whole pass's bound, :meth:`_whole_bound`).  Beside one
-        fast worker the typical worker is a slow one, and every whole pass is a slow
-        worker's pass: the fast worker waits through each as under BSP.  Measured (issue
-        19, Fig. 16b: one worker 8x as fast as the other four, ``flegel paper --quick
-        --only 16b``): 4 whole passes of ~1 s after coverage, the fast worker idle 0.8-0.9 s
-        of each; FSPV+opt 4.26 s to target against FSPV's 2.19 s.
+        *fast* worker no worker is a straggler -- the median worker is a slow one -- and
+        every whole pass is a slow worker's pass: the fast worker waits through each as
+        under BSP.  Measured (issue 19, Fig. 16b: one worker 8x as fast as the other four,
+        ``flegel paper --quick --only 16b``): 4 whole passes of ~1 s after coverage, the
+        fast worker idle 0.8-0.9 s of each; FSPV+opt 4.26 s to target against FSPV's
+        2.19 s.
 
-        Speeds, not passes (two versions before this one, measured): the typical pass over
-        the shortest dropped the whole passes in a straggler's case, where migration had
-        left the straggler a few hundred points, the shortest pass by 3.8x (``flegel paper
-        --quick --only migration``'s K-means); over the pass of the fastest worker it did
-        too, where migration had left the fast workers 100,000-156,741 points each and the
-        kernel times of shared cores differed by 1.5x: 2.3x, and that run ended on the
-        +5.44 % plateau (``python bench/fsp_claims.py --only gap --seconds 10``, worker 1
-        slow).  Judged at every barrier that would take one: a fast worker found drops the
-        rest, as the exact steps serve the basin only right after coverage.  No prediction:
-        cheap (nothing is known against it)."""
-        per_point = sorted(p for p in map(self.passes.point_s, self.passes.pass_s)
-                           if 0 < p < math.inf)
-        if not per_point:
-            return True
-        spread = per_point[(len(per_point) - 1) // 2] / per_point[0]
-        if self.cover_spread is None:
-            self.cover_spread = spread  # at the barrier that covered: the summary's
-        return spread <= COVER_STEP_SPREAD
+        The balancer's straggler, not a spread of predicted passes or speeds (three
+        versions before this one, measured): the typical pass over the shortest, over the
+        fastest worker's, and the typical worker's seconds per point over the fastest's
+        each read 2.3-5.7x in a straggler's case at some run -- migration leaves the
+        straggler a few hundred points (the shortest pass) and the fast workers unequal
+        shards, and the kernel times of the first small commits vary on shared cores --
+        and the run without the whole passes ended on the +5.44 % plateau (``python
+        bench/fsp_claims.py --only gap --seconds 10``, worker 1 slow, 2 of 2 runs).  The
+        balancer judges the straggler on its compute time per point over the calibration's
+        pass (an *Injected* straggler: ~30x the median)."""
+        return self.balancer is not None and bool(self.balancer.stragglers_seen)
 
     def _expected_targets(self) -> set[int]:
         """The workers told to wait for untrained points (``Instructions.cover`` 2), per
@@ -1185,11 +1173,6 @@ class FSP(BarrierPolicy):
             # A complete whole pass (nobody paused): it bounds the next ones (_whole_bound).
             # Not the calibration, whose pass may include warm-up and a straggler's start.
             self.whole_log = (self.whole_log + [self.eta_log[-1]])[-WHOLE_HISTORY:]
-        if self.cover_steps_left > 0 and not self.kept and not self._cover_step_cheap():
-            # A whole pass would wait for workers far slower than the fastest (beside a fast
-            # worker: for most of them): the rest of coverage's whole passes are dropped.
-            self.cover_steps_left = 0
-            self.cover_steps_dropped = True
         if self.kept:
             # Coverage: θ was kept, the next iteration trains the points never trained.
             self.plan = Plan(0.0, phase=COVER_PHASE)
@@ -1311,8 +1294,7 @@ class FSP(BarrierPolicy):
                                "first_update_s": self.covered_at_s,
                                "hold_capped": self.hold_capped,
                                "whole_passes": self.cover_steps_taken,
-                               "whole_passes_dropped": self.cover_steps_dropped,
-                               "pass_spread": self.cover_spread}
+                               "whole_passes_dropped": self.cover_steps_dropped}
         out.update(self.adjustor.summary())  # FSPV: stages, stage_refits; FSPB: search_rounds
         if self.balancer is not None:
             out["migration"] = {"mode": self.balancer.options.mode,

@@ -133,16 +133,6 @@ class PassPredictor(AttributeState):
             # prediction was n_active times the delays: 32 s for a 33 ms pass).
             self.pass_s[rank] = n_active * min(kernels) + slowed
 
-    def point_s(self, rank: int) -> float:
-        """``rank``'s predicted seconds per point (its fastest recent kernel time plus its
-        injected delays per point, module notes); infinite where nothing is known or its
-        recent commits processed no point (it has only slept)."""
-        kernels, delays = self._log.get(rank, ([], []))
-        points = sum(p for p, _ in delays)
-        if not kernels or points <= 0 or rank not in self.pass_s:
-            return float("inf")
-        return min(kernels) + sum(d for _, d in delays) / points
-
     def forget(self, rank: int) -> None:
         """Drop what is known of ``rank``'s speed."""
         self._log.pop(rank, None)
