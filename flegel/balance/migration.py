@@ -679,8 +679,7 @@ class Balancer:
           noise of shared cores (measured: 8,000-17,000 points per round among the three
           fast workers of a 6 s run with one injected straggler).
         * A move between two workers neither of which is or was a straggler waits until every
-          speed was measured over :data:`SPEED_WINDOW_S` (:meth:`peers_measured`), unless
-          the speeds come from whole passes (:meth:`at_barrier`'s ``whole_passes``).
+          speed was measured over :data:`SPEED_WINDOW_S` (:meth:`peers_measured`).
         * A move under :data:`MIN_MOVE_FRACTION` of the smaller side is dropped.
         * A move that reverses a worker's last role without a change of its speed that
           justifies it is dropped (:meth:`reversal`).
@@ -718,12 +717,7 @@ class Balancer:
         held = dict(left)
         speeds = {s.rank: s.v for s in stats}
         passes = {s.rank: s.p for s in stats}
-        # Whole passes (evidence 1: the calibration, coverage) measured every worker over
-        # its pass or the pass's bound: no burst of FSPV's first barriers (issue 19, Fig.
-        # 16b: beside a fast worker the others are peers, none a straggler, and the fast
-        # one idled through coverage's hold while their untrained points waited for 0.25 s
-        # of its compute).
-        measured = self.peers_measured() or self.evidence == 1
+        measured = self.peers_measured()
         # The moves that pass the rules independent of the points left (the pair's
         # threshold, measured speeds, no reversal, no target behind its source), first: a
         # source's share is split over these only.
