@@ -1,5 +1,5 @@
 """FSP's coverage beside one *fast* worker (issue 19, Fig. 16b; :meth:`flegel.sync.fsp.FSP.
-_cover_step_cheap`): one worker 8x as fast as the other three, K-means with async migration
+_straggler_hold`): one worker 8x as fast as the other three, K-means with async migration
 on contiguous shards of cluster-sorted data, on the simulated clock (tests/fakes.py).
 
 Coverage's whole passes after the first update (``COVER_STEPS``) were made for one straggler
