@@ -131,7 +131,8 @@ COVER_PHASE = "coverage"
 #: from θ⁰ on the overlapping workload (``python bench/fsp_claims.py --only basin``) still
 #: change basin with the fifth step on a biased sample (+6.5 %), and one exact step followed
 #: by FSPV's partial ones ended +5.44 % above BSPB's basin in 2 of 2 runs of 10 s.  Only
-#: after a coverage that kept θ (:meth:`FSP.keeps_theta`).
+#: after a coverage that kept θ (:meth:`FSP.keeps_theta`) for a straggler
+#: (:meth:`FSP._straggler_hold`).
 COVER_STEPS = 5
 #: Complete whole passes (no worker paused) whose durations, broadcast to the last arrival,
 #: give the typical whole pass that bounds the next one (:meth:`FSP._whole_bound`).  Five:
@@ -592,7 +593,8 @@ class FSP(BarrierPolicy):
     update is Lloyd's (or EM's, or the full-batch L-BFGS step) on all the data from θ⁰,
     whichever worker is slow, a few fast passes after the calibration, and so are the
     next :data:`COVER_STEPS` − 1 where θ was kept: whole passes (:data:`WHOLE_PHASE`),
-    cheap as migration has left the straggler few points.  Measured (``python
+    cheap as migration has left the straggler few points -- not beside a *fast* worker
+    (:meth:`_straggler_hold`), where each would be a slow worker's pass.  Measured (``python
     bench/fsp_claims.py --only gap --seconds 10``, worker 1 slow): one exact step followed
     by FSPV's partial steps ended +5.44 % above BSPB's basin in 1 of 2 paired runs (and 2
     of 2 before), 0 of 4 with the whole passes.  Not after a capped hold (the straggler
@@ -755,8 +757,11 @@ class FSP(BarrierPolicy):
         self._hold_start_s = 0.0
         self._hold_cap_s = float("inf")
         self.hold_capped = False
-        #: Whole passes still to come after coverage (COVER_STEPS).
+        #: Whole passes still to come after coverage (COVER_STEPS), those taken, and whether
+        #: they were dropped for want of a straggler (:meth:`_straggler_hold`).
         self.cover_steps_left = 0
+        self.cover_steps_taken = 0
+        self.cover_steps_dropped = False
 
     # ---------------------------------------------------------------- sending
     def instructions(self, rank: int) -> Instructions:
@@ -1050,9 +1055,41 @@ class FSP(BarrierPolicy):
         # equal by construction, so no migration round (tests/test_migration_*.py).  Nor
         # after a capped hold: the straggler still holds untrained points, and each whole
         # pass would wait for it up to the whole-pass bound.
-        self.cover_steps_left = (COVER_STEPS - 1 if self.kept_barriers and not self.hold_capped
-                                 else 0)
+        whole = bool(self.kept_barriers) and not self.hold_capped
+        # ... and only where the hold was a straggler's (_straggler_hold): beside a fast
+        # worker every whole pass would be a slow worker's.
+        self.cover_steps_dropped = whole and not self._straggler_hold()
+        self.cover_steps_left = COVER_STEPS - 1 if whole and not self.cover_steps_dropped else 0
         return False
+
+    def _straggler_hold(self) -> bool:
+        """Whether coverage held θ for a straggler: migration's balancer has recognised
+        one (``Balancer.stragglers_seen``: :data:`~flegel.balance.migration.PEER_SPEED`
+        times slower per point than the median worker, on the calibration's whole pass).
+        Only then are coverage's whole passes taken (:data:`COVER_STEPS`).
+
+        The whole passes were made for one straggler whose untrained points migration has
+        moved away: the others are about as fast as one another, and a whole pass costs
+        about one of FSPV's iterations at a barrier per pass (a straggler still holding
+        points is paused at the whole pass's bound, :meth:`_whole_bound`).  Beside one
+        *fast* worker no worker is a straggler -- the median worker is a slow one -- and
+        every whole pass is a slow worker's pass: the fast worker waits through each as
+        under BSP.  Measured (issue 19, Fig. 16b: one worker 8x as fast as the other four,
+        ``flegel paper --quick --only 16b``): 4 whole passes of ~1 s after coverage, the
+        fast worker idle 0.8-0.9 s of each; FSPV+opt 4.26 s to target against FSPV's
+        2.19 s.
+
+        The balancer's straggler, not a spread of predicted passes or speeds (three
+        versions before this one, measured): the typical pass over the shortest, over the
+        fastest worker's, and the typical worker's seconds per point over the fastest's
+        each read 2.3-5.7x in a straggler's case at some run -- migration leaves the
+        straggler a few hundred points (the shortest pass) and the fast workers unequal
+        shards, and the kernel times of the first small commits vary on shared cores --
+        and the run without the whole passes ended on the +5.44 % plateau (``python
+        bench/fsp_claims.py --only gap --seconds 10``, worker 1 slow, 2 of 2 runs).  The
+        balancer judges the straggler on its compute time per point over the calibration's
+        pass (an *Injected* straggler: ~30x the median)."""
+        return self.balancer is not None and bool(self.balancer.stragglers_seen)
 
     def _expected_targets(self) -> set[int]:
         """The workers told to wait for untrained points (``Instructions.cover`` 2), per
@@ -1142,6 +1179,7 @@ class FSP(BarrierPolicy):
         elif self.cover_steps_left > 0:
             # Coverage's first updates are whole passes: Lloyd steps on all the data.
             self.cover_steps_left -= 1
+            self.cover_steps_taken += 1
             self.plan = Plan(0.0, phase=WHOLE_PHASE)
         elif self._balanced():
             if self.plan.phase != WHOLE_PHASE:
@@ -1254,7 +1292,9 @@ class FSP(BarrierPolicy):
         if self.cover:
             out["coverage"] = {"kept_barriers": self.kept_barriers,
                                "first_update_s": self.covered_at_s,
-                               "hold_capped": self.hold_capped}
+                               "hold_capped": self.hold_capped,
+                               "whole_passes": self.cover_steps_taken,
+                               "whole_passes_dropped": self.cover_steps_dropped}
         out.update(self.adjustor.summary())  # FSPV: stages, stage_refits; FSPB: search_rounds
         if self.balancer is not None:
             out["migration"] = {"mode": self.balancer.options.mode,

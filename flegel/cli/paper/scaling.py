@@ -562,7 +562,8 @@ def fig16b(ctx: Ctx) -> Figure:
                  f"a CPU worker"),
         table=table + failures(list(runs.values())), pictures=[pic],
         note=("Under data migration K-means takes FSP's coverage rule (docs/sync/fsp.md, "
-              "\"Coverage\"): θ is kept until every point was trained, then whole passes "
-              "follow, each waiting for the slowest worker, so until migration has moved "
-              "the CPU workers' points the GPU-like worker waits as under BSP; compare the "
+              "\"Coverage\"): θ is kept until every point was trained, so FSPV+opt's "
+              "first update comes after the CPU workers' first pass; the whole passes "
+              "that follow coverage beside one straggler are not taken beside a fast "
+              "worker (docs/sync/fsp.md, \"Coverage beside a fast worker\"); compare the "
               "passes and points moved above (docs/benchmarks.md, Fig. 16)."))
