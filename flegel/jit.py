@@ -2,7 +2,7 @@
 numba (the built-in algorithms; :mod:`flegel.data`'s parsers may do the same).
 
 ``import numba`` costs 0.3-1 s of CPU per process (LLVM bindings, numba's type system and,
-at the first kernel call, ``scipy.linalg`` for numba's BLAS).  Only the ranks that run a
+at the first kernel call, SciPy's BLAS: :func:`preload_blas`).  Only the ranks that run a
 kernel need it: the workers.  The master (θ⁽⁰⁾, aggregation, the θ update) and ``flegel
 run``'s launcher (it validates the job, which imports the algorithm's module) never call a
 kernel, and with five ranks on two cores their imports are paid in the workers' wall time
@@ -20,8 +20,19 @@ folder so every node loads what one compiled).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+#: The Cython module whose ``__pyx_capi__`` table numba's compiled code takes its BLAS
+#: functions from (``np.dot`` inside a kernel: numba's ``_helperlib.c``,
+#: ``import_cython_function``).
+BLAS_MODULE = "scipy.linalg.cython_blas"
 
 
 class LazyKernel:
@@ -51,6 +62,7 @@ class LazyKernel:
         if self._compiled is None:
             import numba
 
+            preload_blas()
             self._compiled = numba.njit(**self.options)(self.py_func)
         return self._compiled
 
@@ -114,3 +126,72 @@ def cache_is_cold(module: str) -> bool:
         if not index:
             return True
     return False
+
+
+class _BindBlas(importlib.abc.MetaPathFinder):
+    """Binds the preloaded BLAS module as ``scipy.linalg.cython_blas`` when ``scipy.linalg``
+    itself is imported later (an import statement finds it in ``sys.modules``; the attribute
+    of the package is what the import machinery would have set), then steps aside."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "scipy.linalg":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        loader = getattr(spec, "loader", None)
+        if spec is None or loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        run = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            module.cython_blas = sys.modules[BLAS_MODULE]  # type: ignore[attr-defined]
+            run(module)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def preload_blas() -> bool:
+    """Load SciPy's ``cython_blas`` extension alone, without the ``scipy.linalg`` package,
+    for numba's BLAS calls; returns whether it did.
+
+    A kernel that calls ``np.dot`` (K-means' tile product, NMF's HALS steps) makes numba
+    fetch ``dgemm`` and the like from :data:`BLAS_MODULE` at its first call, by importing that
+    module; the import runs ``scipy/linalg/__init__.py`` first, which imports the whole of
+    ``scipy.linalg`` (and ``scipy._lib``'s array-API layer): 0.22-0.45 CPU-s per worker,
+    where the extension alone loads in about 20 ms (issue 19, "the first second counts").
+    The module loaded here is the very file the package import would load, so numba calls
+    the same BLAS and every result is bit for bit the same.  Nothing is done when
+    ``scipy.linalg`` is imported already or SciPy's layout is not the expected one (one
+    ``cython_blas`` extension file in ``scipy/linalg``): numba then imports it as before.
+    """
+    if "scipy.linalg" in sys.modules or BLAS_MODULE in sys.modules:
+        return False
+    try:
+        spec = importlib.util.find_spec("scipy")
+        if spec is None or spec.origin is None:
+            return False
+        folder = Path(spec.origin).parent / "linalg"
+        suffixes = importlib.machinery.EXTENSION_SUFFIXES
+        files = [f for f in folder.glob("cython_blas*")
+                 if any(f.name == "cython_blas" + s for s in suffixes)]
+        if len(files) != 1:
+            return False
+        import scipy  # noqa: F401 - the parent package (light), as the import system would
+
+        loader = importlib.machinery.ExtensionFileLoader(BLAS_MODULE, str(files[0]))
+        blas_spec = importlib.util.spec_from_file_location(BLAS_MODULE, files[0],
+                                                           loader=loader)
+        assert blas_spec is not None
+        module = importlib.util.module_from_spec(blas_spec)
+        sys.modules[BLAS_MODULE] = module
+        try:
+            loader.exec_module(module)
+        except BaseException:
+            del sys.modules[BLAS_MODULE]
+            raise
+    except Exception:  # noqa: BLE001 - any surprise: numba imports it the usual way
+        return False
+    sys.meta_path.insert(0, _BindBlas())
+    return True
