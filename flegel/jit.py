@@ -94,38 +94,46 @@ def njit(**options: Any) -> Callable[[Callable[..., Any]], LazyKernel]:
 
 
 def cache_is_cold(module: str) -> bool:
-    """Whether a cached numba kernel of ``module`` has nothing compiled in numba's cache yet.
+    """Whether ``module``'s cached numba kernels have nothing compiled in numba's cache yet.
 
     The kernels are the module's :class:`LazyKernel` objects and numba dispatchers made with
-    ``cache=True``.  False when the module has none (nothing to compile) or every one has a
-    compiled version on disk for its current source; True when any has none, or when the
-    cache cannot be read (numba's cache index is internal to numba: the answer errs on the
-    side of compiling once first).  Imports numba only when the module has lazy kernels.
+    ``cache=True``.  True when none of them has a compiled version on disk for its current
+    source (a fresh checkout, an edited module), or when the cache cannot be read (numba's
+    cache index is internal to numba: the answer errs on the side of compiling once first);
+    False when the module has none (nothing to compile) or any one has been compiled.
+
+    Any, not every (issue 19): a module keeps kernels a job may never call -- FCM's general
+    ``m`` beside its ``m = 2`` kernel, logistic regression's multinomial kernel beside its
+    binary one -- and with "every", such a module was cold in every run, so every run's
+    workers waited for worker 1's warm-up before starting their own (0.5-1.2 s of the
+    page's FCM and logreg jobs' compile phase).  A kernel a module's first compiled job did
+    not call is then compiled by every worker at once, once.  Imports numba only when the
+    module has lazy kernels.
 
     Parameters
     ----------
     module : str
         A module already imported (an algorithm's).
     """
-    import sys
-
     found: list[Any] = []
     for value in vars(sys.modules[module]).values():
         if isinstance(value, LazyKernel) and value.options.get("cache"):
             found.append(value.dispatcher())
         elif "numba" in sys.modules and hasattr(value, "enable_caching"):
             found.append(value)
+    cached = False
     for dispatcher in found:
         cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
         if cache_file is None:  # not cached: every rank compiles its own anyway
             continue
+        cached = True
         try:
             index = cache_file._load_index()
         except Exception:  # noqa: BLE001 - another numba's layout: compile once first
             return True
-        if not index:
-            return True
-    return False
+        if index:
+            return False
+    return cached
 
 
 class _BindBlas(importlib.abc.MetaPathFinder):
