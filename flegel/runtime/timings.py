@@ -108,7 +108,8 @@ class RankClock:
     """One rank's marks through its start-up and end (module docstring): each mark, its
     wall time (``time.time()``) and this process's CPU time when it was made.
 
-    The first mark, ``start``, is the process's start (:func:`process_start`; CPU 0).
+    The first mark, ``start``, is the process's start (:func:`process_start`; CPU 0): a
+    rank runs one job, so its first step covers the interpreter's start and the imports.
     """
 
     def __init__(self) -> None:
@@ -125,10 +126,6 @@ class RankClock:
         steps = [[name, round(t - t0, 4), round(c - c0, 4)]
                  for (_, t0, c0), (name, t, c) in zip(self.marks, self.marks[1:])]
         return {"start": self.marks[0][1], "steps": steps}
-
-
-#: This process's clock (a rank's; :mod:`flegel.run` marks it).
-RANK = RankClock()
 
 
 class Timings:
