@@ -17,11 +17,15 @@ stragglers) ``--runs`` times each, training ``--max-time`` seconds, and prints
 ``--profile RANK`` runs one K-means job (or ``--algorithms``' first) under ``mpiexec`` with
 that rank under cProfile and prints its 25 most expensive functions (cumulative) up to
 training; ``--importtime`` prints the 20 slowest imports of a worker's imports
-(``python -X importtime``).
+(``python -X importtime``); ``--kernels N`` times, N times in fresh processes, what a
+worker's ``kernels_ahead`` step does -- the job read, the algorithm made, numba started and
+its compiled kernels loaded (:meth:`flegel.device.DeviceKernels.load_compiled`) -- in CPU
+seconds (less noisy than wall time on a shared machine).
 
     python bench/startup.py                                   # 6 algorithms x 3 runs
     python bench/startup.py --algorithms kmeans,nmf --runs 5
     python bench/startup.py --profile 1 --algorithms nmf
+    python bench/startup.py --kernels 8 --algorithms kmeans,nmf
     python bench/startup.py --python /usr/bin/python3          # another checkout's flegel
 
 Phases from a checkout without ``startup`` in its summary (before issue 19) print the
@@ -36,6 +40,7 @@ import cProfile
 import json
 import os
 import pstats
+import resource
 import statistics
 import subprocess
 import sys
@@ -44,7 +49,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("launch_s", "import_s", "load_s", "compile_s", "train_s", "final_eval_s", "write_s")
 #: The steps counted as start-up in the CPU sum: every step up to a rank's ``ready``.
 TRAINING_STEPS = ("trained", "final_eval")
@@ -71,9 +75,12 @@ def _jobs(folder: Path, names: list[str]) -> dict[str, Path]:
 def run(python: str, job: Path, out: Path, max_time: float) -> dict[str, Any]:
     """One ``flegel run`` of ``job``: its wall time and summary."""
     t0 = time.perf_counter()
+    # Run from the job's folder: ``python -m`` puts the working directory first on the path,
+    # and from a checkout's root another Python would import that checkout's flegel.
     proc = subprocess.run([python, "-m", "flegel", "run", str(job), "--out", str(out),
                            "--force", "--set", f"stop.max_time_s={max_time}"],
-                          env=_env(), capture_output=True, text=True, timeout=600)
+                          cwd=job.parent, env=_env(), capture_output=True, text=True,
+                          timeout=600)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"flegel run {job} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -143,7 +150,8 @@ def profile(python: str, job: Path, out: Path, rank: int, max_time: float) -> No
     cmd = [mpiexec, "-n", str(n), python, __file__, "--shim", str(rank), str(stats), "--",
            "run", str(job), "--out", str(out / "run"), "--force",
            "--set", f"stop.max_time_s={max_time}", "--set", "output.progress=none"]
-    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, cwd=job.parent, env=_env(), capture_output=True, text=True,
+                          timeout=600)
     if proc.returncode != 0 or not stats.exists():
         raise SystemExit(f"profiled run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     print(f"  rank {rank} of {job.stem}, cProfile to its first training step "
@@ -176,9 +184,10 @@ def _shim(rank: str, stats: str, argv: list[str]) -> None:
 def importtime(python: str, algorithm: str) -> None:
     """A worker's imports (the CLI, MPI, the run, the algorithm, numba), slowest first."""
     code = ("import flegel.cli.commands; from mpi4py import MPI; import flegel.run; "
-            f"import algorithms.{algorithm}; import numba")
-    proc = subprocess.run([python, "-X", "importtime", "-c", code], cwd=ROOT, env=_env(),
-                          capture_output=True, text=True, timeout=300)
+            f"import flegel.algorithms.{algorithm}; import numba")
+    with tempfile.TemporaryDirectory() as elsewhere:  # not a checkout's root (see run)
+        proc = subprocess.run([python, "-X", "importtime", "-c", code], cwd=elsewhere,
+                              env=_env(), capture_output=True, text=True, timeout=300)
     rows = []
     for line in proc.stderr.splitlines():
         parts = line.split("|")
@@ -190,6 +199,33 @@ def importtime(python: str, algorithm: str) -> None:
         print(f"    {us / 1000:8.1f}  {name}")
 
 
+#: A worker's ``kernels_ahead`` in a fresh process (:func:`kernels`).
+KERNELS_CHILD = """
+import sys
+import numpy as np
+from flegel.job.validate import load_job
+job = load_job(sys.argv[1])
+job.make_algorithm().load_compiled(job.data_info.n_features, np.dtype(np.float64))
+"""
+
+
+def kernels(python: str, jobs: dict[str, Path], runs: int) -> None:
+    """``--kernels``: CPU seconds of :data:`KERNELS_CHILD` per job, ``runs`` times (after
+    one warm-up), each in a fresh ``python``; prints each run and the median."""
+    for name, job in jobs.items():
+        cpu = []
+        for i in range(runs + 1):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run([python, "-c", KERNELS_CHILD, str(job)], cwd=job.parent,
+                           env=_env(), check=True, timeout=300)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if i:  # the first warms numba's cache and the page cache
+                cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+        print(f"  {name}: a worker's kernels_ahead in a fresh process (imports, numba, "
+              f"kernels), CPU s: median {_med(cpu):.3f} (runs: "
+              f"{', '.join(f'{c:.2f}' for c in cpu)})")
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--shim":
         _shim(sys.argv[2], sys.argv[3], sys.argv[5:])
@@ -198,12 +234,15 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="runs of each job (after one warm-up)")
     ap.add_argument("--max-time", type=float, default=0.5, help="training seconds per run")
     ap.add_argument("--python", default=sys.executable,
-                    help="the Python whose flegel runs (default: this one)")
+                    help="the Python whose flegel runs (default: this one; its flegel is "
+                    "the one it imports outside this checkout)")
     ap.add_argument("--data", type=Path, default=None, help="folder for the data and jobs "
                     "(kept; default: a temporary one)")
     ap.add_argument("--profile", type=int, default=None, metavar="RANK",
                     help="profile RANK of one run instead")
     ap.add_argument("--importtime", action="store_true", help="a worker's imports instead")
+    ap.add_argument("--kernels", type=int, default=0, metavar="N",
+                    help="time a worker's kernel loading N times instead")
     ap.add_argument("--json", type=Path, default=None, help="also write the medians here")
     args = ap.parse_args()
     names = args.algorithms.split(",")
@@ -216,6 +255,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="startup-") as tmp:
         folder = args.data or Path(tmp)
         jobs = _jobs(folder, names)
+        if args.kernels:
+            kernels(args.python, jobs, args.kernels)
+            return
         if args.profile is not None:
             profile(args.python, jobs[names[0]], Path(tmp), args.profile, args.max_time)
             return
