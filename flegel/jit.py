@@ -156,7 +156,7 @@ class _BindBlas(importlib.abc.MetaPathFinder):
             module.cython_blas = sys.modules[BLAS_MODULE]  # type: ignore[attr-defined]
             run(module)
 
-        loader.exec_module = exec_module  # type: ignore[method-assign]
+        loader.exec_module = exec_module
         return spec
 
 
