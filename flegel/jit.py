@@ -2,7 +2,7 @@
 numba (the built-in algorithms; :mod:`flegel.data`'s parsers may do the same).
 
 ``import numba`` costs 0.3-1 s of CPU per process (LLVM bindings, numba's type system and,
-at the first kernel call, ``scipy.linalg`` for numba's BLAS).  Only the ranks that run a
+at the first kernel call, SciPy's BLAS: :func:`preload_blas`).  Only the ranks that run a
 kernel need it: the workers.  The master (θ⁽⁰⁾, aggregation, the θ update) and ``flegel
 run``'s launcher (it validates the job, which imports the algorithm's module) never call a
 kernel, and with five ranks on two cores their imports are paid in the workers' wall time
@@ -20,8 +20,19 @@ folder so every node loads what one compiled).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+#: The Cython module whose ``__pyx_capi__`` table numba's compiled code takes its BLAS
+#: functions from (``np.dot`` inside a kernel: numba's ``_helperlib.c``,
+#: ``import_cython_function``).
+BLAS_MODULE = "scipy.linalg.cython_blas"
 
 
 class LazyKernel:
@@ -51,6 +62,7 @@ class LazyKernel:
         if self._compiled is None:
             import numba
 
+            preload_blas()
             self._compiled = numba.njit(**self.options)(self.py_func)
         return self._compiled
 
@@ -82,35 +94,112 @@ def njit(**options: Any) -> Callable[[Callable[..., Any]], LazyKernel]:
 
 
 def cache_is_cold(module: str) -> bool:
-    """Whether a cached numba kernel of ``module`` has nothing compiled in numba's cache yet.
+    """Whether ``module``'s cached numba kernels have nothing compiled in numba's cache yet.
 
     The kernels are the module's :class:`LazyKernel` objects and numba dispatchers made with
-    ``cache=True``.  False when the module has none (nothing to compile) or every one has a
-    compiled version on disk for its current source; True when any has none, or when the
-    cache cannot be read (numba's cache index is internal to numba: the answer errs on the
-    side of compiling once first).  Imports numba only when the module has lazy kernels.
+    ``cache=True``.  True when none of them has a compiled version on disk for its current
+    source (a fresh checkout, an edited module), or when the cache cannot be read (numba's
+    cache index is internal to numba: the answer errs on the side of compiling once first);
+    False when the module has none (nothing to compile) or any one has been compiled.
+
+    Any, not every (issue 19): a module keeps kernels a job may never call -- FCM's general
+    ``m`` beside its ``m = 2`` kernel, logistic regression's multinomial kernel beside its
+    binary one -- and with "every", such a module was cold in every run, so every run's
+    workers waited for worker 1's warm-up before starting their own (0.5-1.2 s of the
+    page's FCM and logreg jobs' compile phase).  A kernel a module's first compiled job did
+    not call is then compiled by every worker at once, once.  Imports numba only when the
+    module has lazy kernels.
 
     Parameters
     ----------
     module : str
         A module already imported (an algorithm's).
     """
-    import sys
-
     found: list[Any] = []
     for value in vars(sys.modules[module]).values():
         if isinstance(value, LazyKernel) and value.options.get("cache"):
             found.append(value.dispatcher())
         elif "numba" in sys.modules and hasattr(value, "enable_caching"):
             found.append(value)
+    cached = False
     for dispatcher in found:
         cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
         if cache_file is None:  # not cached: every rank compiles its own anyway
             continue
+        cached = True
         try:
             index = cache_file._load_index()
         except Exception:  # noqa: BLE001 - another numba's layout: compile once first
             return True
-        if not index:
-            return True
-    return False
+        if index:
+            return False
+    return cached
+
+
+class _BindBlas(importlib.abc.MetaPathFinder):
+    """Binds the preloaded BLAS module as ``scipy.linalg.cython_blas`` when ``scipy.linalg``
+    itself is imported later (an import statement finds it in ``sys.modules``; the attribute
+    of the package is what the import machinery would have set), then steps aside."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "scipy.linalg":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        loader = getattr(spec, "loader", None)
+        if spec is None or loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        run = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            module.cython_blas = sys.modules[BLAS_MODULE]  # type: ignore[attr-defined]
+            run(module)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def preload_blas() -> bool:
+    """Load SciPy's ``cython_blas`` extension alone, without the ``scipy.linalg`` package,
+    for numba's BLAS calls; returns whether it did.
+
+    A kernel that calls ``np.dot`` (K-means' tile product, NMF's HALS steps) makes numba
+    fetch ``dgemm`` and the like from :data:`BLAS_MODULE` at its first call, by importing that
+    module; the import runs ``scipy/linalg/__init__.py`` first, which imports the whole of
+    ``scipy.linalg`` (and ``scipy._lib``'s array-API layer): 0.22-0.45 CPU-s per worker,
+    where the extension alone loads in about 20 ms (issue 19, "the first second counts").
+    The module loaded here is the very file the package import would load, so numba calls
+    the same BLAS and every result is bit for bit the same.  Nothing is done when
+    ``scipy.linalg`` is imported already or SciPy's layout is not the expected one (one
+    ``cython_blas`` extension file in ``scipy/linalg``): numba then imports it as before.
+    """
+    if "scipy.linalg" in sys.modules or BLAS_MODULE in sys.modules:
+        return False
+    try:
+        spec = importlib.util.find_spec("scipy")
+        if spec is None or spec.origin is None:
+            return False
+        folder = Path(spec.origin).parent / "linalg"
+        suffixes = importlib.machinery.EXTENSION_SUFFIXES
+        files = [f for f in folder.glob("cython_blas*")
+                 if any(f.name == "cython_blas" + s for s in suffixes)]
+        if len(files) != 1:
+            return False
+        import scipy  # noqa: F401 - the parent package (light), as the import system would
+
+        loader = importlib.machinery.ExtensionFileLoader(BLAS_MODULE, str(files[0]))
+        blas_spec = importlib.util.spec_from_file_location(BLAS_MODULE, files[0],
+                                                           loader=loader)
+        assert blas_spec is not None
+        module = importlib.util.module_from_spec(blas_spec)
+        sys.modules[BLAS_MODULE] = module
+        try:
+            loader.exec_module(module)
+        except BaseException:
+            del sys.modules[BLAS_MODULE]
+            raise
+    except Exception:  # noqa: BLE001 - any surprise: numba imports it the usual way
+        return False
+    sys.meta_path.insert(0, _BindBlas())
+    return True

@@ -59,6 +59,7 @@ from flegel.runtime.server import AUTO, STALL_UNMEASURED_S, Server
 from flegel.runtime.stopping import StopCriteria
 from flegel.runtime.store import ShardStore, global_ids
 from flegel.runtime.stragglers import Stragglers
+from flegel.runtime.timings import RankClock
 from flegel.runtime.transport import MpiTransport
 from flegel.runtime.worker import Worker
 from flegel.sync import policy_class
@@ -177,6 +178,8 @@ def _call_cost(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None,
 def run_worker(comm: MPI.Comm, job: Job) -> None:
     from flegel.data import sample_shard
 
+    clock = RankClock()  # this rank's steps (summary.json's startup)
+    clock.mark("imported")
     _limit_threads(job.runtime.threads)
     n_workers = comm.size - 1
     shard = comm.rank - 1
@@ -190,10 +193,13 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
                            "sample": sx, "sample_y": sy,
                            "n_classes": None if y is None else int(np.max(y)) + 1,
                            "load_s": time.perf_counter() - t0}, dest=0)
+    clock.mark("loaded")
     # kernel: auto planned from the job's length; numba starts while the master computes θ⁽⁰⁾
     load_ahead(algorithm, len(x), x.shape[1], x.dtype, job.stop.max_iterations,
                first=comm.rank == 1)
+    clock.mark("kernels_ahead")
     layouts = msg.recv_object(comm, source=0)[0]
+    clock.mark("layouts")  # waited for the master's θ⁽⁰⁾
     # A resumed job: this worker's part of the checkpoint (flegel/rundir/checkpoint.py).
     resumed = msg.recv_object(comm, source=0)[0] if layouts.get("resume") else None
     store = ShardStore(x, y, algorithm.init_state(len(x), x.shape[1]),
@@ -209,6 +215,7 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     # On a GPU the shard goes to the device once, here, in its training order (flegel.device)
     store.place(algorithm, f"worker {comm.rank}")
     worker.receive_params()  # θ⁽⁰⁾, sent once
+    clock.mark("theta")
     # On a cold numba cache, worker 1 compiles first and the others load its kernels from
     # the cache: n workers compiling the same kernels at once cost n times the CPU.  On a
     # warm one they all load at once.  Worker 1 always says when it is done.
@@ -224,6 +231,7 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
             msg.send_object(comm, "compiled", dest=r)
     elif comm.rank > 1 and not cold:
         msg.recv_object(comm, source=1)
+    clock.mark("warm_up")
     # BSP's block from the kernel's per-call cost (flegel/sync/bsp.py), unless resumed: the
     # checkpoint kept the block the run began with.  Worker 1 alone measures: the workers
     # run the same kernel, and four measuring at once on shared cores cost the compile phase
@@ -231,16 +239,21 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     sizing = measures_block(job.sync.model, job.sync.options) and resumed is None
     cost = (_call_cost(algorithm, store.kernel_x, store.y, worker.theta, layouts["agg"].zeros())
             if sizing and comm.rank == 1 else None)
+    clock.mark("block_cost")
     msg.send_object(comm, ("ready", cost), dest=0)
     if sizing:
         policy.block = msg.recv_object(comm, source=0)[0].block  # type: ignore[attr-defined]
+    clock.mark("ready")
     report = worker.run()
+    clock.mark("trained")
     # The exact objective, on this shard, of the θs the master still lacks: the final θ (the
     # model it saves) and θ snapshots of the trace (flegel.runtime.exact.FinalEvaluation).
     thetas = msg.recv_object(comm, source=0)[0]
     report["snapshots"] = evaluate_snapshots(algorithm, store, thetas)
     report["load_s"] = time.perf_counter() - t0 - report["compute_s"] - report["wait_s"]
     report["peak_rss_mib"] = peak_rss_mib()  # after the final evaluation: the whole run's peak
+    clock.mark("final_eval")
+    report["startup"] = clock.spans()
     lifetime.mark_done(comm.rank)
     msg.send_object(comm, report, dest=0)
     # Exit only once the master has every report and stopped watching the workers: a worker
@@ -391,6 +404,8 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     from flegel.runtime.progress import Progress
     from flegel.runtime.timings import Timings
 
+    clock = RankClock()  # this rank's steps (summary.json's startup)
+    clock.mark("imported")
     progress = Progress(job.output.progress)
     timings = Timings(on_phase=progress.phase)
     timings.begin("load_s")
@@ -402,6 +417,7 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     # The ranks agree that every shard (and test_data, checked here meanwhile) is good data.
     agreed(comm, (JobError,), job.check_test_data, watch=loading)
     infos = msg.gather_objects(comm, ranks, loading)
+    clock.mark("loaded")  # the workers' shards
     timings.begin("compile_s")
     sample = np.concatenate([infos[r]["sample"] for r in ranks])
     labelled = infos[ranks[0]]["sample_y"] is not None
@@ -417,6 +433,7 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     theta = algorithm.init_parameter(info)
     if resume is not None:
         theta = resume.master["server"]["theta"]
+    clock.mark("theta0")
     agg_layout = Layout.of(zero_aggregator(algorithm, theta, sample[0],
                                            None if sample_y is None else sample_y[0]))
     theta_layout = Layout.of(theta)
@@ -452,8 +469,10 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     server.preload()
     saver.server = server
     saver.phase = "compiling their kernels"
+    clock.mark("server")
     # Every worker is loaded and warmed up: the clock may start.
     ready = msg.gather_objects(comm, ranks, _watch(comm, timeout, "compiling their kernels"))
+    clock.mark("ready")
     choice: BlockChoice | None = None
     if measures_block(job.sync.model, job.sync.options) and resume is None:
         size = functools.partial(fixed_block, device=device_of(algorithm))
@@ -475,6 +494,7 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
                    _time_left(job.stop.max_time_s, snapshot))
     with lifetime.deferred():  # a signal stops the loop at a poll, with θ consistent
         server.serve(policy, watch=final_checkpoint(server), resume=snapshot)
+    clock.mark("trained")
     # The trained model first: a failure in the final evaluation must not lose it.
     saver.saved = writer.save_model(algorithm, server.theta, server.version,
                                     complete=False, stop_reason=str(server.reason))
@@ -490,6 +510,8 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     for rank in ranks:
         msg.send_object(comm, "leave", dest=rank)
     results = [reports[r] for r in ranks]
+    clock.mark("final_eval")
+    timings.ranks = {"0": clock.spans(), **{str(r): reports[r]["startup"] for r in ranks}}
     evaluation.complete([r["snapshots"] for r in results])
     timings.begin("write_s")
     summary = writer.finish(server, policy, algorithm, info, results, infos, evaluation,

@@ -179,6 +179,56 @@ def test_cache_is_cold_until_a_kernel_is_compiled(tmp_path):
                                                ["False", "False", "False"]], runs[0].stderr
 
 
+
+#: A module of two cached lazy kernels, only the first of which a job calls.
+TWO_KERNELS = """
+import numpy as np
+from flegel.jit import njit
+
+@njit(cache=True)
+def used(x):
+    return x.sum()
+
+@njit(cache=True)
+def never(x):
+    return x.max()
+"""
+
+
+def test_cache_is_warm_once_any_kernel_of_a_module_is_compiled(tmp_path):
+    """A kernel a job never calls (FCM's general m, logreg's multinomial) must not leave its
+    module cold in every run: workers 2..n would wait for worker 1's warm-up each time."""
+    (tmp_path / "two_kernels.py").write_text(TWO_KERNELS)
+    code = ("import sys, numpy as np; sys.path.insert(0, sys.argv[1]); import two_kernels; "
+            "from flegel.jit import cache_is_cold as cold; "
+            "before = cold('two_kernels'); two_kernels.used(np.ones(3)); "
+            "print(before, cold('two_kernels'))")
+    env = {**child_env(), "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    runs = [subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                           text=True, timeout=120, env=env) for _ in range(2)]
+    assert [r.stdout.split() for r in runs] == [["True", "False"], ["False", "False"]], \
+        runs[0].stderr
+
+
+def test_numba_blas_without_scipy_linalg():
+    """A kernel's np.dot takes SciPy's BLAS from cython_blas alone (flegel.jit.preload_blas):
+    scipy.linalg's package is not imported, the product is NumPy's to the last bit, and a
+    later import of scipy.linalg finds the same module as its attribute."""
+    code = ("import sys, numpy as np; import flegel.algorithms.kmeans as k; "
+            "rng = np.random.default_rng(0); x = rng.random((50, 7)); ct = rng.random((7, 4)); "
+            "labels = np.full(50, -1, np.int64); scores = np.zeros(50); "
+            "k._assign_accumulate(x, ct, (ct ** 2).sum(0), labels, scores, np.zeros((4, 7)), "
+            "np.zeros(4), 2048); "
+            "assert 'scipy.linalg' not in sys.modules, 'scipy.linalg imported'; "
+            "g = (ct ** 2).sum(0) + x @ (-2.0 * ct); "
+            "assert (labels == g.argmin(1)).all() and np.array_equal(scores, g.min(1)); "
+            "import scipy.linalg; "
+            "assert scipy.linalg.cython_blas is sys.modules['scipy.linalg.cython_blas']; "
+            "from scipy.linalg import solve_triangular; print(solve_triangular(np.eye(2), "
+            "np.ones(2)).sum())")
+    assert _python(code).strip() == "2.0"
+
+
 # ------------------------------------------------------------------------------ under MPI
 @pytest.mark.mpi
 def test_launched_run_reports_every_phase(tmp_path):
@@ -192,6 +242,16 @@ def test_launched_run_reports_every_phase(tmp_path):
     # start is the kernel's record, 10 ms ticks).
     assert sum(timings.values()) <= wall + 0.05
     assert timings["train_s"] >= summary(tmp_path / "out")["wall_time_s"]
+    # Each rank's own steps (RankClock): wall and CPU seconds, the master's and each
+    # worker's, from its process start to its final evaluation.
+    startup = summary(tmp_path / "out")["startup"]
+    assert sorted(startup) == ["0", "1", "2"]
+    for rank, clock in startup.items():
+        names = [n for n, _, _ in clock["steps"]]
+        assert names[0] == "imported" and names[-1] == "final_eval", (rank, names)
+        assert ("theta0" in names) == (rank == "0") and ("warm_up" in names) == (rank != "0")
+        assert all(w >= 0 and c >= 0 for _, w, c in clock["steps"]), clock
+        assert clock["start"] <= time.time()
     # Rank 0 (the launcher first) says each phase as it begins, in order, then training's
     # lines, then the final line.
     said = [ln.rsplit("  ", 1)[0].strip() for ln in proc.stdout.splitlines()

@@ -301,5 +301,7 @@ class RunWriter:
         self.save_model(algorithm, server.theta, server.version, final_objective=final)
         if timings is not None:
             summary["timings"] = timings.summary()
+            if timings.ranks:  # what each rank did in those phases (flegel.runtime.timings)
+                summary["startup"] = timings.ranks
         write_json_atomic(self.dir / files.SUMMARY, summary)
         return summary

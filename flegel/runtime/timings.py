@@ -33,6 +33,11 @@ without gaps, so that they add up to the run's wall time less its exit (seconds)
 
 What comes after (printing the last lines, ``MPI_Finalize``, the processes' exit) is not in
 the summary; ``bench/startup_bench.py`` measures it as the wall time less these phases.
+
+``summary.json``'s ``startup`` says what each rank did in those phases (issue 19, "the first
+second counts"): :class:`RankClock`'s marks, each rank on its own clock -- the wall and CPU
+seconds from the previous mark, so waiting for another rank (wall without CPU) shows apart
+from work.  ``bench/startup.py`` prints them per rank, with medians over runs.
 """
 
 from __future__ import annotations
@@ -99,6 +104,30 @@ def say_importing(rank: str | None) -> None:
         Progress(mode).phase("importing", time.time() - (origin or _START))
 
 
+class RankClock:
+    """One rank's marks through its start-up and end (module docstring): each mark, its
+    wall time (``time.time()``) and this process's CPU time when it was made.
+
+    The first mark, ``start``, is the process's start (:func:`process_start`; CPU 0): a
+    rank runs one job, so its first step covers the interpreter's start and the imports.
+    """
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[str, float, float]] = [("start", _START, 0.0)]
+
+    def mark(self, name: str) -> None:
+        """What ended now is ``name`` (e.g. ``"loaded"``: the shard is loaded)."""
+        self.marks.append((name, time.time(), time.process_time()))
+
+    def spans(self) -> dict[str, object]:
+        """For ``summary.json``: ``start`` (this process's start, ``time.time()`` seconds)
+        and ``steps``, ``[name, wall_s, cpu_s]`` per mark after the first, each from the
+        mark before it."""
+        steps = [[name, round(t - t0, 4), round(c - c0, 4)]
+                 for (_, t0, c0), (name, t, c) in zip(self.marks, self.marks[1:])]
+        return {"start": self.marks[0][1], "steps": steps}
+
+
 class Timings:
     """Rank 0's clock through the phases of a run (the module docstring defines them).
 
@@ -115,6 +144,9 @@ class Timings:
         self.on_phase = on_phase
         # The start of every phase from import_s on, in time.time() seconds.
         self.marks: dict[str, float] = {"import_s": self.started}
+        #: Each rank's :meth:`RankClock.spans`, by rank (a string, as in JSON): the
+        #: summary's ``startup``.
+        self.ranks: dict[str, dict[str, object]] = {}
 
     @property
     def origin(self) -> float:

@@ -1,0 +1,278 @@
+"""The first seconds of ``flegel paper``'s short jobs, phase by phase and rank by rank (issue 19).
+
+Runs ``flegel run`` on the page's own workloads (:mod:`flegel.cli.paper.workloads`, ``--quick``
+scale: K-means, GMM, FCM, logreg, NMF, CNN; their job as the page writes it, BSPB, no
+stragglers) ``--runs`` times each, training ``--max-time`` seconds, and prints
+
+* per run, the wall time of the whole ``flegel run`` and ``summary.json``'s ``timings``
+  (rank 0's phases: launch, import, load, compile, train, final_eval, write;
+  :mod:`flegel.runtime.timings`), then each phase's median per algorithm;
+* per rank, the median wall and CPU seconds of each step of ``summary.json``'s ``startup``
+  (:class:`flegel.runtime.timings.RankClock`: ``imported`` -- the interpreter, the imports,
+  MPI's start and the job agreed; ``loaded``; on a worker ``kernels_ahead`` -- numba and the
+  compiled kernels loaded while the master computes θ⁽⁰⁾; ``warm_up``; ``block_cost``; on the
+  master ``theta0`` ...), and the CPU seconds of all ranks' start-up (to ``ready``) summed:
+  on 2 cores that sum, not one rank's wall time, is what a short job's start costs.
+
+``--profile RANK`` runs one K-means job (or ``--algorithms``' first) under ``mpiexec`` with
+that rank under cProfile and prints its 25 most expensive functions (cumulative) up to
+training; ``--importtime`` prints the 20 slowest imports of a worker's imports
+(``python -X importtime``); ``--kernels N`` times, N times in fresh processes, what a
+worker's ``kernels_ahead`` step does -- the job read, the algorithm made, numba started and
+its compiled kernels loaded (:meth:`flegel.device.DeviceKernels.load_compiled`) -- in CPU
+seconds (less noisy than wall time on a shared machine).
+
+    python bench/startup.py                                   # 6 algorithms x 3 runs
+    python bench/startup.py --algorithms kmeans,nmf --runs 5
+    python bench/startup.py --profile 1 --algorithms nmf
+    python bench/startup.py --kernels 8 --algorithms kmeans,nmf
+    python bench/startup.py --python /usr/bin/python3          # another checkout's flegel
+
+Phases from a checkout without ``startup`` in its summary (before issue 19) print the
+phases only.  Timings on a shared machine are noisy: compare medians of runs made back to
+back, and say the load (printed at the start and the end).  Not a test: nothing here asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+PHASES = ("launch_s", "import_s", "load_s", "compile_s", "train_s", "final_eval_s", "write_s")
+#: The steps counted as start-up in the CPU sum: every step up to a rank's ``ready``.
+TRAINING_STEPS = ("trained", "final_eval")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(var, "1")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as a user's Python: keep the bytecode
+    return env
+
+
+def _jobs(folder: Path, names: list[str]) -> dict[str, Path]:
+    """The page's ``--quick`` jobs of ``names`` (contiguous shards), written under ``folder``
+    (its data reused when there)."""
+    from flegel.cli.paper.workloads import QUICK, workloads, write_data, write_job
+
+    loads = workloads(QUICK)
+    return {n: write_job(loads[n], QUICK, write_data(loads[n], folder / "data"),
+                         "contiguous", folder / "jobs") for n in names}
+
+
+def run(python: str, job: Path, out: Path, max_time: float) -> dict[str, Any]:
+    """One ``flegel run`` of ``job``: its wall time and summary."""
+    t0 = time.perf_counter()
+    # Run from the job's folder: ``python -m`` puts the working directory first on the path,
+    # and from a checkout's root another Python would import that checkout's flegel.
+    proc = subprocess.run([python, "-m", "flegel", "run", str(job), "--out", str(out),
+                           "--force", "--set", f"stop.max_time_s={max_time}"],
+                          cwd=job.parent, env=_env(), capture_output=True, text=True,
+                          timeout=600)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"flegel run {job} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return {"wall": wall, **json.loads((out / "summary.json").read_text())}
+
+
+def _med(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def _per_rank(runs: list[dict[str, Any]]) -> None:
+    """Median wall / CPU of each step of each rank's ``startup``, and the summed CPU."""
+    if not all("startup" in r for r in runs):
+        print("    (no per-rank startup in summary.json: a checkout before issue 19)")
+        return
+    steps: dict[str, list[str]] = {}
+    cells: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    cpu_sums: list[float] = []
+    for r in runs:
+        total = 0.0
+        for rank, clock in r["startup"].items():
+            names = steps.setdefault(rank, [])
+            for name, wall, cpu in clock["steps"]:
+                if name not in names:
+                    names.append(name)
+                cells.setdefault((rank, name), []).append((wall, cpu))
+                if name not in TRAINING_STEPS:
+                    total += cpu
+        cpu_sums.append(total)
+    for rank, names in steps.items():
+        role = "master" if rank == "0" else f"worker {rank}"
+        print(f"    {role:<9} " + "  ".join(
+            f"{n} {_med([w for w, _ in cells[rank, n]]):.2f}"
+            f"/{_med([c for _, c in cells[rank, n]]):.2f}" for n in names))
+    print(f"    start-up CPU of all ranks (to ready), summed: median {_med(cpu_sums):.2f} s "
+          f"(runs: {', '.join(f'{c:.2f}' for c in cpu_sums)})")
+
+
+def report(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Print ``name``'s runs and medians; return the medians."""
+    for i, r in enumerate(runs):
+        t = r.get("timings") or {}
+        print(f"  {name} run {i + 1}: wall {r['wall']:5.2f} s | " + " ".join(
+            f"{p[:-2]} {t[p]:.2f}" for p in PHASES if t.get(p) is not None))
+    med = {p: _med([r["timings"][p] for r in runs if r["timings"].get(p) is not None])
+           for p in PHASES}
+    med["wall"] = _med([r["wall"] for r in runs])
+    med["outside_train"] = _med([r["wall"] - r["timings"]["train_s"] for r in runs])
+    print(f"  {name} medians: wall {med['wall']:.2f} s, outside training "
+          f"{med['outside_train']:.2f} s | "
+          + " ".join(f"{p[:-2]} {med[p]:.2f}" for p in PHASES))
+    print("    per rank, median wall/CPU seconds of each step (summary.json's startup):")
+    _per_rank(runs)
+    return med
+
+
+def profile(python: str, job: Path, out: Path, rank: int, max_time: float) -> None:
+    """One run of ``job`` under ``mpiexec`` with ``rank`` under cProfile (:func:`_shim`)."""
+    from flegel.cli.launch import find_mpiexec
+    from flegel.job.validate import load_job
+
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        raise SystemExit("no MPI launcher found")
+    n = load_job(str(job)).workers + 1
+    stats = out / f"rank{rank}.prof"
+    cmd = [mpiexec, "-n", str(n), python, __file__, "--shim", str(rank), str(stats), "--",
+           "run", str(job), "--out", str(out / "run"), "--force",
+           "--set", f"stop.max_time_s={max_time}", "--set", "output.progress=none"]
+    proc = subprocess.run(cmd, cwd=job.parent, env=_env(), capture_output=True, text=True,
+                          timeout=600)
+    if proc.returncode != 0 or not stats.exists():
+        raise SystemExit(f"profiled run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    print(f"  rank {rank} of {job.stem}, cProfile to its first training step "
+          f"(cumulative seconds, 25 highest):")
+    pstats.Stats(str(stats)).sort_stats("cumulative").print_stats(25)
+
+
+def _shim(rank: str, stats: str, argv: list[str]) -> None:
+    """A rank of :func:`profile`: ``flegel`` itself, under cProfile on ``rank``; the profile
+    is saved when training starts (the master's ``ready``; a worker's first block)."""
+    if os.environ.get("PMI_RANK") == rank:
+        prof = cProfile.Profile()
+        import flegel.runtime.timings as timings
+
+        mark = timings.RankClock.mark
+
+        def marked(self: Any, name: str) -> None:
+            mark(self, name)
+            if name == "ready":
+                prof.disable()
+                prof.dump_stats(stats)
+
+        timings.RankClock.mark = marked  # type: ignore[method-assign]
+        prof.enable()
+    from flegel.cli.commands import main as flegel_main
+
+    raise SystemExit(flegel_main(argv))
+
+
+def importtime(python: str, algorithm: str) -> None:
+    """A worker's imports (the CLI, MPI, the run, the algorithm, numba), slowest first."""
+    code = ("import flegel.cli.commands; from mpi4py import MPI; import flegel.run; "
+            f"import flegel.algorithms.{algorithm}; import numba")
+    with tempfile.TemporaryDirectory() as elsewhere:  # not a checkout's root (see run)
+        proc = subprocess.run([python, "-X", "importtime", "-c", code], cwd=elsewhere,
+                              env=_env(), capture_output=True, text=True, timeout=300)
+    rows = []
+    for line in proc.stderr.splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and parts[1].strip().isdigit():
+            rows.append((int(parts[1]), parts[2].rstrip()))
+    print(f"  a worker's imports (python -X importtime; cumulative ms, 20 highest, "
+          f"{algorithm}):")
+    for us, name in sorted(rows, reverse=True)[:20]:
+        print(f"    {us / 1000:8.1f}  {name}")
+
+
+#: A worker's ``kernels_ahead`` in a fresh process (:func:`kernels`).
+KERNELS_CHILD = """
+import sys
+import numpy as np
+from flegel.job.validate import load_job
+job = load_job(sys.argv[1])
+job.make_algorithm().load_compiled(job.data_info.n_features, np.dtype(np.float64))
+"""
+
+
+def kernels(python: str, jobs: dict[str, Path], runs: int) -> None:
+    """``--kernels``: CPU seconds of :data:`KERNELS_CHILD` per job, ``runs`` times (after
+    one warm-up), each in a fresh ``python``; prints each run and the median."""
+    for name, job in jobs.items():
+        cpu = []
+        for i in range(runs + 1):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run([python, "-c", KERNELS_CHILD, str(job)], cwd=job.parent,
+                           env=_env(), check=True, timeout=300)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if i:  # the first warms numba's cache and the page cache
+                cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+        print(f"  {name}: a worker's kernels_ahead in a fresh process (imports, numba, "
+              f"kernels), CPU s: median {_med(cpu):.3f} (runs: "
+              f"{', '.join(f'{c:.2f}' for c in cpu)})")
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--shim":
+        _shim(sys.argv[2], sys.argv[3], sys.argv[5:])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--algorithms", default="kmeans,gmm,fcm,logreg,nmf,cnn")
+    ap.add_argument("--runs", type=int, default=3, help="runs of each job (after one warm-up)")
+    ap.add_argument("--max-time", type=float, default=0.5, help="training seconds per run")
+    ap.add_argument("--python", default=sys.executable,
+                    help="the Python whose flegel runs (default: this one; its flegel is "
+                    "the one it imports outside this checkout)")
+    ap.add_argument("--data", type=Path, default=None, help="folder for the data and jobs "
+                    "(kept; default: a temporary one)")
+    ap.add_argument("--profile", type=int, default=None, metavar="RANK",
+                    help="profile RANK of one run instead")
+    ap.add_argument("--importtime", action="store_true", help="a worker's imports instead")
+    ap.add_argument("--kernels", type=int, default=0, metavar="N",
+                    help="time a worker's kernel loading N times instead")
+    ap.add_argument("--json", type=Path, default=None, help="also write the medians here")
+    args = ap.parse_args()
+    names = args.algorithms.split(",")
+    print(f"startup: {os.cpu_count()} cores, load average "
+          f"{' / '.join(f'{v:.1f}' for v in os.getloadavg())} at the start; python "
+          f"{args.python}")
+    if args.importtime:
+        importtime(args.python, names[0])
+        return
+    with tempfile.TemporaryDirectory(prefix="startup-") as tmp:
+        folder = args.data or Path(tmp)
+        jobs = _jobs(folder, names)
+        if args.kernels:
+            kernels(args.python, jobs, args.kernels)
+            return
+        if args.profile is not None:
+            profile(args.python, jobs[names[0]], Path(tmp), args.profile, args.max_time)
+            return
+        medians = {}
+        for name, job in jobs.items():
+            run(args.python, job, Path(tmp) / "warm", args.max_time)  # caches warm
+            runs = [run(args.python, job, Path(tmp) / f"{name}-{i}", args.max_time)
+                    for i in range(args.runs)]
+            medians[name] = report(name, runs)
+    walls = [m["wall"] for m in medians.values()]
+    print(f"total of the medians' wall times: {sum(walls):.2f} s over {len(walls)} jobs; "
+          f"load average {' / '.join(f'{v:.1f}' for v in os.getloadavg())} at the end")
+    if args.json:
+        args.json.write_text(json.dumps(medians, indent=2))
+
+
+if __name__ == "__main__":
+    main()
