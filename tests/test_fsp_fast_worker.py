@@ -11,31 +11,29 @@ exact Lloyd step) is unchanged."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from flegel.sync.fsp import COVER_PHASE, WHOLE_PHASE
+from flegel.sync.fsp import COVER_PHASE, COVER_STEPS, WHOLE_PHASE
 from tests.fakes import lloyd_step
-from tests.test_fsp_coverage import _run
+from tests.test_fsp_coverage import _covered, _run
 from tests.test_migration_inprocess import WORKERS
 
 #: Worker 1 is the fast one (a GPU beside CPUs, as Fig. 16b's 4 ms against 32 ms).
 FAST = {r: 8.0 for r in range(2, WORKERS + 1)}
 
 
-def _covered(rows: list[tuple[int, int, str]]) -> int:
-    return next(i for i, (_, unseen, _) in enumerate(rows) if unseen == 0)
-
-
-def test_no_whole_slow_passes_after_coverage_beside_a_fast_worker():
+@pytest.mark.parametrize("migration", ["async", "sync"])
+def test_no_whole_slow_passes_after_coverage_beside_a_fast_worker(migration):
     """θ is kept until every point was trained and the first update is Lloyd's on all the
     data, as before; then FSP's own iterations follow, not whole passes, so the fast worker
     trains on instead of waiting: over the next 8 barriers it trains over 4 times the
     points of any slow one and waits under a tenth of the time.  (Before: 4 whole passes,
     each a slow worker's pass, the fast worker idle 7/8 of each.)"""
-    sim, watch = _run("async", slowdown=FAST, stop={"max_iterations": 12})
+    sim, watch = _run(migration, slowdown=FAST, stop={"max_iterations": 12})
     coverage = sim.policy.summary()["coverage"]
     assert coverage["kept_barriers"] >= 1
+    assert coverage["held_for"] == sorted(FAST)  # the hold waited for the slow majority
     assert coverage["whole_passes"] == 0 and coverage["whole_passes_dropped"]
-    assert not sim.policy.balancer.stragglers_seen  # the median worker is a slow one
     x = np.concatenate(sim.shards)
     np.testing.assert_allclose(watch.first_update, lloyd_step(x, sim.theta0["centers"]),
                                rtol=1e-9, atol=1e-9)
@@ -52,17 +50,34 @@ def test_no_whole_slow_passes_after_coverage_beside_a_fast_worker():
     assert waited < 0.1 * (after[-1]["time_s"] - after[0]["time_s"])
 
 
-def test_the_straggler_keeps_its_exact_first_steps():
-    """One straggler 20x slower (tests/test_fsp_coverage.py's case): the balancer
-    recognised it at the calibration, and the whole passes -- exact Lloyd steps -- are all
-    taken (its own pass still 3.3x the others' at the first update: no measure of passes
-    decides)."""
-    sim, watch = _run("async")
+@pytest.mark.parametrize("migration", ["async", "sync"])
+@pytest.mark.parametrize("workers, slowdown", [
+    (2, {2: 20.0}),  # one of two: the median is the mean of the two
+    # two of four, the median a slow worker's speed (6x and 10x caps the hold at the 10x
+    # worker's own pass on this clock: no whole pass on any rule, test_fsp_coverage.py)
+    (WORKERS, {3: 6.0, 4: 8.0}),
+    (WORKERS, {3: 6.0, 4: 6.0}),
+    (WORKERS, {WORKERS: 20.0}),  # one of four (tests/test_fsp_coverage.py's straggler)
+], ids=["1-of-2", "2-of-4-6x-8x", "2-of-4-6x", "1-of-4"])
+def test_a_hold_for_at_most_half_the_workers_takes_the_whole_passes(migration, workers,
+                                                                     slowdown):
+    """Slow workers that are no more than half of them, on contiguous shards: the hold
+    waited for them alone, and coverage's whole passes are all taken, as for one straggler
+    of four (without them FSPV's partial steps settled on the +5.44 % plateau).  The
+    balancer's straggler (``Balancer.stragglers_seen``: PEER_SPEED times the median
+    worker's time per point) recognised none where half the workers are slow, the median
+    being a slow one's: the rule before this one dropped the whole passes here."""
+    sim, watch = _run(migration, slowdown=slowdown, workers=workers,
+                      stop={"max_iterations": 12})
     coverage = sim.policy.summary()["coverage"]
-    assert coverage["whole_passes"] == 4 and not coverage["whole_passes_dropped"]
-    assert sim.policy.balancer.stragglers_seen == {WORKERS}
+    assert coverage["kept_barriers"] >= 1 and not coverage["hold_capped"]
+    assert coverage["held_for"] == sorted(slowdown)
+    assert coverage["whole_passes"] == COVER_STEPS - 1
+    assert not coverage["whole_passes_dropped"]
+    covered = _covered(watch.rows)
+    after = [phase for _, _, phase in watch.rows[covered + 1:]]
+    assert after[:COVER_STEPS - 1] == [WHOLE_PHASE] * (COVER_STEPS - 1)
     x = np.concatenate(sim.shards)
-    for v in (1, 2, 3, 4):
+    for v in range(1, COVER_STEPS):
         np.testing.assert_allclose(watch.thetas[v + 1], lloyd_step(x, watch.thetas[v]),
                                    rtol=1e-9, atol=1e-9)
-

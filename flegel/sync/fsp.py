@@ -131,7 +131,7 @@ COVER_PHASE = "coverage"
 #: from θ⁰ on the overlapping workload (``python bench/fsp_claims.py --only basin``) still
 #: change basin with the fifth step on a biased sample (+6.5 %), and one exact step followed
 #: by FSPV's partial ones ended +5.44 % above BSPB's basin in 2 of 2 runs of 10 s.  Only
-#: after a coverage that kept θ (:meth:`FSP.keeps_theta`) for a straggler
+#: after a coverage that kept θ (:meth:`FSP.keeps_theta`) for at most half the workers
 #: (:meth:`FSP._straggler_hold`).
 COVER_STEPS = 5
 #: Complete whole passes (no worker paused) whose durations, broadcast to the last arrival,
@@ -593,8 +593,9 @@ class FSP(BarrierPolicy):
     update is Lloyd's (or EM's, or the full-batch L-BFGS step) on all the data from θ⁰,
     whichever worker is slow, a few fast passes after the calibration, and so are the
     next :data:`COVER_STEPS` − 1 where θ was kept: whole passes (:data:`WHOLE_PHASE`),
-    cheap as migration has left the straggler few points -- not beside a *fast* worker
-    (:meth:`_straggler_hold`), where each would be a slow worker's pass.  Measured (``python
+    cheap as migration has left the straggler few points -- not where the hold waited for
+    most workers (:meth:`_straggler_hold`: beside a fast minority each would be a slow
+    worker's pass).  Measured (``python
     bench/fsp_claims.py --only gap --seconds 10``, worker 1 slow): one exact step followed
     by FSPV's partial steps ended +5.44 % above BSPB's basin in 1 of 2 paired runs (and 2
     of 2 before), 0 of 4 with the whole passes.  Not after a capped hold (the straggler
@@ -762,6 +763,9 @@ class FSP(BarrierPolicy):
         self.cover_steps_left = 0
         self.cover_steps_taken = 0
         self.cover_steps_dropped = False
+        #: The workers the calibration's bound paused with untrained points of their own
+        #: shard: those a hold waits for (:meth:`_straggler_hold`).
+        self.held_for: list[int] = []
 
     # ---------------------------------------------------------------- sending
     def instructions(self, rank: int) -> Instructions:
@@ -1038,6 +1042,10 @@ class FSP(BarrierPolicy):
             return False
         if self.kept_barriers == 0:
             self._hold_start_s = self.iter_start  # the calibration's start
+            # Who a hold would wait for: the workers the calibration's bound paused with
+            # points of their own shard untrained (no point has moved yet).
+            self.held_for = sorted(r for r, h in commits.items()
+                                   if h.get("n_held", 0.0) - h.get("seen", 0.0) > 0)
         now = self.server.now()
         self.unseen = self.server.unseen()
         capped = now - self._hold_start_s >= self._hold_cap_s
@@ -1056,40 +1064,49 @@ class FSP(BarrierPolicy):
         # after a capped hold: the straggler still holds untrained points, and each whole
         # pass would wait for it up to the whole-pass bound.
         whole = bool(self.kept_barriers) and not self.hold_capped
-        # ... and only where the hold was a straggler's (_straggler_hold): beside a fast
-        # worker every whole pass would be a slow worker's.
+        # ... and only where the hold waited for at most half the workers (_straggler_hold):
+        # beside a fast minority every whole pass would be a slow worker's.
         self.cover_steps_dropped = whole and not self._straggler_hold()
         self.cover_steps_left = COVER_STEPS - 1 if whole and not self.cover_steps_dropped else 0
         return False
 
     def _straggler_hold(self) -> bool:
-        """Whether coverage held θ for a straggler: migration's balancer has recognised
-        one (``Balancer.stragglers_seen``: :data:`~flegel.balance.migration.PEER_SPEED`
-        times slower per point than the median worker, on the calibration's whole pass).
-        Only then are coverage's whole passes taken (:data:`COVER_STEPS`).
+        """Whether coverage held θ for stragglers -- a minority of the workers -- rather than
+        for a slow majority beside a fast minority: the workers the hold waited for
+        (:attr:`held_for`: paused by the calibration's bound with points of their own shard
+        untrained) are at most half of them.  Only then are coverage's whole passes taken
+        (:data:`COVER_STEPS`): one straggler of two or of four, two of four, as before.
 
-        The whole passes were made for one straggler whose untrained points migration has
+        Decided once, at the barrier that ends coverage (:meth:`keeps_theta`), on the
+        hold's own evidence, recorded at the calibration barrier before any point moved: who
+        did not pass within the calibration's bound (:data:`WHOLE_PASS_WAIT` times the first
+        arrival) is why θ was held, it is a count of workers and not a speed, and the first
+        arrival itself always passed, so with two workers the hold waited for one at most
+        and the whole passes are always taken.  One worker of ordinary speed that waited
+        for a core past the bound cannot turn either case: beside one straggler of four it
+        takes two such workers (3 of 4 held) to drop the whole passes, and in Fig. 16b (four
+        CPU workers 8x slower than the first arrival, twice the bound) two CPU workers
+        passing within the bound to keep them.
+
+        The whole passes were made for stragglers whose untrained points migration has
         moved away: the others are about as fast as one another, and a whole pass costs
-        about one of FSPV's iterations at a barrier per pass (a straggler still holding
-        points is paused at the whole pass's bound, :meth:`_whole_bound`).  Beside one
-        *fast* worker no worker is a straggler -- the median worker is a slow one -- and
-        every whole pass is a slow worker's pass: the fast worker waits through each as
-        under BSP.  Measured (issue 19, Fig. 16b: one worker 8x as fast as the other four,
-        ``flegel paper --quick --only 16b``): 4 whole passes of ~1 s after coverage, the
-        fast worker idle 0.8-0.9 s of each; FSPV+opt 4.26 s to target against FSPV's
-        2.19 s.
+        about one of FSPV's iterations (a straggler still holding points is paused at the
+        whole pass's bound, :meth:`_whole_bound`).  Beside a fast minority each whole pass
+        is a slow worker's pass and the fast workers wait through it as under BSP.
+        Measured (issue 19, ``flegel paper --quick --only 16b`` on a 5-host local cluster at
+        200 mbit, one worker 8x as fast as the other four; docs/benchmarks.md, "Fig. 16
+        after coverage beside a fast worker"): with the 4 whole passes FSPV+opt reached
+        the target in 3.86-3.97 s against FSPV's 1.85-1.91 s, without them in 2.17-2.42 s
+        against 1.77-2.02 s.
 
-        The balancer's straggler, not a spread of predicted passes or speeds (three
-        versions before this one, measured): the typical pass over the shortest, over the
-        fastest worker's, and the typical worker's seconds per point over the fastest's
-        each read 2.3-5.7x in a straggler's case at some run -- migration leaves the
-        straggler a few hundred points (the shortest pass) and the fast workers unequal
-        shards, and the kernel times of the first small commits vary on shared cores --
-        and the run without the whole passes ended on the +5.44 % plateau (``python
-        bench/fsp_claims.py --only gap --seconds 10``, worker 1 slow, 2 of 2 runs).  The
-        balancer judges the straggler on its compute time per point over the calibration's
-        pass (an *Injected* straggler: ~30x the median)."""
-        return self.balancer is not None and bool(self.balancer.stragglers_seen)
+        Not the balancer's straggler (``Balancer.stragglers_seen``, the previous rule):
+        :data:`~flegel.balance.migration.PEER_SPEED` times the *median* worker's time per
+        point recognises none where half the workers are slow, the median being a slow
+        one's (one slow of two, two of four: ``tests/test_fsp_fast_worker.py``), and their
+        contiguous shards then end on the +5.44 % plateau the whole passes prevent.  Nor a
+        spread of predicted passes or speeds (docs/sync/fsp.md, "Tried and dropped"): each
+        read 2.3-5.7x in some straggler's run on shared cores."""
+        return 2 * len(self.held_for) <= len(self.server.ranks)
 
     def _expected_targets(self) -> set[int]:
         """The workers told to wait for untrained points (``Instructions.cover`` 2), per
@@ -1294,7 +1311,8 @@ class FSP(BarrierPolicy):
                                "first_update_s": self.covered_at_s,
                                "hold_capped": self.hold_capped,
                                "whole_passes": self.cover_steps_taken,
-                               "whole_passes_dropped": self.cover_steps_dropped}
+                               "whole_passes_dropped": self.cover_steps_dropped,
+                               "held_for": self.held_for}
         out.update(self.adjustor.summary())  # FSPV: stages, stage_refits; FSPB: search_rounds
         if self.balancer is not None:
             out["migration"] = {"mode": self.balancer.options.mode,
