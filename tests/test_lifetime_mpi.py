@@ -518,3 +518,35 @@ def test_without_max_time_the_stall_timeout_bounds_the_master_too(tmp_path):
         rf"\(iteration 3\) saved in {out}/model.npz", line), line
     np.testing.assert_array_equal(np.load(out / "model.npz")["centers"],
                                   np.load(tmp_path / "thetas" / "theta3.npy"))
+
+
+#: Training is healthy; writing the model takes longer than ``max_time_s`` + the grace (a
+#: big θ on a slow disk): the reviewer's reproduction, rc 3 before the fix.
+SLOW_FINALIZE = textwrap.dedent('''
+    import time
+
+    from flegel.algorithms.kmeans import KMeans
+
+
+    class SlowFinalize(KMeans):
+        def finalize(self, theta):
+            time.sleep(8.5)
+            return super().finalize(theta)
+''')
+
+
+def test_a_healthy_job_writing_its_model_slowly_is_not_cut(tmp_path):
+    """After training the master is "saving the model", bounded as outside training (at
+    least 60 s), not by ``max_time_s`` + 6 s: the job ends well, with one model."""
+    (tmp_path / "slowfin.py").write_text(SLOW_FINALIZE)
+    job = _job(tmp_path, algorithm="slowfin:SlowFinalize",
+               stop={"max_iterations": None, "tolerance": None, "max_time_s": 1})
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "flegel", "run", str(job), "--out", str(out)],
+                          capture_output=True, text=True, env=child_env(tmp_path), cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    assert not (out / "master-stack.txt").exists()
+    meta = json.loads((out / "model.json").read_text())
+    assert "complete" not in meta and (out / "summary.json").exists()  # finished
+    _gone_within(tmp_path, 10)

@@ -773,15 +773,18 @@ class Server:
         self.transport.close()
 
     def serve(self, policy: MasterPolicy, watch: Callable[[], None] = lambda: None,
-              resume: dict[str, Any] | None = None) -> None:
+              resume: dict[str, Any] | None = None,
+              ended: Callable[[], None] = lambda: None) -> None:
         """Run ``policy`` until every worker has been told to stop: :meth:`poll_once` until
         done, sleeping between polls that found nothing (backing off from ``POLL_S`` to
         ``POLL_MAX_S``).
 
         ``watch`` runs at every poll and may raise to end training at once (a signal: see
         :func:`flegel.runtime.lifetime.deferred`).  ``resume``: a checkpoint's master
-        snapshot to continue from (:meth:`resume`).  The CPU figures of the summary are
-        measured here, around the turns, not in them.
+        snapshot to continue from (:meth:`resume`).  ``ended`` runs as soon as the loop
+        ends, before :meth:`close` (the master's watchdog leaves training there: draining
+        checkpoints and writing the model are no turns of training).  The CPU figures of
+        the summary are measured here, around the turns, not in them.
         """
         cpu0 = time.process_time()
         self.begin(policy, resume)
@@ -805,11 +808,13 @@ class Server:
             # before the model is saved, not lost.
             if self.reason is None:
                 self._settle()
+            ended()
             raise
         elapsed = max(self.now(), 1e-9)
         self.cpu_fraction = (time.process_time() - cpu0) / elapsed
         self.idle_cpu_fraction = idle_cpu / max(idle_wall, 1e-9)
         self.idle_fraction = idle_wall / elapsed
+        ended()
 
         def pause() -> None:
             watch()
