@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -132,12 +134,13 @@ def test_the_main_thread_is_found_in_a_faulthandler_dump(tmp_path: Path) -> None
 #: holds still, ignoring the dump signal's Python side as a master holding the GIL does
 #: (faulthandler's C handler still writes its stack).
 STUCK_MASTER = textwrap.dedent('''
-    import faulthandler, json, os, signal, sys, time
+    import faulthandler, json, os, signal, socket, sys, time
     status = sys.argv[1]
     out = open(status + ".stack0", "w")
     faulthandler.register(signal.SIGUSR1, file=out, all_threads=True)
     def stuck_in_c():
-        json.dump({"pid": os.getpid(), "host": "h", "deadline": time.time() - 10,
+        json.dump({"pid": os.getpid(), "host": socket.gethostname(),
+                   "deadline": time.time() - 10, "monotonic": time.monotonic() - 10,
                    "phase": "training", "bound": "stop.max_time_s: 1 and 6 s of grace",
                    "stack": sys.argv[2] + "/master-stack.txt"}, open(status + ".master", "w"))
         while True:
@@ -173,7 +176,8 @@ def test_the_launcher_ends_a_master_that_cannot_end_its_job(
         master.wait()
     told, line = launch._read_status(status)
     assert told == ExitCode.STALLED and line is not None
-    assert line.startswith(f"rank 0 (master, host h, pid {master.pid}) was stuck while "
+    assert line.startswith(f"rank 0 (master, host {socket.gethostname()}, pid {master.pid}) "
+                           "was stuck while "
                            "training (stop.max_time_s: 1 and 6 s of grace) and could not end "
                            "the job: its Python did not run")
     assert f"it was in stuck_in_c ({tmp_path / 'master.py'}:" in line
@@ -195,6 +199,109 @@ def test_a_deadline_not_yet_past_leaves_the_job_alone(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def _sleeper(seconds: float = 30) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"],
+                            start_new_session=True)
+
+
+def _state(status: Path, pid: int, past_s: float, host: str | None = None,
+           wall_past_s: float | None = None) -> None:
+    """A master's state file, its deadline ``past_s`` ago (negative: ahead)."""
+    wall_past_s = past_s if wall_past_s is None else wall_past_s
+    Path(watchdog.state_path(str(status))).write_text(json.dumps(
+        {"pid": pid, "host": host or socket.gethostname(), "deadline": time.time() - wall_past_s,
+         "monotonic": time.monotonic() - past_s, "phase": "saving the model", "bound": ""}))
+
+
+def test_a_claimed_end_does_not_lift_the_bound(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cause was claimed (code 3) but the master's save hangs: far enough past its
+    deadline, the launcher kills the job, keeping the claimed code."""
+    monkeypatch.setattr(launch, "FINISH_LOOK_S", 0.1)
+    status = tmp_path / "status"
+    proc = _sleeper()
+    try:
+        _state(status, proc.pid, watchdog.LAUNCH_SLACK_S + watchdog.ANSWER_S
+               + launch.KILL_AFTER_S + 1)
+        assert launch.claim(str(status), ExitCode.STALLED, "rank 0 ... was stuck")
+        t0 = time.monotonic()
+        code = launch._Job(proc, status).wait()
+        assert code == ExitCode.STALLED and time.monotonic() - t0 < 10
+        assert proc.poll() == -signal.SIGKILL
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+#: A stand-in master that answers the dump signal: its handler beats (a new deadline).
+ANSWERING_MASTER = textwrap.dedent('''
+    import json, os, signal, socket, sys, time
+    state = sys.argv[1] + ".master"
+    def write(past):
+        json.dump({"pid": os.getpid(), "host": socket.gethostname(),
+                   "deadline": time.time() - past, "monotonic": time.monotonic() - past,
+                   "phase": "training", "bound": ""}, open(state + ".tmp", "w"))
+        os.replace(state + ".tmp", state)
+    signal.signal(signal.SIGUSR1, lambda *_: write(-60))
+    write(10)
+    print("ready", flush=True)
+    time.sleep(30)
+''')
+
+
+def test_a_master_that_answers_the_signal_is_not_killed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher reads the state file again after the signal: a master whose deadline
+    moved was not stuck; the launcher stands down."""
+    monkeypatch.setattr(watchdog, "ANSWER_S", 0.3)
+    status = tmp_path / "status"
+    proc = subprocess.Popen([sys.executable, "-c", ANSWERING_MASTER, str(status)],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        job = launch._Job(proc, status)
+        job._master_bound(status, None)
+        assert job.stuck_at is not None  # signalled
+        time.sleep(0.5)
+        job._master_bound(status, None)
+        assert job.stuck_at is None and not status.exists() and proc.poll() is None
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
+def test_a_wall_clock_step_is_harmless_on_the_masters_host(tmp_path: Path) -> None:
+    """The wall-clock deadline looks long past (the clock stepped), the monotonic one is
+    ahead: on the master's host the launcher goes by the monotonic one."""
+    status = tmp_path / "status"
+    proc = _sleeper()
+    try:
+        _state(status, proc.pid, past_s=-60, wall_past_s=3600)
+        job = launch._Job(proc, status)
+        job._master_bound(status, None)
+        assert job.stuck_at is None and proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_remote_masters_pid_is_never_signalled_here(tmp_path: Path) -> None:
+    """Rank 0 on another host: its PID here is some other process, never signalled
+    (SIGUSR1 would end this one)."""
+    status = tmp_path / "status"
+    innocent = _sleeper()
+    try:
+        _state(status, innocent.pid, past_s=60, host="another-host")
+        job = launch._Job(innocent, status)
+        job._master_bound(status, None)
+        assert job.stuck_at is not None
+        time.sleep(0.3)
+        assert innocent.poll() is None
+    finally:
+        innocent.kill()
+        innocent.wait()
 
 
 def test_update_parameter_gets_a_copy_so_theta_stays_the_last_good_one() -> None:

@@ -294,11 +294,17 @@ class Watchdog:
             self._write(self.deadline())
 
     def _write(self, deadline: float | None) -> None:
-        """Tell the launcher the deadline as wall-clock seconds (None: none)."""
+        """Tell the launcher the deadline (None: none) as ``time.monotonic()`` seconds
+        (one clock for every process of a Linux host: a step of the wall clock changes
+        nothing) and as wall-clock seconds (for a launcher on another host)."""
         if self.state is None:
             return
-        wall = None if deadline is None else time.time() + deadline - self.clock()
+        wall = mono = None
+        if deadline is not None:
+            mono = time.monotonic() + deadline - self.clock()
+            wall = time.time() + deadline - self.clock()
         doc = {"pid": os.getpid(), "host": socket.gethostname(), "deadline": wall,
+               "monotonic": mono,
                "phase": self.phase, "bound": self.bound(),
                "stack": None if self.stack_to is None else str(self.stack_to)}
         with contextlib.suppress(OSError):
@@ -342,6 +348,18 @@ def read_state(status: str) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return found
+
+
+def past_deadline(state: dict[str, Any] | None) -> float | None:
+    """Seconds the master is past the deadline in its state file (negative: before it;
+    None: no deadline).  On the master's host on ``time.monotonic()`` (system-wide on
+    Linux); from another host on the wall clock."""
+    if state is None:
+        return None
+    mono, wall = state.get("monotonic"), state.get("deadline")
+    if state.get("host") == socket.gethostname() and isinstance(mono, (int, float)):
+        return time.monotonic() - mono
+    return time.time() - wall if isinstance(wall, (int, float)) else None
 
 
 def install_dump(master: Watchdog | None, status: str | None) -> IO[Any] | None:
