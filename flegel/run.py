@@ -380,7 +380,8 @@ def final_checkpoint(server: Server) -> Callable[[], None]:
             done = cp.sequence > asked["sequence"]
             if not done and time.monotonic() - asked["t0"] < FINAL_CHECKPOINT_S:
                 return  # train on until the snapshot is taken
-            cp.wait()  # its files are on disk before the job ends
+            with watchdog.own_io():
+                cp.wait()  # its files are on disk before the job ends
         lifetime.check_pending()
 
     return watch

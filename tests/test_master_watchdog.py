@@ -22,7 +22,7 @@ import pytest
 from flegel.cli import launch
 from flegel.protocol import ExitCode
 from flegel.runtime import watchdog
-from flegel.runtime.limits import MAX_TIME_GRACE_S, STALL_UNMEASURED_S
+from flegel.runtime.limits import MAX_TIME_GRACE_S, PHASE_MIN_S, STALL_UNMEASURED_S
 from flegel.runtime.watchdog import (
     MASTER_GRACE_S,
     SILENT_MIN_S,
@@ -88,6 +88,23 @@ def test_a_beating_master_is_never_stuck_and_a_silent_one_is_at_its_deadline() -
     # The thread and the dump signal's handler race: only one ends the job.
     assert dog.fire(stuck) and not dog.fire(stuck)
     assert fired == [stuck]
+
+
+def test_flegels_own_io_is_bounded_as_outside_training() -> None:
+    """A small stall timeout (5 s) bounds the user's code in a turn, not flegel's own I/O
+    (a checkpoint's writer): that is bounded by the floor outside training, and ends with
+    a beat."""
+    clock = Clock()
+    dog = Watchdog(lambda stuck, frame: None, clock=clock)
+    dog.enter("training", lambda: 5.0, "runtime.stall_timeout_s:")
+    with dog.own_io():
+        clock.t += 30
+        assert dog.look() is None
+        clock.t += PHASE_MIN_S
+        assert dog.look() is not None  # its own floor still holds
+    assert dog.look() is None  # the I/O ended: a beat
+    clock.t += 5
+    assert dog.look() is not None
 
 
 def test_the_state_file_tells_the_launcher_the_wall_clock_deadline(tmp_path: Path) -> None:

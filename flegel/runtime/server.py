@@ -31,7 +31,7 @@ import numpy as np
 from flegel.api import Algorithm
 from flegel.ports import Arrays, WorkerRecord
 from flegel.protocol import ExitCode, Instructions, MigrationOrder, Signal, StopReason
-from flegel.runtime import Backoff
+from flegel.runtime import Backoff, watchdog
 from flegel.runtime.exact import ExactObjective, FinalEvaluation
 from flegel.runtime.faults import JobFault
 from flegel.runtime.layout import Layout
@@ -566,9 +566,11 @@ class Server:
         replies go out, each asking its worker for its state.  Nothing is held once training
         ends, and a checkpoint that finds points in flight is retried at the next poll.
         """
-        cp = self.checkpoint
-        if cp is None:
-            return
+        if self.checkpoint is not None:
+            with watchdog.own_io():  # flegel's own I/O: not bounded by a small stall timeout
+                self._checkpoint_step(self.checkpoint, policy)
+
+    def _checkpoint_step(self, cp: Checkpoints, policy: MasterPolicy) -> None:
         cp.collect()
         if self._held is None:
             if self.reason is not None or not cp.due(self.now(), self.version):

@@ -49,7 +49,7 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -211,6 +211,7 @@ class Watchdog:
         self._train_start: float | None = None
         self._max_time_s: float | None = None
         self.last_beat = clock()
+        self._own_io = 0  # flegel's own I/O under way (nested): :meth:`own_io`
         self._stop = threading.Event()
         self._fired = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -237,8 +238,23 @@ class Watchdog:
 
     def deadline(self) -> float | None:
         """When the master counts as stuck (the clock's time; None: never)."""
-        return master_deadline(self.last_beat, self._silence(), self._train_start,
-                               self._max_time_s)
+        silence = self._silence()
+        if self._own_io and silence is not None:
+            silence = max(silence, PHASE_MIN_S)
+        return master_deadline(self.last_beat, silence, self._train_start, self._max_time_s)
+
+    @contextlib.contextmanager
+    def own_io(self) -> Iterator[None]:
+        """flegel's own I/O inside a turn (writing a checkpoint, waiting on its writer):
+        bounded as outside training (``runtime.stall_timeout_s`` at least
+        :data:`~flegel.runtime.limits.PHASE_MIN_S`), not by a small stall timeout meant for
+        the user's code; ``max_time_s`` + the grace still holds.  A beat when it ends."""
+        self._own_io += 1
+        try:
+            yield
+        finally:
+            self._own_io -= 1
+            self.beat()
 
     def bound(self) -> str:
         """The job keys that bound the master now, with their values, for the lines."""
@@ -403,6 +419,11 @@ def enter(phase: str, silence: Callable[[], float | None], bound: str,
     """:meth:`Watchdog.enter` on the master's watchdog (a no-op elsewhere)."""
     if _current:
         _current[0].enter(phase, silence, bound, max_time_s)
+
+
+def own_io() -> contextlib.AbstractContextManager[None]:
+    """:meth:`Watchdog.own_io` on the master's watchdog (nothing elsewhere)."""
+    return _current[0].own_io() if _current else contextlib.nullcontext()
 
 
 def current() -> Watchdog | None:
