@@ -400,3 +400,47 @@ def test_a_master_not_stuck_shows_its_stack_on_the_signal_and_goes_on(tmp_path: 
     assert proc.returncode == 0 and out == "done\n"
     assert "in master_serves" in err
     assert (tmp_path / "status.stack0").read_text() == ""
+
+
+def test_an_algorithm_that_never_writes_theta_in_place_gets_it_without_a_copy() -> None:
+    """``updates_theta_in_place = False``: no copy (θ's memory is not doubled)."""
+    from flegel.api import Algorithm
+    from flegel.runtime.server import Server
+    from flegel.runtime.stopping import StopCriteria
+
+    seen: list[dict] = []
+
+    class Fresh(Algorithm):
+        updates_theta_in_place = False
+
+        def update_parameter(self, agg: dict, theta: dict) -> dict:
+            seen.append(theta)
+            return {"w": theta["w"] + 1.0}
+
+    assert Algorithm.updates_theta_in_place  # a user's subclass: copied by default
+    theta = {"w": np.zeros(3)}
+    server = Server(None, [1], Fresh(), theta,  # type: ignore[arg-type]
+                    lambda: {"objective": np.zeros(())}, StopCriteria(), events=lambda e: None)
+    server.apply({"objective": np.ones(())})
+    assert seen[0]["w"] is theta["w"] and (server.theta["w"] == 1.0).all()
+
+
+@pytest.mark.parametrize("name,y", [("kmeans", None), ("gmm", None), ("fcm", None),
+                                    ("nmf", None), ("logreg", "classes")])
+def test_built_ins_that_skip_the_copy_never_write_theta_in_place(name: str, y: str | None) -> None:
+    """Each built-in declaring ``updates_theta_in_place = False`` updates a read-only θ."""
+    from flegel.job.algorithms import resolve_algorithm
+    from flegel.local import full_pass, make_info
+
+    rng = np.random.default_rng(0)
+    x = np.abs(rng.normal(size=(600, 8)))
+    labels = (x[:, 0] > x[:, 1]).astype(np.int64) if y else None
+    algorithm = resolve_algorithm(name)(**({"n_components": 3} if name == "nmf" else {}))
+    assert not algorithm.updates_theta_in_place
+    theta = algorithm.init_parameter(make_info(x, labels))
+    for _ in range(3):
+        agg = full_pass(algorithm, x, labels, theta, algorithm.init_state(len(x), 8))
+        for v in theta.values():
+            if isinstance(v, np.ndarray):
+                v.setflags(write=False)
+        theta = algorithm.update_parameter(agg, theta)

@@ -260,11 +260,13 @@ class Server:
 
     def apply(self, agg: Arrays) -> float:
         t0 = self.clock()
-        # On a copy: an algorithm may write θ's arrays in place, and θ must stay the last
-        # good one until the update completes (a master stuck or failing in it saves θ:
-        # flegel.runtime.watchdog).
-        theta = self.algorithm.update_parameter(
-            agg, {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in self.theta.items()})
+        # On a copy (its ndarrays) unless the algorithm declares it never writes θ in place:
+        # θ must stay the last good one until the update completes (a master stuck or
+        # failing in it saves θ: flegel.runtime.watchdog).
+        theta = self.theta
+        if getattr(self.algorithm, "updates_theta_in_place", True):
+            theta = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in theta.items()}
+        theta = self.algorithm.update_parameter(agg, theta)
         # Checked before it replaces the last good θ.
         check_theta(theta, self.theta_layout, self.version + 1)
         self.theta = theta
