@@ -352,12 +352,13 @@ def test_update_parameter_gets_a_copy_so_theta_stays_the_last_good_one() -> None
 
 
 def _signalled(script: str) -> tuple[subprocess.Popen[str], str, str]:
-    """Run ``script`` until it prints ``ready``, send it the dump signal, let it end."""
+    """Run ``script`` until it prints ``ready`` (from inside the function its stack must
+    show), send it the dump signal, let it end."""
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    # "ready" comes from inside the function the stack must name: no sleep to guess.
     assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
-    time.sleep(0.2)
     proc.send_signal(watchdog.DUMP_SIGNAL)
     out, err = proc.communicate(timeout=30)
     return proc, out, err
@@ -370,8 +371,8 @@ def test_workers_get_a_stack_dump_on_the_signal(tmp_path: Path) -> None:
         import sys, time
         from flegel.runtime import watchdog
         watchdog.install_dump(None, None)
-        print("ready", flush=True)
         def worker_waits():
+            print("ready", flush=True)
             time.sleep(2)
         worker_waits()
     ''')
@@ -388,8 +389,8 @@ def test_a_master_not_stuck_shows_its_stack_on_the_signal_and_goes_on(tmp_path: 
         dog = watchdog.Watchdog(lambda stuck, frame: sys.exit("ended"))
         dog.enter("training", lambda: 60.0, "runtime.stall_timeout_s:")
         dog.stack_file = watchdog.install_dump(dog, {str(tmp_path / "status")!r})
-        print("ready", flush=True)
         def master_serves():
+            print("ready", flush=True)
             for _ in range(20):
                 time.sleep(0.1)
                 dog.beat()
