@@ -440,6 +440,7 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
                     seed=job.seed, dtype=np.dtype(infos[ranks[0]]["dtype"]),
                     base_dir=job.base_dir)
     algorithm = job.make_algorithm()
+    watchdog.own_code(type(algorithm))  # the code a stuck master's line names
     theta = algorithm.init_parameter(info)
     if resume is not None:
         theta = resume.master["server"]["theta"]

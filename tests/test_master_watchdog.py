@@ -125,11 +125,30 @@ def test_the_named_frame_is_the_users_innermost() -> None:
     frames = [("/usr/lib/python3.11/re/__init__.py", 166, "match"),
               ("/home/me/algo.py", 16, "update_parameter"),
               (os.path.join(watchdog._FLEGEL_DIR, "runtime", "server.py"), 266, "apply")]
-    frames[0] = (os.path.join(watchdog._STDLIB_DIRS[0], "re", "__init__.py"), 166, "match")
+    frames[0] = (os.path.join(watchdog._LIBRARY_DIRS[0], "re", "__init__.py"), 166, "match")
     assert top_frame(frames) == ("/home/me/algo.py", 16, "update_parameter")
     assert top_frame(frames[2:]) == frames[2]  # none of the user's: the innermost
     assert top_frame([]) is None
     assert watchdog.describe(frames[1]) == "update_parameter (/home/me/algo.py:16)"
+
+
+def test_a_library_frame_is_not_named_but_the_jobs_algorithm_is_even_when_installed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """numpy (site-packages or a system's dist-packages) is nobody's own code; the job's
+    algorithm is, even when pip installed it among the packages."""
+    numpy_frame = ("/usr/lib/python3/dist-packages/numpy/linalg/linalg.py", 400, "solve")
+    venv_numpy = ("/home/me/.venv/lib/python3.11/site-packages/numpy/core/fromnumeric.py",
+                  86, "sum")
+    mine = ("/home/me/.venv/lib/python3.11/site-packages/mypkg/algo.py", 16, "update_parameter")
+    server = (os.path.join(watchdog._FLEGEL_DIR, "runtime", "server.py"), 266, "apply")
+    frames = [numpy_frame, venv_numpy, mine, server]
+    assert top_frame(frames) == numpy_frame  # none of the job's: the innermost
+    monkeypatch.setattr(watchdog, "_OWN_FILES", set())
+    fake = type(sys)("mypkg.algo")
+    fake.__file__ = mine[0]
+    monkeypatch.setitem(sys.modules, "mypkg.algo", fake)
+    watchdog.own_code(type("Algo", (), {"__module__": "mypkg.algo"}))
+    assert top_frame(frames) == mine
 
 
 def test_the_main_thread_is_found_in_a_faulthandler_dump(tmp_path: Path) -> None:

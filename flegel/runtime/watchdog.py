@@ -21,8 +21,10 @@ a hang may hold the GIL or not:
   rank 0 :data:`DUMP_SIGNAL`, whose C handler (``faulthandler.register``, without the GIL)
   writes the stack, and whose Python handler, when the interpreter gets to run it (a regular
   expression checks for signals; a C loop may not), ends the job as the thread would; if the
-  job has not ended :data:`ANSWER_S` later, the launcher names rank 0 itself (θ not saved)
-  and kills the job.
+  job has not ended :data:`ANSWER_S` later and the deadline did not move (the master
+  answered: it was not stuck), the launcher names rank 0 itself (θ not saved) and kills the
+  job.  A cause claimed does not lift the launcher's bound: a master still running far past
+  its deadline (its save hangs) is killed, the claimed code kept.
 
 What "stuck" means (the papers say nothing of a failing master; this is the choice): the
 master has not completed a turn of its loop -- a poll, with whatever updates and barriers
@@ -44,6 +46,7 @@ import faulthandler
 import json
 import os
 import signal
+import site
 import socket
 import sys
 import sysconfig
@@ -79,7 +82,14 @@ ANSWER_S = 3.0
 DUMP_SIGNAL = signal.SIGUSR1
 
 _FLEGEL_DIR = str(Path(__file__).resolve().parents[1])
-_STDLIB_DIRS = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")})
+#: Where libraries live: the standard library and the installed packages (a venv's, the
+#: system's ``dist-packages``, the user's site): their frames are nobody's own code.
+_LIBRARY_DIRS = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib",
+                                                           "platlib")}
+                      | set(site.getsitepackages()) | {site.getusersitepackages()})
+#: The job's algorithm's own files (its class and the classes it derives from), named even
+#: when installed among the packages: :func:`own_code`.
+_OWN_FILES: set[str] = set()
 
 #: One frame: (file, line, function).
 Frame = tuple[str, int, str]
@@ -93,7 +103,7 @@ def state_path(status: str) -> str:
 
 def stack_path(status: str) -> str:
     """Where rank 0's C handler writes its stack beside the launcher's status file (the
-    launcher or the master then moves it into the run directory)."""
+    master then moves it into the run directory; the launcher copies it there)."""
     return f"{status}.stack0"
 
 
@@ -124,9 +134,23 @@ def master_deadline(last_beat: float, silence_s: float | None, train_start: floa
     return found
 
 
+def own_code(cls: type) -> None:
+    """The job's algorithm is ``cls``: its files (and those of the classes it derives from,
+    flegel's base class aside) are the code a stuck master's line names first."""
+    for klass in cls.__mro__:
+        file = getattr(sys.modules.get(klass.__module__), "__file__", None)
+        if file and not file.startswith(_FLEGEL_DIR):
+            _OWN_FILES.add(file)
+
+
 def _is_user(file: str) -> bool:
-    """A frame of the user's code: neither flegel's nor the standard library's."""
-    return not (file.startswith(_FLEGEL_DIR) or file.startswith(_STDLIB_DIRS)
+    """A frame to name: the job's algorithm's own files (:func:`own_code`), else any file
+    neither flegel's nor a library's (the standard library, ``site-packages``,
+    ``dist-packages``): a script or module of the job's."""
+    if file in _OWN_FILES:
+        return True
+    return not (file.startswith(_FLEGEL_DIR) or file.startswith(_LIBRARY_DIRS)
+                or "/site-packages/" in file or "/dist-packages/" in file
                 or file.startswith("<"))
 
 
