@@ -300,12 +300,13 @@ class _Saver:
     def _save(self, srv: Server, writer: RunWriter, algorithm: Algorithm) -> str:
         if not self.saved:
             try:
-                if not writer.save_model(algorithm, srv.theta, srv.version,
+                theta, version = srv.good()  # one pair: an update may be completing
+                if not writer.save_model(algorithm, theta, version,
                                          complete=False, stop_reason=str(srv.reason)):
                     return "model not saved (output.save_model: false)"
             except Exception as exc:  # noqa: BLE001 - the message must still come out
                 return f"saving the model failed too ({_one_line(exc)})"
-            return f"last θ (iteration {srv.version}) saved in {writer.dir / files.MODEL}"
+            return f"last θ (iteration {version}) saved in {writer.dir / files.MODEL}"
         return (f"the trained model (iteration {srv.version}) was saved before, in "
                 f"{writer.dir / files.MODEL}")
 

@@ -464,3 +464,37 @@ def test_built_ins_that_skip_the_copy_never_write_theta_in_place(name: str, y: s
             if isinstance(v, np.ndarray):
                 v.setflags(write=False)
         theta = algorithm.update_parameter(agg, theta)
+
+
+def test_another_thread_reads_theta_and_its_version_as_one_pair() -> None:
+    """The watchdog's thread saves θ while an update may be completing: ``good()`` never
+    pairs a θ with the version of another (model.json's theta_version)."""
+    import threading
+
+    from flegel.api import Algorithm
+    from flegel.runtime.server import Server
+    from flegel.runtime.stopping import StopCriteria
+
+    class Count(Algorithm):
+        updates_theta_in_place = False
+
+        def update_parameter(self, agg: dict, theta: dict) -> dict:
+            return {"w": theta["w"] + 1.0}
+
+    server = Server(None, [1], Count(), {"w": np.zeros(1)},  # type: ignore[arg-type]
+                    lambda: {"objective": np.zeros(())}, StopCriteria(), events=lambda e: None)
+    done = threading.Event()
+    pairs: list[tuple[float, int]] = []
+
+    def read() -> None:
+        while not done.is_set():
+            theta, version = server.good()
+            pairs.append((float(theta["w"][0]), version))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    for _ in range(3000):
+        server.apply({"objective": np.zeros(())})
+    done.set()
+    reader.join()
+    assert pairs and all(w == v for w, v in pairs)

@@ -22,6 +22,7 @@ job at the iteration it appears in.  These end the job by raising
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
@@ -212,6 +213,7 @@ class Server:
         self.shard_sizes: dict[int, int] = {}  # points of each worker's shard
         self.workers = {r: WorkerRecord(r) for r in self.ranks}
         self.version = 0
+        self._theta_lock = threading.Lock()
         self.objective = 0.0
         self.reason: StopReason | None = None
         # Where each worker runs, "host H, pid P", for the messages that name it (run.py).
@@ -258,6 +260,11 @@ class Server:
             out = self.algorithm.aggregate(out, agg)
         return out
 
+    def good(self) -> tuple[Arrays, int]:
+        """θ and its version, as one pair (another thread saving it reads them here)."""
+        with self._theta_lock:
+            return self.theta, self.version
+
     def apply(self, agg: Arrays) -> float:
         t0 = self.clock()
         # On a copy (its ndarrays) unless the algorithm declares it never writes θ in place:
@@ -269,9 +276,10 @@ class Server:
         theta = self.algorithm.update_parameter(agg, theta)
         # Checked before it replaces the last good θ.
         check_theta(theta, self.theta_layout, self.version + 1)
-        self.theta = theta
+        with self._theta_lock:  # θ and its version change together (:meth:`good`)
+            self.theta = theta
+            self.version += 1
         self._theta_serial += 1
-        self.version += 1
         self.objective += float(agg["objective"])
         now = self.now()
         if self.time_to_target is None and self.stop.reached_target(self.objective,
