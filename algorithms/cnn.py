@@ -186,6 +186,9 @@ class CNN(DeviceKernels, RowKernel, Algorithm):
     1.49 s, BSPV in 1.67 s.
     """
 
+    #: update_parameter returns new arrays: the master passes θ without a copy.
+    updates_theta_in_place = False
+
     name = "cnn"
     needs_labels = True
     label_kind = "classes"

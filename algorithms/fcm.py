@@ -169,6 +169,9 @@ class FuzzyCMeans(DeviceKernels, RowKernel, Algorithm):
     centre whose Σ u^m vanishes keeps its position.
     """
 
+    #: update_parameter returns new arrays: the master passes θ without a copy.
+    updates_theta_in_place = False
+
     name = "fcm"
     #: Incremental EM (Eq. 3): an M-step on part of the first pass is one on a sample of the
     #: data, so FSPV takes its first after a share of every shard (flegel.interval.multistage).

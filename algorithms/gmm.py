@@ -180,6 +180,9 @@ class GaussianMixture(DeviceKernels, RowKernel, Algorithm):
     Per-point state is ``resp`` (K floats) and ``loss``, i.e. 8(K+1) bytes per point.
     """
 
+    #: update_parameter returns new arrays: the master passes θ without a copy.
+    updates_theta_in_place = False
+
     name = "gmm"
     #: Incremental EM (Eq. 3): an M-step on part of the first pass is one on a sample of the
     #: data, so FSPV takes its first after a share of every shard (flegel.interval.multistage).

@@ -476,6 +476,9 @@ class KMeans(DeviceKernels, Algorithm):
     last centroid.
     """
 
+    #: update_parameter returns new arrays: the master passes θ without a copy.
+    updates_theta_in_place = False
+
     name = "kmeans"
     objective_name = "inertia"
     #: θ keeps the per-cluster sums of every point's latest label (Eq. 3): FSP's first M-step

@@ -232,6 +232,9 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
     unpenalized part.  Labels must be 0/1 (binary) or 0..C−1 (multinomial).
     """
 
+    #: update_parameter returns new arrays: the master passes θ without a copy.
+    updates_theta_in_place = False
+
     name = "logreg"
     needs_labels = True
     label_kind = "classes"

@@ -285,6 +285,9 @@ class NMF(DeviceKernels, RowKernel, Algorithm):
     from its state), ≤ the online value.  Use :meth:`transform` for the W of new rows.
     """
 
+    #: update_parameter returns new arrays: the master passes θ without a copy.
+    updates_theta_in_place = False
+
     name = "nmf"
     nonnegative_features = True
     objective_name = "squared Frobenius error"

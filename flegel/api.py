@@ -146,6 +146,14 @@ class Algorithm:
         "Coverage") -- not where ``sampled_first_step`` applies (FSPV's sampled
         calibration, a random sample of every shard).  Default False: an update on any batch is
         unbiased (a mini-batch gradient step, the CNN's), and a hold would only delay it.
+    updates_theta_in_place : bool
+        :meth:`update_parameter` may write θ's arrays in place.  The master then passes it
+        a copy of θ's ``ndarray`` values (other values are passed as they are), so that θ
+        stays the last good one if the update fails or hangs: a stuck master saves it
+        (docs/exit-codes.md, code 3).  The copy costs little time but doubles θ's memory at
+        the peak of each update.  Default True (safe for any subclass); set False when
+        :meth:`update_parameter` only returns new arrays (every built-in algorithm does):
+        no copy.  A subclass of a built-in that writes θ in place sets it back to True.
     PARAMS : dict of str to flegel.validation.Constraint
         Each constructor parameter's constraint, declared once: ``__init__`` checks its
         arguments with :func:`flegel.validation.check_params`, whose
@@ -165,6 +173,7 @@ class Algorithm:
     progress_per_update: bool = False
     sampled_first_step: bool = False
     cover_before_update: bool = False
+    updates_theta_in_place: bool = True
     #: Set by :meth:`vote_to_halt` for the point being processed (a class default, so a
     #: subclass that does not call ``super().__init__()`` still works).
     _halt_flag: bool = False

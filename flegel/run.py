@@ -26,6 +26,7 @@ import copy
 import functools
 import os
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -272,6 +273,9 @@ class _Saver:
         self.algorithm: Algorithm | None = None
         self.server: Server | None = None
         self.saved = False  # the final θ is on disk already
+        # One writer of the model at a time: the main thread's final save, the watchdog's
+        # or a dead worker's thread's save of the last good θ.
+        self._writing = threading.Lock()
         self.phase = "loading their shards"  # what the workers are doing, for messages
 
     def doing(self, rank: int) -> str:
@@ -288,14 +292,34 @@ class _Saver:
         srv, writer = self.server, self.writer
         if srv is None or writer is None or self.algorithm is None:
             return "no model saved: training had not started"
+        # The main thread waits its turn (another thread saving is ending the job); a
+        # thread does not wait on a main thread stuck writing the model.
+        if not self._writing.acquire(blocking=threading.current_thread()
+                                     is threading.main_thread()):
+            return "model not saved: rank 0 was writing it when it got stuck"
+        try:
+            return self._save(srv, writer, self.algorithm)
+        finally:
+            self._writing.release()
+
+    def save_trained(self, server: Server) -> None:
+        """Write the trained model (the main thread, training over)."""
+        assert self.writer is not None and self.algorithm is not None
+        with self._writing:
+            self.saved = self.writer.save_model(self.algorithm, server.theta, server.version,
+                                                complete=False,
+                                                stop_reason=str(server.reason))
+
+    def _save(self, srv: Server, writer: RunWriter, algorithm: Algorithm) -> str:
         if not self.saved:
             try:
-                if not writer.save_model(self.algorithm, srv.theta, srv.version,
+                theta, version = srv.good()  # one pair: an update may be completing
+                if not writer.save_model(algorithm, theta, version,
                                          complete=False, stop_reason=str(srv.reason)):
                     return "model not saved (output.save_model: false)"
             except Exception as exc:  # noqa: BLE001 - the message must still come out
                 return f"saving the model failed too ({_one_line(exc)})"
-            return f"last θ (iteration {srv.version}) saved in {writer.dir / files.MODEL}"
+            return f"last θ (iteration {version}) saved in {writer.dir / files.MODEL}"
         return (f"the trained model (iteration {srv.version}) was saved before, in "
                 f"{writer.dir / files.MODEL}")
 
@@ -326,6 +350,8 @@ def run_master(comm: MPI.Comm, job: Job, out_dir: Path,
         else:
             _print_traceback(comm, exc)
             what = f"rank 0 (master) failed: {_one_line(exc)}"
+        # Saving is bounded as outside training, not by what was left of max_time_s.
+        watchdog.enter_phase(SAVING, job.runtime.stall_timeout_s)
         sys.stderr.write(f"flegel: {what}; {saver.save()}\n")
         lifetime.end_job(comm, code)
         raise  # not reached: end_job never returns
@@ -368,7 +394,8 @@ def final_checkpoint(server: Server) -> Callable[[], None]:
             done = cp.sequence > asked["sequence"]
             if not done and time.monotonic() - asked["t0"] < FINAL_CHECKPOINT_S:
                 return  # train on until the snapshot is taken
-            cp.wait()  # its files are on disk before the job ends
+            with watchdog.own_io():
+                cp.wait()  # its files are on disk before the job ends
         lifetime.check_pending()
 
     return watch
@@ -430,6 +457,7 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
                     seed=job.seed, dtype=np.dtype(infos[ranks[0]]["dtype"]),
                     base_dir=job.base_dir)
     algorithm = job.make_algorithm()
+    watchdog.own_code(type(algorithm))  # the code a stuck master's line names
     theta = algorithm.init_parameter(info)
     if resume is not None:
         theta = resume.master["server"]["theta"]
@@ -493,11 +521,13 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     watchdog.enter("training", server.stall_limit, watchdog.training_keys(timeout),
                    _time_left(job.stop.max_time_s, snapshot))
     with lifetime.deferred():  # a signal stops the loop at a poll, with θ consistent
-        server.serve(policy, watch=final_checkpoint(server), resume=snapshot)
+        # Draining checkpoints and writing the model (the user's finalize) are bounded
+        # outside training, from the loop's end: not by max_time_s.
+        server.serve(policy, watch=final_checkpoint(server), resume=snapshot,
+                     ended=functools.partial(watchdog.enter_phase, SAVING, timeout))
     clock.mark("trained")
     # The trained model first: a failure in the final evaluation must not lose it.
-    saver.saved = writer.save_model(algorithm, server.theta, server.version,
-                                    complete=False, stop_reason=str(server.reason))
+    saver.save_trained(server)
     timings.begin("final_eval_s")
     saver.phase = "evaluating the final θ"
     watchdog.enter_phase(saver.phase, timeout)
@@ -523,6 +553,10 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     watchdog.finished()
     lifetime.mark_done(comm.rank)
     return summary
+
+
+#: The master's phase from the end of training's loop until the model is written.
+SAVING = "saving the model"
 
 
 def _time_left(max_time_s: float | None, snapshot: dict[str, Any] | None) -> float | None:

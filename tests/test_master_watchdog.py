@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -20,7 +22,7 @@ import pytest
 from flegel.cli import launch
 from flegel.protocol import ExitCode
 from flegel.runtime import watchdog
-from flegel.runtime.limits import MAX_TIME_GRACE_S, STALL_UNMEASURED_S
+from flegel.runtime.limits import MAX_TIME_GRACE_S, PHASE_MIN_S, STALL_UNMEASURED_S
 from flegel.runtime.watchdog import (
     MASTER_GRACE_S,
     SILENT_MIN_S,
@@ -88,6 +90,23 @@ def test_a_beating_master_is_never_stuck_and_a_silent_one_is_at_its_deadline() -
     assert fired == [stuck]
 
 
+def test_flegels_own_io_is_bounded_as_outside_training() -> None:
+    """A small stall timeout (5 s) bounds the user's code in a turn, not flegel's own I/O
+    (a checkpoint's writer): that is bounded by the floor outside training, and ends with
+    a beat."""
+    clock = Clock()
+    dog = Watchdog(lambda stuck, frame: None, clock=clock)
+    dog.enter("training", lambda: 5.0, "runtime.stall_timeout_s:")
+    with dog.own_io():
+        clock.t += 30
+        assert dog.look() is None
+        clock.t += PHASE_MIN_S
+        assert dog.look() is not None  # its own floor still holds
+    assert dog.look() is None  # the I/O ended: a beat
+    clock.t += 5
+    assert dog.look() is not None
+
+
 def test_the_state_file_tells_the_launcher_the_wall_clock_deadline(tmp_path: Path) -> None:
     clock = Clock()
     state = tmp_path / "status.master"
@@ -106,11 +125,30 @@ def test_the_named_frame_is_the_users_innermost() -> None:
     frames = [("/usr/lib/python3.11/re/__init__.py", 166, "match"),
               ("/home/me/algo.py", 16, "update_parameter"),
               (os.path.join(watchdog._FLEGEL_DIR, "runtime", "server.py"), 266, "apply")]
-    frames[0] = (os.path.join(watchdog._STDLIB_DIRS[0], "re", "__init__.py"), 166, "match")
+    frames[0] = (os.path.join(watchdog._LIBRARY_DIRS[0], "re", "__init__.py"), 166, "match")
     assert top_frame(frames) == ("/home/me/algo.py", 16, "update_parameter")
     assert top_frame(frames[2:]) == frames[2]  # none of the user's: the innermost
     assert top_frame([]) is None
     assert watchdog.describe(frames[1]) == "update_parameter (/home/me/algo.py:16)"
+
+
+def test_a_library_frame_is_not_named_but_the_jobs_algorithm_is_even_when_installed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """numpy (site-packages or a system's dist-packages) is nobody's own code; the job's
+    algorithm is, even when pip installed it among the packages."""
+    numpy_frame = ("/usr/lib/python3/dist-packages/numpy/linalg/linalg.py", 400, "solve")
+    venv_numpy = ("/home/me/.venv/lib/python3.11/site-packages/numpy/core/fromnumeric.py",
+                  86, "sum")
+    mine = ("/home/me/.venv/lib/python3.11/site-packages/mypkg/algo.py", 16, "update_parameter")
+    server = (os.path.join(watchdog._FLEGEL_DIR, "runtime", "server.py"), 266, "apply")
+    frames = [numpy_frame, venv_numpy, mine, server]
+    assert top_frame(frames) == numpy_frame  # none of the job's: the innermost
+    monkeypatch.setattr(watchdog, "_OWN_FILES", set())
+    fake = type(sys)("mypkg.algo")
+    fake.__file__ = mine[0]
+    monkeypatch.setitem(sys.modules, "mypkg.algo", fake)
+    watchdog.own_code(type("Algo", (), {"__module__": "mypkg.algo"}))
+    assert top_frame(frames) == mine
 
 
 def test_the_main_thread_is_found_in_a_faulthandler_dump(tmp_path: Path) -> None:
@@ -132,12 +170,13 @@ def test_the_main_thread_is_found_in_a_faulthandler_dump(tmp_path: Path) -> None
 #: holds still, ignoring the dump signal's Python side as a master holding the GIL does
 #: (faulthandler's C handler still writes its stack).
 STUCK_MASTER = textwrap.dedent('''
-    import faulthandler, json, os, signal, sys, time
+    import faulthandler, json, os, signal, socket, sys, time
     status = sys.argv[1]
     out = open(status + ".stack0", "w")
     faulthandler.register(signal.SIGUSR1, file=out, all_threads=True)
     def stuck_in_c():
-        json.dump({"pid": os.getpid(), "host": "h", "deadline": time.time() - 10,
+        json.dump({"pid": os.getpid(), "host": socket.gethostname(),
+                   "deadline": time.time() - 10, "monotonic": time.monotonic() - 10,
                    "phase": "training", "bound": "stop.max_time_s: 1 and 6 s of grace",
                    "stack": sys.argv[2] + "/master-stack.txt"}, open(status + ".master", "w"))
         while True:
@@ -173,7 +212,8 @@ def test_the_launcher_ends_a_master_that_cannot_end_its_job(
         master.wait()
     told, line = launch._read_status(status)
     assert told == ExitCode.STALLED and line is not None
-    assert line.startswith(f"rank 0 (master, host h, pid {master.pid}) was stuck while "
+    assert line.startswith(f"rank 0 (master, host {socket.gethostname()}, pid {master.pid}) "
+                           "was stuck while "
                            "training (stop.max_time_s: 1 and 6 s of grace) and could not end "
                            "the job: its Python did not run")
     assert f"it was in stuck_in_c ({tmp_path / 'master.py'}:" in line
@@ -195,6 +235,109 @@ def test_a_deadline_not_yet_past_leaves_the_job_alone(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def _sleeper(seconds: float = 30) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"],
+                            start_new_session=True)
+
+
+def _state(status: Path, pid: int, past_s: float, host: str | None = None,
+           wall_past_s: float | None = None) -> None:
+    """A master's state file, its deadline ``past_s`` ago (negative: ahead)."""
+    wall_past_s = past_s if wall_past_s is None else wall_past_s
+    Path(watchdog.state_path(str(status))).write_text(json.dumps(
+        {"pid": pid, "host": host or socket.gethostname(), "deadline": time.time() - wall_past_s,
+         "monotonic": time.monotonic() - past_s, "phase": "saving the model", "bound": ""}))
+
+
+def test_a_claimed_end_does_not_lift_the_bound(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cause was claimed (code 3) but the master's save hangs: far enough past its
+    deadline, the launcher kills the job, keeping the claimed code."""
+    monkeypatch.setattr(launch, "FINISH_LOOK_S", 0.1)
+    status = tmp_path / "status"
+    proc = _sleeper()
+    try:
+        _state(status, proc.pid, watchdog.LAUNCH_SLACK_S + watchdog.ANSWER_S
+               + launch.KILL_AFTER_S + 1)
+        assert launch.claim(str(status), ExitCode.STALLED, "rank 0 ... was stuck")
+        t0 = time.monotonic()
+        code = launch._Job(proc, status).wait()
+        assert code == ExitCode.STALLED and time.monotonic() - t0 < 10
+        assert proc.poll() == -signal.SIGKILL
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+#: A stand-in master that answers the dump signal: its handler beats (a new deadline).
+ANSWERING_MASTER = textwrap.dedent('''
+    import json, os, signal, socket, sys, time
+    state = sys.argv[1] + ".master"
+    def write(past):
+        json.dump({"pid": os.getpid(), "host": socket.gethostname(),
+                   "deadline": time.time() - past, "monotonic": time.monotonic() - past,
+                   "phase": "training", "bound": ""}, open(state + ".tmp", "w"))
+        os.replace(state + ".tmp", state)
+    signal.signal(signal.SIGUSR1, lambda *_: write(-60))
+    write(10)
+    print("ready", flush=True)
+    time.sleep(30)
+''')
+
+
+def test_a_master_that_answers_the_signal_is_not_killed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher reads the state file again after the signal: a master whose deadline
+    moved was not stuck; the launcher stands down."""
+    monkeypatch.setattr(watchdog, "ANSWER_S", 0.3)
+    status = tmp_path / "status"
+    proc = subprocess.Popen([sys.executable, "-c", ANSWERING_MASTER, str(status)],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        job = launch._Job(proc, status)
+        job._master_bound(status, None)
+        assert job.stuck_at is not None  # signalled
+        time.sleep(0.5)
+        job._master_bound(status, None)
+        assert job.stuck_at is None and not status.exists() and proc.poll() is None
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
+def test_a_wall_clock_step_is_harmless_on_the_masters_host(tmp_path: Path) -> None:
+    """The wall-clock deadline looks long past (the clock stepped), the monotonic one is
+    ahead: on the master's host the launcher goes by the monotonic one."""
+    status = tmp_path / "status"
+    proc = _sleeper()
+    try:
+        _state(status, proc.pid, past_s=-60, wall_past_s=3600)
+        job = launch._Job(proc, status)
+        job._master_bound(status, None)
+        assert job.stuck_at is None and proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_remote_masters_pid_is_never_signalled_here(tmp_path: Path) -> None:
+    """Rank 0 on another host: its PID here is some other process, never signalled
+    (SIGUSR1 would end this one)."""
+    status = tmp_path / "status"
+    innocent = _sleeper()
+    try:
+        _state(status, innocent.pid, past_s=60, host="another-host")
+        job = launch._Job(innocent, status)
+        job._master_bound(status, None)
+        assert job.stuck_at is not None
+        time.sleep(0.3)
+        assert innocent.poll() is None
+    finally:
+        innocent.kill()
+        innocent.wait()
 
 
 def test_update_parameter_gets_a_copy_so_theta_stays_the_last_good_one() -> None:
@@ -228,12 +371,13 @@ def test_update_parameter_gets_a_copy_so_theta_stays_the_last_good_one() -> None
 
 
 def _signalled(script: str) -> tuple[subprocess.Popen[str], str, str]:
-    """Run ``script`` until it prints ``ready``, send it the dump signal, let it end."""
+    """Run ``script`` until it prints ``ready`` (from inside the function its stack must
+    show), send it the dump signal, let it end."""
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    # "ready" comes from inside the function the stack must name: no sleep to guess.
     assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
-    time.sleep(0.2)
     proc.send_signal(watchdog.DUMP_SIGNAL)
     out, err = proc.communicate(timeout=30)
     return proc, out, err
@@ -246,8 +390,8 @@ def test_workers_get_a_stack_dump_on_the_signal(tmp_path: Path) -> None:
         import sys, time
         from flegel.runtime import watchdog
         watchdog.install_dump(None, None)
-        print("ready", flush=True)
         def worker_waits():
+            print("ready", flush=True)
             time.sleep(2)
         worker_waits()
     ''')
@@ -264,8 +408,8 @@ def test_a_master_not_stuck_shows_its_stack_on_the_signal_and_goes_on(tmp_path: 
         dog = watchdog.Watchdog(lambda stuck, frame: sys.exit("ended"))
         dog.enter("training", lambda: 60.0, "runtime.stall_timeout_s:")
         dog.stack_file = watchdog.install_dump(dog, {str(tmp_path / "status")!r})
-        print("ready", flush=True)
         def master_serves():
+            print("ready", flush=True)
             for _ in range(20):
                 time.sleep(0.1)
                 dog.beat()
@@ -276,3 +420,81 @@ def test_a_master_not_stuck_shows_its_stack_on_the_signal_and_goes_on(tmp_path: 
     assert proc.returncode == 0 and out == "done\n"
     assert "in master_serves" in err
     assert (tmp_path / "status.stack0").read_text() == ""
+
+
+def test_an_algorithm_that_never_writes_theta_in_place_gets_it_without_a_copy() -> None:
+    """``updates_theta_in_place = False``: no copy (θ's memory is not doubled)."""
+    from flegel.api import Algorithm
+    from flegel.runtime.server import Server
+    from flegel.runtime.stopping import StopCriteria
+
+    seen: list[dict] = []
+
+    class Fresh(Algorithm):
+        updates_theta_in_place = False
+
+        def update_parameter(self, agg: dict, theta: dict) -> dict:
+            seen.append(theta)
+            return {"w": theta["w"] + 1.0}
+
+    assert Algorithm.updates_theta_in_place  # a user's subclass: copied by default
+    theta = {"w": np.zeros(3)}
+    server = Server(None, [1], Fresh(), theta,  # type: ignore[arg-type]
+                    lambda: {"objective": np.zeros(())}, StopCriteria(), events=lambda e: None)
+    server.apply({"objective": np.ones(())})
+    assert seen[0]["w"] is theta["w"] and (server.theta["w"] == 1.0).all()
+
+
+@pytest.mark.parametrize("name,y", [("kmeans", None), ("gmm", None), ("fcm", None),
+                                    ("nmf", None), ("logreg", "classes")])
+def test_built_ins_that_skip_the_copy_never_write_theta_in_place(name: str, y: str | None) -> None:
+    """Each built-in declaring ``updates_theta_in_place = False`` updates a read-only θ."""
+    from flegel.job.algorithms import resolve_algorithm
+    from flegel.local import full_pass, make_info
+
+    rng = np.random.default_rng(0)
+    x = np.abs(rng.normal(size=(600, 8)))
+    labels = (x[:, 0] > x[:, 1]).astype(np.int64) if y else None
+    algorithm = resolve_algorithm(name)(**({"n_components": 3} if name == "nmf" else {}))
+    assert not algorithm.updates_theta_in_place
+    theta = algorithm.init_parameter(make_info(x, labels))
+    for _ in range(3):
+        agg = full_pass(algorithm, x, labels, theta, algorithm.init_state(len(x), 8))
+        for v in theta.values():
+            if isinstance(v, np.ndarray):
+                v.setflags(write=False)
+        theta = algorithm.update_parameter(agg, theta)
+
+
+def test_another_thread_reads_theta_and_its_version_as_one_pair() -> None:
+    """The watchdog's thread saves θ while an update may be completing: ``good()`` never
+    pairs a θ with the version of another (model.json's theta_version)."""
+    import threading
+
+    from flegel.api import Algorithm
+    from flegel.runtime.server import Server
+    from flegel.runtime.stopping import StopCriteria
+
+    class Count(Algorithm):
+        updates_theta_in_place = False
+
+        def update_parameter(self, agg: dict, theta: dict) -> dict:
+            return {"w": theta["w"] + 1.0}
+
+    server = Server(None, [1], Count(), {"w": np.zeros(1)},  # type: ignore[arg-type]
+                    lambda: {"objective": np.zeros(())}, StopCriteria(), events=lambda e: None)
+    done = threading.Event()
+    pairs: list[tuple[float, int]] = []
+
+    def read() -> None:
+        while not done.is_set():
+            theta, version = server.good()
+            pairs.append((float(theta["w"][0]), version))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    for _ in range(3000):
+        server.apply({"objective": np.zeros(())})
+    done.set()
+    reader.join()
+    assert pairs and all(w == v for w, v in pairs)

@@ -353,30 +353,47 @@ class _Job:
 
         The master's watchdog writes its deadline (:func:`flegel.runtime.watchdog.
         read_state`); :data:`~flegel.runtime.watchdog.LAUNCH_SLACK_S` past it, with no
-        cause decided, rank 0 gets :data:`~flegel.runtime.watchdog.DUMP_SIGNAL`: its C
-        handler writes every thread's stack, and its Python handler, if the interpreter
-        runs it, saves θ and ends the job.  :data:`~flegel.runtime.watchdog.ANSWER_S` later
-        the launcher claims the job's end itself (one line naming rank 0, code 3) and kills
-        the job; if the master claimed it and is still saving, it gets
-        :data:`KILL_AFTER_S` more.
+        cause decided, rank 0 gets :data:`~flegel.runtime.watchdog.DUMP_SIGNAL` (when its
+        PID is known on this host): its C handler writes every thread's stack, and its
+        Python handler, if the interpreter runs it, saves θ and ends the job.
+        :data:`~flegel.runtime.watchdog.ANSWER_S` later the state file is read again: a
+        master whose deadline moved answered (it was not stuck), and the launcher stands
+        down; else it claims the job's end itself (one line naming rank 0, code 3) and
+        kills the job; if the master claimed it and is still saving, it gets
+        :data:`KILL_AFTER_S` more.  A cause claimed by anyone does not lift the bound: a
+        master still running that long past its deadline (its save hangs) is killed, the
+        claimed code kept.
         """
         now = time.monotonic()
         if self.stuck_at is None:
             state = watchdog.read_state(str(status))
-            deadline = None if state is None else state.get("deadline")
-            if (state is None or not isinstance(deadline, (int, float)) or status.exists()
-                    or time.time() < deadline + watchdog.LAUNCH_SLACK_S):
+            late = watchdog.past_deadline(state)
+            if state is None or late is None or late < watchdog.LAUNCH_SLACK_S:
                 return
-            pid = (watch.pids.get(0) if watch is not None else None) or int(state["pid"])
-            self.stuck_at, self._stuck = now, {**state, "pid": pid}
-            with contextlib.suppress(OSError):
-                os.kill(pid, watchdog.DUMP_SIGNAL)
+            if status.exists():  # claimed: the claimer ends the job, within a bound
+                if late >= watchdog.LAUNCH_SLACK_S + watchdog.ANSWER_S + KILL_AFTER_S:
+                    sys.stderr.write(
+                        f"flegel: rank 0 did not end the job {late:.0f} s past its deadline "
+                        f"while {state.get('phase')}, its end claimed; killing it\n")
+                    self.kill()
+                return
+            pid = watch.pids.get(0) if watch is not None else None
+            if pid is None and state.get("host") == socket.gethostname():
+                pid = int(state["pid"])  # else another host's PID: no process here
+            self.stuck_at, self._stuck = now, {**state, "pid": pid or state.get("pid")}
+            if pid is not None:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, watchdog.DUMP_SIGNAL)
             return
         if now < self.stuck_at + watchdog.ANSWER_S:
             return
         if status.exists():  # the master is ending the job: saving θ
             if now >= self.stuck_at + watchdog.ANSWER_S + KILL_AFTER_S:
                 self.kill()
+            return
+        late = watchdog.past_deadline(watchdog.read_state(str(status)))
+        if late is None or late < watchdog.LAUNCH_SLACK_S:
+            self.stuck_at = None  # it answered: its deadline moved (or it ended its bound)
             return
         claim(str(status), ExitCode.STALLED, _stuck_line(status, self._stuck))
         self.kill()

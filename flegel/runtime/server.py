@@ -22,6 +22,7 @@ job at the iteration it appears in.  These end the job by raising
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
@@ -31,7 +32,7 @@ import numpy as np
 from flegel.api import Algorithm
 from flegel.ports import Arrays, WorkerRecord
 from flegel.protocol import ExitCode, Instructions, MigrationOrder, Signal, StopReason
-from flegel.runtime import Backoff
+from flegel.runtime import Backoff, watchdog
 from flegel.runtime.exact import ExactObjective, FinalEvaluation
 from flegel.runtime.faults import JobFault
 from flegel.runtime.layout import Layout
@@ -212,6 +213,7 @@ class Server:
         self.shard_sizes: dict[int, int] = {}  # points of each worker's shard
         self.workers = {r: WorkerRecord(r) for r in self.ranks}
         self.version = 0
+        self._theta_lock = threading.Lock()
         self.objective = 0.0
         self.reason: StopReason | None = None
         # Where each worker runs, "host H, pid P", for the messages that name it (run.py).
@@ -258,18 +260,26 @@ class Server:
             out = self.algorithm.aggregate(out, agg)
         return out
 
+    def good(self) -> tuple[Arrays, int]:
+        """θ and its version, as one pair (another thread saving it reads them here)."""
+        with self._theta_lock:
+            return self.theta, self.version
+
     def apply(self, agg: Arrays) -> float:
         t0 = self.clock()
-        # On a copy: an algorithm may write θ's arrays in place, and θ must stay the last
-        # good one until the update completes (a master stuck or failing in it saves θ:
-        # flegel.runtime.watchdog).
-        theta = self.algorithm.update_parameter(
-            agg, {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in self.theta.items()})
+        # On a copy (its ndarrays) unless the algorithm declares it never writes θ in place:
+        # θ must stay the last good one until the update completes (a master stuck or
+        # failing in it saves θ: flegel.runtime.watchdog).
+        theta = self.theta
+        if getattr(self.algorithm, "updates_theta_in_place", True):
+            theta = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in theta.items()}
+        theta = self.algorithm.update_parameter(agg, theta)
         # Checked before it replaces the last good θ.
         check_theta(theta, self.theta_layout, self.version + 1)
-        self.theta = theta
+        with self._theta_lock:  # θ and its version change together (:meth:`good`)
+            self.theta = theta
+            self.version += 1
         self._theta_serial += 1
-        self.version += 1
         self.objective += float(agg["objective"])
         now = self.now()
         if self.time_to_target is None and self.stop.reached_target(self.objective,
@@ -566,9 +576,11 @@ class Server:
         replies go out, each asking its worker for its state.  Nothing is held once training
         ends, and a checkpoint that finds points in flight is retried at the next poll.
         """
-        cp = self.checkpoint
-        if cp is None:
-            return
+        if self.checkpoint is not None:
+            with watchdog.own_io():  # flegel's own I/O: not bounded by a small stall timeout
+                self._checkpoint_step(self.checkpoint, policy)
+
+    def _checkpoint_step(self, cp: Checkpoints, policy: MasterPolicy) -> None:
         cp.collect()
         if self._held is None:
             if self.reason is not None or not cp.due(self.now(), self.version):
@@ -773,15 +785,18 @@ class Server:
         self.transport.close()
 
     def serve(self, policy: MasterPolicy, watch: Callable[[], None] = lambda: None,
-              resume: dict[str, Any] | None = None) -> None:
+              resume: dict[str, Any] | None = None,
+              ended: Callable[[], None] = lambda: None) -> None:
         """Run ``policy`` until every worker has been told to stop: :meth:`poll_once` until
         done, sleeping between polls that found nothing (backing off from ``POLL_S`` to
         ``POLL_MAX_S``).
 
         ``watch`` runs at every poll and may raise to end training at once (a signal: see
         :func:`flegel.runtime.lifetime.deferred`).  ``resume``: a checkpoint's master
-        snapshot to continue from (:meth:`resume`).  The CPU figures of the summary are
-        measured here, around the turns, not in them.
+        snapshot to continue from (:meth:`resume`).  ``ended`` runs as soon as the loop
+        ends, before :meth:`close` (the master's watchdog leaves training there: draining
+        checkpoints and writing the model are no turns of training).  The CPU figures of
+        the summary are measured here, around the turns, not in them.
         """
         cpu0 = time.process_time()
         self.begin(policy, resume)
@@ -805,11 +820,13 @@ class Server:
             # before the model is saved, not lost.
             if self.reason is None:
                 self._settle()
+            ended()
             raise
         elapsed = max(self.now(), 1e-9)
         self.cpu_fraction = (time.process_time() - cpu0) / elapsed
         self.idle_cpu_fraction = idle_cpu / max(idle_wall, 1e-9)
         self.idle_fraction = idle_wall / elapsed
+        ended()
 
         def pause() -> None:
             watch()

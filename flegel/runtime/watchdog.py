@@ -21,8 +21,10 @@ a hang may hold the GIL or not:
   rank 0 :data:`DUMP_SIGNAL`, whose C handler (``faulthandler.register``, without the GIL)
   writes the stack, and whose Python handler, when the interpreter gets to run it (a regular
   expression checks for signals; a C loop may not), ends the job as the thread would; if the
-  job has not ended :data:`ANSWER_S` later, the launcher names rank 0 itself (θ not saved)
-  and kills the job.
+  job has not ended :data:`ANSWER_S` later and the deadline did not move (the master
+  answered: it was not stuck), the launcher names rank 0 itself (θ not saved) and kills the
+  job.  A cause claimed does not lift the launcher's bound: a master still running far past
+  its deadline (its save hangs) is killed, the claimed code kept.
 
 What "stuck" means (the papers say nothing of a failing master; this is the choice): the
 master has not completed a turn of its loop -- a poll, with whatever updates and barriers
@@ -44,12 +46,13 @@ import faulthandler
 import json
 import os
 import signal
+import site
 import socket
 import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -79,7 +82,14 @@ ANSWER_S = 3.0
 DUMP_SIGNAL = signal.SIGUSR1
 
 _FLEGEL_DIR = str(Path(__file__).resolve().parents[1])
-_STDLIB_DIRS = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")})
+#: Where libraries live: the standard library and the installed packages (a venv's, the
+#: system's ``dist-packages``, the user's site): their frames are nobody's own code.
+_LIBRARY_DIRS = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib",
+                                                           "platlib")}
+                      | set(site.getsitepackages()) | {site.getusersitepackages()})
+#: The job's algorithm's own files (its class and the classes it derives from), named even
+#: when installed among the packages: :func:`own_code`.
+_OWN_FILES: set[str] = set()
 
 #: One frame: (file, line, function).
 Frame = tuple[str, int, str]
@@ -93,7 +103,7 @@ def state_path(status: str) -> str:
 
 def stack_path(status: str) -> str:
     """Where rank 0's C handler writes its stack beside the launcher's status file (the
-    launcher or the master then moves it into the run directory)."""
+    master then moves it into the run directory; the launcher copies it there)."""
     return f"{status}.stack0"
 
 
@@ -124,9 +134,23 @@ def master_deadline(last_beat: float, silence_s: float | None, train_start: floa
     return found
 
 
+def own_code(cls: type) -> None:
+    """The job's algorithm is ``cls``: its files (and those of the classes it derives from,
+    flegel's base class aside) are the code a stuck master's line names first."""
+    for klass in cls.__mro__:
+        file = getattr(sys.modules.get(klass.__module__), "__file__", None)
+        if file and not file.startswith(_FLEGEL_DIR):
+            _OWN_FILES.add(file)
+
+
 def _is_user(file: str) -> bool:
-    """A frame of the user's code: neither flegel's nor the standard library's."""
-    return not (file.startswith(_FLEGEL_DIR) or file.startswith(_STDLIB_DIRS)
+    """A frame to name: the job's algorithm's own files (:func:`own_code`), else any file
+    neither flegel's nor a library's (the standard library, ``site-packages``,
+    ``dist-packages``): a script or module of the job's."""
+    if file in _OWN_FILES:
+        return True
+    return not (file.startswith(_FLEGEL_DIR) or file.startswith(_LIBRARY_DIRS)
+                or "/site-packages/" in file or "/dist-packages/" in file
                 or file.startswith("<"))
 
 
@@ -211,6 +235,7 @@ class Watchdog:
         self._train_start: float | None = None
         self._max_time_s: float | None = None
         self.last_beat = clock()
+        self._own_io = 0  # flegel's own I/O under way (nested): :meth:`own_io`
         self._stop = threading.Event()
         self._fired = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -237,8 +262,23 @@ class Watchdog:
 
     def deadline(self) -> float | None:
         """When the master counts as stuck (the clock's time; None: never)."""
-        return master_deadline(self.last_beat, self._silence(), self._train_start,
-                               self._max_time_s)
+        silence = self._silence()
+        if self._own_io and silence is not None:
+            silence = max(silence, PHASE_MIN_S)
+        return master_deadline(self.last_beat, silence, self._train_start, self._max_time_s)
+
+    @contextlib.contextmanager
+    def own_io(self) -> Iterator[None]:
+        """flegel's own I/O inside a turn (writing a checkpoint, waiting on its writer):
+        bounded as outside training (``runtime.stall_timeout_s`` at least
+        :data:`~flegel.runtime.limits.PHASE_MIN_S`), not by a small stall timeout meant for
+        the user's code; ``max_time_s`` + the grace still holds.  A beat when it ends."""
+        self._own_io += 1
+        try:
+            yield
+        finally:
+            self._own_io -= 1
+            self.beat()
 
     def bound(self) -> str:
         """The job keys that bound the master now, with their values, for the lines."""
@@ -294,11 +334,17 @@ class Watchdog:
             self._write(self.deadline())
 
     def _write(self, deadline: float | None) -> None:
-        """Tell the launcher the deadline as wall-clock seconds (None: none)."""
+        """Tell the launcher the deadline (None: none) as ``time.monotonic()`` seconds
+        (one clock for every process of a Linux host: a step of the wall clock changes
+        nothing) and as wall-clock seconds (for a launcher on another host)."""
         if self.state is None:
             return
-        wall = None if deadline is None else time.time() + deadline - self.clock()
+        wall = mono = None
+        if deadline is not None:
+            mono = time.monotonic() + deadline - self.clock()
+            wall = time.time() + deadline - self.clock()
         doc = {"pid": os.getpid(), "host": socket.gethostname(), "deadline": wall,
+               "monotonic": mono,
                "phase": self.phase, "bound": self.bound(),
                "stack": None if self.stack_to is None else str(self.stack_to)}
         with contextlib.suppress(OSError):
@@ -344,6 +390,18 @@ def read_state(status: str) -> dict[str, Any] | None:
     return found
 
 
+def past_deadline(state: dict[str, Any] | None) -> float | None:
+    """Seconds the master is past the deadline in its state file (negative: before it;
+    None: no deadline).  On the master's host on ``time.monotonic()`` (system-wide on
+    Linux); from another host on the wall clock."""
+    if state is None:
+        return None
+    mono, wall = state.get("monotonic"), state.get("deadline")
+    if state.get("host") == socket.gethostname() and isinstance(mono, (int, float)):
+        return time.monotonic() - mono
+    return time.time() - wall if isinstance(wall, (int, float)) else None
+
+
 def install_dump(master: Watchdog | None, status: str | None) -> IO[Any] | None:
     """Make :data:`DUMP_SIGNAL` write every thread's stack, from C (``faulthandler``): on
     rank 0 launched by ``flegel run`` into :func:`stack_path` (returned, to keep it open),
@@ -385,6 +443,11 @@ def enter(phase: str, silence: Callable[[], float | None], bound: str,
     """:meth:`Watchdog.enter` on the master's watchdog (a no-op elsewhere)."""
     if _current:
         _current[0].enter(phase, silence, bound, max_time_s)
+
+
+def own_io() -> contextlib.AbstractContextManager[None]:
+    """:meth:`Watchdog.own_io` on the master's watchdog (nothing elsewhere)."""
+    return _current[0].own_io() if _current else contextlib.nullcontext()
 
 
 def current() -> Watchdog | None:
