@@ -153,7 +153,10 @@ class Algorithm:
         (docs/exit-codes.md, code 3).  The copy costs little time but doubles θ's memory at
         the peak of each update.  Default True (safe for any subclass); set False when
         :meth:`update_parameter` only returns new arrays (every built-in algorithm does):
-        no copy.  A subclass of a built-in that writes θ in place sets it back to True.
+        no copy.  The nearest class that declares the flag or defines
+        :meth:`update_parameter` decides (``flegel.runtime.server.copies_theta``): a
+        subclass that overrides the method is copied unless it declares the flag itself;
+        one that keeps its parent's method keeps the parent's flag.
     PARAMS : dict of str to flegel.validation.Constraint
         Each constructor parameter's constraint, declared once: ``__init__`` checks its
         arguments with :func:`flegel.validation.check_params`, whose

@@ -411,8 +411,6 @@ HUNG_MASTER = textwrap.dedent('''
 
 
     class HungMaster(KMeans):
-        updates_theta_in_place = True  # unlike KMeans, it writes θ in place
-
         def __init__(self, n_clusters=4, at=3, mode="sleep", record=""):
             super().__init__(n_clusters=n_clusters)
             self.at, self.mode, self.record, self.n = at, mode, record, 0

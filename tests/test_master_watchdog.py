@@ -445,6 +445,29 @@ def test_an_algorithm_that_never_writes_theta_in_place_gets_it_without_a_copy() 
     assert seen[0]["w"] is theta["w"] and (server.theta["w"] == 1.0).all()
 
 
+def test_the_copy_flag_belongs_to_the_update_parameter_it_describes() -> None:
+    """A subclass of a built-in that overrides ``update_parameter`` is copied unless it
+    declares the flag itself; one that keeps the built-in's method keeps its ``False``."""
+    from flegel.algorithms.kmeans import KMeans
+    from flegel.runtime.server import copies_theta
+
+    class InPlace(KMeans):
+        def update_parameter(self, agg: dict, theta: dict) -> dict:
+            theta["centers"] *= 1.0
+            return theta
+
+    class Declared(InPlace):
+        updates_theta_in_place = False
+
+    class Tuned(KMeans):
+        pass
+
+    assert not copies_theta(KMeans())
+    assert copies_theta(InPlace())
+    assert not copies_theta(Declared())  # its own declaration, for the method it inherits
+    assert not copies_theta(Tuned())
+
+
 @pytest.mark.parametrize("name,y", [("kmeans", None), ("gmm", None), ("fcm", None),
                                     ("nmf", None), ("logreg", "classes")])
 def test_built_ins_that_skip_the_copy_never_write_theta_in_place(name: str, y: str | None) -> None:

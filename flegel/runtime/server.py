@@ -152,6 +152,23 @@ class Trace:
             self.spacing_s = max(2 * self.spacing_s, span / self.limit)
 
 
+
+def copies_theta(algorithm: object) -> bool:
+    """Whether the master passes :meth:`~flegel.Algorithm.update_parameter` a copy of θ.
+
+    The flag ``updates_theta_in_place`` belongs to the ``update_parameter`` it describes:
+    the nearest class in the MRO that declares the flag or defines the method decides --
+    its flag, or True (the safe copy) where it defines the method without one.  So a
+    subclass of a built-in that overrides ``update_parameter`` is copied unless it declares
+    the flag itself, and one that keeps the built-in's method keeps its ``False``.
+    """
+    for cls in type(algorithm).__mro__:
+        if "updates_theta_in_place" in cls.__dict__:
+            return bool(cls.__dict__["updates_theta_in_place"])
+        if "update_parameter" in cls.__dict__:
+            return True
+    return True
+
 class Server:
     """Rank 0's state; implements :class:`flegel.ports.ServerPort` (and the data migration's
     :class:`flegel.balance.ports.OrderPort`).
@@ -271,7 +288,7 @@ class Server:
         # θ must stay the last good one until the update completes (a master stuck or
         # failing in it saves θ: flegel.runtime.watchdog).
         theta = self.theta
-        if getattr(self.algorithm, "updates_theta_in_place", True):
+        if copies_theta(self.algorithm):
             theta = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in theta.items()}
         theta = self.algorithm.update_parameter(agg, theta)
         # Checked before it replaces the last good θ.
