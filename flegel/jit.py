@@ -139,20 +139,33 @@ def cache_is_cold(module: str) -> bool:
 class _BindBlas(importlib.abc.MetaPathFinder):
     """Binds the preloaded BLAS module as ``scipy.linalg.cython_blas`` when ``scipy.linalg``
     itself is imported later (an import statement finds it in ``sys.modules``; the attribute
-    of the package is what the import machinery would have set), then steps aside."""
+    of the package is what the import machinery would have set), then steps aside.
+
+    It steps aside when the package's module runs, not when its spec is found: a
+    ``find_spec("scipy.linalg")`` alone (``importlib.util.find_spec``, a tool asking what is
+    installed) imports nothing, and the import after it must still bind the attribute.
+    """
+
+    def __init__(self) -> None:
+        self._finding = False  # our own find_spec below goes through sys.meta_path again
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "scipy.linalg":
+        if fullname != "scipy.linalg" or self._finding:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
+        self._finding = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._finding = False
         loader = getattr(spec, "loader", None)
         if spec is None or loader is None or not hasattr(loader, "exec_module"):
             return spec
         run = loader.exec_module
 
         def exec_module(module: ModuleType) -> None:
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
             module.cython_blas = sys.modules[BLAS_MODULE]  # type: ignore[attr-defined]
             run(module)
 

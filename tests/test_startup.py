@@ -229,6 +229,19 @@ def test_numba_blas_without_scipy_linalg():
     assert _python(code).strip() == "2.0"
 
 
+def test_blas_binding_survives_a_find_spec_before_the_import():
+    """Asking whether scipy.linalg is installed (find_spec) imports nothing: the import after
+    it must still bind the preloaded cython_blas as the package's attribute."""
+    code = ("import importlib.util, sys; from flegel.jit import preload_blas; "
+            "assert preload_blas(); "
+            "assert importlib.util.find_spec('scipy.linalg') is not None; "
+            "assert 'scipy.linalg' not in sys.modules; "
+            "import scipy.linalg; "
+            "print(scipy.linalg.cython_blas is sys.modules['scipy.linalg.cython_blas'], "
+            "any(type(f).__name__ == '_BindBlas' for f in sys.meta_path))")
+    assert _python(code).split() == ["True", "False"]
+
+
 # ------------------------------------------------------------------------------ under MPI
 @pytest.mark.mpi
 def test_launched_run_reports_every_phase(tmp_path):
