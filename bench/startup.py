@@ -18,10 +18,11 @@ stragglers) ``--runs`` times each, training ``--max-time`` seconds, and prints
 that rank under cProfile and prints its 25 most expensive functions (cumulative) up to
 training; ``--importtime`` prints the 20 slowest imports of a worker's imports, then of
 ``scipy.linalg`` (what numba imports without the BLAS preload; ``python -X importtime``);
-``--kernels N`` times, N times in fresh processes, what a worker's ``kernels_ahead`` step does -- the job read, the algorithm made, numba started and
-its compiled kernels loaded (:meth:`flegel.device.DeviceKernels.load_compiled`) -- in CPU
-seconds (less noisy than wall time on a shared machine); with ``--ab-preload``, alternately
-with and without :func:`flegel.jit.preload_blas` in the same checkout (:func:`ab_preload`).
+``--kernels N`` times, N times in fresh processes, what a worker's ``kernels_ahead`` step
+does -- the job read, the algorithm made, numba started and its compiled kernels loaded
+(:meth:`flegel.device.DeviceKernels.load_compiled`) -- in CPU seconds (less noisy than wall
+time on a shared machine); with ``--ab-preload``, alternately with and without
+:func:`flegel.jit.preload_blas` in the same checkout (:func:`ab_preload`).
 
     python bench/startup.py                                   # 6 algorithms x 3 runs
     python bench/startup.py --algorithms kmeans,nmf --runs 5
@@ -147,6 +148,14 @@ def profile(python: str, job: Path, out: Path, rank: int, max_time: float) -> No
     mpiexec = find_mpiexec()
     if mpiexec is None:
         raise SystemExit("no MPI launcher found")
+    # The profile stops at RankClock's "ready" mark (_shim): a checkout before issue 19 has
+    # no RankClock, and its rank would run unprofiled to the end.
+    probe = subprocess.run([python, "-c", "from flegel.runtime.timings import RankClock"],
+                           cwd=job.parent, env=_env(), capture_output=True, text=True,
+                           timeout=120)
+    if probe.returncode != 0:
+        raise SystemExit(f"--profile needs flegel.runtime.timings.RankClock (issue 19), which "
+                         f"{python}'s flegel lacks: profile this checkout's Python instead")
     n = load_job(str(job)).workers + 1
     stats = out / f"rank{rank}.prof"
     cmd = [mpiexec, "-n", str(n), python, __file__, "--shim", str(rank), str(stats), "--",

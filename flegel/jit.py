@@ -177,11 +177,14 @@ def preload_blas() -> bool:
     """Load SciPy's ``cython_blas`` extension alone, without the ``scipy.linalg`` package,
     for numba's BLAS calls; returns whether it did.
 
-    A kernel that calls ``np.dot`` (K-means' tile product, NMF's HALS steps) makes numba
-    fetch ``dgemm`` and the like from :data:`BLAS_MODULE` at its first call, by importing that
-    module; the import runs ``scipy/linalg/__init__.py`` first, which imports the whole of
-    ``scipy.linalg`` (and ``scipy._lib``'s array-API layer): 0.22-0.45 CPU-s per worker,
-    where the extension alone loads in about 20 ms (issue 19, "the first second counts").
+    numba imports :data:`BLAS_MODULE` to fetch ``dgemm`` and the like from it, and does so
+    for any kernel, not only one that calls ``np.dot``: ``numba.np.arraymath``, which its
+    context loads at the first compile or cache load of any kernel, checks for BLAS when
+    imported (``_check_blas``).  So it is not gated on the kernels that call BLAS: every
+    kernel would pay the import.  The import runs ``scipy/linalg/__init__.py`` first, which
+    imports the whole of ``scipy.linalg`` (and ``scipy._lib``'s array-API layer), where the
+    extension alone loads in about 20 ms (issue 19, "the first second counts"; the saving:
+    ``python bench/startup.py --kernels 6 --ab-preload``).
     The module loaded here is the very file the package import would load, so numba calls
     the same BLAS and every result is bit for bit the same.  Nothing is done when
     ``scipy.linalg`` is imported already or SciPy's layout is not the expected one (one
