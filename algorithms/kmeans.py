@@ -32,7 +32,7 @@ from flegel.device import DeviceKernels, to_host
 from flegel.jit import LazyKernel, njit
 from flegel.validation import Integer
 
-# the module, not its kernel: flegel.jit.cache_is_cold asks about this module's own kernels
+# the module, not its kernel: the bounded kernel stays in its module's namespace
 from . import _kmeans_bounds as hamerly
 from ._common import (
     DEVICE_PARAMS,
@@ -110,7 +110,7 @@ class _Threaded(LazyKernel):
     numba compiles it, at the first call with more than one thread (with ``kernel: compiled``,
     a worker's warm-up, before the training clock).  It is compiled only then, and is no
     module-level kernel: a run with one thread never compiles it, so
-    :func:`flegel.jit.cache_is_cold` does not wait for it.  Each block forks and joins the
+    :func:`flegel.jit.before_compiling` does not ask about it.  Each block forks and joins the
     threads: on cores shared with other work a preempted thread holds up every block.
     """
 
@@ -144,8 +144,8 @@ class _Threaded(LazyKernel):
 
     def __call__(self, *args: object) -> float:
         compiled = self._compiled
-        if compiled is None:
-            compiled = self.dispatcher()
+        if compiled is None or not self._called:
+            compiled = self.first_call()
         if self._threads is not None and self._threads() > 1:
             return self.parallel_dispatcher()(*args)
         return compiled(*args)

@@ -16,16 +16,19 @@ stragglers) ``--runs`` times each, training ``--max-time`` seconds, and prints
 
 ``--profile RANK`` runs one K-means job (or ``--algorithms``' first) under ``mpiexec`` with
 that rank under cProfile and prints its 25 most expensive functions (cumulative) up to
-training; ``--importtime`` prints the 20 slowest imports of a worker's imports
-(``python -X importtime``); ``--kernels N`` times, N times in fresh processes, what a
-worker's ``kernels_ahead`` step does -- the job read, the algorithm made, numba started and
-its compiled kernels loaded (:meth:`flegel.device.DeviceKernels.load_compiled`) -- in CPU
-seconds (less noisy than wall time on a shared machine).
+training; ``--importtime`` prints the 20 slowest imports of a worker's imports, then of
+``scipy.linalg`` (what numba imports without the BLAS preload; ``python -X importtime``);
+``--kernels N`` times, N times in fresh processes, what a worker's ``kernels_ahead`` step
+does -- the job read, the algorithm made, numba started and its compiled kernels loaded
+(:meth:`flegel.device.DeviceKernels.load_compiled`) -- in CPU seconds (less noisy than wall
+time on a shared machine); with ``--ab-preload``, alternately with and without
+:func:`flegel.jit.preload_blas` in the same checkout (:func:`ab_preload`).
 
     python bench/startup.py                                   # 6 algorithms x 3 runs
     python bench/startup.py --algorithms kmeans,nmf --runs 5
     python bench/startup.py --profile 1 --algorithms nmf
     python bench/startup.py --kernels 8 --algorithms kmeans,nmf
+    python bench/startup.py --kernels 6 --ab-preload --algorithms kmeans,nmf
     python bench/startup.py --python /usr/bin/python3          # another checkout's flegel
 
 Phases from a checkout without ``startup`` in its summary (before issue 19) print the
@@ -145,6 +148,14 @@ def profile(python: str, job: Path, out: Path, rank: int, max_time: float) -> No
     mpiexec = find_mpiexec()
     if mpiexec is None:
         raise SystemExit("no MPI launcher found")
+    # The profile stops at RankClock's "ready" mark (_shim): a checkout before issue 19 has
+    # no RankClock, and its rank would run unprofiled to the end.
+    probe = subprocess.run([python, "-c", "from flegel.runtime.timings import RankClock"],
+                           cwd=job.parent, env=_env(), capture_output=True, text=True,
+                           timeout=120)
+    if probe.returncode != 0:
+        raise SystemExit(f"--profile needs flegel.runtime.timings.RankClock (issue 19), which "
+                         f"{python}'s flegel lacks: profile this checkout's Python instead")
     n = load_job(str(job)).workers + 1
     stats = out / f"rank{rank}.prof"
     cmd = [mpiexec, "-n", str(n), python, __file__, "--shim", str(rank), str(stats), "--",
@@ -182,9 +193,11 @@ def _shim(rank: str, stats: str, argv: list[str]) -> None:
 
 
 def importtime(python: str, algorithm: str) -> None:
-    """A worker's imports (the CLI, MPI, the run, the algorithm, numba), slowest first."""
+    """A worker's imports (the CLI, MPI, the run, the algorithm, numba), slowest first, and
+    last ``scipy.linalg``: what numba imports for its BLAS at a kernel's first ``np.dot``
+    without :func:`flegel.jit.preload_blas` (before issue 19; GMM with full covariances)."""
     code = ("import flegel.cli.commands; from mpi4py import MPI; import flegel.run; "
-            f"import flegel.algorithms.{algorithm}; import numba")
+            f"import flegel.algorithms.{algorithm}; import numba; import scipy.linalg")
     with tempfile.TemporaryDirectory() as elsewhere:  # not a checkout's root (see run)
         proc = subprocess.run([python, "-X", "importtime", "-c", code], cwd=elsewhere,
                               env=_env(), capture_output=True, text=True, timeout=300)
@@ -193,37 +206,73 @@ def importtime(python: str, algorithm: str) -> None:
         parts = line.split("|")
         if len(parts) == 3 and parts[1].strip().isdigit():
             rows.append((int(parts[1]), parts[2].rstrip()))
-    print(f"  a worker's imports (python -X importtime; cumulative ms, 20 highest, "
-          f"{algorithm}):")
+    print(f"  a worker's imports, then scipy.linalg (python -X importtime; cumulative ms, "
+          f"20 highest, {algorithm}):")
     for us, name in sorted(rows, reverse=True)[:20]:
         print(f"    {us / 1000:8.1f}  {name}")
 
 
-#: A worker's ``kernels_ahead`` in a fresh process (:func:`kernels`).
+#: A worker's ``kernels_ahead`` in a fresh process (:func:`kernels`).  With ``off`` as its
+#: second argument, :func:`flegel.jit.preload_blas` is stubbed out first (``--ab-preload``):
+#: numba then imports ``scipy.linalg`` for its BLAS, as before issue 19.  It prints whether
+#: ``scipy.linalg`` got imported, so the A/B shows which path each side took.
 KERNELS_CHILD = """
 import sys
 import numpy as np
+if sys.argv[2:] == ["off"]:
+    import flegel.jit
+    if not hasattr(flegel.jit, "preload_blas"):
+        raise SystemExit(f"--ab-preload: {flegel.jit.__file__} has no preload_blas")
+    flegel.jit.preload_blas = lambda: False
 from flegel.job.validate import load_job
 job = load_job(sys.argv[1])
 job.make_algorithm().load_compiled(job.data_info.n_features, np.dtype(np.float64))
+print("scipy.linalg" in sys.modules)
 """
+
+
+def _child_cpu(python: str, job: Path, *extra: str) -> tuple[float, str]:
+    """CPU seconds (user + system) of one fresh :data:`KERNELS_CHILD`, and what it printed."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run([python, "-c", KERNELS_CHILD, str(job), *extra], cwd=job.parent,
+                          env=_env(), check=True, timeout=300, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
+            proc.stdout.strip())
 
 
 def kernels(python: str, jobs: dict[str, Path], runs: int) -> None:
     """``--kernels``: CPU seconds of :data:`KERNELS_CHILD` per job, ``runs`` times (after
     one warm-up), each in a fresh ``python``; prints each run and the median."""
     for name, job in jobs.items():
-        cpu = []
-        for i in range(runs + 1):
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            subprocess.run([python, "-c", KERNELS_CHILD, str(job)], cwd=job.parent,
-                           env=_env(), check=True, timeout=300)
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            if i:  # the first warms numba's cache and the page cache
-                cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+        cpu = [_child_cpu(python, job)[0] for _ in range(runs + 1)][1:]  # 1st warms caches
         print(f"  {name}: a worker's kernels_ahead in a fresh process (imports, numba, "
               f"kernels), CPU s: median {_med(cpu):.3f} (runs: "
               f"{', '.join(f'{c:.2f}' for c in cpu)})")
+
+
+def ab_preload(python: str, jobs: dict[str, Path], runs: int) -> None:
+    """``--kernels N --ab-preload``: :data:`KERNELS_CHILD` of one checkout with
+    :func:`flegel.jit.preload_blas` (``on``) and with it stubbed out (``off``), alternating
+    on, off ``runs`` times (after one warm-up pair), each in a fresh ``python``: the
+    preload's saving alone, same code and same numba cache on both sides.  Prints each
+    side's CPU seconds, their medians, and the paired differences (off - on)."""
+    for name, job in jobs.items():
+        cpu: dict[str, list[float]] = {"on": [], "off": []}
+        linalg: dict[str, set[str]] = {"on": set(), "off": set()}
+        for i in range(runs + 1):
+            for side in ("on", "off"):
+                seconds, printed = _child_cpu(python, job, side)
+                linalg[side].add(printed)
+                if i:  # the first pair warms numba's cache and the page cache
+                    cpu[side].append(seconds)
+        diffs = [off - on for on, off in zip(cpu["on"], cpu["off"])]
+        for side in ("on", "off"):
+            print(f"  {name} preload {side:<3}: kernels_ahead CPU s median {_med(cpu[side]):.3f}"
+                  f" (runs: {', '.join(f'{c:.2f}' for c in cpu[side])}; scipy.linalg "
+                  f"imported: {'/'.join(sorted(linalg[side]))})")
+        print(f"  {name} saving (off - on, paired): median {_med(diffs):.3f} CPU-s, "
+              f"min {min(diffs):.3f}, max {max(diffs):.3f}")
 
 
 def main() -> None:
@@ -243,6 +292,8 @@ def main() -> None:
     ap.add_argument("--importtime", action="store_true", help="a worker's imports instead")
     ap.add_argument("--kernels", type=int, default=0, metavar="N",
                     help="time a worker's kernel loading N times instead")
+    ap.add_argument("--ab-preload", action="store_true", help="with --kernels: alternate "
+                    "with and without flegel.jit.preload_blas (same checkout)")
     ap.add_argument("--json", type=Path, default=None, help="also write the medians here")
     args = ap.parse_args()
     names = args.algorithms.split(",")
@@ -256,7 +307,7 @@ def main() -> None:
         folder = args.data or Path(tmp)
         jobs = _jobs(folder, names)
         if args.kernels:
-            kernels(args.python, jobs, args.kernels)
+            (ab_preload if args.ab_preload else kernels)(args.python, jobs, args.kernels)
             return
         if args.profile is not None:
             profile(args.python, jobs[names[0]], Path(tmp), args.profile, args.max_time)

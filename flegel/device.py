@@ -196,12 +196,18 @@ def load_ahead(algorithm: object, n_points: int, n_features: int, dtype: np.dtyp
         return False
     if not algorithm.plan_kernels(n_points, n_features, passes):
         return False
-    if not first:
-        from flegel.jit import cache_is_cold
+    if first:
+        algorithm.load_compiled(n_features, dtype)
+        return True
+    from flegel.jit import NotCompiledError, before_compiling, cache_is_cold, refuse_compiling
 
-        if cache_is_cold(type(algorithm).__module__):
-            return False
-    algorithm.load_compiled(n_features, dtype)
+    if cache_is_cold(type(algorithm).__module__):
+        return False
+    try:  # a kernel not in numba's cache yet is left to worker 1 (flegel.jit.before_compiling)
+        with before_compiling(refuse_compiling):
+            algorithm.load_compiled(n_features, dtype)
+    except NotCompiledError:
+        return False
     return True
 
 

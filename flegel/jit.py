@@ -19,12 +19,13 @@ folder so every node loads what one compiled).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -33,6 +34,55 @@ from typing import Any
 #: functions from (``np.dot`` inside a kernel: numba's ``_helperlib.c``,
 #: ``import_cython_function``).
 BLAS_MODULE = "scipy.linalg.cython_blas"
+
+#: What a first call of a cached kernel that numba's cache does not hold yet does before it
+#: compiles (:func:`before_compiling`; the innermost last).
+_BEFORE_COMPILING: list[Callable[[], None]] = []
+
+
+class NotCompiledError(Exception):
+    """A kernel's first call refused to compile (:func:`refuse_compiling`)."""
+
+
+def refuse_compiling() -> None:
+    """A :func:`before_compiling` hook: raise :class:`NotCompiledError` instead of compiling."""
+    raise NotCompiledError
+
+
+@contextlib.contextmanager
+def before_compiling(hook: Callable[[], None]) -> Iterator[None]:
+    """Inside, the first call (in this process) of each cached :class:`LazyKernel` whose
+    compiled version numba's cache does not hold yet calls ``hook`` before compiling it.
+
+    A worker other than the first waits there for worker 1, which compiles it, and then loads
+    it from the cache (``flegel/run.py``'s warm-up: n workers compiling the same kernel at
+    once cost n times the CPU, issue 14); ahead of θ⁽⁰⁾ it refuses instead
+    (:func:`refuse_compiling`, :func:`flegel.device.load_ahead`).  Asked per kernel as the
+    job calls it (issue 19): a kernel the job never calls -- FCM's general ``m`` beside its
+    ``m = 2`` kernel, logistic regression's multinomial kernel beside its binary one -- is
+    not asked about, and one it calls but that was never compiled (binary logistic
+    regression run before, multinomial now) is.  The hook may be called more than once (one
+    call per such kernel).
+    """
+    _BEFORE_COMPILING.append(hook)
+    try:
+        yield
+    finally:
+        _BEFORE_COMPILING.pop()
+
+
+def is_compiled(dispatcher: Any) -> bool:
+    """Whether numba's on-disk cache holds a compiled version of ``dispatcher`` for its
+    current source (any argument types; a dispatcher without ``cache=True``: True, it has
+    nothing to wait for).  False when the cache cannot be read (numba's cache index is
+    internal to numba: the answer errs on the side of compiling once first)."""
+    cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
+    if cache_file is None:
+        return True
+    try:
+        return bool(cache_file._load_index())
+    except Exception:  # noqa: BLE001 - another numba's layout: compile once first
+        return False
 
 
 class LazyKernel:
@@ -55,6 +105,7 @@ class LazyKernel:
         self.py_func = fn
         self.options = options
         self._compiled: Callable[..., Any] | None = None
+        self._called = False  # called in this process (past :func:`before_compiling`)
         functools.update_wrapper(self, fn)
 
     def dispatcher(self) -> Callable[..., Any]:
@@ -66,10 +117,19 @@ class LazyKernel:
             self._compiled = numba.njit(**self.options)(self.py_func)
         return self._compiled
 
+    def first_call(self) -> Callable[..., Any]:
+        """The dispatcher, at this kernel's first call in this process: first the
+        :func:`before_compiling` hook when its compiled version is not in numba's cache."""
+        compiled = self.dispatcher()
+        if _BEFORE_COMPILING and self.options.get("cache") and not is_compiled(compiled):
+            _BEFORE_COMPILING[-1]()
+        self._called = True
+        return compiled
+
     def __call__(self, *args: Any) -> Any:
         compiled = self._compiled
-        if compiled is None:
-            compiled = self.dispatcher()
+        if compiled is None or not self._called:
+            compiled = self.first_call()
         return compiled(*args)
 
 
@@ -94,65 +154,56 @@ def njit(**options: Any) -> Callable[[Callable[..., Any]], LazyKernel]:
 
 
 def cache_is_cold(module: str) -> bool:
-    """Whether ``module``'s cached numba kernels have nothing compiled in numba's cache yet.
+    """Whether some plain numba dispatcher of ``module`` made with ``cache=True`` (a user's
+    algorithm's ``numba.njit``, not a :class:`LazyKernel`) has no compiled version in numba's
+    cache yet; False when the module has none or numba is not imported (it has none then).
 
-    The kernels are the module's :class:`LazyKernel` objects and numba dispatchers made with
-    ``cache=True``.  True when none of them has a compiled version on disk for its current
-    source (a fresh checkout, an edited module), or when the cache cannot be read (numba's
-    cache index is internal to numba: the answer errs on the side of compiling once first);
-    False when the module has none (nothing to compile) or any one has been compiled.
-
-    Any, not every (issue 19): a module keeps kernels a job may never call -- FCM's general
-    ``m`` beside its ``m = 2`` kernel, logistic regression's multinomial kernel beside its
-    binary one -- and with "every", such a module was cold in every run, so every run's
-    workers waited for worker 1's warm-up before starting their own (0.5-1.2 s of the
-    page's FCM and logreg jobs' compile phase).  A kernel a module's first compiled job did
-    not call is then compiled by every worker at once, once.  Imports numba only when the
-    module has lazy kernels.
+    Every one, not any: which of them a job calls is not known, and a job calling one never
+    compiled would have every worker compile it at once.  The :class:`LazyKernel` objects are
+    not counted here: they are asked one by one as the job first calls them
+    (:func:`before_compiling`).
 
     Parameters
     ----------
     module : str
         A module already imported (an algorithm's).
     """
-    found: list[Any] = []
-    for value in vars(sys.modules[module]).values():
-        if isinstance(value, LazyKernel) and value.options.get("cache"):
-            found.append(value.dispatcher())
-        elif "numba" in sys.modules and hasattr(value, "enable_caching"):
-            found.append(value)
-    cached = False
-    for dispatcher in found:
-        cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
-        if cache_file is None:  # not cached: every rank compiles its own anyway
-            continue
-        cached = True
-        try:
-            index = cache_file._load_index()
-        except Exception:  # noqa: BLE001 - another numba's layout: compile once first
-            return True
-        if index:
-            return False
-    return cached
+    if "numba" not in sys.modules:
+        return False
+    return not all(is_compiled(value) for value in vars(sys.modules[module]).values()
+                   if not isinstance(value, LazyKernel) and hasattr(value, "enable_caching"))
 
 
 class _BindBlas(importlib.abc.MetaPathFinder):
     """Binds the preloaded BLAS module as ``scipy.linalg.cython_blas`` when ``scipy.linalg``
     itself is imported later (an import statement finds it in ``sys.modules``; the attribute
-    of the package is what the import machinery would have set), then steps aside."""
+    of the package is what the import machinery would have set), then steps aside.
+
+    It steps aside when the package's module runs, not when its spec is found: a
+    ``find_spec("scipy.linalg")`` alone (``importlib.util.find_spec``, a tool asking what is
+    installed) imports nothing, and the import after it must still bind the attribute.
+    """
+
+    def __init__(self) -> None:
+        self._finding = False  # our own find_spec below goes through sys.meta_path again
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "scipy.linalg":
+        if fullname != "scipy.linalg" or self._finding:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
+        self._finding = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._finding = False
         loader = getattr(spec, "loader", None)
         if spec is None or loader is None or not hasattr(loader, "exec_module"):
             return spec
         run = loader.exec_module
 
         def exec_module(module: ModuleType) -> None:
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
             module.cython_blas = sys.modules[BLAS_MODULE]  # type: ignore[attr-defined]
             run(module)
 
@@ -164,11 +215,14 @@ def preload_blas() -> bool:
     """Load SciPy's ``cython_blas`` extension alone, without the ``scipy.linalg`` package,
     for numba's BLAS calls; returns whether it did.
 
-    A kernel that calls ``np.dot`` (K-means' tile product, NMF's HALS steps) makes numba
-    fetch ``dgemm`` and the like from :data:`BLAS_MODULE` at its first call, by importing that
-    module; the import runs ``scipy/linalg/__init__.py`` first, which imports the whole of
-    ``scipy.linalg`` (and ``scipy._lib``'s array-API layer): 0.22-0.45 CPU-s per worker,
-    where the extension alone loads in about 20 ms (issue 19, "the first second counts").
+    numba imports :data:`BLAS_MODULE` to fetch ``dgemm`` and the like from it, and does so
+    for any kernel, not only one that calls ``np.dot``: ``numba.np.arraymath``, which its
+    context loads at the first compile or cache load of any kernel, checks for BLAS when
+    imported (``_check_blas``).  So it is not gated on the kernels that call BLAS: every
+    kernel would pay the import.  The import runs ``scipy/linalg/__init__.py`` first, which
+    imports the whole of ``scipy.linalg`` (and ``scipy._lib``'s array-API layer), where the
+    extension alone loads in about 20 ms (issue 19, "the first second counts"; the saving:
+    ``python bench/startup.py --kernels 6 --ab-preload``).
     The module loaded here is the very file the package import would load, so numba calls
     the same BLAS and every result is bit for bit the same.  Nothing is done when
     ``scipy.linalg`` is imported already or SciPy's layout is not the expected one (one

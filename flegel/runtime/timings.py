@@ -106,18 +106,25 @@ def say_importing(rank: str | None) -> None:
 
 class RankClock:
     """One rank's marks through its start-up and end (module docstring): each mark, its
-    wall time (``time.time()``) and this process's CPU time when it was made.
+    time on ``time.perf_counter``'s clock and this process's CPU time when it was made.
 
     The first mark, ``start``, is the process's start (:func:`process_start`; CPU 0): a
     rank runs one job, so its first step covers the interpreter's start and the imports.
+    Step lengths are on ``perf_counter`` (monotonic): ``time.time()`` may be stepped back
+    (NTP) between two marks, which would give a step a negative length.  Only the first
+    step's beginning, the process start, comes from ``time.time()`` (the kernel's record is
+    all there is), read once here, and a negative first step is taken as 0.
     """
 
     def __init__(self) -> None:
-        self.marks: list[tuple[str, float, float]] = [("start", _START, 0.0)]
+        now, wall = time.perf_counter(), time.time()
+        #: This process's start on the perf_counter clock.
+        origin = now - max(0.0, wall - _START)
+        self.marks: list[tuple[str, float, float]] = [("start", origin, 0.0)]
 
     def mark(self, name: str) -> None:
         """What ended now is ``name`` (e.g. ``"loaded"``: the shard is loaded)."""
-        self.marks.append((name, time.time(), time.process_time()))
+        self.marks.append((name, time.perf_counter(), time.process_time()))
 
     def spans(self) -> dict[str, object]:
         """For ``summary.json``: ``start`` (this process's start, ``time.time()`` seconds)
@@ -125,7 +132,7 @@ class RankClock:
         mark before it."""
         steps = [[name, round(t - t0, 4), round(c - c0, 4)]
                  for (_, t0, c0), (name, t, c) in zip(self.marks, self.marks[1:])]
-        return {"start": self.marks[0][1], "steps": steps}
+        return {"start": _START, "steps": steps}
 
 
 class Timings:
