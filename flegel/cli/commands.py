@@ -186,6 +186,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
+def _stop_flegel_threads(timeout: float = 0.5) -> None:
+    """Stop and join (``timeout`` seconds in all) this rank's flegel daemon threads: the peer
+    watch (:func:`flegel.runtime.peers.close`), the master's watchdog
+    (:func:`flegel.runtime.watchdog.finished`) and any other named ``flegel-*``.  No Python
+    thread may run beside ``MPI_Finalize`` and C's exit handlers: the peer watch, woken by a
+    peer rank's exit exactly then, was alive in a rank that segfaulted in ``exit()``."""
+    import time
+
+    from flegel.runtime import peers, watchdog
+
+    end = time.monotonic() + timeout
+    peers.close(timeout)
+    watchdog.finished()
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and thread.name.startswith("flegel-"):
+            thread.join(max(0.0, end - time.monotonic()))
+
+
 def _end_rank(mpi: Any, code: int = 0) -> NoReturn:
     """End a rank whose work is done (everything written and closed) with exit status
     ``code`` (0; 2 for a job every rank refused before any work).
@@ -203,6 +221,7 @@ def _end_rank(mpi: Any, code: int = 0) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     atexit._run_exitfuncs()
+    _stop_flegel_threads()
     from flegel.runtime.lifetime import c_exit, mark_finalizing, outlive_parent
 
     outlive_parent()
