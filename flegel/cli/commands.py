@@ -192,11 +192,20 @@ def _stop_flegel_threads(timeout: float = 0.5) -> None:
     (:func:`flegel.runtime.watchdog.finished`) and any other named ``flegel-*``.  No Python
     thread may run beside ``MPI_Finalize`` and C's exit handlers: the peer watch, woken by a
     peer rank's exit exactly then, was alive in a rank that segfaulted in ``exit()``."""
+    import contextlib
+    import faulthandler
     import time
 
     from flegel.runtime import peers, watchdog
 
     end = time.monotonic() + timeout
+    # The stack dump on SIGUSR1 (faulthandler, from C) walks every thread's state without a
+    # lock: run inside C's exit (hydra sends SIGUSR1 when a peer rank ends) it read a state
+    # being freed and segfaulted (a core showed it: faulthandler_user -> dump_frame, under
+    # exit -> libmpi's handler).  The work is done: the signal is ignored from here on.
+    with contextlib.suppress(ValueError, OSError):
+        faulthandler.unregister(watchdog.DUMP_SIGNAL)
+        signal.signal(watchdog.DUMP_SIGNAL, signal.SIG_IGN)
     peers.close(timeout)
     watchdog.finished()
     for thread in threading.enumerate():
