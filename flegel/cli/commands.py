@@ -189,9 +189,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _stop_flegel_threads(timeout: float = 0.5) -> None:
     """Stop and join (``timeout`` seconds in all) this rank's flegel daemon threads: the peer
     watch (:func:`flegel.runtime.peers.close`), the master's watchdog
-    (:func:`flegel.runtime.watchdog.finished`) and any other named ``flegel-*``.  No Python
-    thread may run beside ``MPI_Finalize`` and C's exit handlers: the peer watch, woken by a
-    peer rank's exit exactly then, was alive in a rank that segfaulted in ``exit()``."""
+    (:func:`flegel.runtime.watchdog.finished`) and any other named ``flegel-*``, and ignore
+    the stack-dump signal: no Python thread may start or end beside ``MPI_Finalize`` and C's
+    exit handlers, and no signal may walk their thread states there (a rank segfaulted in
+    ``exit()``, 1 run in 40: ``faulthandler``'s SIGUSR1 dump read a thread state being
+    freed, the peer watch's as its peer exited)."""
     import contextlib
     import faulthandler
     import time
