@@ -186,6 +186,35 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
+def _stop_flegel_threads(timeout: float = 0.5) -> None:
+    """Stop and join (``timeout`` seconds in all) this rank's flegel daemon threads: the peer
+    watch (:func:`flegel.runtime.peers.close`), the master's watchdog
+    (:func:`flegel.runtime.watchdog.finished`) and any other named ``flegel-*``, and ignore
+    the stack-dump signal: no Python thread may start or end beside ``MPI_Finalize`` and C's
+    exit handlers, and no signal may walk their thread states there (a rank segfaulted in
+    ``exit()``, 1 run in 40: ``faulthandler``'s SIGUSR1 dump read a thread state being
+    freed, the peer watch's as its peer exited)."""
+    import contextlib
+    import faulthandler
+    import time
+
+    from flegel.runtime import peers, watchdog
+
+    end = time.monotonic() + timeout
+    # The stack dump on SIGUSR1 (faulthandler, from C) walks every thread's state without a
+    # lock: run inside C's exit (hydra sends SIGUSR1 when a peer rank ends) it read a state
+    # being freed and segfaulted (a core showed it: faulthandler_user -> dump_frame, under
+    # exit -> libmpi's handler).  The work is done: the signal is ignored from here on.
+    with contextlib.suppress(ValueError, OSError):
+        faulthandler.unregister(watchdog.DUMP_SIGNAL)
+        signal.signal(watchdog.DUMP_SIGNAL, signal.SIG_IGN)
+    peers.close(timeout)
+    watchdog.finished()
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and thread.name.startswith("flegel-"):
+            thread.join(max(0.0, end - time.monotonic()))
+
+
 def _end_rank(mpi: Any, code: int = 0) -> NoReturn:
     """End a rank whose work is done (everything written and closed) with exit status
     ``code`` (0; 2 for a job every rank refused before any work).
@@ -203,6 +232,7 @@ def _end_rank(mpi: Any, code: int = 0) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     atexit._run_exitfuncs()
+    _stop_flegel_threads()
     from flegel.runtime.lifetime import c_exit, mark_finalizing, outlive_parent
 
     outlive_parent()

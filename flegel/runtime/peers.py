@@ -14,6 +14,7 @@ watched: their silence is caught by ``runtime.stall_timeout_s``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import socket
@@ -76,27 +77,59 @@ class PeerWatch:
         self.armed = True
         self._dead: list[tuple[int, int]] = []
         self._fds: dict[int, int] = {}
+        self._thread: threading.Thread | None = None
+        self._closed = False
         for rank, pid in self.peers.items():
             try:
                 self._fds[os.pidfd_open(pid)] = rank
             except (OSError, AttributeError):  # not Linux >= 5.3, or it is gone already
                 continue
+        # close() writes here to wake the poll: the thread must be gone before C's exit
+        # handlers run (a thread woken by a peer's exit then raced them: a rare SIGSEGV).
+        self._wake_r, self._wake_w = os.pipe()
         if self._fds:
-            threading.Thread(target=self._watch, daemon=True, name="flegel-peers").start()
+            self._thread = threading.Thread(target=self._watch, daemon=True,
+                                            name="flegel-peers")
+            self._thread.start()
 
     def _watch(self) -> None:
         poller = select.poll()
         for fd in self._fds:
             poller.register(fd, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
         left = len(self._fds)
         while left:
             for fd, _ in poller.poll():  # blocks in the kernel until a peer exits
+                if fd == self._wake_r or self._closed:
+                    return
                 poller.unregister(fd)
                 left -= 1
                 rank = self._fds[fd]
                 self._dead.append((rank, self.peers[rank]))
                 if self.armed and self.on_death is not None:
                     self.on_death(rank, self.peers[rank])
+
+    def close(self, timeout: float = 0.5) -> bool:
+        """Stop watching: wake the thread, join it (at most ``timeout`` seconds) and close
+        the file descriptors; no ``on_death`` call after it returns True.  A rank calls it
+        before ``MPI_Finalize`` and C's ``exit``: no flegel thread may run beside their exit
+        handlers.  False: the thread is still running (in ``on_death``); its fds stay open.
+        """
+        if self._closed:
+            return True
+        self._closed = True
+        self.armed = False
+        if self._thread is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._wake_w, b"x")
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                return False
+        for fd in [*self._fds, self._wake_r, self._wake_w]:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds = {}
+        return True
 
     def dead(self) -> list[tuple[int, int]]:
         """(rank, pid) of the watched peers that died while armed, in the order seen."""
@@ -153,3 +186,9 @@ def disarm() -> None:
     """The run is over: peers may exit from now on."""
     if _current is not None:
         _current.disarm()
+
+
+def close(timeout: float = 0.5) -> bool:
+    """Stop this rank's watch and join its thread (:meth:`PeerWatch.close`); True when none
+    runs any more."""
+    return _current.close(timeout) if _current is not None else True
