@@ -596,6 +596,6 @@ def run(comm: MPI.Comm, job: Job, out_dir: Path,
     peers.watch(comm)
     if comm.rank == 0:
         return abort_on_error(comm, run_master, comm, job, out_dir, resume)
-    watchdog.install_dump(None, None)  # kill -USR1 PID: the worker's stack on stderr
+    watchdog.install_dump(None, None)  # kill -USR2 PID: the worker's stack on stderr
     abort_on_error(comm, run_worker, comm, job)
     return None

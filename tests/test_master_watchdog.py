@@ -173,7 +173,7 @@ STUCK_MASTER = textwrap.dedent('''
     import faulthandler, json, os, signal, socket, sys, time
     status = sys.argv[1]
     out = open(status + ".stack0", "w")
-    faulthandler.register(signal.SIGUSR1, file=out, all_threads=True)
+    faulthandler.register(signal.SIGUSR2, file=out, all_threads=True)
     def stuck_in_c():
         json.dump({"pid": os.getpid(), "host": socket.gethostname(),
                    "deadline": time.time() - 10, "monotonic": time.monotonic() - 10,
@@ -280,7 +280,7 @@ ANSWERING_MASTER = textwrap.dedent('''
                    "deadline": time.time() - past, "monotonic": time.monotonic() - past,
                    "phase": "training", "bound": ""}, open(state + ".tmp", "w"))
         os.replace(state + ".tmp", state)
-    signal.signal(signal.SIGUSR1, lambda *_: write(-60))
+    signal.signal(signal.SIGUSR2, lambda *_: write(-60))
     write(10)
     print("ready", flush=True)
     time.sleep(30)
@@ -325,7 +325,7 @@ def test_a_wall_clock_step_is_harmless_on_the_masters_host(tmp_path: Path) -> No
 
 def test_a_remote_masters_pid_is_never_signalled_here(tmp_path: Path) -> None:
     """Rank 0 on another host: its PID here is some other process, never signalled
-    (SIGUSR1 would end this one)."""
+    (SIGUSR2 would end this one)."""
     status = tmp_path / "status"
     innocent = _sleeper()
     try:
@@ -400,7 +400,7 @@ def test_workers_get_a_stack_dump_on_the_signal(tmp_path: Path) -> None:
 
 
 def test_a_master_not_stuck_shows_its_stack_on_the_signal_and_goes_on(tmp_path: Path) -> None:
-    """``kill -USR1`` on a master that is not stuck: its stack (written by the C handler
+    """``kill -USR2`` on a master that is not stuck: its stack (written by the C handler
     into the launcher's folder) comes out on stderr, and it runs on."""
     script = textwrap.dedent(f'''
         import sys, time

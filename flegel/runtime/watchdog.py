@@ -78,8 +78,11 @@ LAUNCH_SLACK_S = 2.0
 #: job before it kills the job itself.
 ANSWER_S = 3.0
 #: The signal that makes a rank write every thread's Python stack (from C, without the
-#: GIL: ``faulthandler``); on the master, once it is stuck, it also ends the job.
-DUMP_SIGNAL = signal.SIGUSR1
+#: GIL: ``faulthandler``); on the master, once it is stuck, it also ends the job.  Not
+#: SIGUSR1: hydra (``-disable-auto-cleanup``) sends SIGUSR1 to every surviving rank when one
+#: ends abnormally, so each printed its stack above the job's one line, and the handler
+#: replaced MPICH's own.
+DUMP_SIGNAL = signal.SIGUSR2
 
 _FLEGEL_DIR = str(Path(__file__).resolve().parents[1])
 #: Where libraries live: the standard library and the installed packages (a venv's, the
@@ -319,7 +322,7 @@ class Watchdog:
         self._write(None)
 
     def _echo_stack(self) -> None:
-        """A request for the stack alone (``kill -USR1``): the C handler wrote it into the
+        """A request for the stack alone (``kill -USR2``): the C handler wrote it into the
         launcher's folder; the user reads it on stderr."""
         if self.stack_file is not None:
             with contextlib.suppress(OSError, ValueError):
@@ -405,7 +408,7 @@ def past_deadline(state: dict[str, Any] | None) -> float | None:
 def install_dump(master: Watchdog | None, status: str | None) -> IO[Any] | None:
     """Make :data:`DUMP_SIGNAL` write every thread's stack, from C (``faulthandler``): on
     rank 0 launched by ``flegel run`` into :func:`stack_path` (returned, to keep it open),
-    elsewhere to stderr (``kill -USR1 PID`` shows where a rank is).  On the master, the
+    elsewhere to stderr (``kill -USR2 PID`` shows where a rank is).  On the master, the
     signal then ends a stuck job (:meth:`Watchdog.on_dump_signal`)."""
     out: IO[Any] | None = None
     if master is not None:
