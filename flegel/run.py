@@ -283,6 +283,7 @@ class _Saver:
         # One writer of the model at a time: the main thread's final save, the watchdog's
         # or a dead worker's thread's save of the last good θ.
         self._writing = threading.Lock()
+        self._writer: int | None = None  # the thread holding _writing (its ident)
         self.phase = "loading their shards"  # what the workers are doing, for messages
 
     def doing(self, rank: int) -> str:
@@ -300,10 +301,14 @@ class _Saver:
         if srv is None or writer is None or self.algorithm is None:
             return "no model saved: training had not started"
         # The main thread waits its turn (another thread saving is ending the job); a
-        # thread does not wait on a main thread stuck writing the model.
+        # thread does not wait on a main thread stuck writing the model, nor does the main
+        # thread on itself (the dump signal's handler run inside its own save_trained).
+        stuck_writing = "model not saved: rank 0 was writing it when it got stuck"
+        if self._writer == threading.get_ident():
+            return stuck_writing
         if not self._writing.acquire(blocking=threading.current_thread()
                                      is threading.main_thread()):
-            return "model not saved: rank 0 was writing it when it got stuck"
+            return stuck_writing
         try:
             return self._save(srv, writer, self.algorithm)
         finally:
@@ -313,9 +318,13 @@ class _Saver:
         """Write the trained model (the main thread, training over)."""
         assert self.writer is not None and self.algorithm is not None
         with self._writing:
-            self.saved = self.writer.save_model(self.algorithm, server.theta, server.version,
-                                                complete=False,
-                                                stop_reason=str(server.reason))
+            self._writer = threading.get_ident()
+            try:
+                self.saved = self.writer.save_model(self.algorithm, server.theta,
+                                                    server.version, complete=False,
+                                                    stop_reason=str(server.reason))
+            finally:
+                self._writer = None
 
     def _save(self, srv: Server, writer: RunWriter, algorithm: Algorithm) -> str:
         if not self.saved:

@@ -54,6 +54,25 @@ def test_the_deadline_is_max_time_plus_the_workers_grace_or_the_silence_bound() 
     assert master_deadline(7.0, 60.0) == 67.0
     assert master_deadline(7.0, None) is None
     assert master_deadline(7.0, None, 0.0, 3.0) == 3.0 + MASTER_GRACE_S
+    # Past the grace, a master in a turn as long as its longest so far is not stuck: the
+    # server waits a worker's last block past the grace, then updates θ (a 1.5 s M-step).
+    assert master_deadline(20.0, None, 0.0, 3.0, longest_turn_s=1.5) == 20.0 + 15.0
+
+
+def test_the_longest_turn_in_training_sets_the_silence_past_the_grace() -> None:
+    clock = Clock()
+    dog = Watchdog(lambda stuck, frame: None, clock=clock)
+    dog.beat()
+    clock.t = 5.0
+    dog.beat()  # 5 s before training: not a training turn
+    dog.enter("training", lambda: None, "", max_time_s=3.0)
+    clock.t = 6.5
+    dog.beat()  # a 1.5 s turn
+    assert dog.longest_turn_s == 1.5
+    clock.t = 6.5 + 3.0 + MASTER_GRACE_S
+    assert dog.look() is None  # silent 9 s < 10 x 1.5 s
+    clock.t = 6.5 + 15.0
+    assert dog.look() is not None
 
 
 def test_outside_training_the_phase_bound_is_the_workers() -> None:
@@ -300,7 +319,16 @@ def test_a_master_that_answers_the_signal_is_not_killed(
         job = launch._Job(proc, status)
         job._master_bound(status, None)
         assert job.stuck_at is not None  # signalled
-        time.sleep(0.5)
+        signalled = time.monotonic()
+        # The child answers when it gets a core: wait for its moved deadline, not a time.
+        end = signalled + 30.0
+        while time.monotonic() < end:
+            state = watchdog.read_state(str(status))
+            late = watchdog.past_deadline(state)
+            if state is not None and (late is None or late < 0):
+                break
+            time.sleep(0.02)
+        time.sleep(max(0.0, signalled + watchdog.ANSWER_S + 0.05 - time.monotonic()))
         job._master_bound(status, None)
         assert job.stuck_at is None and not status.exists() and proc.poll() is None
     finally:

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -55,7 +54,8 @@ def test_no_callback_after_close() -> None:
     finally:
         proc.kill()
         proc.wait()
-    time.sleep(0.2)  # a thread still polling would have seen the death by now
+    # close() said the thread ended: no thread of the watch is left to see the death
+    assert not any(t.name == "flegel-peers" and t.is_alive() for t in threading.enumerate())
     assert calls == []
     assert watch.dead() == []
 

@@ -69,6 +69,11 @@ MASTER_GRACE_S = MAX_TIME_GRACE_S + 1.0
 #: Seconds a master must have been silent before the ``max_time_s`` bound cuts it: one that
 #: answers is deciding the job's end itself.
 SILENT_MIN_S = 1.0
+#: Past ``max_time_s`` and its grace the master may still be in a legitimate turn (the
+#: server waits up to a worker's last block past the grace, then updates θ): a turn counts
+#: as stuck only when silent this many times the longest turn seen in training (the
+#: ``auto`` stall rule's factor), at least :data:`SILENT_MIN_S`.
+TURN_FACTOR = 10.0
 #: Seconds between the thread's looks (and its rewrites of the launcher's state file).
 TICK_S = 0.5
 #: Seconds past the master's deadline (as last written) before the launcher acts: the
@@ -111,7 +116,8 @@ def stack_path(status: str) -> str:
 
 
 def master_deadline(last_beat: float, silence_s: float | None, train_start: float | None = None,
-                    max_time_s: float | None = None) -> float | None:
+                    max_time_s: float | None = None, longest_turn_s: float = 0.0
+                    ) -> float | None:
     """When a master whose last completed turn was at ``last_beat`` counts as stuck.
 
     Parameters
@@ -123,7 +129,10 @@ def master_deadline(last_beat: float, silence_s: float | None, train_start: floa
     train_start, max_time_s : float or None
         In training with ``stop.max_time_s``: when training began and the limit; the master
         is then stuck at ``train_start + max_time_s +`` :data:`MASTER_GRACE_S` at the
-        latest, if it has been silent :data:`SILENT_MIN_S` by then.
+        latest, if it has been silent by then :data:`SILENT_MIN_S` and :data:`TURN_FACTOR`
+        times ``longest_turn_s``.
+    longest_turn_s : float
+        The longest turn the master completed in training so far.
 
     Returns
     -------
@@ -132,7 +141,8 @@ def master_deadline(last_beat: float, silence_s: float | None, train_start: floa
     """
     found = None if silence_s is None else last_beat + silence_s
     if train_start is not None and max_time_s is not None:
-        timed = max(train_start + max_time_s + MASTER_GRACE_S, last_beat + SILENT_MIN_S)
+        silent = max(SILENT_MIN_S, TURN_FACTOR * longest_turn_s)
+        timed = max(train_start + max_time_s + MASTER_GRACE_S, last_beat + silent)
         found = timed if found is None else min(found, timed)
     return found
 
@@ -238,9 +248,13 @@ class Watchdog:
         self._train_start: float | None = None
         self._max_time_s: float | None = None
         self.last_beat = clock()
+        self.longest_turn_s = 0.0  # in training (:data:`TURN_FACTOR`)
         self._own_io = 0  # flegel's own I/O under way (nested): :meth:`own_io`
         self._stop = threading.Event()
         self._fired = threading.Lock()
+        # One writer of the state file at a time (the main thread's enter, the thread's
+        # look): one temporary file, and a stale deadline never written over a newer one.
+        self._writes = threading.Lock()
         self._thread: threading.Thread | None = None
         #: The file the dump signal's C handler writes to (kept open for it).
         self.stack_file: IO[Any] | None = None
@@ -261,14 +275,18 @@ class Watchdog:
 
     def beat(self) -> None:
         """The master completed a turn of its loop."""
-        self.last_beat = self.clock()
+        now = self.clock()
+        if self._train_start is not None:
+            self.longest_turn_s = max(self.longest_turn_s, now - self.last_beat)
+        self.last_beat = now
 
     def deadline(self) -> float | None:
         """When the master counts as stuck (the clock's time; None: never)."""
         silence = self._silence()
         if self._own_io and silence is not None:
             silence = max(silence, PHASE_MIN_S)
-        return master_deadline(self.last_beat, silence, self._train_start, self._max_time_s)
+        return master_deadline(self.last_beat, silence, self._train_start, self._max_time_s,
+                               self.longest_turn_s)
 
     @contextlib.contextmanager
     def own_io(self) -> Iterator[None]:
@@ -319,6 +337,9 @@ class Watchdog:
         """The master's work is done: no bound any more (the launcher's
         ``runtime.finish_timeout_s`` takes over)."""
         self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(TICK_S + 1.0)  # not past a look that would write a deadline again
         self._write(None)
 
     def _echo_stack(self) -> None:
@@ -350,11 +371,18 @@ class Watchdog:
                "monotonic": mono,
                "phase": self.phase, "bound": self.bound(),
                "stack": None if self.stack_to is None else str(self.stack_to)}
-        with contextlib.suppress(OSError):
-            tmp = f"{self.state}.{os.getpid()}"
-            with open(tmp, "w") as f:
-                json.dump(doc, f)
-            os.replace(tmp, self.state)
+        # Bounded: a signal handler on the main thread may interrupt the main thread's own
+        # write; it then skips rather than waits on itself.
+        if not self._writes.acquire(timeout=1.0):
+            return
+        try:
+            with contextlib.suppress(OSError):
+                tmp = f"{self.state}.{os.getpid()}"
+                with open(tmp, "w") as f:
+                    json.dump(doc, f)
+                os.replace(tmp, self.state)
+        finally:
+            self._writes.release()
 
     def on_dump_signal(self, signum: int, frame: FrameType | None) -> None:
         """:data:`DUMP_SIGNAL` on the main thread (its C handler wrote the stack first):

@@ -131,9 +131,13 @@ COVER_PHASE = "coverage"
 #: from θ⁰ on the overlapping workload (``python bench/fsp_claims.py --only basin``) still
 #: change basin with the fifth step on a biased sample (+6.5 %), and one exact step followed
 #: by FSPV's partial ones ended +5.44 % above BSPB's basin in 2 of 2 runs of 10 s.  Only
-#: after a coverage that kept θ (:meth:`FSP.keeps_theta`) for at most half the workers
-#: (:meth:`FSP._straggler_hold`).
+#: after a coverage that kept θ (:meth:`FSP.keeps_theta`) for fewer than
+#: :data:`FAST_MINORITY` of the workers (:meth:`FSP._straggler_hold`).
 COVER_STEPS = 5
+#: The share of the workers a coverage hold must have waited for before its whole passes
+#: are dropped as a slow majority's beside a fast minority (Fig. 16b: 4 of 5), rather than
+#: taken for stragglers (:meth:`FSP._straggler_hold`).
+FAST_MINORITY = 0.75
 #: Complete whole passes (no worker paused) whose durations, broadcast to the last arrival,
 #: give the typical whole pass that bounds the next one (:meth:`FSP._whole_bound`).  Five:
 #: their lower median ignores up to two disturbed passes and follows a change within three.
@@ -1074,19 +1078,23 @@ class FSP(BarrierPolicy):
         """Whether coverage held θ for stragglers -- a minority of the workers -- rather than
         for a slow majority beside a fast minority: the workers the hold waited for
         (:attr:`held_for`: paused by the calibration's bound with points of their own shard
-        untrained) are at most half of them.  Only then are coverage's whole passes taken
-        (:data:`COVER_STEPS`): one straggler of two or of four, two of four, as before.
+        untrained) are fewer than three quarters of them (:data:`FAST_MINORITY`).  Only
+        then are coverage's whole passes taken (:data:`COVER_STEPS`): one straggler of two,
+        three or four, two of four, as before.
 
         Decided once, at the barrier that ends coverage (:meth:`keeps_theta`), on the
         hold's own evidence, recorded at the calibration barrier before any point moved: who
         did not pass within the calibration's bound (:data:`WHOLE_PASS_WAIT` times the first
         arrival) is why θ was held, it is a count of workers and not a speed, and the first
         arrival itself always passed, so with two workers the hold waited for one at most
-        and the whole passes are always taken.  One worker of ordinary speed that waited
-        for a core past the bound cannot turn either case: beside one straggler of four it
-        takes two such workers (3 of 4 held) to drop the whole passes, and in Fig. 16b (four
-        CPU workers 8x slower than the first arrival, twice the bound) two CPU workers
-        passing within the bound to keep them.
+        and the whole passes are always taken.  Workers of ordinary speed that waited for
+        a core past the bound seldom turn a case: beside one straggler of three it takes
+        one more such worker for 3 of 3 held, of four two more (3 of 4), of eight five
+        more; in Fig. 16b (four CPU workers 8x slower than the first arrival, twice the
+        bound, 4 of 5 held) one CPU worker passing within the bound keeps the passes (3 of
+        5: a cost in speed only).  Not "more than half": one straggler of three and one
+        core-starved worker (2 of 3) would then drop them, on the plateau's own case
+        (``tests/test_fsp_fast_worker.py``, "2-of-3").
 
         The whole passes were made for stragglers whose untrained points migration has
         moved away: the others are about as fast as one another, and a whole pass costs
@@ -1106,7 +1114,7 @@ class FSP(BarrierPolicy):
         contiguous shards then end on the +5.44 % plateau the whole passes prevent.  Nor a
         spread of predicted passes or speeds (docs/sync/fsp.md, "Tried and dropped"): each
         read 2.3-5.7x in some straggler's run on shared cores."""
-        return 2 * len(self.held_for) <= len(self.server.ranks)
+        return len(self.held_for) < FAST_MINORITY * len(self.server.ranks)
 
     def _expected_targets(self) -> set[int]:
         """The workers told to wait for untrained points (``Instructions.cover`` 2), per
