@@ -52,17 +52,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-PHASES = ("launch_s", "import_s", "load_s", "compile_s", "train_s", "final_eval_s", "write_s")
+from startup_bench import _env  # the same environment as the start-up bench's runs
+
+from flegel.runtime.timings import PHASES as _NAMED
+
+PHASES = tuple(key for key, _ in _NAMED)
 #: The steps counted as start-up in the CPU sum: every step up to a rank's ``ready``.
 TRAINING_STEPS = ("trained", "final_eval")
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env.setdefault(var, "1")
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as a user's Python: keep the bytecode
-    return env
 
 
 def _jobs(folder: Path, names: list[str]) -> dict[str, Path]:

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from flegel.cli.rankwatch import _ranks_with  # noqa: E402
+from flegel.cli.rankwatch import _ranks_with, _stat  # noqa: E402
 from tests.conftest import write_job  # noqa: E402
 from tests.test_lifetime_mpi import HUNG_MASTER  # noqa: E402
 
@@ -34,11 +34,8 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _cpu_ticks(pid: int) -> int | None:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return int(fields[11]) + int(fields[12])  # utime + stime
+    utime, stime = _stat(pid, 14), _stat(pid, 15)
+    return None if utime is None or stime is None else utime + stime
 
 
 def run(mode: str, max_time_s: float, sample_s: float, timeout_s: float, flegel: str) -> None:

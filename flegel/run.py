@@ -56,7 +56,7 @@ from flegel.runtime.faults import JobFault
 from flegel.runtime.layout import Layout
 from flegel.runtime.limits import PHASE_MIN_S
 from flegel.runtime.peak_memory import peak_rss_mib
-from flegel.runtime.server import AUTO, STALL_UNMEASURED_S, Server
+from flegel.runtime.server import Server
 from flegel.runtime.stopping import StopCriteria
 from flegel.runtime.store import ShardStore, global_ids
 from flegel.runtime.stragglers import Stragglers
@@ -423,10 +423,7 @@ def _watch(comm: MPI.Comm, timeout_s: float | str | None, what: str) -> Any:
     :data:`PHASE_MIN_S`; ``auto``: :data:`~flegel.runtime.server.STALL_UNMEASURED_S`, as
     loading, compiling and evaluating scale with the shard, not with an iteration), naming
     who and what."""
-    if timeout_s == AUTO:
-        timeout_s = STALL_UNMEASURED_S
-    assert not isinstance(timeout_s, str)
-    limit = None if timeout_s is None else max(timeout_s, PHASE_MIN_S)
+    limit = watchdog.phase_bound(timeout_s)  # the master's own bound outside training too
     deadline = None if limit is None else time.monotonic() + limit
 
     def watch(missing: list[int] | None = None) -> None:

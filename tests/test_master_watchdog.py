@@ -542,6 +542,17 @@ def test_another_thread_reads_theta_and_its_version_as_one_pair() -> None:
             theta, version = server.good()
             pairs.append((float(theta["w"][0]), version))
 
+    # Deterministic part: good() takes the lock an update holds while it swaps θ and its
+    # version (CPython seldom switches threads between the two, so the loop below alone
+    # passes without the lock too).
+    with server._theta_lock:
+        blocked = threading.Thread(target=server.good)
+        blocked.start()
+        blocked.join(0.2)
+        assert blocked.is_alive()  # waiting for the lock, not reading a half-made pair
+    blocked.join(5.0)
+    assert not blocked.is_alive()
+
     reader = threading.Thread(target=read)
     reader.start()
     for _ in range(3000):

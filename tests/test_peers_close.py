@@ -58,6 +58,7 @@ def test_no_callback_after_close() -> None:
     assert not any(t.name == "flegel-peers" and t.is_alive() for t in threading.enumerate())
     assert calls == []
     assert watch.dead() == []
+    assert watch._dead == []  # not even recorded (dead() hides deaths once disarmed)
 
 
 def test_a_death_while_armed_is_still_reported() -> None:

@@ -192,22 +192,13 @@ def _stop_flegel_threads(timeout: float = 0.5) -> None:
     (:func:`flegel.runtime.watchdog.finished`) and any other named ``flegel-*``, and ignore
     the stack-dump signal: no Python thread may start or end beside ``MPI_Finalize`` and C's
     exit handlers, and no signal may walk their thread states there (a rank segfaulted in
-    ``exit()``, 1 run in 40: ``faulthandler``'s dump, then on SIGUSR1, read a thread state being
-    freed, the peer watch's as its peer exited)."""
-    import contextlib
-    import faulthandler
+    ``exit()``, 3 runs in 180: :func:`flegel.runtime.watchdog.uninstall_dump`)."""
     import time
 
     from flegel.runtime import peers, watchdog
 
     end = time.monotonic() + timeout
-    # The stack dump (faulthandler, from C) walks every thread's state without a lock: run
-    # inside C's exit (then on SIGUSR1, which hydra sends when a peer rank ends) it read a state
-    # being freed and segfaulted (a core showed it: faulthandler_user -> dump_frame, under
-    # exit -> libmpi's handler).  The work is done: the signal is ignored from here on.
-    with contextlib.suppress(ValueError, OSError):
-        faulthandler.unregister(watchdog.DUMP_SIGNAL)
-        signal.signal(watchdog.DUMP_SIGNAL, signal.SIG_IGN)
+    watchdog.uninstall_dump()
     peers.close(timeout)
     watchdog.finished()
     for thread in threading.enumerate():

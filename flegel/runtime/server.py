@@ -216,6 +216,7 @@ class Server:
         self.transport = transport
         self.ranks = list(ranks)
         self.algorithm = algorithm
+        self._copies_theta = copies_theta(algorithm)  # a class's answer: once
         self.theta = theta
         self.zero = zero
         self.stop = stop
@@ -288,7 +289,7 @@ class Server:
         # θ must stay the last good one until the update completes (a master stuck or
         # failing in it saves θ: flegel.runtime.watchdog).
         theta = self.theta
-        if copies_theta(self.algorithm):
+        if self._copies_theta:
             theta = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in theta.items()}
         theta = self.algorithm.update_parameter(agg, theta)
         # Checked before it replaces the last good θ.

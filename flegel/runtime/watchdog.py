@@ -449,6 +449,17 @@ def install_dump(master: Watchdog | None, status: str | None) -> IO[Any] | None:
     return out
 
 
+def uninstall_dump() -> None:
+    """The rank's work is done: take :data:`DUMP_SIGNAL` back from ``faulthandler`` and
+    ignore it.  Its dump walks every thread's state without a lock; run inside C's exit
+    handlers it read a state being freed and segfaulted (two core dumps: faulthandler_user
+    -> dump_frame, under exit -> libmpi's handler; the signal was then SIGUSR1, which hydra
+    sends as peer ranks end)."""
+    with contextlib.suppress(ValueError, OSError):
+        faulthandler.unregister(DUMP_SIGNAL)
+        signal.signal(DUMP_SIGNAL, signal.SIG_IGN)
+
+
 def phase_bound(timeout_s: float | str | None) -> float | None:
     """The bound on the master's silence outside training: ``runtime.stall_timeout_s``, at
     least :data:`PHASE_MIN_S` (``auto``: :data:`~flegel.runtime.limits.STALL_UNMEASURED_S`);

@@ -475,6 +475,11 @@ def sample_share(shard_points: Sequence[int], min_points: int = 0) -> float:
     return sample_fraction(shard_points, min_points)
 
 
+
+def _untrained(header: dict[str, Any]) -> bool:
+    """Whether a worker's COMMIT header says it holds points of its own it never trained."""
+    return header.get("n_held", 0.0) - header.get("seen", 0.0) > 0
+
 class FSP(BarrierPolicy):
     """Master policy of FSP.
 
@@ -1048,8 +1053,7 @@ class FSP(BarrierPolicy):
             self._hold_start_s = self.iter_start  # the calibration's start
             # Who a hold would wait for: the workers the calibration's bound paused with
             # points of their own shard untrained (no point has moved yet).
-            self.held_for = sorted(r for r, h in commits.items()
-                                   if h.get("n_held", 0.0) - h.get("seen", 0.0) > 0)
+            self.held_for = sorted(r for r, h in commits.items() if _untrained(h))
         now = self.server.now()
         self.unseen = self.server.unseen()
         capped = now - self._hold_start_s >= self._hold_cap_s
@@ -1068,7 +1072,8 @@ class FSP(BarrierPolicy):
         # after a capped hold: the straggler still holds untrained points, and each whole
         # pass would wait for it up to the whole-pass bound.
         whole = bool(self.kept_barriers) and not self.hold_capped
-        # ... and only where the hold waited for at most half the workers (_straggler_hold):
+        # ... and only where the hold waited for fewer than FAST_MINORITY of the workers
+        # (_straggler_hold):
         # beside a fast minority every whole pass would be a slow worker's.
         self.cover_steps_dropped = whole and not self._straggler_hold()
         self.cover_steps_left = COVER_STEPS - 1 if whole and not self.cover_steps_dropped else 0
@@ -1133,7 +1138,7 @@ class FSP(BarrierPolicy):
                 continue
             came = self.server.worker(target).header.get("n_held", 0.0) - base
             moving = any(h.get("in_flight", 0.0) > 0
-                         or h.get("n_held", 0.0) - h.get("seen", 0.0) > 0
+                         or _untrained(h)
                          for h in (self.server.worker(r).header for r in sources))
             if came < points and moving:
                 out.add(target)
