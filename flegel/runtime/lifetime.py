@@ -206,12 +206,20 @@ def tell_launcher(code: int, message: str | None = None) -> bool:
     status = os.environ.get(STATUS_ENV)
     if not status:
         return False
-    with contextlib.suppress(OSError):
-        tmp = f"{status}.{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(f"{int(code)}\n" + (f"{message}\n" if message else ""))
-        os.replace(tmp, status)
+    replace_text(status, f"{int(code)}\n" + (f"{message}\n" if message else ""))
     return True
+
+
+def replace_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` whole, through a rename, so a reader in another process
+    never sees half of it; an OSError is dropped (the launcher's folder may be gone or on
+    another host: the caller has nothing better to do).  Not fsync'd: these small files
+    tell a live launcher something, they outlive no crash of the host."""
+    with contextlib.suppress(OSError):
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
 
 
 class _Decision:

@@ -376,11 +376,7 @@ class Watchdog:
         if not self._writes.acquire(timeout=1.0):
             return
         try:
-            with contextlib.suppress(OSError):
-                tmp = f"{self.state}.{os.getpid()}"
-                with open(tmp, "w") as f:
-                    json.dump(doc, f)
-                os.replace(tmp, self.state)
+            lifetime.replace_text(self.state, json.dumps(doc))
         finally:
             self._writes.release()
 
