@@ -15,6 +15,10 @@ that cache: beside the source in ``__pycache__`` when that folder is writable (a
 install, a virtual environment), else in the user's cache folder (``~/.cache/numba``), or in
 ``NUMBA_CACHE_DIR`` when it is set (a cluster whose home is not shared: point it at a shared
 folder so every node loads what one compiled).
+
+A job's first compile is worker 1's alone: workers 2..n load their kernels with compiling
+refused (:func:`without_compiling`, at numba's own cache miss for the call's exact argument
+types) and, refused, load them once worker 1 has compiled them.
 """
 
 from __future__ import annotations
