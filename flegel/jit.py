@@ -60,11 +60,18 @@ _LISTENING = False
 
 def _on_compile(data: dict[str, Any]) -> None:
     """numba's ``numba:compile`` start event (``data``: the dispatcher and the argument
-    types): in a :func:`without_compiling` block of this thread, refuse it."""
+    types): in a :func:`without_compiling` block of this thread, refuse it -- unless the
+    dispatcher keeps no on-disk cache (no ``cache=True``): waiting for worker 1 would not
+    spare its compile."""
+    from numba.core.caching import NullCache
+
     me = threading.get_ident()
+    dispatcher = data.get("dispatcher")
+    if isinstance(getattr(dispatcher, "_cache", None), NullCache):
+        return
     for refusal in reversed(_REFUSING):
         if refusal.thread == me:
-            fn = getattr(data.get("dispatcher"), "py_func", None)
+            fn = getattr(dispatcher, "py_func", None)
             refusal.refused = (f"{getattr(fn, '__qualname__', fn)}"
                                f"({', '.join(map(str, data.get('args', ())))})")
             raise NotCompiledError(f"{refusal.refused} is not in numba's cache")
@@ -103,8 +110,9 @@ def without_compiling(call: Callable[[], object]) -> bool:
     the call (dtype, contiguity, which kernel: K-means' parallel kernel with
     ``runtime.threads: 2`` as well as its serial one) and before it compiles.  A listener of
     that event raises :class:`NotCompiledError`, which ends ``call`` there; the call is to be
-    made again once the kernel is in the cache.  Any numba dispatcher counts: flegel's
-    :class:`LazyKernel` objects and a user's plain ``numba.njit(cache=True)`` kernels alike.
+    made again once the kernel is in the cache.  Any numba dispatcher with ``cache=True``
+    counts: flegel's :class:`LazyKernel` objects and a user's plain ``numba.njit`` kernels
+    alike (one without a cache compiles in every process whatever it waits for).
     Where ``call`` catches that error itself (or raises another from it), the refusal is
     still recorded and ``False`` returned.
 

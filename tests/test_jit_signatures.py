@@ -41,6 +41,10 @@ def largest(x):
 @numba.njit(cache=True)
 def plain(x):
     return x.sum() + 1.0
+
+@numba.njit
+def uncached(x):
+    return x.sum() + 2.0
 """
 
 
@@ -124,6 +128,8 @@ def test_a_plain_numba_kernel_is_refused_too(kernels):
     kernels().plain(np.ones(2))
     assert without_compiling(lambda: kernels().plain(np.ones(2)))
     assert not without_compiling(lambda: kernels().plain(np.ones((2, 2))))
+    # without cache=True worker 1's compile would not spare the others theirs: not refused
+    assert without_compiling(lambda: kernels().uncached(np.ones(2)))
 
 
 def test_a_refusal_swallowed_by_the_call_still_counts(kernels):
