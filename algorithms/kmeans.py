@@ -108,10 +108,12 @@ class _Threaded(LazyKernel):
     The parallel kernel (Python source ``parallel``) calls the serial one per tile, as
     ``_tile_kernel``, in a ``prange`` loop: both names are bound in this module just before
     numba compiles it, at the first call with more than one thread (with ``kernel: compiled``,
-    a worker's warm-up, before the training clock).  It is compiled only then, and is no
-    module-level kernel: a run with one thread never compiles it, so
-    :func:`flegel.jit.before_compiling` does not ask about it.  Each block forks and joins the
-    threads: on cores shared with other work a preempted thread holds up every block.
+    a worker's warm-up, before the training clock).  It is compiled only then: a run with one
+    thread never compiles it.  Its compile, like any numba compile, is what
+    :func:`flegel.jit.without_compiling` refuses on workers 2..n (numba's compile event, for
+    the exact argument types: a cache holding only the serial kernel, or only the float64
+    one, is a miss).  Each block forks and joins the threads: on cores shared with other work
+    a preempted thread holds up every block.
     """
 
     def __init__(self, serial: LazyKernel, parallel: Callable[..., float]) -> None:
@@ -144,8 +146,8 @@ class _Threaded(LazyKernel):
 
     def __call__(self, *args: object) -> float:
         compiled = self._compiled
-        if compiled is None or not self._called:
-            compiled = self.first_call()
+        if compiled is None:
+            compiled = self.dispatcher()
         if self._threads is not None and self._threads() > 1:
             return self.parallel_dispatcher()(*args)
         return compiled(*args)

@@ -24,12 +24,23 @@ does -- the job read, the algorithm made, numba started and its compiled kernels
 time on a shared machine); with ``--ab-preload``, alternately with and without
 :func:`flegel.jit.preload_blas` in the same checkout (:func:`ab_preload`).
 
+``--switch dtype`` (or ``threads``) runs, ``--runs`` times, a pair of jobs in a fresh numba
+cache (``NUMBA_CACHE_DIR``): the job as the page writes it (float64, one thread), then the
+same job with ``data.dtype=float32`` (or ``runtime.threads=2``), whose kernels that cache does
+not hold (:func:`switch`).  It prints, for that second run, how many kernels were compiled and
+saved (numba's ``NUMBA_DEBUG_CACHE`` lines: one per compile), each worker's CPU seconds of its
+kernel steps (``kernels_ahead`` + ``warm_up``: numba's start and loading or compiling its
+kernels, or waiting for worker 1) and the wall seconds from ``flegel run``'s start to the
+master's first θ update (the phases up to training, then the first snapshot of
+``objective_trace``).  Compare checkouts with ``--python``.
+
     python bench/startup.py                                   # 6 algorithms x 3 runs
     python bench/startup.py --algorithms kmeans,nmf --runs 5
     python bench/startup.py --profile 1 --algorithms nmf
     python bench/startup.py --kernels 8 --algorithms kmeans,nmf
     python bench/startup.py --kernels 6 --ab-preload --algorithms kmeans,nmf
     python bench/startup.py --python /usr/bin/python3          # another checkout's flegel
+    python bench/startup.py --switch dtype --algorithms kmeans --runs 3
 
 Phases from a checkout without ``startup`` in its summary (before issue 19) print the
 phases only.  Timings on a shared machine are noisy: compare medians of runs made back to
@@ -71,19 +82,24 @@ def _jobs(folder: Path, names: list[str]) -> dict[str, Path]:
                          "contiguous", folder / "jobs") for n in names}
 
 
-def run(python: str, job: Path, out: Path, max_time: float) -> dict[str, Any]:
-    """One ``flegel run`` of ``job``: its wall time and summary."""
+def run(python: str, job: Path, out: Path, max_time: float, *sets: str,
+        env: dict[str, str] | None = None) -> dict[str, Any]:
+    """One ``flegel run`` of ``job`` (``sets``: more ``--set`` values): its wall time and
+    summary, and its standard output (``stdout``)."""
     t0 = time.perf_counter()
     # Run from the job's folder: ``python -m`` puts the working directory first on the path,
     # and from a checkout's root another Python would import that checkout's flegel.
-    proc = subprocess.run([python, "-m", "flegel", "run", str(job), "--out", str(out),
-                           "--force", "--set", f"stop.max_time_s={max_time}"],
-                          cwd=job.parent, env=_env(), capture_output=True, text=True,
-                          timeout=600)
+    cmd = [python, "-m", "flegel", "run", str(job), "--out", str(out), "--force",
+           "--set", f"stop.max_time_s={max_time}"]
+    for value in sets:
+        cmd += ["--set", value]
+    proc = subprocess.run(cmd, cwd=job.parent, env=env or _env(), capture_output=True,
+                          text=True, timeout=600)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"flegel run {job} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return {"wall": wall, **json.loads((out / "summary.json").read_text())}
+    return {"wall": wall, "stdout": proc.stdout,
+            **json.loads((out / "summary.json").read_text())}
 
 
 def _med(values: list[float]) -> float:
@@ -271,6 +287,46 @@ def ab_preload(python: str, jobs: dict[str, Path], runs: int) -> None:
               f"min {min(diffs):.3f}, max {max(diffs):.3f}")
 
 
+#: ``--switch``: the second job of a pair, whose kernels the first left out of numba's cache.
+SWITCHES = {"dtype": "data.dtype=float32", "threads": "runtime.threads=2"}
+#: A worker's steps that start numba and load (or compile, or wait for) its kernels.
+KERNEL_STEPS = ("kernels_ahead", "warm_up")
+
+
+def switch(python: str, jobs: dict[str, Path], runs: int, what: str, max_time: float,
+           folder: Path) -> None:
+    """``--switch``: per job, ``runs`` pairs in a fresh numba cache each -- the job, then
+    the job with :data:`SWITCHES` [``what``] -- and the second run's compiles, each worker's
+    CPU seconds of :data:`KERNEL_STEPS`, and its wall seconds to the first θ update."""
+    for name, job in jobs.items():
+        saved, first, cpus = [], [], []
+        for i in range(runs):
+            env = {**_env(), "NUMBA_CACHE_DIR": str(folder / f"{name}-cache-{i}"),
+                   "NUMBA_DEBUG_CACHE": "1"}
+            run(python, job, folder / "before", max_time, env=env)
+            r = run(python, job, folder / "after", max_time, SWITCHES[what], env=env)
+            # numba prints one "data saved to ...nbc" per kernel it compiled and saved
+            saved.append(sum(1 for ln in r["stdout"].splitlines()
+                             if ln.startswith("[cache] data saved") and ".nbc" in ln))
+            t = r["timings"]
+            to_train = sum(t[p] or 0.0 for p in ("launch_s", "import_s", "load_s",
+                                                 "compile_s"))
+            first.append(to_train + r["objective_trace"][0][0])
+            cpu = {rank: sum(c for step, _, c in clock["steps"] if step in KERNEL_STEPS)
+                   for rank, clock in r["startup"].items() if rank != "0"}
+            cpus.append(cpu)
+            print(f"  {name} pair {i + 1} ({SWITCHES[what]} after the job): kernels compiled "
+                  f"{saved[-1]}; kernel steps CPU s per worker "
+                  + ", ".join(f"w{k} {v:.2f}" for k, v in cpu.items())
+                  + f" (sum {sum(cpu.values()):.2f}); to first update {first[-1]:.2f} s "
+                  f"(training from {to_train:.2f} s; flegel run wall {r['wall']:.2f} s)")
+        sums = [sum(c.values()) for c in cpus]
+        per_worker = [v for c in cpus for v in c.values()]
+        print(f"  {name} medians: kernels compiled {_med(saved)}, kernel steps CPU s per "
+              f"worker {_med(per_worker):.2f} (max {max(per_worker):.2f}), summed over the "
+              f"workers {_med(sums):.2f}, to first update {_med(first):.2f} s")
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--shim":
         _shim(sys.argv[2], sys.argv[3], sys.argv[5:])
@@ -290,6 +346,9 @@ def main() -> None:
                     help="time a worker's kernel loading N times instead")
     ap.add_argument("--ab-preload", action="store_true", help="with --kernels: alternate "
                     "with and without flegel.jit.preload_blas (same checkout)")
+    ap.add_argument("--switch", choices=sorted(SWITCHES), default=None,
+                    help="pairs in a fresh numba cache: the job, then it with float32 data "
+                    "(dtype) or two threads (threads); the second run's compiles and costs")
     ap.add_argument("--json", type=Path, default=None, help="also write the medians here")
     args = ap.parse_args()
     names = args.algorithms.split(",")
@@ -302,6 +361,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="startup-") as tmp:
         folder = args.data or Path(tmp)
         jobs = _jobs(folder, names)
+        if args.switch:
+            switch(args.python, jobs, args.runs, args.switch, args.max_time, Path(tmp))
+            return
         if args.kernels:
             (ab_preload if args.ab_preload else kernels)(args.python, jobs, args.kernels)
             return

@@ -166,15 +166,6 @@ def _note_fallback(owner: str, reason: str) -> None:
           flush=True)
 
 
-def compiles_at_start(algorithm: object) -> bool:
-    """Whether ``algorithm``'s first kernel call may start numba: true for an algorithm
-    without the ``kernel`` parameter (its kernels are its own business), else as its
-    :meth:`DeviceKernels.compiles_at_start` says."""
-    if isinstance(algorithm, DeviceKernels):
-        return algorithm.compiles_at_start()
-    return True
-
-
 def load_ahead(algorithm: object, n_points: int, n_features: int, dtype: np.dtype,
                passes: int | None, first: bool = True) -> bool:
     """Plan ``algorithm``'s kernel for ``passes`` passes over its ``n_points`` points
@@ -199,16 +190,10 @@ def load_ahead(algorithm: object, n_points: int, n_features: int, dtype: np.dtyp
     if first:
         algorithm.load_compiled(n_features, dtype)
         return True
-    from flegel.jit import NotCompiledError, before_compiling, cache_is_cold, refuse_compiling
+    from flegel.jit import without_compiling
 
-    if cache_is_cold(type(algorithm).__module__):
-        return False
-    try:  # a kernel not in numba's cache yet is left to worker 1 (flegel.jit.before_compiling)
-        with before_compiling(refuse_compiling):
-            algorithm.load_compiled(n_features, dtype)
-    except NotCompiledError:
-        return False
-    return True
+    # a kernel not in numba's cache yet is left to worker 1 (flegel.jit.without_compiling)
+    return without_compiling(lambda: algorithm.load_compiled(n_features, dtype))
 
 
 def to_host(a: Any) -> np.ndarray:

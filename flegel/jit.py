@@ -15,17 +15,21 @@ that cache: beside the source in ``__pycache__`` when that folder is writable (a
 install, a virtual environment), else in the user's cache folder (``~/.cache/numba``), or in
 ``NUMBA_CACHE_DIR`` when it is set (a cluster whose home is not shared: point it at a shared
 folder so every node loads what one compiled).
+
+A job's first compile is worker 1's alone: workers 2..n load their kernels with compiling
+refused (:func:`without_compiling`, at numba's own cache miss for the call's exact argument
+types) and, refused, load them once worker 1 has compiled them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
-from collections.abc import Callable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -35,54 +39,112 @@ from typing import Any
 #: ``import_cython_function``).
 BLAS_MODULE = "scipy.linalg.cython_blas"
 
-#: What a first call of a cached kernel that numba's cache does not hold yet does before it
-#: compiles (:func:`before_compiling`; the innermost last).
-_BEFORE_COMPILING: list[Callable[[], None]] = []
-
 
 class NotCompiledError(Exception):
-    """A kernel's first call refused to compile (:func:`refuse_compiling`)."""
+    """Inside :func:`without_compiling`, a numba kernel call would have compiled."""
 
 
-def refuse_compiling() -> None:
-    """A :func:`before_compiling` hook: raise :class:`NotCompiledError` instead of compiling."""
-    raise NotCompiledError
+class _Refusal:
+    """One :func:`without_compiling` block: its thread, and what it refused (if any)."""
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+        self.refused: str | None = None
 
 
-@contextlib.contextmanager
-def before_compiling(hook: Callable[[], None]) -> Iterator[None]:
-    """Inside, the first call (in this process) of each cached :class:`LazyKernel` whose
-    compiled version numba's cache does not hold yet calls ``hook`` before compiling it.
+#: The open :func:`without_compiling` blocks (the innermost last).
+_REFUSING: list[_Refusal] = []
+#: Whether :func:`_listen` has registered the listener of numba's compile event.
+_LISTENING = False
 
-    A worker other than the first waits there for worker 1, which compiles it, and then loads
-    it from the cache (``flegel/run.py``'s warm-up: n workers compiling the same kernel at
-    once cost n times the CPU, issue 14); ahead of θ⁽⁰⁾ it refuses instead
-    (:func:`refuse_compiling`, :func:`flegel.device.load_ahead`).  Asked per kernel as the
-    job calls it (issue 19): a kernel the job never calls -- FCM's general ``m`` beside its
-    ``m = 2`` kernel, logistic regression's multinomial kernel beside its binary one -- is
-    not asked about, and one it calls but that was never compiled (binary logistic
-    regression run before, multinomial now) is.  The hook may be called more than once (one
-    call per such kernel).
+
+def _on_compile(data: dict[str, Any]) -> None:
+    """numba's ``numba:compile`` start event (``data``: the dispatcher and the argument
+    types): in a :func:`without_compiling` block of this thread, refuse it -- unless the
+    dispatcher keeps no on-disk cache (no ``cache=True``): waiting for worker 1 would not
+    spare its compile."""
+    from numba.core.caching import NullCache
+
+    me = threading.get_ident()
+    dispatcher = data.get("dispatcher")
+    if isinstance(getattr(dispatcher, "_cache", None), NullCache):
+        return
+    for refusal in reversed(_REFUSING):
+        if refusal.thread == me:
+            fn = getattr(dispatcher, "py_func", None)
+            refusal.refused = (f"{getattr(fn, '__qualname__', fn)}"
+                               f"({', '.join(map(str, data.get('args', ())))})")
+            raise NotCompiledError(f"{refusal.refused} is not in numba's cache")
+
+
+def _listen() -> None:
+    """Register :func:`_on_compile` for numba's compile event, once per process (numba is
+    imported by then: the caller checked)."""
+    global _LISTENING
+    if _LISTENING:
+        return
+    from numba.core import event
+
+    class Listener(event.Listener):
+        def on_start(self, ev: Any) -> None:
+            _on_compile(ev.data or {})
+
+        def on_end(self, ev: Any) -> None:
+            pass
+
+    event.register("numba:compile", Listener())
+    _LISTENING = True
+
+
+def without_compiling(call: Callable[[], object]) -> bool:
+    """Run ``call()`` with numba's compiling refused; whether it ran with nothing to compile.
+
+    A worker other than the first runs its kernels' first calls (``flegel/run.py``'s
+    warm-up; ahead of θ⁽⁰⁾, :func:`flegel.device.load_ahead`) through this: when one of them
+    is not in numba's cache, worker 1 compiles it and the others wait for it and then load it
+    from the cache (n workers compiling the same kernel at once cost n times the CPU; issues
+    14 and 19).
+
+    The test is numba's own: its ``numba:compile`` event, which a dispatcher broadcasts after
+    its in-memory overloads and its on-disk cache have missed for the exact argument types of
+    the call (dtype, contiguity, which kernel: K-means' parallel kernel with
+    ``runtime.threads: 2`` as well as its serial one) and before it compiles.  A listener of
+    that event raises :class:`NotCompiledError`, which ends ``call`` there; the call is to be
+    made again once the kernel is in the cache.  Any numba dispatcher with ``cache=True``
+    counts: flegel's :class:`LazyKernel` objects and a user's plain ``numba.njit`` kernels
+    alike (one without a cache compiles in every process whatever it waits for).
+    Where ``call`` catches that error itself (or raises another from it), the refusal is
+    still recorded and ``False`` returned.
+
+    Why not wait inside the event: the dispatcher has read its cache already when the event
+    is broadcast, so it would compile after the wait all the same.  The outermost kernel's
+    compile is refused first (a kernel's callees compile inside its own compile), so the
+    error never passes through numba's typing.  numba not yet imported when the block starts
+    (a module importing it inside ``call``): not watched, as before issue 19.
+
+    Parameters
+    ----------
+    call : callable
+        Called once, without arguments (its result is dropped).
+
+    Returns
+    -------
+    bool
+        True when ``call`` returned having compiled nothing; False when it was stopped at a
+        compile (the kernel and argument types: :class:`NotCompiledError`'s message).
     """
-    _BEFORE_COMPILING.append(hook)
+    refusal = _Refusal()
+    _REFUSING.append(refusal)
     try:
-        yield
+        if "numba" in sys.modules:
+            _listen()
+        call()
+    except Exception:
+        if refusal.refused is None:
+            raise
     finally:
-        _BEFORE_COMPILING.pop()
-
-
-def is_compiled(dispatcher: Any) -> bool:
-    """Whether numba's on-disk cache holds a compiled version of ``dispatcher`` for its
-    current source (any argument types; a dispatcher without ``cache=True``: True, it has
-    nothing to wait for).  False when the cache cannot be read (numba's cache index is
-    internal to numba: the answer errs on the side of compiling once first)."""
-    cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
-    if cache_file is None:
-        return True
-    try:
-        return bool(cache_file._load_index())
-    except Exception:  # noqa: BLE001 - another numba's layout: compile once first
-        return False
+        _REFUSING.remove(refusal)
+    return refusal.refused is None
 
 
 class LazyKernel:
@@ -105,7 +167,6 @@ class LazyKernel:
         self.py_func = fn
         self.options = options
         self._compiled: Callable[..., Any] | None = None
-        self._called = False  # called in this process (past :func:`before_compiling`)
         functools.update_wrapper(self, fn)
 
     def dispatcher(self) -> Callable[..., Any]:
@@ -114,22 +175,15 @@ class LazyKernel:
             import numba
 
             preload_blas()
+            if _REFUSING:  # numba imported just now, inside a without_compiling block
+                _listen()
             self._compiled = numba.njit(**self.options)(self.py_func)
         return self._compiled
 
-    def first_call(self) -> Callable[..., Any]:
-        """The dispatcher, at this kernel's first call in this process: first the
-        :func:`before_compiling` hook when its compiled version is not in numba's cache."""
-        compiled = self.dispatcher()
-        if _BEFORE_COMPILING and self.options.get("cache") and not is_compiled(compiled):
-            _BEFORE_COMPILING[-1]()
-        self._called = True
-        return compiled
-
     def __call__(self, *args: Any) -> Any:
         compiled = self._compiled
-        if compiled is None or not self._called:
-            compiled = self.first_call()
+        if compiled is None:
+            compiled = self.dispatcher()
         return compiled(*args)
 
 
@@ -151,27 +205,6 @@ def njit(**options: Any) -> Callable[[Callable[..., Any]], LazyKernel]:
         return LazyKernel(fn, options)
 
     return decorate
-
-
-def cache_is_cold(module: str) -> bool:
-    """Whether some plain numba dispatcher of ``module`` made with ``cache=True`` (a user's
-    algorithm's ``numba.njit``, not a :class:`LazyKernel`) has no compiled version in numba's
-    cache yet; False when the module has none or numba is not imported (it has none then).
-
-    Every one, not any: which of them a job calls is not known, and a job calling one never
-    compiled would have every worker compile it at once.  The :class:`LazyKernel` objects are
-    not counted here: they are asked one by one as the job first calls them
-    (:func:`before_compiling`).
-
-    Parameters
-    ----------
-    module : str
-        A module already imported (an algorithm's).
-    """
-    if "numba" not in sys.modules:
-        return False
-    return not all(is_compiled(value) for value in vars(sys.modules[module]).values()
-                   if not isinstance(value, LazyKernel) and hasattr(value, "enable_caching"))
 
 
 class _BindBlas(importlib.abc.MetaPathFinder):

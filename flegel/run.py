@@ -39,8 +39,8 @@ from mpi4py import MPI
 
 from flegel.api import Algorithm, DataInfo, zero_aggregator
 from flegel.block import Block
-from flegel.device import compiles_at_start, load_ahead
-from flegel.jit import before_compiling, cache_is_cold
+from flegel.device import load_ahead
+from flegel.jit import without_compiling
 from flegel.job.errors import JobError
 from flegel.job.job import Job
 from flegel.protocol import ExitCode, StopReason, Tag
@@ -217,28 +217,24 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     store.place(algorithm, f"worker {comm.rank}")
     worker.receive_params()  # θ⁽⁰⁾, sent once
     clock.mark("theta")
-    # A kernel the warm-up calls that numba's cache does not hold: worker 1 compiles it first
-    # and the others wait and load it from the cache (n workers compiling the same kernel at
-    # once cost n times the CPU), asked per kernel as it is first called (flegel.jit's
-    # before_compiling; a user's plain numba kernels: cache_is_cold, before the warm-up).
-    # Kernels in the cache: all load at once.  Worker 1 always says when it is done; every
-    # other worker hears it once, when it waits or after its warm-up.
-    heard = [comm.rank <= 1]
-
-    def wait_for_worker_1() -> None:
-        if not heard[0]:
-            msg.recv_object(comm, source=1)
-            heard[0] = True
-
-    if comm.rank > 1 and compiles_at_start(algorithm) and cache_is_cold(
-            type(algorithm).__module__):
-        wait_for_worker_1()
-    with before_compiling(wait_for_worker_1):
+    # A kernel the warm-up calls that numba's cache does not hold for its argument types:
+    # worker 1 compiles it first and the others wait and load it from the cache (n workers
+    # compiling the same kernel at once cost n times the CPU).  Workers 2..n run the warm-up
+    # with compiling refused (flegel.jit.without_compiling: numba's own cache miss, for any
+    # kernel) and, refused, run it again once worker 1 is done.  Kernels in the cache: all
+    # load at once.  Worker 1 always says when it is done; every other worker hears it once.
+    def warm_up() -> None:
         _warm_up(algorithm, store.kernel_x, store.y, worker.theta, layouts["agg"].zeros())
+
     if comm.rank == 1:
+        warm_up()
         for r in range(2, comm.size):
             msg.send_object(comm, "compiled", dest=r)
-    wait_for_worker_1()
+    else:
+        loaded = without_compiling(warm_up)
+        msg.recv_object(comm, source=1)
+        if not loaded:
+            warm_up()
     clock.mark("warm_up")
     # BSP's block from the kernel's per-call cost (flegel/sync/bsp.py), unless resumed: the
     # checkpoint kept the block the run began with.  Worker 1 alone measures: the workers

@@ -205,8 +205,8 @@ def test_nearest_matches_full_distances(dtype):
 
 
 def test_parallel_kernel_used_when_the_dispatcher_was_asked_for_first(numba_threads):
-    """A worker asks for the dispatcher before any call (``cache_is_cold``): its calls with
-    two threads still go to the parallel kernel."""
+    """A worker asks for the dispatcher before any call (``DeviceKernels.load_compiled``): its
+    calls with two threads still go to the parallel kernel."""
     numba_threads(2)
     kernel = km._Threaded(km.njit(**km._assign_accumulate.options)(km._assign_accumulate.py_func),
                           km._assign_tiles)
