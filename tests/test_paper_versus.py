@@ -390,7 +390,7 @@ def test_measure_with_every_pair_failed_is_unknown_not_met(tmp_path: Path) -> No
     (tmp_path / "pictures").mkdir()
     ctx = Ctx(horizon_runner(tmp_path, failed={0, 1, 2}), tmp_path / "pictures",
               say=lambda _: None)
-    table, means, every, runs = fsp_figures.horizon_table(ctx, ("kmeans",), "strided")
+    table, means, every, runs, _ = fsp_figures.horizon_table(ctx, ("kmeans",), "strided")
     # The algorithm counts, unknown: the figure's mean is not met by leaving it out.
     # The page runs the mode's pairs (quick: 2), every one failed.
     assert ctx.mode.pairs == 2
