@@ -44,9 +44,9 @@ class Scripted(Runner):
 
 
 def scripted(tmp_path: Path, ratios: list[float], reach_s: float = 0.1,
-             seconds: float = 5.0) -> Scripted:
-    """The floor 5.0, which the reference reaches at ``reach_s``: runs of 0.5 s (4 x 0.1 s,
-    at least 0.5 s), only the 0.2 s horizon compared; 0.4 s gives runs of 2 s."""
+             seconds: float = 1.0) -> Scripted:
+    """The floor 5.0, which the reference reaches at ``reach_s``: runs of 0.5 s (2.5 x 0.1 s,
+    at least 0.5 s), only the 0.2 s horizon compared; 0.7 s gives runs of 2 s."""
     runner = Scripted(QUICK, tmp_path, say=lambda _: None)
     runner.ratios, runner.seconds, runner.asked = ratios, seconds, []
     runner.targets["kmeans", "strided"] = 5.0
@@ -91,10 +91,10 @@ def test_pairs_against_the_majority_do_not_stop_it_early(tmp_path: Path) -> None
 
 
 def test_a_long_row_keeps_its_pairs_and_says_when_they_split(tmp_path: Path) -> None:
-    runner = scripted(tmp_path, [1.2, 0.8], reach_s=0.4)
+    runner = scripted(tmp_path, [1.2, 0.8], reach_s=0.7)
     m = horizons.measure(runner, "kmeans", repeat=2, most=5)
     assert m.length_s == 2.0 and len(m.pairs) == 2 and m.undecided
-    runner = scripted(tmp_path, [1.2, 1.3], reach_s=0.4)
+    runner = scripted(tmp_path, [1.2, 1.3], reach_s=0.7)
     assert not horizons.measure(runner, "kmeans", repeat=2, most=5).undecided
 
 
@@ -105,14 +105,14 @@ def test_without_most_the_pairs_are_repeat_as_before(tmp_path: Path) -> None:
 
 
 def test_the_budget_stops_further_pairs(tmp_path: Path) -> None:
-    # Each pair "took" 2 x 20 s: after two pairs the 60 s are spent.
+    # Each pair "took" 2 x 20 s: a third would take the two pairs' 80 s to 120 s.
     runner = scripted(tmp_path, [1.2, 0.8, 1.3], seconds=20.0)
-    m = horizons.measure(runner, "kmeans", repeat=2, most=5, budget_s=60.0)
+    m = horizons.measure(runner, "kmeans", repeat=2, most=5, budget_s=110.0)
     assert len(m.pairs) == 2 and m.undecided
-    # With room for one more pair: three.
+    # With room for one more pair (120 s), but not a fourth (160 s): three.
     runner = scripted(tmp_path, [1.2, 0.8, 1.3, 1.4], seconds=20.0)
     assert len(horizons.measure(runner, "kmeans", repeat=2, most=5,
-                                budget_s=100.0).pairs) == 3
+                                budget_s=130.0).pairs) == 3
 
 
 def test_side_counts_a_bound_only_where_its_whole_interval_is_on_one_side() -> None:

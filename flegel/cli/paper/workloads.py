@@ -64,7 +64,8 @@ class Mode:
         (:func:`flegel.cli.paper.horizons.decided`) or its pairs took ``pairs_budget_s``.
         Such a pair costs mostly start-up (8-10 s a pair at a load of 3 for a 0.5 s row).
     pairs_budget_s : float
-        See ``pairs_most``: seconds in all of a short row's runs before no pair starts.
+        See ``pairs_most``: the seconds a short row's runs may take in all
+        (:data:`flegel.cli.paper.horizons.PAIR_BUDGET_S`).
     """
 
     name: str
@@ -86,7 +87,7 @@ class Mode:
 
 
 QUICK = Mode("quick", workers=4, slow="1", scale=1.0, max_time_s=4.0, ref_time_s=5.0,
-             pairs=2, pairs_most=5, pairs_budget_s=60.0)
+             pairs=2, pairs_most=5, pairs_budget_s=45.0)
 FULL = Mode("full", workers=16, slow="1-4", scale=20.0, max_time_s=120.0, ref_time_s=600.0)
 MODES = {"quick": QUICK, "full": FULL}
 
