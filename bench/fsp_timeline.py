@@ -71,9 +71,10 @@ def to_target(run: Path, target: float, sizes: list[float] | None = None) -> dic
 
 
 def steps(run: Path, target: float) -> list[dict[str, float]]:
-    """Each θ update of ``run`` up to the first snapshot at or below ``target``: when it was
-    applied, the slowest worker's compute, the reports' spread and the master's part of its
-    barrier, in ms (module notes, ``--steps``)."""
+    """Each θ update of ``run`` up to the first snapshot at or below ``target`` (every one
+    where the run never reached it): when it was applied, the slowest worker's time in its
+    iteration, the reports' spread and the master's part of its barrier, in ms (module
+    notes, ``--steps``)."""
     trace = read_summary(run)["objective_trace"]
     hit = next((float(t) for t, f in trace if f <= target), None)
     out = []
@@ -81,7 +82,7 @@ def steps(run: Path, target: float) -> list[dict[str, float]]:
         bar, spread = e.get("barrier_s", 0.0), e.get("spread_s", 0.0)
         out.append({"at": 1e3 * e["time_s"], "comp": 1e3 * max(e["workers"]["compute_s"]),
                     "spread": 1e3 * spread, "master": 1e3 * (bar - spread)})
-        if hit is None or e["time_s"] >= hit - 1e-4:
+        if hit is not None and e["time_s"] >= hit - 1e-4:
             break
     return out
 
