@@ -23,11 +23,11 @@ Time per iteration is the machine's load (ranks sharing cores); the iterations a
 passes are the sync model's.
 
 ``--steps`` also prints, per pair and side, each θ update up to the target (issue 19, j8):
-when it was applied (ms from the start of training), and how its iteration's wall time
-splits into the slowest worker's compute (``comp``), the reports' spread (first report to
-last, ``spread``: who got a core last) and the master's own part (``master``: last report to
-θ, barrier less spread) -- where one side loses milliseconds to the other in the first
-iterations.  Usage::
+when it was applied (ms from the start of training), the slowest worker's time in its
+iteration (``comp``: the events' ``compute_s``, its wall time from taking θ in to its commit,
+waits for a core included), the reports' spread (first report to last, ``spread``) and the
+master's own part (``master``: last report to θ, barrier less spread) -- where one side
+loses milliseconds to the other in the first iterations.  Usage::
 
     python bench/fsp_timeline.py DIR OUT [--algorithms kmeans,...] [--steps]
 """
