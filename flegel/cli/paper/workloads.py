@@ -87,7 +87,7 @@ class Mode:
 
 
 QUICK = Mode("quick", workers=4, slow="1", scale=1.0, max_time_s=4.0, ref_time_s=5.0,
-             pairs=2, pairs_most=5, pairs_budget_s=45.0)
+             pairs=2, pairs_most=5, pairs_budget_s=36.0)
 FULL = Mode("full", workers=16, slow="1-4", scale=20.0, max_time_s=120.0, ref_time_s=600.0)
 MODES = {"quick": QUICK, "full": FULL}
 
