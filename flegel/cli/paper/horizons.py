@@ -143,9 +143,9 @@ def trace_sets(seconds: float, costly: bool = False) -> list[str]:
     Why none during training (issue 19, j8): the default budget (5 %) has the workers
     evaluate a θ on all their points once the run is about 19 estimated passes old -- at the
     quick scale 25-80 ms in, inside the first horizon's race (K-means reaches the target at
-    its 4th update) -- and that evaluation took 7-31 ms of the workers' time; it fell before
-    the target in 6 of 7 of FSPV's K-means runs and 5 of 7 of BSPV's (earlier on FSPV's side,
-    whose pass estimate after the sampled calibration is shorter).  The horizon measure reads
+    its 4th update) -- and that evaluation took 7-49 ms of the workers' time; it was asked
+    before the target in 6 of 7 of FSPV's K-means runs and 4 of 7 of BSPV's in three
+    sittings, and in 3 of 3 of BSPV's in a fourth.  The horizon measure reads
     only the trace, which is evaluated after training either way (the values are the same:
     exact), so the evaluation during training was noise the sides met at different moments.
     """
