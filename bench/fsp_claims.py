@@ -245,7 +245,9 @@ def skewed_basin(folder: Path, ref: float, workers: int = 4, finish: int = 40,
 
 def horizon_table(root: Path, algorithms: list[str], partition: str,
                   stragglers: str = "none", repeat: int = hz.REPEAT,
-                  scale: float = 1.0, length_s: float | None = None) -> dict[str, Any]:
+                  scale: float = 1.0, length_s: float | None = None,
+                  most: int | None = None, budget_s: float = hz.PAIR_BUDGET_S
+                  ) -> dict[str, Any]:
     """FSPV / BSPV at every horizon (:mod:`flegel.cli.paper.horizons`) on ``flegel paper``'s
     workloads: prints one line per pair and per algorithm the median of the pairs at each
     horizon (BSPV / FSPV, > 1: FSPV faster) and where each run's time went.
@@ -254,7 +256,11 @@ def horizon_table(root: Path, algorithms: list[str], partition: str,
     and one reference) each as long as :func:`flegel.cli.paper.horizons.run_length` says
     (``length_s``: a fixed length instead) -- the measurement of ``flegel paper``'s Fig. 8,
     which takes the medians: at the 0.2-0.5 s horizons one pair's ratio moves by 2-3x from
-    pair to pair on a shared 2-core machine (issue 19).
+    pair to pair on a shared 2-core machine (issue 19).  ``most`` (``--most``): a row whose
+    runs last :data:`flegel.cli.paper.horizons.SHORT_S` or less takes further pairs, up to
+    ``most``, until its median's side of 1 is decided or its runs took ``budget_s`` (as
+    ``flegel paper``'s rows, :func:`flegel.cli.paper.horizons.measure`); an undecided row
+    says so.
 
     ``scale`` multiplies the quick workloads' rows (``--scale``): at 1 a warm pass of GMM or
     FCM costs a few ms of CPU, less than a barrier on 2 shared cores, so what FSPV saves in
@@ -266,7 +272,8 @@ def horizon_table(root: Path, algorithms: list[str], partition: str,
     out: dict[str, Any] = {}
     print(f"time to BSPV's objective at each horizon, BSPV / FSPV (>1: FSPV faster), "
           f"{partition} shards, stragglers: {stragglers}"
-          + (f", rows x {scale:g}" if scale != 1 else "") + f", {repeat} pairs each")
+          + (f", rows x {scale:g}" if scale != 1 else "") + f", {repeat} pairs each"
+          + (f", up to {most} where short and undecided" if most and most > repeat else ""))
     print(f"  {'algorithm':9s} " + " ".join(f"{h:>7g}s" for h in hz.HORIZONS) + "   mean")
 
     def line(label: str, rows: list[Any], mean: Any) -> str:
@@ -275,7 +282,8 @@ def horizon_table(root: Path, algorithms: list[str], partition: str,
                 + f"  {mean.text():>6s}")
 
     for a in algorithms:
-        m = hz.measure(runner, a, partition, stragglers, repeat=repeat, length_s=length_s)
+        m = hz.measure(runner, a, partition, stragglers, repeat=repeat, length_s=length_s,
+                       most=most, budget_s=budget_s)
         for pair in m.pairs:
             label = f"{a} #{pair.index + 1}"
             if pair.rows is None:
@@ -294,13 +302,17 @@ def horizon_table(root: Path, algorithms: list[str], partition: str,
                       f"{f['final_objective']:.7g}")
         print(line(f"{a} med", m.rows, m.mean)
               + f"   (runs of {m.length_s:g} s"
-              + (", truncated" if m.truncated else "") + "; pairs' means "
+              + (", truncated" if m.truncated else "")
+              + f"; {len(m.pairs)} pairs" + ("; undecided" if m.undecided else "")
+              + "; pairs' means "
               + ", ".join(hz.geo_mean_ratio(p.rows).text() if p.rows is not None else "failed"
                           for p in m.pairs) + ")",
               flush=True)
         out[a] = {"rows": [r.as_dict() for r in m.rows], "mean": m.mean.value,
                   "bound": m.mean.qualifier, "length_s": m.length_s,
-                  "truncated": m.truncated, "failed": m.failed, "figures": m.figures}
+                  "truncated": m.truncated, "failed": m.failed, "figures": m.figures,
+                  "pairs": len(m.pairs), "undecided": m.undecided,
+                  "seconds": sum(r.seconds for r in m.runs)}
     means = [Ratio(v["mean"], v["bound"]) for v in out.values() if v["rows"] or v["failed"]]
     if means:
         g = geo_mean(means)
@@ -329,6 +341,13 @@ def main() -> None:
                     help=f"horizons: pairs of runs per algorithm, medians printed (default "
                          f"{hz.REPEAT}, as flegel paper); ratio: runs of each straggler row "
                          "(default 1)")
+    ap.add_argument("--most", type=int, default=None,
+                    help="horizons: the most pairs of a short row, run until the median's side "
+                         f"of 1 is decided (flegel paper --quick: {QUICK.pairs_most}; default: "
+                         "--repeat, no more)")
+    ap.add_argument("--budget", type=float, default=hz.PAIR_BUDGET_S,
+                    help="horizons: seconds a short row's pairs may take before no further "
+                         f"pair starts (default {hz.PAIR_BUDGET_S:g})")
     ap.add_argument("--length", type=float, default=None,
                     help="horizons: seconds per run (default: as long as the rows need, "
                          "flegel.cli.paper.horizons.run_length)")
@@ -352,7 +371,8 @@ def main() -> None:
                                             args.partition,
                                             repeat=(hz.REPEAT if args.repeat is None
                                                     else args.repeat),
-                                            scale=args.scale, length_s=args.length)
+                                            scale=args.scale, length_s=args.length,
+                                            most=args.most, budget_s=args.budget)
     if not only & {"ratio", "gap", "basin"}:
         print(f"runs in {root}")
         if args.json:

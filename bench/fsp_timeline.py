@@ -20,9 +20,16 @@ target) x (time per iteration) on each side.  Per pair this prints, for BSPV and
   snapshots), so that runs kept by another version's ``fsp_claims.py`` are read by one rule.
 
 Time per iteration is the machine's load (ranks sharing cores); the iterations and the cut
-passes are the sync model's.  Usage::
+passes are the sync model's.
 
-    python bench/fsp_timeline.py DIR OUT [--algorithms kmeans,...]
+``--steps`` also prints, per pair and side, each θ update up to the target (issue 19, j8):
+when it was applied (ms from the start of training), the slowest worker's time in its
+iteration (``comp``: the events' ``compute_s``, its wall time from taking θ in to its commit,
+waits for a core included), the reports' spread (first report to last, ``spread``) and the
+master's own part (``master``: last report to θ, barrier less spread) -- where one side
+loses milliseconds to the other in the first iterations.  Usage::
+
+    python bench/fsp_timeline.py DIR OUT [--algorithms kmeans,...] [--steps]
 """
 
 from __future__ import annotations
@@ -63,6 +70,23 @@ def to_target(run: Path, target: float, sizes: list[float] | None = None) -> dic
             "cal_ms": 1e3 * evs[0]["time_s"], "cut": cut, **warm, **reach}
 
 
+def steps(run: Path, target: float) -> list[dict[str, float]]:
+    """Each θ update of ``run`` up to the first snapshot at or below ``target`` (every one
+    where the run never reached it): when it was applied, the slowest worker's time in its
+    iteration, the reports' spread and the master's part of its barrier, in ms (module
+    notes, ``--steps``)."""
+    trace = read_summary(run)["objective_trace"]
+    hit = next((float(t) for t, f in trace if f <= target), None)
+    out = []
+    for e in read_events(run):
+        bar, spread = e.get("barrier_s", 0.0), e.get("spread_s", 0.0)
+        out.append({"at": 1e3 * e["time_s"], "comp": 1e3 * max(e["workers"]["compute_s"]),
+                    "spread": 1e3 * spread, "master": 1e3 * (bar - spread)})
+        if hit is not None and e["time_s"] >= hit - 1e-4:
+            break
+    return out
+
+
 def run_dir(rep: Path, algorithm: str, sync: str, pair: int = 1) -> Path:
     """The kept trace run of ``sync`` on ``algorithm``: in one repeat's folder (an older
     ``fsp_claims.py``: a folder per pair), or the ``pair``-th of the one folder (pairs
@@ -78,6 +102,9 @@ def main() -> None:
     ap.add_argument("keep", type=Path, help="fsp_claims.py's --keep folder")
     ap.add_argument("json", type=Path, help="fsp_claims.py's --json file")
     ap.add_argument("--algorithms", default=None, help="comma-separated (default: all)")
+    ap.add_argument("--steps", action="store_true",
+                    help="also each θ update up to the target: applied at, comp, spread, "
+                         "master (ms)")
     args = ap.parse_args()
     figures = json.loads(args.json.read_text())["horizons"]
     names = args.algorithms.split(",") if args.algorithms else [
@@ -116,6 +143,12 @@ def main() -> None:
 
             print(f"{a + ' #' + str(i + 1):12s} {row['ratio']:5.2f}x {interp}   {cells(b)}"
                   f"   {cells(f)}  {' '.join(f['cut']) or '-'}")
+            if args.steps:
+                for side in ("bspv", "fspv-off"):
+                    st = steps(run_dir(folder, a, side, k), row["target"])
+                    print(f"    {side:8s} θ at / comp / spread / master (ms): " + "  ".join(
+                        f"{x['at']:.1f}/{x['comp']:.1f}/{x['spread']:.1f}/{x['master']:.1f}"
+                        for x in st))
 
 
 if __name__ == "__main__":

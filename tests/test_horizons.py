@@ -165,10 +165,11 @@ def test_a_run_lasts_what_its_rows_need():
                          None, None, 5.0)
 
     hs = (0.2, 0.5, 1.0, 2.0, 4.0)
-    # The reference reached the target at 0.09 s: runs of 0.5 s (4 x 0.09, at least 0.5).
+    # The reference reached the target at 0.09 s: runs of 0.5 s (2.5 x 0.09, at least 0.5).
     assert run_length(ref([[0.09, 1.0], [1.1, 0.9]]), 1.0, hs) == 0.5
-    # At 0.39 s (NMF): 1.56 s, rounded up to the 2 s horizon.
-    assert run_length(ref([[0.2, 2.0], [0.39, 1.0]]), 1.0, hs) == 2.0
+    # At 0.39 s (NMF): 0.98 s, rounded up to the 1 s horizon; at 0.7 s 1.75 s, to 2 s.
+    assert run_length(ref([[0.2, 2.0], [0.39, 1.0]]), 1.0, hs) == 1.0
+    assert run_length(ref([[0.2, 2.0], [0.7, 1.0]]), 1.0, hs) == 2.0
     # Late or never, or no reference: the longest horizon.
     assert run_length(ref([[0.2, 2.0], [3.0, 1.0]]), 1.0, hs) == 4.0
     assert run_length(ref([[0.2, 2.0]]), 1.0, hs) == 4.0

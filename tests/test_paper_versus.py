@@ -337,13 +337,13 @@ class Logged(Held):
 
 def horizon_runner(tmp_path: Path, failed: set[int]) -> Logged:
     """Three K-means pairs on canned traces; the target (floor) 5.0, reached by the
-    reference at 0.2 s: runs of 1 s (4 x 0.2 s, rounded up to a horizon), horizons 0.2 s
+    reference at 0.3 s: runs of 1 s (2.5 x 0.3 s, rounded up to a horizon), horizons 0.2 s
     and 0.5 s compared (1 s is the run's end).  ``failed``: pairs whose BSPV run failed."""
     runner = Logged(QUICK, tmp_path, say=lambda _: None)
     runner.asked = []
     runner.targets["kmeans", "strided"] = 5.0
     runner.references["kmeans", "strided"] = canned(
-        {"objective_trace": [[0.1, 9.0], [0.2, 5.0]], "wall_time_s": 3.0})
+        {"objective_trace": [[0.1, 9.0], [0.3, 5.0]], "wall_time_s": 3.0})
     sets = horizons.trace_sets(1.0)
     bspv = {"objective_trace": [[0.1, 10.0], [0.3, 6.0], [0.6, 5.0], [1.0, 4.9]],
             "wall_time_s": 1.0, "batch": "full", "per_worker": []}
@@ -363,7 +363,7 @@ def horizon_runner(tmp_path: Path, failed: set[int]) -> Logged:
 def test_measure_runs_alternating_pairs_as_long_as_the_reference_says(tmp_path: Path) -> None:
     runner = horizon_runner(tmp_path, failed={1})
     m = horizons.measure(runner, "kmeans")
-    # run_length from the runner's reference (Runner.reference): 4 x 0.2 s -> 1 s.
+    # run_length from the runner's reference (Runner.reference): 2.5 x 0.3 s -> 1 s.
     assert runner.reference("kmeans", "strided") is runner.references["kmeans", "strided"]
     assert m.length_s == 1.0 and not m.truncated
     # BSPV first, then FSPV first, then BSPV first.
@@ -390,7 +390,7 @@ def test_measure_with_every_pair_failed_is_unknown_not_met(tmp_path: Path) -> No
     (tmp_path / "pictures").mkdir()
     ctx = Ctx(horizon_runner(tmp_path, failed={0, 1, 2}), tmp_path / "pictures",
               say=lambda _: None)
-    table, means, every, runs = fsp_figures.horizon_table(ctx, ("kmeans",), "strided")
+    table, means, every, runs, _ = fsp_figures.horizon_table(ctx, ("kmeans",), "strided")
     # The algorithm counts, unknown: the figure's mean is not met by leaving it out.
     # The page runs the mode's pairs (quick: 2), every one failed.
     assert ctx.mode.pairs == 2

@@ -58,6 +58,14 @@ class Mode:
         3 took Fig. 8 from 187 s to 393 s and the page to 17.5 min, over the 15 min it must
         fit in on a 2-core machine (issue 19); two pairs in opposite orders still take the
         order effect out, and a horizon is shown only where both have it.
+    pairs_most : int
+        The most pairs of a row whose runs are short (:data:`flegel.cli.paper.horizons.
+        SHORT_S`): it takes more, past ``pairs``, until its median's side of 1 is decided
+        (:func:`flegel.cli.paper.horizons.decided`) or its pairs took ``pairs_budget_s``.
+        Such a pair costs mostly start-up (8-10 s a pair at a load of 3 for a 0.5 s row).
+    pairs_budget_s : float
+        See ``pairs_most``: the seconds a short row's runs may take in all
+        (:data:`flegel.cli.paper.horizons.PAIR_BUDGET_S`).
     """
 
     name: str
@@ -68,6 +76,8 @@ class Mode:
     ref_time_s: float
     sweep: tuple[float, ...] = (8.0, 32.0, 128.0)
     pairs: int = 3
+    pairs_most: int = 7
+    pairs_budget_s: float = 120.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -77,7 +87,7 @@ class Mode:
 
 
 QUICK = Mode("quick", workers=4, slow="1", scale=1.0, max_time_s=4.0, ref_time_s=5.0,
-             pairs=2)
+             pairs=2, pairs_most=5, pairs_budget_s=36.0)
 FULL = Mode("full", workers=16, slow="1-4", scale=20.0, max_time_s=120.0, ref_time_s=600.0)
 MODES = {"quick": QUICK, "full": FULL}
 
