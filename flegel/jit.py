@@ -23,6 +23,7 @@ types) and, refused, load them once worker 1 has compiled them.
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib.abc
 import importlib.machinery
@@ -32,12 +33,14 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 #: The Cython module whose ``__pyx_capi__`` table numba's compiled code takes its BLAS
 #: functions from (``np.dot`` inside a kernel: numba's ``_helperlib.c``,
 #: ``import_cython_function``).
 BLAS_MODULE = "scipy.linalg.cython_blas"
+
+T = TypeVar("T")
 
 
 class NotCompiledError(Exception):
@@ -145,6 +148,43 @@ def without_compiling(call: Callable[[], object]) -> bool:
     finally:
         _REFUSING.remove(refusal)
     return refusal.refused is None
+
+
+def after_first(obj: T, call: Callable[[T], object], wait: Callable[[], object]) -> bool:
+    """Workers 2..n's warm-up (``flegel/run.py``): ``call`` a deep copy of ``obj`` with
+    compiling refused (:func:`without_compiling`), ``wait()`` for worker 1 to have compiled,
+    then ``call(obj)`` once; whether the first call had nothing to compile.
+
+    A refusal stops ``call`` partway.  Were it made on ``obj`` itself, an algorithm that
+    changes its own state in ``update_block`` before a kernel call (a counter, a random
+    draw) would have done so twice on a cold cache and once on a warm one, unlike worker 1
+    (which calls it once): BSP's runs would not be the same bit for bit
+    (``docs/determinism.md``).  ``obj`` that cannot be deep-copied: the first call is made
+    on ``obj`` and, refused, made again (the same once the cache is warm).
+
+    Parameters
+    ----------
+    obj : object
+        What ``call`` runs on (the worker's algorithm).
+    call : callable
+        ``call(obj)``: the warm-up.
+    wait : callable
+        Returns once worker 1 has compiled (its "compiled" message).
+
+    Returns
+    -------
+    bool
+        True when the refusable call compiled nothing.
+    """
+    try:
+        probe: T | None = copy.deepcopy(obj)
+    except Exception:  # noqa: BLE001 - cannot be copied: the warm-up runs on obj (twice)
+        probe = None
+    loaded = without_compiling(lambda: call(obj if probe is None else probe))
+    wait()
+    if probe is not None or not loaded:
+        call(obj)
+    return loaded
 
 
 class LazyKernel:

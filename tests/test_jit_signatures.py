@@ -20,7 +20,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from flegel.jit import LazyKernel, NotCompiledError, njit, without_compiling
+from flegel.jit import LazyKernel, NotCompiledError, after_first, njit, without_compiling
 from tests.conftest import child_env
 
 numba = pytest.importorskip("numba")
@@ -150,6 +150,40 @@ def test_a_refusal_swallowed_by_the_call_still_counts(kernels):
 
     with pytest.raises(ValueError, match="own error"):
         without_compiling(failing)
+
+
+class _Counting:
+    """An algorithm that changes its own state before its kernel call (a counter)."""
+
+    def __init__(self, kernel: Callable[[np.ndarray], float]) -> None:
+        self.kernel = kernel
+        self.calls = 0
+
+    def warm_up(self) -> None:
+        self.calls += 1
+        self.kernel(np.ones(3))
+
+
+class _Uncopyable(_Counting):
+    def __deepcopy__(self, memo: dict) -> _Uncopyable:
+        raise TypeError("holds a handle")
+
+
+def test_workers_2_to_n_warm_up_the_algorithm_once_as_worker_1(kernels):
+    """Refused partway on a cold cache, the try ran on a copy: the algorithm's own state has
+    moved once, as worker 1's (BSP's bit-for-bit runs); on a warm cache likewise.  An
+    algorithm that cannot be copied keeps the old way (tried on itself, then again)."""
+    module = kernels()
+    algo = _Counting(module.total)
+    compiled: list[float] = []
+    assert not after_first(algo, _Counting.warm_up,
+                           lambda: compiled.append(kernels().total(np.ones(3))))
+    assert algo.calls == 1 and compiled == [3.0]
+    warm = _Counting(kernels().total)
+    assert after_first(warm, _Counting.warm_up, lambda: None) and warm.calls == 1
+    stuck = _Uncopyable(module.largest)
+    assert not after_first(stuck, _Counting.warm_up, lambda: kernels().largest(np.ones(3)))
+    assert stuck.calls == 2
 
 
 def test_another_threads_compile_is_not_refused(kernels):
