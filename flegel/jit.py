@@ -99,6 +99,22 @@ def _listen() -> None:
     _LISTENING = True
 
 
+def _from_refusal(err: BaseException) -> bool:
+    """Whether ``err`` is a :class:`NotCompiledError` or was raised from or while handling
+    one (its ``__cause__`` / ``__context__`` chain, ``raise ... from None`` included)."""
+    todo: list[BaseException | None] = [err]
+    seen: set[int] = set()
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        if isinstance(e, NotCompiledError):
+            return True
+        seen.add(id(e))
+        todo += [e.__cause__, e.__context__]
+    return False
+
+
 def without_compiling(call: Callable[[], object]) -> bool:
     """Run ``call()`` with numba's compiling refused; whether it ran with nothing to compile.
 
@@ -116,8 +132,9 @@ def without_compiling(call: Callable[[], object]) -> bool:
     made again once the kernel is in the cache.  Any numba dispatcher with ``cache=True``
     counts: flegel's :class:`LazyKernel` objects and a user's plain ``numba.njit`` kernels
     alike (one without a cache compiles in every process whatever it waits for).
-    Where ``call`` catches that error itself (or raises another from it), the refusal is
-    still recorded and ``False`` returned.
+    Where ``call`` catches that error itself (or raises another from it, or while handling
+    it), the refusal is still recorded and ``False`` returned; any other error ``call``
+    raises propagates, refusal or not.
 
     Why not wait inside the event: the dispatcher has read its cache already when the event
     is broadcast, so it would compile after the wait all the same.  The outermost kernel's
@@ -142,8 +159,8 @@ def without_compiling(call: Callable[[], object]) -> bool:
         if "numba" in sys.modules:
             _listen()
         call()
-    except Exception:
-        if refusal.refused is None:
+    except Exception as err:
+        if refusal.refused is None or not _from_refusal(err):
             raise
     finally:
         _REFUSING.remove(refusal)

@@ -133,8 +133,8 @@ def test_a_plain_numba_kernel_is_refused_too(kernels):
 
 
 def test_a_refusal_swallowed_by_the_call_still_counts(kernels):
-    """An algorithm that catches every error (a fallback path) cannot hide the refusal; an
-    error of its own still propagates."""
+    """An algorithm that catches every error (a fallback path) or turns the refusal into
+    another cannot hide it; an error of its own still propagates, after a refusal too."""
     module = kernels()
 
     def forgiving() -> None:
@@ -150,6 +150,21 @@ def test_a_refusal_swallowed_by_the_call_still_counts(kernels):
 
     with pytest.raises(ValueError, match="own error"):
         without_compiling(failing)
+
+    def wrapping() -> None:  # another error for the refusal: still the refusal
+        try:
+            module.total(np.ones(2))
+        except NotCompiledError:
+            raise RuntimeError("kernel failed") from None
+
+    assert not without_compiling(wrapping)
+
+    def forgiving_then_failing() -> None:  # a refusal swallowed, then an error of its own
+        forgiving()
+        raise ValueError("the algorithm's own error after a refusal")
+
+    with pytest.raises(ValueError, match="after a refusal"):
+        without_compiling(forgiving_then_failing)
 
 
 class _Counting:
