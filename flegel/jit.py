@@ -59,6 +59,8 @@ class _Refusal:
 _REFUSING: list[_Refusal] = []
 #: Whether :func:`_listen` has registered the listener of numba's compile event.
 _LISTENING = False
+#: Held while :func:`_listen` checks and registers (two threads' first blocks at once).
+_LISTEN_LOCK = threading.Lock()
 
 
 def _on_compile(data: dict[str, Any]) -> None:
@@ -82,21 +84,27 @@ def _on_compile(data: dict[str, Any]) -> None:
 
 def _listen() -> None:
     """Register :func:`_on_compile` for numba's compile event, once per process (numba is
-    imported by then: the caller checked)."""
+    imported by then: the caller checked).
+
+    A refusal raises in the listener's ``on_start``, which ends numba's broadcast of that
+    START event: a listener registered after flegel's (a user's own, numba's profilers) may
+    then get the compile's END without its START.
+    """
     global _LISTENING
-    if _LISTENING:
-        return
-    from numba.core import event
+    with _LISTEN_LOCK:
+        if _LISTENING:
+            return
+        from numba.core import event
 
-    class Listener(event.Listener):
-        def on_start(self, ev: Any) -> None:
-            _on_compile(ev.data or {})
+        class Listener(event.Listener):
+            def on_start(self, ev: Any) -> None:
+                _on_compile(ev.data or {})
 
-        def on_end(self, ev: Any) -> None:
-            pass
+            def on_end(self, ev: Any) -> None:
+                pass
 
-    event.register("numba:compile", Listener())
-    _LISTENING = True
+        event.register("numba:compile", Listener())
+        _LISTENING = True
 
 
 def _from_refusal(err: BaseException) -> bool:
