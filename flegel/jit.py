@@ -145,10 +145,14 @@ def without_compiling(call: Callable[[], object]) -> bool:
     raises propagates, refusal or not.
 
     Why not wait inside the event: the dispatcher has read its cache already when the event
-    is broadcast, so it would compile after the wait all the same.  The outermost kernel's
-    compile is refused first (a kernel's callees compile inside its own compile), so the
-    error never passes through numba's typing.  numba not yet imported when the block starts
-    (a module importing it inside ``call``): not watched, as before issue 19.
+    is broadcast, so it would compile after the wait all the same.  The outermost cached
+    kernel's compile is refused first (a kernel's callees compile inside its own compile).
+    An outer kernel without ``cache=True`` is not refused and compiles: a cached kernel it
+    calls that the cache lacks is then refused inside the outer kernel's typing, and the
+    error passes through numba's typing to ``call`` (numba 0.68 lets an error not its own
+    through unchanged; one wrapping it would still count: its ``__cause__``).  numba not yet
+    imported when the block starts (a module importing it inside ``call``): not watched, as
+    before issue 19.
 
     Parameters
     ----------
@@ -158,8 +162,8 @@ def without_compiling(call: Callable[[], object]) -> bool:
     Returns
     -------
     bool
-        True when ``call`` returned having compiled nothing; False when it was stopped at a
-        compile (the kernel and argument types: :class:`NotCompiledError`'s message).
+        True when ``call`` returned with nothing refused (a kernel without ``cache=True``,
+        or another thread, may have compiled); False when a compile was refused.
     """
     refusal = _Refusal()
     _REFUSING.append(refusal)

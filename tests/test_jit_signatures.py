@@ -45,6 +45,10 @@ def plain(x):
 @numba.njit
 def uncached(x):
     return x.sum() + 2.0
+
+@numba.njit
+def outer(x):
+    return plain(x) * 2.0
 """
 
 
@@ -106,7 +110,7 @@ def test_only_the_kernels_a_job_calls_are_asked_about(kernels):
     assert later.largest(np.ones(3)) == 1.0  # outside the block: it compiles as usual
 
 
-def _raise_refused(kernel: LazyKernel, *args: object) -> None:
+def _raise_refused(kernel: Callable[..., object], *args: object) -> None:
     """Call ``kernel`` under :func:`without_compiling` and raise what it refused."""
     caught: list[BaseException] = []
 
@@ -130,6 +134,11 @@ def test_a_plain_numba_kernel_is_refused_too(kernels):
     assert not without_compiling(lambda: kernels().plain(np.ones((2, 2))))
     # without cache=True worker 1's compile would not spare the others theirs: not refused
     assert without_compiling(lambda: kernels().uncached(np.ones(2)))
+    # ... but a cached kernel it calls is, inside its typing
+    with pytest.raises(NotCompiledError, match=r"plain\(array\(float32, 1d, C\)\)"):
+        _raise_refused(kernels().outer, np.ones(2, np.float32))
+    kernels().plain(np.ones(2, np.float32))
+    assert without_compiling(lambda: kernels().outer(np.ones(2, np.float32)))
 
 
 def test_a_refusal_swallowed_by_the_call_still_counts(kernels):
