@@ -20,6 +20,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
+from flegel.device import DeviceKernels, load_ahead
 from flegel.jit import LazyKernel, NotCompiledError, after_first, njit, without_compiling
 from tests.conftest import child_env
 
@@ -176,6 +177,31 @@ def test_a_refusal_swallowed_by_the_call_still_counts(kernels):
         without_compiling(forgiving_then_failing)
 
 
+class _FakeKernels(DeviceKernels):
+    """An algorithm whose compiled kernel is :data:`KERNELS`' ``total`` (``kernel:
+    compiled``, so :func:`flegel.device.load_ahead` loads it)."""
+
+    def __init__(self, module: ModuleType) -> None:
+        self._set_device("cpu", "compiled")
+        self.module = module
+
+    def load_compiled(self, n_features: int, dtype: np.dtype) -> None:
+        self.module.total(np.zeros(n_features, dtype))
+
+
+def test_load_ahead_leaves_a_cold_kernel_to_worker_1(kernels):
+    """A worker other than the first loads its kernel ahead of θ⁽⁰⁾ only from numba's cache:
+    on a cold cache (or another dtype) it says it did not load, and its warm-up waits for
+    worker 1 (flegel/run.py)."""
+    def ahead(first: bool, dtype: type = np.float64) -> bool:
+        return load_ahead(_FakeKernels(kernels()), 100, 3, np.dtype(dtype), 10, first=first)
+
+    assert not ahead(first=False)
+    assert ahead(first=True)  # worker 1 compiles, saves
+    assert ahead(first=False)
+    assert not ahead(first=False, dtype=np.float32)
+
+
 class _Counting:
     """An algorithm that changes its own state before its kernel call (a counter)."""
 
@@ -269,7 +295,6 @@ def test_threaded_kmeans_kernel_is_not_the_serial_one(cache, two_threads):
     compiled here: that it then loads is numba's cache, as in the tests above.)"""
     numba.set_num_threads(1)
     _threaded_kmeans()(*_kmeans_args())  # one thread: the serial kernel, saved
-    numba.set_num_threads(1)
     assert without_compiling(lambda: _threaded_kmeans()(*_kmeans_args()))
     numba.set_num_threads(2)
     refused: list[str] = []
