@@ -315,11 +315,8 @@ class NMF(DeviceKernels, RowKernel, Algorithm):
         set_params(self, locals())
         self._set_device("cpu", kernel)  # no GPU kernel: the CPU's two
 
-    def compiles_at_start(self) -> bool:
-        # MU has no compiled kernel: a job would start numba (~1.2 s cold) for nothing.
-        return self.solver != "mu" and super().compiles_at_start()
-
     def plan_kernels(self, n_points: int, n_features: int, passes: int | None) -> bool:
+        # MU has no compiled kernel: a job would start numba (~1.2 s cold) for nothing.
         return self.solver != "mu" and super().plan_kernels(n_points, n_features, passes)
 
     # ------------------------------------------------------------------ set-up

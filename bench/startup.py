@@ -294,10 +294,13 @@ KERNEL_STEPS = ("kernels_ahead", "warm_up")
 
 
 def switch(python: str, jobs: dict[str, Path], runs: int, what: str, max_time: float,
-           folder: Path) -> None:
+           folder: Path) -> dict[str, dict[str, float]]:
     """``--switch``: per job, ``runs`` pairs in a fresh numba cache each -- the job, then
     the job with :data:`SWITCHES` [``what``] -- and the second run's compiles, each worker's
-    CPU seconds of :data:`KERNEL_STEPS`, and its wall seconds to the first θ update."""
+    CPU seconds of :data:`KERNEL_STEPS`, and its wall seconds to the first θ update (a run
+    that ended before its first trace point has none: left out of the median).  Returns
+    the medians per job (``--json``)."""
+    medians = {}
     for name, job in jobs.items():
         saved, first, cpus = [], [], []
         for i in range(runs):
@@ -311,20 +314,32 @@ def switch(python: str, jobs: dict[str, Path], runs: int, what: str, max_time: f
             t = r["timings"]
             to_train = sum(t[p] or 0.0 for p in ("launch_s", "import_s", "load_s",
                                                  "compile_s"))
-            first.append(to_train + r["objective_trace"][0][0])
+            trace = r["objective_trace"]
+            if trace:
+                first.append(to_train + trace[0][0])
             cpu = {rank: sum(c for step, _, c in clock["steps"] if step in KERNEL_STEPS)
                    for rank, clock in r["startup"].items() if rank != "0"}
             cpus.append(cpu)
             print(f"  {name} pair {i + 1} ({SWITCHES[what]} after the job): kernels compiled "
                   f"{saved[-1]}; kernel steps CPU s per worker "
                   + ", ".join(f"w{k} {v:.2f}" for k, v in cpu.items())
-                  + f" (sum {sum(cpu.values()):.2f}); to first update {first[-1]:.2f} s "
-                  f"(training from {to_train:.2f} s; flegel run wall {r['wall']:.2f} s)")
+                  + f" (sum {sum(cpu.values()):.2f}); to first update "
+                  + (f"{to_train + trace[0][0]:.2f} s" if trace else "none (no trace point)")
+                  + f" (training from {to_train:.2f} s; flegel run wall {r['wall']:.2f} s)")
         sums = [sum(c.values()) for c in cpus]
         per_worker = [v for c in cpus for v in c.values()]
-        print(f"  {name} medians: kernels compiled {_med(saved)}, kernel steps CPU s per "
-              f"worker {_med(per_worker):.2f} (max {max(per_worker):.2f}), summed over the "
-              f"workers {_med(sums):.2f}, to first update {_med(first):.2f} s")
+        medians[name] = {"kernels_compiled": _med(saved),
+                         "kernel_cpu_s_per_worker": _med(per_worker),
+                         "kernel_cpu_s_max": max(per_worker, default=float("nan")),
+                         "kernel_cpu_s_summed": _med(sums), "to_first_update_s": _med(first),
+                         "runs_with_an_update": len(first), "pairs": runs}
+        m = medians[name]
+        print(f"  {name} medians: kernels compiled {m['kernels_compiled']}, kernel steps CPU s"
+              f" per worker {m['kernel_cpu_s_per_worker']:.2f} (max "
+              f"{m['kernel_cpu_s_max']:.2f}), summed over the workers "
+              f"{m['kernel_cpu_s_summed']:.2f}, to first update {m['to_first_update_s']:.2f} s"
+              f" ({len(first)} of {runs} runs had one)")
+    return medians
 
 
 def main() -> None:
@@ -362,7 +377,10 @@ def main() -> None:
         folder = args.data or Path(tmp)
         jobs = _jobs(folder, names)
         if args.switch:
-            switch(args.python, jobs, args.runs, args.switch, args.max_time, Path(tmp))
+            medians = switch(args.python, jobs, args.runs, args.switch, args.max_time,
+                             Path(tmp))
+            if args.json:
+                args.json.write_text(json.dumps(medians, indent=2))
             return
         if args.kernels:
             (ab_preload if args.ab_preload else kernels)(args.python, jobs, args.kernels)

@@ -233,6 +233,16 @@ class Algorithm:
         override it with a vectorized kernel for speed (README, Writing an algorithm).
         Write per-point state into ``block.state`` and set ``block.halt[i] = True`` to vote
         a point to halt.
+
+        Before training, each worker calls it once to warm up (``flegel/run.py``): on a
+        copy of its shard's first points (at most 8) with fresh :meth:`init_state`, θ⁽⁰⁾ and
+        ``t = 1``, its result aggregated into a zero aggregator and dropped, so that a JIT
+        compile (numba) happens before the training clock starts.  The call is made on the
+        algorithm itself, so state it keeps (a counter, a random generator) has moved once
+        on every worker when training starts.  Workers 2..n first try it on a deep copy with
+        numba's compiling refused (worker 1 compiles, they load from numba's cache:
+        :func:`flegel.jit.after_first`); an algorithm that cannot be deep-copied is tried
+        on itself, and called again when the try was refused (cold cache only).
         """
         total: Aggregator | None = None
         for i in range(len(block)):

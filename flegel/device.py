@@ -286,11 +286,6 @@ class DeviceKernels:
         except RuntimeError as err:
             raise ParameterError("device", "", detail=str(err)) from None
 
-    def compiles_at_start(self) -> bool:
-        """Whether the first kernel call runs the compiled kernel (so numba starts then):
-        ``kernel: compiled`` on the CPU, or ``auto`` planned onto it (:meth:`plan_kernels`)."""
-        return (self.kernel == "compiled" or self._choice.planned) and self.xp is np
-
     def pass_units(self, n: int, d: int) -> float:
         """Work units (module docstring) of a pass over ``n`` points of ``d`` features, as
         :meth:`plan_kernels` counts them: n·d unless the algorithm says better (K-means:

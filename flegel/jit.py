@@ -23,6 +23,7 @@ types) and, refused, load them once worker 1 has compiled them.
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib.abc
 import importlib.machinery
@@ -32,12 +33,14 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 #: The Cython module whose ``__pyx_capi__`` table numba's compiled code takes its BLAS
 #: functions from (``np.dot`` inside a kernel: numba's ``_helperlib.c``,
 #: ``import_cython_function``).
 BLAS_MODULE = "scipy.linalg.cython_blas"
+
+T = TypeVar("T")
 
 
 class NotCompiledError(Exception):
@@ -56,6 +59,8 @@ class _Refusal:
 _REFUSING: list[_Refusal] = []
 #: Whether :func:`_listen` has registered the listener of numba's compile event.
 _LISTENING = False
+#: Held while :func:`_listen` checks and registers (two threads' first blocks at once).
+_LISTEN_LOCK = threading.Lock()
 
 
 def _on_compile(data: dict[str, Any]) -> None:
@@ -79,21 +84,43 @@ def _on_compile(data: dict[str, Any]) -> None:
 
 def _listen() -> None:
     """Register :func:`_on_compile` for numba's compile event, once per process (numba is
-    imported by then: the caller checked)."""
+    imported by then: the caller checked).
+
+    A refusal raises in the listener's ``on_start``, which ends numba's broadcast of that
+    START event: a listener registered after flegel's (a user's own, numba's profilers) may
+    then get the compile's END without its START.
+    """
     global _LISTENING
-    if _LISTENING:
-        return
-    from numba.core import event
+    with _LISTEN_LOCK:
+        if _LISTENING:
+            return
+        from numba.core import event
 
-    class Listener(event.Listener):
-        def on_start(self, ev: Any) -> None:
-            _on_compile(ev.data or {})
+        class Listener(event.Listener):
+            def on_start(self, ev: Any) -> None:
+                _on_compile(ev.data or {})
 
-        def on_end(self, ev: Any) -> None:
-            pass
+            def on_end(self, ev: Any) -> None:
+                pass
 
-    event.register("numba:compile", Listener())
-    _LISTENING = True
+        event.register("numba:compile", Listener())
+        _LISTENING = True
+
+
+def _from_refusal(err: BaseException) -> bool:
+    """Whether ``err`` is a :class:`NotCompiledError` or was raised from or while handling
+    one (its ``__cause__`` / ``__context__`` chain, ``raise ... from None`` included)."""
+    todo: list[BaseException | None] = [err]
+    seen: set[int] = set()
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        if isinstance(e, NotCompiledError):
+            return True
+        seen.add(id(e))
+        todo += [e.__cause__, e.__context__]
+    return False
 
 
 def without_compiling(call: Callable[[], object]) -> bool:
@@ -113,14 +140,19 @@ def without_compiling(call: Callable[[], object]) -> bool:
     made again once the kernel is in the cache.  Any numba dispatcher with ``cache=True``
     counts: flegel's :class:`LazyKernel` objects and a user's plain ``numba.njit`` kernels
     alike (one without a cache compiles in every process whatever it waits for).
-    Where ``call`` catches that error itself (or raises another from it), the refusal is
-    still recorded and ``False`` returned.
+    Where ``call`` catches that error itself (or raises another from it, or while handling
+    it), the refusal is still recorded and ``False`` returned; any other error ``call``
+    raises propagates, refusal or not.
 
     Why not wait inside the event: the dispatcher has read its cache already when the event
-    is broadcast, so it would compile after the wait all the same.  The outermost kernel's
-    compile is refused first (a kernel's callees compile inside its own compile), so the
-    error never passes through numba's typing.  numba not yet imported when the block starts
-    (a module importing it inside ``call``): not watched, as before issue 19.
+    is broadcast, so it would compile after the wait all the same.  The outermost cached
+    kernel's compile is refused first (a kernel's callees compile inside its own compile).
+    An outer kernel without ``cache=True`` is not refused and compiles: a cached kernel it
+    calls that the cache lacks is then refused inside the outer kernel's typing, and the
+    error passes through numba's typing to ``call`` (numba 0.68 lets an error not its own
+    through unchanged; one wrapping it would still count: its ``__cause__``).  numba not yet
+    imported when the block starts (a module importing it inside ``call``): not watched, as
+    before issue 19.
 
     Parameters
     ----------
@@ -130,8 +162,8 @@ def without_compiling(call: Callable[[], object]) -> bool:
     Returns
     -------
     bool
-        True when ``call`` returned having compiled nothing; False when it was stopped at a
-        compile (the kernel and argument types: :class:`NotCompiledError`'s message).
+        True when ``call`` returned with nothing refused (a kernel without ``cache=True``,
+        or another thread, may have compiled); False when a compile was refused.
     """
     refusal = _Refusal()
     _REFUSING.append(refusal)
@@ -139,12 +171,49 @@ def without_compiling(call: Callable[[], object]) -> bool:
         if "numba" in sys.modules:
             _listen()
         call()
-    except Exception:
-        if refusal.refused is None:
+    except Exception as err:
+        if refusal.refused is None or not _from_refusal(err):
             raise
     finally:
         _REFUSING.remove(refusal)
     return refusal.refused is None
+
+
+def after_first(obj: T, call: Callable[[T], object], wait: Callable[[], object]) -> bool:
+    """Workers 2..n's warm-up (``flegel/run.py``): ``call`` a deep copy of ``obj`` with
+    compiling refused (:func:`without_compiling`), ``wait()`` for worker 1 to have compiled,
+    then ``call(obj)`` once; whether the first call had nothing to compile.
+
+    A refusal stops ``call`` partway.  Were it made on ``obj`` itself, an algorithm that
+    changes its own state in ``update_block`` before a kernel call (a counter, a random
+    draw) would have done so twice on a cold cache and once on a warm one, unlike worker 1
+    (which calls it once): BSP's runs would not be the same bit for bit
+    (``docs/determinism.md``).  ``obj`` that cannot be deep-copied: the first call is made
+    on ``obj`` and, refused, made again (the same once the cache is warm).
+
+    Parameters
+    ----------
+    obj : object
+        What ``call`` runs on (the worker's algorithm).
+    call : callable
+        ``call(obj)``: the warm-up.
+    wait : callable
+        Returns once worker 1 has compiled (its "compiled" message).
+
+    Returns
+    -------
+    bool
+        True when the refusable call compiled nothing.
+    """
+    try:
+        probe: T | None = copy.deepcopy(obj)
+    except Exception:  # noqa: BLE001 - cannot be copied: the warm-up runs on obj (twice)
+        probe = None
+    loaded = without_compiling(lambda: call(obj if probe is None else probe))
+    wait()
+    if probe is not None or not loaded:
+        call(obj)
+    return loaded
 
 
 class LazyKernel:

@@ -40,7 +40,7 @@ from mpi4py import MPI
 from flegel.api import Algorithm, DataInfo, zero_aggregator
 from flegel.block import Block
 from flegel.device import load_ahead
-from flegel.jit import without_compiling
+from flegel.jit import after_first
 from flegel.job.errors import JobError
 from flegel.job.job import Job
 from flegel.protocol import ExitCode, StopReason, Tag
@@ -221,20 +221,18 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     # worker 1 compiles it first and the others wait and load it from the cache (n workers
     # compiling the same kernel at once cost n times the CPU).  Workers 2..n run the warm-up
     # with compiling refused (flegel.jit.without_compiling: numba's own cache miss, for any
-    # kernel) and, refused, run it again once worker 1 is done.  Kernels in the cache: all
-    # load at once.  Worker 1 always says when it is done; every other worker hears it once.
-    def warm_up() -> None:
-        _warm_up(algorithm, store.kernel_x, store.y, worker.theta, layouts["agg"].zeros())
+    # kernel) on a copy of the algorithm and, once worker 1 is done, on the algorithm itself
+    # (flegel.jit.after_first).  Kernels in the cache: all load at once.  Worker 1 always
+    # says when it is done; every other worker hears it once.
+    def warm_up(on: Algorithm) -> None:
+        _warm_up(on, store.kernel_x, store.y, worker.theta, layouts["agg"].zeros())
 
     if comm.rank == 1:
-        warm_up()
+        warm_up(algorithm)
         for r in range(2, comm.size):
             msg.send_object(comm, "compiled", dest=r)
-    else:
-        loaded = without_compiling(warm_up)
-        msg.recv_object(comm, source=1)
-        if not loaded:
-            warm_up()
+    else:  # the refused try on a copy of the algorithm, then its own warm-up, as worker 1's
+        after_first(algorithm, warm_up, lambda: msg.recv_object(comm, source=1))
     clock.mark("warm_up")
     # BSP's block from the kernel's per-call cost (flegel/sync/bsp.py), unless resumed: the
     # checkpoint kept the block the run began with.  Worker 1 alone measures: the workers

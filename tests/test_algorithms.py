@@ -320,10 +320,10 @@ def test_nmf_plans_its_compiled_kernel_by_the_jobs_work():
     assert not NMF(10).plan_kernels(20_000, 200, 10)
     assert NMF(10).plan_kernels(20_000, 200, 100)
     assert not NMF(10).plan_kernels(20_000, 200, None)
-    assert NMF(10, kernel="compiled").compiles_at_start()
+    assert NMF(10, kernel="compiled").plan_kernels(20, 2, 1)
     assert not NMF(10, kernel="array").plan_kernels(20_000, 200, 10_000)
     assert not NMF(10, solver="mu").plan_kernels(20_000, 200, 10_000)
-    assert not NMF(10, solver="mu", kernel="compiled").compiles_at_start()
+    assert not NMF(10, solver="mu", kernel="compiled").plan_kernels(20_000, 200, 10_000)
 
 
 def test_nmf_top_singular_matches_the_exact_svd():

@@ -79,12 +79,12 @@ def test_a_job_of_known_length_is_planned_before_its_first_call() -> None:
 def test_kmeans_plans_the_short_job_of_issue_23_onto_numba() -> None:
     """12 iterations of 1M x 28, K = 16 (5.4e9 units) run numba from the first block; a small
     fit never starts it; a job without max_iterations keeps the meter."""
+    assert not KMeans(n_clusters=16).use_compiled(1.0)  # unplanned: the meter first
     job = KMeans(n_clusters=16)
-    assert not job.compiles_at_start()
-    assert job.plan_kernels(1_000_000, 28, 12) and job.compiles_at_start()
+    assert job.plan_kernels(1_000_000, 28, 12)
     assert job.use_compiled(1.0)
     small = KMeans(n_clusters=2)
-    assert not small.plan_kernels(30, 3, 100) and not small.compiles_at_start()
+    assert not small.plan_kernels(30, 3, 100) and not small.use_compiled(1.0)
     assert not KMeans(n_clusters=16).plan_kernels(1_000_000, 28, None)
     assert not KMeans(n_clusters=16, kernel="array").plan_kernels(1_000_000, 28, 12)
 

@@ -20,7 +20,8 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from flegel.jit import LazyKernel, NotCompiledError, njit, without_compiling
+from flegel.device import DeviceKernels, load_ahead
+from flegel.jit import LazyKernel, NotCompiledError, after_first, njit, without_compiling
 from tests.conftest import child_env
 
 numba = pytest.importorskip("numba")
@@ -45,6 +46,10 @@ def plain(x):
 @numba.njit
 def uncached(x):
     return x.sum() + 2.0
+
+@numba.njit
+def outer(x):
+    return plain(x) * 2.0
 """
 
 
@@ -106,7 +111,7 @@ def test_only_the_kernels_a_job_calls_are_asked_about(kernels):
     assert later.largest(np.ones(3)) == 1.0  # outside the block: it compiles as usual
 
 
-def _raise_refused(kernel: LazyKernel, *args: object) -> None:
+def _raise_refused(kernel: Callable[..., object], *args: object) -> None:
     """Call ``kernel`` under :func:`without_compiling` and raise what it refused."""
     caught: list[BaseException] = []
 
@@ -130,11 +135,16 @@ def test_a_plain_numba_kernel_is_refused_too(kernels):
     assert not without_compiling(lambda: kernels().plain(np.ones((2, 2))))
     # without cache=True worker 1's compile would not spare the others theirs: not refused
     assert without_compiling(lambda: kernels().uncached(np.ones(2)))
+    # ... but a cached kernel it calls is, inside its typing
+    with pytest.raises(NotCompiledError, match=r"plain\(array\(float32, 1d, C\)\)"):
+        _raise_refused(kernels().outer, np.ones(2, np.float32))
+    kernels().plain(np.ones(2, np.float32))
+    assert without_compiling(lambda: kernels().outer(np.ones(2, np.float32)))
 
 
 def test_a_refusal_swallowed_by_the_call_still_counts(kernels):
-    """An algorithm that catches every error (a fallback path) cannot hide the refusal; an
-    error of its own still propagates."""
+    """An algorithm that catches every error (a fallback path) or turns the refusal into
+    another cannot hide it; an error of its own still propagates, after a refusal too."""
     module = kernels()
 
     def forgiving() -> None:
@@ -150,6 +160,80 @@ def test_a_refusal_swallowed_by_the_call_still_counts(kernels):
 
     with pytest.raises(ValueError, match="own error"):
         without_compiling(failing)
+
+    def wrapping() -> None:  # another error for the refusal: still the refusal
+        try:
+            module.total(np.ones(2))
+        except NotCompiledError:
+            raise RuntimeError("kernel failed") from None
+
+    assert not without_compiling(wrapping)
+
+    def forgiving_then_failing() -> None:  # a refusal swallowed, then an error of its own
+        forgiving()
+        raise ValueError("the algorithm's own error after a refusal")
+
+    with pytest.raises(ValueError, match="after a refusal"):
+        without_compiling(forgiving_then_failing)
+
+
+class _FakeKernels(DeviceKernels):
+    """An algorithm whose compiled kernel is :data:`KERNELS`' ``total`` (``kernel:
+    compiled``, so :func:`flegel.device.load_ahead` loads it)."""
+
+    def __init__(self, module: ModuleType) -> None:
+        self._set_device("cpu", "compiled")
+        self.module = module
+
+    def load_compiled(self, n_features: int, dtype: np.dtype) -> None:
+        self.module.total(np.zeros(n_features, dtype))
+
+
+def test_load_ahead_leaves_a_cold_kernel_to_worker_1(kernels):
+    """A worker other than the first loads its kernel ahead of θ⁽⁰⁾ only from numba's cache:
+    on a cold cache (or another dtype) it says it did not load, and its warm-up waits for
+    worker 1 (flegel/run.py)."""
+    def ahead(first: bool, dtype: type = np.float64) -> bool:
+        return load_ahead(_FakeKernels(kernels()), 100, 3, np.dtype(dtype), 10, first=first)
+
+    assert not ahead(first=False)
+    assert ahead(first=True)  # worker 1 compiles, saves
+    assert ahead(first=False)
+    assert not ahead(first=False, dtype=np.float32)
+
+
+class _Counting:
+    """An algorithm that changes its own state before its kernel call (a counter)."""
+
+    def __init__(self, kernel: Callable[[np.ndarray], float]) -> None:
+        self.kernel = kernel
+        self.calls = 0
+
+    def warm_up(self) -> None:
+        self.calls += 1
+        self.kernel(np.ones(3))
+
+
+class _Uncopyable(_Counting):
+    def __deepcopy__(self, memo: dict) -> _Uncopyable:
+        raise TypeError("holds a handle")
+
+
+def test_workers_2_to_n_warm_up_the_algorithm_once_as_worker_1(kernels):
+    """Refused partway on a cold cache, the try ran on a copy: the algorithm's own state has
+    moved once, as worker 1's (BSP's bit-for-bit runs); on a warm cache likewise.  An
+    algorithm that cannot be copied keeps the old way (tried on itself, then again)."""
+    module = kernels()
+    algo = _Counting(module.total)
+    compiled: list[float] = []
+    assert not after_first(algo, _Counting.warm_up,
+                           lambda: compiled.append(kernels().total(np.ones(3))))
+    assert algo.calls == 1 and compiled == [3.0]
+    warm = _Counting(kernels().total)
+    assert after_first(warm, _Counting.warm_up, lambda: None) and warm.calls == 1
+    stuck = _Uncopyable(module.largest)
+    assert not after_first(stuck, _Counting.warm_up, lambda: kernels().largest(np.ones(3)))
+    assert stuck.calls == 2
 
 
 def test_another_threads_compile_is_not_refused(kernels):
@@ -211,7 +295,6 @@ def test_threaded_kmeans_kernel_is_not_the_serial_one(cache, two_threads):
     compiled here: that it then loads is numba's cache, as in the tests above.)"""
     numba.set_num_threads(1)
     _threaded_kmeans()(*_kmeans_args())  # one thread: the serial kernel, saved
-    numba.set_num_threads(1)
     assert without_compiling(lambda: _threaded_kmeans()(*_kmeans_args()))
     numba.set_num_threads(2)
     refused: list[str] = []
