@@ -1,6 +1,6 @@
 """Fig. 8's horizon rows take more pairs, two at a time, where the runs are short, until the
-median's side of 1 is decided (``flegel.cli.paper.horizons.measure``'s ``most``, issue 19): canned runs, no
-MPI job."""
+median's side of 1 is decided (``flegel.cli.paper.horizons.measure``'s ``most``, issue 19):
+canned runs, no MPI job."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from flegel.cli.paper import horizons
+from flegel.cli.paper import fsp_figures, horizons
+from flegel.cli.paper.common import Ctx
 from flegel.cli.paper.horizons import MedianRow, decided, side
 from flegel.cli.paper.runner import Ratio, Runner, RunResult
 from flegel.cli.paper.workloads import QUICK
@@ -32,12 +33,13 @@ class Scripted(Runner):
         self.asked.append(str(name))
         tag = (name or "").rsplit("-", 1)[-1]
         i = int(tag) - 1 if tag.isdigit() else 0
-        assert i < len(self.ratios), f"pair {i + 1} asked for, past the script"
+        ratios = getattr(self, "by", {}).get(algorithm, self.ratios)
+        assert i < len(ratios), f"pair {i + 1} asked for, past the script"
         length = float(sets[0].split("=")[1])
         if sync == "bspv":
             trace = [[0.1, 10.0], [0.2, 5.0], [length, 4.9]]
         else:
-            trace = [[0.2 / self.ratios[i], 5.0], [length, 4.9]]
+            trace = [[0.2 / ratios[i], 5.0], [length, 4.9]]
         summary = {"objective_trace": trace, "wall_time_s": length, "per_worker": []}
         key = json.dumps([algorithm, partition, sync, stragglers, sets, name])
         return RunResult(key, Path(key), summary, None, None, self.seconds)
@@ -142,3 +144,36 @@ def test_decided_needs_every_row_and_a_majority_of_the_pairs_run() -> None:
     assert not decided([row(0.2, 1.1, 1.2, 0.8, 0.9)], 4)
     assert not decided([row(0.2, 1.1, 1.2), row(0.5, 1.1, 0.9)], 2)
     assert decided([], 4)
+
+
+def test_fig8s_table_and_headline_say_undecided_rows_and_the_spent_budget(
+        tmp_path: Path) -> None:
+    """Through ``fsp_figures.horizon_table`` and ``fig8_headline``: K-means decided at two
+    pairs, GMM split after four, FCM split at two with the figure's budget spent by GMM."""
+    runner = scripted(tmp_path, [], seconds=10.0)
+    runner.by = {"kmeans": [1.5, 1.25], "gmm": [1.2, 0.8, 1.0, 1.25], "fcm": [0.9, 1.1]}
+    for a in ("gmm", "fcm"):
+        runner.targets[a, "strided"] = 5.0
+        runner.references[a, "strided"] = runner.references["kmeans", "strided"]
+    (tmp_path / "pictures").mkdir()
+    ctx = Ctx(runner, tmp_path / "pictures", say=lambda _: None)
+    # A median of two pairs is their geometric mean (K-means: 1.37x).  Quick's budget, 60 s:
+    # GMM's two more pairs are estimated at 40 s and spend 40 s; FCM's two more (40 s) no
+    # longer fit in the 20 s left.
+    assert ctx.mode.pairs_budget_s == 60.0 and ctx.mode.pairs_most == 4
+    h = fsp_figures.horizon_table(ctx, ("kmeans", "gmm", "fcm"), "strided")
+    assert h.undecided == ["gmm", "fcm"] and h.budget_stopped == ["fcm"]
+    assert len(h.runs) == 2 * (2 + 4 + 2)
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in h.table[2:]}
+    assert "| 1.37x | - |" in rows["kmeans"] and "| 2 pairs: 0.2 s: 1.50x, 1.25x |" \
+        in rows["kmeans"] and "undecided" not in rows["kmeans"]
+    assert "(undecided) | 4 pairs: 0.2 s: 1.20x, 0.80x, 1.00x, 1.25x |" in rows["gmm"]
+    assert "(undecided, budget spent) | 2 pairs: 0.2 s: 0.90x, 1.10x |" in rows["fcm"]
+    ours, mean = fsp_figures.fig8_headline(h.means, h.every, {}, tuple(h.undecided),
+                                           tuple(h.budget_stopped))
+    assert mean.value == pytest.approx(math.prod(m.value for m in h.means) ** (1 / 3))
+    assert ours.startswith(f"{mean.text()} (FSPV vs BSPV, geometric mean over algorithms "
+                           "and horizons); lowest algorithm ")
+    assert ours.endswith("; undecided rows: gmm, fcm (stopped by the pairs' budget: fcm)")
+    # No undecided row: no clause.
+    assert "undecided" not in fsp_figures.fig8_headline(h.means, h.every, {})[0]
