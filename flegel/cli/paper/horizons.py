@@ -120,11 +120,12 @@ COSTLY = ("nmf", "cnn")
 #: up to ``Mode.pairs_most`` (module notes, "More pairs where they are cheap").
 SHORT_S = 1.0
 #: A run lasts this many times the reference's time to the paper's target (module notes):
-#: 2.5, not 4 (issue 19, j8): on the quick page of 886ab51 BSPV reached the target within
-#: 1.45x BSPB's time, and the time the 4x runs spent past their rows paid for the pairs of
-#: the short rows (NMF ran 4 s at a load of 10 for rows up to 1 s).  FSPV may take longer
-#: than BSPV (NMF on the page of 31d729c's branch: 0.75 s against 0.54 s, 1.39x); a side
-#: that has not reached a target by the run's end reads as a bound.
+#: 2.5, not 4 (issue 19, j8): on the quick page of 886ab51 (``docs/paper.md``'s Fig. 8
+#: time-to-target table) BSPV reached the target within 1.45x BSPB's time and FSPV within
+#: 1.39x of BSPV's (NMF: 0.75 s against 0.54 s), so within 2.0x of the reference; the time
+#: the 4x runs spent past their rows paid for the pairs of the short rows (NMF ran 4 s at a
+#: load of 10 for rows up to 1 s).  A side that has not reached a target by the run's end
+#: reads as a bound.
 LENGTH_FACTOR = 2.5
 #: The shortest run: the first horizon and room after it for a side behind.
 MIN_LENGTH_S = 0.5

@@ -68,7 +68,8 @@ class Mode:
         Seconds the extra pairs (past ``pairs``) of all of Fig. 8's rows may take together
         (:class:`flegel.cli.paper.horizons.PairBudget`, one per figure): ``quick`` 60 s, so
         the page grows by about a minute at most.  A short row's pair costs mostly start-up
-        and evaluation: 8-9 s at a load of 3.5 (``docs/sync/fsp.md``, Fig. 8).
+        and evaluation: about 8 s (4 s a run) at the last page's load of 3.5
+        (``docs/benchmarks.md``, "Fig. 8's short rows", "The page's time").
     """
 
     name: str
