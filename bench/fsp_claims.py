@@ -244,9 +244,9 @@ def skewed_basin(folder: Path, ref: float, workers: int = 4, finish: int = 40,
 
 
 def horizon_table(root: Path, algorithms: list[str], partition: str,
-                  stragglers: str = "none", repeat: int = hz.REPEAT,
+                  stragglers: str = "none", repeat: int = QUICK.pairs,
                   scale: float = 1.0, length_s: float | None = None,
-                  most: int | None = None, budget_s: float = hz.PAIR_BUDGET_S
+                  most: int | None = QUICK.pairs_most, budget_s: float = QUICK.pairs_budget_s
                   ) -> dict[str, Any]:
     """FSPV / BSPV at every horizon (:mod:`flegel.cli.paper.horizons`) on ``flegel paper``'s
     workloads: prints one line per pair and per algorithm the median of the pairs at each
@@ -257,10 +257,12 @@ def horizon_table(root: Path, algorithms: list[str], partition: str,
     (``length_s``: a fixed length instead) -- the measurement of ``flegel paper``'s Fig. 8,
     which takes the medians: at the 0.2-0.5 s horizons one pair's ratio moves by 2-3x from
     pair to pair on a shared 2-core machine (issue 19).  ``most`` (``--most``): a row whose
-    runs last :data:`flegel.cli.paper.horizons.SHORT_S` or less takes further pairs, up to
-    ``most``, until its median's side of 1 is decided or its runs took ``budget_s`` (as
-    ``flegel paper``'s rows, :func:`flegel.cli.paper.horizons.measure`); an undecided row
-    says so.
+    runs last :data:`flegel.cli.paper.horizons.SHORT_S` or less takes two more pairs at a
+    time, up to ``most``, until its median's side of 1 is decided or the algorithms' extra
+    pairs would take more than ``budget_s`` in all (one budget over all of them, as
+    ``flegel paper``'s Fig. 8, :func:`flegel.cli.paper.horizons.measure`); an undecided row
+    says so.  The defaults are ``flegel paper --quick``'s (:data:`~flegel.cli.paper.workloads.
+    QUICK`).
 
     ``scale`` multiplies the quick workloads' rows (``--scale``): at 1 a warm pass of GMM or
     FCM costs a few ms of CPU, less than a barrier on 2 shared cores, so what FSPV saves in
@@ -273,7 +275,9 @@ def horizon_table(root: Path, algorithms: list[str], partition: str,
     print(f"time to BSPV's objective at each horizon, BSPV / FSPV (>1: FSPV faster), "
           f"{partition} shards, stragglers: {stragglers}"
           + (f", rows x {scale:g}" if scale != 1 else "") + f", {repeat} pairs each"
-          + (f", up to {most} where short and undecided" if most and most > repeat else ""))
+          + (f", up to {most} where short and undecided ({budget_s:g} s for those over all "
+             "the algorithms)" if most and most > repeat else ""))
+    budget = hz.PairBudget(budget_s)
     print(f"  {'algorithm':9s} " + " ".join(f"{h:>7g}s" for h in hz.HORIZONS) + "   mean")
 
     def line(label: str, rows: list[Any], mean: Any) -> str:
@@ -283,7 +287,7 @@ def horizon_table(root: Path, algorithms: list[str], partition: str,
 
     for a in algorithms:
         m = hz.measure(runner, a, partition, stragglers, repeat=repeat, length_s=length_s,
-                       most=most, budget_s=budget_s)
+                       most=most, budget=budget)
         for pair in m.pairs:
             label = f"{a} #{pair.index + 1}"
             if pair.rows is None:
@@ -304,6 +308,7 @@ def horizon_table(root: Path, algorithms: list[str], partition: str,
               + f"   (runs of {m.length_s:g} s"
               + (", truncated" if m.truncated else "")
               + f"; {len(m.pairs)} pairs" + ("; undecided" if m.undecided else "")
+              + (", budget spent" if m.budget_stopped else "")
               + "; pairs' means "
               + ", ".join(hz.geo_mean_ratio(p.rows).text() if p.rows is not None else "failed"
                           for p in m.pairs) + ")",
@@ -312,6 +317,7 @@ def horizon_table(root: Path, algorithms: list[str], partition: str,
                   "bound": m.mean.qualifier, "length_s": m.length_s,
                   "truncated": m.truncated, "failed": m.failed, "figures": m.figures,
                   "pairs": len(m.pairs), "undecided": m.undecided,
+                  "budget_stopped": m.budget_stopped,
                   "seconds": sum(r.seconds for r in m.runs)}
     means = [Ratio(v["mean"], v["bound"]) for v in out.values() if v["rows"] or v["failed"]]
     if means:
@@ -339,15 +345,16 @@ def main() -> None:
                     help="horizons: multiply the quick workloads' rows")
     ap.add_argument("--repeat", type=int, default=None,
                     help=f"horizons: pairs of runs per algorithm, medians printed (default "
-                         f"{hz.REPEAT}, as flegel paper); ratio: runs of each straggler row "
-                         "(default 1)")
-    ap.add_argument("--most", type=int, default=None,
-                    help="horizons: the most pairs of a short row, run until the median's side "
-                         f"of 1 is decided (flegel paper --quick: {QUICK.pairs_most}; default: "
-                         "--repeat, no more)")
-    ap.add_argument("--budget", type=float, default=hz.PAIR_BUDGET_S,
-                    help="horizons: seconds a short row's pairs may take before no further "
-                         f"pair starts (default {hz.PAIR_BUDGET_S:g})")
+                         f"{QUICK.pairs}, as flegel paper --quick); ratio: runs of each "
+                         "straggler row (default 1)")
+    ap.add_argument("--most", type=int, default=QUICK.pairs_most,
+                    help="horizons: the most pairs of a short row, two more at a time until "
+                         "the median's side of 1 is decided (default "
+                         f"{QUICK.pairs_most}, as flegel paper --quick; --most 0: --repeat, "
+                         "no more)")
+    ap.add_argument("--budget", type=float, default=QUICK.pairs_budget_s,
+                    help="horizons: seconds the extra pairs of all the algorithms may take "
+                         f"together (default {QUICK.pairs_budget_s:g}, as flegel paper --quick)")
     ap.add_argument("--length", type=float, default=None,
                     help="horizons: seconds per run (default: as long as the rows need, "
                          "flegel.cli.paper.horizons.run_length)")
@@ -369,7 +376,7 @@ def main() -> None:
     if "horizons" in only:
         figures["horizons"] = horizon_table(root / "horizons", args.algorithms.split(","),
                                             args.partition,
-                                            repeat=(hz.REPEAT if args.repeat is None
+                                            repeat=(QUICK.pairs if args.repeat is None
                                                     else args.repeat),
                                             scale=args.scale, length_s=args.length,
                                             most=args.most, budget_s=args.budget)

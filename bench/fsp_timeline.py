@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -46,22 +47,32 @@ from flegel.cli.paper.horizons import first_reach
 from flegel.rundir.reader import read_events, read_summary
 
 
+def target_barrier(events: list[dict[str, Any]], trace: list[list[float]], target: float
+                   ) -> int | None:
+    """How many barriers of ``events`` it took to the first snapshot of ``trace`` at or below
+    ``target``; None where the trace never got there or there are no events.  A snapshot is
+    taken at a barrier: that barrier is the event nearest the snapshot's time (one rule for
+    :func:`to_target` and :func:`steps`)."""
+    hit = next((float(t) for t, f in trace if f <= target), None)
+    if hit is None or not events:
+        return None
+    return 1 + min(range(len(events)), key=lambda i: abs(events[i]["time_s"] - hit))
+
+
 def to_target(run: Path, target: float, sizes: list[float] | None = None) -> dict[str, Any]:
     """Barriers, their mean time and the cut passes up to the first snapshot at or below
     ``target`` (None figures if the run never reached it), and ``reach_s``: when the trace
     crosses ``target`` (:func:`~flegel.cli.paper.horizons.first_reach`)."""
     trace = read_summary(run)["objective_trace"]
-    hit = next((float(t) for t, f in trace if f <= target), None)
     reach = {"reach_s": first_reach(trace, target)}  # interpolated (horizons.first_reach)
     evs = read_events(run)
     later = [e for e in evs[3:] if "compute_s" in e["workers"] and "barrier_s" in e]
     warm = {"warm_ms": 1e3 * float(np.median([max(e["workers"]["compute_s"]) for e in later]))
             if later else None,
             "bar_ms": 1e3 * float(np.median([e["barrier_s"] for e in later])) if later else None}
-    if hit is None or not evs:
+    n = target_barrier(evs, trace, target)
+    if n is None:
         return {"its": None, "ms_per_it": None, "cal_ms": None, "cut": [], **warm, **reach}
-    # The snapshot is taken at a barrier; the event of that barrier is the nearest one.
-    n = 1 + min(range(len(evs)), key=lambda i: abs(evs[i]["time_s"] - hit))
     full = sizes or [max(e["workers"]["points"][k] for e in evs)
                      for k in range(len(evs[0]["workers"]["points"]))]
     cut = [f"{e['t']}:{r}" for e in evs[:n]
@@ -73,17 +84,17 @@ def to_target(run: Path, target: float, sizes: list[float] | None = None) -> dic
 def steps(run: Path, target: float) -> list[dict[str, float]]:
     """Each θ update of ``run`` up to the first snapshot at or below ``target`` (every one
     where the run never reached it): when it was applied, the slowest worker's time in its
-    iteration, the reports' spread and the master's part of its barrier, in ms (module
-    notes, ``--steps``)."""
-    trace = read_summary(run)["objective_trace"]
-    hit = next((float(t) for t, f in trace if f <= target), None)
+    iteration (NaN where an older run's events lack ``compute_s``), the reports' spread and
+    the master's part of its barrier, in ms (module notes, ``--steps``).  The target's
+    barrier by :func:`target_barrier`, as :func:`to_target`."""
+    evs = read_events(run)
+    n = target_barrier(evs, read_summary(run)["objective_trace"], target)
     out = []
-    for e in read_events(run):
+    for e in evs[:n]:
         bar, spread = e.get("barrier_s", 0.0), e.get("spread_s", 0.0)
-        out.append({"at": 1e3 * e["time_s"], "comp": 1e3 * max(e["workers"]["compute_s"]),
+        comp = e["workers"].get("compute_s")
+        out.append({"at": 1e3 * e["time_s"], "comp": 1e3 * max(comp) if comp else math.nan,
                     "spread": 1e3 * spread, "master": 1e3 * (bar - spread)})
-        if hit is not None and e["time_s"] >= hit - 1e-4:
-            break
     return out
 
 

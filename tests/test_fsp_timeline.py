@@ -130,3 +130,16 @@ def test_steps_up_to_the_target(timeline: ModuleType, tmp_path: Path) -> None:
     assert [round(x["master"], 3) for x in st] == [1.0, 4.0, 0.5]
     # Never reached: every update of the run.
     assert len(timeline.steps(run, 0.5)) == 4
+
+
+def test_steps_reads_older_runs_and_finds_the_barrier_as_to_target(
+        timeline: ModuleType, tmp_path: Path) -> None:
+    """Events without ``compute_s`` (an older run) give NaN, not a KeyError; the snapshot's
+    barrier is the nearest event, by the rule ``to_target`` counts iterations with."""
+    run = write_run(tmp_path / "run", [(0.010, [100], ["pass"]), (0.020, [100], ["pass"]),
+                                       (0.030, [100], ["pass"])],
+                    [(0.0098, 3.0), (0.0201, 2.0), (0.0299, 1.0)])
+    st = timeline.steps(run, 2.0)
+    assert [round(x["at"], 3) for x in st] == [10.0, 20.0]
+    assert all(x["comp"] != x["comp"] for x in st)  # NaN
+    assert len(st) == timeline.to_target(run, 2.0)["its"] == 2

@@ -19,7 +19,8 @@ scale BSPV reaches the paper's target within its first 3-5 iterations (20-60 ms 
 shards for K-means, GMM, FCM and LR), so a horizon row is the time of a few iterations after
 start-up, and on 2 shared cores one pair's ratio moved between 0.75x and 2.30x from pair to
 pair of identical code (K-means, three pairs back to back at a load of 9-13).  Each
-algorithm therefore runs :data:`REPEAT` pairs back to back, the order alternating (BSPV
+algorithm therefore runs ``Mode.pairs`` pairs back to back (:mod:`flegel.cli.paper.workloads`;
+``--quick``: 2), the order alternating (BSPV
 first, then FSPV first, then BSPV first: the second run of a pair meets a machine the first
 has warmed, and neither side should always have that), and each horizon's ratio is the
 median of the pairs' ratios (:func:`median_ratio`, :func:`medians`).  That is a median of
@@ -31,7 +32,7 @@ it is carried forward to every horizon up to the end of its BSPV trace and every
 median is over all the pairs -- leaving it out would keep, at the later horizons, only the
 pairs where BSPV was slow to the floor, in FSPV's favour.  A pair with a failed run counts
 as unknown (``?``) at every horizon.  The majority rule only decides which horizons are
-shown: one where most of the :data:`REPEAT` pairs (failed ones counted) have a row of their
+shown: one where most of the pairs (failed ones counted) have a row of their
 own.  The pairs pay for themselves: a run lasts no longer than its rows need --
 :data:`LENGTH_FACTOR` times the reference run's time to the paper's target, rounded up to a
 horizon, at least :data:`MIN_LENGTH_S` (:func:`run_length`) -- since every horizon past the
@@ -46,21 +47,28 @@ runs.  Where some pair's BSPV has not reached the floor by the run's end the res
 short run are not thinned: every θ version of the first 0.5 s is in it
 (``flegel.runtime.server.Trace`` keeps all of the first 2 x ``output.trace_points``).
 
-**More pairs where they are cheap** (issue 19, Fig. 8; :func:`measure`'s ``most``).  On the
-page of 886ab51 K-means, GMM, FCM and logistic regression were decided by one horizon
-(0.2 s) and two pairs, whose ratios straddled 1 (K-means 1.11x and 0.86x, logistic
-regression 1.04x and 0.73x): the verdict was within a pair's noise.  Their runs last 0.5 s,
-so a pair costs its start-up and evaluations (8-10 s at a load of 3), and such a row -- one
-no longer than :data:`SHORT_S` -- takes further pairs, the order still alternating, until
-the median's side of 1 is *decided* (:func:`decided`: at every horizon shown more than half
-of ``most`` pairs lie on one side of 1 with their whole interval, so no pairs up to ``most``
-could move the median across it), or ``most`` pairs have run, or one more pair would take
-its pairs past ``budget_s`` (:data:`PAIR_BUDGET_S`, at their mean cost so far).  A
-sequential rule with a fixed most: each side is treated alike (the same pairs, the same
-rule), and what is compared is unchanged.  A row still undecided when it stops says so
-(:attr:`Measured.undecided`; the page marks it), and each pair's ratio stays on the page.
-Longer rows keep ``repeat`` pairs; they are decided or not by the same test over the pairs
-they ran.
+**More pairs where they are cheap** (issue 19, Fig. 8; :func:`measure`'s ``most`` and
+``budget``).  On the page of 886ab51 K-means, GMM, FCM and logistic regression were decided
+by one horizon (0.2 s) and two pairs, whose ratios straddled 1 (K-means 1.11x and 0.86x,
+logistic regression 1.04x and 0.73x): the verdict was within a pair's noise.  Their runs
+last 0.5-1 s, so a pair costs mostly its start-up and evaluations, and such a row -- one no
+longer than :data:`SHORT_S` -- whose pairs leave the median's side of 1 undecided takes two
+more pairs, one in each order (pairs alternate BSPV first / FSPV first, so an odd count would
+give one order more pairs: the order effect would no longer cancel), and again up to
+``most``.  *Decided* (:func:`decided`) is judged on the pairs actually run: at every horizon
+shown more than half of them lie on one side of 1 with their whole interval (2 of 2, 3 of 4,
+4 of 6); a bound whose interval holds 1, or a failed pair, counts on neither side.  Extra
+pairs draw on one budget for the whole figure (:class:`PairBudget`; ``Mode.pairs_budget_s``):
+two more pairs start only where the row's mean pair cost so far says they fit in what is
+left -- an estimate, so the last two may overrun it by what they cost past that mean.  A row
+still undecided when it stops says so (:attr:`Measured.undecided`), and separately whether
+the budget stopped it (:attr:`Measured.budget_stopped`); each pair's ratio stays on the
+page.  Each side is treated alike (the same pairs, the same rule) and what is compared is
+unchanged, but the stopping is optional: a row is extended only when its first pairs
+disagree, so a reported median drifts away from 1 compared with a fixed count of pairs, in
+either direction alike -- read a decided row as "which side", not as "how much".  Longer
+rows keep ``repeat`` pairs; they are decided or not by the same test over the pairs they
+ran.
 
 **Where neither side reaches the paper's target** (:func:`versus`; Figs. 7, 9a, 9b and 15,
 issue 19): with one worker slowed by τ = 32 ms per 1,000 points on contiguous sorted shards
@@ -96,6 +104,7 @@ import numpy as np
 
 from flegel.cli.paper.common import geo_mean, interval, lowest
 from flegel.cli.paper.runner import Ratio, Runner, RunResult, Time
+from flegel.cli.paper.workloads import QUICK
 from flegel.rundir.reader import exact_trace
 
 #: Horizons (seconds of BSPV's run) whose objective becomes a target.
@@ -106,27 +115,17 @@ TRACE_POINTS = 300
 TRACE_POINTS_COSTLY = 80
 #: Algorithms whose exact evaluation of a snapshot costs a pass of real work.
 COSTLY = ("nmf", "cnn")
-#: Pairs of runs (BSPV first, then FSPV first, alternating) per algorithm; each horizon's
-#: ratio is their median (module notes).
-REPEAT = 3
-#: The most pairs of a short row (:data:`SHORT_S`): more are run, past ``repeat``, until the
-#: median's side of 1 is decided (:func:`decided`; module notes, "More pairs where they are
-#: cheap").
-MOST_PAIRS = 5
 #: A row whose runs last this long or less is short: its pairs are cheap (each run is mostly
-#: its 3-4 s of start-up and exact evaluations), so it takes pairs up to :data:`MOST_PAIRS`.
+#: its start-up and exact evaluations), so it may take pairs past ``repeat``, two at a time,
+#: up to ``Mode.pairs_most`` (module notes, "More pairs where they are cheap").
 SHORT_S = 1.0
-#: Seconds (start-up and evaluation included) a short row's pairs may take in all: no further
-#: pair starts where the pairs' mean cost would take them past it (a bound that holds, not
-#: one overrun by a pair), so ``flegel paper --quick`` keeps within its 15 minutes: at the
-#: last page's load (3.5) a run cost about 4 s, a pair 8-9 s, so a short row takes at most
-#: 4 pairs there (at most 16 runs more than 2 pairs a row over Fig. 8's four short rows,
-#: about 64 s), 5 where a pair costs 7 s or less, and 2 at a load of 9-10 (a pair 20-25 s).
-PAIR_BUDGET_S = 36.0
 #: A run lasts this many times the reference's time to the paper's target (module notes):
-#: 2.5, not 4 (issue 19, j8): BSPV reaches the target within 1.45x BSPB's time on the quick
-#: page, FSPV within 1.2x of that, and the time the 4x runs spent past their rows paid for
-#: the pairs of the short rows (NMF ran 4 s at a load of 10 for rows up to 1 s).
+#: 2.5, not 4 (issue 19, j8): on the quick page of 886ab51 (``docs/paper.md``'s Fig. 8
+#: time-to-target table) BSPV reached the target within 1.45x BSPB's time and FSPV within
+#: 1.39x of BSPV's (NMF: 0.75 s against 0.54 s), so within 2.0x of the reference; the time
+#: the 4x runs spent past their rows paid for the pairs of the short rows (NMF ran 4 s at a
+#: load of 10 for rows up to 1 s).  A side that has not reached a target by the run's end
+#: reads as a bound.
 LENGTH_FACTOR = 2.5
 #: The shortest run: the first horizon and room after it for a side behind.
 MIN_LENGTH_S = 0.5
@@ -358,11 +357,11 @@ def side(r: Ratio) -> int:
     return 1 if lo > 1 else -1 if hi < 1 else 0
 
 
-def decided(rows: Sequence[MedianRow], most: int) -> bool:
-    """Whether every row's median lies on a side of 1 that no further pairs, up to ``most``
-    in all, could change (module notes): more than half of ``most`` of its pairs on that side
-    (:func:`side`; failed pairs count on neither).  No row: nothing to decide (True)."""
-    need = most // 2 + 1
+def decided(rows: Sequence[MedianRow], pairs: int) -> bool:
+    """Whether every row's median lies on one side of 1 by the ``pairs`` pairs run (module
+    notes): more than half of them on that side (:func:`side`; failed pairs, and bounds
+    whose interval holds 1, count on neither).  No row: nothing to decide (True)."""
+    need = pairs // 2 + 1
     for r in rows:
         sides = [side(p.ratio) for p in r.pairs]
         if max(sides.count(1), sides.count(-1)) < need:
@@ -598,6 +597,24 @@ class Pair:
         return {"bspv": self.bspv, "fspv": self.fspv}
 
 
+@dataclass
+class PairBudget:
+    """Seconds the extra pairs (past ``repeat``) of one figure's rows may still take, shared
+    by its rows (module notes, "More pairs where they are cheap"): :func:`measure` starts two
+    more pairs only where their estimate (the row's mean pair cost so far) fits in
+    ``left_s``, and takes what they cost off it."""
+
+    left_s: float
+
+    def allows(self, cost_s: float) -> bool:
+        """Whether an estimated ``cost_s`` fits in what is left."""
+        return cost_s <= self.left_s
+
+    def spend(self, seconds: float) -> None:
+        """Take ``seconds`` off (it may go below 0: the last pairs may overrun the estimate)."""
+        self.left_s -= seconds
+
+
 @dataclass(frozen=True)
 class Measured:
     """What :func:`measure` returns.
@@ -618,8 +635,10 @@ class Measured:
     figures : dict
         Per sync, :func:`median_figures` of :func:`run_figures` over its runs.
     undecided : bool
-        Some row's median may lie on either side of 1 (:func:`decided`, over the most pairs
-        the row could take): the row says nothing of which side is faster.
+        Some row's median may lie on either side of 1 (:func:`decided`, over the pairs run):
+        the row says nothing of which side is faster.
+    budget_stopped : bool
+        The figure's :class:`PairBudget` stopped the row's extra pairs while it was undecided.
     """
 
     rows: list[MedianRow]
@@ -629,6 +648,7 @@ class Measured:
     truncated: bool
     figures: dict[str, dict[str, Any]]
     undecided: bool = False
+    budget_stopped: bool = False
 
     @property
     def runs(self) -> list[RunResult]:
@@ -652,16 +672,16 @@ def compared(horizons: Sequence[float], length_s: float) -> list[float]:
 
 def measure(runner: Runner, algorithm: str, partition: str = "strided",
             stragglers: str = "none", horizons: Sequence[float] = HORIZONS,
-            syncs: tuple[str, str] = ("bspv", "fspv-off"), repeat: int = REPEAT,
+            syncs: tuple[str, str] = ("bspv", "fspv-off"), repeat: int = QUICK.pairs,
             length_s: float | None = None, most: int | None = None,
-            budget_s: float = PAIR_BUDGET_S) -> Measured:
+            budget: PairBudget | None = None) -> Measured:
     """Run ``repeat`` pairs of BSPV and FSPV (``syncs``, back to back, the order
     alternating: BSPV first in pairs 0, 2, ..., FSPV first in 1, 3, ...) on ``algorithm``
     and compare each pair's traces (:func:`compare`), no target below the runner's (BSPB's
     converged objective plus the workload's slack, :meth:`Runner.target`); each horizon's
-    ratio is the median over the pairs (:func:`medians`, module notes).  A short row takes
-    further pairs, up to ``most``, until its median's side of 1 is decided (module notes,
-    "More pairs where they are cheap").
+    ratio is the median over the pairs (:func:`medians`, module notes).  A short row whose
+    pairs leave the median's side of 1 undecided takes two more pairs, one in each order, up
+    to ``most`` (module notes, "More pairs where they are cheap").
 
     Parameters
     ----------
@@ -683,11 +703,11 @@ def measure(runner: Runner, algorithm: str, partition: str = "strided",
         (:meth:`Runner.reference`).
     most : int or None
         The most pairs of a row whose runs last :data:`SHORT_S` or less (None: ``repeat``,
-        no more pairs); further pairs stop once :func:`decided` or once the row's runs took
-        ``budget_s`` seconds in all (a pair that would take them past it, at their mean cost
-        so far, does not start).
-    budget_s : float
-        See ``most``.
+        no more pairs); further pairs, two at a time, stop once :func:`decided` or once
+        ``budget`` does not allow two more at the row's mean pair cost so far.
+    budget : PairBudget or None
+        The figure's seconds for extra pairs, shared by its rows and spent here (None: no
+        limit).
 
     Returns
     -------
@@ -704,21 +724,21 @@ def measure(runner: Runner, algorithm: str, partition: str = "strided",
     ends: list[float] = []
     truncated = False
     spent = 0.0
-    while len(pairs) < limit:
-        # The budget by the pairs' mean cost so far: a pair that would overrun it does not
-        # start.
-        if len(pairs) >= repeat and (spent * (1 + 1 / max(len(pairs), 1)) > budget_s or decided(
-                medians([p.rows for p in pairs], ends, shown), limit)):
-            break
+    stopped = False
+
+    def run_pair() -> float:
+        """Run the next pair; its seconds."""
+        nonlocal truncated
         i = len(pairs)
         tag = f"-{i + 1}" if i else ""
         # Which side runs first alternates (module notes): the second of two back-to-back
         # runs meets a machine the first has warmed (caches, page cache, CPU clocks).
         first = 0 if i % 2 == 0 else 1
         got: dict[str, RunResult] = {}
+        cost = 0.0
         for s in (syncs[first], syncs[1 - first]):
             got[s] = runner.trace_run(algorithm, partition, s, stragglers, sets, tag)
-            spent += got[s].seconds
+            cost += got[s].seconds
         b, f = got[syncs[0]], got[syncs[1]]
         order = "bspv-fspv" if first == 0 else "fspv-bspv"
         rows: list[HorizonRow] | None = None
@@ -734,6 +754,24 @@ def measure(runner: Runner, algorithm: str, partition: str = "strided",
             truncated |= floor is not None and best is not None and best > floor
         pairs.append(Pair(i, b, f, order, rows))
         ends.append(end)
+        return cost
+
+    while len(pairs) < repeat:
+        spent += run_pair()
+    while len(pairs) < limit and not decided(
+            medians([p.rows for p in pairs], ends, shown), len(pairs)):
+        # Two at a time, one in each order (module notes); started only where their cost at
+        # the row's mean pair cost so far fits in the figure's budget -- an estimate, so the
+        # last two may overrun it.
+        more = min(2, limit - len(pairs))
+        if budget is not None and not budget.allows(more * spent / max(len(pairs), 1)):
+            stopped = True
+            break
+        for _ in range(more):
+            cost = run_pair()
+            spent += cost
+            if budget is not None:
+                budget.spend(cost)
     rows_m = medians([p.rows for p in pairs], ends, shown)
     mean = geo_mean_ratio(rows_m)
     if not rows_m and any(p.rows is None for p in pairs):
@@ -743,4 +781,5 @@ def measure(runner: Runner, algorithm: str, partition: str = "strided",
                     {s: median_figures([run_figures(summary) for run in sides
                                         if (summary := run[which].summary)])
                      for s, which in zip(syncs, ("bspv", "fspv"))},
-                    undecided=not decided(rows_m, max(limit, len(pairs))))
+                    undecided=(undecided := not decided(rows_m, len(pairs))),
+                    budget_stopped=stopped and undecided)

@@ -54,18 +54,22 @@ class Mode:
         τ values (ms) of Fig. 9a.
     pairs : int
         BSPV/FSPV pairs per algorithm of Fig. 8's horizons
-        (:func:`flegel.cli.paper.horizons.measure`).  ``quick`` runs 2, one in each order:
-        3 took Fig. 8 from 187 s to 393 s and the page to 17.5 min, over the 15 min it must
-        fit in on a 2-core machine (issue 19); two pairs in opposite orders still take the
-        order effect out, and a horizon is shown only where both have it.
+        (:func:`flegel.cli.paper.horizons.measure`): 2, one in each order -- two pairs in
+        opposite orders take the order effect out, and a horizon is shown only where both
+        have it.  3 took Fig. 8 from 187 s to 393 s and the page to 17.5 min, over the 15 min
+        it must fit in on a 2-core machine (issue 19).
     pairs_most : int
         The most pairs of a row whose runs are short (:data:`flegel.cli.paper.horizons.
-        SHORT_S`): it takes more, past ``pairs``, until its median's side of 1 is decided
-        (:func:`flegel.cli.paper.horizons.decided`) or its pairs took ``pairs_budget_s``.
-        Such a pair costs mostly start-up (8-10 s a pair at a load of 3 for a 0.5 s row).
+        SHORT_S`): while its pairs leave the median's side of 1 undecided
+        (:func:`flegel.cli.paper.horizons.decided`) it takes two more, one in each order (an
+        odd count would give one order more pairs than the other), while
+        ``pairs_budget_s`` allows.  ``quick``: 4 (2, then 2 more); ``full``: 6.
     pairs_budget_s : float
-        See ``pairs_most``: the seconds a short row's runs may take in all
-        (:data:`flegel.cli.paper.horizons.PAIR_BUDGET_S`).
+        Seconds the extra pairs (past ``pairs``) of all of Fig. 8's rows may take together
+        (:class:`flegel.cli.paper.horizons.PairBudget`, one per figure): ``quick`` 60 s, so
+        the page grows by about a minute at most.  A short row's pair costs mostly start-up
+        and evaluation: about 8 s (4 s a run) at the last page's load of 3.5
+        (``docs/benchmarks.md``, "Fig. 8's short rows", "The page's time").
     """
 
     name: str
@@ -75,9 +79,9 @@ class Mode:
     max_time_s: float
     ref_time_s: float
     sweep: tuple[float, ...] = (8.0, 32.0, 128.0)
-    pairs: int = 3
-    pairs_most: int = 7
-    pairs_budget_s: float = 120.0
+    pairs: int = 2
+    pairs_most: int = 6
+    pairs_budget_s: float = 240.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -87,7 +91,7 @@ class Mode:
 
 
 QUICK = Mode("quick", workers=4, slow="1", scale=1.0, max_time_s=4.0, ref_time_s=5.0,
-             pairs=2, pairs_most=5, pairs_budget_s=36.0)
+             pairs=2, pairs_most=4, pairs_budget_s=60.0)
 FULL = Mode("full", workers=16, slow="1-4", scale=20.0, max_time_s=120.0, ref_time_s=600.0)
 MODES = {"quick": QUICK, "full": FULL}
 
