@@ -34,6 +34,7 @@ from flegel.validation import Integer
 
 # the module, not its kernel: the bounded kernel stays in its module's namespace
 from . import _kmeans_bounds as hamerly
+from ._stratum import Stratum
 from ._common import (
     DEVICE_PARAMS,
     InitSpec,
@@ -499,6 +500,15 @@ class KMeans(DeviceKernels, Algorithm):
         set_params(self, locals())
         self._set_device(device, kernel)
         self._bounds = hamerly.BoundSwitch()
+        self._stratum: Stratum | None = None
+
+    def stratify(self, n_points: int) -> None:
+        """Take the M-step on a stratified estimate of this worker's shard (``n_points``)
+        instead of its stale exact sums while its fresh labels still move
+        (:mod:`algorithms._stratum`): FSP calls it on every worker without data migration
+        (issue 19, Figs. 7, 9a, 9b, 15).  θ keeps the exact sums; the estimate's correction
+        travels in the aggregate (``stratum_sums``, ``stratum_counts``)."""
+        self._stratum = Stratum(n_points)
 
     def validate(self, base_dir: Path) -> None:
         self.check_device()
@@ -586,7 +596,8 @@ class KMeans(DeviceKernels, Algorithm):
 
     def zero_aggregator(self, theta: dict[str, np.ndarray]) -> dict:
         return {"sums": np.zeros_like(theta["sums"]), "counts": np.zeros_like(theta["counts"]),
-                "objective": 0.0}
+                "stratum_sums": np.zeros_like(theta["sums"]),
+                "stratum_counts": np.zeros_like(theta["counts"]), "objective": 0.0}
 
     def update_data_point(self, point: np.ndarray, state: PointState,
                           theta: dict[str, np.ndarray], t: int) -> dict:
@@ -609,6 +620,26 @@ class KMeans(DeviceKernels, Algorithm):
         return agg
 
     def update_block(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
+        stratum = self._stratum
+        if stratum is None:
+            return self._update_block(block, theta, t)
+        labels = block.state["label"]
+        old = labels.copy() if stratum.wants_sample(t) else None
+        agg = self._update_block(block, theta, t)
+        fresh, moved, first = None, 0, 0
+        if old is not None:
+            # the block's points at their new labels: one (K x m) one-hot product
+            x = np.asarray(to_host(block.x), dtype=np.float64)
+            onehot = (labels[None, :] == np.arange(self.n_clusters)[:, None]).astype(np.float64)
+            fresh = {"sums": onehot @ x, "counts": onehot.sum(axis=1)}
+            moved = int(np.count_nonzero(old != labels))
+            first = int(np.count_nonzero(old < 0))
+        piece = stratum.observe(t, len(labels), {"sums": agg["sums"], "counts": agg["counts"]},
+                                fresh, moved, first)
+        agg["stratum_sums"], agg["stratum_counts"] = piece["sums"], piece["counts"]
+        return agg
+
+    def _update_block(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
         # on a GPU, a device array when the shard is resident there (flegel.device)
         x = np.ascontiguousarray(block.x) if self.xp is np else block.x
         ct = np.ascontiguousarray(theta["centers"].T, dtype=x.dtype)
@@ -649,8 +680,13 @@ class KMeans(DeviceKernels, Algorithm):
         sums = theta["sums"] + agg["sums"]
         counts = theta["counts"] + agg["counts"]
         centers = theta["centers"].copy()
-        nonempty = counts > 0.5
-        centers[nonempty] = sums[nonempty] / counts[nonempty, None]
+        # the M-step's statistics: the exact sums plus the stratified workers' correction
+        # (algorithms._stratum; zeros unless FSP runs without migration)
+        est_sums, est_counts = sums, counts
+        if "stratum_sums" in agg:
+            est_sums, est_counts = sums + agg["stratum_sums"], counts + agg["stratum_counts"]
+        nonempty = est_counts > 0.5
+        centers[nonempty] = est_sums[nonempty] / est_counts[nonempty, None]
         new = {"centers": centers, "sums": sums, "counts": counts}
         if "drift" in theta:
             new["drift"] = theta["drift"] + hamerly.centre_move(theta["centers"], centers)

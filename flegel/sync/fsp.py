@@ -259,6 +259,12 @@ class FSPWorker(WorkerPolicy):
             # id, rank << ID_SHIFT): see ShardStore.shuffle.
             ids = getattr(worker.shard, "ids", None)
             worker.shard.shuffle(int(ids[0]) if ids is not None and len(ids) else 0)
+            if self.migrator is None:
+                # Without migration an algorithm may take its M-step on a stratified estimate
+                # of each shuffled shard (KMeans.stratify, algorithms/_stratum.py; issue 19).
+                stratify = getattr(getattr(worker, "algorithm", None), "stratify", None)
+                if stratify is not None:
+                    stratify(len(worker.shard))
         if self.migrator is None:
             return
         if not isinstance(worker, MigrationPort):

@@ -1,0 +1,132 @@
+"""A worker's shard as one stratum of the data: the stratified estimate of its statistics that
+FSP's M-step uses without data migration (issue 19, Figs. 7, 9a, 9b, 15).
+
+Under incremental EM (FSP paper Section 2.2, Eq. 3) the master's sufficient statistics are
+exact sums over every point's LAST state.  With one straggler on a contiguous shard of sorted
+data, its points keep the state of a θ many versions old for a whole slow pass while the fast
+workers pass their shards 20-30 times: incremental EM with one block frozen, which settles the
+fast workers' conditional optimum (K-means: +5.9 % above BSPB's converged objective on
+``flegel paper``'s workload, ``python bench/basin_sim.py``).  A stratified sample fixes it:
+the points a worker trained at the current θ are a uniform sample of its shard (shards are
+traversed in a shuffled order, ``ShardStore.shuffle``), so their fresh statistics F, scaled by
+n / m (Horvitz-Thompson for a stratum sampled at rate m / n), estimate the whole shard's at
+the current θ.  The M-step on that estimate is close to Lloyd's (EM's) full step at every
+barrier -- BSPV's path, many times more often.
+
+The estimate travels as a *correction* ``n/m · F − E`` (E: the shard's exact sums, the sum of
+every delta the worker sent) that the M-step adds to the exact sums for that step only; θ keeps
+the exact sums.  The correction of a commit is emitted in pieces, one per block, whose sum over
+the iteration is the correction at its end (each piece is the change since the last), so the
+aggregate the worker commits carries it whatever the number of blocks.
+
+Exact sums (a correction of 0) where they are already right (choices, written here):
+
+* the iteration trained at least half of the shard (:data:`COVERED`): the stale remainder is
+  small and one θ version old, while the sample would add its noise;
+* the fresh points' states stopped changing (at most :data:`SETTLED` of them moved, as the
+  hybrid of ``bench/basin_sim.py``): the stale statistics equal the fresh ones, and exact
+  sums let training converge to the fixed point instead of hovering at the sample's noise;
+* fewer than :data:`MIN_POINTS` fresh points: too few to stand for a shard;
+* a shard whose first block held trained points (a resumed job): E, the sum of the deltas
+  this process sent, would not be the shard's sums; the stratum stays off (today's exact
+  incremental EM) rather than add a correction against the wrong sums.
+
+F is taken on at most :data:`SAMPLE_CAP` points an iteration (the first blocks of it, a
+uniform sample of the shuffled shard): a fast worker's whole pass needs no estimate, and
+summing F over it would cost another pass over its rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: An iteration that trained at least this share of its shard uses exact sums (module notes).
+COVERED = 0.5
+#: Exact sums once at most this share of the fresh points changed state (the hybrid rule of
+#: ``python bench/basin_sim.py``: it reached +0.00 % where the stratified estimate alone
+#: hovered at +0.08 %).
+SETTLED = 1e-3
+#: Fewest fresh points that stand for a shard.  FSPV's sampled calibration pauses an injected
+#: straggler (τ = 32 ms per 1,000 points) after 1 % of its 27,500-point shard, ~275 points,
+#: and the first M-step must already see its clusters (``bench/basin_sim.py --slow0 0.01``).
+MIN_POINTS = 100
+#: Most fresh points summed per iteration (module notes).
+SAMPLE_CAP = 4096
+
+
+class Stratum:
+    """The correction to emit per block (module notes).
+
+    Parameters
+    ----------
+    n_points : int
+        The shard's points (no migration: it does not change).
+    """
+
+    def __init__(self, n_points: int) -> None:
+        self.n = n_points
+        self.exact: dict[str, np.ndarray] = {}  # E: the sum of every delta sent
+        self.t = -1  # the θ version (iteration) of the window
+        self.points = 0  # points trained in the window
+        self.sampled = 0  # of them, summed into fresh
+        self.moved = 0  # of the sampled, those whose state changed
+        self.fresh: dict[str, np.ndarray] = {}
+        self.emitted: dict[str, np.ndarray] = {}  # the correction sent in this window
+        self.valid: bool | None = None  # E is the shard's sums (decided at the first block)
+
+    def wants_sample(self, t: int) -> bool:
+        """Whether the next block of iteration ``t`` should be summed into the sample."""
+        return t != self.t or self.sampled < SAMPLE_CAP
+
+    def observe(self, t: int, points: int, delta: dict[str, np.ndarray],
+                fresh: dict[str, np.ndarray] | None = None, moved: int = 0,
+                first_visits: int = 0) -> dict[str, np.ndarray]:
+        """Record one block of iteration ``t`` and return the correction's piece to emit.
+
+        Parameters
+        ----------
+        t : int
+            The iteration (θ version + 1) the block was trained at.
+        points : int
+            The block's points.
+        delta : dict
+            The block's exact changes of the statistics (the keys the correction has).
+        fresh : dict or None
+            The block's points' statistics at their new state, or None when the block was
+            not sampled (:meth:`wants_sample`).
+        moved : int
+            Of the sampled points, those whose state changed (a first visit counts).
+        first_visits : int
+            Of the sampled points, those never trained before (the first block decides
+            whether E can be the shard's sums: all of them must be).
+        """
+        if self.valid is None:
+            self.valid = fresh is not None and first_visits == points
+        if t != self.t:
+            self.t, self.points, self.sampled, self.moved = t, 0, 0, 0
+            self.fresh = {}
+            self.emitted = {k: np.zeros_like(v) for k, v in delta.items()}
+        for k, v in delta.items():
+            self.exact[k] = self.exact[k] + v if k in self.exact else np.array(v, copy=True)
+        self.points += points
+        if fresh is not None:
+            self.sampled += points
+            self.moved += moved
+            for k, v in fresh.items():
+                self.fresh[k] = self.fresh[k] + v if k in self.fresh else np.array(v, copy=True)
+        target = self.correction()
+        piece = {k: target[k] - self.emitted[k] for k in delta}
+        self.emitted = target
+        return piece
+
+    def stratified(self) -> bool:
+        """Whether the window's estimate replaces the exact sums (module notes)."""
+        return (self.sampled >= MIN_POINTS and self.points < COVERED * self.n
+                and self.moved > SETTLED * self.sampled)
+
+    def correction(self) -> dict[str, np.ndarray]:
+        """``n / m · F − E`` while :meth:`stratified`, else zeros."""
+        if not self.valid or not self.stratified():
+            return {k: np.zeros_like(v) for k, v in self.exact.items()}
+        scale = self.n / self.sampled
+        return {k: scale * self.fresh[k] - self.exact[k] for k in self.exact}
