@@ -14,10 +14,14 @@ the current θ.  The M-step on that estimate is close to Lloyd's (EM's) full ste
 barrier -- BSPV's path, many times more often.
 
 The estimate travels as a *correction* ``n/m · F − E`` (E: the shard's exact sums, the sum of
-every delta the worker sent) that the M-step adds to the exact sums for that step only; θ keeps
-the exact sums.  The correction of a commit is emitted in pieces, one per block, whose sum over
-the iteration is the correction at its end (each piece is the change since the last), so the
-aggregate the worker commits carries it whatever the number of blocks.
+every delta the worker sent) that the M-step adds to the exact sums; θ keeps the exact sums and,
+apart, the sum of every worker's current correction.  A worker sends the changes of its
+correction, one piece per block, as it sends the changes of its sums (Eq. 3): the pieces add up
+to its current correction whatever its commits carry -- a commit of no points (a straggler
+paused before its first block, ``flegel paper``'s K-means: 1 barrier in 3) leaves its last
+estimate in θ, and a kept barrier's carried aggregate adds up like any other.  A window too
+small to stand for the shard (:data:`MIN_POINTS`) reuses the last window's sample against the
+current E.
 
 Exact sums (a correction of 0) where they are already right (choices, written here):
 
@@ -26,10 +30,11 @@ Exact sums (a correction of 0) where they are already right (choices, written he
 * the fresh points' states stopped changing (at most :data:`SETTLED` of them moved, as the
   hybrid of ``bench/basin_sim.py``): the stale statistics equal the fresh ones, and exact
   sums let training converge to the fixed point instead of hovering at the sample's noise;
-* fewer than :data:`MIN_POINTS` fresh points: too few to stand for a shard;
-* a shard whose first block held trained points (a resumed job): E, the sum of the deltas
-  this process sent, would not be the shard's sums; the stratum stays off (today's exact
-  incremental EM) rather than add a correction against the wrong sums.
+* no window yet of :data:`MIN_POINTS` fresh points: none stands for the shard;
+* a shard whose first block held trained points: E, the sum of the deltas this process
+  sent, would not be the shard's sums; the stratum stays off (exact incremental EM).  A
+  resumed job restores the stratum from the checkpoint (FSP's worker policy holds it as a
+  nested state, :meth:`Stratum.checkpoint_state`), so its E and correction go on.
 
 F is taken on at most :data:`SAMPLE_CAP` points an iteration (the first blocks of it, a
 uniform sample of the shuffled shard): a fast worker's whole pass needs no estimate, and
@@ -37,6 +42,9 @@ summing F over it would cost another pass over its rows.
 """
 
 from __future__ import annotations
+
+import copy
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +63,7 @@ SAMPLE_CAP = 4096
 
 
 class Stratum:
-    """The correction to emit per block (module notes).
+    """A worker's correction and the pieces to emit per block (module notes).
 
     Parameters
     ----------
@@ -66,13 +74,23 @@ class Stratum:
     def __init__(self, n_points: int) -> None:
         self.n = n_points
         self.exact: dict[str, np.ndarray] = {}  # E: the sum of every delta sent
-        self.t = -1  # the θ version (iteration) of the window
+        self.emitted: dict[str, np.ndarray] = {}  # the correction sent so far (all pieces)
+        self.valid: bool | None = None  # E is the shard's sums (decided at the first block)
+        self.t = -1  # the iteration (θ version + 1) of the window
         self.points = 0  # points trained in the window
         self.sampled = 0  # of them, summed into fresh
         self.moved = 0  # of the sampled, those whose state changed
         self.fresh: dict[str, np.ndarray] = {}
-        self.emitted: dict[str, np.ndarray] = {}  # the correction sent in this window
-        self.valid: bool | None = None  # E is the shard's sums (decided at the first block)
+        #: The latest window of at least MIN_POINTS sampled: (fresh, sampled, moved).
+        self.sample: tuple[dict[str, np.ndarray], int, int] | None = None
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Every attribute, copied (FSP's worker policy checkpoints it as a nested state)."""
+        return copy.deepcopy(vars(self))
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`checkpoint_state`, in place (the algorithm holds this object)."""
+        vars(self).update(copy.deepcopy(state))
 
     def wants_sample(self, t: int) -> bool:
         """Whether the next block of iteration ``t`` should be summed into the sample."""
@@ -105,28 +123,35 @@ class Stratum:
         if t != self.t:
             self.t, self.points, self.sampled, self.moved = t, 0, 0, 0
             self.fresh = {}
-            self.emitted = {k: np.zeros_like(v) for k, v in delta.items()}
         for k, v in delta.items():
             self.exact[k] = self.exact[k] + v if k in self.exact else np.array(v, copy=True)
+            if k not in self.emitted:
+                self.emitted[k] = np.zeros_like(self.exact[k])
         self.points += points
         if fresh is not None:
             self.sampled += points
             self.moved += moved
             for k, v in fresh.items():
                 self.fresh[k] = self.fresh[k] + v if k in self.fresh else np.array(v, copy=True)
+            if self.sampled >= MIN_POINTS:
+                self.sample = (self.fresh, self.sampled, self.moved)
         target = self.correction()
         piece = {k: target[k] - self.emitted[k] for k in delta}
         self.emitted = target
         return piece
 
     def stratified(self) -> bool:
-        """Whether the window's estimate replaces the exact sums (module notes)."""
-        return (self.sampled >= MIN_POINTS and self.points < COVERED * self.n
-                and self.moved > SETTLED * self.sampled)
+        """Whether the latest sample replaces the exact sums (module notes)."""
+        if not self.valid or self.sample is None or self.points >= COVERED * self.n:
+            return False
+        _, sampled, moved = self.sample
+        return moved > SETTLED * sampled
 
     def correction(self) -> dict[str, np.ndarray]:
         """``n / m · F − E`` while :meth:`stratified`, else zeros."""
-        if not self.valid or not self.stratified():
+        if not self.stratified():
             return {k: np.zeros_like(v) for k, v in self.exact.items()}
-        scale = self.n / self.sampled
-        return {k: scale * self.fresh[k] - self.exact[k] for k in self.exact}
+        assert self.sample is not None
+        fresh, sampled, _ = self.sample
+        scale = self.n / sampled
+        return {k: scale * fresh[k] - self.exact[k] for k in self.exact}

@@ -502,13 +502,15 @@ class KMeans(DeviceKernels, Algorithm):
         self._bounds = hamerly.BoundSwitch()
         self._stratum: Stratum | None = None
 
-    def stratify(self, n_points: int) -> None:
+    def stratify(self, n_points: int) -> Stratum:
         """Take the M-step on a stratified estimate of this worker's shard (``n_points``)
         instead of its stale exact sums while its fresh labels still move
         (:mod:`algorithms._stratum`): FSP calls it on every worker without data migration
         (issue 19, Figs. 7, 9a, 9b, 15).  θ keeps the exact sums; the estimate's correction
-        travels in the aggregate (``stratum_sums``, ``stratum_counts``)."""
+        travels in the aggregate and θ (``stratum_sums``, ``stratum_counts``).  Returns the
+        stratum, which FSP's worker policy checkpoints."""
         self._stratum = Stratum(n_points)
+        return self._stratum
 
     def validate(self, base_dir: Path) -> None:
         self.check_device()
@@ -547,6 +549,7 @@ class KMeans(DeviceKernels, Algorithm):
         else:
             centers = self._best_seeding(np.asarray(info.sample, dtype=np.float64), info.seed)
         return {"centers": centers, "sums": np.zeros((k, d)), "counts": np.zeros(k),
+                "stratum_sums": np.zeros((k, d)), "stratum_counts": np.zeros(k),
                 "drift": np.zeros(1)}
 
     def _seeding(self, sample: np.ndarray, seed: int) -> np.ndarray:
@@ -595,9 +598,12 @@ class KMeans(DeviceKernels, Algorithm):
                                    False, 0.0, np.zeros(2))
 
     def zero_aggregator(self, theta: dict[str, np.ndarray]) -> dict:
-        return {"sums": np.zeros_like(theta["sums"]), "counts": np.zeros_like(theta["counts"]),
-                "stratum_sums": np.zeros_like(theta["sums"]),
-                "stratum_counts": np.zeros_like(theta["counts"]), "objective": 0.0}
+        agg = {"sums": np.zeros_like(theta["sums"]), "counts": np.zeros_like(theta["counts"]),
+               "objective": 0.0}
+        if "stratum_sums" in theta:  # θ made by init_parameter (not by hand)
+            agg["stratum_sums"] = np.zeros_like(theta["sums"])
+            agg["stratum_counts"] = np.zeros_like(theta["counts"])
+        return agg
 
     def update_data_point(self, point: np.ndarray, state: PointState,
                           theta: dict[str, np.ndarray], t: int) -> dict:
@@ -621,7 +627,7 @@ class KMeans(DeviceKernels, Algorithm):
 
     def update_block(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
         stratum = self._stratum
-        if stratum is None:
+        if stratum is None or "stratum_sums" not in theta:
             return self._update_block(block, theta, t)
         labels = block.state["label"]
         old = labels.copy() if stratum.wants_sample(t) else None
@@ -680,14 +686,16 @@ class KMeans(DeviceKernels, Algorithm):
         sums = theta["sums"] + agg["sums"]
         counts = theta["counts"] + agg["counts"]
         centers = theta["centers"].copy()
-        # the M-step's statistics: the exact sums plus the stratified workers' correction
-        # (algorithms._stratum; zeros unless FSP runs without migration)
+        new = {"centers": centers, "sums": sums, "counts": counts}
         est_sums, est_counts = sums, counts
-        if "stratum_sums" in agg:
-            est_sums, est_counts = sums + agg["stratum_sums"], counts + agg["stratum_counts"]
+        if "stratum_sums" in theta:
+            # the M-step's statistics: the exact sums plus the workers' current corrections
+            # (algorithms._stratum; zeros unless FSP runs without migration)
+            new["stratum_sums"] = theta["stratum_sums"] + agg["stratum_sums"]
+            new["stratum_counts"] = theta["stratum_counts"] + agg["stratum_counts"]
+            est_sums, est_counts = sums + new["stratum_sums"], counts + new["stratum_counts"]
         nonempty = est_counts > 0.5
         centers[nonempty] = est_sums[nonempty] / est_counts[nonempty, None]
-        new = {"centers": centers, "sums": sums, "counts": counts}
         if "drift" in theta:
             new["drift"] = theta["drift"] + hamerly.centre_move(theta["centers"], centers)
         return new

@@ -221,6 +221,8 @@ class FSPWorker(WorkerPolicy):
 
     #: The worker and its shard (references) are no state of the policy.
     NOT_STATE: ClassVar[tuple[str, ...]] = ("options", "mesh", "shard")
+    #: The algorithm's stratum (KMeans.stratify) restores itself in place.
+    NESTED: ClassVar[tuple[str, ...]] = ("stratum",)
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         super().__init__(options)
@@ -245,6 +247,8 @@ class FSPWorker(WorkerPolicy):
         self.mesh: MigrationPort | None = None
         #: The master keeps θ until every point was trained once (Instructions.cover).
         self._cover = 0
+        #: The algorithm's stratified estimate of this shard, without migration (attach).
+        self.stratum: Any = None
 
     def restore(self, state: dict[str, Any]) -> None:
         super().restore(state)
@@ -264,7 +268,7 @@ class FSPWorker(WorkerPolicy):
                 # of each shuffled shard (KMeans.stratify, algorithms/_stratum.py; issue 19).
                 stratify = getattr(getattr(worker, "algorithm", None), "stratify", None)
                 if stratify is not None:
-                    stratify(len(worker.shard))
+                    self.stratum = stratify(len(worker.shard))
         if self.migrator is None:
             return
         if not isinstance(worker, MigrationPort):
