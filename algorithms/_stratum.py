@@ -58,6 +58,10 @@ SETTLED = 1e-3
 #: straggler (τ = 32 ms per 1,000 points) after 1 % of its 27,500-point shard, ~275 points,
 #: and the first M-step must already see its clusters (``bench/basin_sim.py --slow0 0.01``).
 MIN_POINTS = 100
+#: The sample pools the latest windows, newest first, until this many points (module notes).
+POOL_POINTS = 4096
+#: ... of at most this many windows (θ versions).
+POOL = 8
 #: Most fresh points summed per iteration (module notes).
 SAMPLE_CAP = 4096
 
@@ -78,11 +82,12 @@ class Stratum:
         self.valid: bool | None = None  # E is the shard's sums (decided at the first block)
         self.t = -1  # the iteration (θ version + 1) of the window
         self.points = 0  # points trained in the window
+        self.total = 0  # points trained in all (at n: the first pass is done)
         self.sampled = 0  # of them, summed into fresh
         self.moved = 0  # of the sampled, those whose state changed
         self.fresh: dict[str, np.ndarray] = {}
-        #: The latest window of at least MIN_POINTS sampled: (fresh, sampled, moved).
-        self.sample: tuple[dict[str, np.ndarray], int, int] | None = None
+        #: The latest windows' samples, newest last: (fresh, sampled, moved) each.
+        self.windows: list[tuple[dict[str, np.ndarray], int, int]] = []
 
     def checkpoint_state(self) -> dict[str, Any]:
         """Every attribute, copied (FSP's worker policy checkpoints it as a nested state)."""
@@ -121,6 +126,8 @@ class Stratum:
         if self.valid is None:
             self.valid = fresh is not None and first_visits == points
         if t != self.t:
+            if self.sampled:
+                self.windows = [*self.windows, (self.fresh, self.sampled, self.moved)][-POOL:]
             self.t, self.points, self.sampled, self.moved = t, 0, 0, 0
             self.fresh = {}
         for k, v in delta.items():
@@ -128,30 +135,45 @@ class Stratum:
             if k not in self.emitted:
                 self.emitted[k] = np.zeros_like(self.exact[k])
         self.points += points
+        self.total += points
         if fresh is not None:
             self.sampled += points
             self.moved += moved
             for k, v in fresh.items():
                 self.fresh[k] = self.fresh[k] + v if k in self.fresh else np.array(v, copy=True)
-            if self.sampled >= MIN_POINTS:
-                self.sample = (self.fresh, self.sampled, self.moved)
         target = self.correction()
         piece = {k: target[k] - self.emitted[k] for k in delta}
         self.emitted = target
         return piece
 
-    def stratified(self) -> bool:
-        """Whether the latest sample replaces the exact sums (module notes)."""
-        if not self.valid or self.sample is None or self.points >= COVERED * self.n:
-            return False
-        _, sampled, moved = self.sample
-        return moved > SETTLED * sampled
+    def sample(self) -> tuple[dict[str, np.ndarray], int, int]:
+        """The pooled sample: this window's fresh points and, newest first, earlier windows'
+        until :data:`POOL_POINTS` (fresh sums, points, moved)."""
+        fresh = dict(self.fresh)
+        sampled, moved = self.sampled, self.moved
+        for f, m, mv in reversed(self.windows):
+            if sampled >= POOL_POINTS:
+                break
+            for k, v in f.items():
+                fresh[k] = fresh[k] + v if k in fresh else v
+            sampled, moved = sampled + m, moved + mv
+        return fresh, sampled, moved
+
+    def stratified(self, sampled: int, moved: int) -> bool:
+        """Whether a pooled sample of ``sampled`` points, ``moved`` of them, replaces the
+        exact sums (module notes).  Whether the labels settled is judged on this window
+        alone when it holds MIN_POINTS (the pool holds older windows' moves)."""
+        if self.sampled >= MIN_POINTS:
+            sampled_now, moved_now = self.sampled, self.moved
+        else:
+            sampled_now, moved_now = sampled, moved
+        return (bool(self.valid) and sampled >= MIN_POINTS and self.points < COVERED * self.n
+                and self.total < self.n and moved_now > SETTLED * sampled_now)
 
     def correction(self) -> dict[str, np.ndarray]:
         """``n / m · F − E`` while :meth:`stratified`, else zeros."""
-        if not self.stratified():
+        fresh, sampled, moved = self.sample()
+        if not self.stratified(sampled, moved):
             return {k: np.zeros_like(v) for k, v in self.exact.items()}
-        assert self.sample is not None
-        fresh, sampled, _ = self.sample
         scale = self.n / sampled
         return {k: scale * fresh[k] - self.exact[k] for k in self.exact}

@@ -501,14 +501,22 @@ class KMeans(DeviceKernels, Algorithm):
         self._set_device(device, kernel)
         self._bounds = hamerly.BoundSwitch()
         self._stratum: Stratum | None = None
+        self._shared = False  # stratify was called by several workers (stratify's notes)
 
-    def stratify(self, n_points: int) -> Stratum:
+    def stratify(self, n_points: int) -> Stratum | None:
         """Take the M-step on a stratified estimate of this worker's shard (``n_points``)
         instead of its stale exact sums while its fresh labels still move
         (:mod:`algorithms._stratum`): FSP calls it on every worker without data migration
         (issue 19, Figs. 7, 9a, 9b, 15).  θ keeps the exact sums; the estimate's correction
         travels in the aggregate and θ (``stratum_sums``, ``stratum_counts``).  Returns the
-        stratum, which FSP's worker policy checkpoints."""
+        stratum, which FSP's worker policy checkpoints.
+
+        One instance per worker (a worker process): an instance that several workers share
+        in one process (an in-process simulation) cannot tell their blocks apart, so the
+        second call switches the estimate off for all of them (None)."""
+        if self._stratum is not None or self._shared:
+            self._stratum, self._shared = None, True
+            return None
         self._stratum = Stratum(n_points)
         return self._stratum
 
