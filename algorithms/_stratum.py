@@ -58,9 +58,11 @@ SETTLED = 1e-3
 #: straggler (τ = 32 ms per 1,000 points) after 1 % of its 27,500-point shard, ~275 points,
 #: and the first M-step must already see its clusters (``bench/basin_sim.py --slow0 0.01``).
 MIN_POINTS = 100
-#: The sample pools the latest windows, newest first, until this many points (module notes).
-POOL_POINTS = 4096
-#: ... of at most this many windows (θ versions).
+#: A window under MIN_POINTS pools the latest earlier windows, newest first, until MIN_POINTS,
+#: from at most this many windows (θ versions).  No more: a pool of 4,096 points (the current
+#: window and the calibration's 3,438 points at θ⁰) put ``flegel paper``'s K-means back in a
+#: +7.4 % basin in 4 of 8 runs, against 0 of 5 with MIN_POINTS (docs/sync/fsp.md, last
+#: section).
 POOL = 8
 #: Most fresh points summed per iteration (module notes).
 SAMPLE_CAP = 4096
@@ -147,12 +149,12 @@ class Stratum:
         return piece
 
     def sample(self) -> tuple[dict[str, np.ndarray], int, int]:
-        """The pooled sample: this window's fresh points and, newest first, earlier windows'
-        until :data:`POOL_POINTS` (fresh sums, points, moved)."""
+        """The sample: this window's fresh points and, while under :data:`MIN_POINTS`, the
+        latest earlier windows', newest first (fresh sums, points, moved)."""
         fresh = dict(self.fresh)
         sampled, moved = self.sampled, self.moved
         for f, m, mv in reversed(self.windows):
-            if sampled >= POOL_POINTS:
+            if sampled >= MIN_POINTS:
                 break
             for k, v in f.items():
                 fresh[k] = fresh[k] + v if k in fresh else v

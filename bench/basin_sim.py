@@ -18,6 +18,9 @@ barrier, at the current θ, with fresh sums F_i):
   m_i / n_i: the fresh points stand for the whole shard);
 * ``hybrid``: stratified while a worker's fresh points still change label (a share above
   ``--settle``), exact once they stop;
+* ``stratum``: what FSP runs (:class:`flegel.algorithms._stratum.Stratum`, one per worker,
+  blocks of 1,000 points): the hybrid pooled over the latest windows, only during a shard's
+  first pass;
 * ``bsp``: BSPV's path, every shard whole at every barrier (Lloyd's algorithm; the time of
   one of its steps is a slow pass, ``1 / --slow`` of FSPV's barriers).
 
@@ -41,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
+from flegel.algorithms._stratum import Stratum
 from flegel.cli.paper.workloads import QUICK, workloads, write_data
 from flegel.data.partition import partition_rows
 from flegel.data.sources import sample_shard
@@ -50,7 +54,7 @@ WORKERS = 4
 #: Rows sampled for θ⁰ (``runtime.sample_size``'s default), split over the workers as
 #: ``flegel.run`` does.
 SAMPLE = 10_000
-ESTIMATORS = ("bsp", "exact", "stratified", "hybrid")
+ESTIMATORS = ("bsp", "exact", "stratified", "hybrid", "stratum")
 #: Barriers after which the gap is printed.
 SHOW = (1, 2, 5, 10, 20, 30, 60, 100, 200)
 
@@ -144,6 +148,8 @@ def simulate(w: Workload, estimator: str, slow: float, slow0: float, first: floa
     labels = [np.full(len(s), -1) for s in w.shards]
     pos = [0] * WORKERS  # next position in each shard's shuffled order
     exact = [stats(s, lab, k) for s, lab in zip(w.shards, labels)]
+    strata = [Stratum(len(s)) for s in w.shards]
+    correction = [np.zeros_like(w.theta0), np.zeros(k)]  # θ's stratum_sums, stratum_counts
     c = w.theta0.copy()
     out = []
     for b in range(barriers):
@@ -161,6 +167,21 @@ def simulate(w: Workload, estimator: str, slow: float, slow0: float, first: floa
             pos[i] = (pos[i] + m) % n
             new, _ = assign(x[idx], sq[idx], c)
             old = labels[i][idx]
+            if estimator == "stratum":
+                for a in range(0, m, 1000):  # the worker's blocks
+                    rows, o, nw = x[idx[a:a + 1000]], old[a:a + 1000], new[a:a + 1000]
+                    ds, dn = stats(rows, nw, k)
+                    os_, on = stats(rows, o, k)
+                    fresh = None
+                    if strata[i].wants_sample(b + 1):
+                        fs, fc = stats(rows, nw, k)
+                        fresh = {"sums": fs, "counts": fc}
+                    piece = strata[i].observe(b + 1, len(rows),
+                                              {"sums": ds - os_, "counts": dn - on}, fresh,
+                                              int(np.count_nonzero(o != nw)),
+                                              int(np.count_nonzero(o < 0)))
+                    correction[0] += piece["sums"]
+                    correction[1] += piece["counts"]
             moved = float(np.mean(new != old))
             labels[i][idx] = new
             if m == n:
@@ -172,12 +193,14 @@ def simulate(w: Workload, estimator: str, slow: float, slow0: float, first: floa
             fresh = stats(x[idx], new, k)
             use_fresh = estimator == "stratified" or (estimator == "hybrid"
                                                       and moved > settle)
-            if estimator == "bsp" or not use_fresh or m == n:
+            if estimator in ("bsp", "stratum") or not use_fresh or m == n:
                 s_i, n_i = exact[i]
             else:
                 s_i, n_i = fresh[0] * (n / m), fresh[1] * (n / m)
             s_tot += s_i
             n_tot += n_i
+        if estimator == "stratum":
+            s_tot, n_tot = s_tot + correction[0], n_tot + correction[1]
         c = m_step(c, s_tot, n_tot)
         out.append(objective(w, c, sq_all))
     return out

@@ -35,7 +35,7 @@ def _block(s: Stratum, t: int, x: np.ndarray, old: np.ndarray, new: np.ndarray,
 
 def test_pieces_add_up_to_the_stratified_correction():
     """While the first pass runs, the pieces a worker sent add up to n/m · F − E, F the
-    fresh points' statistics (this window's, pooled with earlier ones up to POOL_POINTS)
+    statistics of this window's fresh points (at least MIN_POINTS: no earlier window pooled)
     and E the sum of every delta it sent."""
     rng = np.random.default_rng(0)
     n = 10_000
@@ -53,9 +53,9 @@ def test_pieces_add_up_to_the_stratified_correction():
             d = _delta(x[rows], labels[rows], new)
             exact = {k: exact[k] + d[k] for k in exact}
             labels[rows] = new
-    fresh = _stats(x[:450], labels[:450])  # three windows of 150: all pooled
+    fresh = _stats(x[300:450], labels[300:450])  # the last window of 150
     for k in sent:
-        np.testing.assert_allclose(sent[k], n / 450 * fresh[k] - exact[k], atol=1e-9)
+        np.testing.assert_allclose(sent[k], n / 150 * fresh[k] - exact[k], atol=1e-9)
     assert s.sampled == 150 and len(s.windows) == 2
 
 
