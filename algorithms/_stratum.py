@@ -20,21 +20,29 @@ correction, one piece per block, as it sends the changes of its sums (Eq. 3): th
 to its current correction whatever its commits carry -- a commit of no points (a straggler
 paused before its first block, ``flegel paper``'s K-means: 1 barrier in 3) leaves its last
 estimate in θ, and a kept barrier's carried aggregate adds up like any other.  A window too
-small to stand for the shard (:data:`MIN_POINTS`) reuses the last window's sample against the
-current E.
+small to stand for the shard (:data:`MIN_POINTS`) pools the latest earlier windows' samples
+against the current E (:data:`POOL`).
 
 Exact sums (a correction of 0) where they are already right (choices, written here):
 
+* once the shard's first pass is done (every point trained once: the stale labels are at most
+  a pass old, not θ⁰'s) -- the sample's noise kept the objective at +0.08-0.30 % above the
+  converged one (``bench/basin_sim.py``'s ``stratified``), around the paper's +0.1 % target,
+  where exact sums converge to the fixed point;
 * the iteration trained at least half of the shard (:data:`COVERED`): the stale remainder is
   small and one θ version old, while the sample would add its noise;
-* the fresh points' states stopped changing (at most :data:`SETTLED` of them moved, as the
-  hybrid of ``bench/basin_sim.py``): the stale statistics equal the fresh ones, and exact
-  sums let training converge to the fixed point instead of hovering at the sample's noise;
+* the fresh points' states stopped changing (at most :data:`SETTLED` of this window's sample
+  moved, the hybrid of ``bench/basin_sim.py``): the stale statistics equal the fresh ones;
 * no window yet of :data:`MIN_POINTS` fresh points: none stands for the shard;
 * a shard whose first block held trained points: E, the sum of the deltas this process
   sent, would not be the shard's sums; the stratum stays off (exact incremental EM).  A
   resumed job restores the stratum from the checkpoint (FSP's worker policy holds it as a
   nested state, :meth:`Stratum.checkpoint_state`), so its E and correction go on.
+
+Generic over the statistics (a dict of sums, whatever keys the algorithm sends); K-means is
+the one algorithm that declares it (``KMeans.stratify``, which FSP's worker policy calls when
+it runs without migration).  Not under migration: points move between shards, so E and n are
+not one stratum's, and coverage (FSP's notes) settles the first steps there.
 
 F is taken on at most :data:`SAMPLE_CAP` points an iteration (the first blocks of it, a
 uniform sample of the shuffled shard): a fast worker's whole pass needs no estimate, and
@@ -58,11 +66,17 @@ SETTLED = 1e-3
 #: straggler (τ = 32 ms per 1,000 points) after 1 % of its 27,500-point shard, ~275 points,
 #: and the first M-step must already see its clusters (``bench/basin_sim.py --slow0 0.01``).
 MIN_POINTS = 100
+#: Stratified only where the sample's class shares differ from all the data's (θ's counts) by
+#: more than this total variation: a shard of sorted data (``flegel paper``'s contiguous
+#: K-means shard holds 4-5 of 16 clusters, about 0.7) and not a shuffled one, where the
+#: sample's noise (about 0.5 · Σ √(p/m): 0.06 at m = 1,000, 16 even clusters, 0.2 at 100)
+#: only delays convergence (module notes).
+SKEW = 0.35
 #: A window under MIN_POINTS pools the latest earlier windows, newest first, until MIN_POINTS,
-#: from at most this many windows (θ versions).  No more: a pool of 4,096 points (the current
-#: window and the calibration's 3,438 points at θ⁰) put ``flegel paper``'s K-means back in a
-#: +7.4 % basin in 4 of 8 runs, against 0 of 5 with MIN_POINTS (docs/sync/fsp.md, last
-#: section).
+#: from at most this many windows (θ versions).  No more: pools of 4,096 and 1,000 points
+#: (which kept the calibration's 3,438 points labelled at θ⁰ for several barriers) put
+#: ``flegel paper``'s K-means back in a +7.4 % basin in 2 of 4 and 1 of 5 runs, against 0 of
+#: 5 pooling to MIN_POINTS (docs/sync/fsp.md, last section).
 POOL = 8
 #: Most fresh points summed per iteration (module notes).
 SAMPLE_CAP = 4096
@@ -77,8 +91,10 @@ class Stratum:
         The shard's points (no migration: it does not change).
     """
 
-    def __init__(self, n_points: int) -> None:
+    def __init__(self, n_points: int, shares: str | None = None) -> None:
         self.n = n_points
+        self.shares = shares  # the key of per-class counts (the skew test), or None
+        self.reference: np.ndarray | None = None  # θ's estimate of those counts, all data
         self.exact: dict[str, np.ndarray] = {}  # E: the sum of every delta sent
         self.emitted: dict[str, np.ndarray] = {}  # the correction sent so far (all pieces)
         self.valid: bool | None = None  # E is the shard's sums (decided at the first block)
@@ -105,7 +121,8 @@ class Stratum:
 
     def observe(self, t: int, points: int, delta: dict[str, np.ndarray],
                 fresh: dict[str, np.ndarray] | None = None, moved: int = 0,
-                first_visits: int = 0) -> dict[str, np.ndarray]:
+                first_visits: int = 0, reference: np.ndarray | None = None
+                ) -> dict[str, np.ndarray]:
         """Record one block of iteration ``t`` and return the correction's piece to emit.
 
         Parameters
@@ -124,7 +141,12 @@ class Stratum:
         first_visits : int
             Of the sampled points, those never trained before (the first block decides
             whether E can be the shard's sums: all of them must be).
+        reference : ndarray or None
+            θ's estimate of the per-class counts of all the data (the ``shares`` key), for
+            the skew test.
         """
+        if reference is not None:
+            self.reference = np.asarray(reference, dtype=np.float64)
         if self.valid is None:
             self.valid = fresh is not None and first_visits == points
         if t != self.t:
@@ -161,6 +183,16 @@ class Stratum:
             sampled, moved = sampled + m, moved + mv
         return fresh, sampled, moved
 
+    def skewed(self, fresh: dict[str, np.ndarray], sampled: int) -> bool:
+        """Whether the sample's class shares differ from all the data's by more than
+        :data:`SKEW` (total variation): True where nothing tells (no ``shares`` key, no θ
+        counts yet)."""
+        ref = self.reference
+        if self.shares is None or ref is None or ref.sum() <= 0 or self.shares not in fresh:
+            return True
+        q = fresh[self.shares] / max(sampled, 1)
+        return 0.5 * float(np.abs(q - ref / ref.sum()).sum()) > SKEW
+
     def stratified(self, sampled: int, moved: int) -> bool:
         """Whether a pooled sample of ``sampled`` points, ``moved`` of them, replaces the
         exact sums (module notes).  Whether the labels settled is judged on this window
@@ -175,7 +207,7 @@ class Stratum:
     def correction(self) -> dict[str, np.ndarray]:
         """``n / m · F − E`` while :meth:`stratified`, else zeros."""
         fresh, sampled, moved = self.sample()
-        if not self.stratified(sampled, moved):
+        if not self.stratified(sampled, moved) or not self.skewed(fresh, sampled):
             return {k: np.zeros_like(v) for k, v in self.exact.items()}
         scale = self.n / sampled
         return {k: scale * fresh[k] - self.exact[k] for k in self.exact}

@@ -34,7 +34,6 @@ from flegel.validation import Integer
 
 # the module, not its kernel: the bounded kernel stays in its module's namespace
 from . import _kmeans_bounds as hamerly
-from ._stratum import Stratum
 from ._common import (
     DEVICE_PARAMS,
     InitSpec,
@@ -46,6 +45,7 @@ from ._common import (
     squared_distances,
     validate_init_file,
 )
+from ._stratum import Stratum
 
 _INITS = ("kmeans++", "random")
 
@@ -517,7 +517,7 @@ class KMeans(DeviceKernels, Algorithm):
         if self._stratum is not None or self._shared:
             self._stratum, self._shared = None, True
             return None
-        self._stratum = Stratum(n_points)
+        self._stratum = Stratum(n_points, shares="counts")
         return self._stratum
 
     def validate(self, base_dir: Path) -> None:
@@ -649,7 +649,7 @@ class KMeans(DeviceKernels, Algorithm):
             moved = int(np.count_nonzero(old != labels))
             first = int(np.count_nonzero(old < 0))
         piece = stratum.observe(t, len(labels), {"sums": agg["sums"], "counts": agg["counts"]},
-                                fresh, moved, first)
+                                fresh, moved, first, theta["counts"] + theta["stratum_counts"])
         agg["stratum_sums"], agg["stratum_counts"] = piece["sums"], piece["counts"]
         return agg
 

@@ -44,7 +44,6 @@ from pathlib import Path
 
 import numpy as np
 
-from flegel.algorithms._stratum import Stratum
 from flegel.cli.paper.workloads import QUICK, workloads, write_data
 from flegel.data.partition import partition_rows
 from flegel.data.sources import sample_shard
@@ -148,7 +147,10 @@ def simulate(w: Workload, estimator: str, slow: float, slow0: float, first: floa
     labels = [np.full(len(s), -1) for s in w.shards]
     pos = [0] * WORKERS  # next position in each shard's shuffled order
     exact = [stats(s, lab, k) for s, lab in zip(w.shards, labels)]
-    strata = [Stratum(len(s)) for s in w.shards]
+    if estimator == "stratum":  # only here: bench/basin_runs.py imports this on main too
+        from flegel.algorithms._stratum import Stratum
+
+        strata = [Stratum(len(s)) for s in w.shards]
     correction = [np.zeros_like(w.theta0), np.zeros(k)]  # θ's stratum_sums, stratum_counts
     c = w.theta0.copy()
     out = []

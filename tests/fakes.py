@@ -58,7 +58,6 @@ arguments give identical results.
 from __future__ import annotations
 
 import copy
-
 import dataclasses
 import functools
 import heapq

@@ -215,3 +215,20 @@ def test_fspv_without_migration_leaves_the_straggler_s_basin():
     FSPV is within 0.5 % of it."""
     assert _fspv_off(False, 30) > 0.10
     assert _fspv_off(True, 30) < 0.005
+
+
+def test_a_representative_shard_keeps_exact_sums():
+    """The skew test: a sample whose class shares match all the data's (θ's counts: a
+    shuffled shard) sends no correction; one holding a few of the classes (a shard of sorted
+    data) does."""
+    rng = np.random.default_rng(5)
+    n = 10_000
+    x = rng.normal(size=(n, D))
+    even = np.full(K, 1000.0)
+    for labels_of, expect_zero in ((lambda m: rng.integers(0, K, m), True),
+                                   (lambda m: np.zeros(m, dtype=int), False)):
+        s = Stratum(n, shares="counts")
+        new = labels_of(500)
+        piece = s.observe(2, 500, _delta(x[:500], np.full(500, -1), new),
+                          _stats(x[:500], new), 500, 500, reference=even)
+        assert (np.abs(piece["counts"]).sum() == 0) == expect_zero

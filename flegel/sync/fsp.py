@@ -268,7 +268,7 @@ class FSPWorker(WorkerPolicy):
                 # of each shuffled shard (KMeans.stratify, algorithms/_stratum.py; issue 19).
                 stratify = getattr(getattr(worker, "algorithm", None), "stratify", None)
                 if stratify is not None:
-                    self.stratum = stratify(len(worker.shard))
+                    self.stratum = stratify(worker.shard.n_active)
         if self.migrator is None:
             return
         if not isinstance(worker, MigrationPort):
