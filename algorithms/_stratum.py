@@ -116,7 +116,11 @@ class Stratum:
         vars(self).update(copy.deepcopy(state))
 
     def wants_sample(self, t: int) -> bool:
-        """Whether the next block of iteration ``t`` should be summed into the sample."""
+        """Whether the next block of iteration ``t`` should be summed into the sample: not
+        once the shard's first pass is done or the stratum is off (exact sums from then on,
+        so a fast worker pays for the sample during its first pass only)."""
+        if self.valid is False or self.total >= self.n:
+            return False
         return t != self.t or self.sampled < SAMPLE_CAP
 
     def observe(self, t: int, points: int, delta: dict[str, np.ndarray],
