@@ -45,6 +45,7 @@ from ._common import (
     squared_distances,
     validate_init_file,
 )
+from ._stratum import Stratum
 
 _INITS = ("kmeans++", "random")
 
@@ -501,6 +502,25 @@ class KMeans(DeviceKernels, Algorithm):
         set_params(self, locals())
         self._set_device(device, kernel)
         self._bounds = hamerly.BoundSwitch()
+        self._stratum: Stratum | None = None
+        self._shared = False  # stratify was called by several workers (stratify's notes)
+
+    def stratify(self, n_points: int) -> Stratum | None:
+        """Take the M-step on a stratified estimate of this worker's shard (``n_points``)
+        instead of its stale exact sums while its fresh labels still move
+        (:mod:`algorithms._stratum`): FSP calls it on every worker without data migration
+        (issue 19, Figs. 7, 9a, 9b, 15).  θ keeps the exact sums; the estimate's correction
+        travels in the aggregate and θ (``stratum_sums``, ``stratum_counts``).  Returns the
+        stratum, which FSP's worker policy checkpoints.
+
+        One instance per worker (a worker process): an instance that several workers share
+        in one process (an in-process simulation) cannot tell their blocks apart, so the
+        second call switches the estimate off for all of them (None)."""
+        if self._stratum is not None or self._shared:
+            self._stratum, self._shared = None, True
+            return None
+        self._stratum = Stratum(n_points, shares="counts")
+        return self._stratum
 
     def validate(self, base_dir: Path) -> None:
         self.check_device()
@@ -539,6 +559,7 @@ class KMeans(DeviceKernels, Algorithm):
         else:
             centers = self._best_seeding(np.asarray(info.sample, dtype=np.float64), info.seed)
         return {"centers": centers, "sums": np.zeros((k, d)), "counts": np.zeros(k),
+                "stratum_sums": np.zeros((k, d)), "stratum_counts": np.zeros(k),
                 "drift": np.zeros(1)}
 
     def _seeding(self, sample: np.ndarray, seed: int) -> np.ndarray:
@@ -587,8 +608,12 @@ class KMeans(DeviceKernels, Algorithm):
                                    False, 0.0, np.zeros(2))
 
     def zero_aggregator(self, theta: dict[str, np.ndarray]) -> dict:
-        return {"sums": np.zeros_like(theta["sums"]), "counts": np.zeros_like(theta["counts"]),
-                "objective": 0.0}
+        agg = {"sums": np.zeros_like(theta["sums"]), "counts": np.zeros_like(theta["counts"]),
+               "objective": 0.0}
+        if "stratum_sums" in theta:  # θ made by init_parameter (not by hand)
+            agg["stratum_sums"] = np.zeros_like(theta["sums"])
+            agg["stratum_counts"] = np.zeros_like(theta["counts"])
+        return agg
 
     def update_data_point(self, point: np.ndarray, state: PointState,
                           theta: dict[str, np.ndarray], t: int) -> dict:
@@ -611,6 +636,26 @@ class KMeans(DeviceKernels, Algorithm):
         return agg
 
     def update_block(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
+        stratum = self._stratum
+        if stratum is None or "stratum_sums" not in theta:
+            return self._update_block(block, theta, t)
+        labels = block.state["label"]
+        old = labels.copy() if stratum.wants_sample(t) else None
+        agg = self._update_block(block, theta, t)
+        fresh, moved, first = None, 0, 0
+        if old is not None:
+            # the block's points at their new labels: one (K x m) one-hot product
+            x = np.asarray(to_host(block.x), dtype=np.float64)
+            onehot = (labels[None, :] == np.arange(self.n_clusters)[:, None]).astype(np.float64)
+            fresh = {"sums": onehot @ x, "counts": onehot.sum(axis=1)}
+            moved = int(np.count_nonzero(old != labels))
+            first = int(np.count_nonzero(old < 0))
+        piece = stratum.observe(t, len(labels), {"sums": agg["sums"], "counts": agg["counts"]},
+                                fresh, moved, first, theta["counts"] + theta["stratum_counts"])
+        agg["stratum_sums"], agg["stratum_counts"] = piece["sums"], piece["counts"]
+        return agg
+
+    def _update_block(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
         # on a GPU, a device array when the shard is resident there (flegel.device)
         x = np.ascontiguousarray(block.x) if self.xp is np else block.x
         ct = np.ascontiguousarray(theta["centers"].T, dtype=x.dtype)
@@ -651,9 +696,16 @@ class KMeans(DeviceKernels, Algorithm):
         sums = theta["sums"] + agg["sums"]
         counts = theta["counts"] + agg["counts"]
         centers = theta["centers"].copy()
-        nonempty = counts > 0.5
-        centers[nonempty] = sums[nonempty] / counts[nonempty, None]
         new = {"centers": centers, "sums": sums, "counts": counts}
+        est_sums, est_counts = sums, counts
+        if "stratum_sums" in theta:
+            # the M-step's statistics: the exact sums plus the workers' current corrections
+            # (algorithms._stratum; zeros unless FSP runs without migration)
+            new["stratum_sums"] = theta["stratum_sums"] + agg["stratum_sums"]
+            new["stratum_counts"] = theta["stratum_counts"] + agg["stratum_counts"]
+            est_sums, est_counts = sums + new["stratum_sums"], counts + new["stratum_counts"]
+        nonempty = est_counts > 0.5
+        centers[nonempty] = est_sums[nonempty] / est_counts[nonempty, None]
         if "drift" in theta:
             new["drift"] = theta["drift"] + hamerly.centre_move(theta["centers"], centers)
         return new

@@ -57,6 +57,7 @@ arguments give identical results.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import heapq
@@ -818,6 +819,10 @@ class Simulation:
     seed : int
     max_sim_s, max_events : float, int
         Caps: past either, :meth:`run` raises :class:`SimulationCapError`.
+    own_algorithms : bool
+        Give every worker its own copy of ``algorithm`` (one instance per process, as in a
+        real run; K-means' stratified estimate, ``KMeans.stratify``, needs it).  Default: one
+        instance shared by the workers.
     """
 
     def __init__(self, model: str, options: Mapping[str, Any] | None = None, *,
@@ -833,7 +838,7 @@ class Simulation:
                  block_points: int | None = None, jitter: float = 0.0,
                  stop: Mapping[str, Any] | None = None, stall_warning_s: float = 10.0,
                  trace_points: int = 0, seed: int = 0, max_sim_s: float = 60.0,
-                 max_events: int = 2_000_000) -> None:
+                 max_events: int = 2_000_000, own_algorithms: bool = False) -> None:
         self.model = model
         self.options = sync_options(model, **dict(options or {}))
         self.clock = SimClock()
@@ -893,7 +898,8 @@ class Simulation:
             store = ShardStore(self.shards[i], None,
                                algorithm.init_state(n, x_all.shape[1]), ids=ids)
             self.workers[r] = SimWorker(
-                r, self.clock, algorithm, store, cls.WORKER(self.options), agg_layout,
+                r, self.clock, copy.deepcopy(algorithm) if own_algorithms else algorithm, store,
+                cls.WORKER(self.options), agg_layout,
                 costs[i], f if callable(f) else _const(float(f)),
                 Stragglers.for_rank(specs, r, seed), block_ms=block_ms,
                 block_points=block_points, silent=r in silent, jitter=jitter,

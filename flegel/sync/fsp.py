@@ -221,6 +221,8 @@ class FSPWorker(WorkerPolicy):
 
     #: The worker and its shard (references) are no state of the policy.
     NOT_STATE: ClassVar[tuple[str, ...]] = ("options", "mesh", "shard")
+    #: The algorithm's stratum (KMeans.stratify) restores itself in place.
+    NESTED: ClassVar[tuple[str, ...]] = ("stratum",)
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         super().__init__(options)
@@ -245,6 +247,8 @@ class FSPWorker(WorkerPolicy):
         self.mesh: MigrationPort | None = None
         #: The master keeps θ until every point was trained once (Instructions.cover).
         self._cover = 0
+        #: The algorithm's stratified estimate of this shard, without migration (attach).
+        self.stratum: Any = None
 
     def restore(self, state: dict[str, Any]) -> None:
         super().restore(state)
@@ -259,6 +263,12 @@ class FSPWorker(WorkerPolicy):
             # id, rank << ID_SHIFT): see ShardStore.shuffle.
             ids = getattr(worker.shard, "ids", None)
             worker.shard.shuffle(int(ids[0]) if ids is not None and len(ids) else 0)
+            if self.migrator is None:
+                # Without migration an algorithm may take its M-step on a stratified estimate
+                # of each shuffled shard (KMeans.stratify, algorithms/_stratum.py; issue 19).
+                stratify = getattr(getattr(worker, "algorithm", None), "stratify", None)
+                if stratify is not None:
+                    self.stratum = stratify(worker.shard.n_active)
         if self.migrator is None:
             return
         if not isinstance(worker, MigrationPort):

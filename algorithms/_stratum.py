@@ -1,0 +1,217 @@
+"""A worker's shard as one stratum of the data: the stratified estimate of its statistics that
+FSP's M-step uses without data migration (issue 19, Figs. 7, 9a, 9b, 15).
+
+Under incremental EM (FSP paper Section 2.2, Eq. 3) the master's sufficient statistics are
+exact sums over every point's LAST state.  With one straggler on a contiguous shard of sorted
+data, its points keep the state of a θ many versions old for a whole slow pass while the fast
+workers pass their shards 20-30 times: incremental EM with one block frozen, which settles the
+fast workers' conditional optimum (K-means: +5.9 % above BSPB's converged objective on
+``flegel paper``'s workload, ``python bench/basin_sim.py``).  A stratified sample fixes it:
+the points a worker trained at the current θ are a uniform sample of its shard (shards are
+traversed in a shuffled order, ``ShardStore.shuffle``), so their fresh statistics F, scaled by
+n / m (Horvitz-Thompson for a stratum sampled at rate m / n), estimate the whole shard's at
+the current θ.  The M-step on that estimate is close to Lloyd's (EM's) full step at every
+barrier -- BSPV's path, many times more often.
+
+The estimate travels as a *correction* ``n/m · F − E`` (E: the shard's exact sums, the sum of
+every delta the worker sent) that the M-step adds to the exact sums; θ keeps the exact sums and,
+apart, the sum of every worker's current correction.  A worker sends the changes of its
+correction, one piece per block, as it sends the changes of its sums (Eq. 3): the pieces add up
+to its current correction whatever its commits carry -- a commit of no points (a straggler
+paused before its first block, ``flegel paper``'s K-means: 1 barrier in 3) leaves its last
+estimate in θ, and a kept barrier's carried aggregate adds up like any other.  A window too
+small to stand for the shard (:data:`MIN_POINTS`) pools the latest earlier windows' samples
+against the current E (:data:`POOL`).
+
+Exact sums (a correction of 0) where they are already right (choices, written here):
+
+* once the shard's first pass is done (every point trained once: the stale labels are at most
+  a pass old, not θ⁰'s) -- the sample's noise kept the objective at +0.08-0.30 % above the
+  converged one (``bench/basin_sim.py``'s ``stratified``), around the paper's +0.1 % target,
+  where exact sums converge to the fixed point;
+* the iteration trained at least half of the shard (:data:`COVERED`): the stale remainder is
+  small and one θ version old, while the sample would add its noise;
+* the fresh points' states stopped changing (at most :data:`SETTLED` of this window's sample
+  moved, the hybrid of ``bench/basin_sim.py``): the stale statistics equal the fresh ones;
+* no window yet of :data:`MIN_POINTS` fresh points: none stands for the shard;
+* a shard whose first block held trained points: E, the sum of the deltas this process
+  sent, would not be the shard's sums; the stratum stays off (exact incremental EM).  A
+  resumed job restores the stratum from the checkpoint (FSP's worker policy holds it as a
+  nested state, :meth:`Stratum.checkpoint_state`), so its E and correction go on.
+
+Generic over the statistics (a dict of sums, whatever keys the algorithm sends); K-means is
+the one algorithm that declares it (``KMeans.stratify``, which FSP's worker policy calls when
+it runs without migration).  Not under migration: points move between shards, so E and n are
+not one stratum's, and coverage (FSP's notes) settles the first steps there.
+
+F is taken on at most :data:`SAMPLE_CAP` points an iteration (the first blocks of it, a
+uniform sample of the shuffled shard): a fast worker's whole pass needs no estimate, and
+summing F over it would cost another pass over its rows.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+
+#: An iteration that trained at least this share of its shard uses exact sums (module notes).
+COVERED = 0.5
+#: Exact sums once at most this share of the fresh points changed state (the hybrid rule of
+#: ``python bench/basin_sim.py``: it reached +0.00 % where the stratified estimate alone
+#: hovered at +0.08 %).
+SETTLED = 1e-3
+#: Fewest fresh points that stand for a shard.  FSPV's sampled calibration pauses an injected
+#: straggler (τ = 32 ms per 1,000 points) after 1 % of its 27,500-point shard, ~275 points,
+#: and the first M-step must already see its clusters (``bench/basin_sim.py --slow0 0.01``).
+MIN_POINTS = 100
+#: Stratified only where the sample's class shares differ from all the data's (θ's counts) by
+#: more than this total variation: a shard of sorted data (``flegel paper``'s contiguous
+#: K-means shard holds 4-5 of 16 clusters, about 0.7) and not a shuffled one, where the
+#: sample's noise (about 0.5 · Σ √(p/m): 0.06 at m = 1,000, 16 even clusters, 0.2 at 100)
+#: only delays convergence (module notes).
+SKEW = 0.35
+#: A window under MIN_POINTS pools the latest earlier windows, newest first, until MIN_POINTS,
+#: from at most this many windows (θ versions).  No more: pools of 4,096 and 1,000 points
+#: (which kept the calibration's 3,438 points labelled at θ⁰ for several barriers) put
+#: ``flegel paper``'s K-means back in a +7.4 % basin in 2 of 4 and 1 of 5 runs, against 0 of
+#: 5 pooling to MIN_POINTS (docs/sync/fsp.md, last section).
+POOL = 8
+#: Most fresh points summed per iteration (module notes).
+SAMPLE_CAP = 4096
+
+
+class Stratum:
+    """A worker's correction and the pieces to emit per block (module notes).
+
+    Parameters
+    ----------
+    n_points : int
+        The shard's points (no migration: it does not change).
+    """
+
+    def __init__(self, n_points: int, shares: str | None = None) -> None:
+        self.n = n_points
+        self.shares = shares  # the key of per-class counts (the skew test), or None
+        self.reference: np.ndarray | None = None  # θ's estimate of those counts, all data
+        self.exact: dict[str, np.ndarray] = {}  # E: the sum of every delta sent
+        self.emitted: dict[str, np.ndarray] = {}  # the correction sent so far (all pieces)
+        self.valid: bool | None = None  # E is the shard's sums (decided at the first block)
+        self.t = -1  # the iteration (θ version + 1) of the window
+        self.points = 0  # points trained in the window
+        self.total = 0  # points trained in all (at n: the first pass is done)
+        self.sampled = 0  # of them, summed into fresh
+        self.moved = 0  # of the sampled, those whose state changed
+        self.fresh: dict[str, np.ndarray] = {}
+        #: The latest windows' samples, newest last: (fresh, sampled, moved) each.
+        self.windows: list[tuple[dict[str, np.ndarray], int, int]] = []
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Every attribute, copied (FSP's worker policy checkpoints it as a nested state)."""
+        return copy.deepcopy(vars(self))
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`checkpoint_state`, in place (the algorithm holds this object)."""
+        vars(self).update(copy.deepcopy(state))
+
+    def wants_sample(self, t: int) -> bool:
+        """Whether the next block of iteration ``t`` should be summed into the sample: not
+        once the shard's first pass is done or the stratum is off (exact sums from then on,
+        so a fast worker pays for the sample during its first pass only)."""
+        if self.valid is False or self.total >= self.n:
+            return False
+        return t != self.t or self.sampled < SAMPLE_CAP
+
+    def observe(self, t: int, points: int, delta: dict[str, np.ndarray],
+                fresh: dict[str, np.ndarray] | None = None, moved: int = 0,
+                first_visits: int = 0, reference: np.ndarray | None = None
+                ) -> dict[str, np.ndarray]:
+        """Record one block of iteration ``t`` and return the correction's piece to emit.
+
+        Parameters
+        ----------
+        t : int
+            The iteration (θ version + 1) the block was trained at.
+        points : int
+            The block's points.
+        delta : dict
+            The block's exact changes of the statistics (the keys the correction has).
+        fresh : dict or None
+            The block's points' statistics at their new state, or None when the block was
+            not sampled (:meth:`wants_sample`).
+        moved : int
+            Of the sampled points, those whose state changed (a first visit counts).
+        first_visits : int
+            Of the sampled points, those never trained before (the first block decides
+            whether E can be the shard's sums: all of them must be).
+        reference : ndarray or None
+            θ's estimate of the per-class counts of all the data (the ``shares`` key), for
+            the skew test.
+        """
+        if reference is not None:
+            self.reference = np.asarray(reference, dtype=np.float64)
+        if self.valid is None:
+            self.valid = fresh is not None and first_visits == points
+        if t != self.t:
+            if self.sampled:
+                self.windows = [*self.windows, (self.fresh, self.sampled, self.moved)][-POOL:]
+            self.t, self.points, self.sampled, self.moved = t, 0, 0, 0
+            self.fresh = {}
+        for k, v in delta.items():
+            self.exact[k] = self.exact[k] + v if k in self.exact else np.array(v, copy=True)
+            if k not in self.emitted:
+                self.emitted[k] = np.zeros_like(self.exact[k])
+        self.points += points
+        self.total += points
+        if fresh is not None:
+            self.sampled += points
+            self.moved += moved
+            for k, v in fresh.items():
+                self.fresh[k] = self.fresh[k] + v if k in self.fresh else np.array(v, copy=True)
+        target = self.correction()
+        piece = {k: target[k] - self.emitted[k] for k in delta}
+        self.emitted = target
+        return piece
+
+    def sample(self) -> tuple[dict[str, np.ndarray], int, int]:
+        """The sample: this window's fresh points and, while under :data:`MIN_POINTS`, the
+        latest earlier windows', newest first (fresh sums, points, moved)."""
+        fresh = dict(self.fresh)
+        sampled, moved = self.sampled, self.moved
+        for f, m, mv in reversed(self.windows):
+            if sampled >= MIN_POINTS:
+                break
+            for k, v in f.items():
+                fresh[k] = fresh[k] + v if k in fresh else v
+            sampled, moved = sampled + m, moved + mv
+        return fresh, sampled, moved
+
+    def skewed(self, fresh: dict[str, np.ndarray], sampled: int) -> bool:
+        """Whether the sample's class shares differ from all the data's by more than
+        :data:`SKEW` (total variation): True where nothing tells (no ``shares`` key, no θ
+        counts yet)."""
+        ref = self.reference
+        if self.shares is None or ref is None or ref.sum() <= 0 or self.shares not in fresh:
+            return True
+        q = fresh[self.shares] / max(sampled, 1)
+        return 0.5 * float(np.abs(q - ref / ref.sum()).sum()) > SKEW
+
+    def stratified(self, sampled: int, moved: int) -> bool:
+        """Whether a pooled sample of ``sampled`` points, ``moved`` of them, replaces the
+        exact sums (module notes).  Whether the labels settled is judged on this window
+        alone when it holds MIN_POINTS (the pool holds older windows' moves)."""
+        if self.sampled >= MIN_POINTS:
+            sampled_now, moved_now = self.sampled, self.moved
+        else:
+            sampled_now, moved_now = sampled, moved
+        return (bool(self.valid) and sampled >= MIN_POINTS and self.points < COVERED * self.n
+                and self.total < self.n and moved_now > SETTLED * sampled_now)
+
+    def correction(self) -> dict[str, np.ndarray]:
+        """``n / m · F − E`` while :meth:`stratified`, else zeros."""
+        fresh, sampled, moved = self.sample()
+        if not self.stratified(sampled, moved) or not self.skewed(fresh, sampled):
+            return {k: np.zeros_like(v) for k, v in self.exact.items()}
+        scale = self.n / sampled
+        return {k: scale * fresh[k] - self.exact[k] for k in self.exact}

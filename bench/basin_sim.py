@@ -1,0 +1,255 @@
+"""Which K-means basin FSPV without migration reaches on contiguous shards, by the master's
+estimator of the slow shard's statistics (issue 19, Figs. 7, 9a, 9b, 15): exact schedules in
+one process, no MPI, no clock.
+
+The schedule is FSPV's with one injected straggler (worker 1, the first contiguous range of
+sorted rows): a first M-step after a share ``--first`` of every fast shard and ``--slow0`` of
+the slow one (the sampled calibration, which pauses the straggler at its bound), then at every
+barrier each fast worker trains its whole shard at the current θ and the slow worker the next
+``--slow`` of its shard (FSPV's interval: the fast workers pass once while the straggler trains
+1/20-1/30 of its shard).  Every shard is traversed in a seeded shuffled order, as
+``ShardStore.shuffle`` does.  The M-step sets μ_j = S_j / C_j from the master's per-cluster
+sums S and counts C, estimated per worker i (n_i points, m_i of them trained since the last
+barrier, at the current θ, with fresh sums F_i):
+
+* ``exact``: incremental EM (Eq. 3), today's: every point's statistics at its LAST label,
+  the straggler's untrained points at a θ many versions old;
+* ``stratified``: ``n_i / m_i · F_i`` (Horvitz-Thompson for a stratum sampled at rate
+  m_i / n_i: the fresh points stand for the whole shard);
+* ``hybrid``: stratified while a worker's fresh points still change label (a share above
+  ``--settle``), exact once they stop;
+* ``stratum``: what FSP runs (:class:`flegel.algorithms._stratum.Stratum`, one per worker,
+  blocks of 1,000 points): the hybrid pooled over the latest windows, only during a shard's
+  first pass;
+* ``bsp``: BSPV's path, every shard whole at every barrier (Lloyd's algorithm; the time of
+  one of its steps is a slow pass, ``1 / --slow`` of FSPV's barriers).
+
+Printed per workload and estimator: the exact objective's gap above BSPB's converged one
+(Lloyd from θ⁰ run to a fixed point) after chosen barriers, and the barrier (and BSP-step
+equivalent: barriers · ``--slow``) at which it first reaches the paper's target (the
+workload's slack, 1e-3 for K-means).  Workloads: ``paper`` (``flegel paper``'s K-means at the
+quick scale, θ⁰ as the real run's: ``init: random`` on the workers' seeded samples) and
+``overlap`` (``bench/fsp_claims.py``'s overlapping workload, its shared random θ⁰).  Usage::
+
+    python bench/basin_sim.py [--workloads paper,overlap] [--slow 0.0333] [--slow0 0.01]
+        [--first 0.125] [--barriers 200] [--seed 1[,2,...]] [--settle 0.001]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from flegel.cli.paper.workloads import QUICK, workloads, write_data
+from flegel.data.partition import partition_rows
+from flegel.data.sources import sample_shard
+from flegel.local import make_info
+
+WORKERS = 4
+#: Rows sampled for θ⁰ (``runtime.sample_size``'s default), split over the workers as
+#: ``flegel.run`` does.
+SAMPLE = 10_000
+ESTIMATORS = ("bsp", "exact", "stratified", "hybrid", "stratum")
+#: Barriers after which the gap is printed.
+SHOW = (1, 2, 5, 10, 20, 30, 60, 100, 200)
+
+
+@dataclass
+class Workload:
+    """Rows, contiguous shards, θ⁰, BSPB's converged objective and the target's slack."""
+
+    name: str
+    x: np.ndarray
+    shards: list[np.ndarray]
+    theta0: np.ndarray
+    converged: float
+    slack: float
+
+
+def assign(x: np.ndarray, sq: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest centre of each row and its squared distance."""
+    d = sq[:, None] - 2.0 * (x @ c.T) + np.einsum("ij,ij->i", c, c)[None, :]
+    lab = d.argmin(axis=1)
+    return lab, np.maximum(d[np.arange(len(x)), lab], 0.0)
+
+
+def stats(x: np.ndarray, lab: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-cluster sums and counts of rows ``x`` labelled ``lab`` (−1: none)."""
+    onehot = (lab[None, :] == np.arange(k)[:, None]).astype(np.float64)  # −1 matches none
+    return onehot @ x, onehot.sum(axis=1)
+
+
+def m_step(c: np.ndarray, s: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """μ_j = S_j / C_j; an empty cluster keeps its centre (``KMeans.update_parameter``)."""
+    out = c.copy()
+    ok = n > 0.5
+    out[ok] = s[ok] / n[ok, None]
+    return out
+
+
+def objective(w: Workload, c: np.ndarray, sq: np.ndarray) -> float:
+    return float(assign(w.x, sq, c)[1].sum())
+
+
+def lloyd(w_x: np.ndarray, c0: np.ndarray, steps: int = 300) -> tuple[np.ndarray, float]:
+    """Batch Lloyd from ``c0`` to a fixed point (BSPB's converged objective)."""
+    sq = np.einsum("ij,ij->i", w_x, w_x)
+    c, k = c0.copy(), len(c0)
+    prev = None
+    for _ in range(steps):
+        lab, d2 = assign(w_x, sq, c)
+        if prev is not None and np.array_equal(lab, prev):
+            break
+        prev = lab
+        c = m_step(c, *stats(w_x, lab, k))
+    return c, float(assign(w_x, sq, c)[1].sum())
+
+
+def paper_workload(folder: Path) -> Workload:
+    """``flegel paper``'s K-means (quick scale), contiguous shards, the real run's θ⁰."""
+    from flegel.job.algorithms import resolve_algorithm
+
+    wl = workloads(QUICK)["kmeans"]
+    x = np.load(write_data(wl, folder)).astype(np.float64)
+    shards = [x[partition_rows(len(x), r, WORKERS, "contiguous")] for r in range(WORKERS)]
+    sample = np.concatenate([sample_shard(s, None, SAMPLE // WORKERS, r)[0]
+                             for r, s in enumerate(shards)])  # job seed 0 + shard
+    info = make_info(x, None, seed=0, n_workers=WORKERS)
+    info = type(info)(**{**info.__dict__, "sample": sample})
+    alg = resolve_algorithm("kmeans")(**wl.params)
+    c0 = np.asarray(alg.init_parameter(info)["centers"], dtype=np.float64)
+    return Workload("paper", x, shards, c0, lloyd(x, c0)[1], wl.slack)
+
+
+def overlap_workload(folder: Path, n: int = 100_000) -> Workload:
+    """``bench/fsp_claims.py``'s overlapping workload (``--quick``'s 100,000 rows)."""
+    from fsp_claims import overlap_data  # bench/ is on sys.path when run as a script
+
+    overlap_data(folder, n)
+    x = np.load(folder / "data.npy")
+    c0 = np.load(folder / "init.npy")
+    shards = [x[partition_rows(len(x), r, WORKERS, "contiguous")] for r in range(WORKERS)]
+    return Workload("overlap", x, shards, c0, lloyd(x, c0)[1], 1e-3)
+
+
+def simulate(w: Workload, estimator: str, slow: float, slow0: float, first: float,
+             barriers: int, seed: int, settle: float) -> list[float]:
+    """The exact objective after each barrier of the schedule (module notes)."""
+    k = len(w.theta0)
+    rng = np.random.default_rng(seed)
+    orders = [rng.permutation(len(s)) for s in w.shards]
+    sqs = [np.einsum("ij,ij->i", s, s) for s in w.shards]
+    sq_all = np.einsum("ij,ij->i", w.x, w.x)
+    labels = [np.full(len(s), -1) for s in w.shards]
+    pos = [0] * WORKERS  # next position in each shard's shuffled order
+    exact = [stats(s, lab, k) for s, lab in zip(w.shards, labels)]
+    if estimator == "stratum":  # only here: bench/basin_runs.py imports this on main too
+        from flegel.algorithms._stratum import Stratum
+
+        strata = [Stratum(len(s)) for s in w.shards]
+    correction = [np.zeros_like(w.theta0), np.zeros(k)]  # θ's stratum_sums, stratum_counts
+    c = w.theta0.copy()
+    out = []
+    for b in range(barriers):
+        s_tot, n_tot = np.zeros_like(c), np.zeros(k)
+        for i, (x, sq, order) in enumerate(zip(w.shards, sqs, orders)):
+            n = len(x)
+            if estimator == "bsp":
+                share = 1.0
+            elif i == 0:
+                share = slow0 if b == 0 else slow
+            else:
+                share = first if b == 0 else 1.0
+            m = max(1, min(n, round(share * n)))
+            idx = order[np.arange(pos[i], pos[i] + m) % n]
+            pos[i] = (pos[i] + m) % n
+            new, _ = assign(x[idx], sq[idx], c)
+            old = labels[i][idx]
+            if estimator == "stratum":
+                for a in range(0, m, 1000):  # the worker's blocks
+                    rows, o, nw = x[idx[a:a + 1000]], old[a:a + 1000], new[a:a + 1000]
+                    ds, dn = stats(rows, nw, k)
+                    os_, on = stats(rows, o, k)
+                    fresh = None
+                    if strata[i].wants_sample(b + 1):
+                        fs, fc = stats(rows, nw, k)
+                        fresh = {"sums": fs, "counts": fc}
+                    piece = strata[i].observe(b + 1, len(rows),
+                                              {"sums": ds - os_, "counts": dn - on}, fresh,
+                                              int(np.count_nonzero(o != nw)),
+                                              int(np.count_nonzero(o < 0)))
+                    correction[0] += piece["sums"]
+                    correction[1] += piece["counts"]
+            moved = float(np.mean(new != old))
+            labels[i][idx] = new
+            if m == n:
+                exact[i] = stats(x[idx], new, k)
+            else:  # incremental EM's sums (Eq. 3): the moved points' signed changes
+                ds, dn = stats(x[idx], new, k)
+                os_, on = stats(x[idx], old, k)
+                exact[i] = (exact[i][0] + ds - os_, exact[i][1] + dn - on)
+            fresh = stats(x[idx], new, k)
+            use_fresh = estimator == "stratified" or (estimator == "hybrid"
+                                                      and moved > settle)
+            if estimator in ("bsp", "stratum") or not use_fresh or m == n:
+                s_i, n_i = exact[i]
+            else:
+                s_i, n_i = fresh[0] * (n / m), fresh[1] * (n / m)
+            s_tot += s_i
+            n_tot += n_i
+        if estimator == "stratum":
+            s_tot, n_tot = s_tot + correction[0], n_tot + correction[1]
+        c = m_step(c, s_tot, n_tot)
+        out.append(objective(w, c, sq_all))
+    return out
+
+
+def report(w: Workload, args: argparse.Namespace) -> None:
+    target = w.converged * (1 + w.slack)
+    shows = [b for b in SHOW if b <= args.barriers]
+    print(f"{w.name}: {len(w.x):,} x {w.x.shape[1]}, shards {[len(s) for s in w.shards]}; "
+          f"BSPB converged {w.converged:.7g}, target +{w.slack:g}; straggler {args.slow:.4g}"
+          f" of its shard a barrier ({args.slow0:g} at the first), fast first {args.first:g}")
+    print(f"  {'estimator':10s} {'seed':>4s} " + " ".join(f"{b:>7d}" for b in shows)
+          + "   target at barrier (BSP steps' time)")
+    for est in args.estimators.split(","):
+        for seed in (int(s) for s in args.seed.split(",")):
+            f = simulate(w, est, args.slow, args.slow0, args.first, args.barriers, seed,
+                         args.settle)
+            gaps = " ".join(f"{100 * (f[b - 1] / w.converged - 1):+6.2f}%" for b in shows)
+            hit = next((i + 1 for i, v in enumerate(f) if v <= target), None)
+            when = ("never" if hit is None else
+                    f"{hit} ({hit if est == 'bsp' else hit * args.slow:.2f})")
+            print(f"  {est:10s} {seed:4d} {gaps}   {when}", flush=True)
+            if est == "bsp":
+                break  # the shuffle does not change whole passes
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", default="paper,overlap")
+    ap.add_argument("--estimators", default=",".join(ESTIMATORS))
+    ap.add_argument("--slow", type=float, default=1 / 30,
+                    help="share of the slow shard trained per barrier")
+    ap.add_argument("--slow0", type=float, default=0.01,
+                    help="share of the slow shard at the first M-step")
+    ap.add_argument("--first", type=float, default=0.125,
+                    help="share of each fast shard at the first M-step (sampled calibration)")
+    ap.add_argument("--barriers", type=int, default=200)
+    ap.add_argument("--seed", default="1", help="shuffles (comma-separated)")
+    ap.add_argument("--settle", type=float, default=1e-3,
+                    help="hybrid: exact sums once at most this share of fresh labels moved")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.workloads.split(","):
+            w = (paper_workload(Path(tmp)) if name == "paper"
+                 else overlap_workload(Path(tmp) / "overlap"))
+            report(w, args)
+
+
+if __name__ == "__main__":
+    main()
