@@ -107,9 +107,6 @@ RUN_FILES = ("job.yaml", "events.jsonl", "model.npz", "model.json", "summary.jso
              "checkpoint")
 #: Cases started at once: enough to overlap their start-up, few enough for two cores.
 PARALLEL = 6
-#: The cases that take longest: training until ``max_time_s``; two jobs (the first writes the
-#: checkpoint); a stall timeout.
-LONGEST = ("stall past max_time", "damaged checkpoint", "stalled worker")
 
 
 @dataclass(frozen=True)
@@ -387,11 +384,9 @@ def _run_case(case: Case, folder: Path) -> Outcome:
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
     """Every case, :data:`PARALLEL` at a time; the matrix printed and kept in a file."""
     base = tmp_path_factory.mktemp("faults")
-    # The longest cases first (the pool starts them in this order): they would otherwise
-    # begin once a short one ends and set the matrix's time alone.
-    order = sorted(enumerate(CASES), key=lambda ic: ic[1].name not in LONGEST)
     with ThreadPoolExecutor(PARALLEL) as pool:
-        futures = {c.name: pool.submit(_run_case, c, base / f"case{i}") for i, c in order}
+        futures = {c.name: pool.submit(_run_case, c, base / f"case{i}")
+                   for i, c in enumerate(CASES)}
         done = {name: f.result() for name, f in futures.items()}
     table = ["case | how it ended | seconds to end | processes left",
              "---|---|---|---"]
