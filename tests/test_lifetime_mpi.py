@@ -463,8 +463,8 @@ def test_a_master_stuck_in_its_own_code_ends_the_job_after_max_time(tmp_path):
     """The master sleeps for ever in ``update_parameter`` (the GIL free), under a plain
     mpirun: its watchdog ends the job ``max_time_s`` + 6 s after training began (main
     waited for ever)."""
-    # Three BSP updates complete before T, even on a loaded machine.
-    max_time_s = 4.0
+    # Three BSP updates (milliseconds each) complete before T, even on a loaded machine.
+    max_time_s = 2.0
     job = _stuck_master(tmp_path, "sleep", max_time_s)
     out = tmp_path / "run"
     t0 = time.monotonic()
@@ -481,8 +481,8 @@ def test_a_master_holding_the_gil_is_ended_by_flegel_run(tmp_path):
     """The master backtracks in a regular expression (the GIL held: its watchdog thread
     cannot run): ``flegel run`` finds its deadline passed, has it write its stack from C and
     end the job from its signal handler (Python runs it between two backtracking steps)."""
-    # Three BSP updates complete before T, even on a loaded machine.
-    max_time_s = 4.0
+    # Three BSP updates (milliseconds each) complete before T, even on a loaded machine.
+    max_time_s = 2.0
     job = _stuck_master(tmp_path, "regex", max_time_s)
     out = tmp_path / "run"
     t0 = time.monotonic()

@@ -62,8 +62,11 @@ def test_workers_that_answer_after_max_time_are_not_warned_about(capsys):
 def test_a_stall_is_warned_about_when_nobody_waits(model, options, capsys):
     # Under ASP (and SSP far from its bound) nobody waits for the silent worker; it is named
     # all the same once silent for stall_warning_s and over twice an iteration.
-    sim = Simulation(model, options, silent=[3], stall_warning_s=1.0, poll_s=1e-3,
-                     max_sim_s=2.5, stop={"max_iterations": None, "tolerance": None})
+    # 0.2 s iterations (200 points at 1 ms) and a 10 ms tick: five iterations before the
+    # first warning, a hundredth of the blocks and a tenth of the ticks of the defaults.
+    sim = Simulation(model, options, silent=[3], stall_warning_s=1.0, poll_s=1e-2,
+                     cost_s=1e-3, max_sim_s=2.5,
+                     stop={"max_iterations": None, "tolerance": None})
     sim.run(strict=False)
     lines = _warnings(capsys.readouterr().err)
     assert len(lines) == 2, lines
