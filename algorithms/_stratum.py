@@ -46,7 +46,13 @@ not one stratum's, and coverage (FSP's notes) settles the first steps there.
 
 F is taken on at most :data:`SAMPLE_CAP` points an iteration (the first blocks of it, a
 uniform sample of the shuffled shard): a fast worker's whole pass needs no estimate, and
-summing F over it would cost another pass over its rows.
+summing F over it would cost another pass over its rows.  A sampled block's class counts come
+first (:meth:`Stratum.screen`): the skew test reads nothing else, so a shuffled shard -- Fig. 8's
+workers, none of them slow, which reach K-means' target within a pass or two, exactly while
+the stratum samples -- is found on its first window of :data:`MIN_POINTS` points and its
+stratum switches off for good, without a sum taken; a sorted shard's sums are a scatter-add
+(:func:`class_sums`).  Measured in docs/sync/fsp.md ("FSP without migration: the stratified
+M-step").
 """
 
 from __future__ import annotations
