@@ -98,10 +98,17 @@ def _scatter_add(x: np.ndarray, labels: np.ndarray, out: np.ndarray) -> None:  #
             out[c, j] += x[i, j]
 
 
+#: The data dtypes whose :func:`_scatter_add` is loaded (:func:`load_class_sums`).
+_LOADED: set[np.dtype] = set()
+
+
 def load_class_sums(n_features: int, dtype: np.dtype) -> None:
     """Load (or compile) :func:`class_sums`' numba kernel for ``dtype`` data, with the
-    algorithm's other kernels (``KMeans.load_compiled``: never a compile in a timed block)."""
+    algorithm's other kernels (``KMeans.load_compiled``): :func:`class_sums` runs it for that
+    dtype only from then on, so a block never compiles it (a worker refused its compile,
+    :func:`flegel.jit.without_compiling`, sums in NumPy until it loads)."""
     _scatter_add(np.zeros((1, n_features), dtype), np.zeros(1, np.int64), np.zeros((1, n_features)))
+    _LOADED.add(np.dtype(dtype))
 
 
 def class_sums(x: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
@@ -114,7 +121,7 @@ def class_sums(x: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
     ``np.bincount`` per column where that is faster than the product (few columns) and the
     product where it is not (a process that never loaded numba keeps from importing it)."""
     x = np.asarray(x)
-    if getattr(_scatter_add, "_compiled", None) is not None:
+    if x.dtype in _LOADED:
         out = np.zeros((k, x.shape[1]))
         _scatter_add(np.ascontiguousarray(x), labels.astype(np.int64, copy=False), out)
         return out

@@ -236,15 +236,17 @@ def test_a_representative_shard_keeps_exact_sums():
 
 @pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("d, dtype", [(2, np.float64), (28, np.float32), (28, np.float64)])
-def test_class_sums_equal_the_one_hot_product(compiled, d, dtype):
+def test_class_sums_equal_the_one_hot_product(compiled, d, dtype, monkeypatch):
     """The sample's scatter-add (numba's once loaded, else NumPy's) gives the one-hot
     product's sums on random data, whatever the block's columns and dtype."""
     rng = np.random.default_rng(6)
     k = 16
     x = rng.normal(size=(1_000, d)).astype(dtype)
     labels = rng.integers(0, k, 1_000)
+    monkeypatch.setattr(_stratum, "_LOADED", set())  # NumPy's sums until loaded
     if compiled:
         _stratum.load_class_sums(d, np.dtype(dtype))
+    assert (np.dtype(dtype) in _stratum._LOADED) == compiled
     onehot = (labels[None, :] == np.arange(k)[:, None]).astype(np.float64)
     np.testing.assert_allclose(_stratum.class_sums(x, labels, k),
                                onehot @ x.astype(np.float64), rtol=1e-12, atol=1e-9)
