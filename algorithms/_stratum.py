@@ -46,7 +46,13 @@ not one stratum's, and coverage (FSP's notes) settles the first steps there.
 
 F is taken on at most :data:`SAMPLE_CAP` points an iteration (the first blocks of it, a
 uniform sample of the shuffled shard): a fast worker's whole pass needs no estimate, and
-summing F over it would cost another pass over its rows.
+summing F over it would cost another pass over its rows.  A sampled block's class counts come
+first (:meth:`Stratum.screen`): the skew test reads nothing else, so a shuffled shard -- Fig. 8's
+workers, none of them slow, which reach K-means' target within a pass or two, exactly while
+the stratum samples -- is found on its first window of :data:`MIN_POINTS` points and its
+stratum switches off for good, without a sum taken; a sorted shard's sums are a scatter-add
+(:func:`class_sums`).  Measured in docs/sync/fsp.md ("FSP without migration: the stratified
+M-step").
 """
 
 from __future__ import annotations
@@ -55,6 +61,8 @@ import copy
 from typing import Any
 
 import numpy as np
+
+from flegel.jit import njit
 
 #: An iteration that trained at least this share of its shard uses exact sums (module notes).
 COVERED = 0.5
@@ -82,6 +90,50 @@ POOL = 8
 SAMPLE_CAP = 4096
 
 
+@njit(cache=True, nogil=True)
+def _scatter_add(x: np.ndarray, labels: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
+    for i in range(x.shape[0]):
+        c = labels[i]
+        for j in range(x.shape[1]):
+            out[c, j] += x[i, j]
+
+
+#: The data dtypes whose :func:`_scatter_add` is loaded (:func:`load_class_sums`).
+_LOADED: set[np.dtype] = set()
+
+
+def load_class_sums(n_features: int, dtype: np.dtype) -> None:
+    """Load (or compile) :func:`class_sums`' numba kernel for ``dtype`` data, with the
+    algorithm's other kernels (``KMeans.load_compiled``): :func:`class_sums` runs it for that
+    dtype only from then on, so a block never compiles it (a worker refused its compile,
+    :func:`flegel.jit.without_compiling`, sums in NumPy until it loads)."""
+    _scatter_add(np.zeros((1, n_features), dtype), np.zeros(1, np.int64), np.zeros((1, n_features)))
+    _LOADED.add(np.dtype(dtype))
+
+
+def class_sums(x: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
+    """Per-class sums of the rows of ``x`` (m x d) by ``labels`` (m, in 0..k-1): the (k x d)
+    float64 ``onehot @ x``, without the one-hot product (as many flops as the block's
+    distance GEMM) nor a float64 copy of the block.
+
+    A scatter-add, O(m·d): numba's once :func:`load_class_sums` loaded it (about 6x faster
+    than the one-hot product at ``flegel paper``'s 1,000 x 28 blocks), else one weighted
+    ``np.bincount`` per column where that is faster than the product (few columns) and the
+    product where it is not (a process that never loaded numba keeps from importing it)."""
+    x = np.asarray(x)
+    if x.dtype in _LOADED:
+        out = np.zeros((k, x.shape[1]))
+        _scatter_add(np.ascontiguousarray(x), labels.astype(np.int64, copy=False), out)
+        return out
+    if x.shape[1] <= 8:
+        out = np.empty((k, x.shape[1]))
+        for j in range(x.shape[1]):
+            out[:, j] = np.bincount(labels, weights=x[:, j], minlength=k)
+        return out
+    onehot = (labels[None, :] == np.arange(k)[:, None]).astype(np.float64)
+    return onehot @ np.asarray(x, dtype=np.float64)
+
+
 class Stratum:
     """A worker's correction and the pieces to emit per block (module notes).
 
@@ -106,6 +158,8 @@ class Stratum:
         self.fresh: dict[str, np.ndarray] = {}
         #: The latest windows' samples, newest last: (fresh, sampled, moved) each.
         self.windows: list[tuple[dict[str, np.ndarray], int, int]] = []
+        #: The skew test found the shard shuffled: exact sums for good (:meth:`screen`).
+        self.off = False
 
     def checkpoint_state(self) -> dict[str, Any]:
         """Every attribute, copied (FSP's worker policy checkpoints it as a nested state)."""
@@ -119,9 +173,46 @@ class Stratum:
         """Whether the next block of iteration ``t`` should be summed into the sample: not
         once the shard's first pass is done or the stratum is off (exact sums from then on,
         so a fast worker pays for the sample during its first pass only)."""
-        if self.valid is False or self.total >= self.n:
+        if self.valid is False or self.off or self.total >= self.n:
             return False
         return t != self.t or self.sampled < SAMPLE_CAP
+
+    def screen(self, t: int, counts: np.ndarray, points: int,
+               reference: np.ndarray | None = None) -> bool:
+        """Whether a sampled block's fresh sums are needed, judged on its fresh class counts
+        before any sum is taken (the skew test reads class shares only).
+
+        A window of at least :data:`MIN_POINTS` fresh points at θ version ``t - 1`` (this
+        block's counts with the window's so far) whose class shares are within :data:`SKEW`
+        of θ's is a shuffled shard's: the estimate would never be used there, so the
+        stratum switches off for good (:attr:`off`, exact sums; the next :meth:`observe`
+        takes back any correction sent) and no later block pays for a sample.  Anything
+        else -- a skewed window, too few points, no θ counts yet to compare with -- needs
+        the sums (the estimate may be used now, or the window pooled later).
+
+        Parameters
+        ----------
+        t : int
+            The iteration the block was trained at.
+        counts : ndarray
+            The block's points per class at their new state (the ``shares`` key).
+        points : int
+            The block's points.
+        reference : ndarray or None
+            θ's estimate of the per-class counts of all the data.
+        """
+        if reference is not None:
+            self.reference = np.asarray(reference, dtype=np.float64)
+        if self.shares is None:
+            return True
+        window = counts
+        if t == self.t and self.shares in self.fresh:
+            window = self.fresh[self.shares] + counts
+            points += self.sampled
+        if points < MIN_POINTS or self.skewed({self.shares: window}, points):
+            return True
+        self.off = True
+        return False
 
     def observe(self, t: int, points: int, delta: dict[str, np.ndarray],
                 fresh: dict[str, np.ndarray] | None = None, moved: int = 0,
@@ -210,6 +301,8 @@ class Stratum:
 
     def correction(self) -> dict[str, np.ndarray]:
         """``n / m · F − E`` while :meth:`stratified`, else zeros."""
+        if self.off:
+            return {k: np.zeros_like(v) for k, v in self.exact.items()}
         fresh, sampled, moved = self.sample()
         if not self.stratified(sampled, moved) or not self.skewed(fresh, sampled):
             return {k: np.zeros_like(v) for k, v in self.exact.items()}

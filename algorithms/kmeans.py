@@ -45,7 +45,7 @@ from ._common import (
     squared_distances,
     validate_init_file,
 )
-from ._stratum import Stratum
+from ._stratum import Stratum, class_sums, load_class_sums
 
 _INITS = ("kmeans++", "random")
 
@@ -603,6 +603,7 @@ class KMeans(DeviceKernels, Algorithm):
                 np.zeros(k, dtype), np.full(8, -1, dtype=np.int64), np.zeros(8))
         acc = (np.zeros((k, n_features)), np.zeros(k), _TILE)
         _assign_accumulate(*args, *acc)
+        load_class_sums(n_features, dtype)  # the stratum's sample (KMeans.stratify)
         if _assign_accumulate.serial():  # one thread: the kernel with bounds too
             hamerly.assign_bounded(*args, np.full(8, hamerly.NO_BOUND), np.zeros(8), *acc, 0.0,
                                    False, 0.0, np.zeros(2))
@@ -643,15 +644,18 @@ class KMeans(DeviceKernels, Algorithm):
         old = labels.copy() if stratum.wants_sample(t) else None
         agg = self._update_block(block, theta, t)
         fresh, moved, first = None, 0, 0
+        reference = theta["counts"] + theta["stratum_counts"]
         if old is not None:
-            # the block's points at their new labels: one (K x m) one-hot product
-            x = np.asarray(to_host(block.x), dtype=np.float64)
-            onehot = (labels[None, :] == np.arange(self.n_clusters)[:, None]).astype(np.float64)
-            fresh = {"sums": onehot @ x, "counts": onehot.sum(axis=1)}
+            # counts first: the skew test reads class shares only, and a shuffled shard's
+            # stratum switches off there without a sum taken (Stratum.screen)
+            counts = np.bincount(labels, minlength=self.n_clusters).astype(np.float64)
+            if stratum.screen(t, counts, len(labels), reference):
+                fresh = {"sums": class_sums(to_host(block.x), labels, self.n_clusters),
+                         "counts": counts}
             moved = int(np.count_nonzero(old != labels))
             first = int(np.count_nonzero(old < 0))
         piece = stratum.observe(t, len(labels), {"sums": agg["sums"], "counts": agg["counts"]},
-                                fresh, moved, first, theta["counts"] + theta["stratum_counts"])
+                                fresh, moved, first, reference)
         agg["stratum_sums"], agg["stratum_counts"] = piece["sums"], piece["counts"]
         return agg
 

@@ -232,3 +232,59 @@ def test_a_representative_shard_keeps_exact_sums():
         piece = s.observe(2, 500, _delta(x[:500], np.full(500, -1), new),
                           _stats(x[:500], new), 500, 500, reference=even)
         assert (np.abs(piece["counts"]).sum() == 0) == expect_zero
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("d, dtype", [(2, np.float64), (28, np.float32), (28, np.float64)])
+def test_class_sums_equal_the_one_hot_product(compiled, d, dtype, monkeypatch):
+    """The sample's scatter-add (numba's once loaded, else NumPy's) gives the one-hot
+    product's sums on random data, whatever the block's columns and dtype."""
+    rng = np.random.default_rng(6)
+    k = 16
+    x = rng.normal(size=(1_000, d)).astype(dtype)
+    labels = rng.integers(0, k, 1_000)
+    monkeypatch.setattr(_stratum, "_LOADED", set())  # NumPy's sums until loaded
+    if compiled:
+        _stratum.load_class_sums(d, np.dtype(dtype))
+    assert (np.dtype(dtype) in _stratum._LOADED) == compiled
+    onehot = (labels[None, :] == np.arange(k)[:, None]).astype(np.float64)
+    np.testing.assert_allclose(_stratum.class_sums(x, labels, k),
+                               onehot @ x.astype(np.float64), rtol=1e-12, atol=1e-9)
+
+
+def test_a_shuffled_shard_stops_sampling_for_good():
+    """``update_block`` screens a sampled block's class counts before taking any sum: on a
+    shuffled shard (shares within SKEW of θ's) the stratum switches off for good -- no later
+    block is sampled, the correction sent before θ had counts (nothing told then) is taken
+    back, and the sums equal exact incremental EM's."""
+    rng = np.random.default_rng(7)
+    n, k, d = 3_000, 4, 2
+    x = (rng.normal(size=(n, d)) + 6 * rng.integers(0, k, n)[:, None]).astype(np.float64)
+    centers = np.array([[6.0 * j] * d for j in range(k)])
+    theta = {"centers": centers, "sums": np.zeros((k, d)), "counts": np.zeros(k),
+             "stratum_sums": np.zeros((k, d)), "stratum_counts": np.zeros(k),
+             "drift": np.zeros(1)}
+    alg = KMeans(n_clusters=k, n_init=1, kernel="array")
+    s = alg.stratify(n)
+    assert s is not None
+    sent = np.zeros(k)
+    blocks = [Block.from_arrays(x[a:a + 200], None, alg.init_state(200, d))
+              for a in range(0, 1_000, 200)]
+    sent += alg.update_block(blocks[0], theta, 1)["stratum_counts"]  # no θ counts: estimate
+    assert np.abs(sent).sum() > 0 and not s.off
+    theta["counts"] = np.full(k, n / k)
+    sent += alg.update_block(blocks[1], theta, 2)["stratum_counts"]
+    assert s.off and not s.wants_sample(3)
+    np.testing.assert_allclose(sent, 0.0, atol=1e-9)
+    for t, b in enumerate(blocks[2:], start=3):
+        assert np.abs(alg.update_block(b, theta, t)["stratum_counts"]).sum() == 0
+
+
+def test_a_sorted_shard_keeps_sampling():
+    """A skewed window (a shard of sorted data) takes its sums and stays on."""
+    s = Stratum(10_000, shares="counts")
+    assert s.screen(1, np.array([200.0, 0.0, 0.0]), 200, np.full(K, 1000.0))
+    assert not s.off and s.wants_sample(1)
+    # too few points to tell: sums taken, still on
+    s2 = Stratum(10_000, shares="counts")
+    assert s2.screen(1, np.array([20.0, 20.0, 20.0]), 60, np.full(K, 1000.0)) and not s2.off
