@@ -141,6 +141,18 @@ class Stratum:
     ----------
     n_points : int
         The shard's points (no migration: it does not change).
+    shares : str or None
+        The key of the statistics that holds per-class counts, for the skew test
+        (:meth:`screen`, :data:`SKEW`); None: no skew test (every skewed-or-not shard is
+        stratified while the other rules allow).
+
+    Notes
+    -----
+    A stratum records nothing until :meth:`arm` (:attr:`armed`): the worker's warm-up and
+    its block-cost measurement run blocks through the algorithm before its first iteration
+    (``flegel.run``), and those blocks are never sent, so they must not reach E nor
+    :attr:`emitted`.  FSP's worker policy arms it as its first iteration begins
+    (``FSPWorker.begin``); :meth:`restore` leaves it disarmed again (armed is no state).
     """
 
     def __init__(self, n_points: int, shares: str | None = None) -> None:
@@ -160,14 +172,26 @@ class Stratum:
         self.windows: list[tuple[dict[str, np.ndarray], int, int]] = []
         #: The skew test found the shard shuffled: exact sums for good (:meth:`screen`).
         self.off = False
+        #: Whether the correction sent so far is an estimate (not zeros): θ counts the
+        #: strata on, and takes exact zeros where none is (``KMeans.update_parameter``).
+        self.on = False
+        #: Blocks count from the worker's first iteration on (class notes); not checkpointed.
+        self.armed = False
+
+    def arm(self) -> None:
+        """Record blocks from now on: the worker's first real iteration begins."""
+        self.armed = True
 
     def checkpoint_state(self) -> dict[str, Any]:
-        """Every attribute, copied (FSP's worker policy checkpoints it as a nested state)."""
-        return copy.deepcopy(vars(self))
+        """Every attribute but :attr:`armed`, copied (FSP's worker policy checkpoints it as a
+        nested state)."""
+        return copy.deepcopy({k: v for k, v in vars(self).items() if k != "armed"})
 
     def restore(self, state: dict[str, Any]) -> None:
-        """Continue from :meth:`checkpoint_state`, in place (the algorithm holds this object)."""
-        vars(self).update(copy.deepcopy(state))
+        """Continue from :meth:`checkpoint_state`, in place (the algorithm holds this object),
+        disarmed until the resumed worker's first iteration begins (class notes)."""
+        vars(self).update(copy.deepcopy({k: v for k, v in state.items() if k != "armed"}))
+        self.armed = False
 
     def wants_sample(self, t: int) -> bool:
         """Whether the next block of iteration ``t`` should be summed into the sample: not
@@ -239,7 +263,20 @@ class Stratum:
         reference : ndarray or None
             θ's estimate of the per-class counts of all the data (the ``shares`` key), for
             the skew test.
+
+        Returns
+        -------
+        dict
+            The correction's piece to send with the block: one array per key of ``delta``
+            (the pieces sent add up to the current correction), and ``"active"``, a
+            1-element array: +1 where the correction turned into an estimate with this block,
+            -1 where it turned back into zeros, else 0 (θ counts the strata on).  All zeros
+            while not :attr:`armed` (nothing recorded).
         """
+        if not self.armed:
+            piece = {k: np.zeros_like(np.asarray(v, dtype=np.float64)) for k, v in delta.items()}
+            piece["active"] = np.zeros(1)
+            return piece
         if reference is not None:
             self.reference = np.asarray(reference, dtype=np.float64)
         if self.valid is None:
@@ -260,9 +297,10 @@ class Stratum:
             self.moved += moved
             for k, v in fresh.items():
                 self.fresh[k] = self.fresh[k] + v if k in self.fresh else np.array(v, copy=True)
-        target = self.correction()
+        target, on = self._target()
         piece = {k: target[k] - self.emitted[k] for k in delta}
-        self.emitted = target
+        piece["active"] = np.array([float(on) - float(self.on)])
+        self.emitted, self.on = target, on
         return piece
 
     def sample(self) -> tuple[dict[str, np.ndarray], int, int]:
@@ -301,10 +339,15 @@ class Stratum:
 
     def correction(self) -> dict[str, np.ndarray]:
         """``n / m · F − E`` while :meth:`stratified`, else zeros."""
+        return self._target()[0]
+
+    def _target(self) -> tuple[dict[str, np.ndarray], bool]:
+        """The correction and whether it is an estimate (not zeros)."""
+        zeros = {k: np.zeros_like(v) for k, v in self.exact.items()}
         if self.off:
-            return {k: np.zeros_like(v) for k, v in self.exact.items()}
+            return zeros, False
         fresh, sampled, moved = self.sample()
         if not self.stratified(sampled, moved) or not self.skewed(fresh, sampled):
-            return {k: np.zeros_like(v) for k, v in self.exact.items()}
+            return zeros, False
         scale = self.n / sampled
-        return {k: scale * fresh[k] - self.exact[k] for k in self.exact}
+        return {k: scale * fresh[k] - self.exact[k] for k in self.exact}, True

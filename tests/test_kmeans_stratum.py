@@ -29,8 +29,10 @@ def _delta(x: np.ndarray, old: np.ndarray, new: np.ndarray) -> dict[str, np.ndar
 
 def _block(s: Stratum, t: int, x: np.ndarray, old: np.ndarray, new: np.ndarray,
            sample: bool = True) -> dict[str, np.ndarray]:
-    return s.observe(t, len(x), _delta(x, old, new), _stats(x, new) if sample else None,
-                     int(np.count_nonzero(old != new)), int(np.count_nonzero(old < 0)))
+    piece = s.observe(t, len(x), _delta(x, old, new), _stats(x, new) if sample else None,
+                      int(np.count_nonzero(old != new)), int(np.count_nonzero(old < 0)))
+    piece.pop("active")  # the strata-on count (test_theta_s_corrections_return_to_zero)
+    return piece
 
 
 def test_pieces_add_up_to_the_stratified_correction():
@@ -42,6 +44,7 @@ def test_pieces_add_up_to_the_stratified_correction():
     x = rng.normal(size=(n, D))
     labels = np.full(n, -1)
     s = Stratum(n)
+    s.arm()
     sent = {"sums": np.zeros((K, D)), "counts": np.zeros(K)}
     exact = {"sums": np.zeros((K, D)), "counts": np.zeros(K)}
     for t, (lo, hi) in enumerate([(0, 150), (150, 300), (300, 450)], start=1):
@@ -67,6 +70,7 @@ def test_a_window_below_min_points_leaves_the_correction_to_earlier_windows():
     x = rng.normal(size=(n, D))
     labels = np.full(n, -1)
     s = Stratum(n)
+    s.arm()
     total = {"sums": np.zeros((K, D)), "counts": np.zeros(K)}
     for t, m in ((1, 200), (2, 5)):
         rows = slice(int(np.count_nonzero(labels >= 0)), int(np.count_nonzero(labels >= 0)) + m)
@@ -92,6 +96,7 @@ def test_exact_sums_where_they_are_right(case):
     x = rng.normal(size=(n, D))
     labels = np.full(n, -1)
     s = Stratum(n)
+    s.arm()
     if case == "resumed":
         labels[:] = rng.integers(0, K, n)
     sent = {"sums": np.zeros((K, D)), "counts": np.zeros(K)}
@@ -131,6 +136,7 @@ def test_checkpoint_restores_in_place():
     alg = KMeans(n_clusters=K, n_init=1)
     s = alg.stratify(100)
     assert s is not None
+    s.arm()
     rng = np.random.default_rng(3)
     x = rng.normal(size=(40, D))
     _block(s, 1, x, np.full(40, -1), rng.integers(0, K, 40))
@@ -158,16 +164,29 @@ def test_update_parameter_takes_the_step_on_the_estimate():
     alg = KMeans(n_clusters=K, n_init=1)
     theta = {"centers": np.zeros((K, D)), "sums": np.ones((K, D)), "counts": np.ones(K),
              "stratum_sums": np.zeros((K, D)), "stratum_counts": np.zeros(K),
+             "stratum_active": np.zeros(1),
              "drift": np.zeros(1)}
     agg = alg.zero_aggregator(theta)
     agg["sums"] += 1.0
     agg["counts"] += 1.0
     agg["stratum_sums"] += 4.0
     agg["stratum_counts"] += 2.0
+    agg["stratum_active"] += 1.0  # one stratum turned on
     new = alg.update_parameter(agg, theta)
     np.testing.assert_array_equal(new["sums"], 2.0)
     np.testing.assert_array_equal(new["stratum_counts"], 2.0)
     np.testing.assert_allclose(new["centers"], (2.0 + 4.0) / (2.0 + 2.0))
+    # it turns off: its piece takes the correction back up to rounding; θ's is exactly 0
+    agg = alg.zero_aggregator(new)
+    agg["stratum_sums"] -= 4.0 + 1e-13
+    agg["stratum_counts"] -= 2.0 - 1e-13
+    agg["stratum_active"] -= 1.0
+    last = alg.update_parameter(agg, new)
+    assert not last["stratum_sums"].any() and not last["stratum_counts"].any()
+    np.testing.assert_array_equal(last["centers"], last["sums"] / last["counts"][:, None])
+    # a θ made by hand with only some of the keys takes none of them (no KeyError)
+    part = {k: v for k, v in theta.items() if k != "stratum_counts"}
+    assert "stratum_sums" not in alg.update_parameter(alg.zero_aggregator(part), part)
 
 
 def test_update_block_sends_the_pieces():
@@ -177,10 +196,13 @@ def test_update_block_sends_the_pieces():
     x = rng.normal(size=(300, D))
     theta = {"centers": x[:K].copy(), "sums": np.zeros((K, D)), "counts": np.zeros(K),
              "stratum_sums": np.zeros((K, D)), "stratum_counts": np.zeros(K),
+             "stratum_active": np.zeros(1),
              "drift": np.zeros(1)}
     plain, strat = KMeans(n_clusters=K, n_init=1, kernel="array"), \
         KMeans(n_clusters=K, n_init=1, kernel="array")
-    strat.stratify(3_000)
+    stratum = strat.stratify(3_000)
+    assert stratum is not None
+    stratum.arm()
     blocks = [Block.from_arrays(x[:150], None, plain.init_state(150, D)) for _ in range(2)]
     a, b = plain.update_block(blocks[0], theta, 1), strat.update_block(blocks[1], theta, 1)
     np.testing.assert_allclose(a["sums"], b["sums"])
@@ -195,7 +217,8 @@ def _fspv_off(own: bool, barriers: int) -> float:
     1 thirty times slower: the exact objective after ``barriers`` barriers, over batch
     Lloyd's converged one from the same θ⁰, minus 1."""
     x, theta0 = overlapping(n=20_000, k=8, d=8)
-    theta0.update(stratum_sums=np.zeros((8, 8)), stratum_counts=np.zeros(8))
+    theta0.update(stratum_sums=np.zeros((8, 8)), stratum_counts=np.zeros(8),
+                  stratum_active=np.zeros(1))
     c = theta0["centers"].copy()
     for _ in range(200):  # batch Lloyd to its fixed point: BSPB's converged objective
         lab = ((x[:, None, :] - c[None]) ** 2).sum(-1).argmin(1)
@@ -228,6 +251,7 @@ def test_a_representative_shard_keeps_exact_sums():
     for labels_of, expect_zero in ((lambda m: rng.integers(0, K, m), True),
                                    (lambda m: np.zeros(m, dtype=int), False)):
         s = Stratum(n, shares="counts")
+        s.arm()
         new = labels_of(500)
         piece = s.observe(2, 500, _delta(x[:500], np.full(500, -1), new),
                           _stats(x[:500], new), 500, 500, reference=even)
@@ -263,10 +287,12 @@ def test_a_shuffled_shard_stops_sampling_for_good():
     centers = np.array([[6.0 * j] * d for j in range(k)])
     theta = {"centers": centers, "sums": np.zeros((k, d)), "counts": np.zeros(k),
              "stratum_sums": np.zeros((k, d)), "stratum_counts": np.zeros(k),
+             "stratum_active": np.zeros(1),
              "drift": np.zeros(1)}
     alg = KMeans(n_clusters=k, n_init=1, kernel="array")
     s = alg.stratify(n)
     assert s is not None
+    s.arm()
     sent = np.zeros(k)
     blocks = [Block.from_arrays(x[a:a + 200], None, alg.init_state(200, d))
               for a in range(0, 1_000, 200)]

@@ -305,6 +305,8 @@ class FSPWorker(WorkerPolicy):
     def begin(self, port: WorkerPort, instructions: Instructions, sent_lag_s: float) -> None:
         super().begin(port, instructions, sent_lag_s)
         self._cover = instructions.cover
+        if self.stratum is not None:  # blocks count from here, not the warm-up's (Stratum)
+            self.stratum.arm()
         if self.shard is not None:
             # Coverage: windows take the points never trained first (the master's notes).
             self.shard.unseen_first = self._cover > 0
