@@ -12,6 +12,7 @@ from flegel.algorithms import _stratum
 from flegel.algorithms._stratum import Stratum
 from flegel.algorithms.kmeans import KMeans
 from flegel.block import Block
+from flegel.run import _warm_up
 from tests.fakes import Simulation, overlapping
 
 K, D = 3, 2
@@ -314,3 +315,94 @@ def test_a_sorted_shard_keeps_sampling():
     # too few points to tell: sums taken, still on
     s2 = Stratum(10_000, shares="counts")
     assert s2.screen(1, np.array([20.0, 20.0, 20.0]), 60, np.full(K, 1000.0)) and not s2.off
+
+
+def _theta(k: int, d: int, centers: np.ndarray) -> dict[str, np.ndarray]:
+    return {"centers": centers, "sums": np.zeros((k, d)), "counts": np.zeros(k),
+            "stratum_sums": np.zeros((k, d)), "stratum_counts": np.zeros(k),
+            "stratum_active": np.zeros(1), "drift": np.zeros(1)}
+
+
+def test_the_warm_up_is_not_recorded():
+    """``flegel.run`` warms a worker's algorithm up on a few of its points after FSP's
+    ``attach`` (``stratify``) and after a resume's ``restore``, before its first iteration:
+    those blocks are never sent, so the stratum records nothing until armed -- E is the sum
+    of the deltas sent, ``emitted`` the sum of the pieces sent, and once the first pass is
+    done after a resume mid-pass the pieces sent add up to exactly no correction in θ."""
+    rng = np.random.default_rng(8)
+    n, k, d = 2_000, 3, 2
+    x = rng.normal(size=(n, d)) + np.repeat(np.arange(k), -(-n // k))[:n, None]  # sorted
+    theta = _theta(k, d, x[[0, n // 2, n - 1]].copy())  # no θ counts: the estimate is on
+    agg = KMeans(n_clusters=k, n_init=1).zero_aggregator(theta)
+
+    def train(alg: KMeans, t: int, lo: int, hi: int) -> None:
+        b = alg.update_block(Block.from_arrays(x[lo:hi], None, alg.init_state(hi - lo, d)),
+                             theta, t)
+        for key in agg:
+            agg[key] = agg[key] + b[key]
+
+    alg = KMeans(n_clusters=k, n_init=1, kernel="array")
+    s = alg.stratify(n)
+    assert s is not None
+    _warm_up(alg, x, None, theta, alg.zero_aggregator(theta))  # attach, then the warm-up
+    assert s.total == 0 and not s.exact
+    s.arm()  # FSPWorker.begin: the first iteration
+    train(alg, 1, 0, 200)
+    train(alg, 2, 200, 400)
+    assert s.on and agg["stratum_active"][0] == 1.0
+    for key in ("sums", "counts"):
+        np.testing.assert_array_equal(s.exact[key], agg[key])
+        np.testing.assert_allclose(s.emitted[key], agg["stratum_" + key], atol=1e-9)
+    saved = s.checkpoint_state()
+    # the job resumes from here: a new process, its stratum restored, then the warm-up
+    alg = KMeans(n_clusters=k, n_init=1, kernel="array")
+    s = alg.stratify(n)
+    assert s is not None
+    s.restore(saved)
+    assert not s.armed
+    _warm_up(alg, x, None, theta, alg.zero_aggregator(theta))
+    assert s.total == 400
+    s.arm()
+    for t, lo in enumerate(range(400, n, 400), start=3):
+        train(alg, t, lo, lo + 400)
+    assert s.total == n and not s.on and agg["stratum_active"][0] == 0.0
+    np.testing.assert_array_equal(s.exact["counts"], agg["counts"])
+    assert s.exact["counts"].sum() == n
+    np.testing.assert_allclose(agg["stratum_counts"], 0.0, atol=1e-9)  # no residue
+    new = alg.update_parameter(agg, theta)
+    assert not new["stratum_sums"].any() and not new["stratum_counts"].any()
+
+
+def test_theta_s_corrections_return_to_exactly_zero():
+    """On the simulated clock (each worker warmed up as ``flegel.run`` does): once every
+    worker's first pass is done, θ's corrections are exactly 0 -- no rounding left, the
+    centres exact incremental EM's (sums over counts; kept centres for empty clusters) --
+    and each worker's E counts its shard's points once (no warm-up block in it)."""
+    x, theta0 = overlapping(n=20_000, k=8, d=8)
+    theta0.update(stratum_sums=np.zeros((8, 8)), stratum_counts=np.zeros(8),
+                  stratum_active=np.zeros(1))
+
+    def run(barriers: int) -> Simulation:
+        sim = Simulation("fsp", {"interval": "multistage", "migration": {"mode": "off"}},
+                         workers=4, data=x, theta0=theta0,
+                         algorithm=KMeans(n_clusters=8, n_init=1), cost_s=1e-6,
+                         slowdown={1: 30.0}, stop={"max_iterations": barriers},
+                         own_algorithms=True, max_sim_s=100)
+        for w in sim.workers.values():  # flegel.run: attach, then the warm-up
+            _warm_up(w.algorithm, w.store.kernel_x, w.store.y, theta0,
+                     w.algorithm.zero_aggregator(theta0))
+        return sim.run()
+
+    mid = run(60).server.theta  # the straggler still in its first pass: its estimate on
+    assert mid["stratum_active"][0] >= 1 and mid["stratum_counts"].any()
+    sim = run(120)
+    theta = sim.server.theta
+    for w in sim.workers.values():
+        s = w.algorithm._stratum
+        assert s is not None and s.total >= s.n and not s.on
+        assert s.exact["counts"].sum() == s.n
+    assert theta["stratum_active"][0] == 0.0
+    assert not theta["stratum_sums"].any() and not theta["stratum_counts"].any()
+    full = theta["counts"] > 0.5
+    np.testing.assert_array_equal(theta["centers"][full],
+                                  theta["sums"][full] / theta["counts"][full, None])
