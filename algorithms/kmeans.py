@@ -487,6 +487,14 @@ class KMeans(DeviceKernels, Algorithm):
     The objective is the sum of squared distances to the nearest centroid, scikit-learn's
     ``inertia_``, so results compare directly.  A cluster that loses all its points keeps its
     last centroid.
+
+    Under FSP without data migration the M-step runs on a stratified estimate of each shard
+    while its first pass runs (:meth:`stratify`).  A job that stops before every worker's
+    first pass is done writes ``model.npz`` with ``centers`` from that estimate (the exact
+    sums plus the corrections, ``stratum_sums``/``stratum_counts``) and ``counts`` the exact
+    ones: the points per cluster by their latest labels, the straggler's unvisited points in
+    none (see :meth:`finalize`).  Once every first pass is done the corrections are exactly 0
+    and ``centers`` are ``sums / counts``.
     """
 
     #: update_parameter returns new arrays: the master passes θ without a copy.
@@ -752,4 +760,10 @@ class KMeans(DeviceKernels, Algorithm):
         return np.sqrt(squared_distances(np.asarray(x, dtype=np.float64), theta["centers"]))
 
     def finalize(self, theta: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``centers`` and ``counts``, the exact per-cluster counts of the points' latest
+        labels.  Not the stratified estimate's counts (``counts + stratum_counts``) where a
+        job stopped during a straggler's first pass and the centres are that estimate's means
+        (class notes): the estimate's are fractional, scaled from a sample, and match no
+        labelling of the data, while the exact counts are what a warm start or a reader of
+        the labels checks against; the two agree once every first pass is done."""
         return {"centers": theta["centers"], "counts": theta["counts"]}
