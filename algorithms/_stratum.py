@@ -31,8 +31,6 @@ Exact sums (a correction of 0) where they are already right (choices, written he
   where exact sums converge to the fixed point;
 * the iteration trained at least half of the shard (:data:`COVERED`): the stale remainder is
   small and one θ version old, while the sample would add its noise;
-* the fresh points' states stopped changing (at most :data:`SETTLED` of this window's sample
-  moved, the hybrid of ``bench/basin_sim.py``): the stale statistics equal the fresh ones;
 * no window yet of :data:`MIN_POINTS` fresh points: none stands for the shard;
 * a shard whose first block held trained points: E, the sum of the deltas this process
   sent, would not be the shard's sums; the stratum stays off (exact incremental EM).  A
@@ -66,10 +64,6 @@ from flegel.jit import njit
 
 #: An iteration that trained at least this share of its shard uses exact sums (module notes).
 COVERED = 0.5
-#: Exact sums once at most this share of the fresh points changed state (the hybrid rule of
-#: ``python bench/basin_sim.py``: it reached +0.00 % where the stratified estimate alone
-#: hovered at +0.08 %).
-SETTLED = 1e-3
 #: Fewest fresh points that stand for a shard.  FSPV's sampled calibration pauses an injected
 #: straggler (τ = 32 ms per 1,000 points) after 1 % of its 27,500-point shard, ~275 points,
 #: and the first M-step must already see its clusters (``bench/basin_sim.py --slow0 0.01``).
@@ -256,7 +250,11 @@ class Stratum:
             The block's points' statistics at their new state, or None when the block was
             not sampled (:meth:`wants_sample`).
         moved : int
-            Of the sampled points, those whose state changed (a first visit counts).
+            Of the sampled points, those whose state changed (a first visit counts), kept
+            with the sample as a record.  No rule reads it: the sample is taken during the
+            first pass only, where every point is a first visit and moves, so a "labels
+            stopped moving" rule (``bench/basin_sim.py``'s hybrid, which samples every pass)
+            could never end the correction here -- the first pass's end does (module notes).
         first_visits : int
             Of the sampled points, those never trained before (the first block decides
             whether E can be the shard's sums: all of them must be).
@@ -326,16 +324,12 @@ class Stratum:
         q = fresh[self.shares] / max(sampled, 1)
         return 0.5 * float(np.abs(q - ref / ref.sum()).sum()) > SKEW
 
-    def stratified(self, sampled: int, moved: int) -> bool:
-        """Whether a pooled sample of ``sampled`` points, ``moved`` of them, replaces the
-        exact sums (module notes).  Whether the labels settled is judged on this window
-        alone when it holds MIN_POINTS (the pool holds older windows' moves)."""
-        if self.sampled >= MIN_POINTS:
-            sampled_now, moved_now = self.sampled, self.moved
-        else:
-            sampled_now, moved_now = sampled, moved
+    def stratified(self, sampled: int) -> bool:
+        """Whether a pooled sample of ``sampled`` points replaces the exact sums (module
+        notes): the first pass's end, not settled labels, ends the correction (``moved``
+        in :meth:`observe`)."""
         return (bool(self.valid) and sampled >= MIN_POINTS and self.points < COVERED * self.n
-                and self.total < self.n and moved_now > SETTLED * sampled_now)
+                and self.total < self.n)
 
     def correction(self) -> dict[str, np.ndarray]:
         """``n / m · F − E`` while :meth:`stratified`, else zeros."""
@@ -346,8 +340,8 @@ class Stratum:
         zeros = {k: np.zeros_like(v) for k, v in self.exact.items()}
         if self.off:
             return zeros, False
-        fresh, sampled, moved = self.sample()
-        if not self.stratified(sampled, moved) or not self.skewed(fresh, sampled):
+        fresh, sampled, _ = self.sample()
+        if not self.stratified(sampled) or not self.skewed(fresh, sampled):
             return zeros, False
         scale = self.n / sampled
         return {k: scale * fresh[k] - self.exact[k] for k in self.exact}, True
