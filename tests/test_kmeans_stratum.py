@@ -89,8 +89,9 @@ def test_a_window_below_min_points_leaves_the_correction_to_earlier_windows():
 @pytest.mark.parametrize("case", ["first_pass_done", "covered", "few", "resumed"])
 def test_exact_sums_where_they_are_right(case):
     """The correction is zero -- the pieces sent add up to nothing -- once the shard's first
-    pass is done, in a window that trained half the shard or more, with fewer than MIN_POINTS fresh points in all, and on a shard whose
-    first block held trained points (E would not be its sums)."""
+    pass is done, in a window that trained half the shard or more, with fewer than MIN_POINTS
+    fresh points in all, and on a shard whose first block held trained points (E would not
+    be its sums)."""
     rng = np.random.default_rng(2)
     n = 1_000
     x = rng.normal(size=(n, D))
