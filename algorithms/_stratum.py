@@ -37,6 +37,13 @@ Exact sums (a correction of 0) where they are already right (choices, written he
   resumed job restores the stratum from the checkpoint (FSP's worker policy holds it as a
   nested state, :meth:`Stratum.checkpoint_state`), so its E and correction go on.
 
+Each piece also says whether the worker's correction turned into an estimate (+1) or back into
+zeros (−1); θ sums them (K-means' ``stratum_active``) and, where no stratum is on, resets its
+corrections to exact zeros: taken back piece by piece they sum to 0 only up to rounding
+(~2e-12), and exact incremental EM's θ is then restored bit for bit.  A stratum records
+nothing until armed (:meth:`Stratum.arm`, as the worker's first iteration begins): the blocks a
+worker runs before -- ``flegel.run``'s warm-up, after a resume too -- are never sent.
+
 Generic over the statistics (a dict of sums, whatever keys the algorithm sends); K-means is
 the one algorithm that declares it (``KMeans.stratify``, which FSP's worker policy calls when
 it runs without migration).  Not under migration: points move between shards, so E and n are
