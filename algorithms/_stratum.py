@@ -31,13 +31,18 @@ Exact sums (a correction of 0) where they are already right (choices, written he
   where exact sums converge to the fixed point;
 * the iteration trained at least half of the shard (:data:`COVERED`): the stale remainder is
   small and one θ version old, while the sample would add its noise;
-* the fresh points' states stopped changing (at most :data:`SETTLED` of this window's sample
-  moved, the hybrid of ``bench/basin_sim.py``): the stale statistics equal the fresh ones;
 * no window yet of :data:`MIN_POINTS` fresh points: none stands for the shard;
 * a shard whose first block held trained points: E, the sum of the deltas this process
   sent, would not be the shard's sums; the stratum stays off (exact incremental EM).  A
   resumed job restores the stratum from the checkpoint (FSP's worker policy holds it as a
   nested state, :meth:`Stratum.checkpoint_state`), so its E and correction go on.
+
+Each piece also says whether the worker's correction turned into an estimate (+1) or back into
+zeros (−1); θ sums them (K-means' ``stratum_active``) and, where no stratum is on, resets its
+corrections to exact zeros: taken back piece by piece they sum to 0 only up to rounding
+(~2e-12), and exact incremental EM's θ is then restored bit for bit.  A stratum records
+nothing until armed (:meth:`Stratum.arm`, as the worker's first iteration begins): the blocks a
+worker runs before -- ``flegel.run``'s warm-up, after a resume too -- are never sent.
 
 Generic over the statistics (a dict of sums, whatever keys the algorithm sends); K-means is
 the one algorithm that declares it (``KMeans.stratify``, which FSP's worker policy calls when
@@ -66,10 +71,6 @@ from flegel.jit import njit
 
 #: An iteration that trained at least this share of its shard uses exact sums (module notes).
 COVERED = 0.5
-#: Exact sums once at most this share of the fresh points changed state (the hybrid rule of
-#: ``python bench/basin_sim.py``: it reached +0.00 % where the stratified estimate alone
-#: hovered at +0.08 %).
-SETTLED = 1e-3
 #: Fewest fresh points that stand for a shard.  FSPV's sampled calibration pauses an injected
 #: straggler (τ = 32 ms per 1,000 points) after 1 % of its 27,500-point shard, ~275 points,
 #: and the first M-step must already see its clusters (``bench/basin_sim.py --slow0 0.01``).
@@ -141,6 +142,18 @@ class Stratum:
     ----------
     n_points : int
         The shard's points (no migration: it does not change).
+    shares : str or None
+        The key of the statistics that holds per-class counts, for the skew test
+        (:meth:`screen`, :data:`SKEW`); None: no skew test (every skewed-or-not shard is
+        stratified while the other rules allow).
+
+    Notes
+    -----
+    A stratum records nothing until :meth:`arm` (:attr:`armed`): the worker's warm-up and
+    its block-cost measurement run blocks through the algorithm before its first iteration
+    (``flegel.run``), and those blocks are never sent, so they must not reach E nor
+    :attr:`emitted`.  FSP's worker policy arms it as its first iteration begins
+    (``FSPWorker.begin``); :meth:`restore` leaves it disarmed again (armed is no state).
     """
 
     def __init__(self, n_points: int, shares: str | None = None) -> None:
@@ -160,14 +173,26 @@ class Stratum:
         self.windows: list[tuple[dict[str, np.ndarray], int, int]] = []
         #: The skew test found the shard shuffled: exact sums for good (:meth:`screen`).
         self.off = False
+        #: Whether the correction sent so far is an estimate (not zeros): θ counts the
+        #: strata on, and takes exact zeros where none is (``KMeans.update_parameter``).
+        self.on = False
+        #: Blocks count from the worker's first iteration on (class notes); not checkpointed.
+        self.armed = False
+
+    def arm(self) -> None:
+        """Record blocks from now on: the worker's first real iteration begins."""
+        self.armed = True
 
     def checkpoint_state(self) -> dict[str, Any]:
-        """Every attribute, copied (FSP's worker policy checkpoints it as a nested state)."""
-        return copy.deepcopy(vars(self))
+        """Every attribute but :attr:`armed`, copied (FSP's worker policy checkpoints it as a
+        nested state)."""
+        return copy.deepcopy({k: v for k, v in vars(self).items() if k != "armed"})
 
     def restore(self, state: dict[str, Any]) -> None:
-        """Continue from :meth:`checkpoint_state`, in place (the algorithm holds this object)."""
-        vars(self).update(copy.deepcopy(state))
+        """Continue from :meth:`checkpoint_state`, in place (the algorithm holds this object),
+        disarmed until the resumed worker's first iteration begins (class notes)."""
+        vars(self).update(copy.deepcopy({k: v for k, v in state.items() if k != "armed"}))
+        self.armed = False
 
     def wants_sample(self, t: int) -> bool:
         """Whether the next block of iteration ``t`` should be summed into the sample: not
@@ -232,14 +257,31 @@ class Stratum:
             The block's points' statistics at their new state, or None when the block was
             not sampled (:meth:`wants_sample`).
         moved : int
-            Of the sampled points, those whose state changed (a first visit counts).
+            Of the sampled points, those whose state changed (a first visit counts), kept
+            with the sample as a record.  No rule reads it: the sample is taken during the
+            first pass only, where every point is a first visit and moves, so a "labels
+            stopped moving" rule (``bench/basin_sim.py``'s hybrid, which samples every pass)
+            could never end the correction here -- the first pass's end does (module notes).
         first_visits : int
             Of the sampled points, those never trained before (the first block decides
             whether E can be the shard's sums: all of them must be).
         reference : ndarray or None
             θ's estimate of the per-class counts of all the data (the ``shares`` key), for
             the skew test.
+
+        Returns
+        -------
+        dict
+            The correction's piece to send with the block: one array per key of ``delta``
+            (the pieces sent add up to the current correction), and ``"active"``, a
+            1-element array: +1 where the correction turned into an estimate with this block,
+            -1 where it turned back into zeros, else 0 (θ counts the strata on).  All zeros
+            while not :attr:`armed` (nothing recorded).
         """
+        if not self.armed:
+            piece = {k: np.zeros_like(np.asarray(v, dtype=np.float64)) for k, v in delta.items()}
+            piece["active"] = np.zeros(1)
+            return piece
         if reference is not None:
             self.reference = np.asarray(reference, dtype=np.float64)
         if self.valid is None:
@@ -260,9 +302,10 @@ class Stratum:
             self.moved += moved
             for k, v in fresh.items():
                 self.fresh[k] = self.fresh[k] + v if k in self.fresh else np.array(v, copy=True)
-        target = self.correction()
+        target, on = self._target()
         piece = {k: target[k] - self.emitted[k] for k in delta}
-        self.emitted = target
+        piece["active"] = np.array([float(on) - float(self.on)])
+        self.emitted, self.on = target, on
         return piece
 
     def sample(self) -> tuple[dict[str, np.ndarray], int, int]:
@@ -288,23 +331,24 @@ class Stratum:
         q = fresh[self.shares] / max(sampled, 1)
         return 0.5 * float(np.abs(q - ref / ref.sum()).sum()) > SKEW
 
-    def stratified(self, sampled: int, moved: int) -> bool:
-        """Whether a pooled sample of ``sampled`` points, ``moved`` of them, replaces the
-        exact sums (module notes).  Whether the labels settled is judged on this window
-        alone when it holds MIN_POINTS (the pool holds older windows' moves)."""
-        if self.sampled >= MIN_POINTS:
-            sampled_now, moved_now = self.sampled, self.moved
-        else:
-            sampled_now, moved_now = sampled, moved
+    def stratified(self, sampled: int) -> bool:
+        """Whether a pooled sample of ``sampled`` points replaces the exact sums (module
+        notes): the first pass's end, not settled labels, ends the correction (``moved``
+        in :meth:`observe`)."""
         return (bool(self.valid) and sampled >= MIN_POINTS and self.points < COVERED * self.n
-                and self.total < self.n and moved_now > SETTLED * sampled_now)
+                and self.total < self.n)
 
     def correction(self) -> dict[str, np.ndarray]:
         """``n / m · F − E`` while :meth:`stratified`, else zeros."""
+        return self._target()[0]
+
+    def _target(self) -> tuple[dict[str, np.ndarray], bool]:
+        """The correction and whether it is an estimate (not zeros)."""
+        zeros = {k: np.zeros_like(v) for k, v in self.exact.items()}
         if self.off:
-            return {k: np.zeros_like(v) for k, v in self.exact.items()}
-        fresh, sampled, moved = self.sample()
-        if not self.stratified(sampled, moved) or not self.skewed(fresh, sampled):
-            return {k: np.zeros_like(v) for k, v in self.exact.items()}
+            return zeros, False
+        fresh, sampled, _ = self.sample()
+        if not self.stratified(sampled) or not self.skewed(fresh, sampled):
+            return zeros, False
         scale = self.n / sampled
-        return {k: scale * fresh[k] - self.exact[k] for k in self.exact}
+        return {k: scale * fresh[k] - self.exact[k] for k in self.exact}, True

@@ -446,6 +446,16 @@ def lloyd(x: np.ndarray, centers: np.ndarray, max_iter: int = 100,
 SAMPLE_POINTS_PER_CLUSTER = 50
 
 
+#: θ's keys of the stratified M-step (KMeans.stratify): all of them, or none is used.
+_STRATUM_KEYS = ("stratum_sums", "stratum_counts", "stratum_active")
+
+
+def _stratified(theta: dict[str, np.ndarray]) -> bool:
+    """Whether θ carries the stratified M-step's statistics (init_parameter's θ; a θ made by
+    hand with only some of the keys takes none of them)."""
+    return all(k in theta for k in _STRATUM_KEYS)
+
+
 class KMeans(DeviceKernels, Algorithm):
     """K-means clustering by incremental EM.
 
@@ -477,6 +487,14 @@ class KMeans(DeviceKernels, Algorithm):
     The objective is the sum of squared distances to the nearest centroid, scikit-learn's
     ``inertia_``, so results compare directly.  A cluster that loses all its points keeps its
     last centroid.
+
+    Under FSP without data migration the M-step runs on a stratified estimate of each shard
+    while its first pass runs (:meth:`stratify`).  A job that stops before every worker's
+    first pass is done writes ``model.npz`` with ``centers`` from that estimate (the exact
+    sums plus the corrections, ``stratum_sums``/``stratum_counts``) and ``counts`` the exact
+    ones: the points per cluster by their latest labels, the straggler's unvisited points in
+    none (see :meth:`finalize`).  Once every first pass is done the corrections are exactly 0
+    and ``centers`` are ``sums / counts``.
     """
 
     #: update_parameter returns new arrays: the master passes θ without a copy.
@@ -560,7 +578,7 @@ class KMeans(DeviceKernels, Algorithm):
             centers = self._best_seeding(np.asarray(info.sample, dtype=np.float64), info.seed)
         return {"centers": centers, "sums": np.zeros((k, d)), "counts": np.zeros(k),
                 "stratum_sums": np.zeros((k, d)), "stratum_counts": np.zeros(k),
-                "drift": np.zeros(1)}
+                "stratum_active": np.zeros(1), "drift": np.zeros(1)}
 
     def _seeding(self, sample: np.ndarray, seed: int) -> np.ndarray:
         """One seeding of ``init`` on the sample."""
@@ -611,9 +629,10 @@ class KMeans(DeviceKernels, Algorithm):
     def zero_aggregator(self, theta: dict[str, np.ndarray]) -> dict:
         agg = {"sums": np.zeros_like(theta["sums"]), "counts": np.zeros_like(theta["counts"]),
                "objective": 0.0}
-        if "stratum_sums" in theta:  # θ made by init_parameter (not by hand)
+        if _stratified(theta):  # θ made by init_parameter (not by hand)
             agg["stratum_sums"] = np.zeros_like(theta["sums"])
             agg["stratum_counts"] = np.zeros_like(theta["counts"])
+            agg["stratum_active"] = np.zeros(1)
         return agg
 
     def update_data_point(self, point: np.ndarray, state: PointState,
@@ -638,7 +657,8 @@ class KMeans(DeviceKernels, Algorithm):
 
     def update_block(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
         stratum = self._stratum
-        if stratum is None or "stratum_sums" not in theta:
+        if stratum is None or not stratum.armed or not _stratified(theta):
+            # not armed: the warm-up's blocks, never sent (Stratum's notes)
             return self._update_block(block, theta, t)
         labels = block.state["label"]
         old = labels.copy() if stratum.wants_sample(t) else None
@@ -657,6 +677,7 @@ class KMeans(DeviceKernels, Algorithm):
         piece = stratum.observe(t, len(labels), {"sums": agg["sums"], "counts": agg["counts"]},
                                 fresh, moved, first, reference)
         agg["stratum_sums"], agg["stratum_counts"] = piece["sums"], piece["counts"]
+        agg["stratum_active"] = piece["active"]
         return agg
 
     def _update_block(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
@@ -702,11 +723,19 @@ class KMeans(DeviceKernels, Algorithm):
         centers = theta["centers"].copy()
         new = {"centers": centers, "sums": sums, "counts": counts}
         est_sums, est_counts = sums, counts
-        if "stratum_sums" in theta:
+        if _stratified(theta):
             # the M-step's statistics: the exact sums plus the workers' current corrections
             # (algorithms._stratum; zeros unless FSP runs without migration)
-            new["stratum_sums"] = theta["stratum_sums"] + agg["stratum_sums"]
-            new["stratum_counts"] = theta["stratum_counts"] + agg["stratum_counts"]
+            new["stratum_active"] = theta["stratum_active"] + agg["stratum_active"]
+            if abs(float(new["stratum_active"][0])) < 0.5:
+                # no stratum on: every correction was taken back, so the sum is 0 -- exactly,
+                # not up to the pieces' rounding (exact incremental EM's θ, bit for bit)
+                new["stratum_active"] = np.zeros(1)
+                new["stratum_sums"] = np.zeros_like(theta["stratum_sums"])
+                new["stratum_counts"] = np.zeros_like(theta["stratum_counts"])
+            else:
+                new["stratum_sums"] = theta["stratum_sums"] + agg["stratum_sums"]
+                new["stratum_counts"] = theta["stratum_counts"] + agg["stratum_counts"]
             est_sums, est_counts = sums + new["stratum_sums"], counts + new["stratum_counts"]
         nonempty = est_counts > 0.5
         centers[nonempty] = est_sums[nonempty] / est_counts[nonempty, None]
@@ -731,4 +760,10 @@ class KMeans(DeviceKernels, Algorithm):
         return np.sqrt(squared_distances(np.asarray(x, dtype=np.float64), theta["centers"]))
 
     def finalize(self, theta: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``centers`` and ``counts``, the exact per-cluster counts of the points' latest
+        labels.  Not the stratified estimate's counts (``counts + stratum_counts``) where a
+        job stopped during a straggler's first pass and the centres are that estimate's means
+        (class notes): the estimate's are fractional, scaled from a sample, and match no
+        labelling of the data, while the exact counts are what a warm start or a reader of
+        the labels checks against; the two agree once every first pass is done."""
         return {"centers": theta["centers"], "counts": theta["counts"]}

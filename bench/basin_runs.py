@@ -37,7 +37,15 @@ def main() -> None:
     ap.add_argument("--tau", type=float, default=32.0, help="ms per 1,000 points, worker 1")
     ap.add_argument("--keep", type=Path, default=None)
     args = ap.parse_args()
-    root = args.keep or Path(tempfile.mkdtemp(prefix="basin_runs_"))
+    if args.keep is not None:
+        measure(args, args.keep)
+        return
+    with tempfile.TemporaryDirectory(prefix="basin_runs_") as tmp:  # nothing left behind
+        measure(args, Path(tmp))
+
+
+def measure(args: argparse.Namespace, root: Path) -> None:
+    """The runs, their data, jobs and run folders under ``root``."""
     w = workloads(QUICK)["kmeans"]
     converged = paper_workload(root / "data").converged
     job = write_job(w, QUICK, write_data(w, root / "data"), args.partition, root / "jobs")
@@ -56,7 +64,8 @@ def main() -> None:
         print(f"  run {i + 1}: final {100 * gap:+.3f} %, target at "
               + ("-" if hit is None else f"{hit:.2f} s") + f", {s.get('barriers')} barriers",
               flush=True)
-    print(f"  {good} of {args.runs} runs ended within the target's slack; runs in {root}")
+    print(f"  {good} of {args.runs} runs ended within the target's slack"
+          + (f"; runs in {root}" if args.keep is not None else ""))
 
 
 if __name__ == "__main__":

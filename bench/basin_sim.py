@@ -18,9 +18,10 @@ barrier, at the current θ, with fresh sums F_i):
   m_i / n_i: the fresh points stand for the whole shard);
 * ``hybrid``: stratified while a worker's fresh points still change label (a share above
   ``--settle``), exact once they stop;
-* ``stratum``: what FSP runs (:class:`flegel.algorithms._stratum.Stratum`, one per worker,
-  blocks of 1,000 points): the hybrid pooled over the latest windows, only during a shard's
-  first pass;
+* ``stratum``: FSP's rules (:class:`flegel.algorithms._stratum.Stratum`, one per worker,
+  blocks of 1,000 points): the stratified estimate pooled over the latest windows, only
+  during a shard's first pass -- less the skew test (no ``shares``: every shard here is one
+  of sorted data, where FSP's skew test keeps the estimate on anyway);
 * ``bsp``: BSPV's path, every shard whole at every barrier (Lloyd's algorithm; the time of
   one of its steps is a slow pass, ``1 / --slow`` of FSPV's barriers).
 
@@ -151,6 +152,8 @@ def simulate(w: Workload, estimator: str, slow: float, slow0: float, first: floa
         from flegel.algorithms._stratum import Stratum
 
         strata = [Stratum(len(s)) for s in w.shards]
+        for st in strata:
+            st.arm()  # no warm-up here: every block counts (Stratum's notes)
     correction = [np.zeros_like(w.theta0), np.zeros(k)]  # θ's stratum_sums, stratum_counts
     c = w.theta0.copy()
     out = []

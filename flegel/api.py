@@ -33,11 +33,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 from flegel.block import Block, PointState
+from flegel.state import Stateful
 from flegel.validation import Constraint
 
 Params = dict[str, np.ndarray]
@@ -82,6 +83,16 @@ class DataInfo:
     seed: int = 0
     dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float64))
     base_dir: Path = field(default_factory=Path.cwd)
+
+
+class Stratification(Stateful, Protocol):
+    """A worker's stratified estimate of its shard (:meth:`Algorithm.stratify`): FSP's worker
+    policy checkpoints it as a nested state and arms it as the worker's first iteration
+    begins, so the blocks run before (the warm-up, also after a resume) are not recorded."""
+
+    def arm(self) -> None:
+        """Record blocks from now on."""
+        ...
 
 
 class Algorithm:
@@ -293,6 +304,13 @@ class Algorithm:
         if callable(acc) and block.y is not None:
             out["accuracy"] = float(acc(theta, block.x, block.y))
         return out
+
+    def stratify(self, n_points: int) -> Stratification | None:
+        """The hook FSP's worker policy calls without data migration, once per worker, with
+        its shard's ``n_points``: an algorithm that takes its M-step on a stratified estimate
+        of each shard returns the worker's estimate (K-means, issue 19; FSP paper Section
+        2.2), others keep this default, None (exact incremental sums)."""
+        return None
 
     def finalize(self, theta: Params) -> dict[str, np.ndarray]:
         """Return the arrays saved as the model (default: all of θ)."""

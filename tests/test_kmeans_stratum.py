@@ -12,6 +12,7 @@ from flegel.algorithms import _stratum
 from flegel.algorithms._stratum import Stratum
 from flegel.algorithms.kmeans import KMeans
 from flegel.block import Block
+from flegel.run import _warm_up
 from tests.fakes import Simulation, overlapping
 
 K, D = 3, 2
@@ -29,8 +30,10 @@ def _delta(x: np.ndarray, old: np.ndarray, new: np.ndarray) -> dict[str, np.ndar
 
 def _block(s: Stratum, t: int, x: np.ndarray, old: np.ndarray, new: np.ndarray,
            sample: bool = True) -> dict[str, np.ndarray]:
-    return s.observe(t, len(x), _delta(x, old, new), _stats(x, new) if sample else None,
-                     int(np.count_nonzero(old != new)), int(np.count_nonzero(old < 0)))
+    piece = s.observe(t, len(x), _delta(x, old, new), _stats(x, new) if sample else None,
+                      int(np.count_nonzero(old != new)), int(np.count_nonzero(old < 0)))
+    piece.pop("active")  # the strata-on count (test_theta_s_corrections_return_to_zero)
+    return piece
 
 
 def test_pieces_add_up_to_the_stratified_correction():
@@ -42,6 +45,7 @@ def test_pieces_add_up_to_the_stratified_correction():
     x = rng.normal(size=(n, D))
     labels = np.full(n, -1)
     s = Stratum(n)
+    s.arm()
     sent = {"sums": np.zeros((K, D)), "counts": np.zeros(K)}
     exact = {"sums": np.zeros((K, D)), "counts": np.zeros(K)}
     for t, (lo, hi) in enumerate([(0, 150), (150, 300), (300, 450)], start=1):
@@ -67,6 +71,7 @@ def test_a_window_below_min_points_leaves_the_correction_to_earlier_windows():
     x = rng.normal(size=(n, D))
     labels = np.full(n, -1)
     s = Stratum(n)
+    s.arm()
     total = {"sums": np.zeros((K, D)), "counts": np.zeros(K)}
     for t, m in ((1, 200), (2, 5)):
         rows = slice(int(np.count_nonzero(labels >= 0)), int(np.count_nonzero(labels >= 0)) + m)
@@ -81,23 +86,24 @@ def test_a_window_below_min_points_leaves_the_correction_to_earlier_windows():
         np.testing.assert_allclose(total[k], n / 205 * fresh[k] - exact[k], atol=1e-9)
 
 
-@pytest.mark.parametrize("case", ["first_pass_done", "covered", "settled", "few", "resumed"])
+@pytest.mark.parametrize("case", ["first_pass_done", "covered", "few", "resumed"])
 def test_exact_sums_where_they_are_right(case):
     """The correction is zero -- the pieces sent add up to nothing -- once the shard's first
-    pass is done, in a window that trained half the shard or more, once the fresh labels
-    stopped moving, with fewer than MIN_POINTS fresh points in all, and on a shard whose
-    first block held trained points (E would not be its sums)."""
+    pass is done, in a window that trained half the shard or more, with fewer than MIN_POINTS
+    fresh points in all, and on a shard whose first block held trained points (E would not
+    be its sums)."""
     rng = np.random.default_rng(2)
     n = 1_000
     x = rng.normal(size=(n, D))
     labels = np.full(n, -1)
     s = Stratum(n)
+    s.arm()
     if case == "resumed":
         labels[:] = rng.integers(0, K, n)
     sent = {"sums": np.zeros((K, D)), "counts": np.zeros(K)}
 
-    def train(t: int, lo: int, hi: int, moving: bool = True) -> None:
-        new = rng.integers(0, K, hi - lo) if moving else labels[lo:hi].copy()
+    def train(t: int, lo: int, hi: int) -> None:
+        new = rng.integers(0, K, hi - lo)
         for k, v in _block(s, t, x[lo:hi], labels[lo:hi], new).items():
             sent[k] += v
         labels[lo:hi] = new
@@ -111,12 +117,6 @@ def test_exact_sums_where_they_are_right(case):
         train(5, 800, 1000)
     elif case == "covered":
         train(1, 0, 600)
-    elif case == "settled":
-        train(1, 0, 200)
-        s.total = 0  # not the first pass's rule: only the labels' settling
-        train(2, 0, 200, moving=False)
-        train(3, 0, 200, moving=False)
-        train(4, 0, 200, moving=False)
     elif case == "few":
         train(1, 0, _stratum.MIN_POINTS - 1)
     else:
@@ -131,6 +131,7 @@ def test_checkpoint_restores_in_place():
     alg = KMeans(n_clusters=K, n_init=1)
     s = alg.stratify(100)
     assert s is not None
+    s.arm()
     rng = np.random.default_rng(3)
     x = rng.normal(size=(40, D))
     _block(s, 1, x, np.full(40, -1), rng.integers(0, K, 40))
@@ -158,16 +159,29 @@ def test_update_parameter_takes_the_step_on_the_estimate():
     alg = KMeans(n_clusters=K, n_init=1)
     theta = {"centers": np.zeros((K, D)), "sums": np.ones((K, D)), "counts": np.ones(K),
              "stratum_sums": np.zeros((K, D)), "stratum_counts": np.zeros(K),
+             "stratum_active": np.zeros(1),
              "drift": np.zeros(1)}
     agg = alg.zero_aggregator(theta)
     agg["sums"] += 1.0
     agg["counts"] += 1.0
     agg["stratum_sums"] += 4.0
     agg["stratum_counts"] += 2.0
+    agg["stratum_active"] += 1.0  # one stratum turned on
     new = alg.update_parameter(agg, theta)
     np.testing.assert_array_equal(new["sums"], 2.0)
     np.testing.assert_array_equal(new["stratum_counts"], 2.0)
     np.testing.assert_allclose(new["centers"], (2.0 + 4.0) / (2.0 + 2.0))
+    # it turns off: its piece takes the correction back up to rounding; θ's is exactly 0
+    agg = alg.zero_aggregator(new)
+    agg["stratum_sums"] -= 4.0 + 1e-13
+    agg["stratum_counts"] -= 2.0 - 1e-13
+    agg["stratum_active"] -= 1.0
+    last = alg.update_parameter(agg, new)
+    assert not last["stratum_sums"].any() and not last["stratum_counts"].any()
+    np.testing.assert_array_equal(last["centers"], last["sums"] / last["counts"][:, None])
+    # a θ made by hand with only some of the keys takes none of them (no KeyError)
+    part = {k: v for k, v in theta.items() if k != "stratum_counts"}
+    assert "stratum_sums" not in alg.update_parameter(alg.zero_aggregator(part), part)
 
 
 def test_update_block_sends_the_pieces():
@@ -177,10 +191,13 @@ def test_update_block_sends_the_pieces():
     x = rng.normal(size=(300, D))
     theta = {"centers": x[:K].copy(), "sums": np.zeros((K, D)), "counts": np.zeros(K),
              "stratum_sums": np.zeros((K, D)), "stratum_counts": np.zeros(K),
+             "stratum_active": np.zeros(1),
              "drift": np.zeros(1)}
     plain, strat = KMeans(n_clusters=K, n_init=1, kernel="array"), \
         KMeans(n_clusters=K, n_init=1, kernel="array")
-    strat.stratify(3_000)
+    stratum = strat.stratify(3_000)
+    assert stratum is not None
+    stratum.arm()
     blocks = [Block.from_arrays(x[:150], None, plain.init_state(150, D)) for _ in range(2)]
     a, b = plain.update_block(blocks[0], theta, 1), strat.update_block(blocks[1], theta, 1)
     np.testing.assert_allclose(a["sums"], b["sums"])
@@ -195,7 +212,8 @@ def _fspv_off(own: bool, barriers: int) -> float:
     1 thirty times slower: the exact objective after ``barriers`` barriers, over batch
     Lloyd's converged one from the same θ⁰, minus 1."""
     x, theta0 = overlapping(n=20_000, k=8, d=8)
-    theta0.update(stratum_sums=np.zeros((8, 8)), stratum_counts=np.zeros(8))
+    theta0.update(stratum_sums=np.zeros((8, 8)), stratum_counts=np.zeros(8),
+                  stratum_active=np.zeros(1))
     c = theta0["centers"].copy()
     for _ in range(200):  # batch Lloyd to its fixed point: BSPB's converged objective
         lab = ((x[:, None, :] - c[None]) ** 2).sum(-1).argmin(1)
@@ -228,6 +246,7 @@ def test_a_representative_shard_keeps_exact_sums():
     for labels_of, expect_zero in ((lambda m: rng.integers(0, K, m), True),
                                    (lambda m: np.zeros(m, dtype=int), False)):
         s = Stratum(n, shares="counts")
+        s.arm()
         new = labels_of(500)
         piece = s.observe(2, 500, _delta(x[:500], np.full(500, -1), new),
                           _stats(x[:500], new), 500, 500, reference=even)
@@ -263,10 +282,12 @@ def test_a_shuffled_shard_stops_sampling_for_good():
     centers = np.array([[6.0 * j] * d for j in range(k)])
     theta = {"centers": centers, "sums": np.zeros((k, d)), "counts": np.zeros(k),
              "stratum_sums": np.zeros((k, d)), "stratum_counts": np.zeros(k),
+             "stratum_active": np.zeros(1),
              "drift": np.zeros(1)}
     alg = KMeans(n_clusters=k, n_init=1, kernel="array")
     s = alg.stratify(n)
     assert s is not None
+    s.arm()
     sent = np.zeros(k)
     blocks = [Block.from_arrays(x[a:a + 200], None, alg.init_state(200, d))
               for a in range(0, 1_000, 200)]
@@ -288,3 +309,94 @@ def test_a_sorted_shard_keeps_sampling():
     # too few points to tell: sums taken, still on
     s2 = Stratum(10_000, shares="counts")
     assert s2.screen(1, np.array([20.0, 20.0, 20.0]), 60, np.full(K, 1000.0)) and not s2.off
+
+
+def _theta(k: int, d: int, centers: np.ndarray) -> dict[str, np.ndarray]:
+    return {"centers": centers, "sums": np.zeros((k, d)), "counts": np.zeros(k),
+            "stratum_sums": np.zeros((k, d)), "stratum_counts": np.zeros(k),
+            "stratum_active": np.zeros(1), "drift": np.zeros(1)}
+
+
+def test_the_warm_up_is_not_recorded():
+    """``flegel.run`` warms a worker's algorithm up on a few of its points after FSP's
+    ``attach`` (``stratify``) and after a resume's ``restore``, before its first iteration:
+    those blocks are never sent, so the stratum records nothing until armed -- E is the sum
+    of the deltas sent, ``emitted`` the sum of the pieces sent, and once the first pass is
+    done after a resume mid-pass the pieces sent add up to exactly no correction in θ."""
+    rng = np.random.default_rng(8)
+    n, k, d = 2_000, 3, 2
+    x = rng.normal(size=(n, d)) + np.repeat(np.arange(k), -(-n // k))[:n, None]  # sorted
+    theta = _theta(k, d, x[[0, n // 2, n - 1]].copy())  # no θ counts: the estimate is on
+    agg = KMeans(n_clusters=k, n_init=1).zero_aggregator(theta)
+
+    def train(alg: KMeans, t: int, lo: int, hi: int) -> None:
+        b = alg.update_block(Block.from_arrays(x[lo:hi], None, alg.init_state(hi - lo, d)),
+                             theta, t)
+        for key in agg:
+            agg[key] = agg[key] + b[key]
+
+    alg = KMeans(n_clusters=k, n_init=1, kernel="array")
+    s = alg.stratify(n)
+    assert s is not None
+    _warm_up(alg, x, None, theta, alg.zero_aggregator(theta))  # attach, then the warm-up
+    assert s.total == 0 and not s.exact
+    s.arm()  # FSPWorker.begin: the first iteration
+    train(alg, 1, 0, 200)
+    train(alg, 2, 200, 400)
+    assert s.on and agg["stratum_active"][0] == 1.0
+    for key in ("sums", "counts"):
+        np.testing.assert_array_equal(s.exact[key], agg[key])
+        np.testing.assert_allclose(s.emitted[key], agg["stratum_" + key], atol=1e-9)
+    saved = s.checkpoint_state()
+    # the job resumes from here: a new process, its stratum restored, then the warm-up
+    alg = KMeans(n_clusters=k, n_init=1, kernel="array")
+    s = alg.stratify(n)
+    assert s is not None
+    s.restore(saved)
+    assert not s.armed
+    _warm_up(alg, x, None, theta, alg.zero_aggregator(theta))
+    assert s.total == 400
+    s.arm()
+    for t, lo in enumerate(range(400, n, 400), start=3):
+        train(alg, t, lo, lo + 400)
+    assert s.total == n and not s.on and agg["stratum_active"][0] == 0.0
+    np.testing.assert_array_equal(s.exact["counts"], agg["counts"])
+    assert s.exact["counts"].sum() == n
+    np.testing.assert_allclose(agg["stratum_counts"], 0.0, atol=1e-9)  # no residue
+    new = alg.update_parameter(agg, theta)
+    assert not new["stratum_sums"].any() and not new["stratum_counts"].any()
+
+
+def test_theta_s_corrections_return_to_exactly_zero():
+    """On the simulated clock (each worker warmed up as ``flegel.run`` does): once every
+    worker's first pass is done, θ's corrections are exactly 0 -- no rounding left, the
+    centres exact incremental EM's (sums over counts; kept centres for empty clusters) --
+    and each worker's E counts its shard's points once (no warm-up block in it)."""
+    x, theta0 = overlapping(n=20_000, k=8, d=8)
+    theta0.update(stratum_sums=np.zeros((8, 8)), stratum_counts=np.zeros(8),
+                  stratum_active=np.zeros(1))
+
+    def run(barriers: int) -> Simulation:
+        sim = Simulation("fsp", {"interval": "multistage", "migration": {"mode": "off"}},
+                         workers=4, data=x, theta0=theta0,
+                         algorithm=KMeans(n_clusters=8, n_init=1), cost_s=1e-6,
+                         slowdown={1: 30.0}, stop={"max_iterations": barriers},
+                         own_algorithms=True, max_sim_s=100)
+        for w in sim.workers.values():  # flegel.run: attach, then the warm-up
+            _warm_up(w.algorithm, w.store.kernel_x, w.store.y, theta0,
+                     w.algorithm.zero_aggregator(theta0))
+        return sim.run()
+
+    mid = run(60).server.theta  # the straggler still in its first pass: its estimate on
+    assert mid["stratum_active"][0] >= 1 and mid["stratum_counts"].any()
+    sim = run(120)
+    theta = sim.server.theta
+    for w in sim.workers.values():
+        s = w.algorithm._stratum
+        assert s is not None and s.total >= s.n and not s.on
+        assert s.exact["counts"].sum() == s.n
+    assert theta["stratum_active"][0] == 0.0
+    assert not theta["stratum_sums"].any() and not theta["stratum_counts"].any()
+    full = theta["counts"] > 0.5
+    np.testing.assert_array_equal(theta["centers"][full],
+                                  theta["sums"][full] / theta["counts"][full, None])

@@ -49,6 +49,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from flegel.api import Algorithm, Stratification
 from flegel.balance.migration import KEYS as MIGRATION_KEYS
 from flegel.balance.migration import Balancer, MigrationOptions, Migrator
 from flegel.balance.ports import MigratingShard, MigrationPort, OrderPort
@@ -248,7 +249,7 @@ class FSPWorker(WorkerPolicy):
         #: The master keeps θ until every point was trained once (Instructions.cover).
         self._cover = 0
         #: The algorithm's stratified estimate of this shard, without migration (attach).
-        self.stratum: Any = None
+        self.stratum: Stratification | None = None
 
     def restore(self, state: dict[str, Any]) -> None:
         super().restore(state)
@@ -266,9 +267,9 @@ class FSPWorker(WorkerPolicy):
             if self.migrator is None:
                 # Without migration an algorithm may take its M-step on a stratified estimate
                 # of each shuffled shard (KMeans.stratify, algorithms/_stratum.py; issue 19).
-                stratify = getattr(getattr(worker, "algorithm", None), "stratify", None)
-                if stratify is not None:
-                    self.stratum = stratify(worker.shard.n_active)
+                algorithm = getattr(worker, "algorithm", None)
+                if isinstance(algorithm, Algorithm):
+                    self.stratum = algorithm.stratify(worker.shard.n_active)
         if self.migrator is None:
             return
         if not isinstance(worker, MigrationPort):
@@ -305,6 +306,8 @@ class FSPWorker(WorkerPolicy):
     def begin(self, port: WorkerPort, instructions: Instructions, sent_lag_s: float) -> None:
         super().begin(port, instructions, sent_lag_s)
         self._cover = instructions.cover
+        if self.stratum is not None:  # blocks count from here, not the warm-up's (Stratum)
+            self.stratum.arm()
         if self.shard is not None:
             # Coverage: windows take the points never trained first (the master's notes).
             self.shard.unseen_first = self._cover > 0
