@@ -737,6 +737,10 @@ class KMeans(DeviceKernels, Algorithm):
                 new["stratum_sums"] = theta["stratum_sums"] + agg["stratum_sums"]
                 new["stratum_counts"] = theta["stratum_counts"] + agg["stratum_counts"]
             est_sums, est_counts = sums + new["stratum_sums"], counts + new["stratum_counts"]
+        else:
+            # a θ made by hand with some of the keys: kept as they are (the server checks
+            # that θ keeps its layout), unused
+            new.update({k: theta[k] for k in _STRATUM_KEYS if k in theta})
         nonempty = est_counts > 0.5
         centers[nonempty] = est_sums[nonempty] / est_counts[nonempty, None]
         if "drift" in theta:

@@ -309,7 +309,13 @@ class Algorithm:
         """The hook FSP's worker policy calls without data migration, once per worker, with
         its shard's ``n_points``: an algorithm that takes its M-step on a stratified estimate
         of each shard returns the worker's estimate (K-means, issue 19; FSP paper Section
-        2.2), others keep this default, None (exact incremental sums)."""
+        2.2), others keep this default, None (exact incremental sums).
+
+        The estimate's contract (:class:`Stratification`; ``algorithms/_stratum.py``
+        implements it): one instance per worker; it records no block until FSP calls its
+        ``arm()`` as the worker's first iteration begins (the start-up warm-up's blocks are
+        never sent); ``restore`` continues from ``checkpoint_state`` in place and leaves it
+        disarmed; ``update_block`` sends its corrections beside the exact deltas."""
         return None
 
     def finalize(self, theta: Params) -> dict[str, np.ndarray]:

@@ -179,9 +179,13 @@ def test_update_parameter_takes_the_step_on_the_estimate():
     last = alg.update_parameter(agg, new)
     assert not last["stratum_sums"].any() and not last["stratum_counts"].any()
     np.testing.assert_array_equal(last["centers"], last["sums"] / last["counts"][:, None])
-    # a θ made by hand with only some of the keys takes none of them (no KeyError)
+    # a θ made by hand with only some of the keys takes none of them (no KeyError) and
+    # keeps them as they are: the server refuses a θ whose layout changed
     part = {k: v for k, v in theta.items() if k != "stratum_counts"}
-    assert "stratum_sums" not in alg.update_parameter(alg.zero_aggregator(part), part)
+    part["stratum_sums"] = np.full_like(theta["stratum_sums"], 7.0)
+    kept = alg.update_parameter(alg.zero_aggregator(part), part)
+    assert set(kept) == set(part)
+    np.testing.assert_array_equal(kept["stratum_sums"], 7.0)
 
 
 def test_update_block_sends_the_pieces():
