@@ -36,16 +36,21 @@ def _block(s: Stratum, t: int, x: np.ndarray, old: np.ndarray, new: np.ndarray,
     return piece
 
 
+def _shard(seed: int, n: int) -> tuple[np.random.Generator, np.ndarray, np.ndarray, Stratum]:
+    """A shard of ``n`` untrained points and its armed stratum (FSPWorker.begin arms it)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, D))
+    s = Stratum(n)
+    s.arm()
+    return rng, x, np.full(n, -1), s
+
+
 def test_pieces_add_up_to_the_stratified_correction():
     """While the first pass runs, the pieces a worker sent add up to n/m · F − E, F the
     statistics of this window's fresh points (at least MIN_POINTS: no earlier window pooled)
     and E the sum of every delta it sent."""
-    rng = np.random.default_rng(0)
     n = 10_000
-    x = rng.normal(size=(n, D))
-    labels = np.full(n, -1)
-    s = Stratum(n)
-    s.arm()
+    rng, x, labels, s = _shard(0, n)
     sent = {"sums": np.zeros((K, D)), "counts": np.zeros(K)}
     exact = {"sums": np.zeros((K, D)), "counts": np.zeros(K)}
     for t, (lo, hi) in enumerate([(0, 150), (150, 300), (300, 450)], start=1):
@@ -66,12 +71,8 @@ def test_pieces_add_up_to_the_stratified_correction():
 def test_a_window_below_min_points_leaves_the_correction_to_earlier_windows():
     """A straggler paused after a few points: its window alone is too small, so the sample
     pools the earlier windows (the correction is still n/m · F − E over all of them)."""
-    rng = np.random.default_rng(1)
     n = 5_000
-    x = rng.normal(size=(n, D))
-    labels = np.full(n, -1)
-    s = Stratum(n)
-    s.arm()
+    rng, x, labels, s = _shard(1, n)
     total = {"sums": np.zeros((K, D)), "counts": np.zeros(K)}
     for t, m in ((1, 200), (2, 5)):
         rows = slice(int(np.count_nonzero(labels >= 0)), int(np.count_nonzero(labels >= 0)) + m)
@@ -92,12 +93,8 @@ def test_exact_sums_where_they_are_right(case):
     pass is done, in a window that trained half the shard or more, with fewer than MIN_POINTS
     fresh points in all, and on a shard whose first block held trained points (E would not
     be its sums)."""
-    rng = np.random.default_rng(2)
     n = 1_000
-    x = rng.normal(size=(n, D))
-    labels = np.full(n, -1)
-    s = Stratum(n)
-    s.arm()
+    rng, x, labels, s = _shard(2, n)
     if case == "resumed":
         labels[:] = rng.integers(0, K, n)
     sent = {"sums": np.zeros((K, D)), "counts": np.zeros(K)}
