@@ -62,12 +62,12 @@ M-step").
 
 from __future__ import annotations
 
-import copy
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from flegel.jit import njit
+from flegel.state import AttributeState
 
 #: An iteration that trained at least this share of its shard uses exact sums (module notes).
 COVERED = 0.5
@@ -135,7 +135,7 @@ def class_sums(x: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
     return onehot @ np.asarray(x, dtype=np.float64)
 
 
-class Stratum:
+class Stratum(AttributeState):
     """A worker's correction and the pieces to emit per block (module notes).
 
     Parameters
@@ -155,6 +155,9 @@ class Stratum:
     :attr:`emitted`.  FSP's worker policy arms it as its first iteration begins
     (``FSPWorker.begin``); :meth:`restore` leaves it disarmed again (armed is no state).
     """
+
+    #: Not checkpointed: a resumed worker arms it at its first iteration (class notes).
+    NOT_STATE: ClassVar[tuple[str, ...]] = ("armed",)
 
     def __init__(self, n_points: int, shares: str | None = None) -> None:
         self.n = n_points
@@ -183,16 +186,18 @@ class Stratum:
         """Record blocks from now on: the worker's first real iteration begins."""
         self.armed = True
 
-    def checkpoint_state(self) -> dict[str, Any]:
-        """Every attribute but :attr:`armed`, copied (FSP's worker policy checkpoints it as a
-        nested state)."""
-        return copy.deepcopy({k: v for k, v in vars(self).items() if k != "armed"})
-
     def restore(self, state: dict[str, Any]) -> None:
-        """Continue from :meth:`checkpoint_state`, in place (the algorithm holds this object),
-        disarmed until the resumed worker's first iteration begins (class notes)."""
-        vars(self).update(copy.deepcopy({k: v for k, v in state.items() if k != "armed"}))
+        """Continue from :meth:`checkpoint_state` (every attribute but :attr:`armed`), in
+        place (the algorithm holds this object), disarmed until the resumed worker's first
+        iteration begins (class notes)."""
+        super().restore(state)
         self.armed = False
+
+    @property
+    def done(self) -> bool:
+        """Exact sums for good and no correction left in θ: a block has nothing to sample
+        and no piece to send (``KMeans.update_block`` skips the stratum then)."""
+        return (self.off or self.valid is False or self.total >= self.n) and not self.on
 
     def wants_sample(self, t: int) -> bool:
         """Whether the next block of iteration ``t`` should be summed into the sample: not

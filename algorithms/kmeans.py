@@ -657,8 +657,9 @@ class KMeans(DeviceKernels, Algorithm):
 
     def update_block(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
         stratum = self._stratum
-        if stratum is None or not stratum.armed or not _stratified(theta):
-            # not armed: the warm-up's blocks, never sent (Stratum's notes)
+        if stratum is None or not stratum.armed or stratum.done or not _stratified(theta):
+            # not armed: the warm-up's blocks, never sent (Stratum's notes); done: exact sums
+            # for good, nothing to sample or send (the zero aggregator's stratum keys)
             return self._update_block(block, theta, t)
         labels = block.state["label"]
         old = labels.copy() if stratum.wants_sample(t) else None

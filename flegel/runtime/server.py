@@ -152,7 +152,6 @@ class Trace:
             self.spacing_s = max(2 * self.spacing_s, span / self.limit)
 
 
-
 def copies_theta(algorithm: object) -> bool:
     """Whether the master passes :meth:`~flegel.Algorithm.update_parameter` a copy of θ.
 
@@ -168,6 +167,7 @@ def copies_theta(algorithm: object) -> bool:
         if "update_parameter" in cls.__dict__:
             return True
     return True
+
 
 class Server:
     """Rank 0's state; implements :class:`flegel.ports.ServerPort` (and the data migration's

@@ -293,13 +293,15 @@ class Watchdog:
         """flegel's own I/O inside a turn (writing a checkpoint, waiting on its writer):
         bounded as outside training (``runtime.stall_timeout_s`` at least
         :data:`~flegel.runtime.limits.PHASE_MIN_S`), not by a small stall timeout meant for
-        the user's code; ``max_time_s`` + the grace still holds.  A beat when it ends."""
+        the user's code; ``max_time_s`` + the grace still holds.  Its end counts as a beat,
+        but not as a turn: a checkpoint write must not lengthen :attr:`longest_turn_s`,
+        which lets the master stay silent past ``max_time_s`` for 10x it."""
         self._own_io += 1
         try:
             yield
         finally:
             self._own_io -= 1
-            self.beat()
+            self.last_beat = self.clock()
 
     def bound(self) -> str:
         """The job keys that bound the master now, with their values, for the lines."""

@@ -488,10 +488,10 @@ def sample_share(shard_points: Sequence[int], min_points: int = 0) -> float:
     return sample_fraction(shard_points, min_points)
 
 
-
 def _untrained(header: dict[str, Any]) -> bool:
     """Whether a worker's COMMIT header says it holds points of its own it never trained."""
     return header.get("n_held", 0.0) - header.get("seen", 0.0) > 0
+
 
 class FSP(BarrierPolicy):
     """Master policy of FSP.
