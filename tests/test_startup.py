@@ -324,9 +324,10 @@ atexit.register(_record)
 
 @pytest.mark.mpi
 def test_numba_cache_compiled_once_then_loaded(tmp_path, monkeypatch):
-    """A cold cache: worker 1 compiles and saves the kernel, the other workers are refused
-    and load it; a second run loads it everywhere and saves nothing.  Counted per rank and in
-    the cache folder, not in the ranks' shared output (one rank's line can split another's)."""
+    """A cold cache: worker 1 compiles and saves the kernel, the other workers load it (a
+    try before it is saved is refused); a second run loads it everywhere and saves nothing.
+    Counted per rank and in the cache folder, not in the ranks' shared output (one rank's
+    line can split another's)."""
     job = write_job(tmp_path / "job.yaml", **{**JOB, "workers": 3,
                                                "params": {"n_clusters": 3,
                                                           "kernel": "compiled"},
