@@ -139,14 +139,23 @@ def _limit_threads(n: int) -> None:
 
 
 # ------------------------------------------------------------------------------- worker side
+def _first_points_call(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None,
+                       theta: dict[str, Any], zero: dict[str, Any], n: int) -> float:
+    """One ``update_block`` call (``t = 1``, its delta aggregated into ``zero``) on a copy of
+    the shard's first ``n`` points with fresh per-point state; its seconds, the block's making
+    not counted.  The call before training of both the warm-up and the block-cost measure."""
+    block = Block.from_arrays(x[:n].copy(), None if y is None else y[:n].copy(),
+                              algorithm.init_state(n, x.shape[1]))
+    t0 = time.perf_counter()
+    algorithm.aggregate(zero, algorithm.update_block(block, theta, 1))
+    return time.perf_counter() - t0
+
+
 def _warm_up(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None, theta: dict[str, Any],
              zero: dict[str, Any]) -> None:
     """Run the kernel once on a copy of a few points, so JIT compilation (numba) happens
     before the training clock starts, not inside the first iteration."""
-    n = min(len(x), 8)
-    block = Block.from_arrays(x[:n].copy(), None if y is None else y[:n].copy(),
-                              algorithm.init_state(n, x.shape[1]))
-    algorithm.aggregate(zero, algorithm.update_block(block, theta, 1))
+    _first_points_call(algorithm, x, y, theta, zero, min(len(x), 8))
 
 
 def _call_cost(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None,
@@ -163,16 +172,8 @@ def _call_cost(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None,
         probe = copy.deepcopy(algorithm)
     except Exception:  # noqa: BLE001 - an algorithm that cannot be copied keeps BLOCK
         return None
-
-    def timed(n: int) -> float:
-        block = Block.from_arrays(x[:n].copy(), None if y is None else y[:n].copy(),
-                                  probe.init_state(n, x.shape[1]))
-        t0 = time.perf_counter()
-        probe.aggregate(zero, probe.update_block(block, theta, 1))
-        return time.perf_counter() - t0
-
     t0 = time.perf_counter()
-    cost = measure_call_cost(timed, len(x))
+    cost = measure_call_cost(lambda n: _first_points_call(probe, x, y, theta, zero, n), len(x))
     return None if cost is None else (*cost, time.perf_counter() - t0)
 
 

@@ -361,7 +361,9 @@ def test_a_failed_fit_raises_the_childs_own_error(tmp_path, monkeypatch):
 @pytest.mark.mpi
 def test_cnn_fits_under_mpi_with_two_workers(tmp_path):
     """The CNN estimator's fit as a two-worker MPI job (check_estimator below fits with one):
-    each worker trains its half, the master's θ predicts, and the saved model loads back."""
+    each worker trains its half, sorted by label, and each half lacks a class (the classes
+    come from all the shards, not from one); the master's θ predicts, and the saved model
+    loads back."""
     import json
 
     from sklearn.datasets import load_digits
@@ -369,6 +371,16 @@ def test_cnn_fits_under_mpi_with_two_workers(tmp_path):
     x, y = load_digits(return_X_y=True)
     keep = y < 3
     x, y = x[keep][:240], y[keep][:240]
+    # The estimator deals rows round-robin (partition: strided): worker 2 takes the odd
+    # rows, here the first 120 points of classes 0 and 1 (no 2), worker 1 the rest (no 0).
+    by_label = np.argsort(y, kind="stable")
+    second = by_label[y[by_label] < 2][:120]
+    first = np.setdiff1d(by_label, second)
+    first = first[np.argsort(y[first], kind="stable")]
+    order = np.empty(240, dtype=int)
+    order[0::2], order[1::2] = first, second
+    x, y = x[order], y[order]
+    assert set(y[1::2]) == {0, 1} and set(y[0::2]) == {1, 2}
     cnn = CNN(workers=2, max_iter=30, tol=None, random_state=0, out=tmp_path).fit(x, y)
     assert list(cnn.classes_) == [0, 1, 2]
     p = cnn.predict_proba(x)

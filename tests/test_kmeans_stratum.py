@@ -123,22 +123,41 @@ def test_exact_sums_where_they_are_right(case):
 
 
 def test_checkpoint_restores_in_place():
-    """FSP's worker policy checkpoints the stratum as a nested state; restoring it sets the
-    same object the algorithm holds (so E and what was sent go on after a resume)."""
-    alg = KMeans(n_clusters=K, n_init=1)
-    s = alg.stratify(100)
-    assert s is not None
-    s.arm()
+    """FSP's worker policy checkpoints the stratum as a nested state; restoring it in place
+    puts the algorithm that holds it back where it was: the next block sends the piece it
+    sent before the checkpoint was restored (E and what was sent go on after a resume), and
+    not the piece of a stratum without that history."""
     rng = np.random.default_rng(3)
-    x = rng.normal(size=(40, D))
-    _block(s, 1, x, np.full(40, -1), rng.integers(0, K, 40))
+    x = rng.normal(size=(600, D))
+    theta = {"centers": x[:K].copy(), "sums": np.zeros((K, D)), "counts": np.zeros(K),
+             "stratum_sums": np.zeros((K, D)), "stratum_counts": np.zeros(K),
+             "stratum_active": np.zeros(1), "drift": np.zeros(1)}
+
+    def pieces(alg: KMeans, rows: slice, t: int) -> np.ndarray:
+        n = rows.stop - rows.start
+        agg = alg.update_block(Block.from_arrays(x[rows], None, alg.init_state(n, D)), theta, t)
+        return np.concatenate([agg["stratum_sums"].ravel(), agg["stratum_counts"]])
+
+    def armed() -> tuple[KMeans, Stratum]:
+        alg = KMeans(n_clusters=K, n_init=1, kernel="array")
+        s = alg.stratify(6_000)
+        assert s is not None
+        s.arm()
+        return alg, s
+
+    alg, s = armed()
+    pieces(alg, slice(0, 200), 1)
     saved = s.checkpoint_state()
-    fresh = Stratum(100)
-    fresh.restore(saved)
-    assert fresh.total == 40 and fresh.valid
-    np.testing.assert_array_equal(fresh.exact["counts"], s.exact["counts"])
-    s.restore(Stratum(100).checkpoint_state())
-    assert s.total == 0 and alg._stratum is s
+    resumed = Stratum(6_000)
+    resumed.restore(saved)
+    assert resumed.total == 200 and resumed.valid and not resumed.armed
+    np.testing.assert_array_equal(resumed.exact["counts"], s.exact["counts"])
+    after = pieces(alg, slice(200, 400), 2)
+    s.restore(saved)  # back to the checkpoint, disarmed until the first iteration begins
+    s.arm()
+    np.testing.assert_allclose(pieces(alg, slice(200, 400), 2), after)
+    fresh, _ = armed()  # without the first block's history: another piece
+    assert not np.allclose(pieces(fresh, slice(200, 400), 2), after)
 
 
 def test_a_shared_instance_switches_the_estimate_off():

@@ -11,8 +11,6 @@ from pathlib import Path
 import pytest
 
 from flegel.cli.paper.command import DOCS
-from flegel.cli.paper.other_figures import SPECSYNC_ROUNDS, _median_time
-from flegel.cli.paper.runner import Time
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -35,7 +33,8 @@ def test_paper_only_one_figure_writes_its_page_and_picture(tmp_path: Path) -> No
     before = docs_page.stat().st_mtime_ns if docs_page.exists() else None
     out = tmp_path / "paper"
     # One round of the row's three (5 runs, not 13): each round is the same pair of runs, and
-    # the median over rounds is _median_time's, tested below.
+    # the rounds, their rows and the median over them are tested in process
+    # (tests/test_paper_specsync.py).
     proc = subprocess.run([sys.executable, "-c", ONE_ROUND, "paper", "--quick", "--only",
                            "specsync", "--out", str(out)], capture_output=True, text=True,
                           timeout=600)
@@ -60,19 +59,3 @@ def test_paper_only_one_figure_writes_its_page_and_picture(tmp_path: Path) -> No
     assert all((out / "runs" / r / "summary.json").exists() for r in runs)
     after = docs_page.stat().st_mtime_ns if docs_page.exists() else None
     assert after == before
-
-
-def test_the_median_of_the_rounds_is_a_bound_when_its_run_did_not_reach() -> None:
-    """The SpecSync row's verdict is on the median of :data:`SPECSYNC_ROUNDS` rounds (the
-    MPI test above runs one round): reached runs sort first, an unreached one counts as more
-    than its training time, a failed one (0 s, unreached) first of those."""
-    assert SPECSYNC_ROUNDS == 3
-    reached = [Time(2.0, True), Time(0.5, True), Time(1.0, True)]
-    assert _median_time(reached) == Time(1.0, True)
-    assert _median_time([Time(4.0, False), Time(0.5, True), Time(4.0, False)]) == \
-        Time(4.0, False)
-    assert _median_time([Time(4.0, False), Time(0.5, True), Time(0.0, False)]) == \
-        Time(0.0, False)
-    assert _median_time([Time(4.0, False), Time(0.5, True), Time(0.7, True)]) == \
-        Time(0.7, True)
-    assert _median_time([]) == Time(0.0, False)
