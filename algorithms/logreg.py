@@ -18,6 +18,17 @@ computed at.  ``update_parameter`` looks at the aggregate:
   a step: the next full batch at θ restarts the line search there with the pairs kept
   (:meth:`LogisticRegression._lbfgs_step`; issue 19).
 
+Under FSP without data migration a gradient step's mean is a **stratified estimate** of the
+full gradient once every worker sent one (:meth:`LogisticRegression.stratify`,
+:class:`._stratum.GradientStratum`): each worker's gradient sums scaled by n_i / m_i (its
+shard's points over those it trained at the latest θ), a worker that trained nothing since
+counted with its last estimate.  The iteration's batch mean weighs each shard by the points it
+trained: with a straggler on a contiguous shard of label-sorted data (Fig. 7: ~160 of its
+27,500 points an iteration, while each fast worker passes its whole shard) its class counted
+~1/170 of a fast shard and the steps settled a reweighted optimum, +8-10 % above the true
+one, where FSPV now tracks full-gradient descent (docs/sync/fsp.md, "Logistic regression on
+sorted shards: the stratified gradient").
+
 The model declares it (``full_batch_update``, unless ``solver="gd"``), so FSP ends an
 iteration when every worker has finished its pass at θ while no worker straggles
 (:class:`flegel.sync.fsp.FSP`, "Whole passes"): FSPV then runs the update rule BSPV runs --

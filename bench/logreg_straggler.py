@@ -8,10 +8,12 @@ The optimum is the exact minimum of the job's objective ``Σ logloss + n (α/2)�
 L-BFGS on the whole data, in one process); the paper's target is it plus the workload's slack
 (1e-2), as BSPB's converged objective plus the slack is in ``flegel paper``.  The code run is
 the ``flegel`` that ``python`` imports, so the same command compares two checkouts (the global
-``python`` runs main's).  Usage::
+``python`` runs main's).  ``--barriers N`` stops each run after N barriers instead of
+``--seconds`` (then 60 s at most): the objective per update, which the machine's load does
+not change as it changes the updates a run gets in 4 s.  Usage::
 
     python bench/logreg_straggler.py [--runs 3] [--partition contiguous]
-        [--syncs bspv,fspv-off] [--seconds 4] [--tau 32] [--keep DIR]
+        [--syncs bspv,fspv-off] [--seconds 4] [--barriers N] [--tau 32] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ def main() -> None:
     ap.add_argument("--partition", default="contiguous")
     ap.add_argument("--syncs", default="bspv,fspv-off")
     ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--barriers", type=int, default=0, help="stop after N barriers")
     ap.add_argument("--tau", type=float, default=32.0, help="ms per 1,000 points, worker 1")
     ap.add_argument("--keep", type=Path, default=None)
     args = ap.parse_args()
@@ -77,9 +80,11 @@ def measure(args: argparse.Namespace, root: Path) -> None:
     hits: dict[str, list[float | None]] = {}
     for i in range(args.runs):
         for sync in args.syncs.split(","):
+            stop = ([f"stop.max_iterations={args.barriers}", "stop.max_time_s=60"]
+                    if args.barriers else [f"stop.max_time_s={args.seconds}"])
             s = run_one(job, root / f"{sync}-{i}", [*model_sets(sync),
-                                                    f"stragglers={json.dumps(slow)}",
-                                                    f"stop.max_time_s={args.seconds}"], None)
+                                                    f"stragglers={json.dumps(slow)}", *stop],
+                        None)
             gap = s["final_objective"] / best - 1.0
             trace = s.get("objective_trace") or []
             hit = next((t for t, f in trace if f <= target), None)
@@ -88,7 +93,7 @@ def measure(args: argparse.Namespace, root: Path) -> None:
             print(f"  {sync:9s} run {i + 1}: target at "
                   + ("-" if hit is None else f"{hit:.2f} s")
                   + f", best {100 * low:+.3f} %, final {100 * gap:+.3f} %, "
-                  f"{s.get('barriers')} barriers", flush=True)
+                  f"{s.get('barriers')} barriers in {s.get('wall_time_s', 0):.2f} s", flush=True)
     for sync, h in hits.items():
         got = sorted(t for t in h if t is not None)
         print(f"  {sync}: {len(got)} of {len(h)} reached the target"
