@@ -244,7 +244,10 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
     Notes
     -----
     θ: ``coef`` of shape (d,) for binary or (d, C) for C > 2 classes, ``intercept`` of shape
-    (1,) or (C,), and ``step`` (1,).  The per-point loss, kept in state so that the
+    (1,) or (C,), and ``step`` (1,); beside them the preconditioner's sample statistics and,
+    for FSP without migration, the sum of the workers' shard-gradient estimates
+    (``shard_grad_coef``, ``shard_grad_intercept``, ``shard_count``: :meth:`stratify`; zeros
+    under every other model).  The per-point loss, kept in state so that the
     ``"objective"`` deltas are exact changes, is ``F_i = logloss_i + (α/2) ‖w‖²`` -- every point
     carries its share of the penalty, so ``Σ_i F_i = n · [(1/n) Σ logloss + (α/2)‖w‖²]`` is
     exactly n times the function the gradient steps minimize (and 1/C times scikit-learn's
