@@ -88,6 +88,8 @@ _INITS = ("zeros",)
 _SOLVERS = ("auto", "lbfgs", "gd")
 #: θ's and the aggregate's keys of the stratified gradient (LogisticRegression.stratify).
 _SHARD_KEYS = ("shard_grad_coef", "shard_grad_intercept", "shard_count")
+#: The stratum sample's class counts (its skew test, GradientStratum).
+_CLASSES = "classes"
 
 
 def _has_shards(theta: dict[str, np.ndarray]) -> bool:
@@ -326,7 +328,7 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
         if self._stratum is not None or self._shared:
             self._stratum, self._shared = None, True
             return None
-        self._stratum = GradientStratum(n_points)
+        self._stratum = GradientStratum(n_points, shares=_CLASSES)
         return self._stratum
 
     # ------------------------------------------------------------------ set-up
@@ -355,12 +357,19 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
         self._lbfgs, self._trial_step, self._converged = None, -1.0, False
         self._pass = [0.0, 0.0, 0.0]
         sample = np.asarray(info.sample, dtype=np.float64)
+        # the data's class counts in the sample: the strata's skew test (stratify; zeros,
+        # no sample labels: no test)
+        n_labels = n_classes if n_classes > 2 else 2
+        shares = np.zeros(n_labels)
+        if info.sample_y is not None and len(info.sample_y):
+            shares = np.bincount(np.asarray(info.sample_y).astype(np.int64),
+                                 minlength=n_labels).astype(np.float64)
         shift, scale = Preconditioner.estimate(sample, self.fit_intercept)
         lip = Preconditioner(shift, scale).lipschitz(
             sample, 0.25 if n_classes <= 2 else 0.5, self.alpha, self.fit_intercept)
         return {"coef": coef, "intercept": intercept, "step": np.zeros(1),
                 "shift": shift, "scale": scale, "lipschitz": np.array([lip]),
-                "n_points": np.array([float(info.n_points)]),
+                "n_points": np.array([float(info.n_points)]), "class_shares": shares,
                 **self._shard_zeros(coef, intercept)}
 
     @staticmethod
@@ -452,21 +461,31 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
         agg = {"grad_coef": to_host(grad_coef), "grad_intercept": grad_intercept,
                "count": float(b), "objective": dobj, "loss": loss_sum, "at_step": step * b}
         if _has_shards(theta):
-            agg.update(self._shard_piece(agg, theta, t))
+            agg.update(self._shard_piece(agg, y, theta, t))
         return agg
 
-    def _shard_piece(self, agg: dict, theta: dict[str, np.ndarray], t: int
+    def _shard_piece(self, agg: dict, y: np.ndarray, theta: dict[str, np.ndarray], t: int
                      ) -> dict[str, np.ndarray]:
         """The change of this worker's estimate of its shard's gradient sums that the block
-        makes (:meth:`stratify`); zeros without a stratum, or before it is armed."""
+        (labels ``y``) makes (:meth:`stratify`); zeros without a stratum, before it is armed,
+        or once the skew test found the shard shuffled."""
         stratum = self._stratum
         zeros = self._shard_zeros(theta["coef"], theta["intercept"])
-        if stratum is None or not stratum.armed:
+        if stratum is None or not stratum.armed or stratum.done:
             return zeros
-        fresh = {"shard_grad_coef": np.asarray(agg["grad_coef"], dtype=np.float64),
-                 "shard_grad_intercept": np.asarray(agg["grad_intercept"], dtype=np.float64),
-                 "shard_count": np.array([float(agg["count"])])}
-        piece = stratum.observe(t, int(agg["count"]), zeros, fresh, first_visits=0)
+        coef = theta["coef"]
+        classes = np.bincount(y.astype(np.int64, copy=False),
+                              minlength=coef.shape[1] if coef.ndim == 2 else 2)
+        counts, points = classes.astype(np.float64), int(agg["count"])
+        reference = theta.get("class_shares")
+        fresh = None
+        # the skew test first: a shuffled shard's stratum switches off for good there
+        if stratum.screen(t, counts, points, reference):
+            fresh = {"shard_grad_coef": np.asarray(agg["grad_coef"], dtype=np.float64),
+                     "shard_grad_intercept": np.asarray(agg["grad_intercept"],
+                                                        dtype=np.float64),
+                     "shard_count": np.array([float(points)]), _CLASSES: counts}
+        piece = stratum.observe(t, points, zeros, fresh, reference=reference)
         return {k: piece[k] for k in _SHARD_KEYS}
 
     def update_parameter(self, agg: dict, theta: dict[str, np.ndarray]) -> dict:

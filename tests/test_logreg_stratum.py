@@ -109,12 +109,13 @@ def test_update_parameter_steps_on_the_shards_estimate():
 
 
 def test_update_block_sends_the_pieces():
-    """``update_block`` of a stratified, armed instance sends n/m times its gradient sums as
-    its shard's estimate beside the batch's sums; without ``stratify`` the pieces are zero;
-    a second ``stratify`` in one process switches the estimate off."""
+    """``update_block`` of a stratified, armed instance on a sorted shard (one class) sends
+    n/m times its gradient sums as its shard's estimate beside the batch's sums; without
+    ``stratify`` the pieces are zero; a second ``stratify`` in one process switches the
+    estimate off."""
     n = 2_000
     rng = np.random.default_rng(3)
-    x, y = rng.normal(size=(200, D)), (rng.random(200) < 0.3).astype(np.int64)
+    x, y = rng.normal(size=(200, D)), np.zeros(200, dtype=np.int64)
     plain, strat = (LogisticRegression(kernel="array") for _ in range(2))
     theta = _theta(plain, n)
     theta["coef"] = rng.normal(size=D)
@@ -128,6 +129,28 @@ def test_update_block_sends_the_pieces():
     np.testing.assert_allclose(b["shard_grad_coef"], n / 200 * b["grad_coef"])
     np.testing.assert_allclose(b["shard_count"], n)
     assert strat.stratify(n) is None and strat.stratify(n) is None
+
+
+def test_a_shuffled_shard_keeps_the_batch_mean():
+    """The skew test: a window whose class shares match the data's (θ's ``class_shares``:
+    a shuffled shard) switches the estimate off for good and takes back what it sent, so
+    θ's count stays short of n and the step keeps the batch mean (unbiased there, without
+    n/m's noise); a one-class window keeps it on."""
+    n = 2_000
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(200, D))
+    for y, on in ((rng.integers(0, 2, 200), False), (np.ones(200, dtype=np.int64), True)):
+        alg = LogisticRegression(kernel="array")
+        theta = _theta(alg, n)
+        stratum = alg.stratify(n)
+        assert stratum is not None
+        stratum.arm()
+        sent = 0.0
+        for t in (1, 2):
+            agg = alg.update_block(Block.from_arrays(x, y, alg.init_state(200, D)), theta, t)
+            sent += float(agg["shard_count"][0])
+        assert sent == pytest.approx(n if on else 0.0)
+        assert stratum.done != on
 
 
 def _fspv_off(own: bool, barriers: int, n: int = 8_000, d: int = 8) -> float:
