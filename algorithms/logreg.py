@@ -22,12 +22,13 @@ Under FSP without data migration a gradient step's mean is a **stratified estima
 full gradient once every worker sent one (:meth:`LogisticRegression.stratify`,
 :class:`._stratum.GradientStratum`): each worker's gradient sums scaled by n_i / m_i (its
 shard's points over those it trained at the latest θ), a worker that trained nothing since
-counted with its last estimate.  The iteration's batch mean weighs each shard by the points it
-trained: with a straggler on a contiguous shard of label-sorted data (Fig. 7: ~160 of its
-27,500 points an iteration, while each fast worker passes its whole shard) its class counted
-~1/170 of a fast shard and the steps settled a reweighted optimum, +8-10 % above the true
-one, where FSPV now tracks full-gradient descent (docs/sync/fsp.md, "Logistic regression on
-sorted shards: the stratified gradient").
+counted with its last estimate -- on shards whose class shares differ from the data's (sorted
+data); a shuffled shard keeps the batch mean.  The iteration's batch mean weighs each shard
+by the points it trained: with a straggler on a contiguous shard of label-sorted data (Fig. 7:
+~160 of its 27,500 points an iteration, while each fast worker passes its whole shard) its
+class counted ~1/170 of a fast shard and the steps settled a reweighted optimum, +8-10 %
+above the true one, where FSPV now tracks full-gradient descent (docs/sync/fsp.md, "Logistic
+regression on sorted shards: the stratified gradient").
 
 The model declares it (``full_batch_update``, unless ``solver="gd"``), so FSP ends an
 iteration when every worker has finished its pass at θ while no worker straggles
@@ -249,7 +250,8 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
     (1,) or (C,), and ``step`` (1,); beside them the preconditioner's sample statistics and,
     for FSP without migration, the sum of the workers' shard-gradient estimates
     (``shard_grad_coef``, ``shard_grad_intercept``, ``shard_count``: :meth:`stratify`; zeros
-    under every other model).  The per-point loss, kept in state so that the
+    under every other model) and the sample's class counts (``class_shares``, its skew test).
+    The per-point loss, kept in state so that the
     ``"objective"`` deltas are exact changes, is ``F_i = logloss_i + (α/2) ‖w‖²`` -- every point
     carries its share of the penalty, so ``Σ_i F_i = n · [(1/n) Σ logloss + (α/2)‖w‖²]`` is
     exactly n times the function the gradient steps minimize (and 1/C times scikit-learn's
