@@ -388,6 +388,31 @@ class GradientStratum(Stratum):
 
     def __init__(self, n_points: int, shares: str | None = None) -> None:
         super().__init__(n_points, shares=shares)
+        #: The skew test found the shard sorted (a window of MIN_POINTS against θ's shares):
+        #: its classes do not change without migration, so no block tests (or counts) again
+        #: -- the per-block test cost 2x a sorted shard's 1,000-point block (fsp.md).
+        self.sorted = False
+
+    def screen(self, t: int, counts: np.ndarray | None, points: int,
+               reference: np.ndarray | None = None) -> bool:
+        """:meth:`Stratum.screen`, or True without a look once the shard was found sorted
+        (``counts`` may then be None)."""
+        if self.sorted:
+            return True
+        assert counts is not None
+        return super().screen(t, counts, points, reference)
+
+    def skewed(self, fresh: dict[str, np.ndarray], sampled: int) -> bool:
+        """:meth:`Stratum.skewed`, remembered once a window of :data:`MIN_POINTS` against
+        θ's shares found the shard sorted (:attr:`sorted`)."""
+        if self.sorted:
+            return True
+        ref = self.reference
+        told = (self.shares is not None and self.shares in fresh and sampled >= MIN_POINTS
+                and ref is not None and ref.sum() > 0)
+        out = super().skewed(fresh, sampled)
+        self.sorted = bool(told and out)
+        return out
 
     @property
     def done(self) -> bool:

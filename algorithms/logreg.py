@@ -476,17 +476,20 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
         if stratum is None or not stratum.armed or stratum.done:
             return zeros
         coef = theta["coef"]
-        classes = np.bincount(y.astype(np.int64, copy=False),
-                              minlength=coef.shape[1] if coef.ndim == 2 else 2)
-        counts, points = classes.astype(np.float64), int(agg["count"])
-        reference = theta.get("class_shares")
+        points = int(agg["count"])
+        reference = None if stratum.sorted else theta.get("class_shares")
+        counts = None if stratum.sorted else np.bincount(
+            y.astype(np.int64, copy=False), minlength=coef.shape[1] if coef.ndim == 2 else 2
+        ).astype(np.float64)
         fresh = None
         # the skew test first: a shuffled shard's stratum switches off for good there
         if stratum.screen(t, counts, points, reference):
             fresh = {"shard_grad_coef": np.asarray(agg["grad_coef"], dtype=np.float64),
                      "shard_grad_intercept": np.asarray(agg["grad_intercept"],
                                                         dtype=np.float64),
-                     "shard_count": np.array([float(points)]), _CLASSES: counts}
+                     "shard_count": np.array([float(points)])}
+            if counts is not None:
+                fresh[_CLASSES] = counts
         piece = stratum.observe(t, points, zeros, fresh, reference=reference)
         return {k: piece[k] for k in _SHARD_KEYS}
 

@@ -135,7 +135,7 @@ def test_a_shuffled_shard_keeps_the_batch_mean():
     """The skew test: a window whose class shares match the data's (θ's ``class_shares``:
     a shuffled shard) switches the estimate off for good and takes back what it sent, so
     θ's count stays short of n and the step keeps the batch mean (unbiased there, without
-    n/m's noise); a one-class window keeps it on."""
+    n/m's noise); a one-class window keeps it on, for good."""
     n = 2_000
     rng = np.random.default_rng(6)
     x = rng.normal(size=(200, D))
@@ -151,6 +151,8 @@ def test_a_shuffled_shard_keeps_the_batch_mean():
             sent += float(agg["shard_count"][0])
         assert sent == pytest.approx(n if on else 0.0)
         assert stratum.done != on
+        # a sorted shard is tested once: its later blocks neither count classes nor test
+        assert stratum.sorted == on
 
 
 def _fspv_off(own: bool, barriers: int, n: int = 8_000, d: int = 8) -> float:
