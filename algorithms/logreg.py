@@ -18,6 +18,18 @@ computed at.  ``update_parameter`` looks at the aggregate:
   a step: the next full batch at θ restarts the line search there with the pairs kept
   (:meth:`LogisticRegression._lbfgs_step`; issue 19).
 
+Under FSP without data migration a gradient step's mean is a **stratified estimate** of the
+full gradient once every worker sent one (:meth:`LogisticRegression.stratify`,
+:class:`._stratum.GradientStratum`): each worker's gradient sums scaled by n_i / m_i (its
+shard's points over those it trained at the latest θ), a worker that trained nothing since
+counted with its last estimate -- on shards whose class shares differ from the data's (sorted
+data); a shuffled shard keeps the batch mean.  The iteration's batch mean weighs each shard
+by the points it trained: with a straggler on a contiguous shard of label-sorted data (Fig. 7:
+~160 of its 27,500 points an iteration, while each fast worker passes its whole shard) its
+class counted ~1/170 of a fast shard and the steps settled a reweighted optimum, +8-10 %
+above the true one, where FSPV now tracks full-gradient descent (docs/sync/fsp.md, "Logistic
+regression on sorted shards: the stratified gradient").
+
 The model declares it (``full_batch_update``, unless ``solver="gd"``), so FSP ends an
 iteration when every worker has finished its pass at θ while no worker straggles
 (:class:`flegel.sync.fsp.FSP`, "Whole passes"): FSPV then runs the update rule BSPV runs --
@@ -70,10 +82,21 @@ from ._common import (
     validate_init_file,
 )
 from ._quasinewton import LBFGS, Preconditioner
+from ._stratum import GradientStratum
 
 _SCHEDULES = ("constant", "invscaling")
 _INITS = ("zeros",)
 _SOLVERS = ("auto", "lbfgs", "gd")
+#: θ's and the aggregate's keys of the stratified gradient (LogisticRegression.stratify).
+_SHARD_KEYS = ("shard_grad_coef", "shard_grad_intercept", "shard_count")
+#: The stratum sample's class counts (its skew test, GradientStratum).
+_CLASSES = "classes"
+
+
+def _has_shards(theta: dict[str, np.ndarray]) -> bool:
+    """Whether θ carries the stratified gradient (init_parameter's θ; a θ made by hand with
+    only some of the keys takes none of them)."""
+    return all(k in theta for k in _SHARD_KEYS)
 
 
 def _first_bad_label(y: np.ndarray, n_classes: int) -> int:
@@ -224,7 +247,11 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
     Notes
     -----
     θ: ``coef`` of shape (d,) for binary or (d, C) for C > 2 classes, ``intercept`` of shape
-    (1,) or (C,), and ``step`` (1,).  The per-point loss, kept in state so that the
+    (1,) or (C,), and ``step`` (1,); beside them the preconditioner's sample statistics and,
+    for FSP without migration, the sum of the workers' shard-gradient estimates
+    (``shard_grad_coef``, ``shard_grad_intercept``, ``shard_count``: :meth:`stratify`; zeros
+    under every other model) and the sample's class counts (``class_shares``, its skew test).
+    The per-point loss, kept in state so that the
     ``"objective"`` deltas are exact changes, is ``F_i = logloss_i + (α/2) ‖w‖²`` -- every point
     carries its share of the penalty, so ``Σ_i F_i = n · [(1/n) Σ logloss + (α/2)‖w‖²]`` is
     exactly n times the function the gradient steps minimize (and 1/C times scikit-learn's
@@ -271,6 +298,10 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
         self._trial_step = -1.0
         self._pass: list[Any] = [0.0, 0.0, 0.0]
         self._converged = False
+        # A worker's estimate of its shard's gradient (stratify), and whether several
+        # workers of one process asked for one (then none has it).
+        self._stratum: GradientStratum | None = None
+        self._shared = False
 
     #: The first update waits until every point's gradient is in the aggregate, all at θ⁰
     #: (``Algorithm.cover_before_update``): FSP's first step is then the full batch's L-BFGS
@@ -282,6 +313,25 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
         """True unless ``solver="gd"``: a full batch at θ is an L-BFGS step (FSP then lets a
         pass-long iteration end when every worker finished its pass, :mod:`flegel.sync.fsp`)."""
         return self.solver != "gd"
+
+    def stratify(self, n_points: int) -> GradientStratum | None:
+        """Take gradient steps on a stratified estimate of every shard's gradient instead of
+        the sum over the points an iteration trained (:class:`~._stratum.GradientStratum`):
+        FSP calls it on every worker without data migration (issue 19, Fig. 7).  The
+        estimate's changes travel in the aggregate (``shard_grad_coef``,
+        ``shard_grad_intercept``, ``shard_count``), θ holds their sum, and a gradient step
+        uses it once every shard has one (:meth:`update_parameter`).  Returns the stratum,
+        which FSP's worker policy checkpoints.
+
+        One instance per worker (a worker process): an instance that several workers share
+        in one process (an in-process simulation) cannot tell their blocks apart, so the
+        second call switches the estimate off for all of them (None), as
+        ``KMeans.stratify`` does."""
+        if self._stratum is not None or self._shared:
+            self._stratum, self._shared = None, True
+            return None
+        self._stratum = GradientStratum(n_points, shares=_CLASSES)
+        return self._stratum
 
     # ------------------------------------------------------------------ set-up
     def validate(self, base_dir: Path) -> None:
@@ -309,20 +359,39 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
         self._lbfgs, self._trial_step, self._converged = None, -1.0, False
         self._pass = [0.0, 0.0, 0.0]
         sample = np.asarray(info.sample, dtype=np.float64)
+        # the data's class counts in the sample: the strata's skew test (stratify; zeros,
+        # no sample labels: no test)
+        n_labels = n_classes if n_classes > 2 else 2
+        shares = np.zeros(n_labels)
+        if info.sample_y is not None and len(info.sample_y):
+            shares = np.bincount(np.asarray(info.sample_y).astype(np.int64),
+                                 minlength=n_labels).astype(np.float64)
         shift, scale = Preconditioner.estimate(sample, self.fit_intercept)
         lip = Preconditioner(shift, scale).lipschitz(
             sample, 0.25 if n_classes <= 2 else 0.5, self.alpha, self.fit_intercept)
         return {"coef": coef, "intercept": intercept, "step": np.zeros(1),
                 "shift": shift, "scale": scale, "lipschitz": np.array([lip]),
-                "n_points": np.array([float(info.n_points)])}
+                "n_points": np.array([float(info.n_points)]), "class_shares": shares,
+                **self._shard_zeros(coef, intercept)}
+
+    @staticmethod
+    def _shard_zeros(coef: np.ndarray, intercept: np.ndarray) -> dict[str, np.ndarray]:
+        """The stratified gradient's keys (:meth:`stratify`), zero: in θ the sum of every
+        worker's latest estimate of its shard's gradient sums and of its points, in the
+        aggregate their changes."""
+        return {"shard_grad_coef": np.zeros_like(coef),
+                "shard_grad_intercept": np.zeros_like(intercept), "shard_count": np.zeros(1)}
 
     def init_state(self, n: int, n_features: int) -> dict[str, np.ndarray]:
         return {"loss": np.zeros(n)}
 
     def zero_aggregator(self, theta: dict[str, np.ndarray]) -> dict:
-        return {"grad_coef": np.zeros_like(theta["coef"]),
-                "grad_intercept": np.zeros_like(theta["intercept"]),
-                "count": 0.0, "objective": 0.0, "loss": 0.0, "at_step": 0.0}
+        agg: dict[str, Any] = {"grad_coef": np.zeros_like(theta["coef"]),
+                               "grad_intercept": np.zeros_like(theta["intercept"]),
+                               "count": 0.0, "objective": 0.0, "loss": 0.0, "at_step": 0.0}
+        if _has_shards(theta):
+            agg.update(self._shard_zeros(theta["coef"], theta["intercept"]))
+        return agg
 
     @staticmethod
     def _check_labels(y: np.ndarray, n_classes: int) -> None:
@@ -391,28 +460,63 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
             grad_intercept[...] = 0.0
         # at_step: Σ (θ version × points), so the master can tell a full batch at its θ
         step = float(theta["step"][0]) if "step" in theta else 0.0
-        return {"grad_coef": to_host(grad_coef), "grad_intercept": grad_intercept,
-                "count": float(b), "objective": dobj, "loss": loss_sum,
-                "at_step": step * b}
+        agg = {"grad_coef": to_host(grad_coef), "grad_intercept": grad_intercept,
+               "count": float(b), "objective": dobj, "loss": loss_sum, "at_step": step * b}
+        if _has_shards(theta):
+            agg.update(self._shard_piece(agg, y, theta, t))
+        return agg
+
+    def _shard_piece(self, agg: dict, y: np.ndarray, theta: dict[str, np.ndarray], t: int
+                     ) -> dict[str, np.ndarray]:
+        """The change of this worker's estimate of its shard's gradient sums that the block
+        (labels ``y``) makes (:meth:`stratify`); zeros without a stratum, before it is armed,
+        or once the skew test found the shard shuffled."""
+        stratum = self._stratum
+        zeros = self._shard_zeros(theta["coef"], theta["intercept"])
+        if stratum is None or not stratum.armed or stratum.done:
+            return zeros
+        coef = theta["coef"]
+        points = int(agg["count"])
+        reference = None if stratum.sorted else theta.get("class_shares")
+        counts = None if stratum.sorted else np.bincount(
+            y.astype(np.int64, copy=False), minlength=coef.shape[1] if coef.ndim == 2 else 2
+        ).astype(np.float64)
+        fresh = None
+        # the skew test first: a shuffled shard's stratum switches off for good there
+        if stratum.screen(t, counts, points, reference):
+            fresh = {"shard_grad_coef": np.asarray(agg["grad_coef"], dtype=np.float64),
+                     "shard_grad_intercept": np.asarray(agg["grad_intercept"],
+                                                        dtype=np.float64),
+                     "shard_count": np.array([float(points)])}
+            if counts is not None:
+                fresh[_CLASSES] = counts
+        piece = stratum.observe(t, points, zeros, fresh, reference=reference)
+        return {k: piece[k] for k in _SHARD_KEYS}
 
     def update_parameter(self, agg: dict, theta: dict[str, np.ndarray]) -> dict:
+        theta = self._with_shards(agg, theta)
         count = float(agg["count"])
         if count <= 0.0:
             return dict(theta)
+        g_coef = agg["grad_coef"] / count + self.alpha * theta["coef"]
+        g_int = agg["grad_intercept"] / count
         if "shift" not in theta:  # a θ of an older layout: Eq. (1) as it was
-            return self._plain_step(agg, theta, count)
+            return self._plain_step(theta, g_coef, g_int)
         step = float(theta["step"][0])
         n = float(theta["n_points"][0])
         full = count >= n - 0.5 and abs(float(agg["at_step"]) - step * count) < 0.5
-        g_coef = agg["grad_coef"] / count + self.alpha * theta["coef"]
-        g_int = agg["grad_intercept"] / count
         if full and self.solver != "gd":
             return self._lbfgs_step(agg, theta, g_coef, g_int, count)
         # The L-BFGS memory stays: its pairs are exact (full-batch) secant pairs, and the
         # next full batch at θ restarts the line search there (LBFGS.restart).
         self._check_pass(agg, theta, count, n)
+        if _has_shards(theta) and float(theta["shard_count"][0]) >= n - 0.5:
+            # Every shard has a stratified estimate (stratify): the step on their sum, each
+            # shard weighed by its points, not by the points it trained this iteration.
+            g_coef = theta["shard_grad_coef"] / n + self.alpha * theta["coef"]
+            g_int = theta["shard_grad_intercept"] / n
         if self.learning_rate != "auto":
-            return self._plain_step(agg, theta, count)
+            return self._plain_step(theta, g_coef, g_int)
         pre = Preconditioner(theta["shift"], theta["scale"])
         eta = learning_rate_at(1.0 / float(theta["lipschitz"][0]), self.schedule,
                                self.power_t, step + 1.0)
@@ -484,17 +588,27 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
             self._pass = [0.0, 0.0, 0.0]
             self._converged = self._met_tol(gc / c + self.alpha * theta["coef"], gi / c)
 
-    def _plain_step(self, agg: dict, theta: dict[str, np.ndarray],
-                    count: float) -> dict[str, np.ndarray]:
-        """Eq. (1) with the given η in the original coordinates."""
+    def _plain_step(self, theta: dict[str, np.ndarray], g_coef: np.ndarray,
+                    g_int: np.ndarray) -> dict[str, np.ndarray]:
+        """Eq. (1) with the given η in the original coordinates, on the mean objective's
+        gradient (``g_coef`` with the penalty's part, ``g_int``)."""
         step = theta["step"] + 1.0
         rate = 0.1 if self.learning_rate == "auto" else float(self.learning_rate)
         eta = learning_rate_at(rate, self.schedule, self.power_t, float(step[0]))
-        coef = theta["coef"] - eta * (agg["grad_coef"] / count + self.alpha * theta["coef"])
+        coef = theta["coef"] - eta * g_coef
         intercept = theta["intercept"]
         if self.fit_intercept:
-            intercept = intercept - eta * (agg["grad_intercept"] / count)
+            intercept = intercept - eta * g_int
         return {**theta, "coef": coef, "intercept": intercept, "step": step}
+
+    @staticmethod
+    def _with_shards(agg: dict, theta: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """θ with the aggregate's changes of the workers' shard estimates added
+        (:meth:`stratify`); θ itself where it has none of those keys (an older layout, or
+        one made by hand)."""
+        if not _has_shards(theta) or _SHARD_KEYS[0] not in agg:
+            return theta
+        return {**theta, **{k: theta[k] + agg[k] for k in _SHARD_KEYS}}
 
     def evaluate(self, theta: dict[str, np.ndarray], block: Block) -> float:
         assert block.y is not None  # needs_labels: the job check guarantees labelled data

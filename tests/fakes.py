@@ -783,6 +783,8 @@ class Simulation:
         :func:`blobs`).
     shards : sequence of ndarray, optional
         The shards themselves (overrides ``data``).
+    labels : sequence of ndarray, optional
+        Each shard's labels (a supervised algorithm's), in the order of ``shards``.
     algorithm : Algorithm, optional
         Default: K-means (4 clusters, or as many as ``theta0`` has).
     theta0 : dict, optional
@@ -828,6 +830,7 @@ class Simulation:
     def __init__(self, model: str, options: Mapping[str, Any] | None = None, *,
                  workers: int = 3, points: int = 600, data: np.ndarray | None = None,
                  shards: Sequence[np.ndarray] | None = None,
+                 labels: Sequence[np.ndarray] | None = None,
                  algorithm: Algorithm | None = None, theta0: Arrays | None = None,
                  cost_s: float | Sequence[float] = 10e-6,
                  slowdown: Mapping[int, float | Callable[[float], float]] | None = None,
@@ -857,6 +860,8 @@ class Simulation:
         if len(shards) != workers:
             raise ValueError(f"{len(shards)} shards for {workers} workers")
         self.shards = [np.ascontiguousarray(s) for s in shards]
+        self.labels = (None if labels is None
+                       else [np.ascontiguousarray(y) for y in labels])
         x_all = np.concatenate(self.shards)
         if algorithm is None:
             from flegel.algorithms.kmeans import KMeans
@@ -895,7 +900,7 @@ class Simulation:
             n = len(self.shards[i])
             # Global ids as in the real run (flegel/run.py): rank << ID_SHIFT | row.
             ids = (np.int64(r) << ID_SHIFT) | np.arange(n, dtype=np.int64)
-            store = ShardStore(self.shards[i], None,
+            store = ShardStore(self.shards[i], None if self.labels is None else self.labels[i],
                                algorithm.init_state(n, x_all.shape[1]), ids=ids)
             self.workers[r] = SimWorker(
                 r, self.clock, copy.deepcopy(algorithm) if own_algorithms else algorithm, store,
@@ -1087,8 +1092,9 @@ class Simulation:
     def objective(self, theta: Arrays | None = None) -> float:
         """The exact objective of ``theta`` (default: the server's) on all the data."""
         th = self.server.theta if theta is None else theta
-        return float(sum(self.algorithm.evaluate(th, Block.from_arrays(s))
-                         for s in self.shards))
+        ys = self.labels or [None] * len(self.shards)
+        return float(sum(self.algorithm.evaluate(th, Block.from_arrays(s, y))
+                         for s, y in zip(self.shards, ys)))
 
     def iterations(self, rank: int) -> list[Iteration]:
         """``rank``'s iterations, in order."""
