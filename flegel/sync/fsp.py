@@ -127,6 +127,14 @@ COURSE_MARGIN = 2.0
 #: The phase of an iteration at a kept θ, while some point has never been trained (an
 #: algorithm with ``cover_before_update``; see :class:`FSP`, "Coverage").
 COVER_PHASE = "coverage"
+#: The phase of FSPV's sampled first pass after the sampled calibration (an algorithm with
+#: ``sampled_first_pass``; see :class:`FSP`, "The sampled first pass").
+SAMPLED_PHASE = "sampled"
+#: The sampled first pass trains at most this share of every shard in sampled iterations,
+#: the calibration's included (:class:`FSP`, "The sampled first pass"): the stratum takes
+#: exact sums once an iteration trained half of its shard (``algorithms._stratum.COVERED``),
+#: so a larger step would be incremental EM's, pulled back toward θ⁰, not mini-batch EM's.
+SAMPLED_FIRST_PASS = 0.5
 #: Coverage's first updates that are whole passes (every worker's pass at θ: Lloyd steps on
 #: all the data), the first included (:class:`FSP`, "Coverage").  Five: exact Lloyd steps
 #: from θ⁰ on the overlapping workload (``python bench/fsp_claims.py --only basin``) still
@@ -307,7 +315,8 @@ class FSPWorker(WorkerPolicy):
         super().begin(port, instructions, sent_lag_s)
         self._cover = instructions.cover
         if self.stratum is not None:  # blocks count from here, not the warm-up's (Stratum)
-            self.stratum.arm()
+            # a batch: the master's sampled share of every shard (FSP, Notes)
+            self.stratum.arm(sampled=instructions.batch > 0)
         if self.shard is not None:
             # Coverage: windows take the points never trained first (the master's notes).
             self.shard.unseen_first = self._cover > 0
@@ -720,6 +729,10 @@ class FSP(BarrierPolicy):
         #: calibration).
         self.share = 1.0
         self.sampled = sampled_calibration(options, server)
+        #: The sampled first pass (class notes): whether the algorithm allows it, and the
+        #: share of every shard its sampled iterations trained so far.
+        self.sampled_pass = self.sampled and bool(server.sampled_first_pass)
+        self.sampled_share = 0.0
         self.offsets = {r: 0.0 for r in server.ranks}
         self.signalled = False
         #: When the others are paused after a full pass (:meth:`_on_pass`), and who needs
@@ -818,15 +831,21 @@ class FSP(BarrierPolicy):
         # The calibration is a whole pass (a share of it, sampled) for every algorithm
         # (class notes); later ones
         # only for a full-batch algorithm without stragglers (_balanced).
-        self.whole = self.plan.phase in ("calibration", WHOLE_PHASE, COVER_PHASE)
+        self.whole = self.plan.phase in ("calibration", WHOLE_PHASE, COVER_PHASE, SAMPLED_PHASE)
         # Iterations at a kept θ are counted apart (coverage.kept_barriers), not as whole
         # passes of the full-batch algorithm.
-        self.whole_iterations += self.whole and self.plan.phase != COVER_PHASE
-        # The sampled calibration's share of every shard (1.0: a whole pass).
+        self.whole_iterations += self.whole and self.plan.phase not in (COVER_PHASE,
+                                                                        SAMPLED_PHASE)
+        # The sampled calibration's share of every shard (1.0: a whole pass); a step of the
+        # sampled first pass trains as much again as was trained so far (class notes).
         sizes = self.server.shard_sizes
-        self.share = (sample_share([sizes.get(r, 0) for r in srv.ranks],
-                                   srv.sample_min_points)
-                      if self.sampled and self.plan.phase == "calibration" else 1.0)
+        if self.sampled and self.plan.phase == "calibration":
+            self.share = sample_share([sizes.get(r, 0) for r in srv.ranks],
+                                      srv.sample_min_points)
+        elif self.plan.phase == SAMPLED_PHASE:
+            self.share = self.sampled_share
+        else:
+            self.share = 1.0
         self._start_estimate = srv.estimated_objective()
         covering = self.plan.phase == COVER_PHASE
         if covering:
@@ -1190,7 +1209,8 @@ class FSP(BarrierPolicy):
         # at most SAMPLE_MIN_POINTS is a whole pass, whose fastest worker's pass is a pass.)
         # (share < 1 only in the calibration, set at its broadcast: the phase check is a
         # guard, not a second condition.)
-        self._update_eta_max(commits, typical=self.share < 1.0 and self.plan.phase == "calibration")
+        self._update_eta_max(commits, typical=self.share < 1.0
+                             and self.plan.phase in ("calibration", SAMPLED_PHASE))
         # A worker with nothing to train at a kept θ was not measured: it is not forgotten
         # (PassPredictor forgets a worker that committed nothing, paused before it ran).
         self.passes.observe({r: h for r, h in commits.items()
@@ -1216,7 +1236,15 @@ class FSP(BarrierPolicy):
             # A complete whole pass (nobody paused): it bounds the next ones (_whole_bound).
             # Not the calibration, whose pass may include warm-up and a straggler's start.
             self.whole_log = (self.whole_log + [self.eta_log[-1]])[-WHOLE_HISTORY:]
-        if self.kept:
+        if self._sampled_step(commits):
+            # The sampled first pass (class notes): another share of every shard.
+            self.sampled_share += self.share
+            self.plan = Plan(0.0, phase=SAMPLED_PHASE)
+        elif self.plan.phase == SAMPLED_PHASE and self._whole_shares(commits):
+            # ... and ends with a whole pass: every worker's untrained rest, and its sampled
+            # points again, at θ (a Lloyd step on all the data), as the calibration's pass.
+            self.plan = Plan(0.0, phase=WHOLE_PHASE)
+        elif self.kept:
             # Coverage: θ was kept, the next iteration trains the points never trained.
             self.plan = Plan(0.0, phase=COVER_PHASE)
         elif self.cover_steps_left > 0:
@@ -1232,13 +1260,31 @@ class FSP(BarrierPolicy):
             # Whole passes (WHOLE_PHASE); a mark left by rolled-back probes is dropped.
             self.plan = Plan(0.0, drop_mark=self.plan.phase in ("probe1", "probe2"),
                              phase=WHOLE_PHASE)
-        elif self.plan.phase in ("calibration", WHOLE_PHASE, COVER_PHASE):
+        elif self.plan.phase in ("calibration", WHOLE_PHASE, COVER_PHASE, SAMPLED_PHASE):
             # The adjustor (re)starts from this iteration's measurements.
             eta0 = (self.options["eta_ms"] / 1e3 if self.options["eta_ms"] is not None
                     else self._first_interval(commits, obs))
             self.plan = self.adjustor.start(eta0, self.eta_max_s)
         else:
             self.plan = self.adjustor.observe(obs)
+
+    def _sampled_step(self, commits: dict[int, dict[str, float]]) -> bool:
+        """Whether the next iteration is a step of the sampled first pass (class notes):
+        after the sampled calibration or such a step, where every worker trained its whole
+        share (none paused at the bound: no straggler), and the next share -- as much as
+        trained so far -- keeps the total within :data:`SAMPLED_FIRST_PASS`."""
+        if not self.sampled_pass or self.plan.phase not in ("calibration", SAMPLED_PHASE):
+            return False
+        return (self._whole_shares(commits)
+                and 2.0 * (self.sampled_share + self.share) <= SAMPLED_FIRST_PASS + 1e-9)
+
+    def _whole_shares(self, commits: dict[int, dict[str, float]]) -> bool:
+        """Whether every worker trained its whole sampled share this iteration (none paused
+        at the bound) and none is a straggler by its predicted pass (:meth:`_balanced`'s
+        test, once two commits tell): each sampled step waits for every worker's share."""
+        return (self.share < 1.0
+                and all(int(h["reason"]) == Reason.BATCH for h in commits.values())
+                and not self.passes.stragglers(WHOLE_PASS_WAIT, PASS_EVIDENCE))
 
     def _first_interval(self, commits: dict[int, dict[str, float]], obs: Observation) -> float:
         """η⁰ after the calibration iteration.
