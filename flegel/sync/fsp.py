@@ -850,18 +850,13 @@ class FSP(BarrierPolicy):
         self.whole = self.plan.phase in ("calibration", WHOLE_PHASE, COVER_PHASE, SAMPLED_PHASE)
         # Iterations at a kept θ are counted apart (coverage.kept_barriers), not as whole
         # passes of the full-batch algorithm.
-        self.whole_iterations += self.whole and self.plan.phase not in (COVER_PHASE,
-                                                                        SAMPLED_PHASE)
+        self.whole_iterations += self.plan.phase in ("calibration", WHOLE_PHASE)
         # The sampled calibration's share of every shard (1.0: a whole pass); a step of the
         # sampled first pass trains as much again as was trained so far (class notes).
         sizes = self.server.shard_sizes
-        if self.sampled and self.plan.phase == "calibration":
-            self.share = sample_share([sizes.get(r, 0) for r in srv.ranks],
-                                      srv.sample_min_points)
-        elif self.plan.phase == SAMPLED_PHASE:
-            self.share = self.sampled_share
-        else:
-            self.share = 1.0
+        self.share = (sample_share([sizes.get(r, 0) for r in srv.ranks], srv.sample_min_points)
+                      if self.sampled and self.plan.phase == "calibration"
+                      else self.sampled_share if self.plan.phase == SAMPLED_PHASE else 1.0)
         self._start_estimate = srv.estimated_objective()
         covering = self.plan.phase == COVER_PHASE
         if covering:
@@ -1223,10 +1218,9 @@ class FSP(BarrierPolicy):
         # against 90 ms), so the typical worker's stands for it until the next barrier.
         # (Only where a share was sampled: a declaring algorithm's calibration on shards of
         # at most SAMPLE_MIN_POINTS is a whole pass, whose fastest worker's pass is a pass.)
-        # (share < 1 only in the calibration, set at its broadcast: the phase check is a
-        # guard, not a second condition.)
-        self._update_eta_max(commits, typical=self.share < 1.0
-                             and self.plan.phase in ("calibration", SAMPLED_PHASE))
+        # (share < 1 only in the sampled calibration and the sampled first pass's steps,
+        # set at their broadcast: the same holds for each of those shares.)
+        self._update_eta_max(commits, typical=self.share < 1.0)
         # A worker with nothing to train at a kept θ was not measured: it is not forgotten
         # (PassPredictor forgets a worker that committed nothing, paused before it ran).
         self.passes.observe({r: h for r, h in commits.items()
