@@ -157,7 +157,7 @@ class Stratum(AttributeState):
     """
 
     #: Not checkpointed: a resumed worker arms it at its first iteration (class notes).
-    NOT_STATE: ClassVar[tuple[str, ...]] = ("armed",)
+    NOT_STATE: ClassVar[tuple[str, ...]] = ("armed", "uniform")
 
     def __init__(self, n_points: int, shares: str | None = None) -> None:
         self.n = n_points
@@ -181,17 +181,25 @@ class Stratum(AttributeState):
         self.on = False
         #: Blocks count from the worker's first iteration on (class notes); not checkpointed.
         self.armed = False
+        #: This iteration is one of FSPV's sampled first pass (:meth:`arm`); not checkpointed.
+        self.uniform = False
 
-    def arm(self) -> None:
-        """Record blocks from now on: the worker's first real iteration begins."""
+    def arm(self, sampled: bool = False) -> None:
+        """Record blocks from now on: an iteration of the worker begins.  ``sampled``: it
+        trains the same share of every shard, as the master scheduled (FSPV's sampled
+        calibration and first pass, ``flegel.sync.fsp.SAMPLED_FIRST_PASS``) -- a uniform
+        sample of a shuffled shard, whose estimate is mini-batch K-means' step: taken
+        whatever the sample's class shares (no skew test, :meth:`screen`), as it is where a
+        shard's first pass runs as such steps."""
         self.armed = True
+        self.uniform = sampled
 
     def restore(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`checkpoint_state` (every attribute but :attr:`armed`), in
         place (the algorithm holds this object), disarmed until the resumed worker's first
         iteration begins (class notes)."""
         super().restore(state)
-        self.armed = False
+        self.armed = self.uniform = False
 
     @property
     def done(self) -> bool:
@@ -233,7 +241,7 @@ class Stratum(AttributeState):
         """
         if reference is not None:
             self.reference = np.asarray(reference, dtype=np.float64)
-        if self.shares is None:
+        if self.shares is None or self.uniform:
             return True
         window = counts
         if t == self.t and self.shares in self.fresh:
@@ -353,7 +361,7 @@ class Stratum(AttributeState):
         if self.off:
             return zeros, False
         fresh, sampled, _ = self.sample()
-        if not self.stratified(sampled) or not self.skewed(fresh, sampled):
+        if not self.stratified(sampled) or not (self.uniform or self.skewed(fresh, sampled)):
             return zeros, False
         scale = self.n / sampled
         return {k: scale * fresh[k] - self.exact[k] for k in self.exact}, True

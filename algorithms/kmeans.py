@@ -562,6 +562,15 @@ class KMeans(DeviceKernels, Algorithm):
         return self.n_init == 1 and self.init in _INITS
 
     @property
+    def sampled_first_pass(self) -> bool:  # type: ignore[override]
+        """Where the sampled first step is taken, FSPV's next M-steps of the first pass are
+        sampled too (:data:`flegel.sync.fsp.SAMPLED_FIRST_PASS`): the stratum
+        (:meth:`stratify`) takes each on the latest share's points, mini-batch K-means' step,
+        where exact sums would mix in the points labelled at θ⁰ (docs/sync/fsp.md, "FSPV's
+        sampled first pass on K-means")."""
+        return self.sampled_first_step
+
+    @property
     def sample_min_points(self) -> int:
         """Points every worker's sample must hold for FSPV's sampled first step
         (:func:`flegel.sync.fsp.sample_share`): :data:`SAMPLE_POINTS_PER_CLUSTER` per cluster."""

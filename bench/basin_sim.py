@@ -25,6 +25,11 @@ barrier, at the current θ, with fresh sums F_i):
 * ``bsp``: BSPV's path, every shard whole at every barrier (Lloyd's algorithm; the time of
   one of its steps is a slow pass, ``1 / --slow`` of FSPV's barriers).
 
+``--partition strided --slow 1 --slow0 0.125 --first 0.125`` is FSPV's schedule without a
+straggler on shuffled shards (Fig. 8: a sampled first step, then passes), ``--shares
+0.125,0.125,0.25`` its sampled first pass (every worker trains those shares of its shard at
+the first barriers, then passes; ``flegel.sync.fsp.SAMPLED_FIRST_PASS``), and ``bsp`` BSPV's.
+
 Printed per workload and estimator: the exact objective's gap above BSPB's converged one
 (Lloyd from θ⁰ run to a fixed point) after chosen barriers, and the barrier (and BSP-step
 equivalent: barriers · ``--slow``) at which it first reaches the paper's target (the
@@ -34,6 +39,7 @@ quick scale, θ⁰ as the real run's: ``init: random`` on the workers' seeded sa
 
     python bench/basin_sim.py [--workloads paper,overlap] [--slow 0.0333] [--slow0 0.01]
         [--first 0.125] [--barriers 200] [--seed 1[,2,...]] [--settle 0.001]
+        [--partition contiguous|strided] [--shares 0.125,0.125,0.25]
 """
 
 from __future__ import annotations
@@ -110,13 +116,13 @@ def lloyd(w_x: np.ndarray, c0: np.ndarray, steps: int = 300) -> tuple[np.ndarray
     return c, float(assign(w_x, sq, c)[1].sum())
 
 
-def paper_workload(folder: Path) -> Workload:
-    """``flegel paper``'s K-means (quick scale), contiguous shards, the real run's θ⁰."""
+def paper_workload(folder: Path, partition: str = "contiguous") -> Workload:
+    """``flegel paper``'s K-means (quick scale), its shards, the real run's θ⁰."""
     from flegel.job.algorithms import resolve_algorithm
 
     wl = workloads(QUICK)["kmeans"]
     x = np.load(write_data(wl, folder)).astype(np.float64)
-    shards = [x[partition_rows(len(x), r, WORKERS, "contiguous")] for r in range(WORKERS)]
+    shards = [x[partition_rows(len(x), r, WORKERS, partition)] for r in range(WORKERS)]
     sample = np.concatenate([sample_shard(s, None, SAMPLE // WORKERS, r)[0]
                              for r, s in enumerate(shards)])  # job seed 0 + shard
     info = make_info(x, None, seed=0, n_workers=WORKERS)
@@ -126,20 +132,22 @@ def paper_workload(folder: Path) -> Workload:
     return Workload("paper", x, shards, c0, lloyd(x, c0)[1], wl.slack)
 
 
-def overlap_workload(folder: Path, n: int = 100_000) -> Workload:
+def overlap_workload(folder: Path, n: int = 100_000, partition: str = "contiguous") -> Workload:
     """``bench/fsp_claims.py``'s overlapping workload (``--quick``'s 100,000 rows)."""
     from fsp_claims import overlap_data  # bench/ is on sys.path when run as a script
 
     overlap_data(folder, n)
     x = np.load(folder / "data.npy")
     c0 = np.load(folder / "init.npy")
-    shards = [x[partition_rows(len(x), r, WORKERS, "contiguous")] for r in range(WORKERS)]
+    shards = [x[partition_rows(len(x), r, WORKERS, partition)] for r in range(WORKERS)]
     return Workload("overlap", x, shards, c0, lloyd(x, c0)[1], 1e-3)
 
 
 def simulate(w: Workload, estimator: str, slow: float, slow0: float, first: float,
-             barriers: int, seed: int, settle: float) -> list[float]:
-    """The exact objective after each barrier of the schedule (module notes)."""
+             barriers: int, seed: int, settle: float,
+             shares: tuple[float, ...] = ()) -> list[float]:
+    """The exact objective after each barrier of the schedule (module notes); ``shares``:
+    every worker's share of its shard at the first barriers (the sampled first pass)."""
     k = len(w.theta0)
     rng = np.random.default_rng(seed)
     orders = [rng.permutation(len(s)) for s in w.shards]
@@ -163,6 +171,8 @@ def simulate(w: Workload, estimator: str, slow: float, slow0: float, first: floa
             n = len(x)
             if estimator == "bsp":
                 share = 1.0
+            elif b < len(shares):
+                share = shares[b]
             elif i == 0:
                 share = slow0 if b == 0 else slow
             else:
@@ -222,7 +232,7 @@ def report(w: Workload, args: argparse.Namespace) -> None:
     for est in args.estimators.split(","):
         for seed in (int(s) for s in args.seed.split(",")):
             f = simulate(w, est, args.slow, args.slow0, args.first, args.barriers, seed,
-                         args.settle)
+                         args.settle, tuple(float(s) for s in args.shares.split(",") if s))
             gaps = " ".join(f"{100 * (f[b - 1] / w.converged - 1):+6.2f}%" for b in shows)
             hit = next((i + 1 for i, v in enumerate(f) if v <= target), None)
             when = ("never" if hit is None else
@@ -246,11 +256,15 @@ def main() -> None:
     ap.add_argument("--seed", default="1", help="shuffles (comma-separated)")
     ap.add_argument("--settle", type=float, default=1e-3,
                     help="hybrid: exact sums once at most this share of fresh labels moved")
+    ap.add_argument("--partition", default="contiguous", help="contiguous or strided shards")
+    ap.add_argument("--shares", default="",
+                    help="every worker's share of its shard at the first barriers "
+                         "(comma-separated; the sampled first pass)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.workloads.split(","):
-            w = (paper_workload(Path(tmp)) if name == "paper"
-                 else overlap_workload(Path(tmp) / "overlap"))
+            w = (paper_workload(Path(tmp), args.partition) if name == "paper"
+                 else overlap_workload(Path(tmp) / "overlap", partition=args.partition))
             report(w, args)
 
 

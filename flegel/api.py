@@ -90,8 +90,10 @@ class Stratification(Stateful, Protocol):
     policy checkpoints it as a nested state and arms it as the worker's first iteration
     begins, so the blocks run before (the warm-up, also after a resume) are not recorded."""
 
-    def arm(self) -> None:
-        """Record blocks from now on."""
+    def arm(self, sampled: bool = False) -> None:
+        """Record blocks from now on; ``sampled``: this iteration trains the same share of
+        every shard, a uniform sample (FSPV's sampled first pass), whose estimate is taken
+        whatever the sample's class shares."""
         ...
 
 
@@ -143,6 +145,14 @@ class Algorithm:
         :func:`flegel.sync.fsp.sampled_calibration`).  FSP's default migration is async:
         a plain ``fspv`` job keeps the whole first pass; ``migration: {mode: off}`` (the
         ``fspv-off`` preset) takes the sample.  Default False.
+    sampled_first_pass : bool
+        Where ``sampled_first_step`` is taken, the next M-steps of the first pass may be too:
+        the algorithm's M-step stands on a stratified estimate of each shard
+        (:meth:`stratify`), so a step after a share of every shard is mini-batch EM's on that
+        sample, not incremental EM's pulled back toward θ⁽⁰⁾ by the points trained at it.
+        FSPV then runs the first pass as sampled iterations, each as large as the share
+        trained so far, up to half of every shard, where no worker was paused
+        (:data:`flegel.sync.fsp.SAMPLED_FIRST_PASS`; K-means).  Default False.
     cover_before_update : bool
         θ is a function of a *sum over every point's contribution*, and a point adds
         nothing to it before its first visit: incremental EM's statistics kept in θ (FSP
@@ -186,6 +196,7 @@ class Algorithm:
     full_batch_update: bool = False
     progress_per_update: bool = False
     sampled_first_step: bool = False
+    sampled_first_pass: bool = False
     cover_before_update: bool = False
     updates_theta_in_place: bool = True
     #: Set by :meth:`vote_to_halt` for the point being processed (a class default, so a

@@ -157,6 +157,11 @@ class ServerPort(Protocol):
         ...
 
     @property
+    def sampled_first_pass(self) -> bool:
+        """The first pass's later M-steps may be sampled too (``Algorithm.sampled_first_pass``)."""
+        ...
+
+    @property
     def sample_min_points(self) -> int:
         """Points every worker's sample must hold in FSPV's sampled calibration, 0 for no
         floor beyond the share's (``Algorithm.sample_min_points``)."""

@@ -152,11 +152,17 @@ def overlapping(n: int = 20_000, seed: int = 3, k: int = 8,
     return x, kmeans_theta0(x[rng.choice(n, k, replace=False)])
 
 
-def kmeans_theta0(centres: np.ndarray) -> Arrays:
-    """θ⁽⁰⁾ of :class:`flegel.algorithms.kmeans.KMeans` with the given centres."""
+def kmeans_theta0(centres: np.ndarray, stratum: bool = False) -> Arrays:
+    """θ⁽⁰⁾ of :class:`flegel.algorithms.kmeans.KMeans` with the given centres; ``stratum``:
+    with the stratified M-step's keys and the drift, as ``init_parameter`` makes it (the
+    estimate runs where every worker has its own instance, ``own_algorithms``)."""
     k, d = centres.shape
-    return {"centers": np.array(centres, dtype=np.float64), "sums": np.zeros((k, d)),
-            "counts": np.zeros(k)}
+    theta = {"centers": np.array(centres, dtype=np.float64), "sums": np.zeros((k, d)),
+             "counts": np.zeros(k)}
+    if stratum:
+        theta.update(stratum_sums=np.zeros((k, d)), stratum_counts=np.zeros(k),
+                     stratum_active=np.zeros(1), drift=np.zeros(1))
+    return theta
 
 
 # --------------------------------------------------------------------------- clock

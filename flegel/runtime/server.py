@@ -365,6 +365,12 @@ class Server:
         return bool(getattr(self.algorithm, "sampled_first_step", False))
 
     @property
+    def sampled_first_pass(self) -> bool:
+        """Whether the first pass's later M-steps may be sampled too
+        (:attr:`flegel.Algorithm.sampled_first_pass`)."""
+        return bool(getattr(self.algorithm, "sampled_first_pass", False))
+
+    @property
     def sample_min_points(self) -> int:
         """Points every worker's sample must hold in FSPV's sampled calibration, 0 for no
         floor beyond the share's (``Algorithm.sample_min_points``, K-means': 50 · K)."""

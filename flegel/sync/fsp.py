@@ -127,6 +127,21 @@ COURSE_MARGIN = 2.0
 #: The phase of an iteration at a kept θ, while some point has never been trained (an
 #: algorithm with ``cover_before_update``; see :class:`FSP`, "Coverage").
 COVER_PHASE = "coverage"
+#: The phase of FSPV's sampled first pass after the sampled calibration (an algorithm with
+#: ``sampled_first_pass``; see :class:`FSP`, "The sampled first pass").
+SAMPLED_PHASE = "sampled"
+#: The sampled first pass trains at most this share of every shard in sampled iterations,
+#: the calibration's included (:class:`FSP`, "The sampled first pass"): the stratum takes
+#: exact sums once an iteration trained half of its shard (``algorithms._stratum.COVERED``),
+#: so a larger step would be incremental EM's, pulled back toward θ⁰, not mini-batch EM's.
+SAMPLED_FIRST_PASS = 0.5
+#: ... while no worker's pass, predicted from its latest share, is beyond this many times
+#: the typical worker's (:meth:`FSP._whole_shares`).  Measured per point (the commits'
+#: compute time, slowest over median): without stragglers 1.0-13.4 over the first four
+#: iterations of 16 FSPV runs of Fig. 8's K-means at a load of 8-14 (two calibrations at
+#: 13.4, PASS_GRACE's 2 was passed in 17 of 64), Fig. 7's straggler (τ = 32 ms per 1,000
+#: points) 32 at its calibration.
+SAMPLED_PASS_WAIT = 16.0
 #: Coverage's first updates that are whole passes (every worker's pass at θ: Lloyd steps on
 #: all the data), the first included (:class:`FSP`, "Coverage").  Five: exact Lloyd steps
 #: from θ⁰ on the overlapping workload (``python bench/fsp_claims.py --only basin``) still
@@ -307,7 +322,8 @@ class FSPWorker(WorkerPolicy):
         super().begin(port, instructions, sent_lag_s)
         self._cover = instructions.cover
         if self.stratum is not None:  # blocks count from here, not the warm-up's (Stratum)
-            self.stratum.arm()
+            # a batch: the master's sampled share of every shard (FSP, Notes)
+            self.stratum.arm(sampled=instructions.batch > 0)
         if self.shard is not None:
             # Coverage: windows take the points never trained first (the master's notes).
             self.shard.unseen_first = self._cover > 0
@@ -581,6 +597,22 @@ class FSP(BarrierPolicy):
     sample's gradient step would not replace (a choice; docs/sync/fsp.md, "The sampled first
     step on K-means and NMF").
 
+    **The sampled first pass** (issue 19, Fig. 8; an algorithm that declares
+    ``sampled_first_pass``: K-means, whose stratum takes the M-step on the latest share
+    alone).  After the sampled calibration the first pass goes on in sampled iterations
+    (:data:`SAMPLED_PHASE`), each as large as the share trained so far -- an eighth, an
+    eighth, a quarter -- up to :data:`SAMPLED_FIRST_PASS` of every shard, then one whole
+    pass (:data:`WHOLE_PHASE`: every worker's untrained rest and its sampled points again,
+    a Lloyd step on all the data), then FSPV's iterations.  Each sampled step is mini-batch
+    K-means' on a stratified sample: without stragglers ``flegel paper``'s K-means reached
+    the target in 4 M-steps, as BSPV's Lloyd steps and FSPV's before, after 1.5 passes
+    instead of 3.125 (docs/sync/fsp.md, "FSPV's sampled first pass on K-means").  Only
+    where every worker trained its whole share and none is predicted
+    :data:`SAMPLED_PASS_WAIT` times slower than the typical worker (:meth:`_whole_shares`):
+    each step waits for every share, so a straggler paused at the calibration's bound or
+    predicted slow from its share (Fig. 7's τ = 32 ms) keeps FSPV's iterations from the
+    calibration on, as before; a milder one is waited for.
+
     **Coverage** (issue 19, item 3; a choice where the paper is silent).  Under incremental
     EM (Section 2.2, Eq. 3) a point adds its statistics to θ on its first visit (K-means'
     label is -1 before it), so an M-step taken while some points were never visited fits θ
@@ -720,6 +752,10 @@ class FSP(BarrierPolicy):
         #: calibration).
         self.share = 1.0
         self.sampled = sampled_calibration(options, server)
+        #: The sampled first pass (class notes): whether the algorithm allows it, and the
+        #: share of every shard its sampled iterations trained so far.
+        self.sampled_pass = self.sampled and bool(server.sampled_first_pass)
+        self.sampled_share = 0.0
         self.offsets = {r: 0.0 for r in server.ranks}
         self.signalled = False
         #: When the others are paused after a full pass (:meth:`_on_pass`), and who needs
@@ -818,15 +854,16 @@ class FSP(BarrierPolicy):
         # The calibration is a whole pass (a share of it, sampled) for every algorithm
         # (class notes); later ones
         # only for a full-batch algorithm without stragglers (_balanced).
-        self.whole = self.plan.phase in ("calibration", WHOLE_PHASE, COVER_PHASE)
+        self.whole = self.plan.phase in ("calibration", WHOLE_PHASE, COVER_PHASE, SAMPLED_PHASE)
         # Iterations at a kept θ are counted apart (coverage.kept_barriers), not as whole
         # passes of the full-batch algorithm.
-        self.whole_iterations += self.whole and self.plan.phase != COVER_PHASE
-        # The sampled calibration's share of every shard (1.0: a whole pass).
+        self.whole_iterations += self.plan.phase in ("calibration", WHOLE_PHASE)
+        # The sampled calibration's share of every shard (1.0: a whole pass); a step of the
+        # sampled first pass trains as much again as was trained so far (class notes).
         sizes = self.server.shard_sizes
-        self.share = (sample_share([sizes.get(r, 0) for r in srv.ranks],
-                                   srv.sample_min_points)
-                      if self.sampled and self.plan.phase == "calibration" else 1.0)
+        self.share = (sample_share([sizes.get(r, 0) for r in srv.ranks], srv.sample_min_points)
+                      if self.sampled and self.plan.phase == "calibration"
+                      else self.sampled_share if self.plan.phase == SAMPLED_PHASE else 1.0)
         self._start_estimate = srv.estimated_objective()
         covering = self.plan.phase == COVER_PHASE
         if covering:
@@ -1188,9 +1225,9 @@ class FSP(BarrierPolicy):
         # against 90 ms), so the typical worker's stands for it until the next barrier.
         # (Only where a share was sampled: a declaring algorithm's calibration on shards of
         # at most SAMPLE_MIN_POINTS is a whole pass, whose fastest worker's pass is a pass.)
-        # (share < 1 only in the calibration, set at its broadcast: the phase check is a
-        # guard, not a second condition.)
-        self._update_eta_max(commits, typical=self.share < 1.0 and self.plan.phase == "calibration")
+        # (share < 1 only in the sampled calibration and the sampled first pass's steps,
+        # set at their broadcast: the same holds for each of those shares.)
+        self._update_eta_max(commits, typical=self.share < 1.0)
         # A worker with nothing to train at a kept θ was not measured: it is not forgotten
         # (PassPredictor forgets a worker that committed nothing, paused before it ran).
         self.passes.observe({r: h for r, h in commits.items()
@@ -1216,7 +1253,15 @@ class FSP(BarrierPolicy):
             # A complete whole pass (nobody paused): it bounds the next ones (_whole_bound).
             # Not the calibration, whose pass may include warm-up and a straggler's start.
             self.whole_log = (self.whole_log + [self.eta_log[-1]])[-WHOLE_HISTORY:]
-        if self.kept:
+        if self._sampled_step(commits):
+            # The sampled first pass (class notes): another share of every shard.
+            self.sampled_share += self.share
+            self.plan = Plan(0.0, phase=SAMPLED_PHASE)
+        elif self.plan.phase == SAMPLED_PHASE and self._whole_shares(commits):
+            # ... and ends with a whole pass: every worker's untrained rest, and its sampled
+            # points again, at θ (a Lloyd step on all the data), as the calibration's pass.
+            self.plan = Plan(0.0, phase=WHOLE_PHASE)
+        elif self.kept:
             # Coverage: θ was kept, the next iteration trains the points never trained.
             self.plan = Plan(0.0, phase=COVER_PHASE)
         elif self.cover_steps_left > 0:
@@ -1232,13 +1277,34 @@ class FSP(BarrierPolicy):
             # Whole passes (WHOLE_PHASE); a mark left by rolled-back probes is dropped.
             self.plan = Plan(0.0, drop_mark=self.plan.phase in ("probe1", "probe2"),
                              phase=WHOLE_PHASE)
-        elif self.plan.phase in ("calibration", WHOLE_PHASE, COVER_PHASE):
+        elif self.plan.phase in ("calibration", WHOLE_PHASE, COVER_PHASE, SAMPLED_PHASE):
             # The adjustor (re)starts from this iteration's measurements.
             eta0 = (self.options["eta_ms"] / 1e3 if self.options["eta_ms"] is not None
                     else self._first_interval(commits, obs))
             self.plan = self.adjustor.start(eta0, self.eta_max_s)
         else:
             self.plan = self.adjustor.observe(obs)
+
+    def _sampled_step(self, commits: dict[int, dict[str, float]]) -> bool:
+        """Whether the next iteration is a step of the sampled first pass (class notes):
+        after the sampled calibration or such a step, where every worker trained its whole
+        share (none paused at the bound: no straggler), and the next share -- as much as
+        trained so far -- keeps the total within :data:`SAMPLED_FIRST_PASS`."""
+        if not self.sampled_pass or self.plan.phase not in ("calibration", SAMPLED_PHASE):
+            return False
+        return (self._whole_shares(commits)
+                and 2.0 * (self.sampled_share + self.share) <= SAMPLED_FIRST_PASS + 1e-9)
+
+    def _whole_shares(self, commits: dict[int, dict[str, float]]) -> bool:
+        """Whether every worker trained its whole sampled share this iteration (none paused
+        at the bound) and none is predicted slow -- a pass beyond :data:`SAMPLED_PASS_WAIT`
+        times the typical worker's, on this commit alone: each sampled step waits for every
+        share, and Fig. 7's straggler (τ = 32 ms per 1,000 points) trained its share within
+        the calibration's bound in 3 of 5 runs of ``python bench/basin_runs.py`` on a loaded
+        host, where a sampled step then waited for its eighth again (about 110 ms)."""
+        return (self.share < 1.0
+                and all(int(h["reason"]) == Reason.BATCH for h in commits.values())
+                and not self.passes.stragglers(SAMPLED_PASS_WAIT, 1))
 
     def _first_interval(self, commits: dict[int, dict[str, float]], obs: Observation) -> float:
         """η⁰ after the calibration iteration.
