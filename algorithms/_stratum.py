@@ -146,6 +146,9 @@ class Stratum(AttributeState):
         The key of the statistics that holds per-class counts, for the skew test
         (:meth:`screen`, :data:`SKEW`); None: no skew test (every skewed-or-not shard is
         stratified while the other rules allow).
+    shard : int or None
+        The worker's index (rank - 1): where the master holds a sample of this shard
+        (:attr:`resampled`), the index of that sample.
 
     Notes
     -----
@@ -159,9 +162,15 @@ class Stratum(AttributeState):
     #: Not checkpointed: a resumed worker arms it at its first iteration (class notes).
     NOT_STATE: ClassVar[tuple[str, ...]] = ("armed",)
 
-    def __init__(self, n_points: int, shares: str | None = None) -> None:
+    def __init__(self, n_points: int, shares: str | None = None,
+                 shard: int | None = None) -> None:
         self.n = n_points
         self.shares = shares  # the key of per-class counts (the skew test), or None
+        self.shard = shard  # the worker's index: the master's sample of this shard
+        #: The master re-estimates this shard from its sample at every M-step: the
+        #: correction takes the exact sums out (−E) instead of adding n/m · F − E (module
+        #: notes, "The master's sample"); set by the algorithm from θ's layout.
+        self.resampled = False
         self.reference: np.ndarray | None = None  # θ's estimate of those counts, all data
         self.exact: dict[str, np.ndarray] = {}  # E: the sum of every delta sent
         self.emitted: dict[str, np.ndarray] = {}  # the correction sent so far (all pieces)
@@ -355,5 +364,7 @@ class Stratum(AttributeState):
         fresh, sampled, _ = self.sample()
         if not self.stratified(sampled) or not self.skewed(fresh, sampled):
             return zeros, False
+        if self.resampled:  # the master's sample at the current θ stands for the shard
+            return {k: -self.exact[k] for k in self.exact}, True
         scale = self.n / sampled
         return {k: scale * fresh[k] - self.exact[k] for k in self.exact}, True

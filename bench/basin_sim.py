@@ -54,9 +54,9 @@ WORKERS = 4
 #: Rows sampled for θ⁰ (``runtime.sample_size``'s default), split over the workers as
 #: ``flegel.run`` does.
 SAMPLE = 10_000
-ESTIMATORS = ("bsp", "exact", "stratified", "hybrid", "stratum")
+ESTIMATORS = ("bsp", "exact", "stratified", "hybrid", "stratum", "sample")
 #: Barriers after which the gap is printed.
-SHOW = (1, 2, 5, 10, 20, 30, 60, 100, 200)
+SHOW = (1, 2, 5, 10, 20, 30, 60, 100, 150, 200, 250, 300)
 
 
 @dataclass
@@ -137,9 +137,19 @@ def overlap_workload(folder: Path, n: int = 100_000) -> Workload:
     return Workload("overlap", x, shards, c0, lloyd(x, c0)[1], 1e-3)
 
 
+def replayed(path: Path) -> list[list[int]]:
+    """Each barrier's points per worker (rank order) from a run's ``events.jsonl``."""
+    import json
+
+    with open(path) as f:
+        return [json.loads(line)["workers"]["points"] for line in f if line.strip()]
+
+
 def simulate(w: Workload, estimator: str, slow: float, slow0: float, first: float,
-             barriers: int, seed: int, settle: float) -> list[float]:
-    """The exact objective after each barrier of the schedule (module notes)."""
+             barriers: int, seed: int, settle: float,
+             schedule: list[list[int]] | None = None) -> list[float]:
+    """The exact objective after each barrier of the schedule (module notes); ``schedule``:
+    each barrier's points per worker instead (:func:`replayed`)."""
     k = len(w.theta0)
     rng = np.random.default_rng(seed)
     orders = [rng.permutation(len(s)) for s in w.shards]
@@ -155,6 +165,8 @@ def simulate(w: Workload, estimator: str, slow: float, slow0: float, first: floa
         for st in strata:
             st.arm()  # no warm-up here: every block counts (Stratum's notes)
     correction = [np.zeros_like(w.theta0), np.zeros(k)]  # θ's stratum_sums, stratum_counts
+    seen = [0] * WORKERS  # points trained per shard (the first pass's end)
+    samples = [sample_shard(s, None, SAMPLE // WORKERS, r)[0] for r, s in enumerate(w.shards)]
     c = w.theta0.copy()
     out = []
     for b in range(barriers):
@@ -163,11 +175,34 @@ def simulate(w: Workload, estimator: str, slow: float, slow0: float, first: floa
             n = len(x)
             if estimator == "bsp":
                 share = 1.0
+            elif schedule is not None:
+                share = schedule[b][i] / n
             elif i == 0:
                 share = slow0 if b == 0 else slow
             else:
                 share = first if b == 0 else 1.0
-            m = max(1, min(n, round(share * n)))
+            m = max(0 if schedule is not None and estimator != "bsp" else 1,
+                    min(n, round(share * n)))
+            seen[i] += m
+            if estimator == "sample" and seen[i] < n:
+                if m:
+                    idx = order[np.arange(pos[i], pos[i] + m) % n]
+                    pos[i] = (pos[i] + m) % n
+                    new = assign(x[idx], sq[idx], c)[0]
+                    ds, dn = stats(x[idx], new, k)
+                    os_, on = stats(x[idx], labels[i][idx], k)
+                    exact[i] = (exact[i][0] + ds - os_, exact[i][1] + dn - on)
+                    labels[i][idx] = new
+                xs = samples[i]
+                lab = assign(xs, np.einsum("ij,ij->i", xs, xs), c)[0]
+                fs, fc = stats(xs, lab, k)
+                s_tot += fs * (n / len(xs))
+                n_tot += fc * (n / len(xs))
+                continue
+            if m == 0:
+                s_tot += exact[i][0]
+                n_tot += exact[i][1]
+                continue
             idx = order[np.arange(pos[i], pos[i] + m) % n]
             pos[i] = (pos[i] + m) % n
             new, _ = assign(x[idx], sq[idx], c)
@@ -219,10 +254,14 @@ def report(w: Workload, args: argparse.Namespace) -> None:
           f" of its shard a barrier ({args.slow0:g} at the first), fast first {args.first:g}")
     print(f"  {'estimator':10s} {'seed':>4s} " + " ".join(f"{b:>7d}" for b in shows)
           + "   target at barrier (BSP steps' time)")
+    schedule = replayed(args.replay) if args.replay is not None else None
+    if schedule is not None:
+        args.barriers = min(args.barriers, len(schedule))
+        shows = [b for b in SHOW if b < args.barriers] + [args.barriers]
     for est in args.estimators.split(","):
         for seed in (int(s) for s in args.seed.split(",")):
             f = simulate(w, est, args.slow, args.slow0, args.first, args.barriers, seed,
-                         args.settle)
+                         args.settle, schedule)
             gaps = " ".join(f"{100 * (f[b - 1] / w.converged - 1):+6.2f}%" for b in shows)
             hit = next((i + 1 for i, v in enumerate(f) if v <= target), None)
             when = ("never" if hit is None else
@@ -246,6 +285,8 @@ def main() -> None:
     ap.add_argument("--seed", default="1", help="shuffles (comma-separated)")
     ap.add_argument("--settle", type=float, default=1e-3,
                     help="hybrid: exact sums once at most this share of fresh labels moved")
+    ap.add_argument("--replay", type=Path, default=None,
+                    help="a run's events.jsonl: its barriers' points per worker (rank order)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.workloads.split(","):
