@@ -686,7 +686,10 @@ class KMeans(DeviceKernels, Algorithm):
         old = labels.copy() if stratum.wants_sample(t) else None
         agg = self._update_block(block, theta, t)
         fresh, moved, first = None, 0, 0
-        reference = theta["counts"] + theta["stratum_counts"]
+        # the skew test's all-data class counts: θ's estimate -- the exact counts where the
+        # corrections are −E (resampled: the master's samples stand for those shards, and all
+        # strata on sum to zero counts), the exact counts plus the corrections otherwise
+        reference = theta["counts"] if resampled else theta["counts"] + theta["stratum_counts"]
         if old is not None:
             # counts first: the skew test reads class shares only, and a shuffled shard's
             # stratum switches off there without a sum taken (Stratum.screen)

@@ -537,3 +537,22 @@ def test_a_sleeping_straggler_leaves_no_stale_estimate(resampled):
     gap = f(theta["centers"]) / f(c) - 1.0
     assert "stratum_shards" in theta if resampled else "stratum_shards" not in theta
     assert gap < 0.002 if resampled else gap > 0.01
+
+
+def test_a_resampled_shuffled_shard_still_switches_off():
+    """With the master's samples every stratum on sends −E, so θ's counts plus corrections
+    sum to nothing; the skew test compares the window with θ's exact counts then, and a
+    shuffled shard (its window's shares those of all the data) still switches off."""
+    rng = np.random.default_rng(12)
+    means = np.array([[0.0, 0.0], [20.0, 0.0], [0.0, 20.0]])
+    x = means[rng.permutation(np.arange(300) % K)] + rng.normal(size=(300, D))
+    theta = _theta(K, D, means.copy())
+    theta["counts"] = np.full(K, 1_000.0)
+    theta["stratum_counts"] = -theta["counts"]  # every stratum on: −E each
+    theta["stratum_shards"] = np.full(2, 3_000.0)
+    alg = KMeans(n_clusters=K, n_init=1, kernel="array")
+    s = alg.stratify(3_000, shard=0)
+    assert s is not None
+    s.arm()
+    alg.update_block(Block.from_arrays(x[:150], None, alg.init_state(150, D)), theta, 2)
+    assert s.resampled and s.off
