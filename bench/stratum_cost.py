@@ -4,9 +4,9 @@ blocks of 1,000, θ version up every ``--per`` blocks, θ's counts even) passed 
 ``KMeans.update_block`` without the stratum (FSP with migration, BSP), with it on a shuffled
 shard (Fig. 8's workers) and on a sorted one (Figs. 7, 9a, 9b, 15's contiguous shards), there
 with the estimate n/m · F and with the master's sample (θ's ``stratum_shards``: the worker
-sends −E and counts its window, no sums); the median of ``--repeat`` passes each, and the
-stratum's extra over the plain pass.  Then the master's side: one M-step with one shard's
-2,500-row sample re-labelled (``KMeans._resampled``) and without.
+sends −E and counts its window, no sums); the median of ``--repeat`` passes each (the rows
+taken in turn), and the stratum's extra over the plain pass.  Then the master's side: one
+M-step with one shard's 2,500-row sample re-labelled (``KMeans._resampled``) and without.
 
 The code timed is the ``flegel`` that ``python`` imports, so the same command compares two
 checkouts.  Usage::
@@ -70,13 +70,15 @@ def main() -> None:
             "shuffled shard": (shuffled_x, True, False),
             "sorted shard, n/m·F": (sorted_x, True, False),
             "sorted, master's": (sorted_x, True, True)}
-    times = {}
     if not hasattr(KMeans, "_resampled"):  # a checkout before the master's sample
         rows.pop("sorted, master's")
-    for name, (x, on, rs) in rows.items():
+    for x, on, rs in rows.values():
         one_pass(x, centers, on, args.per, args.kernel, rs)  # warm
-        times[name] = float(np.median([one_pass(x, centers, on, args.per, args.kernel, rs)
-                                       for _ in range(args.repeat)]))
+    runs: dict[str, list[float]] = {name: [] for name in rows}
+    for _ in range(args.repeat):  # the rows in turn: a loaded host's swings hit them alike
+        for name, (x, on, rs) in rows.items():
+            runs[name].append(one_pass(x, centers, on, args.per, args.kernel, rs))
+    times = {name: float(np.median(ts)) for name, ts in runs.items()}
     base = times["plain (no stratum)"]
     print(f"first pass of {N:,} x {D} in blocks of {M:,}, K = {K}, kernel {args.kernel}, "
           f"median of {args.repeat}")
