@@ -40,10 +40,11 @@ weight n goes to θ's ``stratum_shards``: at every M-step the master labels that
 at the current θ and adds n / rows times its sums (``KMeans._resampled``) -- Lloyd's step
 with the shard stood for by a uniform sample that is never stale, asleep or not.  The same
 rules say when it is on (below); the worker's window needs its class counts only (the skew
-test, :data:`MIN_POINTS`), no sums.  A fixed sample's own error stays until the first pass
-ends: +0.036-0.038 % above the converged objective on ``flegel paper``'s K-means (target
-+0.1 %), then exact sums.  Without the samples (a θ made elsewhere) the n/m · F estimate
-below is taken.
+test, :data:`MIN_POINTS`), no sums, and the skew test's reference is θ's exact counts (with
+every stratum on sending −E, counts plus corrections sum to nothing).  A fixed sample's own
+error stays until the first pass ends: +0.036-0.038 % above the converged objective on
+``flegel paper``'s K-means (target +0.1 %), then exact sums.  Without the samples (a θ made
+elsewhere) the n/m · F estimate above is taken.
 
 Exact sums (a correction of 0) where they are already right (choices, written here):
 
