@@ -22,6 +22,9 @@ barrier, at the current θ, with fresh sums F_i):
   blocks of 1,000 points): the stratified estimate pooled over the latest windows, only
   during a shard's first pass -- less the skew test (no ``shares``: every shard here is one
   of sorted data, where FSP's skew test keeps the estimate on anyway);
+* ``sample``: the master's sample (FSP's estimate where ``flegel.run`` gave the master each
+  worker's share of θ⁰'s sample): while a shard's first pass runs, its 2,500-row seeded sample
+  labelled at the current θ, scaled by n_i / 2,500 (``KMeans._resampled``), exact sums after;
 * ``bsp``: BSPV's path, every shard whole at every barrier (Lloyd's algorithm; the time of
   one of its steps is a slow pass, ``1 / --slow`` of FSPV's barriers).
 
@@ -30,10 +33,14 @@ Printed per workload and estimator: the exact objective's gap above BSPB's conve
 equivalent: barriers · ``--slow``) at which it first reaches the paper's target (the
 workload's slack, 1e-3 for K-means).  Workloads: ``paper`` (``flegel paper``'s K-means at the
 quick scale, θ⁰ as the real run's: ``init: random`` on the workers' seeded samples) and
-``overlap`` (``bench/fsp_claims.py``'s overlapping workload, its shared random θ⁰).  Usage::
+``overlap`` (``bench/fsp_claims.py``'s overlapping workload, its shared random θ⁰).
+``--replay RUN/events.jsonl`` takes a real run's schedule instead (each barrier's points per
+worker, rank order: an injected straggler's sleeps commit no point for tens of barriers).
+Usage::
 
     python bench/basin_sim.py [--workloads paper,overlap] [--slow 0.0333] [--slow0 0.01]
         [--first 0.125] [--barriers 200] [--seed 1[,2,...]] [--settle 0.001]
+        [--replay RUN/events.jsonl]
 """
 
 from __future__ import annotations
