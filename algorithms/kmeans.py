@@ -704,7 +704,7 @@ class KMeans(DeviceKernels, Algorithm):
                                 fresh, moved, first, reference)
         agg["stratum_sums"], agg["stratum_counts"] = piece["sums"], piece["counts"]
         agg["stratum_active"] = piece["active"]
-        if resampled:  # this shard's weight in the master's estimate: n / its sample, or 0
+        if resampled:  # this shard's weight: n while on (the master scales its sample by n / rows)
             agg["stratum_shards"][stratum.shard] = piece["active"][0] * stratum.n
         return agg
 
