@@ -23,6 +23,29 @@ estimate in θ, and a kept barrier's carried aggregate adds up like any other.  
 small to stand for the shard (:data:`MIN_POINTS`) pools the latest earlier windows' samples
 against the current E (:data:`POOL`).
 
+**The master's sample** (the estimate shipped where the master holds it).  n/m · F stands
+for the shard at the θ version of the worker's LAST window, and an injected straggler sleeps
+τ every 1,000 points: at τ = 128 ms under FSPV (intervals of ~6 ms) or τ = 32 ms under FSPB
+(~3 ms) it commits no point for 10-40 barriers at a time, the first right after the
+calibration's 2,000-3,000 points at θ⁰, so its estimate froze at an old θ while the fast
+workers passed their shards 10-40 times around it -- the frozen block again, one window
+later: ``python bench/basin_runs.py --tau 128 --seconds 4`` ended +8.1 / +0.57 / +8.2 / +0.48
+/ −2.1 % (1 of 5 within the target; +0.48 / +0.57 % its windows' noise) and ``--sync
+fspb-off`` 3 of 5 (+7.6 %), and ``bench/basin_sim.py --replay`` of one such run's schedule
+reproduces it offline (+7.5 % FSPB, the ``stratum`` row).  So where ``flegel.run`` gave the
+master each worker's share of the initialization sample (``DataInfo.sample_sizes``; 2,500
+rows of a 27,500-point shard in ``flegel paper``'s K-means) and FSP names the worker's index
+(``stratify``'s ``shard``), the worker's correction is −E (:attr:`Stratum.resampled`) and its
+weight n goes to θ's ``stratum_shards``: at every M-step the master labels that shard's sample
+at the current θ and adds n / rows times its sums (``KMeans._resampled``) -- Lloyd's step
+with the shard stood for by a uniform sample that is never stale, asleep or not.  The same
+rules say when it is on (below); the worker's window needs its class counts only (the skew
+test, :data:`MIN_POINTS`), no sums, and the skew test's reference is θ's exact counts (with
+every stratum on sending −E, counts plus corrections sum to nothing).  A fixed sample's own
+error stays until the first pass ends: +0.036-0.038 % above the converged objective on
+``flegel paper``'s K-means (target +0.1 %), then exact sums.  Without the samples (a θ made
+elsewhere) the n/m · F estimate above is taken.
+
 Exact sums (a correction of 0) where they are already right (choices, written here):
 
 * once the shard's first pass is done (every point trained once: the stale labels are at most
@@ -146,6 +169,9 @@ class Stratum(AttributeState):
         The key of the statistics that holds per-class counts, for the skew test
         (:meth:`screen`, :data:`SKEW`); None: no skew test (every skewed-or-not shard is
         stratified while the other rules allow).
+    shard : int or None
+        The worker's index (rank - 1): where the master holds a sample of this shard
+        (:attr:`resampled`), the index of that sample.
 
     Notes
     -----
@@ -159,9 +185,15 @@ class Stratum(AttributeState):
     #: Not checkpointed: a resumed worker arms it at its first iteration (class notes).
     NOT_STATE: ClassVar[tuple[str, ...]] = ("armed", "uniform")
 
-    def __init__(self, n_points: int, shares: str | None = None) -> None:
+    def __init__(self, n_points: int, shares: str | None = None,
+                 shard: int | None = None) -> None:
         self.n = n_points
         self.shares = shares  # the key of per-class counts (the skew test), or None
+        self.shard = shard  # the worker's index: the master's sample of this shard
+        #: The master re-estimates this shard from its sample at every M-step: the
+        #: correction takes the exact sums out (−E) instead of adding n/m · F − E (module
+        #: notes, "The master's sample"); set by the algorithm from θ's layout.
+        self.resampled = False
         self.reference: np.ndarray | None = None  # θ's estimate of those counts, all data
         self.exact: dict[str, np.ndarray] = {}  # E: the sum of every delta sent
         self.emitted: dict[str, np.ndarray] = {}  # the correction sent so far (all pieces)
@@ -363,6 +395,8 @@ class Stratum(AttributeState):
         fresh, sampled, _ = self.sample()
         if not self.stratified(sampled) or not (self.uniform or self.skewed(fresh, sampled)):
             return zeros, False
+        if self.resampled:  # the master's sample at the current θ stands for the shard
+            return {k: -self.exact[k] for k in self.exact}, True
         scale = self.n / sampled
         return {k: scale * fresh[k] - self.exact[k] for k in self.exact}, True
 

@@ -522,8 +522,11 @@ class KMeans(DeviceKernels, Algorithm):
         self._bounds = hamerly.BoundSwitch()
         self._stratum: Stratum | None = None
         self._shared = False  # stratify was called by several workers (stratify's notes)
+        #: The master's sample of each shard (init_parameter): the stratified M-step
+        #: re-labels it at θ (_resampled).
+        self._samples: list[np.ndarray] | None = None
 
-    def stratify(self, n_points: int) -> Stratum | None:
+    def stratify(self, n_points: int, shard: int | None = None) -> Stratum | None:
         """Take the M-step on a stratified estimate of this worker's shard (``n_points``)
         instead of its stale exact sums while its fresh labels still move
         (:mod:`algorithms._stratum`): FSP calls it on every worker without data migration
@@ -531,13 +534,19 @@ class KMeans(DeviceKernels, Algorithm):
         travels in the aggregate and θ (``stratum_sums``, ``stratum_counts``).  Returns the
         stratum, which FSP's worker policy checkpoints.
 
+        Where the master holds each worker's share of the initialization sample (θ's
+        ``stratum_shards``, from ``DataInfo.sample_sizes``) and FSP names the worker's
+        ``shard`` (its index, rank - 1), the estimate is that sample re-labelled at θ at every
+        M-step (:meth:`_resampled`): a straggler asleep for many barriers leaves no stale
+        estimate behind (algorithms._stratum, "The master's sample").
+
         One instance per worker (a worker process): an instance that several workers share
         in one process (an in-process simulation) cannot tell their blocks apart, so the
         second call switches the estimate off for all of them (None)."""
         if self._stratum is not None or self._shared:
             self._stratum, self._shared = None, True
             return None
-        self._stratum = Stratum(n_points, shares="counts")
+        self._stratum = Stratum(n_points, shares="counts", shard=shard)
         return self._stratum
 
     def validate(self, base_dir: Path) -> None:
@@ -585,9 +594,16 @@ class KMeans(DeviceKernels, Algorithm):
                                    f"kmeans with n_clusters={k} on {d} features")
         else:
             centers = self._best_seeding(np.asarray(info.sample, dtype=np.float64), info.seed)
-        return {"centers": centers, "sums": np.zeros((k, d)), "counts": np.zeros(k),
-                "stratum_sums": np.zeros((k, d)), "stratum_counts": np.zeros(k),
-                "stratum_active": np.zeros(1), "drift": np.zeros(1)}
+        theta = {"centers": centers, "sums": np.zeros((k, d)), "counts": np.zeros(k),
+                 "stratum_sums": np.zeros((k, d)), "stratum_counts": np.zeros(k),
+                 "stratum_active": np.zeros(1), "drift": np.zeros(1)}
+        sizes = tuple(info.sample_sizes)
+        if len(sizes) == info.n_workers and all(n > 0 for n in sizes):
+            # each worker's share of the sample: the stratified M-step's estimate of its shard
+            sample = np.asarray(info.sample, dtype=np.float64)
+            self._samples = np.split(sample, np.cumsum(sizes)[:-1])
+            theta["stratum_shards"] = np.zeros(info.n_workers)
+        return theta
 
     def _seeding(self, sample: np.ndarray, seed: int) -> np.ndarray:
         """One seeding of ``init`` on the sample."""
@@ -642,6 +658,8 @@ class KMeans(DeviceKernels, Algorithm):
             agg["stratum_sums"] = np.zeros_like(theta["sums"])
             agg["stratum_counts"] = np.zeros_like(theta["counts"])
             agg["stratum_active"] = np.zeros(1)
+            if "stratum_shards" in theta:
+                agg["stratum_shards"] = np.zeros_like(theta["stratum_shards"])
         return agg
 
     def update_data_point(self, point: np.ndarray, state: PointState,
@@ -671,23 +689,32 @@ class KMeans(DeviceKernels, Algorithm):
             # for good, nothing to sample or send (the zero aggregator's stratum keys)
             return self._update_block(block, theta, t)
         labels = block.state["label"]
+        # the master's sample stands for the shard: the sample needs its class counts only
+        # (the skew test and the windows' size), no sums (Stratum.resampled)
+        resampled = stratum.resampled = stratum.shard is not None and "stratum_shards" in theta
         old = labels.copy() if stratum.wants_sample(t) else None
         agg = self._update_block(block, theta, t)
         fresh, moved, first = None, 0, 0
-        reference = theta["counts"] + theta["stratum_counts"]
+        # the skew test's all-data class counts: θ's estimate -- the exact counts where the
+        # corrections are −E (resampled: the master's samples stand for those shards, and all
+        # strata on sum to zero counts), the exact counts plus the corrections otherwise
+        reference = theta["counts"] if resampled else theta["counts"] + theta["stratum_counts"]
         if old is not None:
             # counts first: the skew test reads class shares only, and a shuffled shard's
             # stratum switches off there without a sum taken (Stratum.screen)
             counts = np.bincount(labels, minlength=self.n_clusters).astype(np.float64)
             if stratum.screen(t, counts, len(labels), reference):
-                fresh = {"sums": class_sums(to_host(block.x), labels, self.n_clusters),
-                         "counts": counts}
+                fresh = {"counts": counts} if resampled else {
+                    "sums": class_sums(to_host(block.x), labels, self.n_clusters),
+                    "counts": counts}
             moved = int(np.count_nonzero(old != labels))
             first = int(np.count_nonzero(old < 0))
         piece = stratum.observe(t, len(labels), {"sums": agg["sums"], "counts": agg["counts"]},
                                 fresh, moved, first, reference)
         agg["stratum_sums"], agg["stratum_counts"] = piece["sums"], piece["counts"]
         agg["stratum_active"] = piece["active"]
+        if resampled:  # this shard's weight: n while on (the master scales its sample by n / rows)
+            agg["stratum_shards"][stratum.shard] = piece["active"][0] * stratum.n
         return agg
 
     def _update_block(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
@@ -747,15 +774,43 @@ class KMeans(DeviceKernels, Algorithm):
                 new["stratum_sums"] = theta["stratum_sums"] + agg["stratum_sums"]
                 new["stratum_counts"] = theta["stratum_counts"] + agg["stratum_counts"]
             est_sums, est_counts = sums + new["stratum_sums"], counts + new["stratum_counts"]
+            if "stratum_shards" in theta:
+                new["stratum_shards"] = (theta["stratum_shards"] + agg["stratum_shards"]
+                                         if new["stratum_active"][0] else
+                                         np.zeros_like(theta["stratum_shards"]))
+                s_est, c_est = self._resampled(theta["centers"], new["stratum_shards"])
+                est_sums, est_counts = est_sums + s_est, est_counts + c_est
         else:
             # a θ made by hand with some of the keys: kept as they are (the server checks
             # that θ keeps its layout), unused
-            new.update({k: theta[k] for k in _STRATUM_KEYS if k in theta})
+            new.update({k: theta[k] for k in (*_STRATUM_KEYS, "stratum_shards") if k in theta})
         nonempty = est_counts > 0.5
         centers[nonempty] = est_sums[nonempty] / est_counts[nonempty, None]
         if "drift" in theta:
             new["drift"] = theta["drift"] + hamerly.centre_move(theta["centers"], centers)
         return new
+
+    def _resampled(self, centers: np.ndarray,
+                   weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The master's estimate of the shards whose stratum is on (``weights``: n_i, 0 where
+        off): each one's sample labelled at ``centers`` -- Lloyd's E-step on it -- scaled by
+        n_i / its rows (Horvitz-Thompson, algorithms._stratum's "The master's sample")."""
+        k, d = centers.shape
+        sums, counts = np.zeros((k, d)), np.zeros(k)
+        on = np.flatnonzero(weights > 0.5)
+        if not len(on):
+            return sums, counts
+        if self._samples is None:
+            raise RuntimeError("kmeans: θ's stratum_shards are on but this instance holds no "
+                               "samples of the shards (init_parameter with "
+                               "DataInfo.sample_sizes makes them)")
+        for i in on:
+            x = self._samples[i]
+            labels = nearest(centers, x)[0]
+            scale = float(weights[i]) / len(x)
+            sums += scale * class_sums(x, labels, k)
+            counts += scale * np.bincount(labels, minlength=k)
+        return sums, counts
 
     def evaluate(self, theta: dict[str, np.ndarray], block: Block) -> float:
         return float(nearest(theta["centers"], block.x)[1].sum())

@@ -57,7 +57,9 @@ def measure(args: argparse.Namespace, root: Path) -> None:
     for i in range(args.runs):
         s = run_one(job, root / f"run{i}", [f"sync.model={args.sync}",
                                             f"stragglers={json.dumps(slow)}",
-                                            f"stop.max_time_s={args.seconds}"], None)
+                                            f"stop.max_time_s={args.seconds}",
+                                            # every θ snapshot evaluated: time to target
+                                            "output.trace_budget=100"], None)
         gap = s["final_objective"] / converged - 1.0
         hit = next((t for t, f in s.get("objective_trace") or [] if f <= target), None)
         good += gap <= w.slack

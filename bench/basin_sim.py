@@ -22,6 +22,9 @@ barrier, at the current θ, with fresh sums F_i):
   blocks of 1,000 points): the stratified estimate pooled over the latest windows, only
   during a shard's first pass -- less the skew test (no ``shares``: every shard here is one
   of sorted data, where FSP's skew test keeps the estimate on anyway);
+* ``sample``: the master's sample (FSP's estimate where ``flegel.run`` gave the master each
+  worker's share of θ⁰'s sample): while a shard's first pass runs, its 2,500-row seeded sample
+  labelled at the current θ, scaled by n_i / 2,500 (``KMeans._resampled``), exact sums after;
 * ``bsp``: BSPV's path, every shard whole at every barrier (Lloyd's algorithm; the time of
   one of its steps is a slow pass, ``1 / --slow`` of FSPV's barriers).
 
@@ -35,11 +38,15 @@ Printed per workload and estimator: the exact objective's gap above BSPB's conve
 equivalent: barriers · ``--slow``) at which it first reaches the paper's target (the
 workload's slack, 1e-3 for K-means).  Workloads: ``paper`` (``flegel paper``'s K-means at the
 quick scale, θ⁰ as the real run's: ``init: random`` on the workers' seeded samples) and
-``overlap`` (``bench/fsp_claims.py``'s overlapping workload, its shared random θ⁰).  Usage::
+``overlap`` (``bench/fsp_claims.py``'s overlapping workload, its shared random θ⁰).
+``--replay RUN/events.jsonl`` takes a real run's schedule instead (each barrier's points per
+worker, rank order: an injected straggler's sleeps commit no point for tens of barriers).
+Usage::
 
     python bench/basin_sim.py [--workloads paper,overlap] [--slow 0.0333] [--slow0 0.01]
         [--first 0.125] [--barriers 200] [--seed 1[,2,...]] [--settle 0.001]
         [--partition contiguous|strided] [--shares 0.125,0.125,0.25]
+        [--replay RUN/events.jsonl]
 """
 
 from __future__ import annotations
@@ -60,9 +67,9 @@ WORKERS = 4
 #: Rows sampled for θ⁰ (``runtime.sample_size``'s default), split over the workers as
 #: ``flegel.run`` does.
 SAMPLE = 10_000
-ESTIMATORS = ("bsp", "exact", "stratified", "hybrid", "stratum")
+ESTIMATORS = ("bsp", "exact", "stratified", "hybrid", "stratum", "sample")
 #: Barriers after which the gap is printed.
-SHOW = (1, 2, 5, 10, 20, 30, 60, 100, 200)
+SHOW = (1, 2, 5, 10, 20, 30, 60, 100, 150, 200, 250, 300)
 
 
 @dataclass
@@ -143,11 +150,21 @@ def overlap_workload(folder: Path, n: int = 100_000, partition: str = "contiguou
     return Workload("overlap", x, shards, c0, lloyd(x, c0)[1], 1e-3)
 
 
+def replayed(path: Path) -> list[list[int]]:
+    """Each barrier's points per worker (rank order) from a run's ``events.jsonl``."""
+    import json
+
+    with open(path) as f:
+        return [json.loads(line)["workers"]["points"] for line in f if line.strip()]
+
+
 def simulate(w: Workload, estimator: str, slow: float, slow0: float, first: float,
              barriers: int, seed: int, settle: float,
-             shares: tuple[float, ...] = ()) -> list[float]:
+             shares: tuple[float, ...] = (),
+             schedule: list[list[int]] | None = None) -> list[float]:
     """The exact objective after each barrier of the schedule (module notes); ``shares``:
-    every worker's share of its shard at the first barriers (the sampled first pass)."""
+    every worker's share of its shard at the first barriers (the sampled first pass);
+    ``schedule``: each barrier's points per worker instead (:func:`replayed`)."""
     k = len(w.theta0)
     rng = np.random.default_rng(seed)
     orders = [rng.permutation(len(s)) for s in w.shards]
@@ -163,6 +180,8 @@ def simulate(w: Workload, estimator: str, slow: float, slow0: float, first: floa
         for st in strata:
             st.arm()  # no warm-up here: every block counts (Stratum's notes)
     correction = [np.zeros_like(w.theta0), np.zeros(k)]  # θ's stratum_sums, stratum_counts
+    seen = [0] * WORKERS  # points trained per shard (the first pass's end)
+    samples = [sample_shard(s, None, SAMPLE // WORKERS, r)[0] for r, s in enumerate(w.shards)]
     c = w.theta0.copy()
     out = []
     for b in range(barriers):
@@ -171,13 +190,36 @@ def simulate(w: Workload, estimator: str, slow: float, slow0: float, first: floa
             n = len(x)
             if estimator == "bsp":
                 share = 1.0
+            elif schedule is not None:
+                share = schedule[b][i] / n
             elif b < len(shares):
                 share = shares[b]
             elif i == 0:
                 share = slow0 if b == 0 else slow
             else:
                 share = first if b == 0 else 1.0
-            m = max(1, min(n, round(share * n)))
+            m = max(0 if schedule is not None and estimator != "bsp" else 1,
+                    min(n, round(share * n)))
+            seen[i] += m
+            if estimator == "sample" and seen[i] < n:
+                if m:
+                    idx = order[np.arange(pos[i], pos[i] + m) % n]
+                    pos[i] = (pos[i] + m) % n
+                    new = assign(x[idx], sq[idx], c)[0]
+                    ds, dn = stats(x[idx], new, k)
+                    os_, on = stats(x[idx], labels[i][idx], k)
+                    exact[i] = (exact[i][0] + ds - os_, exact[i][1] + dn - on)
+                    labels[i][idx] = new
+                xs = samples[i]
+                lab = assign(xs, np.einsum("ij,ij->i", xs, xs), c)[0]
+                fs, fc = stats(xs, lab, k)
+                s_tot += fs * (n / len(xs))
+                n_tot += fc * (n / len(xs))
+                continue
+            if m == 0:
+                s_tot += exact[i][0]
+                n_tot += exact[i][1]
+                continue
             idx = order[np.arange(pos[i], pos[i] + m) % n]
             pos[i] = (pos[i] + m) % n
             new, _ = assign(x[idx], sq[idx], c)
@@ -229,10 +271,15 @@ def report(w: Workload, args: argparse.Namespace) -> None:
           f" of its shard a barrier ({args.slow0:g} at the first), fast first {args.first:g}")
     print(f"  {'estimator':10s} {'seed':>4s} " + " ".join(f"{b:>7d}" for b in shows)
           + "   target at barrier (BSP steps' time)")
+    schedule = replayed(args.replay) if args.replay is not None else None
+    if schedule is not None:
+        args.barriers = min(args.barriers, len(schedule))
+        shows = [b for b in SHOW if b < args.barriers] + [args.barriers]
     for est in args.estimators.split(","):
         for seed in (int(s) for s in args.seed.split(",")):
             f = simulate(w, est, args.slow, args.slow0, args.first, args.barriers, seed,
-                         args.settle, tuple(float(s) for s in args.shares.split(",") if s))
+                         args.settle, tuple(float(s) for s in args.shares.split(",") if s),
+                         schedule)
             gaps = " ".join(f"{100 * (f[b - 1] / w.converged - 1):+6.2f}%" for b in shows)
             hit = next((i + 1 for i, v in enumerate(f) if v <= target), None)
             when = ("never" if hit is None else
@@ -260,6 +307,8 @@ def main() -> None:
     ap.add_argument("--shares", default="",
                     help="every worker's share of its shard at the first barriers "
                          "(comma-separated; the sampled first pass)")
+    ap.add_argument("--replay", type=Path, default=None,
+                    help="a run's events.jsonl: its barriers' points per worker (rank order)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.workloads.split(","):

@@ -64,6 +64,10 @@ class DataInfo:
         ``sample_size`` rows in total), for data-dependent initialization such as k-means++.
     sample_y : ndarray of shape (m,) or None
         Labels of ``sample`` when the data are labelled.
+    sample_sizes : tuple of int
+        Rows of ``sample`` from each worker's shard, in rank order (its first
+        ``sample_sizes[0]`` rows are worker 1's, ...); empty where not known.  K-means' M-step
+        under FSP without migration re-labels a straggler's rows (``KMeans.stratify``).
     n_classes : int or None
         Number of distinct labels (``max(y) + 1`` over all shards) for labelled data.
     seed : int
@@ -79,6 +83,7 @@ class DataInfo:
     n_workers: int
     sample: np.ndarray
     sample_y: np.ndarray | None = None
+    sample_sizes: tuple[int, ...] = ()
     n_classes: int | None = None
     seed: int = 0
     dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float64))
@@ -316,11 +321,13 @@ class Algorithm:
             out["accuracy"] = float(acc(theta, block.x, block.y))
         return out
 
-    def stratify(self, n_points: int) -> Stratification | None:
+    def stratify(self, n_points: int, shard: int | None = None) -> Stratification | None:
         """The hook FSP's worker policy calls without data migration, once per worker, with
-        its shard's ``n_points``: an algorithm that takes its M-step on a stratified estimate
-        of each shard returns the worker's estimate (K-means, issue 19; FSP paper Section
-        2.2), others keep this default, None (exact incremental sums).
+        its shard's ``n_points`` and the worker's index ``shard`` (rank - 1: its rows of
+        ``DataInfo.sample`` are the ``shard``-th run of ``DataInfo.sample_sizes``): an
+        algorithm that takes its M-step on a stratified estimate of each shard returns the
+        worker's estimate (K-means, issue 19; FSP paper Section 2.2), others keep this
+        default, None (exact incremental sums).
 
         The estimate's contract (:class:`Stratification`; ``algorithms/_stratum.py``
         implements it): one instance per worker; it records no block until FSP calls its

@@ -462,6 +462,7 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
         max(infos[r]["n_classes"] for r in ranks) if labelled else None)
     info = DataInfo(n_features=infos[ranks[0]]["d"], n_points=sum(i["n"] for i in infos.values()),
                     n_workers=n_workers, sample=sample, sample_y=sample_y, n_classes=n_classes,
+                    sample_sizes=tuple(len(infos[r]["sample"]) for r in ranks),
                     seed=job.seed, dtype=np.dtype(infos[ranks[0]]["dtype"]),
                     base_dir=job.base_dir)
     algorithm = job.make_algorithm()

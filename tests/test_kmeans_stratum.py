@@ -11,6 +11,7 @@ import pytest
 from flegel.algorithms import _stratum
 from flegel.algorithms._stratum import Stratum
 from flegel.algorithms.kmeans import KMeans
+from flegel.api import DataInfo
 from flegel.block import Block
 from flegel.run import _warm_up
 from tests.fakes import Simulation, overlapping
@@ -420,3 +421,157 @@ def test_theta_s_corrections_return_to_exactly_zero():
     full = theta["counts"] > 0.5
     np.testing.assert_array_equal(theta["centers"][full],
                                   theta["sums"][full] / theta["counts"][full, None])
+
+
+def test_a_resampled_stratum_takes_the_exact_sums_out():
+    """Where the master re-labels its sample of the shard (``resampled``), the pieces add up
+    to −E while the estimate is on (the master's sample stands for the shard) and back to
+    nothing once the first pass is done; ``active`` says when it turns on and off."""
+    n = 1_000
+    rng, x, labels, s = _shard(9, n)
+    s.resampled = True
+    sent = {"sums": np.zeros((K, D)), "counts": np.zeros(K)}
+    active = 0.0
+    for t, lo in enumerate(range(0, n, 250), start=1):
+        new = rng.integers(0, K, 250)
+        piece = s.observe(t, 250, _delta(x[lo:lo + 250], labels[lo:lo + 250], new),
+                          {"counts": np.bincount(new, minlength=K).astype(float)}, 250, 250)
+        active += float(piece.pop("active")[0])
+        for k, v in piece.items():
+            sent[k] += v
+        labels[lo:lo + 250] = new
+        if lo + 250 < n:
+            exact = _stats(x[:lo + 250], labels[:lo + 250])
+            assert active == 1.0
+            for k in sent:
+                np.testing.assert_allclose(sent[k], -exact[k], atol=1e-9)
+    assert active == 0.0 and not s.on
+    for k in sent:
+        np.testing.assert_allclose(sent[k], 0.0, atol=1e-9)
+
+
+def _sampled_info(shards: list[np.ndarray], rows: int, seed: int = 0) -> DataInfo:
+    """``flegel.run``'s DataInfo: each worker's share of the sample, in rank order."""
+    rng = np.random.default_rng(seed)
+    samples = [s[rng.choice(len(s), rows, replace=False)] for s in shards]
+    return DataInfo(n_features=shards[0].shape[1], n_points=sum(map(len, shards)),
+                    n_workers=len(shards), sample=np.concatenate(samples),
+                    sample_sizes=tuple(map(len, samples)))
+
+
+def test_update_parameter_relabels_the_master_s_sample():
+    """With the shards' samples (``DataInfo.sample_sizes``) θ carries ``stratum_shards``; a
+    shard whose weight is n_i takes Lloyd's E-step on its sample at θ, scaled by n_i / its
+    rows, into the M-step; once no stratum is on the weights are exactly 0 again.  Without
+    the samples a weight on is an error, not a silent exact step."""
+    rng = np.random.default_rng(10)
+    shards = [rng.normal(size=(400, D)) + 3 * i for i in range(2)]
+    alg = KMeans(n_clusters=K, n_init=1, init="random")
+    theta = alg.init_parameter(_sampled_info(shards, 40))
+    assert theta["stratum_shards"].shape == (2,)
+    theta["sums"], theta["counts"] = np.ones((K, D)), np.ones(K)
+    agg = alg.zero_aggregator(theta)
+    agg["stratum_shards"][1] = 400.0
+    agg["stratum_active"] += 1.0
+    new = alg.update_parameter(agg, theta)
+    sample = alg._samples[1]
+    lab = ((sample[:, None, :] - theta["centers"][None]) ** 2).sum(-1).argmin(1)
+    onehot = (lab[None, :] == np.arange(K)[:, None]).astype(float)
+    sums, counts = 1.0 + 10.0 * onehot @ sample, 1.0 + 10.0 * onehot.sum(axis=1)
+    np.testing.assert_allclose(new["centers"], sums / counts[:, None])
+    off = alg.zero_aggregator(new)
+    off["stratum_shards"][1] = -400.0
+    off["stratum_active"] -= 1.0
+    last = alg.update_parameter(off, new)
+    assert not last["stratum_shards"].any()
+    np.testing.assert_array_equal(last["centers"], 1.0)
+    alg._samples = None
+    with pytest.raises(RuntimeError, match="samples"):
+        alg.update_parameter(agg, theta)
+
+
+def test_update_block_sends_its_shard_s_weight():
+    """A worker's first block under θ with ``stratum_shards`` sends −E and its shard's
+    weight n (the master's sample stands for it) and takes no fresh sums, counts only."""
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(300, D))
+    theta = _theta(K, D, x[:K].copy())
+    theta["stratum_shards"] = np.zeros(3)
+    alg = KMeans(n_clusters=K, n_init=1, kernel="array")
+    s = alg.stratify(3_000, shard=2)
+    assert s is not None
+    s.arm()
+    b = alg.update_block(Block.from_arrays(x[:150], None, alg.init_state(150, D)), theta, 1)
+    np.testing.assert_array_equal(b["stratum_shards"], [0.0, 0.0, 3_000.0])
+    np.testing.assert_allclose(b["stratum_counts"], -b["counts"])
+    np.testing.assert_allclose(b["stratum_sums"], -b["sums"])
+    assert s.resampled and set(s.fresh) == {"counts"}
+
+
+@pytest.mark.parametrize("resampled", [False, True])
+def test_a_sleeping_straggler_leaves_no_stale_estimate(resampled):
+    """The straggler (an injected one sleeps τ per 1,000 points: at τ = 128 ms or under FSPB's
+    3 ms intervals, tens of barriers) trains one window at θ⁰ and then nothing for 40
+    barriers while the fast workers pass their sorted shards: its estimate from that window,
+    n/m · F at θ⁰, is frozen and the fast workers settle its conditional optimum (+2.6 %
+    above batch Lloyd's converged objective); the master's sample re-labelled at every θ
+    keeps Lloyd's basin (+0.07 %, the 500-row samples' noise)."""
+    x, theta0 = overlapping(n=20_000, k=8, d=8)
+    k, d = 8, 8
+    rng = np.random.default_rng(0)
+    shards = [s[rng.permutation(len(s))] for s in np.array_split(x, 4)]  # shuffled order
+    master = KMeans(n_clusters=k, n_init=1)
+    info = _sampled_info(shards, 500)
+    if not resampled:
+        info.sample_sizes = ()
+    theta = master.init_parameter(info)
+    theta["centers"] = theta0["centers"].copy()
+    workers = []
+    for i, s in enumerate(shards):
+        alg = KMeans(n_clusters=k, n_init=1, kernel="array")
+        stratum = alg.stratify(len(s), i)
+        assert stratum is not None
+        stratum.arm()
+        workers.append((alg, Block.from_arrays(s, None, alg.init_state(len(s), d))))
+    for b in range(40):
+        agg = master.zero_aggregator(theta)
+        for i, (alg, block) in enumerate(workers):
+            if i == 0 and b:
+                continue  # asleep: it commits no points
+            part = block if i else Block.from_arrays(block.x[:300], None,
+                                                     {key: v[:300] for key, v in
+                                                      block.state.items()})
+            out = alg.update_block(part, theta, b + 1)
+            for key in agg:
+                agg[key] = agg[key] + out[key]
+        theta = master.update_parameter(agg, theta)
+    c = theta0["centers"].copy()
+    for _ in range(200):  # batch Lloyd to its fixed point: BSPB's converged objective
+        lab = ((x[:, None, :] - c[None]) ** 2).sum(-1).argmin(1)
+        c = np.array([x[lab == j].mean(0) if np.any(lab == j) else c[j] for j in range(k)])
+
+    def f(centers: np.ndarray) -> float:
+        return float(((x[:, None, :] - centers[None]) ** 2).sum(-1).min(1).sum())
+
+    gap = f(theta["centers"]) / f(c) - 1.0
+    assert "stratum_shards" in theta if resampled else "stratum_shards" not in theta
+    assert gap < 0.002 if resampled else gap > 0.01
+
+
+def test_a_resampled_shuffled_shard_still_switches_off():
+    """With the master's samples every stratum on sends −E, so θ's counts plus corrections
+    sum to nothing; the skew test compares the window with θ's exact counts then, and a
+    shuffled shard (its window's shares those of all the data) still switches off."""
+    rng = np.random.default_rng(12)
+    means = np.array([[0.0, 0.0], [20.0, 0.0], [0.0, 20.0]])
+    x = means[rng.permutation(np.arange(300) % K)] + rng.normal(size=(300, D))
+    theta = _theta(K, D, means.copy())
+    theta["counts"] = np.full(K, 1_000.0)
+    theta["stratum_counts"] = -theta["counts"]  # every stratum on: −E each
+    theta["stratum_shards"] = np.full(2, 3_000.0)
+    alg = KMeans(n_clusters=K, n_init=1, kernel="array")
+    s = alg.stratify(3_000, shard=0)
+    assert s is not None
+    s.arm()
+    alg.update_block(Block.from_arrays(x[:150], None, alg.init_state(150, D)), theta, 2)
+    assert s.resampled and s.off

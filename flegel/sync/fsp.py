@@ -284,7 +284,7 @@ class FSPWorker(WorkerPolicy):
                 # of each shuffled shard (KMeans.stratify, algorithms/_stratum.py; issue 19).
                 algorithm = getattr(worker, "algorithm", None)
                 if isinstance(algorithm, Algorithm):
-                    self.stratum = algorithm.stratify(worker.shard.n_active)
+                    self.stratum = algorithm.stratify(worker.shard.n_active, worker.rank - 1)
         if self.migrator is None:
             return
         if not isinstance(worker, MigrationPort):
