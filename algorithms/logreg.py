@@ -314,7 +314,7 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
         pass-long iteration end when every worker finished its pass, :mod:`flegel.sync.fsp`)."""
         return self.solver != "gd"
 
-    def stratify(self, n_points: int) -> GradientStratum | None:
+    def stratify(self, n_points: int, shard: int | None = None) -> GradientStratum | None:
         """Take gradient steps on a stratified estimate of every shard's gradient instead of
         the sum over the points an iteration trained (:class:`~._stratum.GradientStratum`):
         FSP calls it on every worker without data migration (issue 19, Fig. 7).  The
@@ -326,7 +326,8 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
         One instance per worker (a worker process): an instance that several workers share
         in one process (an in-process simulation) cannot tell their blocks apart, so the
         second call switches the estimate off for all of them (None), as
-        ``KMeans.stratify`` does."""
+        ``KMeans.stratify`` does.  ``shard`` (the worker's index) is not read: the estimate
+        is the worker's own, not a master's sample of its shard."""
         if self._stratum is not None or self._shared:
             self._stratum, self._shared = None, True
             return None
