@@ -234,3 +234,108 @@ def test_a_balanced_shard_leaves_the_sorted_shards_estimates_on():
     assert count == pytest.approx(4_000)
     assert gap < 0.01
     assert _fspv_straddling(False, 30)[0] > 0.08
+
+
+def test_a_pool_under_min_points_keeps_the_last_estimate():
+    """A straggler's windows of 10 points: once the 8 pooled windows fall under MIN_POINTS
+    the last estimate stays in θ (on, the shard's points counted), not zeros -- which put
+    that update back to the batch mean (a flicker) -- and returns with the next full pool."""
+    n = 1_000
+    rng = np.random.default_rng(7)
+    s = GradientStratum(n)
+    s.arm()
+    sent = _zeros()
+    _send(s, 1, _fresh(rng, 200), sent)
+    for t in range(2, 14):
+        before = {k: v.copy() for k, v in sent.items()}
+        _send(s, t, _fresh(rng, 10), sent)
+        assert s.on and sent["shard_count"][0] == pytest.approx(n)
+        if t >= 10:  # earlier windows t-8..t-1 and this one: 90 points, the estimate kept
+            for k in KEYS:
+                np.testing.assert_array_equal(sent[k], before[k])
+    big = _fresh(rng, 150)
+    _send(s, 14, big, sent)
+    for k in KEYS:
+        np.testing.assert_allclose(sent[k], n / 150 * big[k], atol=1e-9)
+
+
+@pytest.mark.parametrize("shares", [None, np.zeros(2)])
+def test_no_class_shares_switches_the_stratum_off(shares):
+    """A θ without ``class_shares`` (made by hand, resumed from an older layout) or with all
+    zeros (no sample labels): the skew test cannot decide, so the stratum is off -- no
+    estimate sent, the block's batch sums go as the ``unstrat_*`` keys -- rather than every
+    shard, shuffled ones too, estimated."""
+    n = 2_000
+    rng = np.random.default_rng(8)
+    x, y = rng.normal(size=(200, D)), np.zeros(200, dtype=np.int64)
+    alg = LogisticRegression(kernel="array")
+    theta = _theta(alg, n)
+    if shares is None:
+        del theta["class_shares"]
+    else:
+        theta["class_shares"] = shares
+    stratum = alg.stratify(n)
+    assert stratum is not None
+    stratum.arm()
+    for t in (1, 2):
+        agg = alg.update_block(Block.from_arrays(x, y, alg.init_state(200, D)), theta, t)
+        assert not agg["shard_count"].any() and not agg["shard_grad_coef"].any()
+        np.testing.assert_array_equal(agg["unstrat_grad_coef"], agg["grad_coef"])
+        assert agg["unstrat_count"][0] == 200
+    assert stratum.off and stratum.done
+
+
+def test_a_restored_stratum_goes_on_as_the_original():
+    """A GradientStratum restored from its checkpoint state (disarmed until the worker's
+    first iteration, the ``sorted`` verdict kept) emits the same next piece as the one it
+    was taken from."""
+    n = 1_000
+    rng = np.random.default_rng(9)
+    s = GradientStratum(n, shares="classes")
+    s.arm()
+    s.screen(1, np.array([60.0, 0.0]), 60, np.array([50.0, 50.0]))
+    _send(s, 1, _fresh(rng, 60), _zeros())
+    s.screen(2, np.array([120.0, 0.0]), 120, np.array([50.0, 50.0]))
+    _send(s, 2, _fresh(rng, 120), _zeros())
+    assert s.sorted and s.on
+    r = GradientStratum(n, shares="classes")
+    r.restore(s.checkpoint_state())
+    assert not r.armed and r.sorted and r.on
+    block = _fresh(rng, 30)
+    unarmed = r.observe(3, 30, _zeros(), block)
+    assert not any(np.any(v) for v in unarmed.values())
+    r.arm()
+    a = s.observe(3, 30, _zeros(), block)
+    b = r.observe(3, 30, _zeros(), block)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+
+
+@pytest.mark.parametrize("case", ["multiclass", "no_intercept", "float32"])
+def test_update_block_estimate_across_layouts(case):
+    """A sorted shard's estimate is n/m times the block's gradient sums for a multinomial θ
+    (coef d x C), with ``fit_intercept=False`` (the intercept's estimate zero) and on
+    float32 data (float64 sums)."""
+    n, m, c = 2_000, 200, 3 if case == "multiclass" else 2
+    rng = np.random.default_rng(10)
+    x = rng.normal(size=(m, D)).astype(np.float32 if case == "float32" else np.float64)
+    y = np.ones(m, dtype=np.int64)
+    alg = LogisticRegression(kernel="array", fit_intercept=case != "no_intercept")
+    sample_y = rng.integers(0, c, 500)
+    theta = alg.init_parameter(DataInfo(n_features=D, n_points=n, n_workers=2,
+                                        sample=rng.normal(size=(500, D)), sample_y=sample_y,
+                                        n_classes=c))
+    theta["coef"] = rng.normal(size=theta["coef"].shape)
+    stratum = alg.stratify(n)
+    assert stratum is not None
+    stratum.arm()
+    agg = alg.update_block(Block.from_arrays(x, y, alg.init_state(m, D)), theta, 1)
+    assert agg["shard_grad_coef"].shape == theta["coef"].shape
+    assert agg["shard_grad_coef"].dtype == np.float64
+    np.testing.assert_allclose(agg["shard_grad_coef"], n / m * agg["grad_coef"])
+    np.testing.assert_allclose(agg["shard_grad_intercept"], n / m * agg["grad_intercept"])
+    if case == "no_intercept":
+        assert not agg["shard_grad_intercept"].any()
+        step = alg.update_parameter(agg | {"count": float(m)}, theta)
+        assert not step["intercept"].any()
+    assert not agg["unstrat_count"].any()
