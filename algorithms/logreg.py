@@ -19,16 +19,17 @@ computed at.  ``update_parameter`` looks at the aggregate:
   (:meth:`LogisticRegression._lbfgs_step`; issue 19).
 
 Under FSP without data migration a gradient step's mean is a **stratified estimate** of the
-full gradient once every worker sent one (:meth:`LogisticRegression.stratify`,
-:class:`._stratum.GradientStratum`): each worker's gradient sums scaled by n_i / m_i (its
-shard's points over those it trained at the latest θ), a worker that trained nothing since
-counted with its last estimate -- on shards whose class shares differ from the data's (sorted
-data); a shuffled shard keeps the batch mean.  The iteration's batch mean weighs each shard
-by the points it trained: with a straggler on a contiguous shard of label-sorted data (Fig. 7:
-~160 of its 27,500 points an iteration, while each fast worker passes its whole shard) its
-class counted ~1/170 of a fast shard and the steps settled a reweighted optimum, +8-10 %
-above the true one, where FSPV now tracks full-gradient descent (docs/sync/fsp.md, "Logistic
-regression on sorted shards: the stratified gradient").
+full gradient (:meth:`LogisticRegression.stratify`, :class:`._stratum.GradientStratum`): each
+worker's gradient sums scaled by n_i / m_i (its shard's points over those it trained at the
+latest θ), a worker that trained nothing since counted with its last estimate -- on shards
+whose class shares differ from the data's (sorted data); the points of the shards without an
+estimate (a shuffled shard, whose batch mean is unbiased) count with the batch mean of their
+workers' blocks.  The iteration's batch mean weighs each shard by the points it trained:
+with a straggler on a contiguous shard of label-sorted data (Fig. 7: ~160 of its 27,500
+points an iteration, while each fast worker passes its whole shard) its class counted ~1/170
+of a fast shard and the steps settled a reweighted optimum, +8-10 % above the true one, where
+FSPV now tracks full-gradient descent (docs/sync/fsp.md, "Logistic regression on sorted
+shards: the stratified gradient").
 
 The model declares it (``full_batch_update``, unless ``solver="gd"``), so FSP ends an
 iteration when every worker has finished its pass at θ while no worker straggles
@@ -254,7 +255,10 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
     (1,) or (C,), and ``step`` (1,); beside them the preconditioner's sample statistics and,
     for FSP without migration, the sum of the workers' shard-gradient estimates
     (``shard_grad_coef``, ``shard_grad_intercept``, ``shard_count``: :meth:`stratify`; zeros
-    under every other model) and the sample's class counts (``class_shares``, its skew test).
+    under every other model) and the sample's class counts (``class_shares``, its skew test;
+    without it the estimate stays off).  The aggregate carries beside them the batch sums of
+    the blocks whose worker has no estimate in θ (``unstrat_grad_coef``,
+    ``unstrat_grad_intercept``, ``unstrat_count``), never kept in θ.
     The per-point loss, kept in state so that the
     ``"objective"`` deltas are exact changes, is ``F_i = logloss_i + (α/2) ‖w‖²`` -- every point
     carries its share of the penalty, so ``Σ_i F_i = n · [(1/n) Σ logloss + (α/2)‖w‖²]`` is
@@ -529,6 +533,11 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
                 "unstrat_count": np.array([agg["count"]])}
 
     def update_parameter(self, agg: dict, theta: dict[str, np.ndarray]) -> dict:
+        """θ one version on (module notes): the shard estimates' changes added to θ; a full
+        batch at θ takes the L-BFGS step on the batch's exact sums; anything else a gradient
+        step on the batch mean or, under :meth:`stratify`, on the stratified mean
+        (:meth:`_stratified_mean`: the estimates in θ, and the batch mean of the workers
+        without one for their shards' points)."""
         theta = self._with_shards(agg, theta)
         count = float(agg["count"])
         if count <= 0.0:
