@@ -87,8 +87,10 @@ def _theta(alg: LogisticRegression, n: int) -> dict[str, np.ndarray]:
 
 def test_update_parameter_steps_on_the_shards_estimate():
     """A partial aggregate's step is on θ's shard estimate once its count is n (every shard
-    has one), on the batch's mean before; the estimate's changes accumulate in θ on every
-    path; a θ made by hand with only some of the keys takes none of them."""
+    has one), on the batch's mean before; with blocks of workers without an estimate
+    (``unstrat_*``) on the estimates plus their batch mean for the remaining points; the
+    estimate's changes accumulate in θ on every path; a θ made by hand with only some of the
+    keys takes none of them."""
     n = 100
     alg = LogisticRegression(learning_rate=0.5, alpha=0.0)
     theta = _theta(alg, n)
@@ -103,6 +105,14 @@ def test_update_parameter_steps_on_the_shards_estimate():
     full = alg.update_parameter(agg, half)
     np.testing.assert_allclose(full["coef"], half["coef"] - 0.5 * 80.0 / n)
     np.testing.assert_allclose(full["intercept"], half["intercept"] - 0.5 * 80.0 / n)
+    # 60 points estimated, the other shard's stratum off: its 10 points' batch mean (sums 20)
+    # stands for its 40 points, (40 + 40 · 20 / 10) / 100
+    mixed = alg.update_parameter(agg | {**_zeros(),
+                                        "unstrat_grad_coef": np.full(D, 20.0),
+                                        "unstrat_grad_intercept": np.array([20.0]),
+                                        "unstrat_count": np.array([10.0])}, half)
+    np.testing.assert_allclose(mixed["coef"], half["coef"] - 0.5 * 120.0 / n)
+    np.testing.assert_array_equal(mixed["shard_count"], 60.0)
     part = {k: v for k, v in theta.items() if k != "shard_count"}
     kept = alg.update_parameter(alg.zero_aggregator(part) | {"count": 1.0}, part)
     assert set(kept) == set(part)
