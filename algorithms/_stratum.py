@@ -67,9 +67,10 @@ corrections to exact zeros: taken back piece by piece they sum to 0 only up to r
 nothing until armed (:meth:`Stratum.arm`, as the worker's first iteration begins): the blocks a
 worker runs before -- ``flegel.run``'s warm-up, after a resume too -- are never sent.
 
-Generic over the statistics (a dict of sums, whatever keys the algorithm sends); K-means is
-the one algorithm that declares it (``KMeans.stratify``, which FSP's worker policy calls when
-it runs without migration).  Not under migration: points move between shards, so E and n are
+Generic over the statistics (a dict of sums, whatever keys the algorithm sends); K-means
+declares it (``KMeans.stratify``) and logistic regression its gradient variant
+(:class:`GradientStratum`, ``LogisticRegression.stratify``); FSP's worker policy calls the hook
+when it runs without migration.  Not under migration: points move between shards, so E and n are
 not one stratum's, and coverage (FSP's notes) settles the first steps there.
 
 F is taken on at most :data:`SAMPLE_CAP` points an iteration (the first blocks of it, a
@@ -424,25 +425,25 @@ class GradientStratum(Stratum):
     counts, :meth:`Stratum.screen`): on a shuffled shard the batch mean is unbiased and
     ``n / m`` would only scale a straggler's few points' noise up -- measured, FSPV's interval
     fit then chose 34 ms intervals against 8 ms and ran 215 barriers in 4 s against 357 --,
-    so such a shard's estimate switches off for good (zeros; the master keeps the batch mean
-    while any shard has none).
+    so such a shard's estimate switches off for good (zeros), and so does one without a
+    reference to test against (θ without ``class_shares``, or all zeros: :meth:`screen`).
+    The master then stands the batch mean of the blocks of the workers without an estimate
+    for their shards' points, beside the others' estimates (``LogisticRegression``'s
+    ``unstrat_*`` keys): one balanced shard among sorted ones leaves theirs on.
+
+    Where a straggler's pool falls under :data:`MIN_POINTS` once it had an estimate, the last
+    estimate stays (:meth:`_target`): zeros would put its shard back to the batch's weight for
+    that update.  Exact sums are none here, so :meth:`observe` sums no E (each block's work a
+    few small additions: ``bench/logreg_stratum_cost.py``).
     """
 
     def __init__(self, n_points: int, shares: str | None = None) -> None:
         super().__init__(n_points, shares=shares)
         #: The skew test found the shard sorted (a window of MIN_POINTS against θ's shares):
         #: its classes do not change without migration, so no block tests (or counts) again
-        #: -- the per-block test cost 2x a sorted shard's 1,000-point block (fsp.md).
+        #: -- the per-block test cost a sorted shard's pass of 1,000-point blocks +0.9x
+        #: (2.87 ms against 1.53 without a stratum, docs/sync/fsp.md).
         self.sorted = False
-
-    def screen(self, t: int, counts: np.ndarray | None, points: int,
-               reference: np.ndarray | None = None) -> bool:
-        """:meth:`Stratum.screen`, or True without a look once the shard was found sorted
-        (``counts`` may then be None)."""
-        if self.sorted:
-            return True
-        assert counts is not None
-        return super().screen(t, counts, points, reference)
 
     def skewed(self, fresh: dict[str, np.ndarray], sampled: int) -> bool:
         """:meth:`Stratum.skewed`, remembered once a window of :data:`MIN_POINTS` against
@@ -469,3 +470,72 @@ class GradientStratum(Stratum):
     def stratified(self, sampled: int) -> bool:
         """Whether the (pooled) sample stands for the shard: :data:`MIN_POINTS` points."""
         return sampled >= MIN_POINTS
+
+    def screen(self, t: int, counts: np.ndarray | None, points: int,
+               reference: np.ndarray | None = None) -> bool:
+        """:meth:`Stratum.screen`, or True without a look once the shard was found sorted
+        (``counts`` may then be None).  With a ``shares`` key but no reference to test
+        against -- θ without ``class_shares``, or all zeros (no sample labels) -- the
+        stratum switches off for good: the skew test could never decide, and every shard,
+        shuffled ones too, would be estimated (n / m scaling a straggler's noise up)."""
+        if self.sorted:
+            return True
+        assert counts is not None
+        if reference is not None:
+            self.reference = np.asarray(reference, dtype=np.float64)
+        if self.shares is not None and (self.reference is None or self.reference.sum() <= 0):
+            self.off = True
+            return False
+        return super().screen(t, counts, points)
+
+    def observe(self, t: int, points: int, delta: dict[str, np.ndarray],
+                fresh: dict[str, np.ndarray] | None = None, moved: int = 0,
+                first_visits: int = 0, reference: np.ndarray | None = None
+                ) -> dict[str, np.ndarray]:
+        """:meth:`Stratum.observe` without E (the deltas are zeros here, class notes): the
+        window's sample and the pieces only.  With E summed (zeros) and zeros dicts made per
+        block, a sorted shard's pass of 1,000-point blocks took 1.44-1.46x a plain pass's;
+        1.18-1.29x without (``bench/logreg_stratum_cost.py``)."""
+        if not self.armed:  # nothing recorded (class notes of Stratum)
+            piece = {k: np.zeros_like(v, dtype=np.float64) for k, v in delta.items()}
+            piece["active"] = np.zeros(1)
+            return piece
+        if reference is not None:
+            self.reference = np.asarray(reference, dtype=np.float64)
+        if self.valid is None:
+            self.valid = fresh is not None and first_visits == points
+        if t != self.t:
+            if self.sampled:
+                self.windows = [*self.windows, (self.fresh, self.sampled, self.moved)][-POOL:]
+            self.t, self.points, self.sampled, self.moved = t, 0, 0, 0
+            self.fresh = {}
+        self.points += points
+        self.total += points
+        if fresh is not None:
+            self.sampled += points
+            self.moved += moved
+            for k, v in fresh.items():
+                self.fresh[k] = self.fresh[k] + v if k in self.fresh else np.array(v, copy=True)
+        target, on = self._target(delta)
+        piece = {k: target[k] - self.emitted[k] if k in self.emitted else target[k]
+                 for k in delta}
+        piece["active"] = np.array([float(on) - float(self.on)])
+        self.emitted, self.on = target, on
+        return piece
+
+    def _target(self, delta: dict[str, np.ndarray] | None = None
+                ) -> tuple[dict[str, np.ndarray], bool]:
+        """The estimate ``n / m · F`` of the pooled sample and True; where the pool falls
+        under :data:`MIN_POINTS` (a straggler's few points an iteration, :data:`POOL`
+        windows) the last estimate sent, kept -- not zeros, which would put the shard's
+        gradient back to the batch's weight for that update (a flicker) --; zeros (False)
+        before any estimate or once the skew test found the shard shuffled."""
+        keys = delta if delta is not None else self.emitted
+        if not self.off:
+            fresh, sampled, _ = self.sample()
+            if self.stratified(sampled) and self.skewed(fresh, sampled):
+                scale = self.n / sampled
+                return {k: scale * fresh[k] for k in keys}, True
+            if self.on:
+                return self.emitted, True
+        return {k: np.zeros_like(v) for k, v in keys.items()}, False

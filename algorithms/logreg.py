@@ -19,16 +19,17 @@ computed at.  ``update_parameter`` looks at the aggregate:
   (:meth:`LogisticRegression._lbfgs_step`; issue 19).
 
 Under FSP without data migration a gradient step's mean is a **stratified estimate** of the
-full gradient once every worker sent one (:meth:`LogisticRegression.stratify`,
-:class:`._stratum.GradientStratum`): each worker's gradient sums scaled by n_i / m_i (its
-shard's points over those it trained at the latest θ), a worker that trained nothing since
-counted with its last estimate -- on shards whose class shares differ from the data's (sorted
-data); a shuffled shard keeps the batch mean.  The iteration's batch mean weighs each shard
-by the points it trained: with a straggler on a contiguous shard of label-sorted data (Fig. 7:
-~160 of its 27,500 points an iteration, while each fast worker passes its whole shard) its
-class counted ~1/170 of a fast shard and the steps settled a reweighted optimum, +8-10 %
-above the true one, where FSPV now tracks full-gradient descent (docs/sync/fsp.md, "Logistic
-regression on sorted shards: the stratified gradient").
+full gradient (:meth:`LogisticRegression.stratify`, :class:`._stratum.GradientStratum`): each
+worker's gradient sums scaled by n_i / m_i (its shard's points over those it trained at the
+latest θ), a worker that trained nothing since counted with its last estimate -- on shards
+whose class shares differ from the data's (sorted data); the points of the shards without an
+estimate (a shuffled shard, whose batch mean is unbiased) count with the batch mean of their
+workers' blocks.  The iteration's batch mean weighs each shard by the points it trained:
+with a straggler on a contiguous shard of label-sorted data (Fig. 7: ~160 of its 27,500
+points an iteration, while each fast worker passes its whole shard) its class counted ~1/170
+of a fast shard and the steps settled a reweighted optimum, +8-10 % above the true one, where
+FSPV now tracks full-gradient descent (docs/sync/fsp.md, "Logistic regression on sorted
+shards: the stratified gradient").
 
 The model declares it (``full_batch_update``, unless ``solver="gd"``), so FSP ends an
 iteration when every worker has finished its pass at θ while no worker straggles
@@ -89,6 +90,10 @@ _INITS = ("zeros",)
 _SOLVERS = ("auto", "lbfgs", "gd")
 #: θ's and the aggregate's keys of the stratified gradient (LogisticRegression.stratify).
 _SHARD_KEYS = ("shard_grad_coef", "shard_grad_intercept", "shard_count")
+#: The aggregate's batch gradient sums and points of the blocks whose worker has no estimate
+#: in θ (its stratum off: a shuffled shard's, or none yet): the M-step stands them for the
+#: shards without an estimate (LogisticRegression.update_parameter).
+_UNSTRAT_KEYS = ("unstrat_grad_coef", "unstrat_grad_intercept", "unstrat_count")
 #: The stratum sample's class counts (its skew test, GradientStratum).
 _CLASSES = "classes"
 
@@ -250,7 +255,10 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
     (1,) or (C,), and ``step`` (1,); beside them the preconditioner's sample statistics and,
     for FSP without migration, the sum of the workers' shard-gradient estimates
     (``shard_grad_coef``, ``shard_grad_intercept``, ``shard_count``: :meth:`stratify`; zeros
-    under every other model) and the sample's class counts (``class_shares``, its skew test).
+    under every other model) and the sample's class counts (``class_shares``, its skew test;
+    without it the estimate stays off).  The aggregate carries beside them the batch sums of
+    the blocks whose worker has no estimate in θ (``unstrat_grad_coef``,
+    ``unstrat_grad_intercept``, ``unstrat_count``), never kept in θ.
     The per-point loss, kept in state so that the
     ``"objective"`` deltas are exact changes, is ``F_i = logloss_i + (α/2) ‖w‖²`` -- every point
     carries its share of the penalty, so ``Σ_i F_i = n · [(1/n) Σ logloss + (α/2)‖w‖²]`` is
@@ -302,6 +310,7 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
         # workers of one process asked for one (then none has it).
         self._stratum: GradientStratum | None = None
         self._shared = False
+        self._zeros: tuple[Any, dict[str, np.ndarray]] | None = None  # _block_zeros' cache
 
     #: The first update waits until every point's gradient is in the aggregate, all at θ⁰
     #: (``Algorithm.cover_before_update``): FSP's first step is then the full batch's L-BFGS
@@ -376,12 +385,27 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
                 **self._shard_zeros(coef, intercept)}
 
     @staticmethod
-    def _shard_zeros(coef: np.ndarray, intercept: np.ndarray) -> dict[str, np.ndarray]:
+    def _shard_zeros(coef: np.ndarray, intercept: np.ndarray,
+                     keys: tuple[str, str, str] = _SHARD_KEYS) -> dict[str, np.ndarray]:
         """The stratified gradient's keys (:meth:`stratify`), zero: in θ the sum of every
         worker's latest estimate of its shard's gradient sums and of its points, in the
-        aggregate their changes."""
-        return {"shard_grad_coef": np.zeros_like(coef),
-                "shard_grad_intercept": np.zeros_like(intercept), "shard_count": np.zeros(1)}
+        aggregate their changes (``keys``: :data:`_SHARD_KEYS`) and the sums of the blocks
+        without an estimate (:data:`_UNSTRAT_KEYS`)."""
+        return {keys[0]: np.zeros_like(coef), keys[1]: np.zeros_like(intercept),
+                keys[2]: np.zeros(1)}
+
+    def _block_zeros(self, coef: np.ndarray, intercept: np.ndarray) -> dict[str, np.ndarray]:
+        """:meth:`_shard_zeros` of both key sets, made once per shape and read-only: a block
+        without a stratum (every model but FSP without migration) sends these, so its cost
+        is none (the aggregate's sums make new arrays, :meth:`Algorithm.aggregate`)."""
+        shape = (coef.shape, intercept.shape)
+        if self._zeros is None or self._zeros[0] != shape:
+            zeros = {**self._shard_zeros(coef, intercept),
+                     **self._shard_zeros(coef, intercept, _UNSTRAT_KEYS)}
+            for v in zeros.values():
+                v.flags.writeable = False
+            self._zeros = (shape, zeros)
+        return self._zeros[1]
 
     def init_state(self, n: int, n_features: int) -> dict[str, np.ndarray]:
         return {"loss": np.zeros(n)}
@@ -392,6 +416,7 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
                                "count": 0.0, "objective": 0.0, "loss": 0.0, "at_step": 0.0}
         if _has_shards(theta):
             agg.update(self._shard_zeros(theta["coef"], theta["intercept"]))
+            agg.update(self._shard_zeros(theta["coef"], theta["intercept"], _UNSTRAT_KEYS))
         return agg
 
     @staticmethod
@@ -470,13 +495,17 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
     def _shard_piece(self, agg: dict, y: np.ndarray, theta: dict[str, np.ndarray], t: int
                      ) -> dict[str, np.ndarray]:
         """The change of this worker's estimate of its shard's gradient sums that the block
-        (labels ``y``) makes (:meth:`stratify`); zeros without a stratum, before it is armed,
-        or once the skew test found the shard shuffled."""
+        (labels ``y``) makes (:meth:`stratify`; zeros without a stratum, before it is armed,
+        or once the skew test found the shard shuffled) and, where the worker has no
+        estimate in θ after it, the block's batch sums as :data:`_UNSTRAT_KEYS` (the M-step
+        stands them for that shard: :meth:`update_parameter`)."""
         stratum = self._stratum
-        zeros = self._shard_zeros(theta["coef"], theta["intercept"])
-        if stratum is None or not stratum.armed or stratum.done:
-            return zeros
         coef = theta["coef"]
+        zeros = self._block_zeros(coef, theta["intercept"])
+        if stratum is None or not stratum.armed:
+            return zeros
+        if stratum.done:
+            return {**zeros, **self._unstrat(agg)}
         points = int(agg["count"])
         reference = None if stratum.sorted else theta.get("class_shares")
         counts = None if stratum.sorted else np.bincount(
@@ -491,10 +520,25 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
                      "shard_count": np.array([float(points)])}
             if counts is not None:
                 fresh[_CLASSES] = counts
-        piece = stratum.observe(t, points, zeros, fresh, reference=reference)
-        return {k: piece[k] for k in _SHARD_KEYS}
+        piece = stratum.observe(t, points, {k: zeros[k] for k in _SHARD_KEYS}, fresh,
+                                reference=reference)
+        out = {k: piece[k] for k in _SHARD_KEYS}
+        out.update({k: zeros[k] for k in _UNSTRAT_KEYS} if stratum.on else self._unstrat(agg))
+        return out
+
+    @staticmethod
+    def _unstrat(agg: dict) -> dict[str, Any]:
+        """The block's batch sums as :data:`_UNSTRAT_KEYS`: its worker has no estimate in θ."""
+        return {"unstrat_grad_coef": agg["grad_coef"],
+                "unstrat_grad_intercept": agg["grad_intercept"],
+                "unstrat_count": np.array([agg["count"]])}
 
     def update_parameter(self, agg: dict, theta: dict[str, np.ndarray]) -> dict:
+        """θ one version on (module notes): the shard estimates' changes added to θ; a full
+        batch at θ takes the L-BFGS step on the batch's exact sums; anything else a gradient
+        step on the batch mean or, under :meth:`stratify`, on the stratified mean
+        (:meth:`_stratified_mean`: the estimates in θ, and the batch mean of the workers
+        without one for their shards' points)."""
         theta = self._with_shards(agg, theta)
         count = float(agg["count"])
         if count <= 0.0:
@@ -511,11 +555,8 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
         # The L-BFGS memory stays: its pairs are exact (full-batch) secant pairs, and the
         # next full batch at θ restarts the line search there (LBFGS.restart).
         self._check_pass(agg, theta, count, n)
-        if _has_shards(theta) and float(theta["shard_count"][0]) >= n - 0.5:
-            # Every shard has a stratified estimate (stratify): the step on their sum, each
-            # shard weighed by its points, not by the points it trained this iteration.
-            g_coef = theta["shard_grad_coef"] / n + self.alpha * theta["coef"]
-            g_int = theta["shard_grad_intercept"] / n
+        if _has_shards(theta):
+            g_coef, g_int = self._stratified_mean(agg, theta, n, g_coef, g_int)
         if self.learning_rate != "auto":
             return self._plain_step(theta, g_coef, g_int)
         pre = Preconditioner(theta["shift"], theta["scale"])
@@ -523,6 +564,28 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
                                self.power_t, step + 1.0)
         u = pre.to_u(theta["coef"], theta["intercept"]) - eta * pre.grad_u(g_coef, g_int)
         return self._at(theta, *pre.from_u(u, theta["coef"].shape))
+
+    def _stratified_mean(self, agg: dict, theta: dict[str, np.ndarray], n: float,
+                         g_coef: np.ndarray, g_int: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """The mean objective's gradient of a gradient step (:meth:`stratify`): the sum of
+        the estimates in θ (shards whose stratum is on, ``shard_count`` points) plus, for
+        the ``n − shard_count`` points of the shards without one (a shuffled shard's stratum
+        is off: its batch mean is unbiased), the batch mean of the blocks of those workers
+        (:data:`_UNSTRAT_KEYS`) -- each shard weighed by its points, not by the points it
+        trained this iteration.  One balanced (straddling) shard among sorted ones keeps
+        the others' estimates.  The batch mean ``(g_coef, g_int)`` where no estimate is in
+        θ, or where some shard has none and no block without one came in."""
+        est = float(theta["shard_count"][0])
+        rest = float(agg[_UNSTRAT_KEYS[2]][0]) if _UNSTRAT_KEYS[2] in agg else 0.0
+        if est < 0.5 or (est < n - 0.5 and rest <= 0.0):
+            return g_coef, g_int
+        sc, si = theta["shard_grad_coef"], theta["shard_grad_intercept"]
+        if rest > 0.0 and est < n - 0.5:
+            w = (n - est) / rest
+            sc = sc + w * agg["unstrat_grad_coef"]
+            si = si + w * agg["unstrat_grad_intercept"]
+        return sc / n + self.alpha * theta["coef"], si / n
 
     def termination_check(self, agg: dict, t: int) -> bool:
         """True once the mean objective's gradient met ``tol`` (set by the update)."""

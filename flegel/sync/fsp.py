@@ -281,7 +281,8 @@ class FSPWorker(WorkerPolicy):
             worker.shard.shuffle(int(ids[0]) if ids is not None and len(ids) else 0)
             if self.migrator is None:
                 # Without migration an algorithm may take its M-step on a stratified estimate
-                # of each shuffled shard (KMeans.stratify, algorithms/_stratum.py; issue 19).
+                # of each shuffled shard (KMeans.stratify; LogisticRegression.stratify, its
+                # gradient steps; algorithms/_stratum.py; issue 19).
                 algorithm = getattr(worker, "algorithm", None)
                 if isinstance(algorithm, Algorithm):
                     self.stratum = algorithm.stratify(worker.shard.n_active, worker.rank - 1)
