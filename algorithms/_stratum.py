@@ -193,8 +193,13 @@ class Stratum(AttributeState):
         self.shard = shard  # the worker's index: the master's sample of this shard
         #: The master re-estimates this shard from its sample at every M-step: the
         #: correction takes the exact sums out (−E) instead of adding n/m · F − E (module
-        #: notes, "The master's sample"); set by the algorithm from θ's layout.
+        #: notes, "The master's sample"); set by the algorithm from θ's layout, where the
+        #: master holds a sample of this shard of at least MIN_POINTS rows.  Not while
+        #: :attr:`uniform`: a sampled first pass's window is fresh by construction.
         self.resampled = False
+        #: Whether the correction sent so far is −E with the master's sample standing for the
+        #: shard (its weight n in θ's ``stratum_shards``), not n/m · F − E nor zeros.
+        self.shipped = False
         self.reference: np.ndarray | None = None  # θ's estimate of those counts, all data
         self.exact: dict[str, np.ndarray] = {}  # E: the sum of every delta sent
         self.emitted: dict[str, np.ndarray] = {}  # the correction sent so far (all pieces)
@@ -321,12 +326,14 @@ class Stratum(AttributeState):
             The correction's piece to send with the block: one array per key of ``delta``
             (the pieces sent add up to the current correction), and ``"active"``, a
             1-element array: +1 where the correction turned into an estimate with this block,
-            -1 where it turned back into zeros, else 0 (θ counts the strata on).  All zeros
-            while not :attr:`armed` (nothing recorded).
+            -1 where it turned back into zeros, else 0 (θ counts the strata on); and
+            ``"shipped"``, likewise for :attr:`shipped` (the master's sample stands for the
+            shard: K-means adds or takes back its weight n in θ's ``stratum_shards``).  All
+            zeros while not :attr:`armed` (nothing recorded).
         """
         if not self.armed:
             piece = {k: np.zeros_like(np.asarray(v, dtype=np.float64)) for k, v in delta.items()}
-            piece["active"] = np.zeros(1)
+            piece["active"], piece["shipped"] = np.zeros(1), np.zeros(1)
             return piece
         if reference is not None:
             self.reference = np.asarray(reference, dtype=np.float64)
@@ -349,9 +356,11 @@ class Stratum(AttributeState):
             for k, v in fresh.items():
                 self.fresh[k] = self.fresh[k] + v if k in self.fresh else np.array(v, copy=True)
         target, on = self._target()
+        shipped = on and self.resampled and not self.uniform  # as _target chose
         piece = {k: target[k] - self.emitted[k] for k in delta}
         piece["active"] = np.array([float(on) - float(self.on)])
-        self.emitted, self.on = target, on
+        piece["shipped"] = np.array([float(shipped) - float(self.shipped)])
+        self.emitted, self.on, self.shipped = target, on, shipped
         return piece
 
     def sample(self) -> tuple[dict[str, np.ndarray], int, int]:
@@ -359,9 +368,13 @@ class Stratum(AttributeState):
         latest earlier windows', newest first (fresh sums, points, moved)."""
         fresh = dict(self.fresh)
         sampled, moved = self.sampled, self.moved
+        keys = set(fresh) if sampled else None
         for f, m, mv in reversed(self.windows):
-            if sampled >= MIN_POINTS:
+            # not across windows that summed other statistics (K-means: counts only while
+            # the master's sample stood for the shard, sums too in a sampled first pass)
+            if sampled >= MIN_POINTS or (keys is not None and set(f) != keys):
                 break
+            keys = set(f)
             for k, v in f.items():
                 fresh[k] = fresh[k] + v if k in fresh else v
             sampled, moved = sampled + m, moved + mv
@@ -396,7 +409,7 @@ class Stratum(AttributeState):
         fresh, sampled, _ = self.sample()
         if not self.stratified(sampled) or not (self.uniform or self.skewed(fresh, sampled)):
             return zeros, False
-        if self.resampled:  # the master's sample at the current θ stands for the shard
+        if self.resampled and not self.uniform:  # the master's sample at θ stands for it
             return {k: -self.exact[k] for k in self.exact}, True
         scale = self.n / sampled
         return {k: scale * fresh[k] - self.exact[k] for k in self.exact}, True
