@@ -184,7 +184,7 @@ class Stratum(AttributeState):
     """
 
     #: Not checkpointed: a resumed worker arms it at its first iteration (class notes).
-    NOT_STATE: ClassVar[tuple[str, ...]] = ("armed", "uniform")
+    NOT_STATE: ClassVar[tuple[str, ...]] = ("armed", "uniform", "fresh_share")
 
     def __init__(self, n_points: int, shares: str | None = None,
                  shard: int | None = None) -> None:
@@ -195,7 +195,7 @@ class Stratum(AttributeState):
         #: correction takes the exact sums out (−E) instead of adding n/m · F − E (module
         #: notes, "The master's sample"); set by the algorithm from θ's layout, where the
         #: master holds a sample of this shard of at least MIN_POINTS rows.  Not while
-        #: :attr:`uniform`: a sampled first pass's window is fresh by construction.
+        #: :attr:`fresh_share`: a sampled first pass's window is fresh at every barrier.
         self.resampled = False
         #: Whether the correction sent so far is −E with the master's sample standing for the
         #: shard (its weight n in θ's ``stratum_shards``), not n/m · F − E nor zeros.
@@ -221,6 +221,8 @@ class Stratum(AttributeState):
         self.armed = False
         #: This iteration is one of FSPV's sampled first pass (:meth:`arm`); not checkpointed.
         self.uniform = False
+        #: ... and not its first (the sampled calibration): :meth:`arm`; not checkpointed.
+        self.fresh_share = False
 
     def arm(self, sampled: bool = False) -> None:
         """Record blocks from now on: an iteration of the worker begins.  ``sampled``: it
@@ -228,7 +230,17 @@ class Stratum(AttributeState):
         calibration and first pass, ``flegel.sync.fsp.SAMPLED_FIRST_PASS``) -- a uniform
         sample of a shuffled shard, whose estimate is mini-batch K-means' step: taken
         whatever the sample's class shares (no skew test, :meth:`screen`), as it is where a
-        shard's first pass runs as such steps."""
+        shard's first pass runs as such steps.
+
+        A sampled iteration after the stratum's first window (FSPV's sampled first pass, which
+        runs only where no worker was paused or predicted a straggler,
+        ``flegel.sync.fsp``) is a :attr:`fresh_share`: every worker commits its share at every
+        barrier, so its n/m · F stands for the shard at the current θ and the master's sample
+        (:attr:`resampled`) is not taken -- the workers' fresh shares are mini-batch K-means'
+        step, and no shard pays the master's re-labelling.  The first window (the sampled
+        calibration) is not: an injected straggler sleeps right after it, tens of barriers
+        (module notes, "The master's sample"), and n/m · F at θ⁰ would freeze there."""
+        self.fresh_share = sampled and self.t >= 0  # t: the last window's, -1 before any
         self.armed = True
         self.uniform = sampled
 
@@ -237,7 +249,7 @@ class Stratum(AttributeState):
         place (the algorithm holds this object), disarmed until the resumed worker's first
         iteration begins (class notes)."""
         super().restore(state)
-        self.armed = self.uniform = False
+        self.armed = self.uniform = self.fresh_share = False
 
     @property
     def done(self) -> bool:
@@ -356,7 +368,7 @@ class Stratum(AttributeState):
             for k, v in fresh.items():
                 self.fresh[k] = self.fresh[k] + v if k in self.fresh else np.array(v, copy=True)
         target, on = self._target()
-        shipped = on and self.resampled and not self.uniform  # as _target chose
+        shipped = on and self.resampled and not self.fresh_share  # as _target chose
         piece = {k: target[k] - self.emitted[k] for k in delta}
         piece["active"] = np.array([float(on) - float(self.on)])
         piece["shipped"] = np.array([float(shipped) - float(self.shipped)])
@@ -409,7 +421,7 @@ class Stratum(AttributeState):
         fresh, sampled, _ = self.sample()
         if not self.stratified(sampled) or not (self.uniform or self.skewed(fresh, sampled)):
             return zeros, False
-        if self.resampled and not self.uniform:  # the master's sample at θ stands for it
+        if self.resampled and not self.fresh_share:  # the master's sample at θ stands for it
             return {k: -self.exact[k] for k in self.exact}, True
         scale = self.n / sampled
         return {k: scale * fresh[k] - self.exact[k] for k in self.exact}, True

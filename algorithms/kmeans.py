@@ -721,10 +721,10 @@ class KMeans(DeviceKernels, Algorithm):
             return self._update_block(block, theta, t)
         labels = block.state["label"]
         # the master holds a sample of this shard (Stratum.resampled); it stands for the shard
-        # unless the window is a sampled first pass's (fresh by construction: n/m · F)
+        # unless the window is a sampled first pass's (fresh at every barrier: n/m · F)
         stratum.resampled = (stratum.shard is not None and "stratum_rows" in theta
                              and theta["stratum_rows"][stratum.shard] >= MIN_POINTS)
-        shipped = stratum.resampled and not stratum.uniform  # counts suffice, no sums
+        shipped = stratum.resampled and not stratum.fresh_share  # counts suffice, no sums
         old = labels.copy() if stratum.wants_sample(t) else None
         agg = self._update_block(block, theta, t)
         fresh, moved, first = None, 0, 0

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from flegel.algorithms import _stratum
-from flegel.algorithms._stratum import Stratum
+from flegel.algorithms._stratum import Stratum, class_sums
 from flegel.algorithms.kmeans import KMeans
 from flegel.api import DataInfo
 from flegel.block import Block
@@ -229,10 +229,13 @@ def test_update_block_sends_the_pieces():
     np.testing.assert_allclose(b["stratum_counts"], expected)
 
 
-def _fspv_off(own: bool, barriers: int) -> float:
-    """FSPV without migration on 4 contiguous shards of sorted, overlapping clusters, worker
-    1 thirty times slower: the exact objective after ``barriers`` barriers, over batch
-    Lloyd's converged one from the same θ⁰, minus 1."""
+def _fspv_off(own: bool, barriers: int, sample_rows: int | None = None,
+              model: str = "multistage", weights: list[np.ndarray] | None = None) -> float:
+    """FSP without migration (``model``: FSPV's interval adjustor) on 4 contiguous shards of
+    sorted, overlapping clusters, worker 1 thirty times slower: the exact objective after
+    ``barriers`` barriers, over batch Lloyd's converged one from the same θ⁰, minus 1.
+    ``sample_rows``: the master holds each shard's sample of that many rows (θ's
+    ``stratum_shards``, one array per barrier appended to ``weights``)."""
     x, theta0 = overlapping(n=20_000, k=8, d=8)
     theta0.update(stratum_sums=np.zeros((8, 8)), stratum_counts=np.zeros(8),
                   stratum_active=np.zeros(1))
@@ -241,10 +244,16 @@ def _fspv_off(own: bool, barriers: int) -> float:
         lab = ((x[:, None, :] - c[None]) ** 2).sum(-1).argmin(1)
         c = np.array([x[lab == j].mean(0) if np.any(lab == j) else c[j] for j in range(8)])
     ref = float(((x[:, None, :] - c[None]) ** 2).sum(-1).min(1).sum())
-    sim = Simulation("fsp", {"interval": "multistage", "migration": {"mode": "off"}},
+
+    def record(sim: Simulation, event: dict) -> None:
+        if weights is not None:
+            weights.append(sim.server.theta["stratum_shards"].copy())
+
+    sim = Simulation("fsp", {"interval": model, "migration": {"mode": "off"}},
                      workers=4, data=x, theta0=theta0, algorithm=KMeans(n_clusters=8, n_init=1),
                      cost_s=1e-6, slowdown={1: 30.0}, stop={"max_iterations": barriers},
-                     own_algorithms=own, max_sim_s=100).run()
+                     own_algorithms=own, max_sim_s=100, sample_rows=sample_rows,
+                     on_barrier=record).run()
     return sim.objective() / ref - 1.0
 
 
@@ -255,6 +264,16 @@ def test_fspv_without_migration_leaves_the_straggler_s_basin():
     FSPV is within 0.5 % of it."""
     assert _fspv_off(False, 30) > 0.10
     assert _fspv_off(True, 30) < 0.005
+
+
+def test_the_master_s_sample_in_a_simulated_straggler_run():
+    """The same run with the master's 500-row sample of each shard (``flegel.run``'s
+    ``DataInfo.sample_sizes``): the straggler's shard is stood for by the master's sample --
+    its weight n in θ's ``stratum_shards`` while its first pass runs -- and FSPV is within
+    0.5 % of Lloyd's basin."""
+    weights: list[np.ndarray] = []
+    assert _fspv_off(True, 30, sample_rows=500, weights=weights) < 0.005
+    assert any(w[0] == 5_000.0 for w in weights)
 
 
 def test_a_representative_shard_keeps_exact_sums():
@@ -588,31 +607,41 @@ def _blocks(alg: KMeans, x: np.ndarray, size: int) -> list[Block]:
 
 
 def test_a_sampled_first_pass_window_sends_its_fresh_estimate():
-    """FSPV's sampled first pass (``Stratum.arm(sampled=True)``) with the master's samples in
-    θ: the window is fresh by construction, so its correction is n/m · F − E (mini-batch
-    K-means' step on the workers' latest shares) and no shard weight goes to the master;
-    the next, unsampled iteration's window ships the shard to the master's sample (−E and
-    its weight n)."""
+    """FSPV's sampled first pass (``Stratum.arm(sampled=True)`` after the stratum's first
+    window) with the master's samples in θ: every worker commits its share at every barrier,
+    so the window's correction is n/m · F − E (mini-batch K-means' step on the workers'
+    latest shares) and no shard weight goes to the master.  The sampled calibration's window
+    (the first) and an unsampled iteration's ship the shard to the master's sample (−E and
+    its weight n): an injected straggler sleeps right after the calibration."""
     rng = np.random.default_rng(13)
-    x = rng.normal(size=(300, D))
+    x = rng.normal(size=(450, D))
     theta = _theta(K, D, x[:K].copy())
     theta["stratum_shards"], theta["stratum_rows"] = np.zeros(2), np.full(2, 500.0)
     alg = KMeans(n_clusters=K, n_init=1, kernel="array")
     s = alg.stratify(3_000, shard=1)
     assert s is not None
-    first, second = _blocks(alg, x, 150)
+    calibration, share, whole = _blocks(alg, x, 150)
     s.arm(sampled=True)
-    b1 = alg.update_block(first, theta, 1)
-    assert not b1["stratum_shards"].any() and "sums" in s.fresh
-    # first visits: E = F, so n/m · F − E = (3,000 / 150 − 1) F
-    np.testing.assert_allclose(b1["stratum_sums"], 19.0 * b1["sums"])
-    np.testing.assert_allclose(b1["stratum_counts"], 19.0 * b1["counts"])
+    b0 = alg.update_block(calibration, theta, 1)
+    np.testing.assert_array_equal(b0["stratum_shards"], [0.0, 3_000.0])
+    np.testing.assert_allclose(b0["stratum_sums"], -b0["sums"])
+    s.arm(sampled=True)
+    b1 = alg.update_block(share, theta, 2)
+    np.testing.assert_array_equal(b1["stratum_shards"], [0.0, -3_000.0])
+    assert "sums" in s.fresh and not s.shipped
+    # first visits: E = F of both windows; n/m · F of the latest one (150 points)
+    labels = share.state["label"]
+    f = {"sums": class_sums(share.x, labels, K), "counts": np.bincount(labels, minlength=K)}
+    for key in ("sums", "counts"):
+        e = b0[key] + b1[key]
+        np.testing.assert_allclose(b0[f"stratum_{key}"] + b1[f"stratum_{key}"],
+                                   20.0 * f[key] - e)
     s.arm()
-    b2 = alg.update_block(second, theta, 2)
+    b2 = alg.update_block(whole, theta, 3)
     np.testing.assert_array_equal(b2["stratum_shards"], [0.0, 3_000.0])
-    np.testing.assert_allclose(b1["stratum_sums"] + b2["stratum_sums"],
-                               -(b1["sums"] + b2["sums"]))
-    assert s.shipped and b1["stratum_active"][0] == 1.0 and b2["stratum_active"][0] == 0.0
+    np.testing.assert_allclose(b0["stratum_sums"] + b1["stratum_sums"] + b2["stratum_sums"],
+                               -(b0["sums"] + b1["sums"] + b2["sums"]))
+    assert s.shipped and [b["stratum_active"][0] for b in (b0, b1, b2)] == [1.0, 0.0, 0.0]
 
 
 def test_the_master_s_sample_is_per_shard():
