@@ -14,7 +14,8 @@ from flegel.algorithms.kmeans import KMeans
 from flegel.api import DataInfo
 from flegel.block import Block
 from flegel.run import _warm_up
-from tests.fakes import Simulation, overlapping
+from tests.fakes import Simulation, blobs, kmeans_theta0, lloyd_step, overlapping
+from tests.test_fsp_sampled_pass import BATCH, COST_S, LATENCY_S, SHARD, WORKERS, Versions
 
 K, D = 3, 2
 
@@ -642,6 +643,24 @@ def test_a_sampled_first_pass_window_sends_its_fresh_estimate():
     np.testing.assert_allclose(b0["stratum_sums"] + b1["stratum_sums"] + b2["stratum_sums"],
                                -(b0["sums"] + b1["sums"] + b2["sums"]))
     assert s.shipped and [b["stratum_active"][0] for b in (b0, b1, b2)] == [1.0, 0.0, 0.0]
+
+
+def test_fspv_s_sampled_first_pass_with_the_master_s_sample():
+    """FSPV's sampled first pass on the simulated clock with the master's 500-row sample of
+    every shard in θ (``flegel.run``'s samples): the calibration's step takes the master's
+    sample (its weights n), the next is Lloyd's step from θ¹ on the second eighth of every
+    shard alone (the workers' fresh shares, n/m · F), with no shard on the master's sample."""
+    x, centres0 = blobs(n=WORKERS * SHARD, k=4, d=3, seed=1)
+    watch = Versions()
+    Simulation("fsp", {}, workers=WORKERS, data=x, theta0=kmeans_theta0(centres0, stratum=True),
+               algorithm=KMeans(n_clusters=4, n_init=1), cost_s=COST_S, latency_s=LATENCY_S,
+               on_barrier=watch, stop={"max_iterations": 3}, own_algorithms=True,
+               sample_rows=500).run()
+    np.testing.assert_array_equal(watch.theta[1]["stratum_shards"], [SHARD] * WORKERS)
+    assert not watch.theta[2]["stratum_shards"].any()
+    second = np.concatenate([rows[BATCH:2 * BATCH] for rows in watch.rows])
+    expected = lloyd_step(second, watch.theta[1]["centers"])
+    np.testing.assert_allclose(watch.theta[2]["centers"], expected, rtol=1e-9, atol=1e-9)
 
 
 def test_the_master_s_sample_is_per_shard():
