@@ -44,7 +44,11 @@ test, :data:`MIN_POINTS`), no sums, and the skew test's reference is θ's exact 
 every stratum on sending −E, counts plus corrections sum to nothing).  A fixed sample's own
 error stays until the first pass ends: +0.036-0.038 % above the converged objective on
 ``flegel paper``'s K-means (target +0.1 %), then exact sums.  Without the samples (a θ made
-elsewhere) the n/m · F estimate above is taken.
+elsewhere) the n/m · F estimate above is taken; so for a shard whose sample holds fewer than
+:data:`MIN_POINTS` rows (θ's ``stratum_rows``: per shard, the others keep theirs), and for
+FSPV's sampled first pass after its calibration (:attr:`Stratum.fresh_share`: every worker
+commits its share at every barrier there, so the fresh shares are mini-batch K-means' step
+and no shard pays the master's re-labelling; docs/sync/fsp.md, "After review (kfa)").
 
 Exact sums (a correction of 0) where they are already right (choices, written here):
 
