@@ -44,7 +44,11 @@ test, :data:`MIN_POINTS`), no sums, and the skew test's reference is θ's exact 
 every stratum on sending −E, counts plus corrections sum to nothing).  A fixed sample's own
 error stays until the first pass ends: +0.036-0.038 % above the converged objective on
 ``flegel paper``'s K-means (target +0.1 %), then exact sums.  Without the samples (a θ made
-elsewhere) the n/m · F estimate above is taken.
+elsewhere) the n/m · F estimate above is taken; so for a shard whose sample holds fewer than
+:data:`MIN_POINTS` rows (θ's ``stratum_rows``: per shard, the others keep theirs), and for
+FSPV's sampled first pass after its calibration (:attr:`Stratum.fresh_share`: every worker
+commits its share at every barrier there, so the fresh shares are mini-batch K-means' step
+and no shard pays the master's re-labelling; docs/sync/fsp.md, "After review (kfa)").
 
 Exact sums (a correction of 0) where they are already right (choices, written here):
 
@@ -184,7 +188,7 @@ class Stratum(AttributeState):
     """
 
     #: Not checkpointed: a resumed worker arms it at its first iteration (class notes).
-    NOT_STATE: ClassVar[tuple[str, ...]] = ("armed", "uniform")
+    NOT_STATE: ClassVar[tuple[str, ...]] = ("armed", "uniform", "fresh_share")
 
     def __init__(self, n_points: int, shares: str | None = None,
                  shard: int | None = None) -> None:
@@ -193,8 +197,13 @@ class Stratum(AttributeState):
         self.shard = shard  # the worker's index: the master's sample of this shard
         #: The master re-estimates this shard from its sample at every M-step: the
         #: correction takes the exact sums out (−E) instead of adding n/m · F − E (module
-        #: notes, "The master's sample"); set by the algorithm from θ's layout.
+        #: notes, "The master's sample"); set by the algorithm from θ's layout, where the
+        #: master holds a sample of this shard of at least MIN_POINTS rows.  Not while
+        #: :attr:`fresh_share`: a sampled first pass's window is fresh at every barrier.
         self.resampled = False
+        #: Whether the correction sent so far is −E with the master's sample standing for the
+        #: shard (its weight n in θ's ``stratum_shards``), not n/m · F − E nor zeros.
+        self.shipped = False
         self.reference: np.ndarray | None = None  # θ's estimate of those counts, all data
         self.exact: dict[str, np.ndarray] = {}  # E: the sum of every delta sent
         self.emitted: dict[str, np.ndarray] = {}  # the correction sent so far (all pieces)
@@ -216,6 +225,8 @@ class Stratum(AttributeState):
         self.armed = False
         #: This iteration is one of FSPV's sampled first pass (:meth:`arm`); not checkpointed.
         self.uniform = False
+        #: ... and not its first (the sampled calibration): :meth:`arm`; not checkpointed.
+        self.fresh_share = False
 
     def arm(self, sampled: bool = False) -> None:
         """Record blocks from now on: an iteration of the worker begins.  ``sampled``: it
@@ -223,7 +234,17 @@ class Stratum(AttributeState):
         calibration and first pass, ``flegel.sync.fsp.SAMPLED_FIRST_PASS``) -- a uniform
         sample of a shuffled shard, whose estimate is mini-batch K-means' step: taken
         whatever the sample's class shares (no skew test, :meth:`screen`), as it is where a
-        shard's first pass runs as such steps."""
+        shard's first pass runs as such steps.
+
+        A sampled iteration after the stratum's first window (FSPV's sampled first pass, which
+        runs only where no worker was paused or predicted a straggler,
+        ``flegel.sync.fsp``) is a :attr:`fresh_share`: every worker commits its share at every
+        barrier, so its n/m · F stands for the shard at the current θ and the master's sample
+        (:attr:`resampled`) is not taken -- the workers' fresh shares are mini-batch K-means'
+        step, and no shard pays the master's re-labelling.  The first window (the sampled
+        calibration) is not: an injected straggler sleeps right after it, tens of barriers
+        (module notes, "The master's sample"), and n/m · F at θ⁰ would freeze there."""
+        self.fresh_share = sampled and self.t >= 0  # t: the last window's, -1 before any
         self.armed = True
         self.uniform = sampled
 
@@ -232,7 +253,7 @@ class Stratum(AttributeState):
         place (the algorithm holds this object), disarmed until the resumed worker's first
         iteration begins (class notes)."""
         super().restore(state)
-        self.armed = self.uniform = False
+        self.armed = self.uniform = self.fresh_share = False
 
     @property
     def done(self) -> bool:
@@ -321,12 +342,14 @@ class Stratum(AttributeState):
             The correction's piece to send with the block: one array per key of ``delta``
             (the pieces sent add up to the current correction), and ``"active"``, a
             1-element array: +1 where the correction turned into an estimate with this block,
-            -1 where it turned back into zeros, else 0 (θ counts the strata on).  All zeros
-            while not :attr:`armed` (nothing recorded).
+            -1 where it turned back into zeros, else 0 (θ counts the strata on); and
+            ``"shipped"``, likewise for :attr:`shipped` (the master's sample stands for the
+            shard: K-means adds or takes back its weight n in θ's ``stratum_shards``).  All
+            zeros while not :attr:`armed` (nothing recorded).
         """
         if not self.armed:
             piece = {k: np.zeros_like(np.asarray(v, dtype=np.float64)) for k, v in delta.items()}
-            piece["active"] = np.zeros(1)
+            piece["active"], piece["shipped"] = np.zeros(1), np.zeros(1)
             return piece
         if reference is not None:
             self.reference = np.asarray(reference, dtype=np.float64)
@@ -349,9 +372,11 @@ class Stratum(AttributeState):
             for k, v in fresh.items():
                 self.fresh[k] = self.fresh[k] + v if k in self.fresh else np.array(v, copy=True)
         target, on = self._target()
+        shipped = on and self.resampled and not self.fresh_share  # as _target chose
         piece = {k: target[k] - self.emitted[k] for k in delta}
         piece["active"] = np.array([float(on) - float(self.on)])
-        self.emitted, self.on = target, on
+        piece["shipped"] = np.array([float(shipped) - float(self.shipped)])
+        self.emitted, self.on, self.shipped = target, on, shipped
         return piece
 
     def sample(self) -> tuple[dict[str, np.ndarray], int, int]:
@@ -359,9 +384,13 @@ class Stratum(AttributeState):
         latest earlier windows', newest first (fresh sums, points, moved)."""
         fresh = dict(self.fresh)
         sampled, moved = self.sampled, self.moved
+        keys = set(fresh) if sampled else None
         for f, m, mv in reversed(self.windows):
-            if sampled >= MIN_POINTS:
+            # not across windows that summed other statistics (K-means: counts only while
+            # the master's sample stood for the shard, sums too in a sampled first pass)
+            if sampled >= MIN_POINTS or (keys is not None and set(f) != keys):
                 break
+            keys = set(f)
             for k, v in f.items():
                 fresh[k] = fresh[k] + v if k in fresh else v
             sampled, moved = sampled + m, moved + mv
@@ -396,7 +425,7 @@ class Stratum(AttributeState):
         fresh, sampled, _ = self.sample()
         if not self.stratified(sampled) or not (self.uniform or self.skewed(fresh, sampled)):
             return zeros, False
-        if self.resampled:  # the master's sample at the current θ stands for the shard
+        if self.resampled and not self.fresh_share:  # the master's sample at θ stands for it
             return {k: -self.exact[k] for k in self.exact}, True
         scale = self.n / sampled
         return {k: scale * fresh[k] - self.exact[k] for k in self.exact}, True

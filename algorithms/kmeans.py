@@ -45,7 +45,7 @@ from ._common import (
     squared_distances,
     validate_init_file,
 )
-from ._stratum import Stratum, class_sums, load_class_sums
+from ._stratum import MIN_POINTS, Stratum, class_sums, load_class_sums
 
 _INITS = ("kmeans++", "random")
 
@@ -446,8 +446,17 @@ def lloyd(x: np.ndarray, centers: np.ndarray, max_iter: int = 100,
 SAMPLE_POINTS_PER_CLUSTER = 50
 
 
+#: Most rows of a shard's sample the master re-labels at each M-step (KMeans._resampled): a
+#: seeded uniform subsample of a larger one.  The master's M-step pays about 0.33 ms per shard
+#: on at 2,500 rows (docs/sync/fsp.md, "A sleeping straggler: the master's sample"), and a
+#: job's ``runtime.sample_size`` of 100,000 would have made that ~13 ms a barrier; 2,500 rows
+#: hold ~+0.04 % of sampling error on ``flegel paper``'s K-means (target +0.1 %).
+MASTER_SAMPLE_ROWS = 2_500
+
 #: θ's keys of the stratified M-step (KMeans.stratify): all of them, or none is used.
 _STRATUM_KEYS = ("stratum_sums", "stratum_counts", "stratum_active")
+#: θ's keys of the master's sample (KMeans._set_samples).
+_SAMPLE_KEYS = ("stratum_shards", "stratum_rows")
 
 
 def _stratified(theta: dict[str, np.ndarray]) -> bool:
@@ -597,13 +606,35 @@ class KMeans(DeviceKernels, Algorithm):
         theta = {"centers": centers, "sums": np.zeros((k, d)), "counts": np.zeros(k),
                  "stratum_sums": np.zeros((k, d)), "stratum_counts": np.zeros(k),
                  "stratum_active": np.zeros(1), "drift": np.zeros(1)}
-        sizes = tuple(info.sample_sizes)
-        if len(sizes) == info.n_workers and all(n > 0 for n in sizes):
-            # each worker's share of the sample: the stratified M-step's estimate of its shard
-            sample = np.asarray(info.sample, dtype=np.float64)
-            self._samples = np.split(sample, np.cumsum(sizes)[:-1])
-            theta["stratum_shards"] = np.zeros(info.n_workers)
+        self._set_samples(info, theta)
         return theta
+
+    def _set_samples(self, info: DataInfo, theta: dict[str, np.ndarray]) -> None:
+        """The master's sample of each shard (``DataInfo.sample_sizes``, in rank order) for
+        the stratified M-step (:meth:`_resampled`): θ's ``stratum_shards`` (the weights of the
+        shards on) and ``stratum_rows`` (each sample's rows, at most
+        :data:`MASTER_SAMPLE_ROWS`; 0 where under MIN_POINTS: too few rows stand for a
+        shard -- one row would put its whole weight on one cluster -- and that shard's
+        stratum takes its workers' n/m · F).  Per shard: one small sample leaves the others'
+        on.  No sizes (a DataInfo made elsewhere): none, every stratum takes n/m · F."""
+        sizes = tuple(int(n) for n in info.sample_sizes)
+        if not sizes:
+            return
+        if len(sizes) != info.n_workers:
+            raise ValueError(f"kmeans: {len(sizes)} sample sizes for {info.n_workers} workers "
+                             "(DataInfo.sample_sizes holds one per worker, or none)")
+        sample = np.asarray(info.sample, dtype=np.float64)
+        rng = np.random.default_rng(info.seed)
+        samples = []
+        for part in np.split(sample, np.cumsum(sizes)[:-1]):
+            if len(part) > MASTER_SAMPLE_ROWS:  # a uniform subsample of a uniform sample
+                part = part[np.sort(rng.choice(len(part), MASTER_SAMPLE_ROWS, replace=False))]
+            samples.append(part if len(part) >= MIN_POINTS else part[:0])
+        if not any(len(p) for p in samples):
+            return
+        self._samples = samples
+        theta["stratum_shards"] = np.zeros(info.n_workers)
+        theta["stratum_rows"] = np.array([float(len(p)) for p in samples])
 
     def _seeding(self, sample: np.ndarray, seed: int) -> np.ndarray:
         """One seeding of ``init`` on the sample."""
@@ -689,22 +720,28 @@ class KMeans(DeviceKernels, Algorithm):
             # for good, nothing to sample or send (the zero aggregator's stratum keys)
             return self._update_block(block, theta, t)
         labels = block.state["label"]
-        # the master's sample stands for the shard: the sample needs its class counts only
-        # (the skew test and the windows' size), no sums (Stratum.resampled)
-        resampled = stratum.resampled = stratum.shard is not None and "stratum_shards" in theta
+        # the master holds a sample of this shard (Stratum.resampled); it stands for the shard
+        # unless the window is a sampled first pass's (fresh at every barrier: n/m · F)
+        stratum.resampled = (stratum.shard is not None and "stratum_rows" in theta
+                             and theta["stratum_rows"][stratum.shard] >= MIN_POINTS)
+        shipped = stratum.resampled and not stratum.fresh_share  # counts suffice, no sums
         old = labels.copy() if stratum.wants_sample(t) else None
         agg = self._update_block(block, theta, t)
         fresh, moved, first = None, 0, 0
-        # the skew test's all-data class counts: θ's estimate -- the exact counts where the
-        # corrections are −E (resampled: the master's samples stand for those shards, and all
-        # strata on sum to zero counts), the exact counts plus the corrections otherwise
-        reference = theta["counts"] if resampled else theta["counts"] + theta["stratum_counts"]
+        # the skew test's reference class shares.  With the master's samples some strata on
+        # send −E, whose shards' counts are in neither θ's counts nor its corrections (the
+        # master adds them at the M-step), so θ's exact counts: every point once, at its
+        # latest label -- a straggler's untrained points at an old θ's, so the shares of the
+        # data under mixed θ versions, not all the data's at θ, but a sorted shard's window
+        # is still ~0.7 apart from them.  Without the samples: exact counts plus corrections.
+        reference = (theta["counts"] if "stratum_rows" in theta
+                     else theta["counts"] + theta["stratum_counts"])
         if old is not None:
             # counts first: the skew test reads class shares only, and a shuffled shard's
             # stratum switches off there without a sum taken (Stratum.screen)
             counts = np.bincount(labels, minlength=self.n_clusters).astype(np.float64)
             if stratum.screen(t, counts, len(labels), reference):
-                fresh = {"counts": counts} if resampled else {
+                fresh = {"counts": counts} if shipped else {
                     "sums": class_sums(to_host(block.x), labels, self.n_clusters),
                     "counts": counts}
             moved = int(np.count_nonzero(old != labels))
@@ -713,8 +750,8 @@ class KMeans(DeviceKernels, Algorithm):
                                 fresh, moved, first, reference)
         agg["stratum_sums"], agg["stratum_counts"] = piece["sums"], piece["counts"]
         agg["stratum_active"] = piece["active"]
-        if resampled:  # this shard's weight: n while on (the master scales its sample by n / rows)
-            agg["stratum_shards"][stratum.shard] = piece["active"][0] * stratum.n
+        if piece["shipped"][0]:  # this shard's weight n while the master's sample stands for it
+            agg["stratum_shards"][stratum.shard] = piece["shipped"][0] * stratum.n
         return agg
 
     def _update_block(self, block: Block, theta: dict[str, np.ndarray], t: int) -> dict:
@@ -780,10 +817,12 @@ class KMeans(DeviceKernels, Algorithm):
                                          np.zeros_like(theta["stratum_shards"]))
                 s_est, c_est = self._resampled(theta["centers"], new["stratum_shards"])
                 est_sums, est_counts = est_sums + s_est, est_counts + c_est
+            if "stratum_rows" in theta:
+                new["stratum_rows"] = theta["stratum_rows"]
         else:
             # a θ made by hand with some of the keys: kept as they are (the server checks
             # that θ keeps its layout), unused
-            new.update({k: theta[k] for k in (*_STRATUM_KEYS, "stratum_shards") if k in theta})
+            new.update({k: theta[k] for k in (*_STRATUM_KEYS, *_SAMPLE_KEYS) if k in theta})
         nonempty = est_counts > 0.5
         centers[nonempty] = est_sums[nonempty] / est_counts[nonempty, None]
         if "drift" in theta:

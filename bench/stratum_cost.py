@@ -32,7 +32,8 @@ def _theta(centers: np.ndarray, resampled: bool) -> dict[str, np.ndarray]:
              "stratum_sums": np.zeros((K, D)), "stratum_counts": np.zeros(K),
              "stratum_active": np.zeros(1), "drift": np.zeros(1)}
     if resampled:
-        theta["stratum_shards"] = np.zeros(4)
+        # the master's 2,500-row sample of each of 4 shards (KMeans._set_samples)
+        theta["stratum_shards"], theta["stratum_rows"] = np.zeros(4), np.full(4, 2_500.0)
     return theta
 
 
@@ -90,15 +91,17 @@ def main() -> None:
 
 def master_step(x: np.ndarray, centers: np.ndarray, repeat: int) -> None:
     """The master's M-step with one shard's sample (2,500 rows, ``flegel paper``'s 10,000
-    over 4 workers) re-labelled, against a plain one."""
+    over 4 workers) re-labelled, with all four, against a plain one."""
     rng = np.random.default_rng(1)
     alg = KMeans(n_clusters=K, n_init=1)
     alg._samples = [x[rng.choice(len(x), 2_500, replace=False)] for _ in range(4)]
     out = {}
-    for name, on in (("plain M-step", 0.0), ("one shard re-labelled", float(len(x)))):
+    for name, on in (("plain M-step", 0), ("one shard re-labelled", 1),
+                     ("all 4 shards re-labelled", 4)):
         theta = _theta(centers, True)
         agg = alg.zero_aggregator(theta)
-        agg["stratum_active"][0], agg["stratum_shards"][0] = float(on > 0), on
+        agg["stratum_active"][0] = float(on)
+        agg["stratum_shards"][:on] = float(len(x))
         ts = []
         for _ in range(max(repeat, 20)):
             start = time.perf_counter()

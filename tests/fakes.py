@@ -831,6 +831,11 @@ class Simulation:
         Give every worker its own copy of ``algorithm`` (one instance per process, as in a
         real run; K-means' stratified estimate, ``KMeans.stratify``, needs it).  Default: one
         instance shared by the workers.
+    sample_rows : int or None
+        Give ``algorithm.init_parameter`` each worker's seeded uniform sample of this many
+        rows of its shard, in rank order, with ``DataInfo.sample_sizes``, as ``flegel.run``
+        does (K-means' master sample of each shard, ``KMeans._resampled``); a ``theta0``
+        given is laid over the θ it makes.  Default: the whole data as the sample, no sizes.
     """
 
     def __init__(self, model: str, options: Mapping[str, Any] | None = None, *,
@@ -847,7 +852,8 @@ class Simulation:
                  block_points: int | None = None, jitter: float = 0.0,
                  stop: Mapping[str, Any] | None = None, stall_warning_s: float = 10.0,
                  trace_points: int = 0, seed: int = 0, max_sim_s: float = 60.0,
-                 max_events: int = 2_000_000, own_algorithms: bool = False) -> None:
+                 max_events: int = 2_000_000, own_algorithms: bool = False,
+                 sample_rows: int | None = None) -> None:
         self.model = model
         self.options = sync_options(model, **dict(options or {}))
         self.clock = SimClock()
@@ -874,7 +880,15 @@ class Simulation:
 
             algorithm = KMeans(n_clusters=4 if theta0 is None else len(theta0["centers"]))
         self.algorithm = algorithm
-        if theta0 is None:
+        if sample_rows is not None:  # flegel.run's samples: each worker's share, in rank order
+            rng = np.random.default_rng(seed)
+            samples = [s[np.sort(rng.choice(len(s), min(sample_rows, len(s)), replace=False))]
+                       for s in self.shards]
+            info = DataInfo(n_features=x_all.shape[1], n_points=len(x_all), n_workers=workers,
+                            sample=np.concatenate(samples), seed=seed, dtype=x_all.dtype,
+                            base_dir=Path.cwd(), sample_sizes=tuple(map(len, samples)))
+            theta0 = {**algorithm.init_parameter(info), **(theta0 or {})}
+        elif theta0 is None:
             info = DataInfo(n_features=x_all.shape[1], n_points=len(x_all), n_workers=workers,
                             sample=x_all, seed=seed, dtype=x_all.dtype, base_dir=Path.cwd())
             theta0 = algorithm.init_parameter(info)

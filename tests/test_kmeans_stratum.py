@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 
 from flegel.algorithms import _stratum
-from flegel.algorithms._stratum import Stratum
+from flegel.algorithms._stratum import Stratum, class_sums
 from flegel.algorithms.kmeans import KMeans
 from flegel.api import DataInfo
 from flegel.block import Block
 from flegel.run import _warm_up
-from tests.fakes import Simulation, overlapping
+from tests.fakes import Simulation, blobs, kmeans_theta0, lloyd_step, overlapping
+from tests.test_fsp_sampled_pass import BATCH, COST_S, LATENCY_S, SHARD, WORKERS, Versions
 
 K, D = 3, 2
 
@@ -34,6 +35,7 @@ def _block(s: Stratum, t: int, x: np.ndarray, old: np.ndarray, new: np.ndarray,
     piece = s.observe(t, len(x), _delta(x, old, new), _stats(x, new) if sample else None,
                       int(np.count_nonzero(old != new)), int(np.count_nonzero(old < 0)))
     piece.pop("active")  # the strata-on count (test_theta_s_corrections_return_to_zero)
+    piece.pop("shipped")  # the master's sample's weight (test_a_resampled_stratum_...)
     return piece
 
 
@@ -228,10 +230,13 @@ def test_update_block_sends_the_pieces():
     np.testing.assert_allclose(b["stratum_counts"], expected)
 
 
-def _fspv_off(own: bool, barriers: int) -> float:
-    """FSPV without migration on 4 contiguous shards of sorted, overlapping clusters, worker
-    1 thirty times slower: the exact objective after ``barriers`` barriers, over batch
-    Lloyd's converged one from the same θ⁰, minus 1."""
+def _fspv_off(own: bool, barriers: int, sample_rows: int | None = None,
+              model: str = "multistage", weights: list[np.ndarray] | None = None) -> float:
+    """FSP without migration (``model``: FSPV's interval adjustor) on 4 contiguous shards of
+    sorted, overlapping clusters, worker 1 thirty times slower: the exact objective after
+    ``barriers`` barriers, over batch Lloyd's converged one from the same θ⁰, minus 1.
+    ``sample_rows``: the master holds each shard's sample of that many rows (θ's
+    ``stratum_shards``, one array per barrier appended to ``weights``)."""
     x, theta0 = overlapping(n=20_000, k=8, d=8)
     theta0.update(stratum_sums=np.zeros((8, 8)), stratum_counts=np.zeros(8),
                   stratum_active=np.zeros(1))
@@ -240,10 +245,16 @@ def _fspv_off(own: bool, barriers: int) -> float:
         lab = ((x[:, None, :] - c[None]) ** 2).sum(-1).argmin(1)
         c = np.array([x[lab == j].mean(0) if np.any(lab == j) else c[j] for j in range(8)])
     ref = float(((x[:, None, :] - c[None]) ** 2).sum(-1).min(1).sum())
-    sim = Simulation("fsp", {"interval": "multistage", "migration": {"mode": "off"}},
+
+    def record(sim: Simulation, event: dict) -> None:
+        if weights is not None:
+            weights.append(sim.server.theta["stratum_shards"].copy())
+
+    sim = Simulation("fsp", {"interval": model, "migration": {"mode": "off"}},
                      workers=4, data=x, theta0=theta0, algorithm=KMeans(n_clusters=8, n_init=1),
                      cost_s=1e-6, slowdown={1: 30.0}, stop={"max_iterations": barriers},
-                     own_algorithms=own, max_sim_s=100).run()
+                     own_algorithms=own, max_sim_s=100, sample_rows=sample_rows,
+                     on_barrier=record).run()
     return sim.objective() / ref - 1.0
 
 
@@ -254,6 +265,16 @@ def test_fspv_without_migration_leaves_the_straggler_s_basin():
     FSPV is within 0.5 % of it."""
     assert _fspv_off(False, 30) > 0.10
     assert _fspv_off(True, 30) < 0.005
+
+
+def test_the_master_s_sample_in_a_simulated_straggler_run():
+    """The same run with the master's 500-row sample of each shard (``flegel.run``'s
+    ``DataInfo.sample_sizes``): the straggler's shard is stood for by the master's sample --
+    its weight n in θ's ``stratum_shards`` while its first pass runs -- and FSPV is within
+    0.5 % of Lloyd's basin."""
+    weights: list[np.ndarray] = []
+    assert _fspv_off(True, 30, sample_rows=500, weights=weights) < 0.005
+    assert any(w[0] == 5_000.0 for w in weights)
 
 
 def test_a_representative_shard_keeps_exact_sums():
@@ -437,6 +458,7 @@ def test_a_resampled_stratum_takes_the_exact_sums_out():
         piece = s.observe(t, 250, _delta(x[lo:lo + 250], labels[lo:lo + 250], new),
                           {"counts": np.bincount(new, minlength=K).astype(float)}, 250, 250)
         active += float(piece.pop("active")[0])
+        assert piece.pop("shipped")[0] == (1.0 if t == 1 else -1.0 if lo + 250 >= n else 0.0)
         for k, v in piece.items():
             sent[k] += v
         labels[lo:lo + 250] = new
@@ -467,7 +489,7 @@ def test_update_parameter_relabels_the_master_s_sample():
     rng = np.random.default_rng(10)
     shards = [rng.normal(size=(400, D)) + 3 * i for i in range(2)]
     alg = KMeans(n_clusters=K, n_init=1, init="random")
-    theta = alg.init_parameter(_sampled_info(shards, 40))
+    theta = alg.init_parameter(_sampled_info(shards, 200))
     assert theta["stratum_shards"].shape == (2,)
     theta["sums"], theta["counts"] = np.ones((K, D)), np.ones(K)
     agg = alg.zero_aggregator(theta)
@@ -477,7 +499,7 @@ def test_update_parameter_relabels_the_master_s_sample():
     sample = alg._samples[1]
     lab = ((sample[:, None, :] - theta["centers"][None]) ** 2).sum(-1).argmin(1)
     onehot = (lab[None, :] == np.arange(K)[:, None]).astype(float)
-    sums, counts = 1.0 + 10.0 * onehot @ sample, 1.0 + 10.0 * onehot.sum(axis=1)
+    sums, counts = 1.0 + 2.0 * onehot @ sample, 1.0 + 2.0 * onehot.sum(axis=1)
     np.testing.assert_allclose(new["centers"], sums / counts[:, None])
     off = alg.zero_aggregator(new)
     off["stratum_shards"][1] = -400.0
@@ -496,7 +518,7 @@ def test_update_block_sends_its_shard_s_weight():
     rng = np.random.default_rng(11)
     x = rng.normal(size=(300, D))
     theta = _theta(K, D, x[:K].copy())
-    theta["stratum_shards"] = np.zeros(3)
+    theta["stratum_shards"], theta["stratum_rows"] = np.zeros(3), np.full(3, 500.0)
     alg = KMeans(n_clusters=K, n_init=1, kernel="array")
     s = alg.stratify(3_000, shard=2)
     assert s is not None
@@ -568,10 +590,131 @@ def test_a_resampled_shuffled_shard_still_switches_off():
     theta = _theta(K, D, means.copy())
     theta["counts"] = np.full(K, 1_000.0)
     theta["stratum_counts"] = -theta["counts"]  # every stratum on: −E each
-    theta["stratum_shards"] = np.full(2, 3_000.0)
+    theta["stratum_shards"], theta["stratum_rows"] = np.full(2, 3_000.0), np.full(2, 500.0)
     alg = KMeans(n_clusters=K, n_init=1, kernel="array")
     s = alg.stratify(3_000, shard=0)
     assert s is not None
     s.arm()
     alg.update_block(Block.from_arrays(x[:150], None, alg.init_state(150, D)), theta, 2)
     assert s.resampled and s.off
+
+
+def _blocks(alg: KMeans, x: np.ndarray, size: int) -> list[Block]:
+    """A shard's blocks in order, sharing one state (its labels persist)."""
+    state = alg.init_state(len(x), x.shape[1])
+    return [Block.from_arrays(x[lo:lo + size], None, {k: v[lo:lo + size] for k, v in
+                                                       state.items()})
+            for lo in range(0, len(x), size)]
+
+
+def test_a_sampled_first_pass_window_sends_its_fresh_estimate():
+    """FSPV's sampled first pass (``Stratum.arm(sampled=True)`` after the stratum's first
+    window) with the master's samples in θ: every worker commits its share at every barrier,
+    so the window's correction is n/m · F − E (mini-batch K-means' step on the workers'
+    latest shares) and no shard weight goes to the master.  The sampled calibration's window
+    (the first) and an unsampled iteration's ship the shard to the master's sample (−E and
+    its weight n): an injected straggler sleeps right after the calibration."""
+    rng = np.random.default_rng(13)
+    x = rng.normal(size=(450, D))
+    theta = _theta(K, D, x[:K].copy())
+    theta["stratum_shards"], theta["stratum_rows"] = np.zeros(2), np.full(2, 500.0)
+    alg = KMeans(n_clusters=K, n_init=1, kernel="array")
+    s = alg.stratify(3_000, shard=1)
+    assert s is not None
+    calibration, share, whole = _blocks(alg, x, 150)
+    s.arm(sampled=True)
+    b0 = alg.update_block(calibration, theta, 1)
+    np.testing.assert_array_equal(b0["stratum_shards"], [0.0, 3_000.0])
+    np.testing.assert_allclose(b0["stratum_sums"], -b0["sums"])
+    s.arm(sampled=True)
+    b1 = alg.update_block(share, theta, 2)
+    np.testing.assert_array_equal(b1["stratum_shards"], [0.0, -3_000.0])
+    assert "sums" in s.fresh and not s.shipped
+    # first visits: E = F of both windows; n/m · F of the latest one (150 points)
+    labels = share.state["label"]
+    f = {"sums": class_sums(share.x, labels, K), "counts": np.bincount(labels, minlength=K)}
+    for key in ("sums", "counts"):
+        e = b0[key] + b1[key]
+        np.testing.assert_allclose(b0[f"stratum_{key}"] + b1[f"stratum_{key}"],
+                                   20.0 * f[key] - e)
+    s.arm()
+    b2 = alg.update_block(whole, theta, 3)
+    np.testing.assert_array_equal(b2["stratum_shards"], [0.0, 3_000.0])
+    np.testing.assert_allclose(b0["stratum_sums"] + b1["stratum_sums"] + b2["stratum_sums"],
+                               -(b0["sums"] + b1["sums"] + b2["sums"]))
+    assert s.shipped and [b["stratum_active"][0] for b in (b0, b1, b2)] == [1.0, 0.0, 0.0]
+
+
+def test_fspv_s_sampled_first_pass_with_the_master_s_sample():
+    """FSPV's sampled first pass on the simulated clock with the master's 500-row sample of
+    every shard in θ (``flegel.run``'s samples): the calibration's step takes the master's
+    sample (its weights n), the next is Lloyd's step from θ¹ on the second eighth of every
+    shard alone (the workers' fresh shares, n/m · F), with no shard on the master's sample."""
+    x, centres0 = blobs(n=WORKERS * SHARD, k=4, d=3, seed=1)
+    watch = Versions()
+    Simulation("fsp", {}, workers=WORKERS, data=x, theta0=kmeans_theta0(centres0, stratum=True),
+               algorithm=KMeans(n_clusters=4, n_init=1), cost_s=COST_S, latency_s=LATENCY_S,
+               on_barrier=watch, stop={"max_iterations": 3}, own_algorithms=True,
+               sample_rows=500).run()
+    np.testing.assert_array_equal(watch.theta[1]["stratum_shards"], [SHARD] * WORKERS)
+    assert not watch.theta[2]["stratum_shards"].any()
+    second = np.concatenate([rows[BATCH:2 * BATCH] for rows in watch.rows])
+    expected = lloyd_step(second, watch.theta[1]["centers"])
+    np.testing.assert_allclose(watch.theta[2]["centers"], expected, rtol=1e-9, atol=1e-9)
+
+
+def test_the_master_s_sample_is_per_shard():
+    """A shard's sample under MIN_POINTS rows leaves that shard to its worker's n/m · F (one
+    row would put its whole weight on one cluster) and the other shards on the master's
+    sample; a sample over MASTER_SAMPLE_ROWS is subsampled to it (the master's M-step cost);
+    sample sizes that are not one per worker are an error, not everyone silently off."""
+    rng = np.random.default_rng(14)
+    sizes = (3_000, 99, 150)
+    sample = rng.normal(size=(sum(sizes), D))
+    info = DataInfo(n_features=D, n_points=30_000, n_workers=3, sample=sample,
+                    sample_sizes=sizes)
+    alg = KMeans(n_clusters=K, n_init=1, init="random")
+    theta = alg.init_parameter(info)
+    np.testing.assert_array_equal(theta["stratum_rows"], [2_500.0, 0.0, 150.0])
+    assert alg._samples is not None and [len(p) for p in alg._samples] == [2_500, 0, 150]
+    worker = KMeans(n_clusters=K, n_init=1, kernel="array")
+    s = worker.stratify(3_000, shard=1)
+    assert s is not None
+    s.arm()
+    b = worker.update_block(_blocks(worker, rng.normal(size=(150, D)), 150)[0], theta, 1)
+    assert not s.resampled and not b["stratum_shards"].any()
+    np.testing.assert_allclose(b["stratum_counts"], 19.0 * b["counts"])
+    info.sample_sizes = sizes[:2]
+    with pytest.raises(ValueError, match="sample sizes"):
+        KMeans(n_clusters=K, n_init=1, init="random").init_parameter(info)
+
+
+def test_one_shard_off_leaves_the_other_s_weight_exactly():
+    """Two sorted shards on the master's sample; the first one's first pass ends (its
+    stratum off, its weight taken back) while the second's goes on: θ's weights are exactly
+    [0, n₂] and one stratum is on -- not the reset to zeros, which only runs with none on."""
+    rng = np.random.default_rng(15)
+    means = np.array([[0.0, 0.0], [20.0, 0.0], [0.0, 20.0]])
+    shards = [means[i] + rng.normal(size=(n, D)) for i, n in enumerate((300, 600))]
+    master = KMeans(n_clusters=K, n_init=1, init="random")
+    theta = master.init_parameter(_sampled_info(shards, 150))
+    theta["centers"] = means.copy()
+    workers = []
+    for i, x in enumerate(shards):
+        alg = KMeans(n_clusters=K, n_init=1, kernel="array")
+        s = alg.stratify(len(x), shard=i)
+        assert s is not None
+        s.arm()
+        workers.append((alg, s, _blocks(alg, x, 100)))
+    for t in range(1, 4):
+        agg = master.zero_aggregator(theta)
+        for alg, _, blocks in workers:
+            out = alg.update_block(blocks[t - 1], theta, t)
+            for key in agg:
+                agg[key] = agg[key] + out[key]
+        theta = master.update_parameter(agg, theta)
+        if t < 3:
+            np.testing.assert_array_equal(theta["stratum_shards"], [300.0, 600.0])
+    assert not workers[0][1].on and workers[1][1].shipped
+    np.testing.assert_array_equal(theta["stratum_shards"], [0.0, 600.0])
+    np.testing.assert_array_equal(theta["stratum_active"], [1.0])
