@@ -609,11 +609,23 @@ class FSP(BarrierPolicy):
     K-means' on a stratified sample: without stragglers ``flegel paper``'s K-means reached
     the target in 4 M-steps, as BSPV's Lloyd steps and FSPV's before, after 1.5 passes
     instead of 3.125 (docs/sync/fsp.md, "FSPV's sampled first pass on K-means").  Only
-    where every worker trained its whole share and none is predicted
-    :data:`SAMPLED_PASS_WAIT` times slower than the typical worker (:meth:`_whole_shares`):
-    each step waits for every share, so a straggler paused at the calibration's bound or
-    predicted slow from its share (Fig. 7's τ = 32 ms) keeps FSPV's iterations from the
-    calibration on, as before; a milder one is waited for.
+    where every worker trained its whole share and none took :data:`SAMPLED_PASS_WAIT`
+    times the typical worker's time for it (:meth:`_whole_shares`, on each share's own
+    commit): each step waits for every share, so a straggler paused at the calibration's
+    bound or slow on its share (Fig. 7's τ = 32 ms) keeps FSPV's iterations from the
+    calibration on, as before; a milder one is waited for.  A worker slowed later ends the
+    pass at the step it slowed in (paused at the bound, or found on that step's commit):
+    half of every shard or less is trained then, no whole pass follows, and the adjustor
+    starts from that step's measurements as from the calibration's (a sampled step, like
+    the calibration, is left out of ``eta_log``: it has no interval and is no pass).  A
+    worker whose shard size the master does not know gets no batch -- a pass -- so the
+    sampled pass ends there too.  The sampled steps' instructions say so
+    (``Instructions.sampled``): a worker's stratum takes the estimate on them whatever the
+    window's class shares (``Stratum.arm(sampled=True)``); not on the sampled
+    calibration's, whose skew test is as it was before the sampled pass, whether the steps
+    follow or a straggler refuses them.  (K-means from a raw seeding, the one algorithm
+    with the sampled pass, has no θ counts at θ⁰: the test cannot decide there, and the
+    calibration's window keeps its estimate, as the steps need.)
 
     **Coverage** (issue 19, item 3; a choice where the paper is silent).  Under incremental
     EM (Section 2.2, Eq. 3) a point adds its statistics to θ on its first visit (K-means'
