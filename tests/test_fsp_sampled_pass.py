@@ -2,8 +2,9 @@
 Notes: "The sampled first pass"): after the sampled calibration, the first pass runs as
 sampled iterations -- each the share trained so far, up to half of every shard -- whose
 M-steps the stratum takes on the latest share alone (mini-batch K-means' step), then one
-whole pass; not where a worker was paused, nor for an algorithm without
-``sampled_first_pass``.  One process: the real server, policies and K-means on the simulated
+whole pass; not where a worker was paused or slow on its share (from the calibration or
+a later step), nor for an algorithm without ``sampled_first_pass``; and its state across a
+checkpoint.  One process: the real server, policies and K-means on the simulated
 clock (tests/fakes.py), every worker with its own instance (its stratum, as in a real run)."""
 
 from __future__ import annotations
