@@ -172,6 +172,7 @@ PARAMS = Header((
     "checkpoint",   # 1: send your state (Tag.CHECKPOINT) before computing (rundir/checkpoint.py)
     "cover",        # θ is held until every point was trained once: 1 train only those, 2 ...
                     # and points are on their way to you: wait for them (Instructions.cover)
+    "sampled",      # 1: the batch is a step of FSPV's sampled first pass (Instructions.sampled)
 ))
 
 #: Master -> worker control signal.
@@ -204,6 +205,10 @@ class Instructions:
         that no worker has trained yet, and commit when none is left; 2: as 1, and points
         no worker has trained are on their way to this worker (migration): with none to
         train yet, wait for them (the master's bound ends the wait).
+    sampled : bool
+        The batch is the master's sampled share of every shard in FSPV's sampled first pass
+        (:data:`flegel.sync.fsp.SAMPLED_PHASE`): a stratum takes its estimate whatever the
+        window's class shares (no skew test).  Not set for the sampled calibration.
     """
 
     batch: int = 0
@@ -214,6 +219,7 @@ class Instructions:
     stop: bool = False
     orders: int = 0
     cover: int = 0
+    sampled: bool = False
 
     def fields(self) -> dict[str, float]:
         """The :data:`PARAMS` header fields these instructions fill."""
@@ -225,7 +231,8 @@ class Instructions:
         return cls(batch=int(header["batch"]), eta_s=header["eta_s"],
                    offset_s=header["offset_s"], mark=int(header["mark"]),
                    rollback=bool(header["rollback"]), stop=bool(header["stop"]),
-                   orders=int(header["orders"]), cover=int(header.get("cover", 0.0)))
+                   orders=int(header["orders"]), cover=int(header.get("cover", 0.0)),
+                   sampled=bool(header.get("sampled", 0.0)))
 
 
 # ------------------------------------------------------------------ data migration (§4.3)

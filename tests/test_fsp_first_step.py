@@ -209,5 +209,6 @@ def test_kmeans_reaches_bspvs_optimum_sooner():
     target = bsp[2][1] * (1 + 1e-12)  # the optimum: the two sums differ in the last bits
     t_bsp = next(t for t, f in bsp if f <= target)
     t_fsp = next(t for t, f in fsp if f <= target)
-    assert t_fsp <= 0.8 * t_bsp  # 21.2 ms against 32.4 ms
+    # 21.2 ms against 32.4 ms (0.65); without the sampled first pass 24.7 ms (0.76) fails it
+    assert t_fsp <= 0.7 * t_bsp
     print(f"K-means to BSPV's third θ: FSPV {t_fsp * 1e3:.2f} ms, BSPV {t_bsp * 1e3:.2f} ms")
