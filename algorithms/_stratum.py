@@ -446,10 +446,9 @@ class GradientStratum(Stratum):
     of every worker's latest estimate: a worker that trained nothing since keeps its last one
     there, a shard never drops out.
 
-    Exact sums are none here: :meth:`Stratum.observe` is given zero deltas (E stays 0) and
-    the estimate is the whole piece.  The estimate stays on past the first pass and on a
-    covered window (a fast worker's whole shard: n / m = 1, the exact sums at θ); only a
-    window under :data:`MIN_POINTS` pools the latest earlier ones (:data:`POOL`), as a
+    The estimate is the whole piece (no exact sums E here).  It stays on past the first
+    pass and on a covered window (a fast worker's whole shard: n / m = 1, the exact sums at
+    θ); only a window under :data:`MIN_POINTS` pools the latest earlier ones (:data:`POOL`), as a
     stratum's does.  The skew test is K-means' (``shares``: the key of the sample's class
     counts, :meth:`Stratum.screen`): on a shuffled shard the batch mean is unbiased and
     ``n / m`` would only scale a straggler's few points' noise up -- measured, FSPV's interval
@@ -464,6 +463,10 @@ class GradientStratum(Stratum):
     estimate stays (:meth:`_target`): zeros would put its shard back to the batch's weight for
     that update.  Exact sums are none here, so :meth:`observe` sums no E (each block's work a
     few small additions: ``bench/logreg_stratum_cost.py``).
+
+    No sampled first pass: the skew test runs whatever :meth:`arm`'s ``sampled`` says
+    (logistic regression declares no ``Algorithm.sampled_first_pass``), so an algorithm
+    that wants both must first decide what a shuffled shard's sampled window sends.
     """
 
     def __init__(self, n_points: int, shares: str | None = None) -> None:
@@ -531,8 +534,6 @@ class GradientStratum(Stratum):
             return piece
         if reference is not None:
             self.reference = np.asarray(reference, dtype=np.float64)
-        if self.valid is None:
-            self.valid = fresh is not None and first_visits == points
         if t != self.t:
             if self.sampled:
                 self.windows = [*self.windows, (self.fresh, self.sampled, self.moved)][-POOL:]

@@ -723,6 +723,7 @@ class KMeans(DeviceKernels, Algorithm):
         # the master holds a sample of this shard (Stratum.resampled); it stands for the shard
         # unless the window is a sampled first pass's (fresh at every barrier: n/m · F)
         stratum.resampled = (stratum.shard is not None and "stratum_rows" in theta
+                             and "stratum_shards" in theta
                              and theta["stratum_rows"][stratum.shard] >= MIN_POINTS)
         shipped = stratum.resampled and not stratum.fresh_share  # counts suffice, no sums
         old = labels.copy() if stratum.wants_sample(t) else None

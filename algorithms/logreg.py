@@ -329,7 +329,8 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
         FSP calls it on every worker without data migration (issue 19, Fig. 7).  The
         estimate's changes travel in the aggregate (``shard_grad_coef``,
         ``shard_grad_intercept``, ``shard_count``), θ holds their sum, and a gradient step
-        uses it once every shard has one (:meth:`update_parameter`).  Returns the stratum,
+        uses the estimates in θ and, for shards without one, the batch mean of their workers'
+        blocks (:meth:`_stratified_mean`).  Returns the stratum,
         which FSP's worker policy checkpoints.
 
         One instance per worker (a worker process): an instance that several workers share
@@ -529,8 +530,9 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
     @staticmethod
     def _unstrat(agg: dict) -> dict[str, Any]:
         """The block's batch sums as :data:`_UNSTRAT_KEYS`: its worker has no estimate in θ."""
-        return {"unstrat_grad_coef": agg["grad_coef"],
-                "unstrat_grad_intercept": agg["grad_intercept"],
+        # copies: a policy that accumulated in place would otherwise add them twice
+        return {"unstrat_grad_coef": agg["grad_coef"].copy(),
+                "unstrat_grad_intercept": agg["grad_intercept"].copy(),
                 "unstrat_count": np.array([agg["count"]])}
 
     def update_parameter(self, agg: dict, theta: dict[str, np.ndarray]) -> dict:

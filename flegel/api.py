@@ -31,6 +31,7 @@ Conventions
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -411,3 +412,17 @@ def zero_aggregator(algorithm: Algorithm, theta: Params, x0: np.ndarray,
         algorithm._halt_flag = halt
     return {k: np.zeros_like(np.asarray(v, dtype=np.float64)) if np.ndim(v) else 0.0
             for k, v in total.items()}
+
+
+def stratify(algorithm: Algorithm, n_points: int, shard: int) -> Stratification | None:
+    """The one way flegel calls :meth:`Algorithm.stratify` (FSP's worker, without migration).
+
+    ``shard`` (the worker's index) is passed only to an override that takes it: the hook
+    gained the argument after ``stratify(self, n_points)`` was documented, and a user's
+    override of that form keeps working (it simply has no master's sample of its shard).
+    """
+    try:
+        inspect.signature(algorithm.stratify).bind(n_points, shard=shard)
+    except TypeError:
+        return algorithm.stratify(n_points)
+    return algorithm.stratify(n_points, shard=shard)

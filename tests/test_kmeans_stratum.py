@@ -718,3 +718,24 @@ def test_one_shard_off_leaves_the_other_s_weight_exactly():
     assert not workers[0][1].on and workers[1][1].shipped
     np.testing.assert_array_equal(theta["stratum_shards"], [0.0, 600.0])
     np.testing.assert_array_equal(theta["stratum_active"], [1.0])
+
+
+def test_stratify_calls_an_override_of_either_signature():
+    """flegel.api.stratify passes the worker's shard only to an override that takes it: a
+    user's ``stratify(self, n_points)`` (the hook's first documented form) keeps working."""
+    from flegel import Algorithm
+    from flegel.api import stratify
+
+    seen: list[tuple] = []
+
+    class Old(Algorithm):
+        def stratify(self, n_points):
+            seen.append((n_points,))
+
+    class New(Algorithm):
+        def stratify(self, n_points, shard=None):
+            seen.append((n_points, shard))
+
+    stratify(Old(), 10, 2)
+    stratify(New(), 10, 2)
+    assert seen == [(10,), (10, 2)]

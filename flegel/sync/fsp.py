@@ -49,7 +49,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from flegel.api import Algorithm, Stratification
+from flegel.api import Algorithm, Stratification, stratify
 from flegel.balance.migration import KEYS as MIGRATION_KEYS
 from flegel.balance.migration import Balancer, MigrationOptions, Migrator
 from flegel.balance.ports import MigratingShard, MigrationPort, OrderPort
@@ -285,7 +285,7 @@ class FSPWorker(WorkerPolicy):
                 # gradient steps; algorithms/_stratum.py; issue 19).
                 algorithm = getattr(worker, "algorithm", None)
                 if isinstance(algorithm, Algorithm):
-                    self.stratum = algorithm.stratify(worker.shard.n_active, worker.rank - 1)
+                    self.stratum = stratify(algorithm, worker.shard.n_active, worker.rank - 1)
         if self.migrator is None:
             return
         if not isinstance(worker, MigrationPort):
@@ -325,7 +325,7 @@ class FSPWorker(WorkerPolicy):
         if self.stratum is not None:  # blocks count from here, not the warm-up's (Stratum)
             # FSPV's sampled first pass: the master's sampled share of every shard (FSP,
             # Notes).  Not the sampled calibration: its skew test stays as it was.
-            self.stratum.arm(sampled=instructions.sampled)
+            self.stratum.arm(sampled=True) if instructions.sampled else self.stratum.arm()
         if self.shard is not None:
             # Coverage: windows take the points never trained first (the master's notes).
             self.shard.unseen_first = self._cover > 0
