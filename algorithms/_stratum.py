@@ -351,26 +351,13 @@ class Stratum(AttributeState):
             piece = {k: np.zeros_like(np.asarray(v, dtype=np.float64)) for k, v in delta.items()}
             piece["active"], piece["shipped"] = np.zeros(1), np.zeros(1)
             return piece
-        if reference is not None:
-            self.reference = np.asarray(reference, dtype=np.float64)
         if self.valid is None:
             self.valid = fresh is not None and first_visits == points
-        if t != self.t:
-            if self.sampled:
-                self.windows = [*self.windows, (self.fresh, self.sampled, self.moved)][-POOL:]
-            self.t, self.points, self.sampled, self.moved = t, 0, 0, 0
-            self.fresh = {}
+        self._record(t, points, fresh, moved, reference)
         for k, v in delta.items():
             self.exact[k] = self.exact[k] + v if k in self.exact else np.array(v, copy=True)
             if k not in self.emitted:
                 self.emitted[k] = np.zeros_like(self.exact[k])
-        self.points += points
-        self.total += points
-        if fresh is not None:
-            self.sampled += points
-            self.moved += moved
-            for k, v in fresh.items():
-                self.fresh[k] = self.fresh[k] + v if k in self.fresh else np.array(v, copy=True)
         target, on = self._target()
         shipped = on and self.resampled and not self.fresh_share  # as _target chose
         piece = {k: target[k] - self.emitted[k] for k in delta}
@@ -378,6 +365,27 @@ class Stratum(AttributeState):
         piece["shipped"] = np.array([float(shipped) - float(self.shipped)])
         self.emitted, self.on, self.shipped = target, on, shipped
         return piece
+
+    def _record(self, t: int, points: int, fresh: dict[str, np.ndarray] | None, moved: int,
+                reference: np.ndarray | None) -> None:
+        """The block in iteration ``t``'s window: its points, and where it was sampled its
+        fresh statistics (the window the estimate is taken on; a new iteration pools the
+        last window, :data:`POOL`); θ's class counts for the skew test.  What every
+        stratum's :meth:`observe` records, whatever its pieces."""
+        if reference is not None:
+            self.reference = np.asarray(reference, dtype=np.float64)
+        if t != self.t:
+            if self.sampled:
+                self.windows = [*self.windows, (self.fresh, self.sampled, self.moved)][-POOL:]
+            self.t, self.points, self.sampled, self.moved = t, 0, 0, 0
+            self.fresh = {}
+        self.points += points
+        self.total += points
+        if fresh is not None:
+            self.sampled += points
+            self.moved += moved
+            for k, v in fresh.items():
+                self.fresh[k] = self.fresh[k] + v if k in self.fresh else np.array(v, copy=True)
 
     def sample(self) -> tuple[dict[str, np.ndarray], int, int]:
         """The sample: this window's fresh points and, while under :data:`MIN_POINTS`, the
@@ -532,20 +540,7 @@ class GradientStratum(Stratum):
             piece = {k: np.zeros_like(v, dtype=np.float64) for k, v in delta.items()}
             piece["active"] = np.zeros(1)
             return piece
-        if reference is not None:
-            self.reference = np.asarray(reference, dtype=np.float64)
-        if t != self.t:
-            if self.sampled:
-                self.windows = [*self.windows, (self.fresh, self.sampled, self.moved)][-POOL:]
-            self.t, self.points, self.sampled, self.moved = t, 0, 0, 0
-            self.fresh = {}
-        self.points += points
-        self.total += points
-        if fresh is not None:
-            self.sampled += points
-            self.moved += moved
-            for k, v in fresh.items():
-                self.fresh[k] = self.fresh[k] + v if k in self.fresh else np.array(v, copy=True)
+        self._record(t, points, fresh, moved, reference)
         target, on = self._target(delta)
         piece = {k: target[k] - self.emitted[k] if k in self.emitted else target[k]
                  for k in delta}
