@@ -176,9 +176,19 @@ def _fspv_off(own: bool, barriers: int, n: int = 8_000, d: int = 8) -> float:
     y[flip] = 1 - y[flip]
     order = np.argsort(y, kind="stable")
     x, y = x[order], y[order]
+    return _sorted_shards_gap(x, y, 4, 2, own, barriers)[0]
+
+
+def _sorted_shards_gap(x: np.ndarray, y: np.ndarray, workers: int, slow: int, own: bool,
+                       barriers: int) -> tuple[float, Simulation]:
+    """FSPV without migration on ``workers`` contiguous shards of ``x``, ``y`` (binary
+    labels), rank ``slow`` thirty times slower, every simulated worker its ``own`` algorithm
+    instance or one shared: the exact objective after ``barriers`` barriers over the
+    optimum (L-BFGS-B on the whole data), minus 1, and the simulation."""
+    n, d = x.shape
     alg = LogisticRegression(learning_rate=0.5, alpha=1e-4, kernel="array")
-    theta0 = alg.init_parameter(DataInfo(n_features=d, n_points=n, n_workers=4, sample=x,
-                                         sample_y=y, n_classes=2))
+    theta0 = alg.init_parameter(DataInfo(n_features=d, n_points=n, n_workers=workers,
+                                         sample=x, sample_y=y, n_classes=2))
 
     def f(p: np.ndarray) -> float:
         m = x @ p[:d] + p[d]
@@ -186,11 +196,11 @@ def _fspv_off(own: bool, barriers: int, n: int = 8_000, d: int = 8) -> float:
 
     best = float(minimize(f, np.zeros(d + 1), method="L-BFGS-B", options={"gtol": 1e-10}).fun)
     sim = Simulation("fsp", {"interval": "multistage", "migration": {"mode": "off"}},
-                     workers=4, shards=np.array_split(x, 4), labels=np.array_split(y, 4),
-                     algorithm=alg, theta0=theta0, cost_s=1e-6, slowdown={2: 30.0},
-                     stop={"max_iterations": barriers}, own_algorithms=own,
-                     max_sim_s=100).run()
-    return sim.objective() / best - 1.0
+                     workers=workers, shards=np.array_split(x, workers),
+                     labels=np.array_split(y, workers), algorithm=alg, theta0=theta0,
+                     cost_s=1e-6, slowdown={slow: 30.0}, stop={"max_iterations": barriers},
+                     own_algorithms=own, max_sim_s=100).run()
+    return sim.objective() / best - 1.0, sim
 
 
 def test_fspv_without_migration_reaches_the_optimum_not_a_reweighted_one():
@@ -215,22 +225,8 @@ def _fspv_straddling(own: bool, barriers: int, n: int = 6_000, d: int = 8) -> tu
     y[flip] = 1 - y[flip]
     # n // 2 points of each class, class 0 first
     keep = np.concatenate([np.flatnonzero(y == c)[: n // 2] for c in (0, 1)])
-    x, y = x[keep], y[keep]
-    alg = LogisticRegression(learning_rate=0.5, alpha=1e-4, kernel="array")
-    theta0 = alg.init_parameter(DataInfo(n_features=d, n_points=n, n_workers=3, sample=x,
-                                         sample_y=y, n_classes=2))
-
-    def f(p: np.ndarray) -> float:
-        m = x @ p[:d] + p[d]
-        return float((np.logaddexp(0.0, m) - y * m).sum() + 0.5 * n * 1e-4 * p[:d] @ p[:d])
-
-    best = float(minimize(f, np.zeros(d + 1), method="L-BFGS-B", options={"gtol": 1e-10}).fun)
-    sim = Simulation("fsp", {"interval": "multistage", "migration": {"mode": "off"}},
-                     workers=3, shards=np.array_split(x, 3), labels=np.array_split(y, 3),
-                     algorithm=alg, theta0=theta0, cost_s=1e-6, slowdown={1: 30.0},
-                     stop={"max_iterations": barriers}, own_algorithms=own,
-                     max_sim_s=100).run()
-    return sim.objective() / best - 1.0, float(sim.server.theta["shard_count"][0])
+    gap, sim = _sorted_shards_gap(x[keep], y[keep], 3, 1, own, barriers)
+    return gap, float(sim.server.theta["shard_count"][0])
 
 
 def test_a_balanced_shard_leaves_the_sorted_shards_estimates_on():
