@@ -256,6 +256,12 @@ class Stratum(AttributeState):
         self.armed = self.uniform = self.fresh_share = False
 
     @property
+    def ships(self) -> bool:
+        """Whether the master's sample stands for this shard (:attr:`resampled`), not the
+        worker's window: not in a sampled first pass's window (:attr:`fresh_share`)."""
+        return self.resampled and not self.fresh_share
+
+    @property
     def done(self) -> bool:
         """Exact sums for good and no correction left in θ: a block has nothing to sample
         and no piece to send (``KMeans.update_block`` skips the stratum then)."""
@@ -359,7 +365,7 @@ class Stratum(AttributeState):
             if k not in self.emitted:
                 self.emitted[k] = np.zeros_like(self.exact[k])
         target, on = self._target()
-        shipped = on and self.resampled and not self.fresh_share  # as _target chose
+        shipped = on and self.ships  # as _target chose
         piece = {k: target[k] - self.emitted[k] for k in delta}
         piece["active"] = np.array([float(on) - float(self.on)])
         piece["shipped"] = np.array([float(shipped) - float(self.shipped)])
@@ -433,7 +439,7 @@ class Stratum(AttributeState):
         fresh, sampled, _ = self.sample()
         if not self.stratified(sampled) or not (self.uniform or self.skewed(fresh, sampled)):
             return zeros, False
-        if self.resampled and not self.fresh_share:  # the master's sample at θ stands for it
+        if self.ships:  # the master's sample at θ stands for it
             return {k: -self.exact[k] for k in self.exact}, True
         scale = self.n / sampled
         return {k: scale * fresh[k] - self.exact[k] for k in self.exact}, True

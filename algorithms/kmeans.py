@@ -629,7 +629,8 @@ class KMeans(DeviceKernels, Algorithm):
         for part in np.split(sample, np.cumsum(sizes)[:-1]):
             if len(part) > MASTER_SAMPLE_ROWS:  # a uniform subsample of a uniform sample
                 part = part[np.sort(rng.choice(len(part), MASTER_SAMPLE_ROWS, replace=False))]
-            samples.append(part if len(part) >= MIN_POINTS else part[:0])
+            # a copy: a view would keep the whole joined sample alive for the run
+            samples.append(part.copy() if len(part) >= MIN_POINTS else part[:0].copy())
         if not any(len(p) for p in samples):
             return
         self._samples = samples
@@ -725,7 +726,7 @@ class KMeans(DeviceKernels, Algorithm):
         stratum.resampled = (stratum.shard is not None and "stratum_rows" in theta
                              and "stratum_shards" in theta
                              and theta["stratum_rows"][stratum.shard] >= MIN_POINTS)
-        shipped = stratum.resampled and not stratum.fresh_share  # counts suffice, no sums
+        shipped = stratum.ships  # counts suffice, no sums
         old = labels.copy() if stratum.wants_sample(t) else None
         agg = self._update_block(block, theta, t)
         fresh, moved, first = None, 0, 0

@@ -1270,11 +1270,16 @@ class FSP(BarrierPolicy):
             # A complete whole pass (nobody paused): it bounds the next ones (_whole_bound).
             # Not the calibration, whose pass may include warm-up and a straggler's start.
             self.whole_log = (self.whole_log + [self.eta_log[-1]])[-WHOLE_HISTORY:]
-        if self._sampled_step(commits):
+        # The sampled first pass goes on where every worker trained its whole share (none
+        # paused at the bound: no straggler) and the next share -- as much as trained so far,
+        # this iteration's included -- keeps the total within SAMPLED_FIRST_PASS.
+        shares = (self.sampled_pass and self.plan.phase in ("calibration", SAMPLED_PHASE)
+                  and self._whole_shares(commits))
+        if shares and 2.0 * (self.trained + self.share) <= SAMPLED_FIRST_PASS + 1e-9:
             # The sampled first pass (class notes): another share of every shard.
             self.trained += self.share
             self.plan = Plan(0.0, phase=SAMPLED_PHASE)
-        elif self.plan.phase == SAMPLED_PHASE and self._whole_shares(commits):
+        elif self.plan.phase == SAMPLED_PHASE and shares:
             # ... and ends with a whole pass: every worker's untrained rest, and its sampled
             # points again, at θ (a Lloyd step on all the data), as the calibration's pass.
             self.plan = Plan(0.0, phase=WHOLE_PHASE)
@@ -1301,16 +1306,6 @@ class FSP(BarrierPolicy):
             self.plan = self.adjustor.start(eta0, self.eta_max_s)
         else:
             self.plan = self.adjustor.observe(obs)
-
-    def _sampled_step(self, commits: dict[int, dict[str, float]]) -> bool:
-        """Whether the next iteration is a step of the sampled first pass (class notes):
-        after the sampled calibration or such a step, where every worker trained its whole
-        share (none paused at the bound: no straggler), and the next share -- as much as
-        trained so far -- keeps the total within :data:`SAMPLED_FIRST_PASS`."""
-        after = self.trained + self.share  # trained with this iteration's share
-        # ... and the next step trains as much again
-        return (self.sampled_pass and self.plan.phase in ("calibration", SAMPLED_PHASE)
-                and self._whole_shares(commits) and 2.0 * after <= SAMPLED_FIRST_PASS + 1e-9)
 
     def _whole_shares(self, commits: dict[int, dict[str, float]]) -> bool:
         """Whether every worker trained its whole sampled share this iteration (none paused
