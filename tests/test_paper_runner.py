@@ -148,3 +148,22 @@ def test_bspb_from_a_failed_reference_fails(tmp_path: Path,
     monkeypatch.setattr(Runner, "job", lambda self, a, p: tmp_path / f"{a}-{p}.yaml")
     res = runner.run("kmeans", "strided", "bspb")
     assert not res.ok and "reference broke" in (res.error or "") and not res.time.reached
+
+
+def test_bspb_runs_where_the_target_was_given_without_a_reference(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A target set by hand (``bench/paper_pairs.py``: no reference run): BSPB without
+    stragglers runs to it as any setting does."""
+    launched: list[list[str]] = []
+
+    def here(job: Path, folder: Path, sets: list[str], timeout: float) -> dict[str, Any]:
+        launched.append(sets)
+        return {"time_to_target_s": 0.7, "wall_time_s": 0.8}
+
+    monkeypatch.setattr(runner_module, "run_one", here)
+    runner = _runner(tmp_path)
+    res = runner.run("kmeans", "contiguous", "bspb")
+    assert res.ok and res.time.s == 0.7 and res.folder.name.startswith(
+        "kmeans-contiguous-bspb-")
+    (sets,) = launched
+    assert "sync.model=bspb" in sets and "stop.target_objective=1.5" in sets

@@ -248,23 +248,26 @@ class Runner:
         -------
         RunResult
             BSPB without stragglers, here, with the reference's keys: the reference run read
-            to its target (:func:`to_target`, module notes), not a run of its own.
+            to its target (:func:`to_target`, module notes), not a run of its own -- unless
+            the target was given without a reference run (``targets`` set by hand, as
+            ``bench/paper_pairs.py`` does), where BSPB runs as any setting.
         """
+        target = self.target(algorithm, partition, reference)
+        ref = self.reference(algorithm, partition, reference)
         if (sync == "bspb" and stragglers == "none" and not where and launch is None
-                and tuple(sets) == tuple(reference)):
-            return self._as_run_to_target(algorithm, partition, tuple(reference))
-        return self._run(algorithm, partition, sync, stragglers, list(sets),
-                         self.target(algorithm, partition, reference), name=None, where=where,
-                         launch=launch)
+                and tuple(sets) == tuple(reference) and ref is not None):
+            return self._as_run_to_target(algorithm, partition, tuple(reference), ref,
+                                          target)
+        return self._run(algorithm, partition, sync, stragglers, list(sets), target,
+                         name=None, where=where, launch=launch)
 
-    def _as_run_to_target(self, algorithm: str, partition: str, sets: tuple[str, ...]
-                          ) -> RunResult:
-        """The reference run behind :meth:`target` (``sets``: its further keys) as BSPB's run
-        to that target without stragglers (:func:`to_target`); failed where the reference
-        failed."""
-        target = self.target(algorithm, partition, sets)
-        ref = self.references[self._ref_key(algorithm, partition, sets)]
-        key = json.dumps([algorithm, partition, "bspb", "none", list(sets), "reference-to-target"])
+    def _as_run_to_target(self, algorithm: str, partition: str, sets: tuple[str, ...],
+                          ref: RunResult, target: float | None) -> RunResult:
+        """The reference run ``ref`` behind :meth:`target`'s ``target`` (``sets``: its
+        further keys) as BSPB's run to that target without stragglers (:func:`to_target`);
+        failed where the reference failed."""
+        key = json.dumps([algorithm, partition, "bspb", "none", list(sets),
+                          "reference-to-target"])
         if key in self.runs:
             return self.runs[key]
         summary = (to_target(ref.summary, target, self.mode.max_time_s)
