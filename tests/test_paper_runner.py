@@ -14,7 +14,13 @@ import pytest
 from flegel.cli.compare import RunFailedError
 from flegel.cli.paper import network
 from flegel.cli.paper import runner as runner_module
-from flegel.cli.paper.runner import REFERENCE_TRACE_BUDGET, Runner, to_target
+from flegel.cli.paper.runner import (
+    REFERENCE_TRACE_BUDGET,
+    REFERENCE_TRACE_FACTOR,
+    Runner,
+    stands_for_run_to_target,
+    to_target,
+)
 from flegel.cli.paper.workloads import QUICK
 
 
@@ -125,6 +131,7 @@ def test_bspb_without_stragglers_is_read_from_the_reference(
     bspb = runner.run("kmeans", "strided", "bspb")
     (ref_sets,) = launched
     assert f"output.trace_budget={REFERENCE_TRACE_BUDGET:g}" in ref_sets
+    assert f"output.trace_points={REFERENCE_TRACE_FACTOR * 40}" in ref_sets
     assert not any(x.startswith("stop.target_objective=") for x in ref_sets)
     ref = runner.reference("kmeans", "strided")
     assert ref is not None and bspb.folder == ref.folder and bspb.ok
@@ -167,3 +174,46 @@ def test_bspb_runs_where_the_target_was_given_without_a_reference(
         "kmeans-contiguous-bspb-")
     (sets,) = launched
     assert "sync.model=bspb" in sets and "stop.target_objective=1.5" in sets
+
+
+def test_a_reference_stands_for_a_run_to_the_target_only_where_its_trace_is_as_fine(
+        ) -> None:
+    """Every θ version kept (none thinned or dropped), and the first reach -- or the
+    run's versions up to max_time_s where none -- within the 2 x trace_points versions a run
+    to the target keeps every one of."""
+    trace = [[0.01 * (i + 1), 100.0 - i] for i in range(30)]
+    full = {"objective_trace": trace, "iterations": 30,
+            "final_evaluation": {"snapshots": 30, "dropped": 0}}
+    assert stands_for_run_to_target(full, 95.0, 4.0, 40)        # reached at its 6th
+    assert not stands_for_run_to_target(full, 95.0, 4.0, 2)     # a run to it thins at 4
+    assert stands_for_run_to_target(full, 95.0, 4.0, 3)
+    # Thinned (fewer snapshots than versions) or a snapshot dropped: never.
+    thinned = {**full, "iterations": 60}
+    assert not stands_for_run_to_target(thinned, 95.0, 4.0, 40)
+    dropped = {**full, "final_evaluation": {"snapshots": 30, "dropped": 1}}
+    assert not stands_for_run_to_target(dropped, 95.0, 4.0, 40)
+    # Not reached (or only after max_time_s): the versions up to max_time_s count.
+    assert stands_for_run_to_target(full, 10.0, 4.0, 40)
+    assert not stands_for_run_to_target(full, 10.0, 4.0, 10)
+    assert stands_for_run_to_target(full, 75.0, 0.1, 10)         # 10 by 0.1 s, < 20
+
+
+def test_bspb_runs_where_the_reference_thinned_its_trace(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reference that ran far past the target thinned the versions around it (NMF on the
+    quick page: 395 iterations): BSPB without stragglers runs to the target itself."""
+    launched: list[list[str]] = []
+
+    def launch(job: Path, folder: Path, sets: list[str], timeout: float) -> dict[str, Any]:
+        launched.append(sets)
+        return {"final_objective": 100.0, "wall_time_s": 4.0, "iterations": 400,
+                "objective_trace": [[0.5, 130.0], [1.0, 100.05], [4.0, 100.0]],
+                "final_evaluation": {"snapshots": 3, "dropped": 0},
+                "time_to_target_s": 0.6}
+
+    monkeypatch.setattr(runner_module, "run_one", launch)
+    runner = Runner(QUICK, tmp_path, say=lambda _: None)
+    monkeypatch.setattr(Runner, "job", lambda self, a, p: tmp_path / f"{a}-{p}.yaml")
+    bspb = runner.run("nmf", "strided", "bspb")
+    assert len(launched) == 2 and bspb.time.s == 0.6
+    assert bspb.folder.name.startswith("nmf-strided-bspb-")

@@ -20,16 +20,24 @@ other run stops at the target or after ``max_time_s``; its time to target is
 reach the target within its time counts as *at least* its training time: ratios with it are
 bounds (:class:`Time`).
 
-BSPB without stragglers on the same shards *is* the reference's setting (the same job, the
+BSPB without stragglers on the same shards is the reference's setting (the same job, the
 same start), so :meth:`Runner.run` reads it from the reference run instead of running it
-again (:func:`to_target`; Fig. 8's BSPB column, 8 runs of 2-8 s each on the quick page of
-d1fa9c0): full-batch BSP from one start takes the same steps in every run (on that page the
-reference's exact objectives recur in the BSPB runs' traces: GMM, FCM, LR, K-means and NMF on
-shuffled shards), exact evaluations during training are requested on the same schedule with
-or without a target (``runtime.exact_budget``: the target only ends the run), and the
-reference evaluates every snapshot of its trace after training
-(:data:`REFERENCE_TRACE_BUDGET`), as a run to a target does: its first snapshot at or below
-the target is the time a run to it would report, up to the timing noise between two runs.
+again (:func:`to_target`; Fig. 8's BSPB column: 8 runs of 2-8 s on the quick page of
+d1fa9c0) -- where the two measure alike (:func:`stands_for_run_to_target`).  Full-batch BSP
+from one start takes the same steps in every run (the references' exact objectives recur,
+to the last digit, in the traces of that page's BSPB runs of GMM, FCM, LR and K-means);
+exact evaluations during training are requested on the same schedule with or without a
+target (``runtime.exact_budget``: the target only ends the run); and the reference evaluates
+every snapshot of its trace after training (:data:`REFERENCE_TRACE_BUDGET`), as a run to a
+target does.  What differs is the trace's thinning (``flegel.runtime.server.Trace``): it
+keeps every θ version until it holds twice ``output.trace_points``, then every other one,
+so a reference that runs on far past the target thins the versions around it that a run
+stopped there keeps: on NMF (395 iterations against about 50) the reference read 1.54 s and
+1.14 s where a BSPB run to its target took 0.75 s and 0.89 s, and on K-means (86 against 5)
+0.05 s against 0.03-0.04 s (``python bench/reference_as_bspb.py``).  So the reference keeps
+more snapshots (:data:`REFERENCE_TRACE_FACTOR`) and stands for BSPB only where its trace
+kept every version to the target's first reach and a run to the target would have too;
+elsewhere BSPB runs as any setting.
 """
 
 from __future__ import annotations
@@ -53,9 +61,15 @@ Launcher = Callable[[Path, Path, list[str], float], dict[str, Any]]
 #: ``output.trace_budget`` of a reference run: every snapshot of its trace evaluated after
 #: training (a share of the training time no evaluation reaches), as a run with a target
 #: does by default -- so the reference's trace is a BSPB run's to the target (module notes).
-#: It costs the reference its trace's evaluation (``output.trace_points``: 40 snapshots, 10
-#: for NMF and the CNN), 0.1-1.5 s, where the BSPB run it stands for cost 2-8 s.
 REFERENCE_TRACE_BUDGET = 100.0
+#: A reference run keeps this many times the workload's ``output.trace_points``: every
+#: version of its first ``2 x 2 x trace_points`` is kept, where a run to the target keeps
+#: every one of its first ``2 x trace_points`` (module notes).  On the quick page of d1fa9c0
+#: the references ran 4-22 iterations (GMM, FCM, LR, the CNN), 86 (K-means on shuffled
+#: shards) and 395 (NMF), so all but NMF's keep every version; evaluating them costs the
+#: reference 0.05-0.8 s, the CNN's 17-18 snapshots about 2.3 s, where the BSPB run it stands
+#: for cost 2.3-7.9 s.
+REFERENCE_TRACE_FACTOR = 2
 
 
 @dataclass(frozen=True)
@@ -131,6 +145,36 @@ def to_target(summary: dict[str, Any], target: float, max_time_s: float) -> dict
     return out
 
 
+def stands_for_run_to_target(summary: dict[str, Any], target: float, max_time_s: float,
+                             trace_points: int) -> bool:
+    """Whether a run without a target (a reference) read to ``target``
+    (:func:`to_target`) measures what a run of the same job to it would (module notes): its
+    trace kept every θ version (none thinned, none dropped), and the versions up to the
+    target's first reach -- or up to ``max_time_s`` where it is not reached by then -- are
+    fewer than the ``2 x trace_points`` a run to the target keeps every one of.
+
+    Parameters
+    ----------
+    summary : dict
+        The run's ``summary.json``.
+    target : float
+        The target objective.
+    max_time_s : float
+        The training time of a run to the target.
+    trace_points : int
+        ``output.trace_points`` of a run to the target (the workload's).
+    """
+    fe = summary.get("final_evaluation") or {}
+    if int(fe.get("dropped", 0)) or int(fe.get("snapshots", 0)) < int(summary.get(
+            "iterations", 0)):
+        return False
+    trace = [(float(t), float(f)) for t, f in summary.get("objective_trace") or []]
+    upto = next((i for i, (_, f) in enumerate(trace) if f <= target), None)
+    if upto is None or trace[upto][0] > max_time_s:
+        upto = sum(t <= max_time_s for t, _ in trace)
+    return upto < 2 * trace_points
+
+
 @dataclass
 class RunResult:
     """One finished (or failed) run."""
@@ -198,8 +242,10 @@ class Runner:
         warm start every run of a figure shares, :mod:`flegel.cli.paper.scaling`)."""
         key = self._ref_key(algorithm, partition, sets)
         if key not in self.targets:
+            points = REFERENCE_TRACE_FACTOR * self.work[algorithm].trace_points
             ref = self._run(algorithm, partition, "bspb", "none",
                             [f"output.trace_budget={REFERENCE_TRACE_BUDGET:g}",
+                             f"output.trace_points={points}",
                              f"stop.max_time_s={self.mode.ref_time_s}", "stop.tolerance=1e-7",
                              *sets], target=None, name="reference")
             self.references[key] = ref
@@ -248,14 +294,18 @@ class Runner:
         -------
         RunResult
             BSPB without stragglers, here, with the reference's keys: the reference run read
-            to its target (:func:`to_target`, module notes), not a run of its own -- unless
-            the target was given without a reference run (``targets`` set by hand, as
-            ``bench/paper_pairs.py`` does), where BSPB runs as any setting.
+            to its target (:func:`to_target`, module notes), not a run of its own, where it
+            measures alike (:func:`stands_for_run_to_target`) or failed; BSPB runs as any
+            setting where it does not, or where the target was given without a reference
+            run (``targets`` set by hand, as ``bench/paper_pairs.py`` does).
         """
         target = self.target(algorithm, partition, reference)
         ref = self.reference(algorithm, partition, reference)
         if (sync == "bspb" and stragglers == "none" and not where and launch is None
-                and tuple(sets) == tuple(reference) and ref is not None):
+                and tuple(sets) == tuple(reference) and ref is not None
+                and (ref.summary is None or target is None or stands_for_run_to_target(
+                    ref.summary, target, self.mode.max_time_s,
+                    self.work[algorithm].trace_points))):
             return self._as_run_to_target(algorithm, partition, tuple(reference), ref,
                                           target)
         return self._run(algorithm, partition, sync, stragglers, list(sets), target,
