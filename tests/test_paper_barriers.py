@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from flegel.cli.paper import barriers, fsp_figures, network, opt_figures, plots
 from flegel.cli.paper.page import MET, MISSED, verdict
 from flegel.cli.paper.runner import RunResult
+from flegel.cli.paper.workloads import FULL, QUICK, Mode
 
 
 def write_run(folder: Path, bars: list[dict[str, Any]], wall_s: float,
@@ -60,11 +62,11 @@ class FakeCtx:
     """What a figure asks of :class:`~flegel.cli.paper.common.Ctx`, over given runs."""
 
     def __init__(self, runs: dict[tuple[str, str], RunResult], pictures: Path,
-                 algorithms: tuple[str, ...]) -> None:
+                 algorithms: tuple[str, ...], mode: Mode = QUICK) -> None:
         self.runs, self.pictures, self._algorithms = runs, pictures, algorithms
-
-    class mode:  # noqa: N801 - stands in for a Mode
-        workers, slow = 2, "1"
+        self.mode = replace(mode, workers=2, slow="1")
+        self.asked: list[tuple[str, str]] = []  # the runs asked of this host
+        self.runner: Any = None  # the cluster's runs: network.paper_run, patched by a test
 
     def injected(self, tau: float = 32.0, workers: str | None = None) -> str:
         return f"injected:tau={tau:g},workers={workers or '1'}"
@@ -74,6 +76,7 @@ class FakeCtx:
 
     def run(self, algorithm: str, partition: str, sync: str, stragglers: str = "none",
             sets: tuple[str, ...] = ()) -> RunResult:
+        self.asked.append((algorithm, sync + "".join(sets)))
         return self.runs[algorithm, sync + "".join(sets)]
 
 
@@ -184,10 +187,48 @@ def test_fig13_goes_on_when_the_round_trip_times_out(tmp_path: Path,
     monkeypatch.setattr(network, "paper_run",
                         lambda runner, a, part, sync, slow, sets=(): runs[a, sync + "".join(sets)])
     ctx = FakeCtx(runs, tmp_path, ())
-    ctx.runner = None  # type: ignore[attr-defined]
     fig = opt_figures.fig13(ctx)  # type: ignore[arg-type]
     assert asked and asked[0] <= 60
     assert "(kmeans, cluster" in fig.ours and "round trip" not in fig.setting
+
+
+def test_fig13_runs_on_this_host_beside_the_cluster_only_in_full(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the cluster up its runs decide the verdict: ``--quick`` asks no local run
+    (``Mode.local_beside_cluster``) and its setting line says so; ``--full`` runs the six
+    local runs beside the cluster's, shown, the verdict still the cluster's."""
+    runs = _fig13_runs(tmp_path, {"kmeans": 0.9, "logreg": 1.1, "cnn": 1.5})
+    monkeypatch.setattr(network, "find",
+                        lambda name=None: network.Cluster("t", ["h1", "h2", "h3"], "none"))
+    monkeypatch.setattr(network, "round_trip_us", lambda cluster, n=200, timeout=600: 150.0)
+    monkeypatch.setattr(network, "paper_run",
+                        lambda runner, a, part, sync, slow, sets=(): runs[a, sync + "".join(sets)])
+    quick = FakeCtx(runs, tmp_path, ())
+    fig = opt_figures.fig13(quick)  # type: ignore[arg-type]
+    assert not QUICK.local_beside_cluster and quick.asked == []
+    assert [row.split(" | ")[0] for row in fig.table[2:]] == ["| cluster"] * 3
+    assert fig.setting.endswith("; cluster (a small message's round trip h1-h2 150 µs); not "
+                                "on this host too (--quick: the cluster's runs decide)")
+    assert "(kmeans, cluster" in fig.ours and fig.ours_value == pytest.approx(0.9)
+
+    full = FakeCtx(runs, tmp_path, (), FULL)
+    fig = opt_figures.fig13(full)  # type: ignore[arg-type]
+    assert len(full.asked) == 6 and FULL.local_beside_cluster
+    assert [row.split(" | ")[0] for row in fig.table[2:]] == ["| local"] * 3 + ["| cluster"] * 3
+    assert fig.setting.endswith("; local and cluster (a small message's round trip h1-h2 "
+                                "150 µs)")
+    assert "(kmeans, cluster" in fig.ours
+
+
+def test_fig13_runs_on_this_host_without_a_cluster(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no cluster up the local runs are the figure in ``--quick`` too."""
+    monkeypatch.setattr(network, "find", lambda name=None: None)
+    ctx = FakeCtx(_fig13_runs(tmp_path, {"kmeans": 0.9, "logreg": 1.1, "cnn": 1.5}),
+                  tmp_path, ())
+    fig = opt_figures.fig13(ctx)  # type: ignore[arg-type]
+    assert len(ctx.asked) == 6 and fig.setting.endswith("; local")
+    assert "(kmeans, local" in fig.ours
 
 
 def _bench() -> Any:

@@ -13,7 +13,14 @@ import pytest
 
 from flegel.cli.compare import RunFailedError
 from flegel.cli.paper import network
-from flegel.cli.paper.runner import Runner
+from flegel.cli.paper import runner as runner_module
+from flegel.cli.paper.runner import (
+    REFERENCE_TRACE_BUDGET,
+    REFERENCE_TRACE_FACTOR,
+    Runner,
+    stands_for_run_to_target,
+    to_target,
+)
 from flegel.cli.paper.workloads import QUICK
 
 
@@ -82,3 +89,131 @@ def test_a_cluster_run_fails_cleanly(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert not res.ok and "boom" in (res.error or "")
     with pytest.raises(RunFailedError):
         network.on_cluster(tmp_path / "j.yaml", tmp_path / "o", [], 1.0)
+
+
+def test_to_target_reads_a_run_without_a_target_as_one_to_it() -> None:
+    """A reference's summary as a run to ``target`` for ``max_time_s``: the trace up to
+    then, the first snapshot at or below the target as the runtime reports it (no
+    interpolation), the training time capped, the final objective the last value kept."""
+    ref = {"objective_trace": [[0.1, 9.0], [0.3, 5.2], [0.5, 4.8], [0.9, 4.7], [5.0, 4.0]],
+           "wall_time_s": 5.0, "final_objective": 4.0, "iterations": 30}
+    s = to_target(ref, 5.0, 4.0)
+    assert s["time_to_target_s"] == 0.5 and s["wall_time_s"] == 4.0
+    assert s["objective_trace"] == ref["objective_trace"][:4]
+    assert s["final_objective"] == 4.7 and s["target_objective"] == 5.0
+    assert s["iterations"] == 30 and ref["wall_time_s"] == 5.0  # a copy, the rest kept
+    # Reached only after max_time_s: not reached (a run to the target stops at 4 s).
+    late = to_target(ref, 4.5, 4.0)
+    assert late["time_to_target_s"] is None and late["wall_time_s"] == 4.0
+    # A reference that converged before max_time_s keeps its whole trace and time.
+    short = {"objective_trace": [[0.1, 9.0], [0.2, 4.9]], "wall_time_s": 0.2,
+             "final_objective": 4.9}
+    assert to_target(short, 5.0, 4.0) == {**short, "target_objective": 5.0,
+                                          "time_to_target_s": 0.2}
+
+
+def test_bspb_without_stragglers_is_read_from_the_reference(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runner.run of BSPB without stragglers (Fig. 8's BSPB column) launches nothing: it is
+    the reference run -- which evaluates its whole trace -- read to its target.  With
+    stragglers, other keys, or elsewhere, BSPB runs as any setting does."""
+    launched: list[list[str]] = []
+
+    def launch(job: Path, folder: Path, sets: list[str], timeout: float) -> dict[str, Any]:
+        launched.append(sets)
+        return {"final_objective": 100.0, "wall_time_s": 0.4,
+                "objective_trace": [[0.1, 130.0], [0.2, 100.05], [0.4, 100.0]],
+                "time_to_target_s": 0.3}
+
+    monkeypatch.setattr(runner_module, "run_one", launch)
+    runner = Runner(QUICK, tmp_path, say=lambda _: None)
+    monkeypatch.setattr(Runner, "job", lambda self, a, p: tmp_path / f"{a}-{p}.yaml")
+    bspb = runner.run("kmeans", "strided", "bspb")
+    (ref_sets,) = launched
+    assert f"output.trace_budget={REFERENCE_TRACE_BUDGET:g}" in ref_sets
+    assert f"output.trace_points={REFERENCE_TRACE_FACTOR * 40}" in ref_sets
+    assert not any(x.startswith("stop.target_objective=") for x in ref_sets)
+    ref = runner.reference("kmeans", "strided")
+    assert ref is not None and bspb.folder == ref.folder and bspb.ok
+    target = 100.0 + runner.work["kmeans"].slack * 100.0
+    assert bspb.target == target and bspb.time.reached and bspb.time.s == 0.2
+    assert runner.run("kmeans", "strided", "bspb") is bspb and len(launched) == 1
+    runner.run("kmeans", "strided", "bspb", "injected:tau=32,workers=1")
+    runner.run("kmeans", "strided", "bspb", sets=("sync.batch=1000",))
+    runner.run("kmeans", "strided", "bspb", where="cluster", launch=launch)
+    assert len(launched) == 4
+    assert all(f"stop.target_objective={target!r}" in s for s in launched[1:])
+
+
+def test_bspb_from_a_failed_reference_fails(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(job: Path, folder: Path, sets: list[str], timeout: float) -> dict[str, Any]:
+        raise RunFailedError("reference broke")
+
+    monkeypatch.setattr(runner_module, "run_one", fail)
+    runner = Runner(QUICK, tmp_path, say=lambda _: None)
+    monkeypatch.setattr(Runner, "job", lambda self, a, p: tmp_path / f"{a}-{p}.yaml")
+    res = runner.run("kmeans", "strided", "bspb")
+    assert not res.ok and "reference broke" in (res.error or "") and not res.time.reached
+
+
+def test_bspb_runs_where_the_target_was_given_without_a_reference(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A target set by hand (``bench/paper_pairs.py``: no reference run): BSPB without
+    stragglers runs to it as any setting does."""
+    launched: list[list[str]] = []
+
+    def here(job: Path, folder: Path, sets: list[str], timeout: float) -> dict[str, Any]:
+        launched.append(sets)
+        return {"time_to_target_s": 0.7, "wall_time_s": 0.8}
+
+    monkeypatch.setattr(runner_module, "run_one", here)
+    runner = _runner(tmp_path)
+    res = runner.run("kmeans", "contiguous", "bspb")
+    assert res.ok and res.time.s == 0.7 and res.folder.name.startswith(
+        "kmeans-contiguous-bspb-")
+    (sets,) = launched
+    assert "sync.model=bspb" in sets and "stop.target_objective=1.5" in sets
+
+
+def test_a_reference_stands_for_a_run_to_the_target_only_where_its_trace_is_as_fine(
+        ) -> None:
+    """Every θ version kept (none thinned or dropped), and the first reach -- or the
+    run's versions up to max_time_s where none -- within the 2 x trace_points versions a run
+    to the target keeps every one of."""
+    trace = [[0.01 * (i + 1), 100.0 - i] for i in range(30)]
+    full = {"objective_trace": trace, "iterations": 30,
+            "final_evaluation": {"snapshots": 30, "dropped": 0}}
+    assert stands_for_run_to_target(full, 95.0, 4.0, 40)        # reached at its 6th
+    assert not stands_for_run_to_target(full, 95.0, 4.0, 2)     # a run to it thins at 4
+    assert stands_for_run_to_target(full, 95.0, 4.0, 3)
+    # Thinned (fewer snapshots than versions) or a snapshot dropped: never.
+    thinned = {**full, "iterations": 60}
+    assert not stands_for_run_to_target(thinned, 95.0, 4.0, 40)
+    dropped = {**full, "final_evaluation": {"snapshots": 30, "dropped": 1}}
+    assert not stands_for_run_to_target(dropped, 95.0, 4.0, 40)
+    # Not reached (or only after max_time_s): the versions up to max_time_s count.
+    assert stands_for_run_to_target(full, 10.0, 4.0, 40)
+    assert not stands_for_run_to_target(full, 10.0, 4.0, 10)
+    assert stands_for_run_to_target(full, 75.0, 0.1, 10)         # 10 by 0.1 s, < 20
+
+
+def test_bspb_runs_where_the_reference_thinned_its_trace(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reference that ran far past the target thinned the versions around it (NMF on the
+    quick page: 395 iterations): BSPB without stragglers runs to the target itself."""
+    launched: list[list[str]] = []
+
+    def launch(job: Path, folder: Path, sets: list[str], timeout: float) -> dict[str, Any]:
+        launched.append(sets)
+        return {"final_objective": 100.0, "wall_time_s": 4.0, "iterations": 400,
+                "objective_trace": [[0.5, 130.0], [1.0, 100.05], [4.0, 100.0]],
+                "final_evaluation": {"snapshots": 3, "dropped": 0},
+                "time_to_target_s": 0.6}
+
+    monkeypatch.setattr(runner_module, "run_one", launch)
+    runner = Runner(QUICK, tmp_path, say=lambda _: None)
+    monkeypatch.setattr(Runner, "job", lambda self, a, p: tmp_path / f"{a}-{p}.yaml")
+    bspb = runner.run("nmf", "strided", "bspb")
+    assert len(launched) == 2 and bspb.time.s == 0.6
+    assert bspb.folder.name.startswith("nmf-strided-bspb-")

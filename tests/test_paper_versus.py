@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from flegel.cli.paper.common import Ctx, above, interval, lowest, narrower
 from flegel.cli.paper.horizons import end_above, versus
 from flegel.cli.paper.page import MET, MISSED, verdict
 from flegel.cli.paper.runner import Ratio, Runner, RunResult, Time
-from flegel.cli.paper.workloads import QUICK
+from flegel.cli.paper.workloads import FULL, QUICK, Mode
 
 #: Summaries (wall time, time to target, target, exact trace) of the contiguous-straggler
 #: runs of docs/paper.md's page on d56784f (runs/paper-quick-20261126-234026), keyed as
@@ -269,13 +270,12 @@ def test_fig15_on_the_page(page_ctx: Ctx) -> None:
                                                                  "0.27† |"]
 
 
-def test_fig12_reads_the_passes_over_the_horizon(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """The verdict reads the run over max_time_s, not the 0.2 s run to the target; a run to
-    the target that did not reach it ran the horizon already and serves as its own."""
-    runner = Held(QUICK, tmp_path, say=lambda _: None)
+def _fig12_runner(tmp_path: Path, mode: Mode) -> Held:
+    """Fig. 12's runs: every setting's run to the target (0.1-0.2 s, but FSPV's with the
+    straggler, capped at the 4 s horizon: its own run over it) and the three other runs over
+    the horizon."""
+    runner = Held(mode, tmp_path, say=lambda _: None)
     runner.targets["kmeans", "contiguous"] = 1.0
-    inj = "injected:tau=32,workers=1"
     horizon = [f"stop.max_time_s={QUICK.max_time_s:g}", "stop.tolerance=null"]
 
     def put(sync: str, stragglers: str, passes: list[float], wall: float,
@@ -287,16 +287,27 @@ def test_fig12_reads_the_passes_over_the_horizon(tmp_path: Path,
              "point_passes": {"min": min(passes), "max": max(passes)}}
         runner.runs[key] = RunResult(key, tmp_path / key[:8], s, None, 1.0, wall)
 
-    for st in ("none", inj):
+    for st in ("none", INJ):
         put("fspv-off", st, [50.0] * 4, 0.2, 0.1)
         put("fspv-off", st, [500.0] * 4, 4.0, None, "trace-fspv-off")
         put("fspv-async", st, [29.0, 43.0, 43.0, 43.0], 0.22, 0.2)
         put("fspv-async", st, [300.0, 330.0, 330.0, 320.0], 4.0, None, "trace-fspv-async")
-    put("fspv-off", inj, [1.7, 933.0, 933.0, 933.0], 4.0, None)  # capped: its own horizon
-    del runner.runs[json.dumps(["kmeans", "contiguous", "fspv-off", inj, horizon,
+    put("fspv-off", INJ, [1.7, 933.0, 933.0, 933.0], 4.0, None)  # capped: its own horizon
+    del runner.runs[json.dumps(["kmeans", "contiguous", "fspv-off", INJ, horizon,
                                 "trace-fspv-off"])]
     (tmp_path / "pictures").mkdir()
-    monkeypatch.setattr(plots, "run_picture", lambda *a, **k: None)  # no events written
+    return runner
+
+
+def test_fig12_reads_the_passes_over_the_horizon(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verdict reads the run over max_time_s, not the 0.2 s run to the target; a run to
+    the target that did not reach it ran the horizon already and serves as its own.  As
+    ``--full`` runs it: every setting over the horizon (``Mode.all_horizons``)."""
+    runner = _fig12_runner(tmp_path, replace(QUICK, all_horizons=FULL.all_horizons))
+    drawn: list[list[str]] = []
+    monkeypatch.setattr(plots, "run_picture",  # no events written
+                        lambda path, runs, draw: drawn.append([x for x, _ in runs]))
     f = opt_figures.fig12(Ctx(runner, tmp_path / "pictures", say=lambda _: None))
     assert f.ours_value == pytest.approx(1.1)
     assert f.ours == "max/min passes with asyn and the straggler over 4 s: 1.10 (at the " \
@@ -304,6 +315,41 @@ def test_fig12_reads_the_passes_over_the_horizon(tmp_path: Path,
     assert verdict(f) == MET
     assert any(line.startswith("| FSPV injected | >4.0 | 1.7 933.0 933.0 933.0 | 548.82 | "
                                "1.7 933.0") for line in f.table)
+    assert f.setting.endswith("and at the end of the run to the target")
+    assert drawn == [["FSPV no stragglers", "FSPV+asyn no stragglers", "FSPV injected",
+                      "FSPV+asyn injected"]] * 2
+
+
+def test_fig12_quick_runs_only_the_verdicts_run_over_the_horizon(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--quick`` runs over the horizon only FSPV+asyn with the straggler, the run the
+    verdict reads; a setting whose run to the target lasted the horizon still shows it
+    (FSPV injected, capped), the others' horizon cells read "-", and the pictures draw the
+    two runs over the horizon.  The verdict is the one ``--full`` gives."""
+    assert not QUICK.all_horizons
+    runner = _fig12_runner(tmp_path, QUICK)
+    for sync in ("fspv-off", "fspv-async"):  # not run: asking for them fails (Held)
+        del runner.runs[json.dumps([
+            "kmeans", "contiguous", sync, "none",
+            [f"stop.max_time_s={QUICK.max_time_s:g}", "stop.tolerance=null"],
+            f"trace-{sync}"])]
+    drawn: list[list[str]] = []
+    monkeypatch.setattr(plots, "run_picture",
+                        lambda path, runs, draw: drawn.append([x for x, _ in runs]))
+    f = opt_figures.fig12(Ctx(runner, tmp_path / "pictures", say=lambda _: None))
+    assert f.ours_value == pytest.approx(1.1) and verdict(f) == MET
+    assert f.table[2] == "| FSPV no stragglers | 0.10 | 50.0 50.0 50.0 50.0 | 1.00 | - | - " \
+                         "| - | - |"
+    assert f.table[3].startswith("| FSPV+asyn no stragglers | 0.20 | 29.0 43.0 43.0 43.0 | "
+                                 "1.48 | - | - | - |")
+    assert f.table[4].startswith("| FSPV injected | >4.0 | 1.7 933.0 933.0 933.0 | 548.82 | "
+                                 "1.7 933.0")
+    assert f.table[5].startswith("| FSPV+asyn injected | 0.20 | 29.0 43.0 43.0 43.0 | 1.48 | "
+                                 "300.0 330.0 330.0 320.0 | 1.10 |")
+    assert f.setting.endswith("; --quick runs over 4 s only FSPV+asyn injected, the "
+                              "verdict's (the others' cells: their run to the target where "
+                              "it lasted 4 s, else -)")
+    assert drawn == [["FSPV injected", "FSPV+asyn injected"]] * 2
 
 
 def test_max_time_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:

@@ -201,7 +201,11 @@ def fig8_headline(h_means: list[Ratio], h_every: list[Ratio],
 def fig8(ctx: Ctx) -> Figure:
     """Fig. 8: runtime without stragglers -- FSPV against BSPV at every horizon (the time
     to the objective BSPV reached after 0.2 s, 0.5 s, 1 s, ..., no target below BSPB's
-    converged one), and the four frameworks' times to that target."""
+    converged one), and the four frameworks' times to that target.  BSPB without
+    stragglers is the reference's setting: its times are the reference run's, read to the
+    target, wherever the reference's trace kept every θ version up to it as a run to the
+    target would (:meth:`flegel.cli.paper.runner.Runner.run`; on the quick page all but
+    NMF's), not runs of their own."""
     table, vs_bspv, vs_fspb, runs, pic = _speedups(
         ctx, "8", "none", {"strided": ctx.algorithms(), "contiguous": ("kmeans", "logreg")})
     h = horizon_table(ctx, ctx.algorithms(), "strided")
@@ -218,7 +222,11 @@ def fig8(ctx: Ctx) -> Figure:
         ours_value=mean.value, qualifier=mean.qualifier,
         setting=f"six algorithms, {ctx.mode.workers} workers, no stragglers; horizons on "
                 f"shuffled shards (medians of {pairs}); times to the paper's "
-                "target on shuffled shards (all six) and contiguous ones (K-means, LR)",
+                "target on shuffled shards (all six) and contiguous ones (K-means, LR), "
+                "BSPB's those of the reference run that set the target (the same job: BSPB "
+                "without stragglers), to its first snapshot at or below the target, where "
+                "its trace kept every θ version up to there as a run to the target would "
+                "(else a run of its own)",
         table=["FSPV vs BSPV at each horizon (BSPV / FSPV, > 1: FSPV faster; the median of "
                f"{pairs}: decided, more than half of the pairs run on one side with their "
                "whole interval; runs back to back, BSPV first, then FSPV first, "

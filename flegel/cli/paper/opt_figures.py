@@ -30,16 +30,17 @@ from flegel.cli.report import delta_f_picture, passes_picture
 CENTRALIZED = ("sync.coordination=centralized",)
 
 
-def _migration(r: RunResult) -> str:
-    moved = points_moved(r)
-    if not moved:
+def _migration(r: RunResult | None) -> str:
+    moved = points_moved(r) if r is not None else None
+    if r is None or not moved:
         return "-"
     m = (r.summary or {})["migration"]
     return f"{moved:,} ({100 * float(m.get('bytes_fraction', 0)):.0f} %)"
 
 
-def _passes(r: RunResult) -> list[float]:
-    return per_worker(r.summary, "passes")
+def _passes(r: RunResult | None) -> list[float]:
+    """Passes per worker of ``r``; none where there is no run (Fig. 12's, --quick)."""
+    return per_worker(r.summary if r else None, "passes")
 
 
 def migration(ctx: Ctx) -> Figure:
@@ -128,22 +129,26 @@ def _spread(p: list[float]) -> str:
     return f"{max_min(p):.2f}" if p else "-"
 
 
-def _point_passes(r: RunResult) -> str:
-    pp = (r.summary or {}).get("point_passes") or {}
+def _point_passes(r: RunResult | None) -> str:
+    pp = ((r.summary if r else None) or {}).get("point_passes") or {}
     if not pp:
         return "-"
     lo, hi = float(pp["min"]), float(pp["max"])
     return f"{lo:g}..{hi:g} ({hi / max(lo, 1e-9):.2f})"
 
 
-def over_horizon(ctx: Ctx, at_target: RunResult, sync: str, stragglers: str) -> RunResult:
+def over_horizon(ctx: Ctx, at_target: RunResult, sync: str, stragglers: str,
+                 run: bool = True) -> RunResult | None:
     """The run of K-means on contiguous shards with ``sync`` and ``stragglers`` for the
     mode's whole ``max_time_s``, without a target (Fig. 12).  A run to the target that did
-    not reach it already ran that long (to within 1 %): it serves."""
+    not reach it already ran that long (to within 1 %): it serves.  Else, with ``run``
+    false, None: no run of its own."""
     horizon = ctx.mode.max_time_s
     wall = float((at_target.summary or {}).get("wall_time_s", 0.0))
     if at_target.ok and not at_target.time.reached and wall >= 0.99 * horizon:
         return at_target
+    if not run:
+        return None
     return ctx.runner.trace_run("kmeans", "contiguous", sync, stragglers,
                                 (f"stop.max_time_s={horizon:g}", "stop.tolerance=null"))
 
@@ -160,13 +165,20 @@ def fig12(ctx: Ctx) -> Figure:
     target (the runs Fig. 11 shares) stay beside them.  Passes per worker count its own
     shard's points wherever they were trained (the paper's quantity); "point passes" are
     the fewest and most traversals of any single point (``summary.json``'s
-    ``point_passes``, what ``bench/fsp_claims.py --only gap`` reports)."""
+    ``point_passes``, what ``bench/fsp_claims.py --only gap`` reports).
+
+    The verdict reads one run over the horizon, FSPV+asyn's with the straggler; the other
+    three settings run over it only where ``Mode.all_horizons`` (``--full``), else they are
+    shown over it only where their run to the target lasted that long (their cells "-"
+    otherwise), and the pictures draw the runs over the horizon there are."""
     inj = ctx.injected()
     horizon = ctx.mode.max_time_s
     settings = [(f"{NAMES[s]} {'injected' if st != 'none' else 'no stragglers'}", s, st)
                 for st in ("none", inj) for s in ("fspv-off", "fspv-async")]
     targets = [ctx.run("kmeans", "contiguous", s, st) for _, s, st in settings]
-    longs = [over_horizon(ctx, r, s, st) for r, (_, s, st) in zip(targets, settings)]
+    judged = len(settings) - 1  # FSPV+asyn injected
+    longs = [over_horizon(ctx, r, s, st, run=ctx.mode.all_horizons or i == judged)
+             for i, (r, (_, s, st)) in enumerate(zip(targets, settings))]
     head = ["run", "time to target", "passes per worker at the end", "max/min",
             f"passes per worker over {horizon:g} s", "max/min",
             f"point passes over {horizon:g} s (max/min)", f"moved over {horizon:g} s (bytes)"]
@@ -174,12 +186,13 @@ def fig12(ctx: Ctx) -> Figure:
     for (label, _, _), r, long in zip(settings, targets, longs):
         p, q = _passes(r), _passes(long)
         table.append(time_row([label, r.time.text(), " ".join(f"{x:.1f}" for x in p),
-                               _spread(p), " ".join(f"{x:.1f}" for x in q), _spread(q),
-                               _point_passes(long), _migration(long)]))
-    p = _passes(longs[3])
+                               _spread(p), " ".join(f"{x:.1f}" for x in q) or "-",
+                               _spread(q), _point_passes(long), _migration(long)]))
+    over = [r for r in longs if r is not None]
+    p = _passes(longs[judged])
     spread = max_min(p)
-    p0 = _passes(targets[3])
-    runs = [(label, r) for (label, _, _), r in zip(settings, longs)]
+    p0 = _passes(targets[judged])
+    runs = [(label, r) for (label, _, _), r in zip(settings, longs) if r is not None]
     pics = [x for x in (plots.run_picture(ctx.pictures / "fig12-passes.png", runs,
                                           passes_picture),
                         plots.run_picture(ctx.pictures / "fig12-delta-f.png", runs,
@@ -190,11 +203,16 @@ def fig12(ctx: Ctx) -> Figure:
         "workers (no number); issue 19 asks max/min passes <= 1.3", paper_value=1.3,
         higher_better=False,
         ours=f"max/min passes with asyn and the straggler over {horizon:g} s: {spread:.2f} "
-             f"(at the target, {targets[3].time.text()} s: {_spread(p0)})",
+             f"(at the target, {targets[judged].time.text()} s: {_spread(p0)})",
         ours_value=spread,
         setting=f"K-means, contiguous shards of sorted data, none and {inj}; passes over "
                 f"{horizon:g} s of training without a target (the verdict), and at the end "
-                "of the run to the target", table=table + failures(targets + longs),
+                "of the run to the target"
+                + ("" if ctx.mode.all_horizons else
+                   f"; --{ctx.mode.name} runs over {horizon:g} s only FSPV+asyn injected, "
+                   "the verdict's (the others' cells: their run to the target where it "
+                   f"lasted {horizon:g} s, else -)"),
+        table=table + failures(targets + over),
         pictures=pics)
 
 
@@ -244,14 +262,18 @@ def fig13(ctx: Ctx) -> Figure:
       first in :data:`FIG13_ALGORITHMS`, a fixed order, not the more favourable ratio);
     * on the local cluster when it is up (``deploy/local/cluster.sh up 5``: one host per
       rank, TCP between them, the pause signal's round trip a real network's), the same runs
-      there are shown too and decide the verdict.
+      there decide the verdict; the local ones are then run beside them only where
+      ``Mode.local_beside_cluster`` (``--full``), and the setting line says when they are
+      left out.
     """
     slow = f"persistent:factor={NATURAL_FACTOR:g},workers={ctx.mode.slow}"
     head = ["where", "algorithm", "accumulated s c / s", "ratio c / s", "barriers c / s",
             "barrier ms c / s", "time to target c / s", "timers (semi)"]
     table = [time_row(head), time_row(["---"] * len(head))]
     cluster = cluster_place(ctx.mode.workers + 1)
-    places = ["local"] + (["cluster"] if cluster is not None else [])
+    # Beside the cluster the local runs decide nothing: --quick leaves them out (Mode).
+    places = (["local"] if cluster is None or ctx.mode.local_beside_cluster else []) + (
+        ["cluster"] if cluster is not None else [])
     rtt = ""
     if cluster is not None and "cluster" in places:
         try:
@@ -293,7 +315,9 @@ def fig13(ctx: Ctx) -> Figure:
               if best else "failed"),
         ours_value=best[2] if best else None,
         setting=f"{', '.join(FIG13_ALGORITHMS)} with asyn, contiguous, {slow} (the paper: "
-                f"*Natural*); {' and '.join(places)}{rtt}",
+                f"*Natural*); {' and '.join(places)}{rtt}"
+                + (f"; not on this host too (--{ctx.mode.name}: the cluster's runs decide)"
+                   if "local" not in places else ""),
         table=table + failures(runs))
 
 

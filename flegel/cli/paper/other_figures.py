@@ -29,9 +29,9 @@ reach a verdict in 4 s; ElasticBSP's still flips now and then (met in 3 of 4 run
 of 4 with the monitoring phase bounded by ``R``), DSSP's gain over SSP is 0-11 % (met in 3 of
 4).  SpecSync's row flipped either way from one pair to the next (issue 19: ?1.00x, 0.32x,
 > 8.25x in three runs; 7.07x to <0.12x in six pairs of the same code): it now runs
-:data:`SPECSYNC_ROUNDS` rounds with and without the straggler and is judged on the medians
-(:func:`specsync`).  The figures are in ``docs/sync/elastic.md``, ``docs/sync/dssp.md`` and
-``docs/sync/specsync.md``.
+:data:`SPECSYNC_ROUNDS` rounds with the straggler and is judged on the medians, beside
+``Mode.calm_rounds`` rounds without it (:func:`specsync`).  The figures are in
+``docs/sync/elastic.md``, ``docs/sync/dssp.md`` and ``docs/sync/specsync.md``.
 """
 
 from __future__ import annotations
@@ -153,31 +153,34 @@ def specsync(ctx: Ctx) -> Figure:
     differ by timing alone), each ASP then SpecSync, in two settings: the row's, contiguous
     shards of sorted data with the Injected straggler (judged), and the paper's own, no
     straggler (its "up to 3x" is on the homogeneous Cluster 1; Section VI-C: on the
-    heterogeneous Cluster 2 "the speedup ... is smaller"), shown beside it.  The verdict is
-    on the ratio of the medians; the table gives every round.
+    heterogeneous Cluster 2 "the speedup ... is smaller"), shown beside it, over
+    ``Mode.calm_rounds`` rounds (``--quick``: one, a pair's ratio; none: not run).  The
+    verdict is on the ratio of the medians; the table gives every round.
     """
     a, inj = "logreg", ctx.injected()
-    settings = (inj, "none")  # stragglers; contiguous shards in both
+    # Rounds per setting: the judged one's always; the calm one's as the mode says (Mode).
+    rounds_of = {inj: SPECSYNC_ROUNDS, "none": ctx.mode.calm_rounds}
+    settings = tuple(st for st in (inj, "none") if rounds_of[st] > 0)  # contiguous in both
     syncs = ("asp", "specsync")
     runs = {(st, k, s): ctx.run(a, "contiguous", s, st,
                                 (f"sync.batch={MINI_BATCH}", f"seed={k}"))
-            for st in settings for k in range(SPECSYNC_ROUNDS) for s in syncs}
-    med = {(st, s): _median_time([runs[st, k, s].time for k in range(SPECSYNC_ROUNDS)])
+            for st in settings for k in range(rounds_of[st]) for s in syncs}
+    med = {(st, s): _median_time([runs[st, k, s].time for k in range(rounds_of[st])])
            for st in settings for s in syncs}
     ratio = {st: Ratio.of(med[st, "asp"], med[st, "specsync"]) for st in settings}
     pairs = {st: [Ratio.of(runs[st, k, "asp"].time, runs[st, k, "specsync"].time)
-                  for k in range(SPECSYNC_ROUNDS)] for st in settings}
+                  for k in range(rounds_of[st])] for st in settings}
     rounds = {st: [p.text() for p in pairs[st]] for st in pairs}
     labels = [f"contiguous, {st}" for st in settings]
-    pic = plots.bars(ctx.pictures / "specsync.png", f"SpecSync against ASP: LR, median of "
-                     f"{SPECSYNC_ROUNDS}", labels,
+    pic = plots.bars(ctx.pictures / "specsync.png", "SpecSync against ASP: LR, median of the "
+                     "rounds", labels,
                      {s: [med[st, s].s for st in settings] for s in syncs},
                      "seconds to target")
     table = [time_row(["stragglers", "round", "sync", "time to target", "final objective",
                        "passes per s: worker 1 (the straggler) / fastest", "aborts"]),
              time_row(["---"] * 7)]
     for st in settings:
-        for k in range(SPECSYNC_ROUNDS):
+        for k in range(rounds_of[st]):
             for s in syncs:
                 x = runs[st, k, s].summary or {}
                 table.append(time_row([st, str(k + 1), s, runs[st, k, s].time.text(),
@@ -187,23 +190,30 @@ def specsync(ctx: Ctx) -> Figure:
                                f"{med[st, 'asp'].text()} / {med[st, 'specsync'].text()}",
                                "", "", ""]))
     table += failures(list(runs.values()))
-    r, homog = ratio[inj], ratio["none"]
+    r = ratio[inj]
     spread = ", ".join(rounds[inj])
     # Rounds on both sides of 1.0x: which scheme is faster is decided by the draw.
     parity = (any(p.value > 1 and p.qualifier in ("", ">") for p in pairs[inj])
               and any(p.value < 1 and p.qualifier in ("", "<") for p in pairs[inj]))
+    calm = rounds_of["none"]
+    homog = ("" if not calm else
+             f"; without stragglers {ratio['none'].text()} (one round, shown)" if calm == 1
+             else f"; without stragglers {ratio['none'].text()} "
+                  f"(rounds {', '.join(rounds['none'])})")
+    how_many = (f"{SPECSYNC_ROUNDS} rounds of each" if calm == SPECSYNC_ROUNDS else
+                f"{SPECSYNC_ROUNDS} rounds with the straggler, {calm} without "
+                f"(--{ctx.mode.name})")
     return Figure(
         "specsync", "SpecSync against ASP", "SpecSync up to 3x faster than ASP",
         paper_value=3.0, ours_value=r.value, qualifier=r.qualifier,
         ours=(f"specsync {r.text()} faster than asp (median of {SPECSYNC_ROUNDS} rounds; "
               f"rounds {spread}" + ("; noise around parity: rounds on both sides of 1x"
-                                    if parity else "")
-              + f"); without stragglers {homog.text()} "
-              f"(rounds {', '.join(rounds['none'])})"),
+                                    if parity else "") + ")" + homog),
         setting=(f"logistic regression, {ctx.data(a)}, contiguous shards of sorted data, "
-                 f"{inj} (judged) and no stragglers (the paper's homogeneous cluster, "
-                 f"shown); both sides push {MINI_BATCH:,}-point mini-batches (the papers' one "
-                 f"fixed mini-batch for every model); {SPECSYNC_ROUNDS} rounds of each"),
+                 f"{inj} (judged)"
+                 + (" and no stragglers (the paper's homogeneous cluster, shown)" if calm
+                    else "") + f"; both sides push {MINI_BATCH:,}-point mini-batches (the "
+                 f"papers' one fixed mini-batch for every model); {how_many}"),
         table=table, pictures=[pic],
         note=("One round's ratio is a first crossing of an objective that swings between "
               "snapshots (class-pure mini-batches): a single pair flips between beaten and "

@@ -19,6 +19,25 @@ other run stops at the target or after ``max_time_s``; its time to target is
 ``summary.json``'s ``time_to_target_s`` (exact objectives of θ snapshots).  A run that does not
 reach the target within its time counts as *at least* its training time: ratios with it are
 bounds (:class:`Time`).
+
+BSPB without stragglers on the same shards is the reference's setting (the same job, the
+same start), so :meth:`Runner.run` reads it from the reference run instead of running it
+again (:func:`to_target`; Fig. 8's BSPB column: 8 runs of 2-8 s on the quick page of
+d1fa9c0) -- where the two measure alike (:func:`stands_for_run_to_target`).  Full-batch BSP
+from one start takes the same steps in every run (the references' exact objectives recur,
+to the last digit, in the traces of that page's BSPB runs of GMM, FCM, LR and K-means);
+exact evaluations during training are requested on the same schedule with or without a
+target (``runtime.exact_budget``: the target only ends the run); and the reference evaluates
+every snapshot of its trace after training (:data:`REFERENCE_TRACE_BUDGET`), as a run to a
+target does.  What differs is the trace's thinning (``flegel.runtime.server.Trace``): it
+keeps every θ version until it holds twice ``output.trace_points``, then every other one,
+so a reference that runs on far past the target thins the versions around it that a run
+stopped there keeps: on NMF (395 iterations against about 50) the reference read 1.54 s and
+1.14 s where a BSPB run to its target took 0.75 s and 0.89 s, and on K-means (86 against 5)
+0.05 s against 0.03-0.04 s (``python bench/reference_as_bspb.py``).  So the reference keeps
+more snapshots (:data:`REFERENCE_TRACE_FACTOR`) and stands for BSPB only where its trace
+kept every version to the target's first reach and a run to the target would have too;
+elsewhere BSPB runs as any setting.
 """
 
 from __future__ import annotations
@@ -38,6 +57,19 @@ from flegel.cli.paper.workloads import Mode, Workload, workloads, write_data, wr
 #: folder, ``--set`` keys, timeout in seconds -> its ``summary.json``; raises
 #: :class:`~flegel.cli.compare.RunFailedError` (or OSError, ValueError) when it fails.
 Launcher = Callable[[Path, Path, list[str], float], dict[str, Any]]
+
+#: ``output.trace_budget`` of a reference run: every snapshot of its trace evaluated after
+#: training (a share of the training time no evaluation reaches), as a run with a target
+#: does by default -- so the reference's trace is a BSPB run's to the target (module notes).
+REFERENCE_TRACE_BUDGET = 100.0
+#: A reference run keeps this many times the workload's ``output.trace_points``: every
+#: version of its first ``2 x 2 x trace_points`` is kept, where a run to the target keeps
+#: every one of its first ``2 x trace_points`` (module notes).  On the quick page of d1fa9c0
+#: the references ran 4-22 iterations (GMM, FCM, LR, the CNN), 86 (K-means on shuffled
+#: shards) and 395 (NMF), so all but NMF's keep every version; evaluating them costs the
+#: reference 0.05-0.8 s, the CNN's 17-18 snapshots about 2.3 s, where the BSPB run it stands
+#: for cost 2.3-7.9 s.
+REFERENCE_TRACE_FACTOR = 2
 
 
 @dataclass(frozen=True)
@@ -79,6 +111,68 @@ class Ratio:
 
     def text(self, unit: str = "x") -> str:
         return f"{self.qualifier}{self.value:.2f}{unit}"
+
+
+def to_target(summary: dict[str, Any], target: float, max_time_s: float) -> dict[str, Any]:
+    """``summary`` of a run without a target (a reference run) read as that of a run to
+    ``target`` for ``max_time_s`` (module notes): its exact trace up to ``max_time_s``, its
+    training time at most that, and ``time_to_target_s`` by the runtime's own rule -- the
+    first snapshot at or below the target (``flegel/rundir/writer.py``), None where there is
+    none by then.  Where the trace is cut, ``final_objective`` is its last value kept.
+
+    Parameters
+    ----------
+    summary : dict
+        The run's ``summary.json``.
+    target : float
+        The target objective.
+    max_time_s : float
+        The training time of a run to the target (``Mode.max_time_s``).
+
+    Returns
+    -------
+    dict
+        A copy of ``summary`` with ``objective_trace``, ``wall_time_s``,
+        ``target_objective``, ``time_to_target_s`` (and ``final_objective``) replaced.
+    """
+    full = summary.get("objective_trace") or []
+    trace = [[t, f] for t, f in full if float(t) <= max_time_s]
+    out = {**summary, "objective_trace": trace, "target_objective": target,
+           "wall_time_s": min(float(summary.get("wall_time_s", 0.0)), max_time_s),
+           "time_to_target_s": next((t for t, f in trace if f <= target), None)}
+    if trace and len(trace) < len(full):
+        out["final_objective"] = trace[-1][1]
+    return out
+
+
+def stands_for_run_to_target(summary: dict[str, Any], target: float, max_time_s: float,
+                             trace_points: int) -> bool:
+    """Whether a run without a target (a reference) read to ``target``
+    (:func:`to_target`) measures what a run of the same job to it would (module notes): its
+    trace kept every θ version (none thinned, none dropped), and the versions up to the
+    target's first reach -- or up to ``max_time_s`` where it is not reached by then -- are
+    fewer than the ``2 x trace_points`` a run to the target keeps every one of.
+
+    Parameters
+    ----------
+    summary : dict
+        The run's ``summary.json``.
+    target : float
+        The target objective.
+    max_time_s : float
+        The training time of a run to the target.
+    trace_points : int
+        ``output.trace_points`` of a run to the target (the workload's).
+    """
+    fe = summary.get("final_evaluation") or {}
+    if int(fe.get("dropped", 0)) or int(fe.get("snapshots", 0)) < int(summary.get(
+            "iterations", 0)):
+        return False
+    trace = [(float(t), float(f)) for t, f in summary.get("objective_trace") or []]
+    upto = next((i for i, (_, f) in enumerate(trace) if f <= target), None)
+    if upto is None or trace[upto][0] > max_time_s:
+        upto = sum(t <= max_time_s for t, _ in trace)
+    return upto < 2 * trace_points
 
 
 @dataclass
@@ -148,8 +242,11 @@ class Runner:
         warm start every run of a figure shares, :mod:`flegel.cli.paper.scaling`)."""
         key = self._ref_key(algorithm, partition, sets)
         if key not in self.targets:
+            points = REFERENCE_TRACE_FACTOR * self.work[algorithm].trace_points
             ref = self._run(algorithm, partition, "bspb", "none",
-                            [f"stop.max_time_s={self.mode.ref_time_s}", "stop.tolerance=1e-7",
+                            [f"output.trace_budget={REFERENCE_TRACE_BUDGET:g}",
+                             f"output.trace_points={points}",
+                             f"stop.max_time_s={self.mode.ref_time_s}", "stop.tolerance=1e-7",
                              *sets], target=None, name="reference")
             self.references[key] = ref
             if not ref.ok:
@@ -192,10 +289,46 @@ class Runner:
             run behind the target always runs here.
         reference : tuple of str
             Further ``--set`` keys of the reference run behind the target (:meth:`target`).
+
+        Returns
+        -------
+        RunResult
+            BSPB without stragglers, here, with the reference's keys: the reference run read
+            to its target (:func:`to_target`, module notes), not a run of its own, where it
+            measures alike (:func:`stands_for_run_to_target`) or failed; BSPB runs as any
+            setting where it does not, or where the target was given without a reference
+            run (``targets`` set by hand, as ``bench/paper_pairs.py`` does).
         """
-        return self._run(algorithm, partition, sync, stragglers, list(sets),
-                         self.target(algorithm, partition, reference), name=None, where=where,
-                         launch=launch)
+        target = self.target(algorithm, partition, reference)
+        ref = self.reference(algorithm, partition, reference)
+        if (sync == "bspb" and stragglers == "none" and not where and launch is None
+                and tuple(sets) == tuple(reference) and ref is not None
+                and (ref.summary is None or target is None or stands_for_run_to_target(
+                    ref.summary, target, self.mode.max_time_s,
+                    self.work[algorithm].trace_points))):
+            return self._as_run_to_target(algorithm, partition, tuple(reference), ref,
+                                          target)
+        return self._run(algorithm, partition, sync, stragglers, list(sets), target,
+                         name=None, where=where, launch=launch)
+
+    def _as_run_to_target(self, algorithm: str, partition: str, sets: tuple[str, ...],
+                          ref: RunResult, target: float | None) -> RunResult:
+        """The reference run ``ref`` behind :meth:`target`'s ``target`` (``sets``: its
+        further keys) as BSPB's run to that target without stragglers (:func:`to_target`);
+        failed where the reference failed."""
+        key = json.dumps([algorithm, partition, "bspb", "none", list(sets),
+                          "reference-to-target"])
+        if key in self.runs:
+            return self.runs[key]
+        summary = (to_target(ref.summary, target, self.mode.max_time_s)
+                   if ref.summary is not None and target is not None else None)
+        res = RunResult(key, ref.folder, summary, None if summary else ref.error, target,
+                        0.0)
+        self.runs[key] = res
+        self.say(f"  {algorithm}/{partition}/bspb/none: "
+                 + (f"{res.time.text()} s to target (the reference run)" if res.ok
+                    else f"FAILED: {res.error}"))
+        return res
 
     def trace_run(self, algorithm: str, partition: str, sync: str, stragglers: str,
                   sets: tuple[str, ...], tag: str = "") -> RunResult:

@@ -70,6 +70,24 @@ class Mode:
         the page grows by about a minute at most.  A short row's pair costs mostly start-up
         and evaluation: about 8 s (4 s a run) at the last page's load of 3.5
         (``docs/benchmarks.md``, "Fig. 8's short rows", "The page's time").
+    local_beside_cluster : bool
+        Whether Fig. 13 runs its six runs on this host too when the local cluster is up
+        (:func:`flegel.cli.paper.opt_figures.fig13`): there the cluster's runs decide the
+        verdict, and the local ones are only shown.  ``quick``: no (29 s of the last page);
+        ``full``: yes.  With no cluster up the local runs are the figure in both modes.
+    calm_rounds : int
+        Rounds of the SpecSync row without stragglers
+        (:func:`flegel.cli.paper.other_figures.specsync`): that setting is the SpecSync
+        paper's own, shown beside the straggler's, which alone is judged over
+        :data:`~flegel.cli.paper.other_figures.SPECSYNC_ROUNDS` rounds.  ``quick``: 1 (the
+        two rounds more were 16 s of the last page); ``full``: as many as the judged
+        setting.
+    all_horizons : bool
+        Whether Fig. 12 runs each of its four settings over the whole ``max_time_s``
+        (:func:`flegel.cli.paper.opt_figures.fig12`); the verdict reads only FSPV+asyn's
+        with the straggler.  ``quick``: no -- the other three are shown over the horizon
+        only where their run to the target already lasted it (22 s of the last page);
+        ``full``: yes.
     """
 
     name: str
@@ -82,6 +100,9 @@ class Mode:
     pairs: int = 2
     pairs_most: int = 6
     pairs_budget_s: float = 240.0
+    local_beside_cluster: bool = True
+    calm_rounds: int = 3
+    all_horizons: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -91,7 +112,8 @@ class Mode:
 
 
 QUICK = Mode("quick", workers=4, slow="1", scale=1.0, max_time_s=4.0, ref_time_s=5.0,
-             pairs=2, pairs_most=4, pairs_budget_s=60.0)
+             pairs=2, pairs_most=4, pairs_budget_s=60.0, local_beside_cluster=False,
+             calm_rounds=1, all_horizons=False)
 FULL = Mode("full", workers=16, slow="1-4", scale=20.0, max_time_s=120.0, ref_time_s=600.0)
 MODES = {"quick": QUICK, "full": FULL}
 
