@@ -50,6 +50,20 @@ FSPV's sampled first pass after its calibration (:attr:`Stratum.fresh_share`: ev
 commits its share at every barrier there, so the fresh shares are mini-batch K-means' step
 and no shard pays the master's re-labelling; docs/sync/fsp.md, "After review (kfa)").
 
+**The skew test at θ⁰** (issue 19, Fig. 8).  θ⁰ has no counts, so a worker's skew test
+cannot decide on a window at θ⁰ (FSPV's sampled calibration), and every stratum stayed on
+there: with the master's samples every shard, shuffled ones too, was stood for by the master's
+sample, whose re-labelling (4 x 2,500 rows) cost the master 4-6 ms of FSPV's first update on
+``flegel paper``'s K-means without stragglers.  The master decides that test itself before
+training: ``KMeans.init_parameter`` labels each shard's sample at θ⁰ and, where every one's
+class shares are within :data:`BALANCED` of all the samples' (shuffled shards), sets θ's
+``stratum_balanced``; a window at θ⁰ then keeps exact sums (:attr:`Stratum.calibrated_exact`)
+-- Lloyd's step on the calibration's equal shares, no master's re-labelling, and a straggler
+asleep after it leaves only its few trained points at θ⁰ in θ (exact incremental EM on shuffled
+shards).  All or none: exact sums weigh a shard by its trained points, the master's sample by
+its n.  The stratum stays on: the sampled first pass's windows take their estimate as before,
+and later windows' skew test reads θ's counts.
+
 Exact sums (a correction of 0) where they are already right (choices, written here):
 
 * once the shard's first pass is done (every point trained once: the stale labels are at most
