@@ -53,8 +53,10 @@ and no shard pays the master's re-labelling; docs/sync/fsp.md, "After review (kf
 **The skew test at θ⁰** (issue 19, Fig. 8).  θ⁰ has no counts, so a worker's skew test
 cannot decide on a window at θ⁰ (FSPV's sampled calibration), and every stratum stayed on
 there: with the master's samples every shard, shuffled ones too, was stood for by the master's
-sample, whose re-labelling (4 x 2,500 rows) cost the master 4-6 ms of FSPV's first update on
-``flegel paper``'s K-means without stragglers.  The master decides that test itself before
+sample, whose re-labelling (4 x 2,500 rows) cost the master 3-27 ms of FSPV's first update on
+``flegel paper``'s K-means without stragglers (loads 4-11), and the step on those samples
+took FSPV one M-step more to Fig. 8's target (docs/sync/fsp.md, "K-means at Fig. 8's
+horizons").  The master decides that test itself before
 training: ``KMeans.init_parameter`` labels each shard's sample at θ⁰ and, where every one's
 class shares are within :data:`BALANCED` of all the samples' (shuffled shards), sets θ's
 ``stratum_balanced``; a window at θ⁰ then keeps exact sums (:attr:`Stratum.calibrated_exact`)
@@ -232,9 +234,9 @@ class Stratum(AttributeState):
         #: master holds a sample of this shard of at least MIN_POINTS rows.  Not while
         #: :attr:`fresh_share`: a sampled first pass's window is fresh at every barrier.
         self.resampled = False
-        #: The master's θ⁰ test found its sample of this shard within :data:`SKEW` of all the
-        #: shards' samples (a shuffled shard): the sampled calibration's window keeps exact
-        #: sums (:attr:`calibrated_exact`).  Set by the algorithm from θ at every block, as
+        #: The master's θ⁰ test found every shard's sample within :data:`BALANCED` of all the
+        #: shards' samples (shuffled shards): a window at θ⁰ keeps exact sums
+        #: (:attr:`calibrated_exact`).  Set by the algorithm from θ at every block, as
         #: :attr:`resampled` (not checkpointed: θ says it again).
         self.balanced = False
         #: Whether the correction sent so far is −E with the master's sample standing for the
@@ -314,8 +316,8 @@ class Stratum(AttributeState):
     @property
     def wants_sums(self) -> bool:
         """Whether a sampled block's fresh sums can be used: not where the master's sample
-        stands for the shard (:attr:`ships`) nor in a :attr:`calibrated_exact` window, whose
-        window needs its class counts only (the skew test, :data:`MIN_POINTS`)."""
+        stands for the shard (:attr:`ships`) nor in a :attr:`calibrated_exact` window; those
+        windows need their class counts only (the skew test, :data:`MIN_POINTS`)."""
         return not (self.ships or self.calibrated_exact)
 
     @property
