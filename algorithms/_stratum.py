@@ -50,6 +50,22 @@ FSPV's sampled first pass after its calibration (:attr:`Stratum.fresh_share`: ev
 commits its share at every barrier there, so the fresh shares are mini-batch K-means' step
 and no shard pays the master's re-labelling; docs/sync/fsp.md, "After review (kfa)").
 
+**The skew test at θ⁰** (issue 19, Fig. 8).  θ⁰ has no counts, so a worker's skew test
+cannot decide on a window at θ⁰ (FSPV's sampled calibration), and every stratum stayed on
+there: with the master's samples every shard, shuffled ones too, was stood for by the master's
+sample, whose re-labelling (4 x 2,500 rows) cost the master 3-27 ms of FSPV's first update on
+``flegel paper``'s K-means without stragglers (loads 4-11), and the step on those samples
+took FSPV one M-step more to Fig. 8's target (docs/sync/fsp.md, "K-means at Fig. 8's
+horizons").  The master decides that test itself before
+training: ``KMeans.init_parameter`` labels each shard's sample at θ⁰ and, where every one's
+class shares are within :data:`BALANCED` of all the samples' (shuffled shards), sets θ's
+``stratum_balanced``; a window at θ⁰ then keeps exact sums (:attr:`Stratum.calibrated_exact`)
+-- Lloyd's step on the calibration's equal shares, no master's re-labelling, and a straggler
+asleep after it leaves only its few trained points at θ⁰ in θ (exact incremental EM on shuffled
+shards).  All or none: exact sums weigh a shard by its trained points, the master's sample by
+its n.  The stratum stays on: the sampled first pass's windows take their estimate as before,
+and later windows' skew test reads θ's counts.
+
 Exact sums (a correction of 0) where they are already right (choices, written here):
 
 * once the shard's first pass is done (every point trained once: the stale labels are at most
@@ -109,6 +125,13 @@ MIN_POINTS = 100
 #: sample's noise (about 0.5 · Σ √(p/m): 0.06 at m = 1,000, 16 even clusters, 0.2 at 100)
 #: only delays convergence (module notes).
 SKEW = 0.35
+#: The master's skew test at θ⁰ (``KMeans``' ``stratum_balanced``, :attr:`Stratum.balanced`):
+#: every shard's sample within this total variation of all the samples'.  Stricter than
+#: :data:`SKEW`, erring towards the master's sample (the behaviour without the test): a seeding
+#: may not tell sorted shards apart (a random one drawn from one shard put two sorted shards
+#: 0.3 apart, a test), while a shuffled shard's 2,500-row sample of 16 even clusters is
+#: ~0.03 apart (0.5 · Σ √(2p/(πm))), and ``flegel paper``'s contiguous shards ~0.7.
+BALANCED = 0.1
 #: A window under MIN_POINTS pools the latest earlier windows, newest first, until MIN_POINTS,
 #: from at most this many windows (θ versions).  No more: pools of 4,096 and 1,000 points
 #: (which kept the calibration's 3,438 points labelled at θ⁰ for several barriers) put
@@ -117,6 +140,16 @@ SKEW = 0.35
 POOL = 8
 #: Most fresh points summed per iteration (module notes).
 SAMPLE_CAP = 4096
+
+
+def skew(counts: np.ndarray, reference: np.ndarray) -> float:
+    """The total variation between the class shares of ``counts`` and of ``reference`` (both
+    per-class counts, ``reference`` not all zeros): the skew test's measure (:data:`SKEW`),
+    on a worker's window against θ's counts (:meth:`Stratum.skewed`) and on the master's
+    sample of a shard against all the shards' samples at θ⁰ (:attr:`Stratum.balanced`)."""
+    counts, reference = np.asarray(counts, np.float64), np.asarray(reference, np.float64)
+    q = counts / max(float(counts.sum()), 1.0)
+    return 0.5 * float(np.abs(q - reference / reference.sum()).sum())
 
 
 @njit(cache=True, nogil=True)
@@ -188,7 +221,7 @@ class Stratum(AttributeState):
     """
 
     #: Not checkpointed: a resumed worker arms it at its first iteration (class notes).
-    NOT_STATE: ClassVar[tuple[str, ...]] = ("armed", "uniform", "fresh_share")
+    NOT_STATE: ClassVar[tuple[str, ...]] = ("armed", "uniform", "fresh_share", "balanced")
 
     def __init__(self, n_points: int, shares: str | None = None,
                  shard: int | None = None) -> None:
@@ -201,6 +234,11 @@ class Stratum(AttributeState):
         #: master holds a sample of this shard of at least MIN_POINTS rows.  Not while
         #: :attr:`fresh_share`: a sampled first pass's window is fresh at every barrier.
         self.resampled = False
+        #: The master's θ⁰ test found every shard's sample within :data:`BALANCED` of all the
+        #: shards' samples (shuffled shards): a window at θ⁰ keeps exact sums
+        #: (:attr:`calibrated_exact`).  Set by the algorithm from θ at every block, as
+        #: :attr:`resampled` (not checkpointed: θ says it again).
+        self.balanced = False
         #: Whether the correction sent so far is −E with the master's sample standing for the
         #: shard (its weight n in θ's ``stratum_shards``), not n/m · F − E nor zeros.
         self.shipped = False
@@ -258,8 +296,29 @@ class Stratum(AttributeState):
     @property
     def ships(self) -> bool:
         """Whether the master's sample stands for this shard (:attr:`resampled`), not the
-        worker's window: not in a sampled first pass's window (:attr:`fresh_share`)."""
-        return self.resampled and not self.fresh_share
+        worker's window: not in a sampled first pass's window (:attr:`fresh_share`) nor in a
+        :attr:`calibrated_exact` one."""
+        return self.resampled and not self.fresh_share and not self.calibrated_exact
+
+    @property
+    def calibrated_exact(self) -> bool:
+        """A window at θ⁰ (no θ counts yet: the skew test cannot decide, :meth:`skewed`) of a
+        :attr:`balanced` shard: exact sums, no estimate, the stratum left on for later
+        windows (module notes, "The skew test at θ⁰").  Its points are a uniform sample of a
+        shuffled shard labelled at θ⁰ -- FSPV's sampled calibration trains the same share of
+        every shard --, so exact sums are Lloyd's step on them, as n/m · F would be; a
+        straggler asleep after it leaves only its few trained points at θ⁰ in θ, where n/m ·
+        F would freeze its whole shard there; and no shard costs the master's re-labelling
+        (the master's sample, which sorted shards still take)."""
+        ref = self.reference
+        return self.balanced and (ref is None or ref.sum() <= 0)
+
+    @property
+    def wants_sums(self) -> bool:
+        """Whether a sampled block's fresh sums can be used: not where the master's sample
+        stands for the shard (:attr:`ships`) nor in a :attr:`calibrated_exact` window; those
+        windows need their class counts only (the skew test, :data:`MIN_POINTS`)."""
+        return not (self.ships or self.calibrated_exact)
 
     @property
     def done(self) -> bool:
@@ -417,8 +476,7 @@ class Stratum(AttributeState):
         ref = self.reference
         if self.shares is None or ref is None or ref.sum() <= 0 or self.shares not in fresh:
             return True
-        q = fresh[self.shares] / max(sampled, 1)
-        return 0.5 * float(np.abs(q - ref / ref.sum()).sum()) > SKEW
+        return skew(fresh[self.shares], ref) > SKEW
 
     def stratified(self, sampled: int) -> bool:
         """Whether a pooled sample of ``sampled`` points replaces the exact sums (module
@@ -434,7 +492,7 @@ class Stratum(AttributeState):
     def _target(self) -> tuple[dict[str, np.ndarray], bool]:
         """The correction and whether it is an estimate (not zeros)."""
         zeros = {k: np.zeros_like(v) for k, v in self.exact.items()}
-        if self.off:
+        if self.off or self.calibrated_exact:
             return zeros, False
         fresh, sampled, _ = self.sample()
         if not self.stratified(sampled) or not (self.uniform or self.skewed(fresh, sampled)):

@@ -45,7 +45,7 @@ from ._common import (
     squared_distances,
     validate_init_file,
 )
-from ._stratum import MIN_POINTS, Stratum, class_sums, load_class_sums
+from ._stratum import BALANCED, MIN_POINTS, Stratum, class_sums, load_class_sums, skew
 
 _INITS = ("kmeans++", "random")
 
@@ -455,8 +455,24 @@ MASTER_SAMPLE_ROWS = 2_500
 
 #: θ's keys of the stratified M-step (KMeans.stratify): all of them, or none is used.
 _STRATUM_KEYS = ("stratum_sums", "stratum_counts", "stratum_active")
-#: θ's keys of the master's sample (KMeans._set_samples).
-_SAMPLE_KEYS = ("stratum_shards", "stratum_rows")
+#: θ's keys of the master's sample (KMeans._set_samples): the weights, then the fixed ones.
+_SAMPLE_KEYS = ("stratum_shards", "stratum_rows", "stratum_balanced")
+
+
+def _balanced(samples: list[np.ndarray], centers: np.ndarray) -> bool:
+    """The skew test at θ⁰ on the master's samples (algorithms._stratum, "The skew test at
+    θ⁰"): whether every shard's sample, labelled at ``centers``, has class shares within
+    :data:`~algorithms._stratum.BALANCED` of all the samples' -- shuffled shards, whose sampled
+    calibration then keeps exact sums (``Stratum.calibrated_exact``).  All or none: the
+    calibration's exact sums weigh a shard by its trained points, the master's sample by its
+    n, so one sorted shard among them keeps every shard on the master's sample, as before.
+    False where a shard's sample is under MIN_POINTS rows (no test: its worker's n/m · F)."""
+    if any(len(p) < MIN_POINTS for p in samples):
+        return False
+    k = len(centers)
+    counts = [np.bincount(nearest(centers, p)[0], minlength=k) for p in samples]
+    total = np.sum(counts, axis=0)
+    return all(skew(c, total) <= BALANCED for c in counts)
 
 
 def _stratified(theta: dict[str, np.ndarray]) -> bool:
@@ -636,6 +652,7 @@ class KMeans(DeviceKernels, Algorithm):
         self._samples = samples
         theta["stratum_shards"] = np.zeros(info.n_workers)
         theta["stratum_rows"] = np.array([float(len(p)) for p in samples])
+        theta["stratum_balanced"] = np.array([float(_balanced(samples, theta["centers"]))])
 
     def _seeding(self, sample: np.ndarray, seed: int) -> np.ndarray:
         """One seeding of ``init`` on the sample."""
@@ -726,7 +743,8 @@ class KMeans(DeviceKernels, Algorithm):
         stratum.resampled = (stratum.shard is not None and "stratum_rows" in theta
                              and "stratum_shards" in theta
                              and theta["stratum_rows"][stratum.shard] >= MIN_POINTS)
-        shipped = stratum.ships  # counts suffice, no sums
+        # every shard's sample at θ⁰ is balanced: the calibration's window keeps exact sums
+        stratum.balanced = "stratum_balanced" in theta and theta["stratum_balanced"][0] > 0.5
         old = labels.copy() if stratum.wants_sample(t) else None
         agg = self._update_block(block, theta, t)
         fresh, moved, first = None, 0, 0
@@ -743,7 +761,7 @@ class KMeans(DeviceKernels, Algorithm):
             # stratum switches off there without a sum taken (Stratum.screen)
             counts = np.bincount(labels, minlength=self.n_clusters).astype(np.float64)
             if stratum.screen(t, counts, len(labels), reference):
-                fresh = {"counts": counts} if shipped else {
+                fresh = {"counts": counts} if not stratum.wants_sums else {
                     "sums": class_sums(to_host(block.x), labels, self.n_clusters),
                     "counts": counts}
             moved = int(np.count_nonzero(old != labels))
@@ -819,8 +837,7 @@ class KMeans(DeviceKernels, Algorithm):
                                          np.zeros_like(theta["stratum_shards"]))
                 s_est, c_est = self._resampled(theta["centers"], new["stratum_shards"])
                 est_sums, est_counts = est_sums + s_est, est_counts + c_est
-            if "stratum_rows" in theta:
-                new["stratum_rows"] = theta["stratum_rows"]
+            new.update({k: theta[k] for k in _SAMPLE_KEYS[1:] if k in theta})
         else:
             # a θ made by hand with some of the keys: kept as they are (the server checks
             # that θ keeps its layout), unused

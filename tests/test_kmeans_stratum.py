@@ -647,20 +647,76 @@ def test_a_sampled_first_pass_window_sends_its_fresh_estimate():
 
 def test_fspv_s_sampled_first_pass_with_the_master_s_sample():
     """FSPV's sampled first pass on the simulated clock with the master's 500-row sample of
-    every shard in θ (``flegel.run``'s samples): the calibration's step takes the master's
-    sample (its weights n), the next is Lloyd's step from θ¹ on the second eighth of every
-    shard alone (the workers' fresh shares, n/m · F), with no shard on the master's sample."""
+    every (shuffled) shard in θ (``flegel.run``'s samples): the master's θ⁰ test finds every
+    sample balanced, so the calibration's step is Lloyd's step from θ⁰ on the first eighth of
+    every shard (exact sums, no shard on the master's sample: no re-labelling at the
+    master), and the next Lloyd's step from θ¹ on the second eighth alone (the workers'
+    fresh shares, n/m · F)."""
     x, centres0 = blobs(n=WORKERS * SHARD, k=4, d=3, seed=1)
     watch = Versions()
-    Simulation("fsp", {}, workers=WORKERS, data=x, theta0=kmeans_theta0(centres0, stratum=True),
-               algorithm=KMeans(n_clusters=4, n_init=1), cost_s=COST_S, latency_s=LATENCY_S,
-               on_barrier=watch, stop={"max_iterations": 3}, own_algorithms=True,
-               sample_rows=500).run()
-    np.testing.assert_array_equal(watch.theta[1]["stratum_shards"], [SHARD] * WORKERS)
+    sim = Simulation("fsp", {}, workers=WORKERS, data=x,
+                     theta0=kmeans_theta0(centres0, stratum=True),
+                     algorithm=KMeans(n_clusters=4, n_init=1), cost_s=COST_S,
+                     latency_s=LATENCY_S, on_barrier=watch, stop={"max_iterations": 3},
+                     own_algorithms=True, sample_rows=500)
+    assert sim.theta0["stratum_balanced"][0] == 1.0
+    sim.run()
+    assert not watch.theta[1]["stratum_shards"].any() and not watch.theta[1]["stratum_active"]
+    first = np.concatenate([rows[:BATCH] for rows in watch.rows])
+    np.testing.assert_allclose(watch.theta[1]["centers"], lloyd_step(first, centres0),
+                               rtol=1e-9, atol=1e-9)
     assert not watch.theta[2]["stratum_shards"].any()
     second = np.concatenate([rows[BATCH:2 * BATCH] for rows in watch.rows])
     expected = lloyd_step(second, watch.theta[1]["centers"])
     np.testing.assert_allclose(watch.theta[2]["centers"], expected, rtol=1e-9, atol=1e-9)
+
+
+def test_the_skew_test_at_theta0_on_the_master_s_samples():
+    """θ's ``stratum_balanced`` (the master's samples at θ⁰): 1 where every shard's sample
+    has class shares within BALANCED of all the samples' (shuffled shards), 0 where one shard
+    holds a few of the clusters (sorted data: all or none) or a sample is under MIN_POINTS
+    rows (no test)."""
+    rng = np.random.default_rng(16)
+    means = np.array([[0.0, 0.0], [20.0, 0.0], [0.0, 20.0], [20.0, 20.0]])
+    x = means[rng.integers(0, 4, size=1_600)] + rng.normal(size=(1_600, D))
+    shuffled = np.split(x, 4)
+    by_cluster = np.split(x[np.argsort(((x - means[0]) ** 2).sum(1))], 4)
+    # a random seeding drawn from one of two sorted shards: 0.3 apart, under SKEW (0.35)
+    rng = np.random.default_rng(15)
+    sorted2 = [means[i] + rng.normal(size=(n, D)) for i, n in enumerate((300, 600))]
+    small = _sampled_info(shuffled, 300)
+    small.sample, small.sample_sizes = small.sample[:990], (300, 300, 300, 90)
+    for info, k, expect in ((_sampled_info(shuffled, 300), 4, 1.0),
+                            (_sampled_info([*shuffled[:3], by_cluster[3]], 300), 4, 0.0),
+                            (small, 4, 0.0), (_sampled_info(sorted2, 150), 3, 0.0)):
+        alg = KMeans(n_clusters=k, n_init=1, init="random")
+        theta = alg.init_parameter(info)
+        assert theta["stratum_balanced"][0] == expect
+        # kept by the M-step (θ's layout)
+        assert alg.update_parameter(alg.zero_aggregator(theta), theta)["stratum_balanced"] == expect
+
+
+def test_a_balanced_shard_s_window_at_theta0_keeps_exact_sums():
+    """A stratum the master found balanced sends no correction at θ⁰ (no θ counts: its skew
+    test cannot decide) and stays on for later windows: once θ has counts the skew test
+    decides as before (a sorted window is estimated); without the master's test the window
+    at θ⁰ is estimated."""
+    rng = np.random.default_rng(17)
+    n = 10_000
+    x = rng.normal(size=(n, D))
+    for balanced in (True, False):
+        s = Stratum(n, shares="counts")
+        s.balanced = balanced
+        s.arm()
+        new = rng.integers(0, K, 500)
+        piece = s.observe(1, 500, _delta(x[:500], np.full(500, -1), new),
+                          _stats(x[:500], new), 500, 500, reference=np.zeros(K))
+        assert (not np.abs(piece["counts"]).any()) == balanced and not s.off
+        assert s.calibrated_exact == balanced
+        new = np.zeros(500, dtype=int)  # the next window, sorted against θ's even counts
+        piece = s.observe(2, 500, _delta(x[500:1_000], np.full(500, -1), new),
+                          _stats(x[500:1_000], new), 500, 500, reference=np.full(K, 1_000.0))
+        assert s.on and not s.calibrated_exact and np.abs(piece["counts"]).any()
 
 
 def test_the_master_s_sample_is_per_shard():

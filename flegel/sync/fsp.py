@@ -624,8 +624,9 @@ class FSP(BarrierPolicy):
     window's class shares (``Stratum.arm(sampled=True)``); not on the sampled
     calibration's, whose skew test is as it was before the sampled pass, whether the steps
     follow or a straggler refuses them.  (K-means from a raw seeding, the one algorithm
-    with the sampled pass, has no θ counts at θ⁰: the test cannot decide there, and the
-    calibration's window keeps its estimate, as the steps need.)
+    with the sampled pass, has no θ counts at θ⁰: the master decides that test on its own
+    samples of the shards, ``KMeans``' ``stratum_balanced``; shuffled shards keep exact
+    sums in the calibration, others its estimate.)
 
     **Coverage** (issue 19, item 3; a choice where the paper is silent).  Under incremental
     EM (Section 2.2, Eq. 3) a point adds its statistics to θ on its first visit (K-means'
