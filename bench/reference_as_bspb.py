@@ -7,9 +7,10 @@ without stragglers until it converges, its whole trace evaluated) and a separate
 to the target it sets -- the run the page made before -- alternating which goes first (in
 odd rounds the separate run goes first, to round 0's target).  Per round it prints BSPB's
 time to target both ways (where the reference does not stand for BSPB -- its trace thinned
--- ``Runner.run`` runs BSPB, and says so), and how many of the reference's exact objectives
-recur in the separate run's trace (full-batch BSP from one start takes the same steps in
-every run: all of them should, where the two runs reach those steps).
+before where a run to the target stops -- ``Runner.run`` runs BSPB, and says so), and how
+many of the reference's exact objectives recur in the separate run's trace (full-batch BSP
+from one start takes the same steps in every run: all of them should, where the two runs
+reach those steps).
 
 Usage::
 
@@ -61,8 +62,8 @@ def main(argv: list[str] | None = None) -> None:
             ref = runner.reference(a, p)
             assert ref is not None
             order = "run first" if k % 2 else "reference first"
-            how = "" if read.folder == ref.folder else " (the reference's trace is thinned: "
-            how = how and how + "Runner.run ran BSPB)"
+            how = "" if read.folder == ref.folder else (
+                " (the reference does not stand for BSPB: Runner.run ran BSPB)")
             print(f"  round {k} ({order}): {read.time.text()} / {separate.time.text()} s"
                   f"{how}; "
                   f"target {target!r}; the reference's objectives in the run's trace: "

@@ -220,6 +220,25 @@ def test_fig13_runs_on_this_host_beside_the_cluster_only_in_full(
     assert "(kmeans, cluster" in fig.ours
 
 
+def test_fig13_judges_the_local_runs_where_no_cluster_run_decides(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--quick`` with the cluster up leaves the local runs out; where every cluster run
+    fails (no ratio) they run after all and decide, not a "failed" verdict."""
+    runs = _fig13_runs(tmp_path, {"kmeans": 0.9, "logreg": 1.1, "cnn": 1.5})
+    monkeypatch.setattr(network, "find",
+                        lambda name=None: network.Cluster("t", ["h1", "h2", "h3"], "none"))
+    monkeypatch.setattr(network, "round_trip_us", lambda cluster, n=200, timeout=600: 150.0)
+    monkeypatch.setattr(network, "paper_run",
+                        lambda runner, a, part, sync, slow, sets=(): RunResult(
+                            f"{a}{sync}", tmp_path / "none", None, "ssh: no route", 1.0, 0.0))
+    ctx = FakeCtx(runs, tmp_path, ())
+    fig = opt_figures.fig13(ctx)  # type: ignore[arg-type]
+    assert len(ctx.asked) == 6
+    assert [row.split(" | ")[0] for row in fig.table[2:8]] == ["| cluster"] * 3 + ["| local"] * 3
+    assert "(kmeans, local" in fig.ours and fig.ours_value == pytest.approx(0.9)
+    assert "cluster and local" in fig.setting and "no cluster run decided" in fig.setting
+
+
 def test_fig13_runs_on_this_host_without_a_cluster(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """With no cluster up the local runs are the figure in ``--quick`` too."""

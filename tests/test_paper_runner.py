@@ -15,13 +15,14 @@ from flegel.cli.compare import RunFailedError
 from flegel.cli.paper import network
 from flegel.cli.paper import runner as runner_module
 from flegel.cli.paper.runner import (
+    HORIZON_GRACE,
     REFERENCE_TRACE_BUDGET,
     REFERENCE_TRACE_FACTOR,
     Runner,
     stands_for_run_to_target,
     to_target,
 )
-from flegel.cli.paper.workloads import QUICK
+from flegel.cli.paper.workloads import FULL, QUICK
 
 
 def _runner(tmp_path: Path) -> Runner:
@@ -94,11 +95,14 @@ def test_a_cluster_run_fails_cleanly(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_to_target_reads_a_run_without_a_target_as_one_to_it() -> None:
     """A reference's summary as a run to ``target`` for ``max_time_s``: the trace up to
     then, the first snapshot at or below the target as the runtime reports it (no
-    interpolation), the training time capped, the final objective the last value kept."""
+    interpolation), the training time capped (at the first reach where there is one: about
+    where the run stops), the final objective the last value kept, the summary marked as
+    read from the reference."""
     ref = {"objective_trace": [[0.1, 9.0], [0.3, 5.2], [0.5, 4.8], [0.9, 4.7], [5.0, 4.0]],
            "wall_time_s": 5.0, "final_objective": 4.0, "iterations": 30}
     s = to_target(ref, 5.0, 4.0)
-    assert s["time_to_target_s"] == 0.5 and s["wall_time_s"] == 4.0
+    assert s["time_to_target_s"] == 0.5 and s["wall_time_s"] == 0.5
+    assert s["read_from_reference"] is True and "read_from_reference" not in ref
     assert s["objective_trace"] == ref["objective_trace"][:4]
     assert s["final_objective"] == 4.7 and s["target_objective"] == 5.0
     assert s["iterations"] == 30 and ref["wall_time_s"] == 5.0  # a copy, the rest kept
@@ -109,7 +113,18 @@ def test_to_target_reads_a_run_without_a_target_as_one_to_it() -> None:
     short = {"objective_trace": [[0.1, 9.0], [0.2, 4.9]], "wall_time_s": 0.2,
              "final_objective": 4.9}
     assert to_target(short, 5.0, 4.0) == {**short, "target_objective": 5.0,
-                                          "time_to_target_s": 0.2}
+                                          "time_to_target_s": 0.2, "read_from_reference": True}
+
+
+def test_to_target_keeps_the_final_snapshot_a_few_ms_past_max_time_s() -> None:
+    """A run stopped by ``max_time_s`` takes its final θ a few ms after it: the reference's
+    snapshots within HORIZON_GRACE past it count, later ones do not."""
+    ref = {"objective_trace": [[1.0, 9.0], [3.9, 8.0], [4.03, 7.0], [4.05, 6.0]],
+           "wall_time_s": 5.0, "final_objective": 6.0}
+    s = to_target(ref, 6.5, 4.0)
+    assert 4.0 * (1 + HORIZON_GRACE) < 4.05
+    assert s["objective_trace"] == ref["objective_trace"][:3] and s["final_objective"] == 7.0
+    assert s["time_to_target_s"] is None and s["wall_time_s"] == 4.0
 
 
 def test_bspb_without_stragglers_is_read_from_the_reference(
@@ -121,8 +136,12 @@ def test_bspb_without_stragglers_is_read_from_the_reference(
 
     def launch(job: Path, folder: Path, sets: list[str], timeout: float) -> dict[str, Any]:
         launched.append(sets)
-        return {"final_objective": 100.0, "wall_time_s": 0.4,
+        return {"final_objective": 100.0, "wall_time_s": 0.4, "iterations": 3,
                 "objective_trace": [[0.1, 130.0], [0.2, 100.05], [0.4, 100.0]],
+                "final_evaluation": {"snapshots": 3, "dropped": 0},
+                "exact_objective": {"evaluations": 1, "trace": [
+                    {"time_s": 0.2, "version": 2, "objective": 100.05, "exact": True,
+                     "cost_s": 0.01}]},
                 "time_to_target_s": 0.3}
 
     monkeypatch.setattr(runner_module, "run_one", launch)
@@ -137,6 +156,7 @@ def test_bspb_without_stragglers_is_read_from_the_reference(
     assert ref is not None and bspb.folder == ref.folder and bspb.ok
     target = 100.0 + runner.work["kmeans"].slack * 100.0
     assert bspb.target == target and bspb.time.reached and bspb.time.s == 0.2
+    assert (bspb.summary or {})["read_from_reference"] is True
     assert runner.run("kmeans", "strided", "bspb") is bspb and len(launched) == 1
     runner.run("kmeans", "strided", "bspb", "injected:tau=32,workers=1")
     runner.run("kmeans", "strided", "bspb", sets=("sync.batch=1000",))
@@ -183,7 +203,11 @@ def test_a_reference_stands_for_a_run_to_the_target_only_where_its_trace_is_as_f
     to the target keeps every one of."""
     trace = [[0.01 * (i + 1), 100.0 - i] for i in range(30)]
     full = {"objective_trace": trace, "iterations": 30,
-            "final_evaluation": {"snapshots": 30, "dropped": 0}}
+            "final_evaluation": {"snapshots": 30, "dropped": 0},
+            # evaluated during training at the 6th version: a run to 95 stops there
+            "exact_objective": {"evaluations": 1, "trace": [
+                {"time_s": 0.06, "version": 6, "objective": 95.0, "exact": True,
+                 "cost_s": 1e-3}]}}
     assert stands_for_run_to_target(full, 95.0, 4.0, 40)        # reached at its 6th
     assert not stands_for_run_to_target(full, 95.0, 4.0, 2)     # a run to it thins at 4
     assert stands_for_run_to_target(full, 95.0, 4.0, 3)
@@ -196,6 +220,53 @@ def test_a_reference_stands_for_a_run_to_the_target_only_where_its_trace_is_as_f
     assert stands_for_run_to_target(full, 10.0, 4.0, 40)
     assert not stands_for_run_to_target(full, 10.0, 4.0, 10)
     assert stands_for_run_to_target(full, 75.0, 0.1, 10)         # 10 by 0.1 s, < 20
+    # A summary that says nothing of its final evaluation or iterations: never.
+    assert not stands_for_run_to_target(
+        {k: v for k, v in full.items() if k != "final_evaluation"}, 95.0, 4.0, 40)
+    assert not stands_for_run_to_target(
+        {k: v for k, v in full.items() if k != "iterations"}, 95.0, 4.0, 40)
+
+
+def test_a_reference_counts_the_versions_to_where_a_run_to_the_target_stops() -> None:
+    """A run to the target stops at its first exact evaluation during training at or below
+    it (sparse: 5 % of the time), not at the trace's first reach: the versions up to that
+    evaluation count.  Here the trace reaches 95 at its 6th version, but the evaluations
+    during training first see it at the 25th: a run to the target with trace_points=10
+    holds 24 versions before it stops, thins past 20, and may lose the 6th."""
+    trace = [[0.01 * (i + 1), 100.0 - i] for i in range(30)]
+    evals = [{"time_s": 0.01, "version": 1, "objective": 100.0, "exact": True, "cost_s": 1e-3},
+             {"time_s": 0.12, "version": 12, "objective": 89.0, "exact": False,
+              "cost_s": 1e-3},
+             {"time_s": 0.25, "version": 25, "objective": 76.0, "exact": True, "cost_s": 1e-3}]
+    ref = {"objective_trace": trace, "iterations": 30,
+           "final_evaluation": {"snapshots": 30, "dropped": 0},
+           "exact_objective": {"evaluations": 3, "trace": evals}}
+    assert not stands_for_run_to_target(ref, 95.0, 4.0, 10)    # 24 versions >= 20
+    assert stands_for_run_to_target(ref, 95.0, 4.0, 13)        # 24 < 26
+    # No exact evaluation at or below the target by max_time_s: the run lasts max_time_s.
+    assert not stands_for_run_to_target(ref, 95.0, 0.2, 10)    # 20 versions by 0.2 s
+    assert stands_for_run_to_target(ref, 95.0, 0.19, 10)       # 19
+
+
+def test_full_references_are_not_evaluated_to_stand_for_bspb(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--full``'s references (600 s at 20x the data) thin their traces anyway: they keep
+    the workload's trace and budget (``Mode.fine_references``), where ``--quick``'s evaluate
+    every snapshot."""
+    launched: list[list[str]] = []
+
+    def launch(job: Path, folder: Path, sets: list[str], timeout: float) -> dict[str, Any]:
+        launched.append(sets)
+        return {"final_objective": 100.0, "wall_time_s": 600.0}
+
+    monkeypatch.setattr(runner_module, "run_one", launch)
+    monkeypatch.setattr(Runner, "job", lambda self, a, p: tmp_path / f"{a}-{p}.yaml")
+    assert Runner(FULL, tmp_path, say=lambda _: None).target("kmeans", "strided") is not None
+    assert QUICK.fine_references and not FULL.fine_references
+    (sets,) = launched
+    assert not any(x.startswith(("output.trace_budget=", "output.trace_points="))
+                   for x in sets)
+    assert f"stop.max_time_s={FULL.ref_time_s}" in sets
 
 
 def test_bspb_runs_where_the_reference_thinned_its_trace(

@@ -203,9 +203,10 @@ def fig8(ctx: Ctx) -> Figure:
     to the objective BSPV reached after 0.2 s, 0.5 s, 1 s, ..., no target below BSPB's
     converged one), and the four frameworks' times to that target.  BSPB without
     stragglers is the reference's setting: its times are the reference run's, read to the
-    target, wherever the reference's trace kept every θ version up to it as a run to the
-    target would (:meth:`flegel.cli.paper.runner.Runner.run`; on the quick page all but
-    NMF's), not runs of their own."""
+    target, wherever the reference's trace kept every θ version up to where a run to the
+    target stops (its first exact evaluation during training at or below it), as that run
+    would (:meth:`flegel.cli.paper.runner.Runner.run`; on the quick page of 64f8144 all but
+    NMF's and K-means' on contiguous shards), not runs of their own."""
     table, vs_bspv, vs_fspb, runs, pic = _speedups(
         ctx, "8", "none", {"strided": ctx.algorithms(), "contiguous": ("kmeans", "logreg")})
     h = horizon_table(ctx, ctx.algorithms(), "strided")
@@ -225,8 +226,8 @@ def fig8(ctx: Ctx) -> Figure:
                 "target on shuffled shards (all six) and contiguous ones (K-means, LR), "
                 "BSPB's those of the reference run that set the target (the same job: BSPB "
                 "without stragglers), to its first snapshot at or below the target, where "
-                "its trace kept every θ version up to there as a run to the target would "
-                "(else a run of its own)",
+                "its trace kept every θ version up to where a run to the target stops, as "
+                "that run would (else a run of its own)",
         table=["FSPV vs BSPV at each horizon (BSPV / FSPV, > 1: FSPV faster; the median of "
                f"{pairs}: decided, more than half of the pairs run on one side with their "
                "whole interval; runs back to back, BSPV first, then FSPV first, "

@@ -103,7 +103,7 @@ from typing import Any
 import numpy as np
 
 from flegel.cli.paper.common import geo_mean, interval, lowest
-from flegel.cli.paper.runner import Ratio, Runner, RunResult, Time
+from flegel.cli.paper.runner import HORIZON_GRACE, Ratio, Runner, RunResult, Time
 from flegel.cli.paper.workloads import QUICK
 from flegel.rundir.reader import exact_trace
 
@@ -387,11 +387,6 @@ def run_length(reference: RunResult | None, target: float | None,
 def geo_mean_ratio(rows: Sequence[HorizonRow | MedianRow]) -> Ratio:
     """Geometric mean of the rows' ratios, a bound if any of them is."""
     return geo_mean([r.ratio for r in rows])
-
-
-#: Snapshots this share past the shorter run's length still count as by its horizon: a run
-#: stopped by ``max_time_s`` takes its last snapshot a few ms after it.
-HORIZON_GRACE = 0.01
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,12 @@ stopped there keeps: on NMF (395 iterations against about 50) the reference read
 1.14 s where a BSPB run to its target took 0.75 s and 0.89 s, and on K-means (86 against 5)
 0.05 s against 0.03-0.04 s (``python bench/reference_as_bspb.py``).  So the reference keeps
 more snapshots (:data:`REFERENCE_TRACE_FACTOR`) and stands for BSPB only where its trace
-kept every version to the target's first reach and a run to the target would have too;
-elsewhere BSPB runs as any setting.
+kept every version up to where a run to the target stops -- its first exact evaluation
+during training at or below the target (:func:`stopping_evaluation`), later than the
+trace's first reach -- and that run would have kept every one too; elsewhere BSPB runs as
+any setting.  Only where the mode asks (``Mode.fine_references``: ``--quick``) does the
+reference evaluate and keep that much; ``--full``'s long references thin their traces
+anyway.  A failed reference fails BSPB without stragglers too (its times read ``?``).
 """
 
 from __future__ import annotations
@@ -70,6 +74,10 @@ REFERENCE_TRACE_BUDGET = 100.0
 #: reference 0.05-0.8 s, the CNN's 17-18 snapshots about 2.3 s, where the BSPB run it stands
 #: for cost 2.3-7.9 s.
 REFERENCE_TRACE_FACTOR = 2
+#: Snapshots this share past ``max_time_s`` still count as by it: a run stopped by
+#: ``max_time_s`` takes its last snapshot (its final θ) a few ms after it
+#: (:func:`to_target`; :mod:`flegel.cli.paper.horizons`, a horizon's length).
+HORIZON_GRACE = 0.01
 
 
 @dataclass(frozen=True)
@@ -115,10 +123,15 @@ class Ratio:
 
 def to_target(summary: dict[str, Any], target: float, max_time_s: float) -> dict[str, Any]:
     """``summary`` of a run without a target (a reference run) read as that of a run to
-    ``target`` for ``max_time_s`` (module notes): its exact trace up to ``max_time_s``, its
-    training time at most that, and ``time_to_target_s`` by the runtime's own rule -- the
-    first snapshot at or below the target (``flegel/rundir/writer.py``), None where there is
-    none by then.  Where the trace is cut, ``final_objective`` is its last value kept.
+    ``target`` for ``max_time_s`` (module notes): its exact trace up to ``max_time_s`` (and
+    :data:`HORIZON_GRACE` past it, where a run stopped by it takes its final θ), and
+    ``time_to_target_s`` by the runtime's own rule -- the first snapshot at or below the
+    target (``flegel/rundir/writer.py``), None where there is none by then.  Its training
+    time is at most ``max_time_s``, and where the target is reached at most the first
+    reach: about where a run to it stops (the first exact evaluation during training at or
+    below it, at most a few versions later).  Where the trace is cut, ``final_objective``
+    is its last value kept.  ``read_from_reference`` marks the summary as derived, not
+    written by a run of its own.
 
     Parameters
     ----------
@@ -133,25 +146,48 @@ def to_target(summary: dict[str, Any], target: float, max_time_s: float) -> dict
     -------
     dict
         A copy of ``summary`` with ``objective_trace``, ``wall_time_s``,
-        ``target_objective``, ``time_to_target_s`` (and ``final_objective``) replaced.
+        ``target_objective``, ``time_to_target_s`` (and ``final_objective``) replaced, and
+        ``read_from_reference`` true.
     """
     full = summary.get("objective_trace") or []
-    trace = [[t, f] for t, f in full if float(t) <= max_time_s]
+    trace = [[t, f] for t, f in full if float(t) <= max_time_s * (1 + HORIZON_GRACE)]
+    reach = next((t for t, f in trace if f <= target), None)
+    wall = min(float(summary.get("wall_time_s", 0.0)), max_time_s)
     out = {**summary, "objective_trace": trace, "target_objective": target,
-           "wall_time_s": min(float(summary.get("wall_time_s", 0.0)), max_time_s),
-           "time_to_target_s": next((t for t, f in trace if f <= target), None)}
+           "wall_time_s": wall if reach is None else min(wall, float(reach)),
+           "time_to_target_s": reach, "read_from_reference": True}
     if trace and len(trace) < len(full):
         out["final_objective"] = trace[-1][1]
     return out
+
+
+def stopping_evaluation(summary: dict[str, Any], target: float, max_time_s: float
+                        ) -> dict[str, Any] | None:
+    """The exact evaluation during training at which a run of ``summary``'s job to
+    ``target`` stops (:mod:`flegel.runtime.exact`, the target stop): the first of the
+    summary's ``exact_objective.trace`` that is exact, at or below ``target`` and taken by
+    ``max_time_s``; None where there is none (the run lasts ``max_time_s``).  Exact
+    evaluations are requested on the same schedule with or without a target (module
+    notes), so a reference's tells where a run to its target stops."""
+    evaluations = (summary.get("exact_objective") or {}).get("trace") or []
+    return next((e for e in evaluations
+                 if e.get("exact") and e.get("objective") is not None
+                 and float(e["objective"]) <= target
+                 and float(e["time_s"]) <= max_time_s), None)
 
 
 def stands_for_run_to_target(summary: dict[str, Any], target: float, max_time_s: float,
                              trace_points: int) -> bool:
     """Whether a run without a target (a reference) read to ``target``
     (:func:`to_target`) measures what a run of the same job to it would (module notes): its
-    trace kept every θ version (none thinned, none dropped), and the versions up to the
-    target's first reach -- or up to ``max_time_s`` where it is not reached by then -- are
-    fewer than the ``2 x trace_points`` a run to the target keeps every one of.
+    trace kept every θ version (none thinned, none dropped; a summary without
+    ``final_evaluation`` says neither: no), and the versions a run to the target makes
+    before it stops -- up to the first exact evaluation during training at or below the
+    target (:func:`stopping_evaluation`), not the trace's first reach, which comes sooner
+    (the evaluations are sparse: ``runtime.exact_budget``) -- or up to ``max_time_s``
+    where there is none by then, are fewer than the ``2 x trace_points`` a run to the
+    target keeps every one of: that run's trace is not thinned either, and keeps the first
+    reach the reference's shows.
 
     Parameters
     ----------
@@ -164,14 +200,16 @@ def stands_for_run_to_target(summary: dict[str, Any], target: float, max_time_s:
     trace_points : int
         ``output.trace_points`` of a run to the target (the workload's).
     """
-    fe = summary.get("final_evaluation") or {}
-    if int(fe.get("dropped", 0)) or int(fe.get("snapshots", 0)) < int(summary.get(
-            "iterations", 0)):
+    fe = summary.get("final_evaluation")
+    if not fe or "iterations" not in summary:
         return False
-    trace = [(float(t), float(f)) for t, f in summary.get("objective_trace") or []]
-    upto = next((i for i, (_, f) in enumerate(trace) if f <= target), None)
-    if upto is None or trace[upto][0] > max_time_s:
-        upto = sum(t <= max_time_s for t, _ in trace)
+    if int(fe.get("dropped", 0)) or int(fe.get("snapshots", 0)) < int(summary["iterations"]):
+        return False
+    times = [float(t) for t, _ in summary.get("objective_trace") or []]
+    stop = stopping_evaluation(summary, target, max_time_s)
+    # The versions before the stopping one (every version is in the trace, checked above).
+    upto = (sum(t < float(stop["time_s"]) for t in times) if stop is not None
+            else sum(t <= max_time_s for t in times))
     return upto < 2 * trace_points
 
 
@@ -242,12 +280,14 @@ class Runner:
         warm start every run of a figure shares, :mod:`flegel.cli.paper.scaling`)."""
         key = self._ref_key(algorithm, partition, sets)
         if key not in self.targets:
+            # Evaluated and kept to stand for BSPB (module notes) only where the mode reads
+            # BSPB from it: at --full's scale it would evaluate every snapshot for nothing.
             points = REFERENCE_TRACE_FACTOR * self.work[algorithm].trace_points
+            fine = ([f"output.trace_budget={REFERENCE_TRACE_BUDGET:g}",
+                     f"output.trace_points={points}"] if self.mode.fine_references else [])
             ref = self._run(algorithm, partition, "bspb", "none",
-                            [f"output.trace_budget={REFERENCE_TRACE_BUDGET:g}",
-                             f"output.trace_points={points}",
-                             f"stop.max_time_s={self.mode.ref_time_s}", "stop.tolerance=1e-7",
-                             *sets], target=None, name="reference")
+                            [*fine, f"stop.max_time_s={self.mode.ref_time_s}",
+                             "stop.tolerance=1e-7", *sets], target=None, name="reference")
             self.references[key] = ref
             if not ref.ok:
                 return None

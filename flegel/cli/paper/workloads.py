@@ -88,6 +88,16 @@ class Mode:
         with the straggler.  ``quick``: no -- the other three are shown over the horizon
         only where their run to the target already lasted it (22 s of the last page);
         ``full``: yes.
+    fine_references : bool
+        Whether a reference run evaluates every θ snapshot after training and keeps
+        :data:`~flegel.cli.paper.runner.REFERENCE_TRACE_FACTOR` times the workload's
+        ``trace_points`` (:meth:`flegel.cli.paper.runner.Runner.target`), so that it can
+        stand for BSPB's run to its target without stragglers
+        (:func:`~flegel.cli.paper.runner.stands_for_run_to_target`).  ``quick``: yes (a
+        reference of 4-22 iterations then stands for a BSPB run of 2-8 s); ``full``: no --
+        its 600 s references at 20x the data run far past the target, thin their trace
+        and never stand for BSPB, so evaluating every snapshot would cost for nothing;
+        BSPB runs to the target there.
     """
 
     name: str
@@ -103,6 +113,7 @@ class Mode:
     local_beside_cluster: bool = True
     calm_rounds: int = 3
     all_horizons: bool = True
+    fine_references: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -113,7 +124,7 @@ class Mode:
 
 QUICK = Mode("quick", workers=4, slow="1", scale=1.0, max_time_s=4.0, ref_time_s=5.0,
              pairs=2, pairs_most=4, pairs_budget_s=60.0, local_beside_cluster=False,
-             calm_rounds=1, all_horizons=False)
+             calm_rounds=1, all_horizons=False, fine_references=True)
 FULL = Mode("full", workers=16, slow="1-4", scale=20.0, max_time_s=120.0, ref_time_s=600.0)
 MODES = {"quick": QUICK, "full": FULL}
 
