@@ -681,7 +681,9 @@ def test_fspv_s_sampled_first_pass_with_the_master_s_sample():
                      algorithm=KMeans(n_clusters=4, n_init=1), cost_s=COST_S,
                      latency_s=LATENCY_S, on_barrier=watch, stop={"max_iterations": 3},
                      own_algorithms=True, sample_rows=500)
+    # decided at the centres0 the run starts from (tests/fakes.py), not init's own seeding
     assert sim.theta0["stratum_balanced"][0] == 1.0
+    assert kmeans_balanced(sim.algorithm._samples, centres0)
     sim.run()
     assert not watch.theta[1]["stratum_shards"].any() and not watch.theta[1]["stratum_active"]
     first = np.concatenate([rows[:BATCH] for rows in watch.rows])
