@@ -58,8 +58,11 @@ sample, whose re-labelling (4 x 2,500 rows) cost the master 3-27 ms of FSPV's fi
 took FSPV one M-step more to Fig. 8's target (docs/sync/fsp.md, "K-means at Fig. 8's
 horizons").  The master decides that test itself before
 training: ``KMeans.init_parameter`` labels each shard's sample at θ⁰ and, where every one's
-class shares are within :data:`BALANCED` of all the samples' (shuffled shards), sets θ's
-``stratum_balanced``; a window at θ⁰ then keeps exact sums (:attr:`Stratum.calibrated_exact`)
+class shares are within :data:`BALANCED` of all the samples' (shuffled shards) and at least
+two classes are in use (θ⁰ from a raw seeding, ``sampled_first_step``: not a file, whose
+duplicate centres could label everything one class), sets θ's ``stratum_balanced``; the
+sampled calibration's window at θ⁰ then keeps exact sums (:attr:`Stratum.calibrated_exact`;
+no other window at θ⁰: FSPB's, a whole pass's, keep their estimate)
 -- Lloyd's step on the calibration's equal shares, no master's re-labelling, and a straggler
 asleep after it leaves only its few trained points at θ⁰ in θ (exact incremental EM on shuffled
 shards).  All or none: exact sums weigh a shard by its trained points, the master's sample by
@@ -126,11 +129,15 @@ MIN_POINTS = 100
 #: only delays convergence (module notes).
 SKEW = 0.35
 #: The master's skew test at θ⁰ (``KMeans``' ``stratum_balanced``, :attr:`Stratum.balanced`):
-#: every shard's sample within this total variation of all the samples'.  Stricter than
-#: :data:`SKEW`, erring towards the master's sample (the behaviour without the test): a seeding
-#: may not tell sorted shards apart (a random one drawn from one shard put two sorted shards
-#: 0.3 apart, a test), while a shuffled shard's 2,500-row sample of 16 even clusters is
-#: ~0.03 apart (0.5 · Σ √(2p/(πm))), and ``flegel paper``'s contiguous shards ~0.7.
+#: every shard's sample within this total variation of all the samples' pooled (the shard's
+#: own included).  Stricter than :data:`SKEW`, erring towards the master's sample (the
+#: behaviour without the test): a seeding may not tell sorted shards apart (a random one drawn
+#: from one of two sorted shards put each 0.183 from the pool, a test), while a shuffled
+#: shard's 2,500-row sample of 16 even clusters is ~0.03 from it (0.5 · √(2(k−1)/(πm)), the
+#: sampling noise), and ``flegel paper``'s contiguous shards ~0.7.  The noise grows with k
+#: and falls with the rows: 0.155 at k = 16 and 100 rows, and the largest of 4 shards' 0.185
+#: at k = 128 and 500 rows (simulated, 200 draws) -- over BALANCED, so the test switches
+#: itself off for many clusters on small samples: the master's sample, the safe side.
 BALANCED = 0.1
 #: A window under MIN_POINTS pools the latest earlier windows, newest first, until MIN_POINTS,
 #: from at most this many windows (θ versions).  No more: pools of 4,096 and 1,000 points
@@ -221,7 +228,8 @@ class Stratum(AttributeState):
     """
 
     #: Not checkpointed: a resumed worker arms it at its first iteration (class notes).
-    NOT_STATE: ClassVar[tuple[str, ...]] = ("armed", "uniform", "fresh_share", "balanced")
+    NOT_STATE: ClassVar[tuple[str, ...]] = ("armed", "uniform", "fresh_share", "balanced",
+                                             "calibrating")
 
     def __init__(self, n_points: int, shares: str | None = None,
                  shard: int | None = None) -> None:
@@ -265,8 +273,10 @@ class Stratum(AttributeState):
         self.uniform = False
         #: ... and not its first (the sampled calibration): :meth:`arm`; not checkpointed.
         self.fresh_share = False
+        #: This iteration is FSPV's sampled calibration (:meth:`arm`); not checkpointed.
+        self.calibrating = False
 
-    def arm(self, sampled: bool = False) -> None:
+    def arm(self, sampled: bool = False, calibration: bool = False) -> None:
         """Record blocks from now on: an iteration of the worker begins.  ``sampled``: it
         trains the same share of every shard, as the master scheduled (FSPV's sampled
         calibration and first pass, ``flegel.sync.fsp.SAMPLED_FIRST_PASS``) -- a uniform
@@ -281,17 +291,22 @@ class Stratum(AttributeState):
         (:attr:`resampled`) is not taken -- the workers' fresh shares are mini-batch K-means'
         step, and no shard pays the master's re-labelling.  The first window (the sampled
         calibration) is not: an injected straggler sleeps right after it, tens of barriers
-        (module notes, "The master's sample"), and n/m · F at θ⁰ would freeze there."""
+        (module notes, "The master's sample"), and n/m · F at θ⁰ would freeze there.
+
+        ``calibration``: the iteration is FSPV's sampled calibration (the master's share of
+        every shuffled shard, ``Instructions.batch`` without ``sampled``), the one window at
+        θ⁰ that :attr:`calibrated_exact` may take exact sums in."""
         self.fresh_share = sampled and self.t >= 0  # t: the last window's, -1 before any
         self.armed = True
         self.uniform = sampled
+        self.calibrating = calibration and not sampled
 
     def restore(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`checkpoint_state` (every attribute but :attr:`armed`), in
         place (the algorithm holds this object), disarmed until the resumed worker's first
         iteration begins (class notes)."""
         super().restore(state)
-        self.armed = self.uniform = self.fresh_share = False
+        self.armed = self.uniform = self.fresh_share = self.calibrating = False
 
     @property
     def ships(self) -> bool:
@@ -309,9 +324,15 @@ class Stratum(AttributeState):
         every shard --, so exact sums are Lloyd's step on them, as n/m · F would be; a
         straggler asleep after it leaves only its few trained points at θ⁰ in θ, where n/m ·
         F would freeze its whole shard there; and no shard costs the master's re-labelling
-        (the master's sample, which sorted shards still take)."""
+        (the master's sample, which sorted shards still take).
+
+        Only in FSPV's sampled calibration (:attr:`calibrating`): any other window at θ⁰
+        (FSPB's, a whole pass's) is not an equal share of every shard, and a straggler asleep
+        in it would leave its few points at θ⁰ to stand for its shard, so it keeps its
+        estimate.  The shards are shuffled wherever a stratum exists (``FSPWorker.attach``
+        makes one only with ``shuffle``)."""
         ref = self.reference
-        return self.balanced and (ref is None or ref.sum() <= 0)
+        return self.balanced and self.calibrating and (ref is None or ref.sum() <= 0)
 
     @property
     def wants_sums(self) -> bool:

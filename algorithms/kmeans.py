@@ -455,8 +455,10 @@ MASTER_SAMPLE_ROWS = 2_500
 
 #: θ's keys of the stratified M-step (KMeans.stratify): all of them, or none is used.
 _STRATUM_KEYS = ("stratum_sums", "stratum_counts", "stratum_active")
-#: θ's keys of the master's sample (KMeans._set_samples): the weights, then the fixed ones.
-_SAMPLE_KEYS = ("stratum_shards", "stratum_rows", "stratum_balanced")
+#: θ's keys of the master's sample (KMeans._set_samples) that the M-step keeps as they are.
+_FIXED_SAMPLE_KEYS = ("stratum_rows", "stratum_balanced")
+#: ... and all of them: the weights of the shards on, then the fixed ones.
+_SAMPLE_KEYS = ("stratum_shards", *_FIXED_SAMPLE_KEYS)
 
 
 def _balanced(samples: list[np.ndarray], centers: np.ndarray) -> bool:
@@ -466,12 +468,16 @@ def _balanced(samples: list[np.ndarray], centers: np.ndarray) -> bool:
     calibration then keeps exact sums (``Stratum.calibrated_exact``).  All or none: the
     calibration's exact sums weigh a shard by its trained points, the master's sample by its
     n, so one sorted shard among them keeps every shard on the master's sample, as before.
-    False where a shard's sample is under MIN_POINTS rows (no test: its worker's n/m · F)."""
+    False where a shard's sample is under MIN_POINTS rows (no test: its worker's n/m · F),
+    and where the samples use fewer than 2 classes (centres that label everything one class,
+    duplicates in a file, tell no shard apart: every one would read balanced)."""
     if any(len(p) < MIN_POINTS for p in samples):
         return False
     k = len(centers)
     counts = [np.bincount(nearest(centers, p)[0], minlength=k) for p in samples]
     total = np.sum(counts, axis=0)
+    if np.count_nonzero(total) < 2:
+        return False
     return all(skew(c, total) <= BALANCED for c in counts)
 
 
@@ -652,7 +658,10 @@ class KMeans(DeviceKernels, Algorithm):
         self._samples = samples
         theta["stratum_shards"] = np.zeros(info.n_workers)
         theta["stratum_rows"] = np.array([float(len(p)) for p in samples])
-        theta["stratum_balanced"] = np.array([float(_balanced(samples, theta["centers"]))])
+        # only where FSPV's sampled calibration may run (a raw seeding): the one window
+        # that reads it (Stratum.calibrated_exact); a file's θ⁰ may be any model
+        balanced = self.sampled_first_step and _balanced(samples, theta["centers"])
+        theta["stratum_balanced"] = np.array([float(balanced)])
 
     def _seeding(self, sample: np.ndarray, seed: int) -> np.ndarray:
         """One seeding of ``init`` on the sample."""
@@ -837,7 +846,7 @@ class KMeans(DeviceKernels, Algorithm):
                                          np.zeros_like(theta["stratum_shards"]))
                 s_est, c_est = self._resampled(theta["centers"], new["stratum_shards"])
                 est_sums, est_counts = est_sums + s_est, est_counts + c_est
-            new.update({k: theta[k] for k in _SAMPLE_KEYS[1:] if k in theta})
+            new.update({k: theta[k] for k in _FIXED_SAMPLE_KEYS if k in theta})
         else:
             # a θ made by hand with some of the keys: kept as they are (the server checks
             # that θ keeps its layout), unused

@@ -96,10 +96,11 @@ class Stratification(Stateful, Protocol):
     policy checkpoints it as a nested state and arms it as the worker's first iteration
     begins, so the blocks run before (the warm-up, also after a resume) are not recorded."""
 
-    def arm(self, sampled: bool = False) -> None:
+    def arm(self, sampled: bool = False, calibration: bool = False) -> None:
         """Record blocks from now on; ``sampled``: this iteration trains the same share of
         every shard, a uniform sample (FSPV's sampled first pass), whose estimate is taken
-        whatever the sample's class shares."""
+        whatever the sample's class shares; ``calibration``: it is FSPV's sampled calibration
+        (the first such share, at θ⁰; K-means' skew test at θ⁰ applies there only)."""
         ...
 
 

@@ -835,7 +835,9 @@ class Simulation:
         Give ``algorithm.init_parameter`` each worker's seeded uniform sample of this many
         rows of its shard, in rank order, with ``DataInfo.sample_sizes``, as ``flegel.run``
         does (K-means' master sample of each shard, ``KMeans._resampled``); a ``theta0``
-        given is laid over the θ it makes.  Default: the whole data as the sample, no sizes.
+        given is laid over the θ it makes, and the master's sample keys are made again on it
+        (``_set_samples``: K-means' ``stratum_balanced`` decided at the θ⁰ the run starts
+        from).  Default: the whole data as the sample, no sizes.
     """
 
     def __init__(self, model: str, options: Mapping[str, Any] | None = None, *,
@@ -887,7 +889,12 @@ class Simulation:
             info = DataInfo(n_features=x_all.shape[1], n_points=len(x_all), n_workers=workers,
                             sample=np.concatenate(samples), seed=seed, dtype=x_all.dtype,
                             base_dir=Path.cwd(), sample_sizes=tuple(map(len, samples)))
-            theta0 = {**algorithm.init_parameter(info), **(theta0 or {})}
+            given = theta0
+            theta0 = {**algorithm.init_parameter(info), **(given or {})}
+            if given is not None and hasattr(algorithm, "_set_samples"):
+                # the master's samples decided again on the θ⁰ given (K-means' skew test at
+                # θ⁰, stratum_balanced, reads its centres), not on init_parameter's seeding
+                algorithm._set_samples(info, theta0)
         elif theta0 is None:
             info = DataInfo(n_features=x_all.shape[1], n_points=len(x_all), n_workers=workers,
                             sample=x_all, seed=seed, dtype=x_all.dtype, base_dir=Path.cwd())

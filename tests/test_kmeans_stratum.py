@@ -11,6 +11,7 @@ import pytest
 from flegel.algorithms import _stratum
 from flegel.algorithms._stratum import Stratum, class_sums
 from flegel.algorithms.kmeans import KMeans
+from flegel.algorithms.kmeans import _balanced as kmeans_balanced
 from flegel.api import DataInfo
 from flegel.block import Block
 from flegel.run import _warm_up
@@ -231,13 +232,18 @@ def test_update_block_sends_the_pieces():
 
 
 def _fspv_off(own: bool, barriers: int, sample_rows: int | None = None,
-              model: str = "multistage", weights: list[np.ndarray] | None = None) -> float:
+              model: str = "multistage", weights: list[np.ndarray] | None = None,
+              strided: bool = False, theta0s: list[dict] | None = None) -> float:
     """FSP without migration (``model``: FSPV's interval adjustor) on 4 contiguous shards of
     sorted, overlapping clusters, worker 1 thirty times slower: the exact objective after
     ``barriers`` barriers, over batch Lloyd's converged one from the same θ⁰, minus 1.
     ``sample_rows``: the master holds each shard's sample of that many rows (θ's
-    ``stratum_shards``, one array per barrier appended to ``weights``)."""
+    ``stratum_shards``, one array per barrier appended to ``weights``).  ``strided``: the
+    rows dealt round-robin (every shard holds every cluster: shuffled shards).  The run's θ⁰
+    is appended to ``theta0s``."""
     x, theta0 = overlapping(n=20_000, k=8, d=8)
+    if strided:
+        x = np.concatenate([x[i::4] for i in range(4)])
     theta0.update(stratum_sums=np.zeros((8, 8)), stratum_counts=np.zeros(8),
                   stratum_active=np.zeros(1))
     c = theta0["centers"].copy()
@@ -254,7 +260,10 @@ def _fspv_off(own: bool, barriers: int, sample_rows: int | None = None,
                      workers=4, data=x, theta0=theta0, algorithm=KMeans(n_clusters=8, n_init=1),
                      cost_s=1e-6, slowdown={1: 30.0}, stop={"max_iterations": barriers},
                      own_algorithms=own, max_sim_s=100, sample_rows=sample_rows,
-                     on_barrier=record).run()
+                     on_barrier=record)
+    if theta0s is not None:
+        theta0s.append(sim.theta0)
+    sim.run()
     return sim.objective() / ref - 1.0
 
 
@@ -271,10 +280,23 @@ def test_the_master_s_sample_in_a_simulated_straggler_run():
     """The same run with the master's 500-row sample of each shard (``flegel.run``'s
     ``DataInfo.sample_sizes``): the straggler's shard is stood for by the master's sample --
     its weight n in θ's ``stratum_shards`` while its first pass runs -- and FSPV is within
-    0.5 % of Lloyd's basin."""
+    0.5 % of Lloyd's basin.  The master's θ⁰ test finds the sorted shards skewed
+    (``stratum_balanced`` 0): the calibration keeps the master's sample."""
     weights: list[np.ndarray] = []
-    assert _fspv_off(True, 30, sample_rows=500, weights=weights) < 0.005
+    theta0s: list[dict] = []
+    assert _fspv_off(True, 30, sample_rows=500, weights=weights, theta0s=theta0s) < 0.005
     assert any(w[0] == 5_000.0 for w in weights)
+    assert theta0s[0]["stratum_balanced"][0] == 0.0
+
+
+def test_a_straggler_on_shuffled_shards_with_the_master_s_samples():
+    """The same run on strided (shuffled) shards, the case the θ⁰ test changes: every sample
+    balanced (``stratum_balanced`` 1), so the sampled calibration keeps exact sums and the
+    straggler asleep after it leaves only its calibration points at θ⁰ in θ (exact
+    incremental EM on shuffled shards); FSPV is within 0.5 % of Lloyd's basin."""
+    theta0s: list[dict] = []
+    assert _fspv_off(True, 30, sample_rows=500, strided=True, theta0s=theta0s) < 0.005
+    assert theta0s[0]["stratum_balanced"][0] == 1.0
 
 
 def test_a_representative_shard_keeps_exact_sums():
@@ -659,7 +681,9 @@ def test_fspv_s_sampled_first_pass_with_the_master_s_sample():
                      algorithm=KMeans(n_clusters=4, n_init=1), cost_s=COST_S,
                      latency_s=LATENCY_S, on_barrier=watch, stop={"max_iterations": 3},
                      own_algorithms=True, sample_rows=500)
+    # decided at the centres0 the run starts from (tests/fakes.py), not init's own seeding
     assert sim.theta0["stratum_balanced"][0] == 1.0
+    assert kmeans_balanced(sim.algorithm._samples, centres0)
     sim.run()
     assert not watch.theta[1]["stratum_shards"].any() and not watch.theta[1]["stratum_active"]
     first = np.concatenate([rows[:BATCH] for rows in watch.rows])
@@ -681,7 +705,8 @@ def test_the_skew_test_at_theta0_on_the_master_s_samples():
     x = means[rng.integers(0, 4, size=1_600)] + rng.normal(size=(1_600, D))
     shuffled = np.split(x, 4)
     by_cluster = np.split(x[np.argsort(((x - means[0]) ** 2).sum(1))], 4)
-    # a random seeding drawn from one of two sorted shards: 0.3 apart, under SKEW (0.35)
+    # a random seeding drawn from one of two sorted shards: each 0.183 from the pooled
+    # samples (0.367 from the other's), under SKEW (0.35) but over BALANCED (0.1)
     rng = np.random.default_rng(15)
     sorted2 = [means[i] + rng.normal(size=(n, D)) for i, n in enumerate((300, 600))]
     small = _sampled_info(shuffled, 300)
@@ -697,26 +722,55 @@ def test_the_skew_test_at_theta0_on_the_master_s_samples():
 
 
 def test_a_balanced_shard_s_window_at_theta0_keeps_exact_sums():
-    """A stratum the master found balanced sends no correction at θ⁰ (no θ counts: its skew
-    test cannot decide) and stays on for later windows: once θ has counts the skew test
-    decides as before (a sorted window is estimated); without the master's test the window
-    at θ⁰ is estimated."""
+    """A stratum the master found balanced, in FSPV's sampled calibration, sends no
+    correction at θ⁰ (no θ counts: its skew test cannot decide) and is not stood for by the
+    master's sample there (``shipped`` 0), and stays on for later windows: once θ has counts
+    the master's sample stands for the shard (``shipped`` +1).  Without the master's test, or
+    in a window at θ⁰ that is not the sampled calibration (FSPB's, a whole pass's), the window
+    at θ⁰ is stood for by the master's sample at once."""
     rng = np.random.default_rng(17)
     n = 10_000
     x = rng.normal(size=(n, D))
-    for balanced in (True, False):
-        s = Stratum(n, shares="counts")
-        s.balanced = balanced
-        s.arm()
+    for balanced, calibration in ((True, True), (False, True), (True, False)):
+        exact = balanced and calibration
+        s = Stratum(n, shares="counts", shard=0)
+        s.resampled, s.balanced = True, balanced
+        s.arm(calibration=calibration)
         new = rng.integers(0, K, 500)
-        piece = s.observe(1, 500, _delta(x[:500], np.full(500, -1), new),
+        first = s.observe(1, 500, _delta(x[:500], np.full(500, -1), new),
                           _stats(x[:500], new), 500, 500, reference=np.zeros(K))
-        assert (not np.abs(piece["counts"]).any()) == balanced and not s.off
-        assert s.calibrated_exact == balanced
+        assert (not np.abs(first["counts"]).any()) == exact and not s.off
+        assert s.calibrated_exact == exact
+        s.arm()  # the next iteration
         new = np.zeros(500, dtype=int)  # the next window, sorted against θ's even counts
-        piece = s.observe(2, 500, _delta(x[500:1_000], np.full(500, -1), new),
-                          _stats(x[500:1_000], new), 500, 500, reference=np.full(K, 1_000.0))
-        assert s.on and not s.calibrated_exact and np.abs(piece["counts"]).any()
+        second = s.observe(2, 500, _delta(x[500:1_000], np.full(500, -1), new),
+                           _stats(x[500:1_000], new), 500, 500, reference=np.full(K, 1_000.0))
+        assert s.on and not s.calibrated_exact and np.abs(second["counts"]).any()
+        shipped = [first["shipped"][0], second["shipped"][0]]
+        assert shipped == ([0.0, 1.0] if exact else [1.0, 0.0])
+
+
+def test_the_skew_test_at_theta0_needs_two_classes_and_a_raw_seeding(tmp_path):
+    """Centres that label every sample one class (duplicates, as a file may hold) tell no
+    shard apart: not balanced, though every shard's shares equal the pool's; and θ⁰ from a
+    file or from n_init > 1 (no sampled calibration: ``sampled_first_step``) is never
+    balanced, even on shuffled shards."""
+    rng = np.random.default_rng(18)
+    means = np.array([[0.0, 0.0], [20.0, 0.0], [0.0, 20.0], [20.0, 20.0]])
+    x = means[rng.integers(0, 4, size=1_600)] + rng.normal(size=(1_600, D))
+    shuffled = np.split(x, 4)
+    duplicates = np.repeat(means[:1], 4, axis=0)
+    alg = KMeans(n_clusters=4, n_init=1)
+    assert alg.init_parameter(_sampled_info(shuffled, 300))["stratum_balanced"][0] == 1.0
+    assert not kmeans_balanced(alg._samples, duplicates)
+    assert kmeans_balanced(alg._samples, means)
+    np.save(tmp_path / "dup.npy", duplicates)
+    np.save(tmp_path / "means.npy", means)
+    for alg in (KMeans(n_clusters=4, init="dup.npy"), KMeans(n_clusters=4, init="means.npy"),
+                KMeans(n_clusters=4, n_init=2)):
+        info = _sampled_info(shuffled, 300)
+        info.base_dir = tmp_path
+        assert alg.init_parameter(info)["stratum_balanced"][0] == 0.0
 
 
 def test_the_master_s_sample_is_per_shard():

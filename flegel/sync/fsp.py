@@ -324,8 +324,10 @@ class FSPWorker(WorkerPolicy):
         self._cover = instructions.cover
         if self.stratum is not None:  # blocks count from here, not the warm-up's (Stratum)
             # FSPV's sampled first pass: the master's sampled share of every shard (FSP,
-            # Notes).  Not the sampled calibration: its skew test stays as it was.
-            self.stratum.arm(sampled=True) if instructions.sampled else self.stratum.arm()
+            # Notes).  Not the sampled calibration (a share, batch > 0, not ``sampled``): its
+            # skew test stays as it was, but for K-means' test at θ⁰ (Stratum.calibrated_exact).
+            self.stratum.arm(sampled=instructions.sampled,
+                             calibration=instructions.batch > 0 and not instructions.sampled)
         if self.shard is not None:
             # Coverage: windows take the points never trained first (the master's notes).
             self.shard.unseen_first = self._cover > 0
@@ -626,7 +628,8 @@ class FSP(BarrierPolicy):
     follow or a straggler refuses them.  (K-means from a raw seeding, the one algorithm
     with the sampled pass, has no θ counts at θ⁰: the master decides that test on its own
     samples of the shards, ``KMeans``' ``stratum_balanced``; shuffled shards keep exact
-    sums in the calibration, others its estimate.)
+    sums in the sampled calibration -- ``Stratum.arm(calibration=True)``: a batch without
+    ``sampled``; no other window at θ⁰ -- others its estimate.)
 
     **Coverage** (issue 19, item 3; a choice where the paper is silent).  Under incremental
     EM (Section 2.2, Eq. 3) a point adds its statistics to θ on its first visit (K-means'
