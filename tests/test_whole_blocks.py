@@ -10,7 +10,6 @@ import pytest
 from flegel.algorithms.logreg import LogisticRegression
 from flegel.api import DataInfo
 from flegel.protocol import Instructions
-from flegel.sync.fsp import BLOCK_GROWTH
 from flegel.sync.whole_blocks import whole_on_course
 from tests.fakes import Simulation
 
@@ -80,4 +79,3 @@ class _Port:
 ])
 def test_whole_on_course(port, instructions, migrating, on):
     assert whole_on_course(port, instructions, migrating) is on  # type: ignore[arg-type]
-    assert BLOCK_GROWTH > 1
