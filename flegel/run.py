@@ -65,6 +65,7 @@ from flegel.runtime.transport import MpiTransport
 from flegel.runtime.worker import Worker
 from flegel.sync import policy_class
 from flegel.sync.bsp import BLOCK, BlockChoice, choose_block, measures_block
+from flegel.sync.seeded import seeds_sizer
 
 if TYPE_CHECKING:  # the writer is imported when the master needs it (start-up cost)
     from flegel.rundir.writer import RunWriter
@@ -177,12 +178,6 @@ def _call_cost(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None,
     return None if cost is None else (*cost, time.perf_counter() - t0)
 
 
-def _seeds_sizer(job: Job) -> bool:
-    """Whether the workers' block sizers start from the kernel's cost measured at warm-up
-    (FSP's worker declares ``SEEDS_SIZER``; :meth:`BlockSizer.seed`, issue 19)."""
-    return bool(getattr(policy_class(job.sync.model).WORKER, "SEEDS_SIZER", False))
-
-
 def run_worker(comm: MPI.Comm, job: Job) -> None:
     from flegel.data import sample_shard
 
@@ -245,10 +240,10 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     # checkpoint kept the block the run began with.  Worker 1 alone measures: the workers
     # run the same kernel, and four measuring at once on shared cores cost the compile phase
     # 0.4 s at a load of 12 (issue 23), one a few ms on a quiet machine.
-    # FSP's block sizer starts from the same measurement (_seeds_sizer), on any shard: its
-    # first block is the size it aims at, not 64 points (BlockSizer.seed).
+    # FSP's block sizer starts from the same measurement (flegel/sync/seeded.py), on any
+    # shard: its first block is the size it aims at, not 64 points (BlockSizer.seed).
     sizing = measures_block(job.sync.model, job.sync.options) and resumed is None
-    seeding = _seeds_sizer(job) and resumed is None
+    seeding = seeds_sizer(job.sync.model) and resumed is None
     cost = (_call_cost(algorithm, store.kernel_x, store.y, worker.theta, layouts["agg"].zeros(),
                        least=0 if seeding else BLOCK)
             if (sizing or seeding) and comm.rank == 1 else None)
@@ -525,7 +520,7 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     ready = msg.gather_objects(comm, ranks, _watch(comm, timeout, "compiling their kernels"))
     clock.mark("ready")
     choice: BlockChoice | None = None
-    seeding = _seeds_sizer(job) and resume is None
+    seeding = seeds_sizer(job.sync.model) and resume is None
     if (measures_block(job.sync.model, job.sync.options) or seeding) and resume is None:
         size = functools.partial(fixed_block, device=device_of(algorithm))
         choice = choose_block([ready[r][1] for r in ranks], size)

@@ -10,7 +10,8 @@ import pytest
 from flegel.algorithms.logreg import LogisticRegression
 from flegel.api import DataInfo
 from flegel.runtime.blocksize import BlockSizer
-from flegel.sync.fsp import FSPWorker
+from flegel.sync import PRESETS
+from flegel.sync.seeded import seeds_sizer
 from tests.fakes import Simulation
 from tests.test_blocksize import train
 
@@ -86,8 +87,9 @@ def _fspv_logreg(seeded: bool, stragglers: list | None = None) -> tuple[Simulati
     return sim, [sim.workers[r].algorithm for r in sorted(sim.workers)]
 
 
-def test_fsp_worker_declares_the_seed():
-    assert FSPWorker.SEEDS_SIZER
+def test_fsp_presets_are_seeded_and_bsp_is_not():
+    assert all(seeds_sizer(p["model"]) for name, p in PRESETS.items() if name.startswith("fsp"))
+    assert not seeds_sizer("bsp")
 
 
 def test_seeded_calibration_starts_with_the_sizers_block():

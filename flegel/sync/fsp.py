@@ -239,10 +239,6 @@ class FSPWorker(WorkerPolicy):
     :class:`~flegel.balance.ports.MigrationPort`, which :meth:`attach` takes from it.
     """
 
-    #: The block sizer starts from the kernel's cost measured at warm-up, before the clock
-    #: (flegel.run; BlockSizer.seed): the calibration's pass is not cut into a ramp from 64
-    #: points.  The first block's delays are still learnt from that block.
-    SEEDS_SIZER: ClassVar[bool] = True
     #: The worker and its shard (references) are no state of the policy.
     NOT_STATE: ClassVar[tuple[str, ...]] = ("options", "mesh", "shard")
     #: The algorithm's stratum (KMeans.stratify) restores itself in place.
