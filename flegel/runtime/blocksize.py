@@ -22,6 +22,10 @@ asks for between 2/3 and 4/3 of the nominal one while the fixed cost sets the bl
 (0.9 and 1.1 while ``target_s`` does; the mean is the nominal size), so the fit never
 degenerates once sizes have settled.
 
+A sizer may start from a cost measured before training instead of ``initial``
+(:meth:`BlockSizer.seed`: FSP, :mod:`flegel.sync.seeded`): its first block is then the size
+it aims at, and it adapts from that block's timing on as above.
+
 Fixed blocks from the same model (BSP)
 --------------------------------------
 BSP cuts an iteration into blocks of one fixed size, so that a worker sums its points in the
@@ -70,7 +74,8 @@ class DeviceProfile:
     Attributes
     ----------
     initial : int
-        Points in the first block, before anything is measured.
+        Points in the first block, before anything is measured (unless the sizer is
+        seeded from a warm-up measurement, :meth:`BlockSizer.seed`).
     fixed_s : float
         Guess of the per-call cost ``a`` until blocks of two sizes have been timed.
     max_block_s : float
