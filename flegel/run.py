@@ -62,7 +62,7 @@ from flegel.runtime.store import ShardStore, global_ids
 from flegel.runtime.stragglers import Stragglers
 from flegel.runtime.timings import RankClock
 from flegel.runtime.transport import MpiTransport
-from flegel.runtime.worker import Worker
+from flegel.runtime.worker import Worker, seed_sizer
 from flegel.sync import policy_class
 from flegel.sync.bsp import BLOCK, BlockChoice, choose_block, measures_block
 from flegel.sync.seeded import seeds_sizer
@@ -254,7 +254,7 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
         if sizing:
             policy.block = choice.block  # type: ignore[attr-defined]
         if seeding and choice.fixed_s is not None and choice.point_s is not None:
-            worker.sizer.seed(choice.fixed_s, choice.point_s)
+            seed_sizer(worker.sizer, stragglers, choice.fixed_s, choice.point_s)
     clock.mark("ready")
     report = worker.run()
     clock.mark("trained")
