@@ -275,7 +275,9 @@ class BlockSizer:
         worker's wall time), and :attr:`point_s`, :attr:`per_point_s` and
         :attr:`slowed_point_s` stay None until its first block, so whatever a policy decides
         on them -- a straggler's delays, known from its first block on -- waits for that
-        block as before.  The first block is not dithered; the blocks after it are.
+        block as before.  The first block is not dithered; the blocks after it are.  (A
+        worker that straggler patterns slow is not seeded:
+        :func:`flegel.runtime.worker.seed_sizer`.)
         """
         if fixed_s < 0 or point_s <= 0:
             return

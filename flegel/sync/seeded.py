@@ -9,7 +9,8 @@ device's 64 points and grew at most 4x a block, so FSPV's calibration pass ran 8
 work and a new wait for a core: its first θ came 4-7 ms after BSPV's in 6 of 6 pairs.  With
 the same measurement broadcast to every worker (:mod:`flegel.run`), an FSP worker's first
 block is the size its sizer aims at for ``runtime.block_ms``; the sizer adapts from that
-block's timing on, as before.
+block's timing on, as before.  A worker that straggler patterns slow keeps the ramp
+(:func:`flegel.runtime.worker.seed_sizer`: its delays come after a block, for its points).
 
 Only FSP: the other models' iterations are not measured against BSP's first θ here, and a
 seed changes the first blocks of every run (ASP's and SSP's batches are counted in them).
