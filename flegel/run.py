@@ -62,9 +62,10 @@ from flegel.runtime.store import ShardStore, global_ids
 from flegel.runtime.stragglers import Stragglers
 from flegel.runtime.timings import RankClock
 from flegel.runtime.transport import MpiTransport
-from flegel.runtime.worker import Worker
+from flegel.runtime.worker import Worker, seed_sizer
 from flegel.sync import policy_class
 from flegel.sync.bsp import BLOCK, BlockChoice, choose_block, measures_block
+from flegel.sync.seeded import seeds_sizer
 
 if TYPE_CHECKING:  # the writer is imported when the master needs it (start-up cost)
     from flegel.rundir.writer import RunWriter
@@ -159,14 +160,14 @@ def _warm_up(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None, theta: d
 
 
 def _call_cost(algorithm: Algorithm, x: np.ndarray, y: np.ndarray | None,
-               theta: dict[str, Any], zero: dict[str, Any]
+               theta: dict[str, Any], zero: dict[str, Any], least: int = BLOCK
                ) -> tuple[float, float, float] | None:
     """The kernel's per-call and per-point cost and the seconds it took to measure them,
     timed on a copy of the algorithm (its own state, such as the work metered for
     ``kernel: auto``, stays as in any run) on the shard's first points
-    (:func:`flegel.runtime.blocksize.measure_call_cost`); None when the shard is at most one
-    block of BSP's least size."""
-    if len(x) <= BLOCK:
+    (:func:`flegel.runtime.blocksize.measure_call_cost`); None when the shard is at most
+    ``least`` points (BSP's least block: one block whatever the cost)."""
+    if len(x) <= least:
         return None
     try:
         probe = copy.deepcopy(algorithm)
@@ -239,13 +240,21 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
     # checkpoint kept the block the run began with.  Worker 1 alone measures: the workers
     # run the same kernel, and four measuring at once on shared cores cost the compile phase
     # 0.4 s at a load of 12 (issue 23), one a few ms on a quiet machine.
+    # FSP's block sizer starts from the same measurement (flegel/sync/seeded.py), on any
+    # shard: its first block is the size it aims at, not 64 points (BlockSizer.seed).
     sizing = measures_block(job.sync.model, job.sync.options) and resumed is None
-    cost = (_call_cost(algorithm, store.kernel_x, store.y, worker.theta, layouts["agg"].zeros())
-            if sizing and comm.rank == 1 else None)
+    seeding = seeds_sizer(job.sync.model) and resumed is None
+    cost = (_call_cost(algorithm, store.kernel_x, store.y, worker.theta, layouts["agg"].zeros(),
+                       least=0 if seeding else BLOCK)
+            if (sizing or seeding) and comm.rank == 1 else None)
     clock.mark("block_cost")
     msg.send_object(comm, ("ready", cost), dest=0)
-    if sizing:
-        policy.block = msg.recv_object(comm, source=0)[0].block  # type: ignore[attr-defined]
+    if sizing or seeding:
+        choice = msg.recv_object(comm, source=0)[0]
+        if sizing:
+            policy.block = choice.block  # type: ignore[attr-defined]
+        if seeding and choice.fixed_s is not None and choice.point_s is not None:
+            seed_sizer(worker.sizer, stragglers, choice.fixed_s, choice.point_s)
     clock.mark("ready")
     report = worker.run()
     clock.mark("trained")
@@ -511,10 +520,13 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
     ready = msg.gather_objects(comm, ranks, _watch(comm, timeout, "compiling their kernels"))
     clock.mark("ready")
     choice: BlockChoice | None = None
-    if measures_block(job.sync.model, job.sync.options) and resume is None:
+    seeding = seeds_sizer(job.sync.model) and resume is None
+    if (measures_block(job.sync.model, job.sync.options) or seeding) and resume is None:
         size = functools.partial(fixed_block, device=device_of(algorithm))
         choice = choose_block([ready[r][1] for r in ranks], size)
         msg.bcast_object(comm, choice)
+        if seeding:
+            choice = None  # the workers' sizers took it; FSP has no fixed block
     timings.begin("train_s")
     policy = policy_class(job.sync.model)(server, job.sync.options)
     if choice is not None:

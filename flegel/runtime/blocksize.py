@@ -22,6 +22,10 @@ asks for between 2/3 and 4/3 of the nominal one while the fixed cost sets the bl
 (0.9 and 1.1 while ``target_s`` does; the mean is the nominal size), so the fit never
 degenerates once sizes have settled.
 
+A sizer may start from a cost measured before training instead of ``initial``
+(:meth:`BlockSizer.seed`: FSP, :mod:`flegel.sync.seeded`): its first block is then the size
+it aims at, and it adapts from that block's timing on as above.
+
 Fixed blocks from the same model (BSP)
 --------------------------------------
 BSP cuts an iteration into blocks of one fixed size, so that a worker sums its points in the
@@ -70,7 +74,8 @@ class DeviceProfile:
     Attributes
     ----------
     initial : int
-        Points in the first block, before anything is measured.
+        Points in the first block, before anything is measured (unless the sizer is
+        seeded from a warm-up measurement, :meth:`BlockSizer.seed`).
     fixed_s : float
         Guess of the per-call cost ``a`` until blocks of two sizes have been timed.
     max_block_s : float
@@ -258,21 +263,51 @@ class BlockSizer:
             self._since_fit_s = 0.0
         self._resize()
 
-    def _resize(self) -> None:
-        """The nominal size from the model, then the size of the next block (dithered)."""
-        a, b = self.fixed_s, self.model.point_s or 0.0
-        b += self._delay_s / self._points
+    def seed(self, fixed_s: float, point_s: float) -> None:
+        """Start from a cost measured before training (issue 19; :func:`measure_call_cost`
+        at warm-up, as BSP's block): the first block is the size the sizer aims at for
+        ``a = fixed_s`` and ``b = point_s`` instead of the device's ``initial`` (64 points on
+        the CPU, then at most 4x a block: FSP's calibration pass took 8-67 blocks against
+        BSP's two).
+
+        Only the size and the prior for ``a`` change.  The fit still starts from the blocks
+        this worker times (a measurement on worker 1, on a quiet core, is no fit of this
+        worker's wall time), and :attr:`point_s`, :attr:`per_point_s` and
+        :attr:`slowed_point_s` stay None until its first block, so whatever a policy decides
+        on them -- a straggler's delays, known from its first block on -- waits for that
+        block as before.  The first block is not dithered; the blocks after it are.  (A
+        worker that straggler patterns slow is not seeded:
+        :func:`flegel.runtime.worker.seed_sizer`.)
+        """
+        if fixed_s < 0 or point_s <= 0:
+            return
+        self.model.fixed_s = fixed_s
+        self.nominal = self.size = int(max(self.min_size, min(self.max_size,
+                                                               self._aim(fixed_s, point_s))))
+
+    def _aim(self, a: float, b: float) -> float:
+        """The nominal size for a per-call cost ``a`` and a per-point cost ``b`` (delays
+        included), before the limit on its change per block."""
         # Block time: long enough for the share, capped for promptness; the larger of the
         # two dithered blocks keeps to the cap.  But never less work than the fixed cost
         # (b·n >= a), whatever the cap: the share stays at most 50%.
         goal = max(self.target_s, min(a / self.fixed_share, self.max_block_s))
-        dither = self.DITHER if a / self.fixed_share > self.target_s else self.QUIET_DITHER
-        want = min((goal - a) / b, (self.max_block_s - a) / (b * (1 + dither)))
-        want = max(want, a / b)
+        want = min((goal - a) / b, (self.max_block_s - a) / (b * (1 + self._dither(a))))
+        return max(want, a / b)
+
+    def _dither(self, a: float) -> float:
+        """The dither for a per-call cost ``a`` (:attr:`DITHER`)."""
+        return self.DITHER if a / self.fixed_share > self.target_s else self.QUIET_DITHER
+
+    def _resize(self) -> None:
+        """The nominal size from the model, then the size of the next block (dithered)."""
+        a, b = self.fixed_s, self.model.point_s or 0.0
+        b += self._delay_s / self._points
+        dither = self._dither(a)
         # Change at most 4x per block: one badly timed block (preempted, or early, when the
         # model rests on two or three blocks) can neither blow the size up nor collapse it
         # to sizes too alike to correct the model.
-        want = min(max(want, self.nominal / 4), 4 * self.nominal)
+        want = min(max(self._aim(a, b), self.nominal / 4), 4 * self.nominal)
         self.nominal = int(max(self.min_size, min(self.max_size, want)))
         self._flip = not self._flip
         scale = 1 + dither if self._flip else 1 - dither

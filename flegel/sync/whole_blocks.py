@@ -1,0 +1,59 @@
+"""Blocks of a whole pass: when an FSP worker without a timer takes its pass in larger blocks
+(issue 19, Fig. 8; :class:`flegel.sync.fsp.FSPWorker`, "Blocks on course").
+
+An algorithm that declares ``full_batch_update`` (logistic regression's L-BFGS) runs FSP's
+calibration and, while no worker straggles, every iteration as a *whole pass*: no timer,
+every worker trains its whole shard at θ, and only the master's bound
+(``FSP._whole_bound``, :data:`~flegel.sync.fsp.WHOLE_PASS_WAIT` times a typical pass) pauses
+a worker before its pass ends.  The block sizer sizes blocks to ``runtime.block_ms`` of
+*wall* time, so where ranks share cores a whole pass ran in several blocks, and the
+calibration in the sizer's ramp from 64 points (8 to 67 blocks, against BSPV's two of
+16,384 points: BSPV's block is fixed, :mod:`flegel.sync.bsp`); each block pays the loop's
+and the kernel's fixed work and the worker's turn for a core again.  Measured (``flegel
+paper``'s logistic regression, 4 workers on 2 shared cores at a load of 8-9, ten runs each
+interleaved, 0.15 s): FSPV's first θ 23.3 ms and the target 118.8 ms after the start
+(medians), against BSPV's 16.7 and 90.1 ms; with these blocks 21.4 and 107.2 ms.
+
+Such a worker therefore takes blocks of ``BLOCK_GROWTH`` times the sizer's, as a worker on
+course for its timer does -- unless its blocks carry straggler delays (a suspension or a
+blocking delay after each block, the sizer's ``slowed_point_s`` over ``per_point_s``,
+known from its first block on): a slowed worker keeps the sizer's blocks, so the master's
+bound pauses it as promptly as before (FSPWorker's notes: a worker 20x slower, with 4x
+blocks, answered that pause 4 times later).  A worker slow on its kernel alone has blocks of
+the sizer's *time* anyway, 4x of which is a few ms.  Not for coverage (θ kept: a worker
+trains only its untrained points), a sampled calibration (a batch, no pass), nor with data
+migration (its windows move between blocks).
+"""
+
+from __future__ import annotations
+
+from flegel.ports import WorkerPort
+from flegel.protocol import Instructions
+
+#: A worker whose per-point cost with straggler delays is at most this many times its
+#: kernel's is not slowed: its delays are at most its compute (:func:`whole_on_course`).
+SLOWED_FACTOR = 2.0
+
+
+def whole_on_course(port: WorkerPort, instructions: Instructions, migrating: bool) -> bool:
+    """Whether a worker's iteration without a timer is a whole pass of a full-batch
+    algorithm that only the master's bound can cut, by a worker not slowed: it takes blocks
+    of ``BLOCK_GROWTH`` times the sizer's (module notes).
+
+    Parameters
+    ----------
+    port : WorkerPort
+        The worker: its block sizer's per-point costs and its algorithm
+        (``full_batch_update``).
+    instructions : Instructions
+        The iteration's (no timer is the caller's test): no batch, no coverage.
+    migrating : bool
+        Whether data migration is configured.
+    """
+    if instructions.batch > 0 or instructions.cover or migrating:
+        return False
+    if not getattr(getattr(port, "algorithm", None), "full_batch_update", False):
+        return False
+    per, slowed = port.per_point_s, port.slowed_point_s
+    return (per is not None and slowed is not None and per > 0
+            and slowed <= SLOWED_FACTOR * per)
