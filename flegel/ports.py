@@ -206,6 +206,12 @@ class WorkerPort(Protocol):
         block): ``BlockSizer.slowed_point_s``."""
         ...
 
+    @property
+    def straggling(self) -> bool:
+        """Whether straggler patterns (``stragglers``) slow this worker at any time of the
+        run, whether or not their delays have come yet."""
+        ...
+
     def mark(self) -> None:
         """Remember the traversal position; journal per-point state from here."""
         ...

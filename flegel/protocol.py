@@ -221,6 +221,12 @@ class Instructions:
     cover: int = 0
     sampled: bool = False
 
+    @property
+    def calibration(self) -> bool:
+        """Whether this is FSPV's sampled calibration: a share of every shard (``batch``),
+        not a sampled step of the first pass (``sampled``)."""
+        return self.batch > 0 and not self.sampled
+
     def fields(self) -> dict[str, float]:
         """The :data:`PARAMS` header fields these instructions fill."""
         return {k: float(v) for k, v in asdict(self).items()}

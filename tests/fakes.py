@@ -588,6 +588,10 @@ class SimWorker:
     def slowed_point_s(self) -> float | None:
         return self.sizer.slowed_point_s
 
+    @property
+    def straggling(self) -> bool:
+        return bool(self.stragglers.patterns)
+
     def mark(self) -> None:
         self.store.mark()
 

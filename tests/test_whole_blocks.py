@@ -28,13 +28,9 @@ class _CountingLogReg(LogisticRegression):
         return super().update_block(block, theta, t)
 
 
-def test_fspv_takes_logistic_regressions_whole_passes_in_larger_blocks():
-    """4 workers, shards of 400 points at 10 µs a point (a 4 ms pass), 1 ms blocks: the
-    sizer's blocks are about 100 points (dithered: 90 and 110), so a whole pass took 4 or 5
-    blocks, and the calibration the sizer's ramp from its first block.  Now a whole pass
-    (the calibration's too, after its first block) takes blocks of BLOCK_GROWTH times the
-    sizer's, at most two a pass, and every iteration is still a whole pass (L-BFGS) of
-    every point."""
+def _whole_passes(options: dict) -> tuple[_CountingLogReg, list[dict]]:
+    """8 iterations of FSPV (``options`` added) on logistic regression: 4 workers, shards of
+    400 points at 10 µs a point (a 4 ms pass), 1 ms blocks; the algorithm and the barriers."""
     rng = np.random.default_rng(0)
     n, d, workers = 1600, 5, 4
     x = rng.normal(size=(n, d))
@@ -42,12 +38,24 @@ def test_fspv_takes_logistic_regressions_whole_passes_in_larger_blocks():
     alg = _CountingLogReg(kernel="array")
     theta0 = alg.init_parameter(DataInfo(n_features=d, n_points=n, n_workers=workers,
                                          sample=x, sample_y=y, n_classes=2))
-    sim = Simulation("fsp", {"interval": "multistage", "migration": {"mode": "off"}},
+    sim = Simulation("fsp", {"interval": "multistage", "migration": {"mode": "off"},
+                             **options},
                      workers=workers, shards=np.array_split(x, workers),
                      labels=np.array_split(y, workers), algorithm=alg, theta0=theta0,
                      cost_s=10e-6, block_ms=1.0, latency_s=LAT,
                      stop={"max_iterations": 8}).run()
-    events = sim.barrier_events()
+    return alg, sim.barrier_events()
+
+
+def test_fspv_takes_logistic_regressions_whole_passes_in_larger_blocks():
+    """4 workers, shards of 400 points at 10 µs a point (a 4 ms pass), 1 ms blocks: the
+    sizer's blocks are about 100 points (dithered: 90 and 110), so a whole pass took 4 or 5
+    blocks, and the calibration the sizer's ramp from its first block.  Now a whole pass
+    (the calibration's too, after its first block) takes blocks of BLOCK_GROWTH times the
+    sizer's, at most two a pass, and every iteration is still a whole pass (L-BFGS) of
+    every point."""
+    n, workers = 1600, 4
+    alg, events = _whole_passes({})
     assert [e["phase"] for e in events] == ["calibration"] + ["whole-pass"] * 7
     assert all(e["workers"]["reason"] == ["pass"] * workers for e in events)
     # before: the sizer's blocks of 90-110 points (dithered), 4-5 a pass, the calibration's
@@ -58,24 +66,38 @@ def test_fspv_takes_logistic_regressions_whole_passes_in_larger_blocks():
 
 
 class _Port:
-    """What whole_on_course reads of a worker: its sizer's costs and its algorithm."""
+    """What whole_on_course reads of a worker: its sizer's costs, whether straggler patterns
+    slow it and its algorithm."""
 
-    def __init__(self, per: float | None, slowed: float | None, full_batch: bool) -> None:
+    def __init__(self, per: float | None, slowed: float | None, full_batch: bool,
+                 straggling: bool = False) -> None:
         self.per_point_s = per
         self.slowed_point_s = slowed
+        self.straggling = straggling
         self.algorithm = LogisticRegression(solver="auto" if full_batch else "gd")
 
 
 @pytest.mark.parametrize("port, instructions, migrating, on", [
-    (_Port(1e-6, 1e-6, True), Instructions(), False, True),
-    (_Port(1e-6, 1.5e-6, True), Instructions(), False, True),
+    (_Port(1e-6, 1e-6, True), Instructions(), None, True),
+    (_Port(1e-6, 1.5e-6, True), Instructions(), None, True),
     # a straggler's delays (an injected suspension, a persistent slowdown): the sizer's blocks
-    (_Port(1e-6, 20e-6, True), Instructions(), False, False),
-    (_Port(None, None, True), Instructions(), False, False),  # no block timed yet
-    (_Port(1e-6, 1e-6, False), Instructions(), False, False),  # gradient steps: no whole pass
-    (_Port(1e-6, 1e-6, True), Instructions(batch=100), False, False),  # a sampled batch
-    (_Port(1e-6, 1e-6, True), Instructions(cover=1), False, False),  # coverage
-    (_Port(1e-6, 1e-6, True), Instructions(), True, False),  # migration
+    (_Port(1e-6, 20e-6, True), Instructions(), None, False),
+    (_Port(None, None, True), Instructions(), None, False),  # no block timed yet
+    # straggler patterns whose delays have not come yet (a late or transient pattern)
+    (_Port(1e-6, 1e-6, True, straggling=True), Instructions(), None, False),
+    (_Port(1e-6, 1e-6, False), Instructions(), None, False),  # gradient steps: no whole pass
+    (_Port(1e-6, 1e-6, True), Instructions(batch=100), None, False),  # a sampled batch
+    (_Port(1e-6, 1e-6, True), Instructions(cover=1), None, False),  # coverage
+    (_Port(1e-6, 1e-6, True), Instructions(), object(), False),  # migration
 ])
 def test_whole_on_course(port, instructions, migrating, on):
     assert whole_on_course(port, instructions, migrating) is on  # type: ignore[arg-type]
+
+
+def test_centralized_coordination_keeps_the_sizer_s_blocks():
+    """Centralized, the master sends no timer at all (η iterations end on its signal), so a
+    worker cannot tell a whole pass from an η iteration: its blocks stay the sizer's, 4-5 a
+    pass, and it answers the master's signal within one (FSPWorker._on_course)."""
+    alg, events = _whole_passes({"coordination": "centralized"})
+    assert len(alg.calls) > 3 * len(events) * 4, alg.calls
+    assert max(alg.calls) <= 2 * 110, alg.calls

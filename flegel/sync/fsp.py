@@ -330,8 +330,7 @@ class FSPWorker(WorkerPolicy):
             # FSPV's sampled first pass: the master's sampled share of every shard (FSP,
             # Notes).  Not the sampled calibration (a share, batch > 0, not ``sampled``): its
             # skew test stays as it was, but for K-means' test at θ⁰ (Stratum.calibrated_exact).
-            self.stratum.arm(sampled=instructions.sampled,
-                             calibration=instructions.batch > 0 and not instructions.sampled)
+            self.stratum.arm(sampled=instructions.sampled, calibration=instructions.calibration)
         if self.shard is not None:
             # Coverage: windows take the points never trained first (the master's notes).
             self.shard.unseen_first = self._cover > 0
@@ -383,11 +382,12 @@ class FSPWorker(WorkerPolicy):
         """Whether nothing but the master's pause of a straggler can end this iteration
         before the worker's pass (class notes, "Blocks on course"): semi-centralized, with a
         timer, and the rest of the pass fits :data:`COURSE_MARGIN` times before it at the
-        sizer's per-point cost with straggler delays (``slowed_point_s``); without a timer,
-        a whole pass of a full-batch algorithm by a worker not slowed
-        (:func:`~flegel.sync.whole_blocks.whole_on_course`)."""
+        sizer's per-point cost with straggler delays (``slowed_point_s``); semi-centralized
+        without a timer, a whole pass of a full-batch algorithm by a worker not slowed
+        (:func:`~flegel.sync.whole_blocks.whole_on_course`; centralized coordination never
+        sends a timer, so there an η iteration the master ends looks like a whole pass)."""
         if self._deadline is None:  # no timer: a whole pass (flegel.sync.whole_blocks)
-            return whole_on_course(port, self.instructions, self.migrator is not None)
+            return self.semi and whole_on_course(port, self.instructions, self.migrator)
         per_point = port.slowed_point_s
         if not self.semi or self.shard is None or per_point is None:
             return False

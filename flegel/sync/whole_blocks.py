@@ -17,12 +17,20 @@ interleaved, 0.15 s): FSPV's first θ 23.3 ms and the target 118.8 ms after the 
 Such a worker therefore takes blocks of ``BLOCK_GROWTH`` times the sizer's, as a worker on
 course for its timer does -- unless its blocks carry straggler delays (a suspension or a
 blocking delay after each block, the sizer's ``slowed_point_s`` over ``per_point_s``,
-known from its first block on): a slowed worker keeps the sizer's blocks, so the master's
-bound pauses it as promptly as before (FSPWorker's notes: a worker 20x slower, with 4x
-blocks, answered that pause 4 times later).  A worker slow on its kernel alone has blocks of
-the sizer's *time* anyway, 4x of which is a few ms.  Not for coverage (θ kept: a worker
-trains only its untrained points), a sampled calibration (a batch, no pass), nor with data
-migration (its windows move between blocks).
+known from its first block on), or it has straggler patterns at all (``straggling``: the
+sizer's delay per point is a run-long mean, so a pattern that starts late or comes and goes --
+``persistent`` after some clean points, ``transient`` -- would read "not slowed" long after
+its blocks carry delays, which are blocking sleeps the master's bound cannot cut short): a
+slowed worker keeps the sizer's blocks, so the master's bound pauses it as promptly as before
+(FSPWorker's notes: a worker 20x slower, with 4x blocks, answered that pause 4 times later).
+The larger blocks are not held to the sizer's ``max_block_s`` (as those of a worker on course
+for its timer): a pause of a worker that is not slowed comes after at most ``BLOCK_GROWTH``
+blocks of the sizer's time, 0.2 s on the CPU profile at worst.  Semi-centralized coordination
+only: centralized, the master sends no timer at all, so an η iteration it ends by its own
+signal would look like a whole pass (FSPWorker._on_course).  A worker slow on its kernel
+alone has blocks of the sizer's *time* anyway, 4x of which is a few ms.  Not for coverage (θ
+kept: a worker trains only its untrained points), a sampled calibration (a batch, no pass),
+nor with data migration (its windows move between blocks).
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from flegel.protocol import Instructions
 SLOWED_FACTOR = 2.0
 
 
-def whole_on_course(port: WorkerPort, instructions: Instructions, migrating: bool) -> bool:
+def whole_on_course(port: WorkerPort, instructions: Instructions, migrator: object) -> bool:
     """Whether a worker's iteration without a timer is a whole pass of a full-batch
     algorithm that only the master's bound can cut, by a worker not slowed: it takes blocks
     of ``BLOCK_GROWTH`` times the sizer's (module notes).
@@ -43,16 +51,18 @@ def whole_on_course(port: WorkerPort, instructions: Instructions, migrating: boo
     Parameters
     ----------
     port : WorkerPort
-        The worker: its block sizer's per-point costs and its algorithm
-        (``full_batch_update``).
+        The worker: its block sizer's per-point costs, whether straggler patterns slow it
+        and its algorithm (``full_batch_update``).
     instructions : Instructions
         The iteration's (no timer is the caller's test): no batch, no coverage.
-    migrating : bool
-        Whether data migration is configured.
+    migrator : object or None
+        The worker's data migration (None: not configured).
     """
-    if instructions.batch > 0 or instructions.cover or migrating:
+    if instructions.batch > 0 or instructions.cover or migrator is not None:
         return False
     if not getattr(getattr(port, "algorithm", None), "full_batch_update", False):
+        return False
+    if port.straggling:  # a pattern's delays may start late or come and go (module notes)
         return False
     per, slowed = port.per_point_s, port.slowed_point_s
     return (per is not None and slowed is not None and per > 0
