@@ -249,14 +249,18 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
             if (sizing or seeding) and comm.rank == 1 else None)
     clock.mark("block_cost")
     msg.send_object(comm, ("ready", cost), dest=0)
+    seeded = None  # summary.json's seeded_sizer: the cost this worker's sizer started from
     if sizing or seeding:
         choice = msg.recv_object(comm, source=0)[0]
         if sizing:
             policy.block = choice.block  # type: ignore[attr-defined]
-        if seeding and choice.fixed_s is not None and choice.point_s is not None:
-            seed_sizer(worker.sizer, stragglers, choice.fixed_s, choice.point_s)
+        if (seeding and choice.fixed_s is not None and choice.point_s is not None
+                and seed_sizer(worker.sizer, stragglers, choice.fixed_s, choice.point_s)):
+            seeded = {"fixed_s": choice.fixed_s, "point_s": choice.point_s,
+                      "first_block": worker.sizer.size}
     clock.mark("ready")
     report = worker.run()
+    report["seeded"] = seeded
     clock.mark("trained")
     # The exact objective, on this shard, of the θs the master still lacks: the final θ (the
     # model it saves) and θ snapshots of the trace (flegel.runtime.exact.FinalEvaluation).

@@ -125,3 +125,27 @@ def test_block_from_the_per_call_cost_is_the_same_in_every_run_and_replays(tmp_p
     fixed, sf = _train_calls(tmp_path, "fixed", f"sync.block={other}")
     assert sf["block"] == other
     assert not np.array_equal(a["s"], fixed["s"])
+
+
+def test_fsp_sizers_start_from_the_measured_cost(tmp_path):
+    """Issue 19 (lr2): under FSP worker 1 times the kernel at warm-up, as BSP's ``block:
+    auto`` does, and every worker's block sizer starts from that cost (flegel.run,
+    BlockSizer.seed) -- not from the device's 64 points -- except a worker that straggler
+    patterns slow; summary.json's ``seeded_sizer`` says what each started from."""
+    from flegel.runtime.blocksize import BlockSizer
+
+    (tmp_path / "calls.py").write_text(CALLS)
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).normal(size=(60_000, 2)))
+    job = write_job(tmp_path / "fsp.yaml", algorithm="calls:Calls", data={"path": "x.npy"},
+                    workers=3, seed=1, sync={"model": "fsp"},
+                    stragglers=[{"pattern": "injected", "tau_ms": 1.0, "workers": [2]}],
+                    stop={"max_iterations": 3, "tolerance": None},
+                    output={"progress": "none", "trace_points": 0})
+    out = tmp_path / "out"
+    mpirun(job, 3, out, timeout=240)
+    seeded = summary(out)["seeded_sizer"]
+    # The 3 ms it sleeps per call, measured: more on a loaded machine, never less.
+    assert 2e-3 <= seeded["fixed_s"] <= 1e-2, seeded
+    first = seeded["first_blocks"]
+    assert first[1] is None, seeded  # worker 2: a straggler keeps the ramp
+    assert first[0] == first[2] > BlockSizer(target_s=5e-3).size, seeded  # the ramp's 64

@@ -48,10 +48,13 @@ def test_seeding_decides_nothing_else_before_the_first_block():
     assert sizer.nominal < first / 10
 
 
-def test_a_bad_measurement_leaves_the_device_default():
+@pytest.mark.parametrize("fixed_s, point_s", [
+    (1e-5, 0.0), (-1e-5, 1e-6), (float("nan"), 1e-6), (1e-5, float("nan"))])
+def test_a_bad_measurement_leaves_the_device_default(fixed_s, point_s):
     sizer = BlockSizer(target_s=1e-3)
-    sizer.seed(1e-5, 0.0)
-    assert sizer.size == 64
+    assert sizer.seed(fixed_s, point_s) is False
+    assert sizer.size == sizer.nominal == 64
+    assert sizer.seed(1e-5, 1e-6) is True and sizer.size > 64  # a good one seeds
 
 
 class _CountingLogReg(LogisticRegression):
@@ -89,8 +92,10 @@ def _fspv_logreg(seeded: bool, stragglers: list | None = None) -> tuple[Simulati
 
 
 def test_fsp_presets_are_seeded_and_bsp_is_not():
-    assert all(seeds_sizer(p["model"]) for name, p in PRESETS.items() if name.startswith("fsp"))
-    assert not seeds_sizer("bsp")
+    fsp = [p["model"] for name, p in PRESETS.items() if name.startswith("fsp")]
+    assert fsp and all(seeds_sizer(m) for m in fsp)
+    assert not any(seeds_sizer(p["model"]) for name, p in PRESETS.items()
+                   if not name.startswith("fsp"))
 
 
 def test_seeded_calibration_starts_with_the_sizers_block():

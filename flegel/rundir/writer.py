@@ -286,6 +286,13 @@ class RunWriter:
                                    "mean": sum(v["sum"] for v in visits) / max(count, 1),
                                    "max": max(v["max"] for v in visits)}
         summary.update(policy.summary())
+        seeds = [r.get("seeded") for r in results]
+        if any(seeds):
+            # FSP's block sizers started from worker 1's cost at warm-up (flegel/sync/seeded.py):
+            # the cost, and each worker's first block (None: a worker straggler patterns slow).
+            cost = next(s for s in seeds if s)
+            summary["seeded_sizer"] = {"fixed_s": cost["fixed_s"], "point_s": cost["point_s"],
+                                       "first_blocks": [s and s["first_block"] for s in seeds]}
         if any("migration" in r for r in results):
             moved = summary.setdefault("migration", {})
             for key in ("points_moved", "bytes_moved", "state_bytes", "reactivated"):

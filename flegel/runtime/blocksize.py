@@ -263,7 +263,7 @@ class BlockSizer:
             self._since_fit_s = 0.0
         self._resize()
 
-    def seed(self, fixed_s: float, point_s: float) -> None:
+    def seed(self, fixed_s: float, point_s: float) -> bool:
         """Start from a cost measured before training (issue 19; :func:`measure_call_cost`
         at warm-up, as BSP's block): the first block is the size the sizer aims at for
         ``a = fixed_s`` and ``b = point_s`` instead of the device's ``initial`` (64 points on
@@ -277,13 +277,19 @@ class BlockSizer:
         on them -- a straggler's delays, known from its first block on -- waits for that
         block as before.  The first block is not dithered; the blocks after it are.  (A
         worker that straggler patterns slow is not seeded:
-        :func:`flegel.runtime.worker.seed_sizer`.)
+        :func:`flegel.runtime.worker.seed_sizer`.)  Every worker takes worker 1's cost: a
+        worker k times slower on its own (another device, a busier host, denser rows) takes
+        its first block in k times ``runtime.block_ms``, and shrinks from its second.  A
+        resumed run is not seeded (the sizer is not in the checkpoint): it ramps from
+        ``initial`` as before.  Returns whether it seeded (not for a cost that is negative,
+        zero per point or NaN).
         """
-        if fixed_s < 0 or point_s <= 0:
-            return
+        if not (fixed_s >= 0 and point_s > 0):  # NaN too: a failed measurement
+            return False
         self.model.fixed_s = fixed_s
         self.nominal = self.size = int(max(self.min_size, min(self.max_size,
                                                                self._aim(fixed_s, point_s))))
+        return True
 
     def _aim(self, a: float, b: float) -> float:
         """The nominal size for a per-call cost ``a`` and a per-point cost ``b`` (delays

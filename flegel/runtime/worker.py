@@ -63,8 +63,7 @@ def seed_sizer(sizer: BlockSizer, stragglers: Stragglers, fixed_s: float,
     """
     if stragglers.patterns:
         return False
-    sizer.seed(fixed_s, point_s)
-    return True
+    return sizer.seed(fixed_s, point_s)
 
 
 @dataclass
