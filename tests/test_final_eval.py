@@ -154,6 +154,13 @@ def test_a_final_theta_evaluated_during_training_is_not_evaluated_again() -> Non
     assert known.thetas == []
     known.complete([evaluate_snapshots(algorithm, st, []) for st in stores.values()])
     assert known.trace() == [(2.0, 42.0), (3.0, 42.0)] and known.summary()["cost_s"] is None
+    # Training went on past the snapshot that met the target until the stop took effect:
+    # the final θ (that snapshot) is not drawn again at the end, where it read as a rise.
+    later = FinalEvaluation([1.0, 2.0, 2.8], ths, hit.theta, 3.0, [hit], 1e-3, None)
+    later.complete([evaluate_snapshots(algorithm, st, later.thetas) for st in stores.values()])
+    trace = later.trace()
+    assert [t for t, _ in trace] == [1.0, 2.0, 2.8] and trace[1] == (2.0, 42.0)
+    assert later.final_objective == 42.0
 
 
 # ------------------------------------------------------------------ the budget

@@ -388,7 +388,7 @@ class FinalEvaluation:
         # Evaluations during training of θs the trace did not keep join it as they are.
         self.extra = [_Snapshot(e.time_s, k, e.value, True) for k, e in known.items()
                       if k not in by_key]
-        final_key = fingerprint(final)
+        final_key = self._final_key = fingerprint(final)
         self.final_objective: float | None = (known[final_key].value if final_key in known
                                               else None)
         self.final_reused = self.final_objective is not None
@@ -454,11 +454,20 @@ class FinalEvaluation:
 
     def trace(self) -> list[tuple[float, float]]:
         """``objective_trace``: every snapshot with an exact value, in time order, then the
-        final θ at the end of training."""
-        points = sorted((s.time_s, s.value) for s in self.snapshots + self.extra
-                        if s.value is not None)
+        final θ at the end of training -- unless the final θ is a snapshot the trace holds
+        *before* later ones: a target stop keeps the snapshot that met the target
+        (:meth:`flegel.runtime.server.Server.exact_step`) while training went on until the
+        stop took effect, and that θ's point at the end would draw a rise no training step
+        made (``flegel paper``'s Fig. 14 counted it as one).  Its value is in the trace at
+        the time it was reached."""
+        known = [s for s in self.snapshots + self.extra if s.value is not None]
+        points = sorted((s.time_s, s.value) for s in known)
         assert self.final_objective is not None, "complete() first"
-        return [(t, float(v)) for t, v in points] + [(self.train_s, self.final_objective)]
+        out = [(t, float(v)) for t, v in points]
+        kept = [s.time_s for s in known if s.key == self._final_key]
+        if kept and any(t > max(kept) for t, _ in points):
+            return out
+        return out + [(self.train_s, self.final_objective)]
 
     def summary(self) -> dict[str, Any]:
         """``final_evaluation`` of summary.json: what was reused, evaluated, dropped."""
