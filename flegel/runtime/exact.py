@@ -461,9 +461,9 @@ class FinalEvaluation:
         made (``flegel paper``'s Fig. 14 counted it as one).  Its value is in the trace at
         the time it was reached."""
         known = [s for s in self.snapshots + self.extra if s.value is not None]
-        points = sorted((s.time_s, s.value) for s in known)
+        points = sorted((s.time_s, float(s.value)) for s in known if s.value is not None)
         assert self.final_objective is not None, "complete() first"
-        out = [(t, float(v)) for t, v in points]
+        out = list(points)
         kept = [s.time_s for s in known if s.key == self._final_key]
         if kept and any(t > max(kept) for t, _ in points):
             return out
