@@ -152,6 +152,24 @@ def overlapping(n: int = 20_000, seed: int = 3, k: int = 8,
     return x, kmeans_theta0(x[rng.choice(n, k, replace=False)])
 
 
+def counting(base: type[Algorithm]) -> type[Algorithm]:
+    """A subclass of the algorithm class ``base`` that records each kernel call's block size
+    in ``calls`` (every worker's, or one worker's with ``own_algorithms``): what the tests of
+    block sizes read."""
+
+    class Counting(base):  # type: ignore[valid-type, misc]
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.calls: list[int] = []
+
+        def update_block(self, block: Block, theta: Arrays, t: int) -> Any:
+            self.calls.append(len(block))
+            return super().update_block(block, theta, t)
+
+    Counting.__name__ = Counting.__qualname__ = f"Counting{base.__name__}"
+    return Counting
+
+
 def kmeans_theta0(centres: np.ndarray, stratum: bool = False) -> Arrays:
     """θ⁽⁰⁾ of :class:`flegel.algorithms.kmeans.KMeans` with the given centres; ``stratum``:
     with the stratified M-step's keys and the drift, as ``init_parameter`` makes it (the

@@ -9,7 +9,7 @@ import pytest
 from flegel.algorithms.kmeans import KMeans
 from flegel.protocol import POLL_S, Instructions, Reason, Signal
 from flegel.sync.fsp import OFFSET_BOUND
-from tests.fakes import Simulation, slow_then_fast
+from tests.fakes import Simulation, counting, slow_then_fast
 
 LAT = 50e-6
 
@@ -418,16 +418,8 @@ def test_fsp_a_timer_does_not_cut_the_last_block_of_a_pass(slowed_block, left):
                for r in sim.ranks for it in sim.iterations(r) if it is not late)
 
 
-class _CountingKMeans(KMeans):
-    """K-means that records each kernel call's block size (all workers together)."""
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.calls: list[int] = []
-
-    def update_block(self, block, theta, t):
-        self.calls.append(len(block))
-        return super().update_block(block, theta, t)
+#: K-means that records each kernel call's block size (all workers together).
+_CountingKMeans = counting(KMeans)
 
 
 @pytest.mark.parametrize("eta_ms, one_block", [(8.0, True), (1.5, False)])

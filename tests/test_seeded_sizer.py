@@ -13,7 +13,7 @@ from flegel.runtime.blocksize import BlockSizer
 from flegel.runtime.worker import seed_sizer
 from flegel.sync import PRESETS
 from flegel.sync.seeded import seeds_sizer
-from tests.fakes import Simulation
+from tests.fakes import Simulation, counting
 from tests.test_blocksize import train
 
 
@@ -57,16 +57,8 @@ def test_a_bad_measurement_leaves_the_device_default(fixed_s, point_s):
     assert sizer.seed(1e-5, 1e-6) is True and sizer.size > 64  # a good one seeds
 
 
-class _CountingLogReg(LogisticRegression):
-    """Logistic regression that records each kernel call's block size, by worker."""
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.calls: list[int] = []
-
-    def update_block(self, block, theta, t):
-        self.calls.append(len(block))
-        return super().update_block(block, theta, t)
+#: Logistic regression that records each kernel call's block size.
+_CountingLogReg = counting(LogisticRegression)
 
 
 def _fspv_logreg(seeded: bool, stragglers: list | None = None) -> tuple[Simulation, list]:

@@ -4,6 +4,8 @@ sizer's, unless its blocks carry straggler delays."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -11,24 +13,16 @@ from flegel.algorithms.logreg import LogisticRegression
 from flegel.api import DataInfo
 from flegel.protocol import Instructions
 from flegel.sync.whole_blocks import whole_on_course
-from tests.fakes import Simulation
+from tests.fakes import Simulation, counting
 
 LAT = 50e-6
 
 
-class _CountingLogReg(LogisticRegression):
-    """Logistic regression that records each kernel call's block size (all workers)."""
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.calls: list[int] = []
-
-    def update_block(self, block, theta, t):
-        self.calls.append(len(block))
-        return super().update_block(block, theta, t)
+#: Logistic regression that records each kernel call's block size.
+_CountingLogReg = counting(LogisticRegression)
 
 
-def _whole_passes(options: dict) -> tuple[_CountingLogReg, list[dict]]:
+def _whole_passes(options: dict) -> tuple[Any, list[dict]]:
     """8 iterations of FSPV (``options`` added) on logistic regression: 4 workers, shards of
     400 points at 10 µs a point (a 4 ms pass), 1 ms blocks; the algorithm and the barriers."""
     rng = np.random.default_rng(0)
