@@ -415,6 +415,15 @@ def zero_aggregator(algorithm: Algorithm, theta: Params, x0: np.ndarray,
             for k, v in total.items()}
 
 
+def arm(stratum: Stratification, sampled: bool, calibration: bool) -> None:
+    """The one way flegel calls :meth:`Stratification.arm` (FSP's worker, as an iteration
+    begins): only the flags that are set are passed, so a user's ``arm(self)`` (the protocol
+    as first documented) and ``arm(self, sampled=False)`` keep working wherever their flags
+    are not set, as on every window of FSPB and every window after FSPV's first pass."""
+    flags = {"sampled": sampled, "calibration": calibration}
+    stratum.arm(**{k: v for k, v in flags.items() if v})
+
+
 def stratify(algorithm: Algorithm, n_points: int, shard: int) -> Stratification | None:
     """The one way flegel calls :meth:`Algorithm.stratify` (FSP's worker, without migration).
 

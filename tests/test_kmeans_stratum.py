@@ -849,3 +849,27 @@ def test_stratify_calls_an_override_of_either_signature():
     stratify(Old(), 10, 2)
     stratify(New(), 10, 2)
     assert seen == [(10,), (10, 2)]
+
+
+def test_arm_passes_only_the_flags_that_are_set():
+    """flegel.api.arm (FSP's worker, as an iteration begins) passes ``sampled`` and
+    ``calibration`` only when set: a user's ``arm(self)`` (the protocol as first documented)
+    keeps working on every window that sets neither -- FSPB's, and FSPV's after its first
+    pass -- where FSP called ``arm(sampled=False, calibration=False)`` before this fix."""
+    from flegel.api import arm
+
+    seen: list[dict] = []
+
+    class Old:
+        def arm(self):
+            seen.append({})
+
+    class New:
+        def arm(self, sampled=False, calibration=False):
+            seen.append({"sampled": sampled, "calibration": calibration})
+
+    arm(Old(), False, False)  # type: ignore[arg-type]
+    arm(New(), True, False)  # type: ignore[arg-type]
+    arm(New(), False, True)  # type: ignore[arg-type]
+    assert seen == [{}, {"sampled": True, "calibration": False},
+                    {"sampled": False, "calibration": True}]

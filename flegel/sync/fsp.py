@@ -49,7 +49,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from flegel.api import Algorithm, Stratification, stratify
+from flegel.api import Algorithm, Stratification, arm, stratify
 from flegel.balance.migration import KEYS as MIGRATION_KEYS
 from flegel.balance.migration import Balancer, MigrationOptions, Migrator
 from flegel.balance.ports import MigratingShard, MigrationPort, OrderPort
@@ -330,7 +330,7 @@ class FSPWorker(WorkerPolicy):
             # FSPV's sampled first pass: the master's sampled share of every shard (FSP,
             # Notes).  Not the sampled calibration (a share, batch > 0, not ``sampled``): its
             # skew test stays as it was, but for K-means' test at θ⁰ (Stratum.calibrated_exact).
-            self.stratum.arm(sampled=instructions.sampled, calibration=instructions.calibration)
+            arm(self.stratum, instructions.sampled, instructions.calibration)
         if self.shard is not None:
             # Coverage: windows take the points never trained first (the master's notes).
             self.shard.unseen_first = self._cover > 0
