@@ -257,7 +257,7 @@ def run_worker(comm: MPI.Comm, job: Job) -> None:
         if (seeding and choice.fixed_s is not None and choice.point_s is not None
                 and seed_sizer(worker.sizer, stragglers, choice.fixed_s, choice.point_s)):
             seeded = {"fixed_s": choice.fixed_s, "point_s": choice.point_s,
-                      "first_block": worker.sizer.size}
+                      "measure_s": choice.measure_s, "first_block": worker.sizer.size}
     clock.mark("ready")
     report = worker.run()
     report["seeded"] = seeded

@@ -292,6 +292,7 @@ class RunWriter:
             # the cost, and each worker's first block (None: a worker straggler patterns slow).
             cost = next(s for s in seeds if s)
             summary["seeded_sizer"] = {"fixed_s": cost["fixed_s"], "point_s": cost["point_s"],
+                                       "measure_s": cost["measure_s"],
                                        "first_blocks": [s and s["first_block"] for s in seeds]}
         if any("migration" in r for r in results):
             moved = summary.setdefault("migration", {})

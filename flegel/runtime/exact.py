@@ -460,14 +460,13 @@ class FinalEvaluation:
         stop took effect, and that θ's point at the end would draw a rise no training step
         made (``flegel paper``'s Fig. 14 counted it as one).  Its value is in the trace at
         the time it was reached."""
-        known = [s for s in self.snapshots + self.extra if s.value is not None]
+        known = self.snapshots + self.extra
         points = sorted((s.time_s, float(s.value)) for s in known if s.value is not None)
         assert self.final_objective is not None, "complete() first"
-        out = list(points)
-        kept = [s.time_s for s in known if s.key == self._final_key]
+        kept = [s.time_s for s in known if s.value is not None and s.key == self._final_key]
         if kept and any(t > max(kept) for t, _ in points):
-            return out
-        return out + [(self.train_s, self.final_objective)]
+            return points
+        return points + [(self.train_s, self.final_objective)]
 
     def summary(self) -> dict[str, Any]:
         """``final_evaluation`` of summary.json: what was reused, evaluated, dropped."""

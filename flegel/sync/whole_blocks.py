@@ -62,7 +62,9 @@ def whole_on_course(port: WorkerPort, instructions: Instructions, migrator: obje
         return False
     if not getattr(getattr(port, "algorithm", None), "full_batch_update", False):
         return False
-    if port.straggling:  # a pattern's delays may start late or come and go (module notes)
+    # a pattern's delays may start late or come and go (module notes); a port of the
+    # protocol before `straggling` (a user's own) counts as not straggling
+    if getattr(port, "straggling", False):
         return False
     per, slowed = port.per_point_s, port.slowed_point_s
     return (per is not None and slowed is not None and per > 0

@@ -343,6 +343,7 @@ class Runner:
         ref = self.reference(algorithm, partition, reference)
         if (sync == "bspb" and stragglers == "none" and not where and launch is None
                 and tuple(sets) == tuple(reference) and ref is not None
+                and self.mode.fine_references
                 and (ref.summary is None or target is None or stands_for_run_to_target(
                     ref.summary, target, self.mode.max_time_s,
                     self.work[algorithm].trace_points))):
