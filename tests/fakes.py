@@ -170,6 +170,29 @@ def counting(base: type[Algorithm]) -> type[Algorithm]:
     return Counting
 
 
+def fspv_logreg(n: int, cost_s: float, iterations: int, options: Mapping[str, Any] = (),
+                **given: Any) -> Simulation:
+    """FSPV (``options`` added) on logistic regression that records its block sizes
+    (:func:`counting`): 4 workers, ``n`` separable-ish points of 5 features, ``cost_s`` a
+    point, 1 ms blocks, ``iterations`` barriers; ``given``: further :class:`Simulation`
+    arguments.  Not run yet (a test may seed the workers' sizers first)."""
+    from flegel.algorithms.logreg import LogisticRegression
+
+    rng = np.random.default_rng(0)
+    d, workers = 5, 4
+    x = rng.normal(size=(n, d))
+    y = (x @ rng.normal(size=d) + 0.5 * rng.normal(size=n) > 0).astype(np.int64)
+    alg = counting(LogisticRegression)(kernel="array")
+    theta0 = alg.init_parameter(DataInfo(n_features=d, n_points=n, n_workers=workers,
+                                         sample=x, sample_y=y, n_classes=2))
+    return Simulation("fsp", {"interval": "multistage", "migration": {"mode": "off"},
+                              **dict(options)},
+                      workers=workers, shards=np.array_split(x, workers),
+                      labels=np.array_split(y, workers), algorithm=alg, theta0=theta0,
+                      cost_s=cost_s, block_ms=1.0, latency_s=50e-6,
+                      stop={"max_iterations": iterations}, **given)
+
+
 def kmeans_theta0(centres: np.ndarray, stratum: bool = False) -> Arrays:
     """θ⁽⁰⁾ of :class:`flegel.algorithms.kmeans.KMeans` with the given centres; ``stratum``:
     with the stratified M-step's keys and the drift, as ``init_parameter`` makes it (the

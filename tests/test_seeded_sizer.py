@@ -4,16 +4,13 @@ device's 64 points, and everything after it is as before."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from flegel.algorithms.logreg import LogisticRegression
-from flegel.api import DataInfo
 from flegel.runtime.blocksize import BlockSizer
 from flegel.runtime.worker import seed_sizer
 from flegel.sync import PRESETS
 from flegel.sync.seeded import seeds_sizer
-from tests.fakes import Simulation, counting
+from tests.fakes import Simulation, fspv_logreg
 from tests.test_blocksize import train
 
 
@@ -57,25 +54,10 @@ def test_a_bad_measurement_leaves_the_device_default(fixed_s, point_s):
     assert sizer.seed(1e-5, 1e-6) is True and sizer.size > 64  # a good one seeds
 
 
-#: Logistic regression that records each kernel call's block size.
-_CountingLogReg = counting(LogisticRegression)
-
-
 def _fspv_logreg(seeded: bool, stragglers: list | None = None) -> tuple[Simulation, list]:
     """FSPV's logistic regression: 4 workers, shards of 4,000 points at 1 µs a point (a 4 ms
     pass), 1 ms blocks (the sizer aims at 1,000 points)."""
-    rng = np.random.default_rng(0)
-    n, d, workers = 16_000, 5, 4
-    x = rng.normal(size=(n, d))
-    y = (x @ rng.normal(size=d) + 0.5 * rng.normal(size=n) > 0).astype(np.int64)
-    alg = _CountingLogReg(kernel="array")
-    theta0 = alg.init_parameter(DataInfo(n_features=d, n_points=n, n_workers=workers,
-                                         sample=x, sample_y=y, n_classes=2))
-    sim = Simulation("fsp", {"interval": "multistage", "migration": {"mode": "off"}},
-                     workers=workers, shards=np.array_split(x, workers),
-                     labels=np.array_split(y, workers), algorithm=alg, theta0=theta0,
-                     cost_s=1e-6, block_ms=1.0, latency_s=50e-6, own_algorithms=True,
-                     stragglers=stragglers or [], stop={"max_iterations": 4})
+    sim = fspv_logreg(16_000, 1e-6, 4, own_algorithms=True, stragglers=stragglers or [])
     if seeded:
         for w in sim.workers.values():  # what worker 1 measured, as flegel.run broadcasts it
             seed_sizer(w.sizer, w.stragglers, 0.0, 1e-6)

@@ -6,39 +6,19 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pytest
 
 from flegel.algorithms.logreg import LogisticRegression
-from flegel.api import DataInfo
 from flegel.protocol import Instructions
 from flegel.sync.whole_blocks import whole_on_course
-from tests.fakes import Simulation, counting
-
-LAT = 50e-6
-
-
-#: Logistic regression that records each kernel call's block size.
-_CountingLogReg = counting(LogisticRegression)
+from tests.fakes import fspv_logreg
 
 
 def _whole_passes(options: dict) -> tuple[Any, list[dict]]:
     """8 iterations of FSPV (``options`` added) on logistic regression: 4 workers, shards of
     400 points at 10 µs a point (a 4 ms pass), 1 ms blocks; the algorithm and the barriers."""
-    rng = np.random.default_rng(0)
-    n, d, workers = 1600, 5, 4
-    x = rng.normal(size=(n, d))
-    y = (x @ rng.normal(size=d) + 0.5 * rng.normal(size=n) > 0).astype(np.int64)
-    alg = _CountingLogReg(kernel="array")
-    theta0 = alg.init_parameter(DataInfo(n_features=d, n_points=n, n_workers=workers,
-                                         sample=x, sample_y=y, n_classes=2))
-    sim = Simulation("fsp", {"interval": "multistage", "migration": {"mode": "off"},
-                             **options},
-                     workers=workers, shards=np.array_split(x, workers),
-                     labels=np.array_split(y, workers), algorithm=alg, theta0=theta0,
-                     cost_s=10e-6, block_ms=1.0, latency_s=LAT,
-                     stop={"max_iterations": 8}).run()
-    return alg, sim.barrier_events()
+    sim = fspv_logreg(1600, 10e-6, 8, options).run()
+    return sim.algorithm, sim.barrier_events()
 
 
 def test_fspv_takes_logistic_regressions_whole_passes_in_larger_blocks():
