@@ -11,8 +11,9 @@ setting (BSPV and FSPV, with and without one straggler), each round runs the job
 each interpreter given -- ``--main`` (e.g. a checkout of main's) and ``--branch`` (this one's
 by default) -- alternating which goes first.  Per run it prints time to target, training time
 (``wall_time_s``), the overshoot, the exact evaluations during training and their share of
-the training time; then per side the totals, and the branch's time to target against main's
-(sum, and geometric mean of the per-setting medians).
+the training time, and when the online objective reached the target; then per side the
+totals, and the branch's time to target against main's (geometric mean of the per-setting
+medians).
 
 Usage::
 
@@ -56,11 +57,14 @@ def run(python: str, job: Path, out: Path, sets: list[str]) -> dict[str, Any]:
 
 
 def figures(s: dict[str, Any]) -> dict[str, Any]:
-    """A run's time to target, training time, overshoot, evaluations during training."""
+    """A run's time to target, training time, overshoot, evaluations during training, and
+    when its online objective reached the target (``time_to_target_online_s``)."""
     ttt = s.get("time_to_target_s")
     wall = float(s["wall_time_s"])
     ex = s.get("exact_objective") or {}
+    online = s.get("time_to_target_online_s")
     return {"ttt": None if ttt is None else float(ttt), "wall": wall,
+            "online": None if online is None else float(online),
             "over": None if ttt is None else wall - float(ttt),
             "evals": int(ex.get("evaluations", 0)),
             "cost": float(ex.get("cost_fraction") or 0.0),
@@ -86,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
         cached = json.loads(saved.read_text()) if saved.exists() else {}
         rows: list[dict[str, Any]] = []
         print(f"{'setting':<42} {'side':<6} {'ttt s':>6} {'wall s':>6} {'over s':>6} "
-              f"{'evals':>5} {'cost':>5}")
+              f"{'evals':>5} {'cost':>5} {'online s':>8}")
         for alg in args.algorithms.split(","):
             target = cached.get(alg)
             if target is None:
@@ -114,8 +118,9 @@ def main(argv: list[str] | None = None) -> None:
                             rows.append({"setting": name, "side": side, **f})
                             t = "-" if f["ttt"] is None else f"{f['ttt']:.2f}"
                             o = "-" if f["over"] is None else f"{f['over']:.2f}"
+                            n = "-" if f["online"] is None else f"{f['online']:.2f}"
                             print(f"{name:<42} {side:<6} {t:>6} {f['wall']:6.2f} {o:>6} "
-                                  f"{f['evals']:5d} {f['cost']:5.3f}", flush=True)
+                                  f"{f['evals']:5d} {f['cost']:5.3f} {n:>8}", flush=True)
         summarize(rows)
 
 
@@ -129,6 +134,13 @@ def summarize(rows: list[dict[str, Any]]) -> None:
               f"sum wall {sum(r['wall'] for r in mine):.2f} s, "
               f"sum ttt {sum(r['ttt'] for r in reached):.2f} s, "
               f"sum overshoot {sum(r['over'] for r in reached):.2f} s")
+    both = [r for r in rows if r["ttt"] is not None and r["online"] is not None]
+    for alg in dict.fromkeys(r["setting"].split("/")[0] for r in rows):
+        mine = [r for r in both if r["setting"].startswith(alg + "/")]
+        later = [r["online"] - r["ttt"] for r in mine if r["online"] >= r["ttt"]]
+        print(f"{alg}: the online objective reached the target after the exact one in "
+              f"{len(later)} of {len(mine)} runs that reached both"
+              + (f" ({min(later):.3f}-{max(later):.3f} s after)" if later else ""))
     ratios = []
     for name in dict.fromkeys(r["setting"] for r in rows):
         med = {}
