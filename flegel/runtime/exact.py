@@ -34,9 +34,10 @@ Near the target: on the budget alone the evaluation that sees the target comes u
 ``cost / budget`` (20 evaluations' cost) after θ reached it -- and before the first
 evaluation the estimate is a training pass, which a straggler's injected delay or a CNN's
 backward pass makes far dearer than an evaluation: on ``flegel paper --quick``'s last page
-101 target runs trained 50.6 s past their time to target (the CNN under FSPV: at the target
-at 0.57 s, no evaluation in its 4 s).  The online objective tells when to look: once it is at
-or below the target, after every worker's first pass (the server's ``time_to_target``,
+101 target runs trained 50.6 s past their time to target (one of main's runs here, the CNN
+under FSPV at load 13: at the target at 0.57 s, no evaluation in its 4 s).  The online
+objective tells when to look: once it is at or below the target, after every worker's first
+pass (the server's ``time_to_target``,
 :meth:`flegel.runtime.stopping.StopCriteria.reached_target`), the next θ is evaluated at
 once, whatever the budget says, and later evaluations may take ``NEAR_BUDGET`` (25%) of
 the training time: such a run is about to end.  The stop is still decided on the exact value
@@ -52,7 +53,10 @@ miss cost.  ``python bench/target_stop.py --main <main's python> --rounds 2`` (1
 main, 11.2 s here (K-means, GMM, LR: 0.07-0.46 s a run, 0.09-3.30 s on main; the CNN, whose
 evaluation costs 0.4-0.85 s at that load, 0.66-2.60 s, 0.68-2.84 s on main), training time
 75.4 s against 55.9 s, time to target 24.6 s against 24.7 s (here / main, the geometric mean
-of the settings' medians: 0.975).
+of the settings' medians: 0.975); one round more (load 10-16): 16.1 s against 6.2 s past the
+target, 34.2 s against 25.3 s of training, time to target 10.2 s against 11.1 s (0.903).
+The CNN is what is left: its evaluation at the online crossing misses in most runs, and the
+next one waits for the larger share.
 
 After training (issue 14: its cost was 26 s of a 58 s run of ``kmeans_higgs``, as much as
 loading and training together), :class:`FinalEvaluation` gives the summary's
