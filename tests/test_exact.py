@@ -9,7 +9,7 @@ import pytest
 from flegel.algorithms.kmeans import KMeans
 from flegel.block import Block
 from flegel.protocol import EvalEnd, EvalReply, EvalRequest
-from flegel.runtime.exact import Evaluator, ExactObjective, id_checksum
+from flegel.runtime.exact import NEAR_BUDGET, Evaluator, ExactObjective, id_checksum
 from flegel.runtime.store import ShardStore, global_ids
 
 
@@ -163,3 +163,81 @@ def test_finish_leaves_no_request_unanswered():
 def test_budget_is_validated():
     with pytest.raises(ValueError, match="budget"):
         ExactObjective([1], 10, 0, budget=0.0)
+
+
+class Timed:
+    """Workers whose evaluation of θ ``{"t": t}`` takes ``cost_s`` and finds ``f(t)`` (every
+    point once): the timeline of a run, without data."""
+
+    def __init__(self, master: ExactObjective, f, cost_s: float) -> None:
+        self.master, self.f, self.cost_s = master, f, cost_s
+        self.now = 0.0
+        self.owed: list[tuple[float, int, EvalReply]] = []
+
+    def send_eval(self, rank: int, message: EvalRequest | EvalEnd) -> None:
+        if isinstance(message, EvalRequest):
+            value = self.f(float(message.theta["t"])) / len(self.master.ranks)
+            count = self.master.n_points if rank == self.master.ranks[0] else 0
+            checksum = self.master.checksum if count else 0
+            self.owed.append((self.now + self.cost_s, rank,
+                              EvalReply(message.id, [value], count, checksum, self.cost_s)))
+
+    def poll_evals(self) -> list[tuple[int, EvalReply]]:
+        out = [(r, m) for at, r, m in self.owed if at <= self.now]
+        self.owed = [o for o in self.owed if o[0] > self.now]
+        return out
+
+
+def timeline(f, online, target: float, near: bool, cost_s: float = 0.02,
+             step_s: float = 0.01, until_s: float = 4.0):
+    """Drive the master's scheduling as the server does (``Server.exact_step``: collect,
+    stop on an exact value at the target, else request when due), each barrier
+    ``step_s`` apart; ``online(t)``: the online objective at t.  ``near``: the server says
+    when the online objective reached the target (this branch), or never (main).
+    Returns the time of the stop (None: none by ``until_s``) and the master."""
+    master = ExactObjective([1, 2], 1000, 12345, budget=0.05)
+    wire = Timed(master, f, cost_s)
+    near_s = None
+    for k in range(int(until_s / step_s) + 1):
+        now = wire.now = k * step_s
+        if master.collect(wire, now) is not None and master.reached(target) is not None:
+            return now, master
+        if near and near_s is None and online(now) <= target:
+            near_s = now
+        if master.due(now, pass_s=cost_s, near_s=near_s):
+            master.request(wire, {"t": np.array(now)}, k, now)
+    return None, master
+
+
+def test_the_online_objective_reaching_the_target_asks_an_evaluation_at_once():
+    # f falls to 1 and crosses the target 1.001 at t = 1.22, just after an evaluation on
+    # the budget's schedule (0.38, 0.78, 1.18, ...); the online objective is f one barrier
+    # late (K-means' full-batch barrier: the losses of the θ before it).
+    def f(t: float) -> float:
+        return 1.0 + 0.001 * np.exp(3.0 * (1.22 - t))
+
+    target, crossing = 1.001, 1.22
+    stop, master = timeline(f, lambda t: f(t - 0.01), target, near=True)
+    assert stop is not None and crossing < stop <= crossing + 0.01 + 0.02 + 0.01
+    assert master.latest is not None and master.latest.value <= target  # exact, at target
+    # On the budget alone the evaluation after the crossing comes 20 costs after the last.
+    late, before = timeline(f, lambda t: f(t - 0.01), target, near=False)
+    assert late is not None and late - crossing > 0.35
+    # Nothing is spent sooner: up to the crossing both ran the same evaluations.
+    assert ([e.time_s for e in master.done if e.time_s < crossing]
+            == [e.time_s for e in before.done if e.time_s < crossing])
+
+
+def test_near_the_target_evaluations_take_a_larger_share_not_all_the_time():
+    # An online objective below the target long before f reaches it (SGD's noisy exact
+    # values): one evaluation at once, then evaluations within NEAR_BUDGET of the time.
+    def f(t: float) -> float:
+        return 2.0 - t / 2
+
+    stop, master = timeline(f, lambda t: 0.5, target=0.5, near=True, cost_s=0.1)
+    assert stop is not None
+    assert master.done[0].time_s == 0.0  # the crossing's evaluation, whatever it costs
+    for k, e in enumerate(master.done[1:], start=2):
+        # Each later one is within the larger share, and the share is not exceeded more.
+        assert k * 0.1 <= NEAR_BUDGET * (e.time_s + 0.1) + 1e-9
+    assert sum(e.cost_s for e in master.done) <= NEAR_BUDGET * stop + 0.1

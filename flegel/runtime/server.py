@@ -708,7 +708,8 @@ class Server:
                 self.theta = hit.theta
                 self._theta_serial += 1
                 self.finish(StopReason.TARGET)
-        if self.reason is None and ex.due(now, self.pass_s()):
+        # time_to_target: the online objective's crossing, which asks for an evaluation.
+        if self.reason is None and ex.due(now, self.pass_s(), self.time_to_target):
             ex.request(self.transport, self.theta, self.version, now)
 
     def final_evaluation(self, budget: float | None) -> FinalEvaluation:
