@@ -18,12 +18,16 @@ machine's load falls on both.  Prints each run, then per side the median of
   ``exit``: the wall time they do not cover (the last lines, ``MPI_Finalize``, the exit);
 
 and the paired differences b - a (median over rounds).  ``--job FILE`` times another job (it
-runs from the job's folder).  For the per-rank steps of one checkout, its imports and a
+runs from the job's folder).  ``--kernels N`` times instead, N rounds, what a worker's
+``kernels_ahead`` step does, in a fresh process of each side (the job read, the algorithm
+made, numba started and its compiled kernels loaded: ``bench/startup.py``'s ``--kernels``),
+in CPU seconds.  For the per-rank steps of one checkout, its imports and a
 profile, see ``bench/startup.py``.
 
     python bench/fixed_cost.py                       # main (python) vs this checkout, 5 rounds
     python bench/fixed_cost.py --runs 9 --algorithm nmf
     python bench/fixed_cost.py --a /work/main/.venv/bin/python --b .venv/bin/python
+    python bench/fixed_cost.py --kernels 8              # a worker's kernel loading alone
 
 Timings on a shared machine are noisy: compare the sides of one invocation, and say the load
 (printed at the start and the end).  Not a test: nothing here asserts.
@@ -40,7 +44,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from startup import PHASES, TRAINING_STEPS, _jobs, run
+from startup import PHASES, TRAINING_STEPS, _child_cpu, _jobs, run
 
 
 def _children_cpu() -> float:
@@ -71,6 +75,22 @@ def _line(fig: dict[str, float], keys: list[str]) -> str:
     return " ".join(f"{k} {fig[k]:5.2f}" for k in keys if k in fig)
 
 
+def kernels(sides: dict[str, str], job: Path, rounds: int) -> None:
+    """``--kernels``: a worker's kernel loading in a fresh process of each side, alternated
+    (after one warm-up each); each side's CPU seconds, medians and the paired difference."""
+    cpu: dict[str, list[float]] = {"a": [], "b": []}
+    for i in range(rounds + 1):
+        for side in ("ab" if i % 2 == 0 else "ba"):
+            seconds = _child_cpu(sides[side], job)[0]
+            if i:  # the first round warms numba's cache and the page cache
+                cpu[side].append(seconds)
+    for side in ("a", "b"):
+        print(f"  {side}: a worker's kernels_ahead, CPU s: median {_med(cpu[side]):.3f} (runs: "
+              f"{', '.join(f'{c:.2f}' for c in cpu[side])})")
+    print(f"  b - a, paired: median {_med([b - a for a, b in zip(cpu['a'], cpu['b'])]):+.3f}")
+    print(f"load average {' / '.join(f'{v:.1f}' for v in os.getloadavg())} at the end")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--a", default=None,
@@ -82,6 +102,8 @@ def main() -> None:
                     "cnn)")
     ap.add_argument("--job", type=Path, default=None, help="run this job file instead")
     ap.add_argument("--max-time", type=float, default=0.5, help="training seconds per run")
+    ap.add_argument("--kernels", type=int, default=0, metavar="N",
+                    help="N rounds of a worker's kernel loading alone instead (CPU seconds)")
     args = ap.parse_args()
     # The interpreter itself, not a version manager's shim on the path (pyenv's runs a shell
     # and pyenv before Python: CPU and wall time that side b would not pay).
@@ -96,6 +118,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fixed-cost-") as tmp:
         job = args.job.resolve() if args.job else _jobs(Path(tmp), [args.algorithm])[
             args.algorithm]
+        if args.kernels:
+            kernels(sides, job, args.kernels)
+            return
         for side, python in sides.items():  # warm numba's cache and the page cache
             one(python, job, Path(tmp) / f"warm-{side}", args.max_time)
         for i in range(args.runs):

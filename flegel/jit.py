@@ -256,8 +256,8 @@ def load_cached_lightly(compiled: Any) -> bool:
     and whatever Python objects its environment pickled import their own modules.  The light
     path does what loading needs of the refresh, ``rtsys.initialize`` (NRT: the kernels
     allocate arrays), then numba's own load.  A miss still compiles through numba's compiler,
-    which refreshes the context itself.  It saves every worker about 0.2 CPU-s of its start
-    (issue 19; ``python bench/startup.py --kernels 6``), with five ranks on two cores.
+    which refreshes the context itself.  It saves every worker 0.2-0.25 CPU-s of its start
+    (issue 19; ``python bench/fixed_cost.py --kernels 8``), with five ranks on two cores.
 
     The object code and its linking are numba's, so a loaded kernel computes bit for bit what
     the refreshed load gave.  Should the light load raise (a numba whose cached code needs a
