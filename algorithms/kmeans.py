@@ -29,7 +29,7 @@ import numpy as np
 
 from flegel import Algorithm, Block, DataInfo, PointState
 from flegel.device import DeviceKernels, to_host
-from flegel.jit import LazyKernel, njit
+from flegel.jit import LazyKernel, make_dispatcher, njit
 from flegel.validation import Integer
 
 # the module, not its kernel: the bounded kernel stays in its module's namespace
@@ -129,7 +129,8 @@ class _Threaded(LazyKernel):
             import numba
 
             globals().update(prange=numba.prange, _tile_kernel=self.dispatcher())
-            self._parallel = numba.njit(cache=True, nogil=True, parallel=True)(self.parallel_py)
+            self._parallel = make_dispatcher(self.parallel_py,
+                                             {"cache": True, "nogil": True, "parallel": True})
         return self._parallel
 
     def dispatcher(self) -> Callable[..., float]:

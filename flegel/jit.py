@@ -216,6 +216,87 @@ def after_first(obj: T, call: Callable[[T], object], wait: Callable[[], object])
     return loaded
 
 
+def make_dispatcher(fn: Callable[..., Any], options: dict[str, Any]) -> Callable[..., Any]:
+    """``numba.njit(**options)(fn)``, with what flegel adds to every kernel it makes: SciPy's
+    BLAS preloaded (:func:`preload_blas`), the refusal of :func:`without_compiling` listening,
+    and cache hits loaded without the full refresh of numba's target context
+    (:func:`load_cached_lightly`).  Imports numba.
+
+    Parameters
+    ----------
+    fn : callable
+        The kernel's Python source (numba-compilable).
+    options : dict
+        ``numba.njit`` options.
+
+    Returns
+    -------
+    callable
+        The numba dispatcher.
+    """
+    import numba
+
+    preload_blas()
+    if _REFUSING:  # numba imported just now, inside a without_compiling block
+        _listen()
+    compiled = numba.njit(**options)(fn)
+    load_cached_lightly(compiled)
+    return compiled
+
+
+def load_cached_lightly(compiled: Any) -> bool:
+    """Load ``compiled``'s (a numba dispatcher's) machine code from numba's on-disk cache
+    without first refreshing numba's whole target context; whether the light path is set.
+
+    numba's ``Cache.load_overload`` calls ``target_context.refresh()`` before each load
+    (numba 0.68, ``numba/core/caching.py``): it imports and installs every typing and lowering
+    registry numba has (``numba.np.*``, typed containers, jitclass, random, polynomials,
+    third-party extensions through their entry points) -- what compiling needs, not loading:
+    a cached kernel is object code, linked against numba's runtime (NRT) and helper library,
+    and whatever Python objects its environment pickled import their own modules.  The light
+    path does what loading needs of the refresh, ``rtsys.initialize`` (NRT: the kernels
+    allocate arrays), then numba's own load.  A miss still compiles through numba's compiler,
+    which refreshes the context itself.  It saves every worker 0.2-0.25 CPU-s of its start
+    (issue 19; ``python bench/fixed_cost.py --kernels 8``), with five ranks on two cores.
+
+    The object code and its linking are numba's, so a loaded kernel computes bit for bit what
+    the refreshed load gave.  Should the light load raise (a numba whose cached code needs a
+    registry after all), numba's own load runs instead; a numba without these internals, or
+    a dispatcher without an on-disk cache (``cache=False``), is left as it is.
+
+    Parameters
+    ----------
+    compiled : numba dispatcher
+        Made by ``numba.njit``; its cache's ``load_overload`` is replaced in place.
+
+    Returns
+    -------
+    bool
+        Whether the light path was set.
+    """
+    cache = getattr(compiled, "_cache", None)
+    full = getattr(cache, "load_overload", None)
+    load = getattr(cache, "_load_overload", None)
+    guard = getattr(cache, "_guard_against_spurious_io_errors", None)
+    if full is None or load is None or guard is None:
+        return False  # a NullCache (no cache=True), or another numba's internals
+    try:
+        from numba.core.runtime import rtsys
+    except ImportError:
+        return False
+
+    def load_overload(sig: Any, target_context: Any) -> Any:
+        try:
+            rtsys.initialize(target_context)
+            with guard():
+                return load(sig, target_context)
+        except Exception:  # noqa: BLE001 - anything the light path lacked: numba's own load
+            return full(sig, target_context)
+
+    cache.load_overload = load_overload  # type: ignore[union-attr]
+    return True
+
+
 class LazyKernel:
     """A function that becomes a numba dispatcher the first time it is called.
 
@@ -241,12 +322,7 @@ class LazyKernel:
     def dispatcher(self) -> Callable[..., Any]:
         """The numba dispatcher (``numba`` is imported here, the first time)."""
         if self._compiled is None:
-            import numba
-
-            preload_blas()
-            if _REFUSING:  # numba imported just now, inside a without_compiling block
-                _listen()
-            self._compiled = numba.njit(**self.options)(self.py_func)
+            self._compiled = make_dispatcher(self.py_func, self.options)
         return self._compiled
 
     def __call__(self, *args: Any) -> Any:

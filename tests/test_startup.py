@@ -187,6 +187,58 @@ def test_numba_blas_without_scipy_linalg():
     assert _python(code).strip() == "2.0"
 
 
+#: A K-means kernel call in a fresh process with one numba thread (the serial kernel, as in a
+#: rank), counting the refreshes of numba's target context: prints the call's cache hits and
+#: misses, the refreshes by then, a digest of its results, then (argv[1] == "float32") the
+#: refreshes after a call whose float32 kernel the cache lacks, compiled in the same process.
+LIGHT_LOAD = """
+import hashlib, sys
+import numpy as np
+from numba.core.base import BaseContext
+refreshes = []
+full = BaseContext.refresh
+BaseContext.refresh = lambda self: (refreshes.append(1), full(self))[1]
+import flegel.algorithms.kmeans as k
+
+def call(dtype):
+    rng = np.random.default_rng(0)
+    x, ct = rng.random((50, 7)).astype(dtype), rng.random((7, 4)).astype(dtype)
+    labels, scores = np.full(50, -1, np.int64), np.zeros(50)
+    k._assign_accumulate(x, ct, (ct ** 2).sum(0), labels, scores, np.zeros((4, 7)),
+                         np.zeros(4), 2048)
+    g = (ct ** 2).sum(0) + x @ (-2.0 * ct)
+    assert (labels == g.argmin(1)).all()
+    return hashlib.sha256(labels.tobytes() + scores.tobytes()).hexdigest()
+
+digest = call(np.float64)
+stats = k._assign_accumulate.dispatcher().stats
+print(sum(stats.cache_hits.values()), sum(stats.cache_misses.values()), len(refreshes), digest)
+if sys.argv[1:] == ["float32"]:
+    call(np.float32)
+    print(len(refreshes) > 0)
+"""
+
+
+def test_a_cached_kernel_loads_without_refreshing_numba(tmp_path):
+    """A kernel in numba's cache is loaded without the refresh of numba's target context
+    (flegel.jit.load_cached_lightly: 0.2 CPU-s a worker): the same results to the last bit
+    as the process that compiled it, and a kernel the cache lacks still compiles after it."""
+    env = {**child_env(), "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "NUMBA_NUM_THREADS": "1"}
+
+    def python(*args: str) -> list[str]:
+        out = subprocess.run([sys.executable, "-c", LIGHT_LOAD, *args], capture_output=True,
+                             text=True, timeout=300, env=env, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+
+    compiled = python()
+    assert compiled[:2] == ["0", "1"] and int(compiled[2]) > 0  # compiling refreshes
+    loaded = python("float32")
+    assert loaded[:3] == ["1", "0", "0"], loaded  # a hit, and no refresh
+    assert loaded[3] == compiled[3]
+    assert loaded[4] == "True"  # the float32 kernel compiled, refreshing as numba does
+
+
 def test_rank_clock_steps_do_not_follow_a_wall_clock_stepped_back(monkeypatch):
     """A step's length is on the monotonic clock: time.time() stepped back an hour between
     two marks (NTP) leaves the step's length what it was, not negative."""
