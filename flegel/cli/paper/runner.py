@@ -27,7 +27,10 @@ d1fa9c0) -- where the two measure alike (:func:`stands_for_run_to_target`).  Ful
 from one start takes the same steps in every run (the references' exact objectives recur,
 to the last digit, in the traces of that page's BSPB runs of GMM, FCM, LR and K-means);
 exact evaluations during training are requested on the same schedule with or without a
-target (``runtime.exact_budget``: the target only ends the run); and the reference evaluates
+target until the online objective reaches it (``runtime.exact_budget``; from then on a run to
+a target evaluates at once and more often, to stop soon: :mod:`flegel.runtime.exact`), so a
+run to the target stops no later than the reference's first exact evaluation at or below it
+would have stopped it; and the reference evaluates
 every snapshot of its trace after training (:data:`REFERENCE_TRACE_BUDGET`), as a run to a
 target does.  What differs is the trace's thinning (``flegel.runtime.server.Trace``): it
 keeps every θ version until it holds twice ``output.trace_points``, then every other one,
@@ -167,8 +170,9 @@ def stopping_evaluation(summary: dict[str, Any], target: float, max_time_s: floa
     ``target`` stops (:mod:`flegel.runtime.exact`, the target stop): the first of the
     summary's ``exact_objective.trace`` that is exact, at or below ``target`` and taken by
     ``max_time_s``; None where there is none (the run lasts ``max_time_s``).  Exact
-    evaluations are requested on the same schedule with or without a target (module
-    notes), so a reference's tells where a run to its target stops."""
+    evaluations are requested on the same schedule with or without a target until the
+    online objective reaches it, and sooner after (module notes), so a reference's tells
+    the latest a run to its target stops."""
     evaluations = (summary.get("exact_objective") or {}).get("trace") or []
     return next((e for e in evaluations
                  if e.get("exact") and e.get("objective") is not None
