@@ -37,19 +37,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from startup import PHASES, TRAINING_STEPS, _child_cpu, _jobs, run
-
-
-def _children_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
+from startup import PHASES, TRAINING_STEPS, _child_cpu, _jobs, _med, run
+from startup_bench import _children_cpu
 
 
 def one(python: str, job: Path, out: Path, max_time: float) -> dict[str, float]:
@@ -60,15 +54,16 @@ def one(python: str, job: Path, out: Path, max_time: float) -> dict[str, float]:
     t = r["timings"]
     fig = {"wall": r["wall"], "cpu": cpu}
     fig.update({p[:-2]: t[p] for p in PHASES if t.get(p) is not None})
-    fig["exit"] = r["wall"] - sum(t[p] or 0.0 for p in PHASES)
+    fig["exit"] = r["wall"] - sum(t.get(p) or 0.0 for p in PHASES)
     if "startup" in r:
         fig["ranks"] = sum(c for clock in r["startup"].values()
                            for name, _, c in clock["steps"] if name not in TRAINING_STEPS)
     return fig
 
 
-def _med(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
+def _load() -> str:
+    """The load averages (1/5/15 min), for the printed figures."""
+    return " / ".join(f"{v:.1f}" for v in os.getloadavg())
 
 
 def _line(fig: dict[str, float], keys: list[str]) -> str:
@@ -88,7 +83,7 @@ def kernels(sides: dict[str, str], job: Path, rounds: int) -> None:
         print(f"  {side}: a worker's kernels_ahead, CPU s: median {_med(cpu[side]):.3f} (runs: "
               f"{', '.join(f'{c:.2f}' for c in cpu[side])})")
     print(f"  b - a, paired: median {_med([b - a for a, b in zip(cpu['a'], cpu['b'])]):+.3f}")
-    print(f"load average {' / '.join(f'{v:.1f}' for v in os.getloadavg())} at the end")
+    print(f"load average {_load()} at the end")
 
 
 def main() -> None:
@@ -112,7 +107,7 @@ def main() -> None:
                                       cwd=tempfile.gettempdir()).stdout.strip()
     sides = {"a": args.a, "b": args.b}
     print(f"fixed_cost: {os.cpu_count()} cores, load average "
-          f"{' / '.join(f'{v:.1f}' for v in os.getloadavg())} at the start; a = {args.a}, "
+          f"{_load()} at the start; a = {args.a}, "
           f"b = {args.b}")
     figs: dict[str, list[dict[str, float]]] = {"a": [], "b": []}
     with tempfile.TemporaryDirectory(prefix="fixed-cost-") as tmp:
@@ -136,7 +131,7 @@ def main() -> None:
     diffs = {k: _med([fb[k] - fa[k] for fa, fb in zip(figs["a"], figs["b"])
                       if k in fa and k in fb]) for k in keys}
     print("  b - a, paired: " + " ".join(f"{k} {v:+.2f}" for k, v in diffs.items()))
-    print(f"load average {' / '.join(f'{v:.1f}' for v in os.getloadavg())} at the end")
+    print(f"load average {_load()} at the end")
 
 
 if __name__ == "__main__":

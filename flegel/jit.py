@@ -261,8 +261,15 @@ def load_cached_lightly(compiled: Any) -> bool:
 
     The object code and its linking are numba's, so a loaded kernel computes bit for bit what
     the refreshed load gave.  Should the light load raise (a numba whose cached code needs a
-    registry after all), numba's own load runs instead; a numba without these internals, or
-    a dispatcher without an on-disk cache (``cache=False``), is left as it is.
+    registry after all), numba's own load runs instead -- for errors Python sees only: a
+    symbol that some numba module registers with the linker only when imported would link
+    silently and fail at the call.  The one such module the refresh imports that loading
+    may need is ``numba.cpython.hashing`` (``_numba_hashsecret_*``: kernels that hash), so
+    the light path imports it (~19 ms); the parallel runtime is started by numba's own
+    reload step, which the light path keeps.  A numba whose ``Cache`` overrides
+    ``load_overload`` or lacks these internals, or a dispatcher without an on-disk cache
+    (``cache=False``), is left as it is (``pyproject.toml`` allows numba >= 0.58; this was
+    read on 0.68).
 
     Parameters
     ----------
@@ -281,11 +288,17 @@ def load_cached_lightly(compiled: Any) -> bool:
     if full is None or load is None or guard is None:
         return False  # a NullCache (no cache=True), or another numba's internals
     try:
+        import numba.cpython.hashing  # noqa: F401 - registers the hash secret's symbols
+        from numba.core.caching import Cache
         from numba.core.runtime import rtsys
     except ImportError:
         return False
+    if getattr(type(cache), "load_overload", None) is not Cache.load_overload:
+        return False  # a cache class of its own: its load is not "refresh, then load"
 
     def load_overload(sig: Any, target_context: Any) -> Any:
+        # A failure after a partial load repeats numba's reload steps in its own load:
+        # idempotent on 0.68 (the parallel runtime's launch is guarded).
         try:
             rtsys.initialize(target_context)
             with guard():

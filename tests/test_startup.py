@@ -239,6 +239,41 @@ def test_a_cached_kernel_loads_without_refreshing_numba(tmp_path):
     assert loaded[4] == "True"  # the float32 kernel compiled, refreshing as numba does
 
 
+def test_a_light_load_that_raises_falls_back_to_numbas_own_load(tmp_path, monkeypatch):
+    """flegel.jit.load_cached_lightly: where the light load raises, numba's own load runs
+    and still finds the cached kernel (the same result); a dispatcher without an on-disk
+    cache is left as it is."""
+    import importlib.util
+
+    import numba
+
+    from flegel.jit import load_cached_lightly
+
+    (tmp_path / "lightmod.py").write_text("def f(x):\n    return 2.0 * x + 1.0\n")
+    spec = importlib.util.spec_from_file_location("lightmod", tmp_path / "lightmod.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert not load_cached_lightly(numba.njit(cache=False)(mod.f))
+    first = numba.njit(cache=True)(mod.f)
+    assert first(3.0) == 7.0  # compiled, and saved beside lightmod.py
+
+    again = numba.njit(cache=True)(mod.f)
+    real, calls = again._cache._load_overload, []
+
+    def once(sig, ctx):
+        calls.append(sig)
+        if len(calls) == 1:
+            raise RuntimeError("a registry the light path lacked")
+        return real(sig, ctx)
+
+    monkeypatch.setattr(again._cache, "_load_overload", once, raising=False)
+    assert load_cached_lightly(again)
+    assert again(3.0) == 7.0
+    assert len(calls) == 2  # the light load raised, numba's own load ran
+    assert sum(again.stats.cache_hits.values()) == 1 and not again.stats.cache_misses
+
+
 def test_rank_clock_steps_do_not_follow_a_wall_clock_stepped_back(monkeypatch):
     """A step's length is on the monotonic clock: time.time() stepped back an hour between
     two marks (NTP) leaves the step's length what it was, not negative."""
