@@ -228,6 +228,16 @@ def test_the_online_objective_reaching_the_target_asks_an_evaluation_at_once():
             == [e.time_s for e in before.done if e.time_s < crossing])
 
 
+def near_share_kept(master: ExactObjective, near_s: float) -> None:
+    """Every evaluation after the one at the crossing kept, with those before it since,
+    within NEAR_BUDGET of the time from that one's end."""
+    since = [e for e in master.done if e.time_s >= near_s]
+    assert since, "no evaluation at the crossing"
+    start = since[0].done_s
+    for k, e in enumerate(since[1:], start=1):
+        assert k * e.cost_s <= NEAR_BUDGET * (e.time_s - start + e.cost_s) + 1e-9, (k, e)
+
+
 def test_near_the_target_evaluations_take_a_larger_share_not_all_the_time():
     # An online objective below the target long before f reaches it (SGD's noisy exact
     # values): one evaluation at once, then evaluations within NEAR_BUDGET of the time.
@@ -237,7 +247,19 @@ def test_near_the_target_evaluations_take_a_larger_share_not_all_the_time():
     stop, master = timeline(f, lambda t: 0.5, target=0.5, near=True, cost_s=0.1)
     assert stop is not None
     assert master.done[0].time_s == 0.0  # the crossing's evaluation, whatever it costs
-    for k, e in enumerate(master.done[1:], start=2):
-        # Each later one is within the larger share, and the share is not exceeded more.
-        assert k * 0.1 <= NEAR_BUDGET * (e.time_s + 0.1) + 1e-9
+    near_share_kept(master, 0.0)
     assert sum(e.cost_s for e in master.done) <= NEAR_BUDGET * stop + 0.1
+
+
+def test_a_late_crossing_does_not_spend_the_allowance_saved_before_it():
+    """The online objective reaches the target at 3 s, the exact one never does: after the
+    evaluation at the crossing the next waits for the larger share of the time since --
+    counted from the start of the run, 0.2 x 3 s saved up would go to six evaluations back
+    to back (review of ts)."""
+    stop, master = timeline(lambda t: 2.0, lambda t: 0.5 if t >= 3.0 else 2.0, target=0.5,
+                            near=True, cost_s=0.1, until_s=6.0)
+    assert stop is None
+    near_share_kept(master, 3.0)
+    since = [e for e in master.done if e.time_s >= 3.0]
+    assert since[0].time_s == 3.0 and len(since) >= 3
+    assert since[1].time_s - since[0].done_s >= 0.1 * (1 / NEAR_BUDGET - 1) - 0.01
