@@ -185,7 +185,11 @@ def sample_fraction(shard_points: Iterable[int], min_points: int = 0) -> float:
     --repeat 4 --most 0 --keep DIR``, ``bench/fsp_timeline.py DIR OUT --steps``), while its
     first θ came sooner (26 against 49 ms, 16 against 23, 39 against 50; 38 against 27).
     With a whole pass FSPV's θ sequence is BSPV's (the same objectives, 2,207,330 →
-    461,693 → 419,953 → ...) and its passes one block each, as BSPV's.  The shares of an
+    461,693 → 419,953 → ...) and its passes one block each, as BSPV's; then FSPV is level
+    with BSPV at best, its time per iteration deciding.  End to end the ratio moved within
+    its noise: 12 interleaved pairs a side (``--repeat 2 --most 0``, six sittings, load
+    8-17, pairs from 0.32x to 2.0x), BSPV / FSPV geometric means 0.84x, 0.89x, 0.88x at the
+    0.2, 0.5 and 1 s horizons against main's 0.89x, 0.86x, 0.87x.  The shares of an
     eighth (GMM's, FCM's, K-means' shards of the quick scale; NMF's at ``--scale 10``) keep
     their sample.
     """
