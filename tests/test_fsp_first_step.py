@@ -153,12 +153,43 @@ def test_no_sampled_first_step_where_it_must_not_apply(case):
 
 
 def test_shards_between_get_a_larger_share():
-    """Shards of 2,000 points: an eighth would be 250, so the share is raised to 1/2 (1,000
+    """Shards of 3,000 points: an eighth would be 375, so the share is raised to 1/3 (1,000
     points of the smallest shard, SAMPLE_MIN_POINTS) -- still a sample, not a whole pass."""
-    sim, _, _ = _kmeans(shard=2_000)
+    sim, _, _ = _kmeans(shard=3_000)
     first = sim.barrier_events()[0]
     assert first["workers"]["reason"] == ["batch"] * WORKERS
     assert first["workers"]["points"] == [1_000] * WORKERS
+
+
+def test_half_a_shard_is_a_whole_pass():
+    """Shards of 2,000 points (``flegel paper``'s NMF): the share would be 1/2, so the
+    calibration is a whole pass, as BSPV's (WHOLE_SAMPLE_SHARE), and every pass after it
+    starts at the shard's first row -- one piece, not two (a store's block never wraps past
+    the shard's end).  Before: a batch of 1,000 points, the cursor left mid-shard for good,
+    and FSPV's θ sequence not BSPV's."""
+    shard, starts = 2_000, []
+
+    def cursors(sim: Simulation, event: dict[str, Any]) -> None:
+        starts.append([sim.workers[r].shard.cursor for r in sim.ranks])
+
+    rng = np.random.default_rng(4)
+    x = rng.random((WORKERS * shard, 6)) @ rng.random((6, 12))
+    h0 = rng.random((3, 12)) + 0.1
+    theta0 = {"components": h0, "wtw": np.zeros((3, 3)), "wtx": np.zeros((3, 12))}
+    thetas = {}
+    for model, options in (("fsp", {}), ("bsp", {"batch": "full"})):
+        sim = Simulation(model, options, workers=WORKERS, data=x, theta0=theta0,
+                         algorithm=NMF(n_components=3, kernel="array"), cost_s=COST_S,
+                         latency_s=LATENCY_S, stop={"max_iterations": 4},
+                         on_barrier=cursors if model == "fsp" else None).run()
+        events = sim.barrier_events()
+        assert all(e["workers"]["points"] == [shard] * WORKERS for e in events), model
+        assert all(e["workers"]["reason"] == ["pass"] * WORKERS for e in events), model
+        thetas[model] = sim.server.theta
+    assert starts and all(c == [0] * WORKERS for c in starts), starts
+    # the same passes at the same θ: BSPV's sequence, up to the order of the sums
+    for key in ("wtw", "wtx", "components"):
+        np.testing.assert_allclose(thetas["fsp"][key], thetas["bsp"][key], rtol=1e-9)
 
 
 def test_the_kmeans_share_holds_fifty_points_per_cluster():

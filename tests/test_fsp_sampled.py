@@ -61,7 +61,9 @@ def test_sample_fraction_and_batch():
     assert sample_fraction([SAMPLE_MIN_POINTS, 80_000]) == 1.0  # all of a small shard
     assert sample_fraction([80_000, 16_000]) == SAMPLE_SHARE
     # The smallest shard gives SAMPLE_MIN_POINTS; the others the same share.
-    assert sample_fraction([2 * SAMPLE_MIN_POINTS, 80_000]) == 0.5
+    assert sample_fraction([3 * SAMPLE_MIN_POINTS, 80_000]) == pytest.approx(1 / 3)
+    # ... but half a shard or more is no sample: a whole pass (WHOLE_SAMPLE_SHARE)
+    assert sample_fraction([2 * SAMPLE_MIN_POINTS, 80_000]) == 1.0
     assert sample_batch(80_000, 1.0) == 0
     assert sample_batch(80_000, SAMPLE_SHARE) == 10_000
     assert sample_batch(11_067, 0.5) == 5_534
@@ -179,17 +181,17 @@ def test_a_late_starting_worker_trains_its_share_on_sorted_shards(coordination):
 
 
 def test_uneven_shards_give_the_same_share():
-    """Shards of [2000, 12200, 12200] points: the smallest gives its 1,000 points, half its
-    shard, and so do the others, so the sample is proportional to the shards -- a random
-    sample of the data.  (Before: a minimum per worker, shares of [1/2, 1/8, 1/8].)"""
+    """Shards of [3000, 11700, 11700] points: the smallest gives its 1,000 points, a third
+    of its shard, and so do the others, so the sample is proportional to the shards -- a
+    random sample of the data.  (Before: a minimum per worker, shares of [1/3, 1/8, 1/8].)"""
     x = _data(shuffled=False)
-    sizes = [2000, 12_200, 12_200]
+    sizes = [3000, 11_700, 11_700]
     sim = Simulation("fsp", {}, workers=WORKERS, shards=np.split(x, np.cumsum(sizes)[:-1]),
                      algorithm=GaussianMixture(n_components=3), cost_s=COST_S,
                      latency_s=LATENCY_S, stop={"max_iterations": 2}).run()
     first = sim.barrier_events()[0]
     assert first["workers"]["reason"] == ["batch"] * WORKERS
-    assert first["workers"]["points"] == [1000, 6100, 6100]
+    assert first["workers"]["points"] == [1000, 3900, 3900]
 
 
 def test_the_typical_pass_after_the_sample_is_the_lower_median():

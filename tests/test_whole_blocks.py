@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from flegel.algorithms.logreg import LogisticRegression
+from flegel.algorithms.nmf import NMF
 from flegel.protocol import Instructions
 from flegel.sync.whole_blocks import whole_on_course
-from tests.fakes import fspv_logreg
+from tests.fakes import Simulation, counting, fspv_logreg
 
 
 def _whole_passes(options: dict) -> tuple[Any, list[dict]]:
@@ -59,7 +61,8 @@ class _Port:
     (_Port(None, None, True), Instructions(), None, False),  # no block timed yet
     # straggler patterns whose delays have not come yet (a late or transient pattern)
     (_Port(1e-6, 1e-6, True, straggling=True), Instructions(), None, False),
-    (_Port(1e-6, 1e-6, False), Instructions(), None, False),  # gradient steps: no whole pass
+    # gradient steps: their calibration is a whole pass all the same (any algorithm's)
+    (_Port(1e-6, 1e-6, False), Instructions(), None, True),
     (_Port(1e-6, 1e-6, True), Instructions(batch=100), None, False),  # a sampled batch
     (_Port(1e-6, 1e-6, True), Instructions(cover=1), None, False),  # coverage
     (_Port(1e-6, 1e-6, True), Instructions(), object(), False),  # migration
@@ -75,3 +78,26 @@ def test_centralized_coordination_keeps_the_sizer_s_blocks():
     alg, events = _whole_passes({"coordination": "centralized"})
     assert len(alg.calls) > 3 * len(events) * 4, alg.calls
     assert max(alg.calls) <= 2 * 110, alg.calls
+
+
+def test_any_algorithms_calibration_takes_larger_blocks():
+    """NMF (no ``full_batch_update``), shards of 2,000 points at 5 µs a point (a 10 ms
+    pass), 1 ms blocks: its calibration is a whole pass (half a shard would be the sample:
+    ``sample_fraction``), and a whole pass without a timer is the iteration's rule, not the
+    algorithm's -- after the sizer's first block, blocks of BLOCK_GROWTH times its own.
+    Before: a sample of 1,000 points in the sizer's ramp from 64 points and its ~200-point
+    blocks."""
+    rng = np.random.default_rng(0)
+    workers, shard = 4, 2_000
+    x = rng.random((workers * shard, 6)) @ rng.random((6, 12))
+    alg = counting(NMF)(n_components=3, kernel="array")
+    sim = Simulation("fsp", {"interval": "multistage", "migration": {"mode": "off"}},
+                     workers=workers, data=x, algorithm=alg, cost_s=5e-6, block_ms=1.0,
+                     latency_s=50e-6, stop={"max_iterations": 1},
+                     theta0={"components": rng.random((3, 12)) + 0.1,
+                             "wtw": np.zeros((3, 3)), "wtx": np.zeros((3, 12))}).run()
+    first = sim.barrier_events()[0]
+    assert first["phase"] == "calibration"
+    assert first["workers"]["points"] == [shard] * workers
+    assert first["workers"]["reason"] == ["pass"] * workers
+    assert len(alg.calls) <= 4 * workers, alg.calls  # 64, then 4x the sizer's (~220)

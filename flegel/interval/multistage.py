@@ -134,6 +134,9 @@ SAMPLE_SHARE = 1.0 / 8.0
 #: points to fit -- a full covariance in d dimensions needs more than d; the bundled GMM of
 #: ``flegel paper`` has 8 components in 27 dimensions, 216 points for one each.
 SAMPLE_MIN_POINTS = 1000
+#: ... and a sample of at least this share of the smallest shard is no sample: the calibration
+#: is a whole pass (:func:`sample_fraction`, "Half a shard or more").
+WHOLE_SAMPLE_SHARE = 0.5
 #: The probe modes of :class:`MultiStage`.
 PROBE_MODES = ("interleaved", "rollback")
 #: The phases of :class:`MultiStage`'s plans that measure g(η) (Section 3.3): "probe" in
@@ -165,13 +168,38 @@ def sample_fraction(shard_points: Iterable[int], min_points: int = 0) -> float:
     of the pass then whole passes after 1.125 passes and the same 2 M-steps; FCM's 1e-3
     target after 9 passes against 8.125, 9 M-steps each.  Measured FSPV against BSPV runs:
     docs/benchmarks.md (issue 19, i19g).
+
+    **Half a shard or more** (:data:`WHOLE_SAMPLE_SHARE`; issue 19, Fig. 8): where the
+    floor raises the share to half the smallest shard or more, the calibration is a whole
+    pass, as BSPV's.  Such a sample saves at most half a pass, once, and costs on every
+    later pass: the store's blocks never wrap past a shard's end (they are views), so a pass
+    begun at the sample's end runs in two pieces for the rest of the run, and θ¹ from half
+    the data starts a trajectory of its own.  Measured on ``flegel paper``'s NMF (shards of
+    2,000 x 400, share 1/2, 4 workers on 2 shared cores, load 12-16): FSPV's passes took
+    two blocks ([1000, 1000]) against BSPV's one of 2,000, 0.43-0.84 ms of worker loop
+    outside the kernel per iteration against 0.34-0.52 ms (medians of 4 workers, 0.5 s
+    runs), the kernel 1.75 ms against 1.69 (fastest of 200, in-process); FSPV's θₖ lagged
+    BSPV's θₖ by 0.0-0.3 iterations up to k = 15 -- one barrier more to the 0.2 s horizon's
+    target in 4 of 4 pairs (5, 13, 13, 7 against 4, 12, 12, 6) -- and by 3.6-6.0 at k = 80
+    (the 1 s horizon; ``python bench/fsp_claims.py --only horizons --algorithms nmf
+    --repeat 4 --most 0 --keep DIR``, ``bench/fsp_timeline.py DIR OUT --steps``), while its
+    first θ came sooner (26 against 49 ms, 16 against 23, 39 against 50; 38 against 27).
+    With a whole pass FSPV's θ sequence is BSPV's (the same objectives, 2,207,330 →
+    461,693 → 419,953 → ...) and its passes one block each, as BSPV's; then FSPV is level
+    with BSPV at best, its time per iteration deciding.  End to end the ratio moved within
+    its noise: 12 interleaved pairs a side (``--repeat 2 --most 0``, six sittings, load
+    8-17, pairs from 0.32x to 2.0x), BSPV / FSPV geometric means 0.84x, 0.89x, 0.88x at the
+    0.2, 0.5 and 1 s horizons against main's 0.89x, 0.86x, 0.87x.  The shares of an
+    eighth (GMM's, FCM's, K-means' shards of the quick scale; NMF's at ``--scale 10``) keep
+    their sample.
     """
     sizes = list(shard_points)
     smallest = min(sizes, default=0)
     floor = max(SAMPLE_MIN_POINTS, min_points)
     if smallest <= floor:
         return 1.0
-    return min(1.0, max(SAMPLE_SHARE, floor / smallest))
+    share = max(SAMPLE_SHARE, floor / smallest)
+    return 1.0 if share >= WHOLE_SAMPLE_SHARE else share  # half a shard or more: a pass
 
 
 def sample_batch(shard_points: int, fraction: float) -> int:

@@ -231,9 +231,9 @@ class FSPWorker(WorkerPolicy):
     signal ends the iteration), and without a timer (the calibration and whole passes, where
     the master's bound pauses a straggler nobody predicted: with larger blocks a worker 20x
     slower answered that pause 4 times later, on the simulated clock) -- except a whole pass
-    of a full-batch algorithm (logistic regression) by a worker whose blocks carry no
-    straggler delays (:mod:`flegel.sync.whole_blocks`: such passes, the calibration's
-    included, ran in 2 to 67 blocks against BSPV's two).
+    (any algorithm's calibration, a full-batch algorithm's every one) by a worker whose blocks
+    carry no straggler delays (:mod:`flegel.sync.whole_blocks`: such passes ran in 2 to 67
+    blocks against BSPV's one or two).
 
     Data migration (Section 4.3) acts on the worker through its
     :class:`~flegel.balance.ports.MigrationPort`, which :meth:`attach` takes from it.
@@ -383,7 +383,7 @@ class FSPWorker(WorkerPolicy):
         before the worker's pass (class notes, "Blocks on course"): semi-centralized, with a
         timer, and the rest of the pass fits :data:`COURSE_MARGIN` times before it at the
         sizer's per-point cost with straggler delays (``slowed_point_s``); semi-centralized
-        without a timer, a whole pass of a full-batch algorithm by a worker not slowed
+        without a timer, a whole pass (the calibration, say) by a worker not slowed
         (:func:`~flegel.sync.whole_blocks.whole_on_course`; centralized coordination never
         sends a timer, so there an η iteration the master ends looks like a whole pass)."""
         if self._deadline is None:  # no timer: a whole pass (flegel.sync.whole_blocks)

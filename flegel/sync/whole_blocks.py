@@ -2,7 +2,8 @@
 (issue 19, Fig. 8; :class:`flegel.sync.fsp.FSPWorker`, "Blocks on course").
 
 An algorithm that declares ``full_batch_update`` (logistic regression's L-BFGS) runs FSP's
-calibration and, while no worker straggles, every iteration as a *whole pass*: no timer,
+calibration (as every algorithm does, below) and, while no worker straggles, every
+iteration as a *whole pass*: no timer,
 every worker trains its whole shard at θ, and only the master's bound
 (``FSP._whole_bound``, :data:`~flegel.sync.fsp.WHOLE_PASS_WAIT` times a typical pass) pauses
 a worker before its pass ends.  The block sizer sizes blocks to ``runtime.block_ms`` of
@@ -13,6 +14,19 @@ and the kernel's fixed work and the worker's turn for a core again.  Measured (`
 paper``'s logistic regression, 4 workers on 2 shared cores at a load of 8-9, ten runs each
 interleaved, 0.15 s): FSPV's first θ 23.3 ms and the target 118.8 ms after the start
 (medians), against BSPV's 16.7 and 90.1 ms; with these blocks 21.4 and 107.2 ms.
+
+**Any algorithm's calibration** (issue 19, Fig. 8, NMF).  The calibration is a whole pass
+without a timer for every algorithm (:class:`flegel.sync.fsp.FSP`, Notes), not only for a
+full-batch one, and so is a sampled calibration of half a shard or more
+(:func:`flegel.interval.multistage.sample_fraction`).  ``flegel paper``'s NMF (shards of
+2,000 x 400, seeded sizer) took it in 4 blocks ([191, 411, 997, 401] points) against
+BSPV's one of 2,000; each block costs the kernel's fixed work (a pass in one block 1.69 ms,
+in two 1.75 ms, fastest of 200 in-process) and 0.1-0.3 ms of the worker loop where ranks
+share cores (medians per iteration, 4 workers on 2 cores at a load of 10-16).  So the rule
+is the iteration's, not the algorithm's: no timer, no batch, no coverage, no migration.
+With it NMF's calibration took 2-5 blocks (median 3; 8 workers' in two runs at a load of
+11-15: [301, 1699], [301, 1552, 147]; 5 where the first block lost its core, so the sizer,
+which changes at most 4x a block, shrank and grew back).
 
 Such a worker therefore takes blocks of ``BLOCK_GROWTH`` times the sizer's, as a worker on
 course for its timer does -- unless its blocks carry straggler delays (a suspension or a
@@ -44,23 +58,21 @@ SLOWED_FACTOR = 2.0
 
 
 def whole_on_course(port: WorkerPort, instructions: Instructions, migrator: object) -> bool:
-    """Whether a worker's iteration without a timer is a whole pass of a full-batch
-    algorithm that only the master's bound can cut, by a worker not slowed: it takes blocks
-    of ``BLOCK_GROWTH`` times the sizer's (module notes).
+    """Whether a worker's iteration without a timer is a whole pass that only the master's
+    bound can cut (the calibration of any algorithm, every whole pass of a full-batch one),
+    by a worker not slowed: it takes blocks of ``BLOCK_GROWTH`` times the sizer's (module
+    notes).
 
     Parameters
     ----------
     port : WorkerPort
-        The worker: its block sizer's per-point costs, whether straggler patterns slow it
-        and its algorithm (``full_batch_update``).
+        The worker: its block sizer's per-point costs and whether straggler patterns slow it.
     instructions : Instructions
         The iteration's (no timer is the caller's test): no batch, no coverage.
     migrator : object or None
         The worker's data migration (None: not configured).
     """
     if instructions.batch > 0 or instructions.cover or migrator is not None:
-        return False
-    if not getattr(getattr(port, "algorithm", None), "full_batch_update", False):
         return False
     # a pattern's delays may start late or come and go (module notes); a port of the
     # protocol before `straggling` (a user's own) counts as not straggling
