@@ -333,36 +333,37 @@ def test_launched_run_reports_every_phase(tmp_path):
     assert [ln for ln in proc.stdout.splitlines() if ln.startswith("iter")][-1].endswith("done")
 
 
-@pytest.mark.mpi
-def test_progress_none_says_nothing(tmp_path):
-    proc = _launched(tmp_path, "output.progress=none")
-    assert not any(w in proc.stdout for _, w in PHASES), proc.stdout
-
-
-@pytest.mark.mpi
-def test_under_plain_mpirun_launch_s_is_null(tmp_path):
-    job = write_job(tmp_path / "job.yaml", **{**JOB, "output": {"progress": "none"}})
-    mpirun(job, 2, tmp_path / "out")
-    timings = summary(tmp_path / "out")["timings"]
-    assert timings["launch_s"] is None
-    assert all(v >= 0 for k, v in timings.items() if k != "launch_s")
-
-
-def _modules(tmp_path: Path) -> dict[str, set[str]]:
-    """Run the job through the launcher; each process's imported modules by who it was."""
+@pytest.fixture(scope="module")
+def quiet_launch(tmp_path_factory: pytest.TempPathFactory
+                 ) -> tuple[subprocess.CompletedProcess, dict[str, set[str]]]:
+    """One run through the launcher with ``output.progress=none``: its output, and each
+    process's imported modules by who it was (the tests below read this one run)."""
+    tmp_path = tmp_path_factory.mktemp("quiet")
     folder = tmp_path / "modules"
     folder.mkdir()
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE.format(folder=str(folder)))
-    env = child_env(site)
-    _launched(tmp_path, "output.progress=none", env=env)
-    return {p.name: set(p.read_text().split()) for p in folder.iterdir()}
+    proc = _launched(tmp_path, "output.progress=none", env=child_env(site))
+    return proc, {p.name: set(p.read_text().split()) for p in folder.iterdir()}
 
 
 @pytest.mark.mpi
-def test_run_path_imports_only_what_it_needs(tmp_path):
-    mods = _modules(tmp_path)
+def test_progress_none_says_nothing(quiet_launch):
+    proc, _ = quiet_launch
+    assert not any(w in proc.stdout for _, w in PHASES), proc.stdout
+
+
+@pytest.mark.mpi
+def test_under_plain_mpirun_launch_s_is_null(plain_run):
+    timings = summary(plain_run / "out")["timings"]
+    assert timings["launch_s"] is None
+    assert all(v >= 0 for k, v in timings.items() if k != "launch_s")
+
+
+@pytest.mark.mpi
+def test_run_path_imports_only_what_it_needs(quiet_launch):
+    _, mods = quiet_launch
     assert set(mods) == {"launcher", "0", "1", "2"}
     for who, names in mods.items():
         heavy = sorted(m for m in names if m.split(".")[0] in ("sklearn", "matplotlib"))
@@ -385,10 +386,10 @@ def test_run_path_imports_only_what_it_needs(tmp_path):
 
 
 @pytest.mark.mpi
-def test_master_and_launcher_do_not_import_numba(tmp_path):
+def test_master_and_launcher_do_not_import_numba(quiet_launch):
     """numba costs every process that imports it 0.3-1 s: the built-in kernels
     (flegel/jit.py) and the data parsers import it where a kernel first runs."""
-    mods = _modules(tmp_path)
+    _, mods = quiet_launch
     assert "numba" not in mods["launcher"] and "numba" not in mods["0"]
 
 
@@ -484,15 +485,23 @@ class Threaded(KMeans):
 '''
 
 
-@pytest.mark.mpi
-def test_ranks_end_after_their_threads(tmp_path):
-    """A rank ends without Python's module teardown, but as Python's exit would: after
-    its non-daemon threads."""
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One run under a plain mpirun (no launcher) of a K-means that leaves a thread running
+    at its end on every rank; its folder (the run in ``out``).  Two tests read it."""
+    tmp_path = tmp_path_factory.mktemp("plain")
     (tmp_path / "threaded.py").write_text(THREADED)
     job = write_job(tmp_path / "job.yaml", **{**JOB, "algorithm": "threaded:Threaded",
                                                "output": {"progress": "none"}})
     mpirun(job, 2, tmp_path / "out")
-    assert len(list((tmp_path / "marks").iterdir())) >= 3  # the master and both workers
+    return tmp_path
+
+
+@pytest.mark.mpi
+def test_ranks_end_after_their_threads(plain_run):
+    """A rank ends without Python's module teardown, but as Python's exit would: after
+    its non-daemon threads."""
+    assert len(list((plain_run / "marks").iterdir())) >= 3  # the master and both workers
 
 
 @pytest.mark.mpi
