@@ -147,11 +147,13 @@ class Algorithm:
         pass -- an eighth, raised so that the smallest shard gives 1,000 points
         (:func:`flegel.interval.multistage.sample_fraction`) -- when all of these hold:
         ``interval: multistage`` (FSPV) with ``probes: interleaved``, no ``eta_ms``,
-        ``shuffle`` on, no data migration, and every shard known and above 1,000 points;
-        otherwise a whole pass (with migration, ``cover_before_update``'s hold instead:
-        :func:`flegel.sync.fsp.sampled_calibration`).  FSP's default migration is async:
-        a plain ``fspv`` job keeps the whole first pass; ``migration: {mode: off}`` (the
-        ``fspv-off`` preset) takes the sample.  Default False.
+        ``shuffle`` on, no data migration, and every shard known and the sample less than
+        half the smallest (``WHOLE_SAMPLE_SHARE``: shards of more than 2,000 points at
+        the 1,000-point floor); otherwise a whole pass (with migration,
+        ``cover_before_update``'s hold instead: :func:`flegel.sync.fsp.sampled_calibration`).
+        FSP's default migration is async: a plain ``fspv`` job keeps the whole first pass;
+        ``migration: {mode: off}`` (the ``fspv-off`` preset) takes the sample.  Default
+        False.
     sampled_first_pass : bool
         Where ``sampled_first_step`` is taken, the next M-steps of the first pass may be too:
         the algorithm's M-step stands on a stratified estimate of each shard

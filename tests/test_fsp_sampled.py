@@ -64,6 +64,7 @@ def test_sample_fraction_and_batch():
     assert sample_fraction([3 * SAMPLE_MIN_POINTS, 80_000]) == pytest.approx(1 / 3)
     # ... but half a shard or more is no sample: a whole pass (WHOLE_SAMPLE_SHARE)
     assert sample_fraction([2 * SAMPLE_MIN_POINTS, 80_000]) == 1.0
+    assert sample_fraction([2 * SAMPLE_MIN_POINTS + 1, 80_000]) < 1.0  # just under half
     assert sample_batch(80_000, 1.0) == 0
     assert sample_batch(80_000, SAMPLE_SHARE) == 10_000
     assert sample_batch(11_067, 0.5) == 5_534

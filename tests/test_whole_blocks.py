@@ -1,6 +1,7 @@
 """Blocks of a whole pass (flegel/sync/whole_blocks.py; issue 19, Fig. 8): an FSP worker
-without a timer takes a full-batch algorithm's whole pass in blocks of BLOCK_GROWTH times the
-sizer's, unless its blocks carry straggler delays."""
+without a timer takes a whole pass (any algorithm's calibration, a full-batch algorithm's
+passes) in blocks of BLOCK_GROWTH times the sizer's, unless its blocks carry straggler
+delays."""
 
 from __future__ import annotations
 
@@ -42,30 +43,30 @@ def test_fspv_takes_logistic_regressions_whole_passes_in_larger_blocks():
 
 
 class _Port:
-    """What whole_on_course reads of a worker: its sizer's costs, whether straggler patterns
-    slow it and its algorithm."""
+    """What whole_on_course reads of a worker: its sizer's costs and whether straggler
+    patterns slow it (its algorithm is not read: any algorithm's whole pass is one)."""
 
-    def __init__(self, per: float | None, slowed: float | None, full_batch: bool,
-                 straggling: bool = False) -> None:
+    def __init__(self, per: float | None, slowed: float | None,
+                 straggling: bool = False, algorithm: Any = None) -> None:
         self.per_point_s = per
         self.slowed_point_s = slowed
         self.straggling = straggling
-        self.algorithm = LogisticRegression(solver="auto" if full_batch else "gd")
+        self.algorithm = algorithm if algorithm is not None else LogisticRegression()
 
 
 @pytest.mark.parametrize("port, instructions, migrating, on", [
-    (_Port(1e-6, 1e-6, True), Instructions(), None, True),
-    (_Port(1e-6, 1.5e-6, True), Instructions(), None, True),
+    (_Port(1e-6, 1e-6), Instructions(), None, True),
+    (_Port(1e-6, 1.5e-6), Instructions(), None, True),
     # a straggler's delays (an injected suspension, a persistent slowdown): the sizer's blocks
-    (_Port(1e-6, 20e-6, True), Instructions(), None, False),
-    (_Port(None, None, True), Instructions(), None, False),  # no block timed yet
+    (_Port(1e-6, 20e-6), Instructions(), None, False),
+    (_Port(None, None), Instructions(), None, False),  # no block timed yet
     # straggler patterns whose delays have not come yet (a late or transient pattern)
-    (_Port(1e-6, 1e-6, True, straggling=True), Instructions(), None, False),
-    # gradient steps: their calibration is a whole pass all the same (any algorithm's)
-    (_Port(1e-6, 1e-6, False), Instructions(), None, True),
-    (_Port(1e-6, 1e-6, True), Instructions(batch=100), None, False),  # a sampled batch
-    (_Port(1e-6, 1e-6, True), Instructions(cover=1), None, False),  # coverage
-    (_Port(1e-6, 1e-6, True), Instructions(), object(), False),  # migration
+    (_Port(1e-6, 1e-6, straggling=True), Instructions(), None, False),
+    # an algorithm without full-batch updates: its calibration is a whole pass all the same
+    (_Port(1e-6, 1e-6, algorithm=NMF(n_components=2)), Instructions(), None, True),
+    (_Port(1e-6, 1e-6), Instructions(batch=100), None, False),  # a sampled batch
+    (_Port(1e-6, 1e-6), Instructions(cover=1), None, False),  # coverage
+    (_Port(1e-6, 1e-6), Instructions(), object(), False),  # migration
 ])
 def test_whole_on_course(port, instructions, migrating, on):
     assert whole_on_course(port, instructions, migrating) is on  # type: ignore[arg-type]

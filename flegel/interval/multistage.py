@@ -148,7 +148,8 @@ def sample_fraction(shard_points: Iterable[int], min_points: int = 0) -> float:
     """The share of every worker's shard in FSPV's sampled calibration: :data:`SAMPLE_SHARE`,
     raised so that the smallest shard gives :data:`SAMPLE_MIN_POINTS` (or ``min_points``, the
     algorithm's, if more: :func:`flegel.sync.fsp.sample_share`); 1.0 (a whole pass) when
-    that is all of a shard, or a shard's size is unknown (0).
+    that is half a shard or more (:data:`WHOLE_SAMPLE_SHARE`), or a shard's size is unknown
+    (0).
 
     One share for the job, not a minimum per worker: every worker contributes the same share
     of its shard in its shuffled order, so the sample is stratified over the shards in

@@ -507,7 +507,7 @@ def sample_share(shard_points: Sequence[int], min_points: int = 0) -> float:
     """The share of every shard in FSPV's sampled calibration:
     :func:`~flegel.interval.multistage.sample_fraction`, raised further so that the smallest
     shard gives ``min_points`` (the algorithm's ``sample_min_points``: K-means' 50 points per
-    cluster); 1.0, a whole pass, when that is all of a shard.
+    cluster); 1.0, a whole pass, when that is half a shard or more.
 
     :data:`~flegel.interval.multistage.SAMPLE_MIN_POINTS` ignores the model's size: with K
     near the sample's size clusters sit on 0-2 points of it and θ¹'s centres are noise
@@ -586,7 +586,8 @@ class FSP(BarrierPolicy):
     **The sampled calibration** (issue 19, Fig. 8; FSPV with interleaved probes, shuffled
     shards, an algorithm with ``sampled_first_step``).  The calibration then ends when every
     worker has trained the same share of its shard (an eighth, more if the smallest shard
-    would give under 1,000 points: :func:`~flegel.interval.multistage.sample_fraction`; a
+    would give under 1,000 points, a whole pass from half a shard on:
+    :func:`~flegel.interval.multistage.sample_fraction`; a
     batch, ``Reason.BATCH``), bounded as a whole pass is (:meth:`_whole_bound`, scaled to a
     pass): the first M-step is incremental EM's on a random sample stratified in proportion
     to the shards (Neal & Hinton), and the rest of the first

@@ -59,9 +59,9 @@ SLOWED_FACTOR = 2.0
 
 def whole_on_course(port: WorkerPort, instructions: Instructions, migrator: object) -> bool:
     """Whether a worker's iteration without a timer is a whole pass that only the master's
-    bound can cut (the calibration of any algorithm, every whole pass of a full-batch one),
-    by a worker not slowed: it takes blocks of ``BLOCK_GROWTH`` times the sizer's (module
-    notes).
+    bound can cut (any whole pass without a timer: the calibration, K-means' pass closing
+    the sampled first pass, a full-batch algorithm's whole passes), by a worker not slowed:
+    it takes blocks of ``BLOCK_GROWTH`` times the sizer's (module notes).
 
     Parameters
     ----------
