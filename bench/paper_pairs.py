@@ -14,6 +14,7 @@ Usage::
     python bench/paper_pairs.py [--algorithm cnn] [--partition contiguous]
         [--syncs bspv,fspv-off,fspv-async] [--stragglers injected:tau=32,workers=1]
         [--repeat 3] [--set KEY=VALUE ...] [--target F] [--keep DIR] [--phases]
+        [--straggler]
 
 Imports whichever ``flegel`` the interpreter finds (no path of its own), so the same file
 measures another checkout: ``cd /tmp && python /path/to/bench/paper_pairs.py`` with that
@@ -85,6 +86,41 @@ def phases(r: RunResult) -> str | None:
             f"{mean_ms(before)}/{mean_ms(after)}  longest {1e3 * max(times, default=0):.0f} ms")
 
 
+def straggler(r: RunResult) -> str | None:
+    """The slow worker's first pass (``--straggler``), from a run's events.jsonl: when its
+    first full pass was committed (under FSPV on contiguous shards of sorted data, without
+    migration, a one-pass problem reaches the target no sooner: the slow shard's points have
+    no statistics before), over how many barriers, how many of its commits carried no point,
+    and the sums of its iterations' elapsed times and its waits for θ up to then (BSPV's
+    straggler makes the pass in one iteration; issue 19, brief gm).  The slow worker is the
+    first of the summary's stragglers, else the one with the fewest passes.  None without
+    events.jsonl."""
+    s: dict[str, Any] = r.summary or {}
+    path = Path(r.folder) / "events.jsonl"
+    if not path.exists():
+        return None
+    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not events:
+        return None
+    slow = s.get("stragglers") or []
+    ranks = events[0]["workers"]["rank"]
+    last = events[-1]["workers"]["passes"]
+    rank = int(slow[0]["rank"]) if slow else ranks[min(range(len(ranks)), key=last.__getitem__)]
+    i = ranks.index(rank)
+    elapsed = waited = 0.0
+    empty = 0
+    for e in events:
+        w = e["workers"]
+        elapsed += w["compute_s"][i]
+        waited += w["wait_s"][i]
+        empty += w["points"][i] == 0
+        if w["passes"][i] >= 1.0:
+            return (f"    straggler {rank}: first pass at {e['time_s']:.3f} s after "
+                    f"{e['t']} barriers, {empty} commits of no point; iterations "
+                    f"{elapsed:.3f} s, waits for θ {waited:.3f} s")
+    return f"    straggler {rank}: no full pass in {len(events)} barriers"
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--algorithm", default="cnn")
@@ -103,6 +139,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--phases", action="store_true",
                     help="also print where each run's time went (calibration, first "
                          "migration round, iterations and their mean length, the longest)")
+    ap.add_argument("--straggler", action="store_true",
+                    help="also print when the slow worker's first full pass came, its "
+                         "commits of no point, its iterations' and waits' sums up to it")
     args = ap.parse_args(argv)
     syncs = args.syncs.split(",")
     with tempfile.TemporaryDirectory(prefix="paper-pairs-") as tmp:
@@ -125,9 +164,10 @@ def main(argv: list[str] | None = None) -> None:
                 r = runner.run(args.algorithm, args.partition, preset, args.stragglers, sets)
                 times[s].append(r.time)
                 print(f"  round {k} {s:12} {describe(r)}", flush=True)
-                line = phases(r) if args.phases else None
-                if line is not None:
-                    print(line, flush=True)
+                for on, what in ((args.phases, phases), (args.straggler, straggler)):
+                    line = what(r) if on else None
+                    if line is not None:
+                        print(line, flush=True)
         base = statistics.median(t.s for t in times[syncs[0]])
         print(f"median time to target (s), and {syncs[0]}'s median over it "
               "('>': a run did not reach the target, its time is a lower bound, and so is a "
