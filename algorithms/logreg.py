@@ -633,17 +633,21 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
         test), every estimate in θ taken at θ this iteration (``fresh_count`` is
         ``shard_count``: no worker's estimate is an older θ's or pooled earlier windows),
         and the shards without an estimate, if any, stood for by the batch mean of their
-        workers' blocks.  Each shard's loss sum is then its worker's ``n / m`` times its
-        window's (a fast worker's whole shard: its exact sum), as the gradient of
+        workers' blocks (on shuffled shards every stratum is off: the batch mean at θ, as
+        the gradient step's).  Each shard's loss sum is then its worker's ``n / m`` times
+        its window's (a fast worker's whole shard: its exact sum), as the gradient of
         :meth:`_stratified_mean` is: an estimate of θ's objective from points at θ alone,
-        never a sum of losses seen at other θ."""
+        never a sum of losses seen at other θ.  None without a stratum on any worker (data
+        migration, one instance shared in a process): no block sends ``unstrat_*`` then."""
         if _FRESH_KEYS[0] not in agg:
             return None
         est = float(theta["shard_count"][0])
         fresh = float(agg["fresh_count"][0])
         rest = float(agg[_UNSTRAT_KEYS[2]][0])
-        if est < 0.5 or abs(fresh - est) > 0.5 or (est < n - 0.5 and rest <= 0.0):
+        if abs(fresh - est) > 0.5 or (est < n - 0.5 and rest <= 0.0):
             return None
+        if est < 0.5 and rest < float(agg["count"]) - 0.5:
+            return None  # a block neither estimated nor batch-mean (a stratum not armed)
         loss = float(agg["fresh_loss"][0])
         if est < n - 0.5:
             loss += (n - est) / rest * float(agg["unstrat_loss"][0])
