@@ -345,3 +345,81 @@ def test_update_block_estimate_across_layouts(case):
         step = alg.update_parameter(agg | {"count": float(m)}, theta)
         assert not step["intercept"].any()
     assert not agg["unstrat_count"].any()
+
+
+def test_the_fresh_estimate_adds_up_within_a_window():
+    """``fresh_loss`` and ``fresh_count`` (the estimate a window at its θ alone makes): a
+    window's blocks under MIN_POINTS send zeros, the block that takes it to MIN_POINTS
+    n/m times the window's loss sum and n, so a commit's pieces add up to its last block's
+    estimate; a next window under MIN_POINTS (pooled with older ones: not at its θ alone)
+    sends zeros -- its commit is no stratified batch at θ."""
+    n = 2_000
+    rng = np.random.default_rng(11)
+    x, y = rng.normal(size=(60, D)), np.zeros(60, dtype=np.int64)
+    alg = LogisticRegression(kernel="array")
+    theta = _theta(alg, n)
+    theta["coef"] = rng.normal(size=D)
+    stratum = alg.stratify(n)
+    assert stratum is not None
+    stratum.arm()
+    for t, blocks in ((1, 2), (2, 1)):
+        sent = {"fresh_loss": 0.0, "fresh_count": 0.0}  # one commit's
+        losses = []
+        for i in range(blocks):
+            agg = alg.update_block(Block.from_arrays(x, y, alg.init_state(60, D)), theta, t)
+            losses.append(float(agg["loss"]))
+            for k in sent:
+                sent[k] += float(agg[k][0])
+            if i == 0:  # 60 < MIN_POINTS: no estimate at θ alone yet
+                assert sent == {"fresh_loss": 0.0, "fresh_count": 0.0}
+        if t == 1:
+            assert sent["fresh_count"] == pytest.approx(n)
+            assert sent["fresh_loss"] == pytest.approx(n / 120 * sum(losses))
+    assert stratum.on  # the pooled estimate stays in θ, only not as a fresh one
+    assert 60 < MIN_POINTS <= 120
+
+
+def _stratified_agg(alg: LogisticRegression, theta: dict[str, np.ndarray], x: np.ndarray,
+                    y: np.ndarray, fresh: float) -> dict:
+    """An aggregate at θ whose shard estimates are the exact sums of ``x``, ``y`` (every
+    shard estimated, n points) but whose batch holds a tenth of them; ``fresh``: the
+    points of the estimates taken at θ this iteration."""
+    n = len(x)
+    exact = alg.update_block(Block.from_arrays(x, y, alg.init_state(n, D)), theta, 1)
+    part = alg.update_block(Block.from_arrays(x[: n // 10], y[: n // 10],
+                                              alg.init_state(n // 10, D)), theta, 1)
+    return part | {"shard_grad_coef": exact["grad_coef"],
+                   "shard_grad_intercept": exact["grad_intercept"],
+                   "shard_count": np.array([float(n)]), "fresh_count": np.array([fresh]),
+                   "fresh_loss": np.array([float(exact["loss"])])}
+
+
+def test_a_stratified_batch_at_theta_takes_the_l_bfgs_step():
+    """An aggregate whose every point is at θ and whose every shard's estimate was taken at
+    θ this iteration (``fresh_count`` = n) takes the step a full batch with those sums
+    takes (L-BFGS's), not Eq. (1)'s gradient step; where one shard's estimate is an older
+    θ's (``fresh_count`` short of n) the gradient step, as before."""
+    n = 400
+    rng = np.random.default_rng(12)
+    x = rng.normal(size=(n, D))
+    y = (x @ rng.normal(size=D) > 0).astype(np.int64)
+    full_alg, strat_alg, stale_alg = (LogisticRegression(learning_rate=0.5, kernel="array")
+                                      for _ in range(3))
+    theta = _theta(full_alg, n)
+    full = full_alg.zero_aggregator(theta) | full_alg.update_block(
+        Block.from_arrays(x, y, full_alg.init_state(n, D)), theta, 1)
+    want = full_alg.update_parameter(full, theta)
+    got = strat_alg.update_parameter(_stratified_agg(strat_alg, theta, x, y, n), theta)
+    np.testing.assert_allclose(got["coef"], want["coef"], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got["intercept"], want["intercept"], rtol=1e-9, atol=1e-12)
+    stale = stale_alg.update_parameter(_stratified_agg(stale_alg, theta, x, y, n / 2), theta)
+    g = full["grad_coef"] / n + stale_alg.alpha * theta["coef"]
+    np.testing.assert_allclose(stale["coef"], theta["coef"] - 0.5 * g, rtol=1e-9)
+
+
+def test_fspv_with_a_straggler_on_sorted_shards_takes_l_bfgs_steps():
+    """The straggler's estimate at θ makes most aggregates stratified batches at θ, so
+    FSPV takes L-BFGS's steps: within 1 % of the optimum after 5 barriers.  Measured on
+    the simulated clock: +0.17 % (gradient steps only, as before: +7.52 %; after 30
+    barriers +0.18 %)."""
+    assert _fspv_off(True, 5) < 0.01
