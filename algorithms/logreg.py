@@ -9,6 +9,11 @@ computed at.  ``update_parameter`` looks at the aggregate:
   or a one-process full pass) gives the exact objective and gradient, and with
   ``solver="auto"`` (or ``"lbfgs"``) one L-BFGS evaluation follows (:mod:`._quasinewton`),
   as scikit-learn's default solver does;
+* a **stratified batch at θ** (FSP's partial aggregates whose every point is at θ and every
+  shard's estimate taken at θ this iteration, module notes below) gives estimates of them,
+  and one L-BFGS evaluation marked as estimated follows: it is never Armijo-tested, its
+  curvature pairs are screened and its step bounded, and the next exact evaluation re-bases
+  the line search (:meth:`._quasinewton.LBFGS.step`);
 * anything else (BSPV, FSP, ASP, SSP, ...: partial or stale sums) takes the gradient step of
   Eq. (1), ``θ ← θ − η_t (Σ_B ∇F_i / |B| + α θ)``.  With ``learning_rate="auto"`` the step is
   taken in internally standardised coordinates (the features' mean and deviation from the
@@ -37,12 +42,18 @@ worker's estimate was taken on this iteration's window alone (at least
 ``_stratum.MIN_POINTS`` points, none pooled from an older θ: ``fresh_count`` equals θ's
 ``shard_count``) is a *stratified batch at θ*: each shard's objective and gradient sums
 estimated from its points at θ (a fast worker's whole shard: exact), the shards without an
-estimate (shuffled) by the batch mean of their blocks at θ.  It takes the L-BFGS step a
-full batch takes, on those estimates (never ``tol``'s test).  With one straggler FSP runs
-no whole passes, so before this every update was Eq. (1)'s gradient step, and at the
-paper's η = 0.5 the quick LR data needs ~347 of them to the +1 % target against 6-7
-L-BFGS evaluations on full batches (one process, exact sums): at a barrier of 10-25 ms
-on the shared development machine FSPV needed 3.4-3.7 s or never got there in 4 s.  Offline
+estimate (shuffled) by the batch mean of their blocks at θ.  It takes an L-BFGS step on
+those estimates, marked as estimated (never ``tol``'s test): two estimates are of different
+samples, so an estimate is never Armijo-tested nor the reference of an exact evaluation's
+test (a lucky-low one kept as the reference rejected every later exact point: a straggler
+until 0.03 s simulated, then 142 exact evaluations, none accepted), a pair with an
+estimated end is kept only with a plausible curvature and dropped at the next exact
+evaluation, and the step grows at most twofold per evaluation (``LBFGS.step``).
+With one straggler FSP runs no whole passes, so before this every update was Eq. (1)'s
+gradient step, and at the paper's η = 0.5 the quick LR data needs ~347 of them to the +1 %
+target against 6-7 L-BFGS evaluations on full batches (one process, exact sums): at a
+barrier of 10-25 ms on the shared development machine FSPV needed 3.4-3.7 s or never got
+there in 4 s.  Offline
 (the straggler's shard one of four, the others exact; the project's L-BFGS): a window of
 160 / 400 / 1,000 points of the straggler's shard at each θ reaches the target in 9 / 7 / 6
 evaluations; one every fourth θ and gradient steps between in 21.  A window only at an
@@ -246,8 +257,9 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
         Lipschitz estimate of the data's sample), a number (> 0) is η₀ in the original
         coordinates.  L-BFGS iterations need none.
     solver : {"auto", "lbfgs", "gd"}, default="auto"
-        ``auto`` and ``lbfgs``: L-BFGS whenever an aggregate is a full batch at the current θ,
-        gradient steps otherwise; ``gd``: always gradient steps (Eq. 1, the paper's LR).
+        ``auto`` and ``lbfgs``: L-BFGS whenever an aggregate is a full batch at the current θ
+        (exact) or, under FSP, a stratified batch at θ (estimated), gradient steps otherwise;
+        ``gd``: always gradient steps (Eq. 1, the paper's LR).
     tol : float or None, default=None
         Stop once the largest entry of the mean objective's gradient is at most ``tol``
         (scikit-learn's ``tol`` of ``LogisticRegression``); None: only the job's ``stop``
@@ -592,10 +604,11 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
 
     def update_parameter(self, agg: dict, theta: dict[str, np.ndarray]) -> dict:
         """θ one version on (module notes): the shard estimates' changes added to θ; a full
-        batch at θ takes the L-BFGS step on the batch's exact sums; anything else a gradient
-        step on the batch mean or, under :meth:`stratify`, on the stratified mean
+        batch at θ takes the L-BFGS step on the batch's exact sums, a stratified batch at θ
+        (:meth:`_stratified_batch`) an estimated L-BFGS step on the stratified mean
         (:meth:`_stratified_mean`: the estimates in θ, and the batch mean of the workers
-        without one for their shards' points)."""
+        without one for their shards' points); anything else a gradient step on the batch
+        mean or, under :meth:`stratify`, on the stratified mean."""
         theta = self._with_shards(agg, theta)
         count = float(agg["count"])
         if count <= 0.0:
@@ -703,11 +716,11 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
         FSP, BSPV with an occasional short batch --, a roll-back) the line search restarts
         at θ with the curvature memory kept (:meth:`LBFGS.restart`), so a run whose
         aggregates are only sometimes full batches keeps the quasi-Newton progress of the
-        earlier ones (issue 19).  Only aggregates whose every point is at θ reach here:
-        L-BFGS's Armijo test and its pairs compare objectives and gradients of θ, exact or
-        each shard's estimated from its points at θ; a stale aggregate, or a shard's
-        estimate from an older θ, never feeds them.  A fresh machine starts only with the
-        run (or a resumed one: the memory is never saved).
+        earlier ones (issue 19).  Only aggregates whose every point is at θ reach here: a
+        stale aggregate, or a shard's estimate from an older θ, never feeds L-BFGS.  The
+        Armijo test compares exact evaluations only; an estimate is taken without it, its
+        pairs screened and its step bounded (``exact``; :meth:`LBFGS.step`).  A fresh
+        machine starts only with the run (or a resumed one: the memory is never saved).
         """
         pre = Preconditioner(theta["shift"], theta["scale"])
         step = float(theta["step"][0])
@@ -717,11 +730,11 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
             g_u[g_coef.size:] = 0.0
         if self._lbfgs is None:
             self._lbfgs = LBFGS(float(theta["lipschitz"][0]))
-            nxt = self._lbfgs.step(u, f, g_u)
+            nxt = self._lbfgs.step(u, f, g_u, exact)
         elif self._trial_step != step:
-            nxt = self._lbfgs.restart(u, f, g_u)
+            nxt = self._lbfgs.restart(u, f, g_u, exact)
         else:
-            nxt = self._lbfgs.step(u, f, g_u)
+            nxt = self._lbfgs.step(u, f, g_u, exact)
         if exact and self._lbfgs.accepted and self._met_tol(g_coef, g_int):
             self._converged = True
             nxt = u  # stay at the iterate that met the tolerance
