@@ -115,7 +115,7 @@ from ._common import (
     validate_init_file,
 )
 from ._quasinewton import LBFGS, Preconditioner
-from ._stratum import MIN_POINTS, GradientStratum
+from ._stratum import GradientStratum
 
 _SCHEDULES = ("constant", "invscaling")
 _INITS = ("zeros",)
@@ -578,15 +578,15 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
     def _fresh_piece(self, stratum: GradientStratum, t: int) -> dict[str, np.ndarray]:
         """This block's change of the worker's *fresh* estimate (:data:`_FRESH_KEYS`): its
         shard's loss sum ``n / m · L`` and points ``n`` where its estimate is taken on
-        iteration ``t``'s window alone (at least :data:`MIN_POINTS` points, so the stratum
-        pooled no earlier window: every point at this block's θ), else zeros.  Sent as the
-        change since the window's last block, so a commit's pieces add up to the estimate
-        its last block made."""
+        iteration ``t``'s window alone (at least ``_stratum.MIN_POINTS`` points, so the
+        stratum pooled no earlier window: every point at this block's θ; the stratum's
+        ``fresh_estimate``), else zeros.  Sent as the change since the window's last block,
+        so a commit's pieces add up to the estimate its last block made."""
         last_t, last_loss, last_count = self._fresh
         if last_t != t:
             last_loss = last_count = 0.0
         loss = count = 0.0
-        if stratum.on and stratum.t == t and stratum.sampled >= MIN_POINTS:
+        if stratum.on and stratum.t == t and stratum.fresh_estimate:
             loss = stratum.n / stratum.sampled * float(stratum.fresh["shard_loss"][0])
             count = float(stratum.n)
         self._fresh = (t, loss, count)

@@ -376,6 +376,7 @@ def test_the_fresh_estimate_adds_up_within_a_window():
         if t == 1:
             assert sent["fresh_count"] == pytest.approx(n)
             assert sent["fresh_loss"] == pytest.approx(n / 120 * sum(losses))
+        assert stratum.fresh_estimate == (t == 1)  # t = 2: pooled with t = 1's window
     assert stratum.on  # the pooled estimate stays in θ, only not as a fresh one
     assert 60 < MIN_POINTS <= 120
 
