@@ -114,6 +114,12 @@ class LBFGS:
     a line search that shrinks below round-off, resets the memory to a steepest-descent step
     of length ``1 / lipschitz``.
 
+    An evaluation may be an estimate (``exact=False``: a stratified batch at θ, a sample of
+    a straggler's shard; issue 19): it is taken without the Armijo test, its curvature pair
+    screened (:data:`MU`, :data:`CAP`) and its step bounded (:data:`GROWTH`), and the first
+    exact evaluation after it re-bases the line search and drops the pairs with an
+    estimated end (:meth:`step`).
+
     Parameters
     ----------
     lipschitz : float
@@ -123,6 +129,16 @@ class LBFGS:
     c1 : float, default=1e-4
         Armijo constant.
     """
+
+    #: The curvature an estimated pair must show along s, as a share of ``lipschitz``.
+    MU = 1e-3
+    #: How far above ``lipschitz`` an estimated pair's ``yᵀy / sᵀy`` may be (L is itself
+    #: estimated from a sample).
+    CAP = 4.0
+    #: An estimated iterate's step is at most this many times the last move (or the
+    #: steepest-descent step ``|∇f| / lipschitz``, if longer): a trust region growing
+    #: geometrically, so a direction built on noisy pairs cannot jump far.
+    GROWTH = 2.0
 
     def __init__(self, lipschitz: float, memory: int = 10, c1: float = 1e-4) -> None:
         self.lipschitz = float(lipschitz)
@@ -198,16 +214,6 @@ class LBFGS:
         if exact:
             return sy > 1e-10 * float(np.sqrt(ss * yy))
         return sy >= self.MU * self.lipschitz * ss and yy <= self.CAP * self.lipschitz * sy
-
-    #: The curvature an estimated pair must show along s, as a share of ``lipschitz``.
-    MU = 1e-3
-    #: How far above ``lipschitz`` an estimated pair's ``yᵀy / sᵀy`` may be (L is itself
-    #: estimated from a sample).
-    CAP = 4.0
-    #: An estimated iterate's step is at most this many times the last move (or the
-    #: steepest-descent step ``|∇f| / lipschitz``, if longer): a trust region growing
-    #: geometrically, so a direction built on noisy pairs cannot jump far.
-    GROWTH = 2.0
 
     def _accept(self, u: np.ndarray, f: float, g: np.ndarray, exact: bool) -> np.ndarray:
         u = np.array(u, dtype=np.float64)
