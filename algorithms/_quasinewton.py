@@ -1,5 +1,5 @@
-"""Full-batch L-BFGS driven one evaluation per barrier, and the diagonal preconditioner the
-gradient-trained algorithms share.
+"""L-BFGS driven one evaluation per barrier (exact full batches, or estimated stratified
+batches), and the diagonal preconditioner the gradient-trained algorithms share.
 
 The FSP paper trains logistic regression by gradient steps (Section 2.1, Eq. 1) with a fixed
 step η.  A fixed η only works when it suits the data's scale: on raw features (pixel values
@@ -10,7 +10,10 @@ gradient of the current θ, which is all L-BFGS needs: :class:`LBFGS` is a state
 takes one (f, ∇f) per barrier and returns the next point to evaluate -- either the next iterate
 along the quasi-Newton direction or, when the Armijo condition fails, a shorter trial along the
 same direction (backtracking with quadratic interpolation).  One barrier is one function
-evaluation, as one iteration of scipy's L-BFGS usually is.
+evaluation, as one iteration of scipy's L-BFGS usually is.  An evaluation may also be an
+*estimate* (FSP's stratified batch at θ, a sample of the straggler's shard): it is taken
+without the Armijo test, its curvature pair only if its curvature is plausible, its step
+bounded, and the next exact evaluation re-bases the line search (:meth:`LBFGS.step`).
 
 :class:`Preconditioner` is the internal standardisation: the optimiser works on
 ``w' = σ ⊙ w``, ``b' = b + μ·w`` (μ, σ the features' mean and deviation, estimated from the
@@ -111,6 +114,12 @@ class LBFGS:
     a line search that shrinks below round-off, resets the memory to a steepest-descent step
     of length ``1 / lipschitz``.
 
+    An evaluation may be an estimate (``exact=False``: a stratified batch at θ, a sample of
+    a straggler's shard; issue 19): it is taken without the Armijo test, its curvature pair
+    screened (:data:`MU`, :data:`CAP`) and its step bounded (:data:`GROWTH`), and the first
+    exact evaluation after it re-bases the line search and drops the pairs with an
+    estimated end (:meth:`step`).
+
     Parameters
     ----------
     lipschitz : float
@@ -121,10 +130,21 @@ class LBFGS:
         Armijo constant.
     """
 
+    #: The curvature an estimated pair must show along s, as a share of ``lipschitz``.
+    MU = 1e-3
+    #: How far above ``lipschitz`` an estimated pair's ``yᵀy / sᵀy`` may be (L is itself
+    #: estimated from a sample).
+    CAP = 4.0
+    #: An estimated iterate's step is at most this many times the last move (or the
+    #: steepest-descent step ``|∇f| / lipschitz``, if longer): a trust region growing
+    #: geometrically, so a direction built on noisy pairs cannot jump far.
+    GROWTH = 2.0
+
     def __init__(self, lipschitz: float, memory: int = 10, c1: float = 1e-4) -> None:
         self.lipschitz = float(lipschitz)
         self.c1 = c1
-        self.pairs: deque[tuple[np.ndarray, np.ndarray, float]] = deque(maxlen=memory)
+        # (s, y, 1 / sᵀy, both ends exact)
+        self.pairs: deque[tuple[np.ndarray, np.ndarray, float, bool]] = deque(maxlen=memory)
         self.x: np.ndarray | None = None
         self.f = 0.0
         self.g: np.ndarray | None = None
@@ -133,14 +153,24 @@ class LBFGS:
         self.slope = 0.0
         #: Whether the last point given to :meth:`step` was accepted as the iterate.
         self.accepted = False
+        #: Whether the iterate's f and ∇f are exact (not a stratified batch's estimates).
+        self.exact = True
 
-    def step(self, u: np.ndarray, f: float, g: np.ndarray) -> np.ndarray:
+    def step(self, u: np.ndarray, f: float, g: np.ndarray, exact: bool = True) -> np.ndarray:
         """Take the value ``f`` and gradient ``g`` at ``u`` (the point asked for last);
-        return the next point to evaluate."""
-        if self.x is None or self.d is None or self.g is None:
-            return self._accept(u, f, g)
+        return the next point to evaluate.
+
+        ``exact=False`` marks an *estimate* of f and ∇f at ``u`` (a stratified batch: a
+        sample of some terms of the sum).  Two estimates are of different samples, so the
+        Armijo test between them compares noise: a lucky-low estimate accepted as f_k would
+        reject every later point, exact ones included.  An estimate therefore becomes the
+        iterate without the test (:meth:`restart`), and so does the first exact evaluation
+        after an iterate that was estimated: the line search only ever compares two
+        evaluations of one kind, exact with exact."""
+        if self.x is None or self.d is None or self.g is None or not exact or not self.exact:
+            return self._accept(u, f, g, exact)
         if np.isfinite(f) and f <= self.f + self.c1 * self.a * self.slope:
-            return self._accept(u, f, g)
+            return self._accept(u, f, g, exact)
         self.accepted = False
         excess = f - self.f - self.slope * self.a
         a = 0.1 * self.a
@@ -156,26 +186,50 @@ class LBFGS:
         self.a = a
         return self.x + self.a * self.d
 
-    def restart(self, u: np.ndarray, f: float, g: np.ndarray) -> np.ndarray:
+    def restart(self, u: np.ndarray, f: float, g: np.ndarray, exact: bool = True
+                ) -> np.ndarray:
         """Take the value ``f`` and gradient ``g`` at a point ``u`` the line search did not
         ask for (θ moved by other means since: gradient steps on partial aggregates, a
         roll-back); return the next point to evaluate.
 
         ``u`` becomes the iterate without an Armijo test (it is not on the searched line, so
-        there is nothing to test it against), and the curvature pairs are kept: the pair
-        ``(u − x_k, ∇f(u) − ∇f(x_k))`` of the last iterate x_k joins them when ``sᵀy > 0``.
-        Both gradients are exact gradients of the same function, so it is a true secant pair
-        however ``u`` was reached; older pairs age out of the memory as usual (``memory``).
+        there is nothing to test it against): its ``f`` is the new reference of the line
+        search.  The pair ``(u − x_k, ∇f(u) − ∇f(x_k))`` of the last iterate x_k joins the
+        memory when it is a curvature pair of the objective (:meth:`_accept`); older pairs
+        age out as usual (``memory``).  ``exact`` as in :meth:`step`.
         """
-        return self._accept(u, f, g)
+        return self._accept(u, f, g, exact)
 
-    def _accept(self, u: np.ndarray, f: float, g: np.ndarray) -> np.ndarray:
-        if self.x is not None and self.g is not None:
+    def _keep(self, s: np.ndarray, y: np.ndarray, exact: bool) -> bool:
+        """Whether ``(s, y)`` is a curvature pair to keep.  Between two exact evaluations
+        ``sᵀy > 0`` (up to round-off) suffices: both gradients are of one function, so it is
+        a true secant pair however ``u`` was reached.  With an estimate at either end, y
+        also subtracts two samples' noise: the pair is kept only where its curvature is
+        one the objective can have, ``sᵀy ≥ MU·L·|s|²`` and ``yᵀy ≤ CAP·L·sᵀy`` (L =
+        ``lipschitz``), which bounds the inverse Hessian it builds; a pair of nearly
+        orthogonal s and y (noise) would otherwise scale the next step by ``sᵀy / yᵀy``'s
+        inverse and send it far off (an orthogonal pair with cosine 0.002 made a step 13
+        long and the objective +1,120 %)."""
+        sy, ss, yy = float(s @ y), float(s @ s), float(y @ y)
+        if exact:
+            return sy > 1e-10 * float(np.sqrt(ss * yy))
+        return sy >= self.MU * self.lipschitz * ss and yy <= self.CAP * self.lipschitz * sy
+
+    def _accept(self, u: np.ndarray, f: float, g: np.ndarray, exact: bool) -> np.ndarray:
+        u = np.array(u, dtype=np.float64)
+        g = np.asarray(g)
+        move = 0.0
+        if exact and not self.exact:
+            # back to exact evaluations: pairs with an estimated end are dropped, and the
+            # pair across the switch is not taken (one end is an estimate)
+            self.pairs = deque((p for p in self.pairs if p[3]), maxlen=self.pairs.maxlen)
+        elif self.x is not None and self.g is not None:
             s, y = u - self.x, g - self.g
-            sy = float(s @ y)
-            if sy > 1e-10 * float(np.linalg.norm(s) * np.linalg.norm(y)):
-                self.pairs.append((s, y, 1.0 / sy))
-        self.x, self.f, self.g = np.array(u, dtype=np.float64), float(f), np.asarray(g)
+            move = float(np.linalg.norm(s))
+            both = exact and self.exact
+            if self._keep(s, y, both):
+                self.pairs.append((s, y, 1.0 / float(s @ y), both))
+        self.x, self.f, self.g, self.exact = u, float(f), g, exact
         self.accepted = True
         d = -self._two_loop(self.g)
         slope = float(self.g @ d)
@@ -183,6 +237,13 @@ class LBFGS:
             self.pairs.clear()
             d = -self.g / self.lipschitz
             slope = float(self.g @ d)
+        if not exact:
+            reach = max(self.GROWTH * move,
+                        float(np.linalg.norm(self.g)) / self.lipschitz)
+            length = float(np.linalg.norm(d))
+            if length > reach:
+                d *= reach / length
+                slope *= reach / length
         self.d, self.slope, self.a = d, slope, 1.0
         return self.x + d
 
@@ -191,16 +252,16 @@ class LBFGS:
         γ = sᵀy / yᵀy of the newest pair, or 1/lipschitz without pairs."""
         q = g.copy()
         alphas = []
-        for s, y, rho in reversed(self.pairs):
+        for s, y, rho, _ in reversed(self.pairs):
             a = rho * float(s @ q)
             alphas.append(a)
             q -= a * y
         if self.pairs:
-            s, y, rho = self.pairs[-1]
+            s, y, rho, _ = self.pairs[-1]
             q *= 1.0 / (rho * float(y @ y))
         else:
             q /= self.lipschitz
-        for (s, y, rho), a in zip(self.pairs, reversed(alphas)):
+        for (s, y, rho, _), a in zip(self.pairs, reversed(alphas)):
             b = rho * float(y @ q)
             q += (a - b) * s
         return q

@@ -569,6 +569,10 @@ class GradientStratum(Stratum):
         #: -- the per-block test cost a sorted shard's pass of 1,000-point blocks +0.9x
         #: (2.87 ms against 1.53 without a stratum, docs/sync/fsp.md).
         self.sorted = False
+        #: The estimate last sent (:meth:`observe`) is the current window's alone: at least
+        #: MIN_POINTS of its points, nothing pooled from an older window (an older θ's), so
+        #: every point of it is at the block's θ (``LogisticRegression._fresh_piece``).
+        self.fresh_estimate = False
 
     def skewed(self, fresh: dict[str, np.ndarray], sampled: int) -> bool:
         """:meth:`Stratum.skewed`, remembered once a window of :data:`MIN_POINTS` against
@@ -641,9 +645,11 @@ class GradientStratum(Stratum):
         gradient back to the batch's weight for that update (a flicker) --; zeros (False)
         before any estimate or once the skew test found the shard shuffled."""
         keys = delta if delta is not None else self.emitted
+        self.fresh_estimate = False
         if not self.off:
             fresh, sampled, _ = self.sample()
             if self.stratified(sampled) and self.skewed(fresh, sampled):
+                self.fresh_estimate = sampled == self.sampled  # sample() pooled nothing
                 scale = self.n / sampled
                 return {k: scale * fresh[k] for k in keys}, True
             if self.on:

@@ -88,8 +88,9 @@ class LogisticRegression(_Classifier):
         Gradient steps' size: ``"auto"`` adapts it to the data's scale (1 / L in internally
         standardised coordinates); a number is the step in the original units.
     solver : {"auto", "lbfgs", "gd"}, default="auto"
-        L-BFGS on full batches and gradient steps otherwise (``auto``, ``lbfgs``), or always
-        gradient steps (``gd``, the FSP paper's Eq. 1).
+        L-BFGS on full batches (and, under FSP, on stratified batches at θ) and gradient
+        steps otherwise (``auto``, ``lbfgs``), or always gradient steps (``gd``, the FSP
+        paper's Eq. 1).
     schedule : {"constant", "invscaling"}, default="constant"
     power_t : float, default=0.5
     alpha : float, default=1e-4
