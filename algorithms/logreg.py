@@ -48,7 +48,8 @@ samples, so an estimate is never Armijo-tested nor the reference of an exact eva
 test (a lucky-low one kept as the reference rejected every later exact point: a straggler
 until 0.03 s simulated, then 142 exact evaluations, none accepted), a pair with an
 estimated end is kept only with a plausible curvature and dropped at the next exact
-evaluation, and the step grows at most twofold per evaluation (``LBFGS.step``).
+evaluation, and a step is at most twice the last move or the steepest-descent step
+``|∇f|/L``, whichever is longer (``LBFGS.step``; the screen is what bounds it over many).
 With one straggler FSP runs no whole passes, so before this every update was Eq. (1)'s
 gradient step, and at the paper's η = 0.5 the quick LR data needs ~347 of them to the +1 %
 target against 6-7 L-BFGS evaluations on full batches (one process, exact sums): at a
