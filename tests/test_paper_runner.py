@@ -288,3 +288,19 @@ def test_bspb_runs_where_the_reference_thinned_its_trace(
     bspb = runner.run("nmf", "strided", "bspb")
     assert len(launched) == 2 and bspb.time.s == 0.6
     assert bspb.folder.name.startswith("nmf-strided-bspb-")
+
+
+def test_a_reference_that_rose_at_its_end_sets_the_target_from_its_best() -> None:
+    """The CNN's reference on contiguous shards fell to 2,506 and rose to 5,120 in its last
+    two iterations: a target from the final value lay above θ⁽⁰⁾'s objective (4,609), and
+    every run reached it at its first snapshot.  Where the trace never rose, its final."""
+    from flegel.cli.paper.runner import reference_objective
+
+    rose = {"final_objective": 5120.16,
+            "objective_trace": [[0.25, 4608.9], [4.46, 2506.4], [4.76, 2622.8], [4.98, 5120.16]]}
+    assert reference_objective(rose) == 2506.4
+    fell = {"final_objective": 23311.6, "objective_trace": [[0.1, 40204.0], [4.0, 23311.6]]}
+    assert reference_objective(fell) == 23311.6
+    nan = {"final_objective": 3.0, "objective_trace": [[1.0, float("nan")]]}
+    assert reference_objective(nan) == 3.0
+    assert reference_objective({"final_objective": 3.0}) == 3.0

@@ -142,7 +142,8 @@ def render(figs: list[Figure], machine: str, command: str, wall_s: float,
            "either reached by the shorter run's end, plus the workload's slack "
            "(`flegel/cli/paper/horizons.py`).",
            "- times are to a target objective: the reference run's (BSPB, no stragglers, "
-           "the same shards) final exact objective plus a small slack, as the paper's "
+           "the same shards) best exact objective (its final, unless it rose at its end) plus a "
+           "small slack, as the paper's "
            "Section 6.1 pre-sets one.  2 cores shared by every rank (and by other work): "
            "absolute times are noisy, ratios from one run.", "",
            *summary_table(figs), ""]
