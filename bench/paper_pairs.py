@@ -46,6 +46,14 @@ def describe(r: RunResult) -> str:
                                                          else ""))
 
 
+def _events(r: RunResult) -> list[dict[str, Any]]:
+    """The run's events.jsonl, parsed (empty without one)."""
+    path = Path(r.folder) / "events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def phases(r: RunResult) -> str | None:
     """Where a run's time went (``--phases``), from its events.jsonl: the end of the
     calibration, the first migration round, the iterations up to the target and their mean
@@ -53,10 +61,7 @@ def phases(r: RunResult) -> str | None:
     catch-up of migrated points held the barrier for it, issue 19).  None without
     events.jsonl."""
     s: dict[str, Any] = r.summary or {}
-    path = Path(r.folder) / "events.jsonl"
-    if not path.exists():
-        return None
-    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    events = _events(r)
     if not events:
         return None
     target = r.target if r.target is not None else -float("inf")
@@ -96,10 +101,7 @@ def straggler(r: RunResult) -> str | None:
     first of the summary's stragglers, else the one with the fewest passes.  None without
     events.jsonl."""
     s: dict[str, Any] = r.summary or {}
-    path = Path(r.folder) / "events.jsonl"
-    if not path.exists():
-        return None
-    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    events = _events(r)
     if not events:
         return None
     slow = s.get("stragglers") or []

@@ -166,17 +166,23 @@ def test_a_shuffled_shard_keeps_the_batch_mean():
         assert stratum.sorted == on
 
 
-def _fspv_off(own: bool, barriers: int, n: int = 8_000, d: int = 8) -> float:
-    """FSPV without migration on 4 contiguous shards of label-sorted data (2 of them class
-    0), worker 2 (rank 2: a class-0 shard) thirty times slower, a fixed η as ``flegel
-    paper``'s: the exact objective after ``barriers`` barriers over the optimum, minus 1."""
+def _label_sorted(n: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` points of a noisy linear labelling in ``d`` features (a fifth of the labels
+    flipped), sorted by label (class 0 first): the contiguous shards of a sorted file."""
     rng = np.random.default_rng(0)
     x = rng.normal(size=(n, d))
     y = (x @ rng.normal(size=d) + 0.3 * rng.normal(size=n) > 0).astype(np.int64)
     flip = rng.random(n) < 0.2
     y[flip] = 1 - y[flip]
     order = np.argsort(y, kind="stable")
-    x, y = x[order], y[order]
+    return x[order], y[order]
+
+
+def _fspv_off(own: bool, barriers: int, n: int = 8_000, d: int = 8) -> float:
+    """FSPV without migration on 4 contiguous shards of label-sorted data (2 of them class
+    0), worker 2 (rank 2: a class-0 shard) thirty times slower, a fixed η as ``flegel
+    paper``'s: the exact objective after ``barriers`` barriers over the optimum, minus 1."""
+    x, y = _label_sorted(n, d)
     return _sorted_shards_gap(x, y, 4, 2, own, barriers)[0]
 
 
@@ -468,13 +474,7 @@ def test_fspv_with_a_transient_straggler_meets_tol():
     lucky-low estimate stayed its reference: 3 stratified steps, then 142 exact evaluations
     all rejected, never converged (main, gradient steps then L-BFGS: 7 evaluations)."""
     n, d, workers = 8_000, 8, 4
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(n, d))
-    y = (x @ rng.normal(size=d) + 0.3 * rng.normal(size=n) > 0).astype(np.int64)
-    flip = rng.random(n) < 0.2
-    y[flip] = 1 - y[flip]
-    order = np.argsort(y, kind="stable")
-    x, y = x[order], y[order]
+    x, y = _label_sorted(n, d)
     alg = LogisticRegression(learning_rate=0.5, alpha=1e-4, kernel="array", tol=1e-7)
     theta0 = alg.init_parameter(DataInfo(n_features=d, n_points=n, n_workers=workers,
                                          sample=x, sample_y=y, n_classes=2))
