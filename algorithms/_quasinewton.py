@@ -169,10 +169,12 @@ class LBFGS:
         reject every later point, exact ones included.  An estimate therefore becomes the
         iterate without the test (:meth:`restart`), and so does the first exact evaluation
         after an iterate that was estimated: the line search only ever compares two
-        evaluations of one kind, exact with exact."""
-        if self.x is None or self.d is None or self.g is None or not exact or not self.exact:
+        evaluations of one kind, exact with exact -- unless its value is not finite: that
+        point is backtracked from, as a rejected one."""
+        rebase = not exact or not self.exact
+        if self.x is None or self.d is None or self.g is None or (rebase and np.isfinite(f)):
             return self._accept(u, f, g, exact)
-        if np.isfinite(f) and f <= self.f + self.c1 * self.a * self.slope:
+        if not rebase and np.isfinite(f) and f <= self.f + self.c1 * self.a * self.slope:
             return self._accept(u, f, g, exact)
         self.accepted = False
         excess = f - self.f - self.slope * self.a

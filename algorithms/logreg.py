@@ -60,9 +60,10 @@ there in 4 s.  Offline
 evaluations; one every fourth θ and gradient steps between in 21.  A window only at an
 older θ must not feed it: L-BFGS on the fast shards at θ plus the straggler's estimate
 from four θ ago never reached the target in 120 evaluations (it settles where the stale
-gradient balances).  Measured (``bench/logreg_straggler.py``, ``flegel paper``'s LR job,
-worker 1 at τ = 32 ms, 4 s, load 9-16): contiguous, the target at 0.33 and 0.49 s against
-main's never (+5.96 %, +5.30 % at 4 s); strided 0.31 and 0.29 s against never (+3.91 %).
+gradient balances).  Measured (``bench/logreg_straggler.py --runs 1 --syncs fspv-off``,
+``flegel paper``'s LR job, worker 1 at τ = 32 ms, 4 s, load 1.6-3.3, with the estimates made
+safe for L-BFGS as below): contiguous, the target at 0.17-0.34 s against gradient steps' 2.73
+s and never; strided 0.10 and 0.11 s against 2.89 and 3.06 s.
 
 The model declares it (``full_batch_update``, unless ``solver="gd"``), so FSP ends an
 iteration when every worker has finished its pass at θ while no worker straggles
@@ -673,9 +674,10 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
         its window's (a fast worker's whole shard: its exact sum), as the gradient of
         :meth:`_stratified_mean` is: an estimate of θ's objective from points at θ alone,
         never a sum of losses seen at other θ.  None without a stratum on any worker (data
-        migration, one instance shared in a process): no block sends ``unstrat_*`` then."""
+        migration, one instance shared in a process): no shard is estimated and no block's
+        points go to the batch mean (``est < n`` with ``rest`` 0)."""
         if _FRESH_KEYS[0] not in agg:
-            return None
+            return None  # an aggregate made without these keys (a defence: blocks add them)
         est = float(theta["shard_count"][0])
         fresh = float(agg["fresh_count"][0])
         rest = float(agg[_UNSTRAT_KEYS[2]][0])

@@ -534,3 +534,15 @@ def test_fspv_with_a_straggler_on_sorted_shards_takes_l_bfgs_steps():
     the simulated clock: +0.17 % (gradient steps only, as before: +7.52 %; after 30
     barriers +0.18 %)."""
     assert _fspv_off(True, 5) < 0.01
+
+
+def test_a_non_finite_value_after_an_estimated_step_is_backtracked_from() -> None:
+    """The first exact evaluation after an estimated iterate becomes the iterate without the
+    Armijo test, unless it is not finite (an overflow where the estimated step led): then
+    the step is cut back from the estimated iterate, as a rejected one."""
+    q = LBFGS(lipschitz=1.0)
+    u0 = np.array([1.0, -2.0])
+    ahead = q.step(u0, 0.5, np.array([1.0, -1.0]), exact=False)
+    back = q.step(ahead, float("nan"), np.full(2, np.nan), exact=True)
+    assert np.isfinite(back).all() and not q.accepted
+    assert np.linalg.norm(back - u0) < np.linalg.norm(ahead - u0)

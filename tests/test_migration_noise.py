@@ -122,13 +122,13 @@ def test_async_migration_is_no_slower_than_none_when_speeds_only_fluctuate(cost_
     FSPV's probes made Eq. 7 choose an interval of 4 passes -- and 0.64-1.32x over 8 draws.)
 
     At 1 µs a point the target comes after ~0.1 s, before any worker has SPEED_WINDOW_S of
-    compute history: no point moves (no worker is a straggler, and peers are not measured),
-    so async equals off exactly.  At 6 µs it comes after ~0.46 s: the peers are measured,
-    and async must stay within TOLERANCE of off (noise: moves would follow speeds that change
-    every 50 ms).  Since the balancer counts each pass's fixed cost on the wall clock (the
-    wait at the barrier, :meth:`~flegel.balance.migration.Balancer.fixed_cost`), the peers'
-    predicted passes stay within Eq. 8's threshold of each other and nothing moves; on V·N
-    alone 1,012 points moved, for a run 1.00006x as long.
+    compute history: no point moves (no worker is a straggler, and peers are not measured), so
+    async equals off but for their blocks (within 1 %). At 6 µs it comes after ~0.46 s: the
+    peers are measured, and async must stay within TOLERANCE of off (noise: moves would follow
+    speeds that change every 50 ms). Since the balancer counts each pass's fixed cost on the
+    wall clock (the wait at the barrier, :meth:`~flegel.balance.migration.Balancer.fixed_cost`),
+    the peers' predicted passes stay within Eq. 8's threshold of each other and nothing moves;
+    on V·N alone 1,012 points moved, for a run 1.00006x as long.
     """
     tolerance = 1.05
     x, theta0 = overlapping()
@@ -153,8 +153,12 @@ def test_async_migration_is_no_slower_than_none_when_speeds_only_fluctuate(cost_
     if cost_s == 1e-6:
         # Nothing moved: the history is short of SPEED_WINDOW_S (peers_measured) and no
         # worker straggles -- the test shows only that no move was made, not that moves pay.
+        # The two sides differ by their blocks alone: without migration the whole-pass
+        # calibration takes BLOCK_GROWTH times the sizer's blocks, a worker that may migrate
+        # keeps the sizer's (flegel.sync.whole_blocks; nm2: 0.0963 s against 0.0964 s, equal
+        # before it).
         assert not balancer.peers_measured() and balancer.ordered == 0
-        assert asyn.server.time_to_target == off.server.time_to_target
+        assert asyn.server.time_to_target <= 1.01 * off.server.time_to_target
     else:
         assert balancer.peers_measured() and balancer.fixed and balancer.ordered == 0
         assert asyn.server.time_to_target <= tolerance * off.server.time_to_target

@@ -103,8 +103,10 @@ def test_to_target_reads_a_run_without_a_target_as_one_to_it() -> None:
     s = to_target(ref, 5.0, 4.0)
     assert s["time_to_target_s"] == 0.5 and s["wall_time_s"] == 0.5
     assert s["read_from_reference"] is True and "read_from_reference" not in ref
-    assert s["objective_trace"] == ref["objective_trace"][:4]
-    assert s["final_objective"] == 4.7 and s["target_objective"] == 5.0
+    # The trace ends at the reach, where a run to the target stops; its final objective is
+    # the value that met the target (the runtime's target stop).
+    assert s["objective_trace"] == ref["objective_trace"][:3]
+    assert s["final_objective"] == 4.8 and s["target_objective"] == 5.0
     assert s["iterations"] == 30 and ref["wall_time_s"] == 5.0  # a copy, the rest kept
     # Reached only after max_time_s: not reached (a run to the target stops at 4 s).
     late = to_target(ref, 4.5, 4.0)
@@ -114,6 +116,18 @@ def test_to_target_reads_a_run_without_a_target_as_one_to_it() -> None:
              "final_objective": 4.9}
     assert to_target(short, 5.0, 4.0) == {**short, "target_objective": 5.0,
                                           "time_to_target_s": 0.2, "read_from_reference": True}
+
+
+def test_to_target_of_a_reference_that_rose_after_the_reach() -> None:
+    """A reference whose target is its best (it rose at its end, reference_objective): read
+    to the target it stops at the reach -- no rise after it in its trace, and the final
+    objective the value that met the target, not the reference's final."""
+    ref = {"objective_trace": [[1.0, 4000.0], [3.0, 2506.0], [3.5, 5120.0]],
+           "wall_time_s": 3.6, "final_objective": 5120.0}
+    s = to_target(ref, 2631.3, 4.0)
+    assert s["time_to_target_s"] == 3.0 and s["wall_time_s"] == 3.0
+    assert s["objective_trace"] == ref["objective_trace"][:2]
+    assert s["final_objective"] == 2506.0
 
 
 def test_to_target_keeps_the_final_snapshot_a_few_ms_past_max_time_s() -> None:

@@ -134,8 +134,8 @@ RUNTIME: dict[str, Key] = {
         "share of training time the workers may spend evaluating the exact objective of θ "
         "snapshots on all the data during the run (the progress line, the exact trace and "
         "the target stop use it); with stop.target_objective, once the online objective "
-        "reached it, one evaluation at once and then up to 25% of the training time after that "
-        "one (the run is about to end); "
+        "reached it, one evaluation at once and then up to the larger of this and 25% of the "
+        "training time after that one (the run is about to end); "
         "0: never, and stop.target_objective is then met on the online objective", 0.05,
         lo=0, hi=0.5),
     "finish_timeout_s": validation.number(

@@ -90,13 +90,16 @@ def _pair(ctx: Ctx, key: str, title: str, paper: str, paper_value: float | None,
                   f"{(x.summary or {}).get('final_objective', 'failed')}",
                   f"{(x.summary or {}).get('batch', '-')}", _passes(x.summary)])
         for (part, s), x in runs.items()] + failures(list(runs.values()))
-    if v.at_horizon:
-        table += ["", horizons.NOTE]
     note = ""
+    shown = v.at_horizon
     if shuffled:
-        rr = Ratio.of(runs["strided", slow].time, runs["strided", fast].time)
-        note = (f"On shuffled shards {fast} is {rr.text()} faster than {slow} (shown, not "
+        rv = horizons.versus(runs["strided", slow], runs["strided", fast],
+                             ctx.runner.work[a].slack)
+        shown = shown or rv.at_horizon
+        note = (f"On shuffled shards {fast} is {rv.text()} faster than {slow} (shown, not "
                 "judged: the verdict stays on contiguous shards).")
+    if shown:
+        table += ["", horizons.NOTE]
     batch = next((x.split("=", 1)[1] for x in both_sets if x.startswith("sync.batch=")), None)
     return Figure(key, title, paper, paper_value=paper_value,
                   holds=(r.value > 1.0 and r.qualifier in ("", ">")) if paper_value is None

@@ -162,8 +162,9 @@ def to_target(summary: dict[str, Any], target: float, max_time_s: float) -> dict
     target (``flegel/rundir/writer.py``), None where there is none by then.  Its training
     time is at most ``max_time_s``, and where the target is reached at most the first
     reach: about where a run to it stops (the first exact evaluation during training at or
-    below it, at most a few versions later).  Where the trace is cut, ``final_objective``
-    is its last value kept.  ``read_from_reference`` marks the summary as derived, not
+    below it, at most a few versions later); the trace ends there too.  Where the trace is
+    cut, ``final_objective`` is its last value kept (the one that met the target, where
+    it was reached).  ``read_from_reference`` marks the summary as derived, not
     written by a run of its own.
 
     Parameters
@@ -185,6 +186,10 @@ def to_target(summary: dict[str, Any], target: float, max_time_s: float) -> dict
     full = summary.get("objective_trace") or []
     trace = [[t, f] for t, f in full if float(t) <= max_time_s * (1 + HORIZON_GRACE)]
     reach = next((t for t, f in trace if f <= target), None)
+    if reach is not None:
+        # A run to the target stops there: nothing after it (a reference may rise later,
+        # :func:`reference_objective`), and its final objective is the value that met it.
+        trace = [[t, f] for t, f in trace if float(t) <= float(reach)]
     wall = min(float(summary.get("wall_time_s", 0.0)), max_time_s)
     out = {**summary, "objective_trace": trace, "target_objective": target,
            "wall_time_s": wall if reach is None else min(wall, float(reach)),
