@@ -5,6 +5,7 @@ launchers here write the summary a run would (real runs are in tests/test_paper_
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -141,24 +142,33 @@ def test_to_target_keeps_the_final_snapshot_a_few_ms_past_max_time_s() -> None:
     assert s["time_to_target_s"] is None and s["wall_time_s"] == 4.0
 
 
+def _scripted(monkeypatch: pytest.MonkeyPatch, summary: dict[str, Any]
+              ) -> tuple[list[list[str]], Any]:
+    """``run_one`` replaced by a launcher that records each run's ``--set`` keys and returns
+    a copy of ``summary`` (no MPI): the keys launched so far, and the launcher."""
+    launched: list[list[str]] = []
+
+    def launch(job: Path, folder: Path, sets: list[str], timeout: float) -> dict[str, Any]:
+        launched.append(sets)
+        return copy.deepcopy(summary)
+
+    monkeypatch.setattr(runner_module, "run_one", launch)
+    return launched, launch
+
+
 def test_bspb_without_stragglers_is_read_from_the_reference(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Runner.run of BSPB without stragglers (Fig. 8's BSPB column) launches nothing: it is
     the reference run -- which evaluates its whole trace -- read to its target.  With
     stragglers, other keys, or elsewhere, BSPB runs as any setting does."""
-    launched: list[list[str]] = []
-
-    def launch(job: Path, folder: Path, sets: list[str], timeout: float) -> dict[str, Any]:
-        launched.append(sets)
-        return {"final_objective": 100.0, "wall_time_s": 0.4, "iterations": 3,
-                "objective_trace": [[0.1, 130.0], [0.2, 100.05], [0.4, 100.0]],
-                "final_evaluation": {"snapshots": 3, "dropped": 0},
-                "exact_objective": {"evaluations": 1, "trace": [
-                    {"time_s": 0.2, "version": 2, "objective": 100.05, "exact": True,
-                     "cost_s": 0.01}]},
-                "time_to_target_s": 0.3}
-
-    monkeypatch.setattr(runner_module, "run_one", launch)
+    ref = {"final_objective": 100.0, "wall_time_s": 0.4, "iterations": 3,
+           "objective_trace": [[0.1, 130.0], [0.2, 100.05], [0.4, 100.0]],
+           "final_evaluation": {"snapshots": 3, "dropped": 0},
+           "exact_objective": {"evaluations": 1, "trace": [
+               {"time_s": 0.2, "version": 2, "objective": 100.05, "exact": True,
+                "cost_s": 0.01}]},
+           "time_to_target_s": 0.3}
+    launched, launch = _scripted(monkeypatch, ref)
     runner = Runner(QUICK, tmp_path, say=lambda _: None)
     monkeypatch.setattr(Runner, "job", lambda self, a, p: tmp_path / f"{a}-{p}.yaml")
     bspb = runner.run("kmeans", "strided", "bspb")
@@ -195,13 +205,7 @@ def test_bspb_runs_where_the_target_was_given_without_a_reference(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A target set by hand (``bench/paper_pairs.py``: no reference run): BSPB without
     stragglers runs to it as any setting does."""
-    launched: list[list[str]] = []
-
-    def here(job: Path, folder: Path, sets: list[str], timeout: float) -> dict[str, Any]:
-        launched.append(sets)
-        return {"time_to_target_s": 0.7, "wall_time_s": 0.8}
-
-    monkeypatch.setattr(runner_module, "run_one", here)
+    launched, _ = _scripted(monkeypatch, {"time_to_target_s": 0.7, "wall_time_s": 0.8})
     runner = _runner(tmp_path)
     res = runner.run("kmeans", "contiguous", "bspb")
     assert res.ok and res.time.s == 0.7 and res.folder.name.startswith(
@@ -267,13 +271,7 @@ def test_full_references_are_not_evaluated_to_stand_for_bspb(
     """``--full``'s references (600 s at 20x the data) thin their traces anyway: they keep
     the workload's trace and budget (``Mode.fine_references``), where ``--quick``'s evaluate
     every snapshot."""
-    launched: list[list[str]] = []
-
-    def launch(job: Path, folder: Path, sets: list[str], timeout: float) -> dict[str, Any]:
-        launched.append(sets)
-        return {"final_objective": 100.0, "wall_time_s": 600.0}
-
-    monkeypatch.setattr(runner_module, "run_one", launch)
+    launched, _ = _scripted(monkeypatch, {"final_objective": 100.0, "wall_time_s": 600.0})
     monkeypatch.setattr(Runner, "job", lambda self, a, p: tmp_path / f"{a}-{p}.yaml")
     assert Runner(FULL, tmp_path, say=lambda _: None).target("kmeans", "strided") is not None
     assert QUICK.fine_references and not FULL.fine_references
@@ -287,16 +285,11 @@ def test_bspb_runs_where_the_reference_thinned_its_trace(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A reference that ran far past the target thinned the versions around it (NMF on the
     quick page: 395 iterations): BSPB without stragglers runs to the target itself."""
-    launched: list[list[str]] = []
-
-    def launch(job: Path, folder: Path, sets: list[str], timeout: float) -> dict[str, Any]:
-        launched.append(sets)
-        return {"final_objective": 100.0, "wall_time_s": 4.0, "iterations": 400,
-                "objective_trace": [[0.5, 130.0], [1.0, 100.05], [4.0, 100.0]],
-                "final_evaluation": {"snapshots": 3, "dropped": 0},
-                "time_to_target_s": 0.6}
-
-    monkeypatch.setattr(runner_module, "run_one", launch)
+    ref = {"final_objective": 100.0, "wall_time_s": 4.0, "iterations": 400,
+           "objective_trace": [[0.5, 130.0], [1.0, 100.05], [4.0, 100.0]],
+           "final_evaluation": {"snapshots": 3, "dropped": 0},
+           "time_to_target_s": 0.6}
+    launched, _ = _scripted(monkeypatch, ref)
     runner = Runner(QUICK, tmp_path, say=lambda _: None)
     monkeypatch.setattr(Runner, "job", lambda self, a, p: tmp_path / f"{a}-{p}.yaml")
     bspb = runner.run("nmf", "strided", "bspb")

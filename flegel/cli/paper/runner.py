@@ -184,12 +184,12 @@ def to_target(summary: dict[str, Any], target: float, max_time_s: float) -> dict
         ``read_from_reference`` true.
     """
     full = summary.get("objective_trace") or []
-    trace = [[t, f] for t, f in full if float(t) <= max_time_s * (1 + HORIZON_GRACE)]
-    reach = next((t for t, f in trace if f <= target), None)
-    if reach is not None:
-        # A run to the target stops there: nothing after it (a reference may rise later,
-        # :func:`reference_objective`), and its final objective is the value that met it.
-        trace = [[t, f] for t, f in trace if float(t) <= float(reach)]
+    horizon = max_time_s * (1 + HORIZON_GRACE)
+    reach = next((t for t, f in full if float(t) <= horizon and f <= target), None)
+    # A run to the target stops at the reach: nothing after it (a reference may rise later,
+    # :func:`reference_objective`), and its final objective is the value that met it.
+    end = horizon if reach is None else float(reach)
+    trace = [[t, f] for t, f in full if float(t) <= end]
     wall = min(float(summary.get("wall_time_s", 0.0)), max_time_s)
     out = {**summary, "objective_trace": trace, "target_objective": target,
            "wall_time_s": wall if reach is None else min(wall, float(reach)),
