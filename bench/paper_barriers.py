@@ -61,11 +61,14 @@ def line(path: Path) -> str:
     total = max(sum(why.values()), 1)
     ends = " ".join(f"{k} {100 * v / total:.0f}%" for k, v in why.most_common())
     n = int(summary.get("barriers", 0))
+    timed = len(barriers.interval_barriers(r))
     held = idle_timer_barriers(path)
     return (f"{path.parent.parent.name}/{path.name}: {summary.get('coordination', '-')}, "
-            f"{n} barriers in {barriers.training_s(r):.2f} s; accumulated "
-            f"{barriers.accumulated_s(r):.3f} s ({1e3 * barriers.accumulated_s(r) / max(n, 1):.2f}"
-            f" ms a barrier); reports spread {1e3 * barriers.mean_spread_s(r):.2f} ms of "
+            f"{n} barriers in {barriers.training_s(r):.2f} s; accumulated over the {timed} "
+            f"with an interval {barriers.accumulated_s(r):.3f} s "
+            f"({1e3 * barriers.accumulated_s(r) / max(timed, 1):.2f} ms a barrier; the others "
+            f"{barriers.untimed_s(r):.3f} s); reports spread "
+            f"{1e3 * barriers.mean_spread_s(r):.2f} ms of "
             f"{1e3 * barriers.mean_iteration_s(r):.2f} ms an iteration; worker costs "
             f"(share of the run) {' '.join(f'{x:.2f}' for x in shares)}"
             f"{f' (max - min {max(shares) - min(shares):.2f})' if shares else ''}; ends: {ends}; "
