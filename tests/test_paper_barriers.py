@@ -188,6 +188,33 @@ def test_fig13_compares_the_accumulated_cost_of_the_run_the_timers_end(
         "fspv-asyncseed=2", "fspv-asyncseed=2" + c]
 
 
+def test_fig13_judges_no_pair_that_ran_too_few_interval_iterations(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that spent its time in the calibration has no η iteration (or a handful): its
+    sum of 0 s is no ratio of 0.00x.  Such a pair is shown, not judged: the median is of the
+    others; with none left the figure says so (missed, no value)."""
+    monkeypatch.setattr(network, "find", lambda name=None: None)
+    few = opt_figures.FIG13_MIN_ITERATIONS - 1
+    runs = _fig13_runs(tmp_path / "a", {"kmeans": 0.9, "logreg": 1.1, "cnn": 1.5},
+                       pairs={"kmeans": [2.0, 4.0]})
+    runs["kmeans", "fspv-asyncseed=1"] = write_run(
+        tmp_path / "short", [{"barrier_s": 2.0, "spread_s": 2.0, "wait": [0.0, 0.0],
+                              "reason": ["pass"] * 2, "phase": "calibration"}]
+        + [{"barrier_s": 0.001, "spread_s": 0.001, "wait": [0.0, 0.0]}] * few, 4.0)
+    fig = opt_figures.fig13(FakeCtx(runs, tmp_path, ()))  # type: ignore[arg-type]
+    assert "(median of 2 pairs: 0.90x, not judged, 4.00x; kmeans, local:" in fig.ours
+    assert fig.ours_value == pytest.approx((0.9 + 4.0) / 2)
+    assert any("kmeans (seed 1)" in row and "| failed |" in row
+               and f"| 10 / {few} |" in row for row in fig.table)
+
+    for k in range(opt_figures.FIG13_PAIRS):
+        seed = f"seed={k}" if k else ""
+        runs["kmeans", "fspv-async" + seed] = runs["kmeans", "fspv-asyncseed=1"]
+    fig = opt_figures.fig13(FakeCtx(runs, tmp_path, ()))  # type: ignore[arg-type]
+    assert fig.ours_value is None and verdict(fig) == MISSED
+    assert fig.ours.startswith("no pair of kmeans (local) ran 5 iterations")
+
+
 def _fig13_runs(tmp_path: Path, ratios: dict[str, float], reason: str = "timer",
                 pairs: dict[str, list[float]] | None = None) -> dict[tuple[str, str], RunResult]:
     """Semi and centralized runs of every Fig. 13 algorithm, all ended by ``reason`` under
