@@ -339,7 +339,9 @@ def fig13(ctx: Ctx) -> Figure:
         ratio = _ratio(semi, cent)
         table.append(time_row([
             where, a + (f" (seed {pair})" if pair else ""),
-            f"{_s(acc['c'])} / {_s(acc['s'])}", _x(ratio), f"{n['c']} / {n['s']}",
+            f"{_s(acc['c'])} / {_s(acc['s'])}",
+            "not judged" if math.isnan(ratio) and semi.ok and cent.ok else _x(ratio),
+            f"{n['c']} / {n['s']}",
             " / ".join(_ms(acc[k] / n[k] * 1e3) if n[k] else "-" for k in ("c", "s")),
             " / ".join(_s(barriers.untimed_s(r)) for r in (cent, semi)),
             f"{cent.time.text()} / {semi.time.text()}", f"{100 * timers:.0f} %"]))
