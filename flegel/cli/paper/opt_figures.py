@@ -227,7 +227,7 @@ FIG13_ALGORITHMS = ("kmeans", "logreg", "cnn")
 #: Pairs (semi, centralized) of the run that decides Fig. 13, judged on the median of their
 #: ratios (fig13).  One pair decided a verdict that flipped between pages: the CNN on the
 #: local cluster read 1.64x, then 0.67x; on this host at a load of 4-13 four pairs of the
-#: CNN read 0.42x, 0.63x, 1.60x and 1.25x on their η iterations.
+#: CNN read 0.42x, 0.62x, 1.60x and 1.25x on their η iterations.
 FIG13_PAIRS = 3
 #: A pair is judged only where each side ran at least this many iterations with an interval
 #: η: a run that spent its time in the calibration has a sum of one or two barriers, or none
