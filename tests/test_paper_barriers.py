@@ -190,9 +190,10 @@ def test_fig13_compares_the_accumulated_cost_of_the_run_the_timers_end(
 
 def test_fig13_judges_no_pair_that_ran_too_few_interval_iterations(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A run that spent its time in the calibration has no η iteration (or a handful): its
+    """A run cut by the horizon in its calibration has no η iteration (or a handful): its
     sum of 0 s is no ratio of 0.00x.  Such a pair is shown, not judged: the median is of the
-    others; with none left the figure says so (missed, no value)."""
+    others; with none left the figure says so (missed, no value).  A run that reached its
+    target within a few η iterations is judged."""
     monkeypatch.setattr(network, "find", lambda name=None: None)
     few = opt_figures.FIG13_MIN_ITERATIONS - 1
     runs = _fig13_runs(tmp_path / "a", {"kmeans": 0.9, "logreg": 1.1, "cnn": 1.5},
@@ -212,7 +213,16 @@ def test_fig13_judges_no_pair_that_ran_too_few_interval_iterations(
         runs["kmeans", "fspv-async" + seed] = runs["kmeans", "fspv-asyncseed=1"]
     fig = opt_figures.fig13(FakeCtx(runs, tmp_path, ()))  # type: ignore[arg-type]
     assert fig.ours_value is None and verdict(fig) == MISSED
-    assert fig.ours.startswith("no pair of kmeans (local) ran 5 iterations")
+    assert fig.ours.startswith("no pair of kmeans (local) to judge")
+
+    # ... but a run that reached its target in a few η iterations counts: that is its cost.
+    quick = write_run(tmp_path / "quick", [
+        {"barrier_s": 0.002, "spread_s": 0.002, "wait": [0.0, 0.0]}] * few, 1.0,
+        time_to_target_s=0.5)
+    runs["kmeans", "fspv-async"] = quick
+    runs["kmeans", "fspv-async" + opt_figures.CENTRALIZED[0]] = quick
+    fig = opt_figures.fig13(FakeCtx(runs, tmp_path, ()))  # type: ignore[arg-type]
+    assert fig.ours_value == pytest.approx(1.0) and "(median of 1 pairs: 1.00x" in fig.ours
 
 
 def _fig13_runs(tmp_path: Path, ratios: dict[str, float], reason: str = "timer",
