@@ -383,7 +383,7 @@ def fig13(ctx: Ctx) -> Figure:
                 f"with an interval η, or cut by the horizon before {FIG13_MIN_ITERATIONS}")
     else:
         ours = (f"accumulated synchronization cost centralized / semi over the η iterations: "
-                f"{_x(median)} (median of {len(judged)} pairs: "
+                f"{_x(median)} (median of {len(judged)} pair{'s' * (len(judged) != 1)}: "
                 f"{', '.join(_x(r) if not math.isnan(r) else 'not judged' for r in ratios)}; "
                 f"{best[3]}, {best[4]}: of the runs, "
                 f"{'on the cluster, ' if best[0] else ''}the one whose iterations end on the "
