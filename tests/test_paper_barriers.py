@@ -226,6 +226,20 @@ def test_fig13_judges_no_pair_that_ran_too_few_interval_iterations(
     assert "(median of 1 pair: 1.00x, not judged, not judged;" in fig.ours
 
 
+def test_fig13_judges_nothing_where_no_semi_timer_acted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every semi iteration ended on a pass (the CNN's run, say, still in its calibration at
+    the horizon): semi's timers never acted, so no ratio is the claim's -- missed, said so,
+    and no further pairs run."""
+    monkeypatch.setattr(network, "find", lambda name=None: None)
+    ctx = FakeCtx(_fig13_runs(tmp_path, {"kmeans": 0.9, "logreg": 1.1, "cnn": 1.5}, "pass"),
+                  tmp_path, ())
+    fig = opt_figures.fig13(ctx)  # type: ignore[arg-type]
+    assert fig.ours_value is None and verdict(fig) == MISSED
+    assert fig.ours.startswith("no semi run ended an iteration on its timer")
+    assert len(ctx.asked) == 6 and len(fig.table) == 2 + 3
+
+
 def _fig13_runs(tmp_path: Path, ratios: dict[str, float], reason: str = "timer",
                 pairs: dict[str, list[float]] | None = None) -> dict[tuple[str, str], RunResult]:
     """Semi and centralized runs of every Fig. 13 algorithm, all ended by ``reason`` under

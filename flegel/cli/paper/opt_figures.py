@@ -301,7 +301,7 @@ def fig13(ctx: Ctx) -> Figure:
       the paper they do not (a pass of HIGGS takes seconds); the CNN's pass (hundreds of ms)
       is in the paper's regime, so the verdict is the algorithm whose semi iterations end on
       timers most often (a tie: the first in :data:`FIG13_ALGORITHMS`, a fixed order, not
-      the more favourable ratio);
+      the more favourable ratio), and none where no timer ended an iteration;
     * that algorithm runs :data:`FIG13_PAIRS` pairs (:func:`_coordination_runs`: seeds 0,
       1, ..., alternating which side runs first), and the verdict is the median of the
       pairs' ratios: one pair of ~1 s runs on shared cores flipped the verdict between
@@ -372,12 +372,17 @@ def fig13(ctx: Ctx) -> Figure:
     # the first in FIG13_ALGORITHMS order (max keeps the first), never to the better ratio.
     best = max(decided, key=lambda d: (d[0], d[1])) if decided else None
     ratios: list[float] = []
-    if best is not None:
+    # No semi timer ended an iteration (a loaded host's CNN run still in its calibration at
+    # the horizon, the others ended on passes): semi's mechanism never acted, nothing to judge.
+    if best is not None and best[1] > 0:
         ratios = [best[2]] + [row(best[4], best[3], k)[0] for k in range(1, FIG13_PAIRS)]
     judged = [r for r in ratios if not math.isnan(r)]
     median = float(np.median(judged)) if judged else float("nan")
     if best is None:
         ours = "failed"
+    elif not ratios:
+        ours = ("no semi run ended an iteration on its timer (its η iterations, if any, "
+                "ended on passes): semi's timers never acted")
     elif not judged:
         ours = (f"no pair of {best[3]} ({best[4]}) to judge: a side without an iteration "
                 f"with an interval η, or cut by the horizon before {FIG13_MIN_ITERATIONS}")
