@@ -21,13 +21,13 @@ barrier at the end of an iteration, to the point where it leaves the barrier."  
 
   Only over the iterations that a coordination ends: those with an interval η
   (:func:`interval_barriers`).  FSP's iterations without one -- the calibration, whole
-  passes, coverage, the sampled first pass (:data:`UNTIMED_PHASES`) -- end when every worker
-  finished its pass (or share) under either coordination: their barrier is the straggler's
-  pass beyond the fastest worker's, the same wait whoever times η, and one such barrier
-  outweighed a run's η iterations.  Measured (``flegel paper --quick --only 13`` on this
-  host, load 4-12, the CNN with a 2x *Natural* straggler): the calibration's barrier was
-  0.98 s semi and 2.73 s centralized against 0.28 s and 0.12 s over the 28 and 8 η
-  iterations, so Σ ``barrier_s`` over every barrier read 2.26x where the η iterations read
+  passes, coverage, the sampled first pass (:data:`~flegel.sync.fsp.UNTIMED_PHASES`) -- end
+  when every worker finished its pass (or share) under either coordination: their barrier is
+  the straggler's pass beyond the fastest worker's, the same wait whoever times η, and one
+  such barrier outweighed a run's η iterations.  Measured (``flegel paper --quick --only
+  13`` on this host, load 4-12, the CNN with a 2x *Natural* straggler): the calibration's
+  barrier was 0.98 s semi and 2.73 s centralized against 0.28 s and 0.12 s over the 28 and 8
+  η iterations, so Σ ``barrier_s`` over every barrier read 2.26x where the η iterations read
   0.42x; logistic regression's semi runs had no η iteration at all (whole passes).
 """
 
@@ -39,11 +39,7 @@ from typing import Any
 from flegel.cli.paper.runner import RunResult
 from flegel.rundir.files import EVENTS
 from flegel.rundir.reader import barrier_events, read_events
-from flegel.sync.fsp import COVER_PHASE, SAMPLED_PHASE, WHOLE_PHASE
-
-#: FSP's phases without an interval η (:mod:`flegel.sync.fsp`): no timer and no pause
-#: signal at η ends them, under either coordination (module notes).
-UNTIMED_PHASES = frozenset({"calibration", WHOLE_PHASE, COVER_PHASE, SAMPLED_PHASE})
+from flegel.sync.fsp import UNTIMED_PHASES
 
 
 def _barriers(run: RunResult) -> list[dict[str, Any]]:
@@ -55,13 +51,15 @@ def _barriers(run: RunResult) -> list[dict[str, Any]]:
 
 def interval_barriers(run: RunResult) -> list[dict[str, Any]]:
     """The run's barrier events of iterations with an interval η (module notes): all but
-    FSP's :data:`UNTIMED_PHASES`; an event without a phase (another model) counts."""
+    FSP's :data:`~flegel.sync.fsp.UNTIMED_PHASES`; an event without a phase (another model)
+    counts."""
     return [ev for ev in _barriers(run) if ev.get("phase") not in UNTIMED_PHASES]
 
 
 def untimed_s(run: RunResult) -> float:
-    """Σ ``barrier_s`` over the iterations without an interval (:data:`UNTIMED_PHASES`):
-    what :func:`accumulated_s` leaves out (NaN if failed)."""
+    """Σ ``barrier_s`` over the iterations without an interval
+    (:data:`~flegel.sync.fsp.UNTIMED_PHASES`): what :func:`accumulated_s` leaves out (NaN
+    if failed)."""
     if not run.ok:
         return float("nan")
     return sum(float(ev["barrier_s"]) for ev in _barriers(run)
