@@ -192,8 +192,9 @@ def test_fig13_judges_no_pair_that_ran_too_few_interval_iterations(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run cut by the horizon in its calibration has no η iteration (or a handful): its
     sum of 0 s is no ratio of 0.00x.  Such a pair is shown, not judged: the median is of the
-    others; with none left the figure says so (missed, no value).  A run that reached its
-    target within a few η iterations is judged."""
+    others (of their logarithms: for two, the geometric mean); with none left the figure
+    says so (missed, no value).  A run that reached its target within a few η iterations is
+    judged."""
     monkeypatch.setattr(network, "find", lambda name=None: None)
     few = opt_figures.FIG13_MIN_ITERATIONS - 1
     runs = _fig13_runs(tmp_path / "a", {"kmeans": 0.9, "logreg": 1.1, "cnn": 1.5},
@@ -204,7 +205,7 @@ def test_fig13_judges_no_pair_that_ran_too_few_interval_iterations(
         + [{"barrier_s": 0.001, "spread_s": 0.001, "wait": [0.0, 0.0]}] * few, 4.0)
     fig = opt_figures.fig13(FakeCtx(runs, tmp_path, ()))  # type: ignore[arg-type]
     assert "(median of 2 pairs: 0.90x, not judged, 4.00x; kmeans, local:" in fig.ours
-    assert fig.ours_value == pytest.approx((0.9 + 4.0) / 2)
+    assert fig.ours_value == pytest.approx((0.9 * 4.0) ** 0.5)
     assert any("kmeans (seed 1)" in row and "| not judged |" in row
                and f"| 10 / {few} |" in row for row in fig.table)
 
@@ -238,6 +239,7 @@ def test_fig13_judges_nothing_where_no_semi_timer_acted(
     assert fig.ours_value is None and verdict(fig) == MISSED
     assert fig.ours.startswith("no semi run ended an iteration on its timer")
     assert len(ctx.asked) == 6 and len(fig.table) == 2 + 3
+    assert "pairs" not in fig.setting and "η (untimed:" in fig.setting
 
 
 def _fig13_runs(tmp_path: Path, ratios: dict[str, float], reason: str = "timer",
@@ -325,7 +327,7 @@ def test_fig13_runs_on_this_host_beside_the_cluster_only_in_full(
     assert "; kmeans, cluster:" in fig.ours
 
 
-def test_fig13_judges_the_local_runs_where_no_cluster_run_decides(
+def test_fig13_judges_the_local_runs_where_every_cluster_run_fails(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``--quick`` with the cluster up leaves the local runs out; where every cluster run
     fails (no ratio) they run after all and decide, not a "failed" verdict."""
@@ -341,7 +343,103 @@ def test_fig13_judges_the_local_runs_where_no_cluster_run_decides(
     assert len(ctx.asked) == 6 + 2 * (opt_figures.FIG13_PAIRS - 1)
     assert [row.split(" | ")[0] for row in fig.table[2:8]] == ["| cluster"] * 3 + ["| local"] * 3
     assert "; kmeans, local:" in fig.ours and fig.ours_value == pytest.approx(0.9)
-    assert "cluster and local" in fig.setting and "no cluster run decided" in fig.setting
+    assert "cluster and local" in fig.setting and "no cluster pair was judged" in fig.setting
+
+
+def test_fig13_judges_the_local_runs_where_no_cluster_pair_is_judged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every cluster run ran, its semi timers acted, but every one was cut by the horizon
+    before FIG13_MIN_ITERATIONS η iterations: no cluster pair is judged, so ``--quick`` runs
+    the local runs after all, and they decide (as with no cluster up), not the cluster's
+    further pairs."""
+    runs = _fig13_runs(tmp_path, {"kmeans": 0.9, "logreg": 1.1, "cnn": 1.5})
+    short = write_run(tmp_path / "short", [
+        {"barrier_s": 0.001, "spread_s": 0.001, "wait": [0.0, 0.0]}]
+        * (opt_figures.FIG13_MIN_ITERATIONS - 1), 4.0)
+    cluster_asked: list[str] = []
+
+    def paper_run(runner: Any, a: str, part: str, sync: str, slow: str,
+                  sets: tuple[str, ...] = ()) -> RunResult:
+        cluster_asked.append(a + sync + "".join(sets))
+        return short
+
+    monkeypatch.setattr(network, "find",
+                        lambda name=None: network.Cluster("t", ["h1", "h2", "h3"], "none"))
+    monkeypatch.setattr(network, "round_trip_us", lambda cluster, n=200, timeout=600: 150.0)
+    monkeypatch.setattr(network, "paper_run", paper_run)
+    ctx = FakeCtx(runs, tmp_path, ())
+    fig = opt_figures.fig13(ctx)  # type: ignore[arg-type]
+    assert len(cluster_asked) == 6
+    assert len(ctx.asked) == 6 + 2 * (opt_figures.FIG13_PAIRS - 1)
+    assert [row.split(" | ")[0] for row in fig.table[2:8]] == ["| cluster"] * 3 + ["| local"] * 3
+    assert all("| not judged |" in row for row in fig.table[2:5])
+    assert "; kmeans, local:" in fig.ours and fig.ours_value == pytest.approx(0.9)
+    assert "cluster and local" in fig.setting and "no cluster pair was judged" in fig.setting
+
+
+def test_fig13_prefers_a_run_whose_timers_acted_to_the_cluster(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--full`` runs both places.  The cluster's semi runs ended every η iteration on a
+    pass (0 % timers), this host's on timers: the verdict is this host's (semi's timers
+    acted there), not "no semi timer acted" for being on the cluster."""
+    local = _fig13_runs(tmp_path / "local", {"kmeans": 0.9, "logreg": 1.1, "cnn": 1.5})
+    on_cluster = _fig13_runs(tmp_path / "cluster", {"kmeans": 2.0, "logreg": 2.0, "cnn": 2.0},
+                             "pass")
+    monkeypatch.setattr(network, "find",
+                        lambda name=None: network.Cluster("t", ["h1", "h2", "h3"], "none"))
+    monkeypatch.setattr(network, "round_trip_us", lambda cluster, n=200, timeout=600: 150.0)
+    monkeypatch.setattr(network, "paper_run", lambda runner, a, part, sync, slow, sets=():
+                        on_cluster[a, sync + "".join(sets)])
+    fig = opt_figures.fig13(FakeCtx(local, tmp_path, (), FULL))  # type: ignore[arg-type]
+    assert "; kmeans, local:" in fig.ours and fig.ours_value == pytest.approx(0.9)
+    assert [row.split(" | ")[0] for row in fig.table[2:]] == (
+        ["| local"] * 3 + ["| cluster"] * 3 + ["| local"] * 2)
+
+
+def test_fig13_reads_the_timer_share_over_the_interval_iterations(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """K-means' semi run: its untimed barriers (the calibration's) timer-ended, its η
+    iterations all ended on passes -- 0 % over the η iterations, 50 % over every barrier;
+    the CNN's: 3 of its 10 η iterations timer-ended (30 %).  The CNN decides: a timer in an
+    iteration without an interval is no act of semi's coordination."""
+    monkeypatch.setattr(network, "find", lambda name=None: None)
+    runs = _fig13_runs(tmp_path, {"kmeans": 0.9, "logreg": 1.1, "cnn": 1.5}, "pass")
+    eta = {"barrier_s": 0.001, "spread_s": 0.001, "wait": [0.0, 0.0]}
+    runs["kmeans", "fspv-async"] = write_run(tmp_path / "ks", [
+        {**eta, "reason": ["timer"] * 2, "phase": "calibration"}] * 10
+        + [{**eta, "reason": ["pass"] * 2}] * 10, 1.0, time_to_target_s=0.5)
+    runs["cnn", "fspv-async"] = write_run(
+        tmp_path / "cs", [{**eta, "reason": ["timer"] * 2}] * 3
+        + [{**eta, "reason": ["pass"] * 2}] * 7, 1.0, time_to_target_s=0.5)
+    fig = opt_figures.fig13(FakeCtx(runs, tmp_path, ()))  # type: ignore[arg-type]
+    assert "; cnn, local:" in fig.ours and "most, 30 %)" in fig.ours
+    assert fig.ours_value == pytest.approx(1.5)
+    assert any(row.startswith("| local | kmeans |") and row.endswith("| 0 % |")
+               for row in fig.table)
+
+
+def test_fig13_judges_no_run_without_an_interval_iteration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A centralized run that reached its target in its calibration (no η iteration: a sum
+    of 0 s), and one that ran but wrote no ``events.jsonl`` (no barrier to sum), are not
+    judged -- not read as 0.00x."""
+    monkeypatch.setattr(network, "find", lambda name=None: None)
+    c = opt_figures.CENTRALIZED[0]
+    runs = _fig13_runs(tmp_path, {"kmeans": 0.9, "logreg": 1.1, "cnn": 1.5},
+                       pairs={"kmeans": [2.0, 4.0]})
+    runs["kmeans", "fspv-asyncseed=1" + c] = write_run(tmp_path / "calibrated", [
+        {"barrier_s": 0.5, "spread_s": 0.5, "wait": [0.0, 0.0], "reason": ["pass"] * 2,
+         "phase": "calibration"}], 1.0, time_to_target_s=0.5)
+    fig = opt_figures.fig13(FakeCtx(runs, tmp_path, ()))  # type: ignore[arg-type]
+    assert "(median of 2 pairs: 0.90x, not judged, 4.00x;" in fig.ours
+    assert any("kmeans (seed 1)" in row and "| not judged |" in row and "| 0 / 10 |" in row
+               for row in fig.table)
+
+    runs["kmeans", "fspv-asyncseed=2" + c].folder.joinpath("events.jsonl").unlink()
+    assert runs["kmeans", "fspv-asyncseed=2" + c].ok
+    fig = opt_figures.fig13(FakeCtx(runs, tmp_path, ()))  # type: ignore[arg-type]
+    assert "(median of 1 pair: 0.90x, not judged, not judged;" in fig.ours
+    assert fig.ours_value == pytest.approx(0.9)
 
 
 def test_fig13_runs_on_this_host_without_a_cluster(tmp_path: Path,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import subprocess
+from typing import NamedTuple
 
 import numpy as np
 
@@ -258,6 +259,27 @@ def _coordination_runs(ctx: Ctx, algorithm: str, slow: str, where: str, pair: in
     return semi, one(CENTRALIZED)
 
 
+class _Pair(NamedTuple):
+    """One (semi, centralized) pair of Fig. 13, as its row in the table reads it."""
+
+    where: str
+    algorithm: str
+    #: centralized / semi accumulated cost (:func:`_ratio`; NaN: not judged, or failed)
+    ratio: float
+    #: the share of the semi run's η iterations' commits that a timer ended
+    timers: float
+    #: neither side failed
+    ran: bool
+
+    @property
+    def cluster(self) -> bool:
+        return self.where == "cluster"
+
+    @property
+    def judged(self) -> bool:
+        return not math.isnan(self.ratio)
+
+
 def _judged(run: RunResult) -> bool:
     """Whether ``run`` can stand in a judged pair (:data:`FIG13_MIN_ITERATIONS`)."""
     n = len(barriers.interval_barriers(run))
@@ -281,7 +303,8 @@ def fig13(ctx: Ctx) -> Figure:
     the run -- 48.4 s centralized, 38.3 s semi for KMs, though semi ran more iterations
     (a smaller η) -- here Σ ``barrier_s`` over the iterations with an interval η of each
     run to its target (:func:`flegel.cli.paper.barriers.accumulated_s`; a run that does not
-    reach it counts its whole time on both sides alike).  The iterations without an
+    reach it sums those to the horizon, and is judged only where they are
+    :data:`FIG13_MIN_ITERATIONS` or more).  The iterations without an
     interval -- the calibration, whole passes, coverage -- end on passes under either
     coordination, and are shown apart (column "untimed"): the calibration's barrier alone
     (a pass of the straggler's against the fastest's) outweighed a run's η iterations and
@@ -300,20 +323,26 @@ def fig13(ctx: Ctx) -> Figure:
       "timers": the share of the semi run's η iterations' commits ended by a timer), as in
       the paper they do not (a pass of HIGGS takes seconds); the CNN's pass (hundreds of ms)
       is in the paper's regime, so the verdict is the algorithm whose semi iterations end on
-      timers most often (a tie: the first in :data:`FIG13_ALGORITHMS`, a fixed order, not
-      the more favourable ratio), and none where no timer ended an iteration;
+      timers most often -- one where they ended any before the cluster's where they ended
+      none, then the cluster's, then the larger share (a tie: the first in
+      :data:`FIG13_ALGORITHMS`, a fixed order, not the more favourable ratio) -- and none
+      where no timer ended an iteration;
     * that algorithm runs :data:`FIG13_PAIRS` pairs (:func:`_coordination_runs`: seeds 0,
       1, ..., alternating which side runs first), and the verdict is the median of the
-      pairs' ratios: one pair of ~1 s runs on shared cores flipped the verdict between
-      pages.  A pair counts where each side ran an iteration with an interval, and
-      :data:`FIG13_MIN_ITERATIONS` or more where it did not reach the target (a loaded
-      host's CNN run may spend its 4 s in the calibration); the table gives every pair;
+      pairs' ratios, taken on their logarithms (the same for an odd count; for two, their
+      geometric mean, so 0.5x and 2x read 1x): one pair of ~1 s runs on shared cores
+      flipped the verdict between pages.  A pair counts where each side ran an iteration
+      with an interval, and :data:`FIG13_MIN_ITERATIONS` or more where it did not reach the
+      target (a loaded host's CNN run may spend its 4 s in the calibration); the table gives
+      every pair.  The further pairs are 2 (FIG13_PAIRS - 1) x 2 runs more, in ``--quick``
+      too, only where a timer acted: the f13 helper measured ``--quick --only 13`` here at
+      120-183 s against main's 89-148 s (load 10-23); on the cluster, about 4 CNN runs more;
     * on the local cluster when it is up (``deploy/local/cluster.sh up 5``: one host per
       rank, TCP between them, the pause signal's round trip a real network's), the same runs
       there decide the verdict; the local ones are then run beside them only where
       ``Mode.local_beside_cluster`` (``--full``), and the setting line says when they are
-      left out -- unless no cluster run decides (every pair failed): then the local
-      runs are run and judged, as with no cluster up.
+      left out -- unless no cluster pair is judged (each failed, or a side was cut short):
+      then the local runs are run and decide, as with no cluster up.
     """
     slow = f"persistent:factor={NATURAL_FACTOR:g},workers={ctx.mode.slow}"
     head = ["where", "algorithm", "accumulated s c / s", "ratio c / s", "η iterations c / s",
@@ -331,12 +360,9 @@ def fig13(ctx: Ctx) -> Figure:
         except (RuntimeError, OSError, ValueError, IndexError, subprocess.TimeoutExpired):
             rtt = ""
     runs: list[RunResult] = []
-    # (on the cluster, timer share, pair 0's ratio, algorithm, where) of the pairs that ran
-    # (neither failed), in FIG13_ALGORITHMS order
-    decided: list[tuple[bool, float, float, str, str]] = []
 
-    def row(where: str, a: str, pair: int) -> tuple[float, float]:
-        """Run pair ``pair`` of ``a`` at ``where`` and add its row: (ratio, timer share)."""
+    def row(where: str, a: str, pair: int) -> _Pair:
+        """Run pair ``pair`` of ``a`` at ``where``, add its row and return what it read."""
         semi, cent = _coordination_runs(ctx, a, slow, where, pair)
         runs.extend((semi, cent))
         acc = {k: barriers.accumulated_s(r) for k, r in (("c", cent), ("s", semi))}
@@ -352,47 +378,48 @@ def fig13(ctx: Ctx) -> Figure:
             " / ".join(_ms(acc[k] / n[k] * 1e3) if n[k] else "-" for k in ("c", "s")),
             " / ".join(_s(barriers.untimed_s(r)) for r in (cent, semi)),
             f"{cent.time.text()} / {semi.time.text()}", f"{100 * timers:.0f} %"]))
-        return ratio, timers
+        return _Pair(where, a, ratio, timers, semi.ok and cent.ok)
 
-    def rows(where: str) -> None:
-        for a in FIG13_ALGORITHMS:
-            ratio, timers = row(where, a, 0)
-            if runs[-1].ok and runs[-2].ok:
-                decided.append((where == "cluster", timers, ratio, a, where))
+    def rows(where: str) -> list[_Pair]:
+        """Pair 0 of every algorithm at ``where``: those where neither side failed."""
+        return [p for a in FIG13_ALGORITHMS if (p := row(where, a, 0)).ran]
 
-    for where in places:
-        rows(where)
-    # No cluster pair ran (all failed): the local runs left out beside it
-    # are the figure after all, as with no cluster up -- not a "failed" verdict.
-    fallback = not decided and "local" not in places
+    decided = [p for where in places for p in rows(where)]
+    # No cluster pair judged (each failed, or a side was cut short): the local runs left
+    # out beside it are the figure after all, as with no cluster up -- not a "failed" or
+    # unjudged verdict.
+    fallback = "local" not in places and not any(p.cluster and p.judged for p in decided)
     if fallback:
         places.append("local")
-        rows("local")
-    # The verdict's run: on the cluster if there, then the most timer-ended; a tie goes to
-    # the first in FIG13_ALGORITHMS order (max keeps the first), never to the better ratio.
-    best = max(decided, key=lambda d: (d[0], d[1])) if decided else None
-    ratios: list[float] = []
+        decided = rows("local") or decided
+    # The verdict's run: one whose semi timers acted at all (the claim is theirs: a cluster
+    # run at 0 % does not outrank a local one that they acted in), then on the cluster,
+    # then the most timer-ended; a tie goes to the first in FIG13_ALGORITHMS order (max
+    # keeps the first), never to the better ratio.
+    best = max(decided, key=lambda p: (p.timers > 0, p.cluster, p.timers), default=None)
+    pairs: list[_Pair] = []
     # No semi timer ended an iteration (a loaded host's CNN run still in its calibration at
     # the horizon, the others ended on passes): semi's mechanism never acted, nothing to judge.
-    if best is not None and best[1] > 0:
-        ratios = [best[2]] + [row(best[4], best[3], k)[0] for k in range(1, FIG13_PAIRS)]
-    judged = [r for r in ratios if not math.isnan(r)]
-    median = float(np.median(judged)) if judged else float("nan")
+    if best is not None and best.timers > 0:
+        pairs = [best] + [row(best.where, best.algorithm, k) for k in range(1, FIG13_PAIRS)]
+    judged = [p.ratio for p in pairs if p.judged]
+    # The median of the log-ratios: 0.5x and 2x are as far from 1x (their mean is 1.25x).
+    median = math.exp(float(np.median(np.log(judged)))) if judged else float("nan")
     if best is None:
         ours = "failed"
-    elif not ratios:
+    elif not pairs:
         ours = ("no semi run ended an iteration on its timer (its η iterations, if any, "
                 "ended on passes): semi's timers never acted")
     elif not judged:
-        ours = (f"no pair of {best[3]} ({best[4]}) to judge: a side without an iteration "
+        ours = (f"no pair of {best.algorithm} ({best.where}) to judge: a side without an iteration "
                 f"with an interval η, or cut by the horizon before {FIG13_MIN_ITERATIONS}")
     else:
         ours = (f"accumulated synchronization cost centralized / semi over the η iterations: "
                 f"{_x(median)} (median of {len(judged)} pair{'s' * (len(judged) != 1)}: "
-                f"{', '.join(_x(r) if not math.isnan(r) else 'not judged' for r in ratios)}; "
-                f"{best[3]}, {best[4]}: of the runs, "
-                f"{'on the cluster, ' if best[0] else ''}the one whose iterations end on the "
-                f"semi timers most, {100 * best[1]:.0f} %)")
+                f"{', '.join(_x(p.ratio) if p.judged else 'not judged' for p in pairs)}; "
+                f"{best.algorithm}, {best.where}: of the runs, "
+                f"{'on the cluster, ' if best.cluster else ''}the one whose iterations end on "
+                f"the semi timers most, {100 * best.timers:.0f} %)")
     return Figure(
         "13", "semi-centralized coordination: barrier cost",
         "semi cuts the accumulated synchronization cost from 48.4 s to 38.3 s (1.26x) though "
@@ -403,13 +430,14 @@ def fig13(ctx: Ctx) -> Figure:
                 f"*Natural*); {' and '.join(places)}{rtt}"
                 + (f"; not on this host too (--{ctx.mode.name}: the cluster's runs decide)"
                    if "local" not in places else "")
-                + ("; run on this host as no cluster run decided" if fallback else "")
-                + (f"; {FIG13_PAIRS} pairs of the deciding run (seeds 0-{FIG13_PAIRS - 1}, "
+                + ("; run on this host as no cluster pair was judged" if fallback else "")
+                + (f"; {len(pairs)} pairs of the deciding run (seeds 0-{len(pairs) - 1}, "
                    "alternating which side runs first), the median judged of those whose "
                    "sides both ran an iteration with an interval η, and "
-                   f"{FIG13_MIN_ITERATIONS} or more where cut by the horizon; the cost summed "
-                   "over those iterations (untimed: the calibration's, whole passes', "
-                   "coverage's barriers, apart)"),
+                   f"{FIG13_MIN_ITERATIONS} or more where cut by the horizon"
+                   if len(pairs) > 1 else "")
+                + "; the cost summed over the iterations with an interval η (untimed: the "
+                  "calibration's, whole passes', coverage's barriers, apart)",
         table=table + failures(runs))
 
 
