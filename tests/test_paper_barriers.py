@@ -476,3 +476,18 @@ def test_idle_timer_barriers_need_an_eta(tmp_path: Path) -> None:
               {"t": 4, "barrier_s": 0.006, "workers": idle}]                  # no η
     tmp_path.joinpath("events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     assert _bench().idle_timer_barriers(tmp_path) == 1
+
+
+def test_the_bench_line_gives_the_timer_share_over_the_interval_iterations(
+        tmp_path: Path) -> None:
+    """bench/paper_barriers.py prints how iterations ended over every barrier and, as Fig. 13
+    reads it, over the iterations with an interval η (a timer-ended calibration apart)."""
+    write_run(tmp_path / "runs" / "r", [
+        {"barrier_s": 0.5, "spread_s": 0.5, "wait": [0.0, 0.0], "reason": ["timer"] * 2,
+         "phase": "calibration"},
+        {"barrier_s": 0.001, "spread_s": 0.001, "wait": [0.0, 0.0], "reason": ["pass"] * 2}],
+        1.0)
+    text = _bench().line(tmp_path / "runs" / "r")
+    assert "accumulated over the 1 with an interval 0.001 s" in text
+    assert ("ends: timer 50% pass 50% (over the 1 with an interval, as Fig. 13's timer "
+            "share: pass 100%)" in text)
