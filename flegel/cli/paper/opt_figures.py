@@ -304,9 +304,9 @@ def fig13(ctx: Ctx) -> Figure:
     (a smaller η) -- here Σ ``barrier_s`` over the iterations with an interval η of each
     run to its target (:func:`flegel.cli.paper.barriers.accumulated_s`; a run that does not
     reach it sums those to the horizon, and is judged only where they are
-    :data:`FIG13_MIN_ITERATIONS` or more).  The iterations without an
-    interval -- the calibration, whole passes, coverage -- end on passes under either
-    coordination, and are shown apart (column "untimed"): the calibration's barrier alone
+    :data:`FIG13_MIN_ITERATIONS` or more).  The iterations without an interval -- the
+    calibration, whole passes, coverage -- end on passes under either coordination, and are
+    shown apart (column "untimed"): the calibration's barrier alone
     (a pass of the straggler's against the fastest's) outweighed a run's η iterations and
     decided the ratio (:mod:`flegel.cli.paper.barriers`).  Before issue 19's review the row
     compared the *mean* barrier, which says nothing of a run with more iterations.
@@ -334,8 +334,8 @@ def fig13(ctx: Ctx) -> Figure:
       flipped the verdict between pages.  A pair counts where each side ran an iteration
       with an interval, and :data:`FIG13_MIN_ITERATIONS` or more where it did not reach the
       target (a loaded host's CNN run may spend its 4 s in the calibration); the table gives
-      every pair.  The further pairs are 2 (FIG13_PAIRS - 1) x 2 runs more, in ``--quick``
-      too, only where a timer acted: the f13 helper measured ``--quick --only 13`` here at
+      every pair.  The further pairs cost 2 x (FIG13_PAIRS - 1) = 4 runs more, in
+      ``--quick`` too, only where a timer acted: ``--quick --only 13`` on this host took
       120-183 s against main's 89-148 s (load 10-23); on the cluster, about 4 CNN runs more;
     * on the local cluster when it is up (``deploy/local/cluster.sh up 5``: one host per
       rank, TCP between them, the pause signal's round trip a real network's), the same runs
