@@ -2,7 +2,8 @@
 it (:mod:`flegel.cli.paper.barriers`, FSP paper Sections 6.2 and 6.3): per run, its barriers, their
 accumulated cost (Σ first report to broadcast), the mean first-to-last report spread against
 the mean iteration, each worker's synchronization cost as a share of the run, how the
-workers' iterations ended, and how many barriers waited for the timer of a worker that did
+workers' iterations ended (over every barrier, and over the iterations with an interval η,
+as Fig. 13's timer share), and how many barriers waited for the timer of a worker that did
 nothing (:func:`idle_timer_barriers`).
 
 Reads run folders only (``summary.json``, ``events.jsonl``), so runs made by another checkout
@@ -16,6 +17,7 @@ one's, side by side::
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from pathlib import Path
 
 from flegel.cli.paper import barriers
@@ -53,22 +55,30 @@ def idle_timer_barriers(path: Path) -> int:
     return held
 
 
+def ends(why: Counter[str]) -> str:
+    """Each way an iteration ended, as a share of the commits counted (``-``: none)."""
+    total = max(sum(why.values()), 1)
+    return " ".join(f"{k} {100 * v / total:.0f}%" for k, v in why.most_common()) or "-"
+
+
 def line(path: Path) -> str:
     summary = read_summary(path)
     r = RunResult(path.name, path, summary, None, None, 0.0)
     shares = barriers.cost_shares(r)
-    why = barriers.reasons(r)
-    total = max(sum(why.values()), 1)
-    ends = " ".join(f"{k} {100 * v / total:.0f}%" for k, v in why.most_common())
     n = int(summary.get("barriers", 0))
+    timed = len(barriers.interval_barriers(r))
     held = idle_timer_barriers(path)
     return (f"{path.parent.parent.name}/{path.name}: {summary.get('coordination', '-')}, "
-            f"{n} barriers in {barriers.training_s(r):.2f} s; accumulated "
-            f"{barriers.accumulated_s(r):.3f} s ({1e3 * barriers.accumulated_s(r) / max(n, 1):.2f}"
-            f" ms a barrier); reports spread {1e3 * barriers.mean_spread_s(r):.2f} ms of "
+            f"{n} barriers in {barriers.training_s(r):.2f} s; accumulated over the {timed} "
+            f"with an interval {barriers.accumulated_s(r):.3f} s "
+            f"({1e3 * barriers.accumulated_s(r) / max(timed, 1):.2f} ms a barrier; the others "
+            f"{barriers.untimed_s(r):.3f} s); reports spread "
+            f"{1e3 * barriers.mean_spread_s(r):.2f} ms of "
             f"{1e3 * barriers.mean_iteration_s(r):.2f} ms an iteration; worker costs "
             f"(share of the run) {' '.join(f'{x:.2f}' for x in shares)}"
-            f"{f' (max - min {max(shares) - min(shares):.2f})' if shares else ''}; ends: {ends}; "
+            f"{f' (max - min {max(shares) - min(shares):.2f})' if shares else ''}; ends: "
+            f"{ends(barriers.reasons(r))} (over the {timed} with an interval, as Fig. 13's "
+            f"timer share: {ends(barriers.reasons(r, interval_only=True))}); "
             f"held by an idle worker's timer: {held}")
 
 

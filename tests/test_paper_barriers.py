@@ -21,14 +21,16 @@ from flegel.cli.paper.workloads import FULL, QUICK, Mode
 def write_run(folder: Path, bars: list[dict[str, Any]], wall_s: float,
               per_worker: list[dict[str, float]] | None = None, **summary: Any) -> RunResult:
     """A run folder: ``bars`` as barrier events (``barrier_s``, ``spread_s``, ``wait``: each
-    worker's wait *before* that iteration, ``reason``: each worker's), and its summary."""
+    worker's wait *before* that iteration, ``reason``: each worker's, ``phase``: FSP's), and
+    its summary."""
     folder.mkdir(parents=True)
     events = []
     for t, b in enumerate(bars, 1):
         n = len(b["wait"])
         events.append({"t": t, "barrier_s": b["barrier_s"], "spread_s": b["spread_s"],
                        "workers": {"rank": list(range(1, n + 1)), "wait_s": b["wait"],
-                                   "reason": b.get("reason", ["timer"] * n)}})
+                                   "reason": b.get("reason", ["timer"] * n)},
+                       **({"phase": b["phase"]} if "phase" in b else {})})
     (folder / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events)
                                          + json.dumps({"type": "end"}) + "\n")
     s = {"wall_time_s": wall_s, "barriers": len(bars),
@@ -56,6 +58,31 @@ def test_worker_costs_leave_out_the_start_up_wait(tmp_path: Path) -> None:
     failed = RunResult("f", tmp_path / "none", None, "boom", None, 0.0)
     assert barriers.worker_costs(failed) == [] and barriers.reasons(failed) == {}
     assert barriers.accumulated_s(failed) != barriers.accumulated_s(failed)  # NaN
+
+
+def test_the_accumulated_cost_leaves_out_the_iterations_without_an_interval(
+        tmp_path: Path) -> None:
+    """FSP's calibration, whole passes and coverage end on passes under either coordination:
+    their barriers are summed apart (untimed_s), not in the accumulated cost; an iteration of
+    another phase (a probe, a run at η) or of no phase (another model) counts."""
+    r = write_run(tmp_path / "r", [
+        {"barrier_s": 2.0, "spread_s": 2.0, "wait": [0.0, 0.0], "reason": ["pass", "pass"],
+         "phase": "calibration"},
+        {"barrier_s": 0.010, "spread_s": 0.01, "wait": [0.0, 0.0], "phase": "probe"},
+        {"barrier_s": 0.5, "spread_s": 0.5, "wait": [0.0, 0.0], "reason": ["pass", "pass"],
+         "phase": "whole-pass"},
+        {"barrier_s": 0.3, "spread_s": 0.3, "wait": [0.0, 0.0], "reason": ["pass", "pass"],
+         "phase": "coverage"},
+        {"barrier_s": 0.020, "spread_s": 0.02, "wait": [0.0, 0.0], "reason": ["timer", "pass"],
+         "phase": "run"},
+        {"barrier_s": 0.030, "spread_s": 0.03, "wait": [0.0, 0.0]}], wall_s=4.0)
+    assert barriers.accumulated_s(r) == pytest.approx(0.060)
+    assert barriers.untimed_s(r) == pytest.approx(2.8)
+    assert len(barriers.interval_barriers(r)) == 3
+    assert barriers.reasons(r, interval_only=True) == {"timer": 5, "pass": 1}
+    assert barriers.reasons(r) == {"timer": 5, "pass": 7}
+    failed = RunResult("f", tmp_path / "none", None, "boom", None, 0.0)
+    assert barriers.untimed_s(failed) != barriers.untimed_s(failed)  # NaN
 
 
 class FakeCtx:
@@ -119,42 +146,119 @@ def test_fig10_measures_each_workers_synchronization_cost(tmp_path: Path,
 def test_fig13_compares_the_accumulated_cost_of_the_run_the_timers_end(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Semi runs more barriers, each cheaper, and less in all (the paper's Fig. 13b): the
-    ratio is of the sums (20 x 4 ms / 30 x 2 ms = 1.33x), not of the means (2x).  It is
-    read on the algorithm whose semi iterations end on timers (the CNN here); K-means',
-    ended by passes, is shown but decides nothing."""
+    ratio is of the sums (20 x 4 ms / 30 x 2 ms = 1.33x), not of the means (2x), over the
+    iterations with an interval: the calibration's barrier (a whole pass, 2 s centralized
+    against 0.1 s semi) is shown apart and decides nothing.  It is read on the algorithm
+    whose semi iterations end on timers (the CNN here); K-means', ended by passes, is shown
+    but decides nothing.  The CNN runs FIG13_PAIRS pairs (seeds 1, 2: ratios 0.5x and 3x)
+    and the verdict is their median, 1.33x, not the last pair's or the mean."""
     monkeypatch.setattr(network, "find", lambda name=None: None)
     c = opt_figures.CENTRALIZED[0]
 
-    def run(name: str, n: int, cost: float, reason: str) -> RunResult:
-        return write_run(tmp_path / name, [{"barrier_s": cost, "spread_s": cost,
-                                            "wait": [cost, cost], "reason": [reason] * 2}] * n,
+    def run(name: str, n: int, cost: float, reason: str, calibration: float = 0.0
+            ) -> RunResult:
+        cal = [{"barrier_s": calibration, "spread_s": calibration, "wait": [0.0, 0.0],
+                "reason": ["pass"] * 2, "phase": "calibration"}] if calibration else []
+        return write_run(tmp_path / name, cal + [{"barrier_s": cost, "spread_s": cost,
+                                                  "wait": [cost, cost],
+                                                  "reason": [reason] * 2}] * n,
                          1.0, time_to_target_s=0.5)
 
     runs = {("kmeans", "fspv-async"): run("ks", 10, 0.001, "pass"),
             ("kmeans", "fspv-async" + c): run("kc", 10, 0.010, "pass"),
             ("logreg", "fspv-async"): run("ls", 10, 0.001, "pass"),
             ("logreg", "fspv-async" + c): run("lc", 10, 0.001, "pass"),
-            ("cnn", "fspv-async"): run("cs", 30, 0.002, "timer"),
-            ("cnn", "fspv-async" + c): run("cc", 20, 0.004, "signal")}
-    fig = opt_figures.fig13(FakeCtx(runs, tmp_path, ()))  # type: ignore[arg-type]
+            ("cnn", "fspv-async"): run("cs", 30, 0.002, "timer", calibration=0.1),
+            ("cnn", "fspv-async" + c): run("cc", 20, 0.004, "signal", calibration=2.0),
+            ("cnn", "fspv-asyncseed=1"): run("cs1", 10, 0.002, "timer"),
+            ("cnn", "fspv-asyncseed=1" + c): run("cc1", 10, 0.001, "signal"),
+            ("cnn", "fspv-asyncseed=2"): run("cs2", 10, 0.001, "timer"),
+            ("cnn", "fspv-asyncseed=2" + c): run("cc2", 10, 0.003, "signal")}
+    ctx = FakeCtx(runs, tmp_path, ())
+    fig = opt_figures.fig13(ctx)  # type: ignore[arg-type]
     assert fig.ours_value == pytest.approx(4 * 20 / (2 * 30))
-    assert "(cnn, local" in fig.ours and verdict(fig) == MET
+    assert "(median of 3 pairs: 1.33x, 0.50x, 3.00x; cnn, local" in fig.ours
+    assert verdict(fig) == MET
     assert any(row.startswith("| local | kmeans") and "10.00x" in row for row in fig.table)
+    assert any(row.startswith("| local | cnn |") and "| 2.000 / 0.100 |" in row
+               and "| 20 / 30 |" in row for row in fig.table)
+    # Pair 1 ran the centralized side first, pairs 0 and 2 the semi side.
+    assert [s for a, s in ctx.asked if a == "cnn"] == [
+        "fspv-async", "fspv-async" + c, "fspv-asyncseed=1" + c, "fspv-asyncseed=1",
+        "fspv-asyncseed=2", "fspv-asyncseed=2" + c]
 
 
-def _fig13_runs(tmp_path: Path, ratios: dict[str, float], reason: str = "timer"
-                ) -> dict[tuple[str, str], RunResult]:
+def test_fig13_judges_no_pair_that_ran_too_few_interval_iterations(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run cut by the horizon in its calibration has no η iteration (or a handful): its
+    sum of 0 s is no ratio of 0.00x.  Such a pair is shown, not judged: the median is of the
+    others (of their logarithms: for two, the geometric mean); with none left the figure
+    says so (missed, no value).  A run that reached its target within a few η iterations is
+    judged."""
+    monkeypatch.setattr(network, "find", lambda name=None: None)
+    few = opt_figures.FIG13_MIN_ITERATIONS - 1
+    runs = _fig13_runs(tmp_path / "a", {"kmeans": 0.9, "logreg": 1.1, "cnn": 1.5},
+                       pairs={"kmeans": [2.0, 4.0]})
+    runs["kmeans", "fspv-asyncseed=1"] = write_run(
+        tmp_path / "short", [{"barrier_s": 2.0, "spread_s": 2.0, "wait": [0.0, 0.0],
+                              "reason": ["pass"] * 2, "phase": "calibration"}]
+        + [{"barrier_s": 0.001, "spread_s": 0.001, "wait": [0.0, 0.0]}] * few, 4.0)
+    fig = opt_figures.fig13(FakeCtx(runs, tmp_path, ()))  # type: ignore[arg-type]
+    assert "(median of 2 pairs: 0.90x, not judged, 4.00x; kmeans, local:" in fig.ours
+    assert fig.ours_value == pytest.approx((0.9 * 4.0) ** 0.5)
+    assert any("kmeans (seed 1)" in row and "| not judged |" in row
+               and f"| 10 / {few} |" in row for row in fig.table)
+
+    for k in range(opt_figures.FIG13_PAIRS):
+        seed = f"seed={k}" if k else ""
+        runs["kmeans", "fspv-async" + seed] = runs["kmeans", "fspv-asyncseed=1"]
+    fig = opt_figures.fig13(FakeCtx(runs, tmp_path, ()))  # type: ignore[arg-type]
+    assert fig.ours_value is None and verdict(fig) == MISSED
+    assert fig.ours.startswith("no pair of kmeans (local) to judge")
+
+    # ... but a run that reached its target in a few η iterations counts: that is its cost.
+    quick = write_run(tmp_path / "quick", [
+        {"barrier_s": 0.002, "spread_s": 0.002, "wait": [0.0, 0.0]}] * few, 1.0,
+        time_to_target_s=0.5)
+    runs["kmeans", "fspv-async"] = quick
+    runs["kmeans", "fspv-async" + opt_figures.CENTRALIZED[0]] = quick
+    fig = opt_figures.fig13(FakeCtx(runs, tmp_path, ()))  # type: ignore[arg-type]
+    assert fig.ours_value == pytest.approx(1.0)
+    assert "(median of 1 pair: 1.00x, not judged, not judged;" in fig.ours
+
+
+def test_fig13_judges_nothing_where_no_semi_timer_acted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every semi iteration ended on a pass (the CNN's run, say, still in its calibration at
+    the horizon): semi's timers never acted, so no ratio is the claim's -- missed, said so,
+    and no further pairs run."""
+    monkeypatch.setattr(network, "find", lambda name=None: None)
+    ctx = FakeCtx(_fig13_runs(tmp_path, {"kmeans": 0.9, "logreg": 1.1, "cnn": 1.5}, "pass"),
+                  tmp_path, ())
+    fig = opt_figures.fig13(ctx)  # type: ignore[arg-type]
+    assert fig.ours_value is None and verdict(fig) == MISSED
+    assert fig.ours.startswith("no semi run ended an iteration on its timer")
+    assert len(ctx.asked) == 6 and len(fig.table) == 2 + 3
+    assert "pairs" not in fig.setting and "η (untimed:" in fig.setting
+
+
+def _fig13_runs(tmp_path: Path, ratios: dict[str, float], reason: str = "timer",
+                pairs: dict[str, list[float]] | None = None) -> dict[tuple[str, str], RunResult]:
     """Semi and centralized runs of every Fig. 13 algorithm, all ended by ``reason`` under
-    semi, centralized / semi accumulated cost ``ratios[a]`` (10 barriers of 1 ms semi)."""
+    semi, centralized / semi accumulated cost ``ratios[a]`` (10 barriers of 1 ms semi), and
+    the further pairs (``seed=k``) of each: ``pairs[a][k - 1]``'s ratio, else ``ratios[a]``."""
     c = opt_figures.CENTRALIZED[0]
     runs = {}
     for a, ratio in ratios.items():
-        for sync, cost in (("fspv-async", 0.001), ("fspv-async" + c, 0.001 * ratio)):
-            runs[a, sync] = write_run(
-                tmp_path / f"{a}{len(sync)}", [{"barrier_s": cost, "spread_s": cost,
-                                                "wait": [cost, cost],
-                                                "reason": [reason] * 2}] * 10,
-                1.0, time_to_target_s=0.5)
+        for k in range(opt_figures.FIG13_PAIRS):
+            seed = f"seed={k}" if k else ""
+            r = (pairs or {}).get(a, [ratio] * k)[k - 1] if k else ratio
+            for sync, cost in (("fspv-async", 0.001), ("fspv-async" + c, 0.001 * r)):
+                runs[a, sync.replace("fspv-async", "fspv-async" + seed)] = write_run(
+                    tmp_path / f"{a}{len(sync)}-{k}", [
+                        {"barrier_s": cost, "spread_s": cost, "wait": [cost, cost],
+                         "reason": [reason] * 2}] * 10,
+                    1.0, time_to_target_s=0.5)
     return runs
 
 
@@ -166,7 +270,7 @@ def test_fig13_breaks_a_tie_on_timers_by_algorithm_order_not_by_ratio(
     runs = _fig13_runs(tmp_path, {"kmeans": 0.9, "logreg": 1.1, "cnn": 1.5})
     fig = opt_figures.fig13(FakeCtx(runs, tmp_path, ()))  # type: ignore[arg-type]
     assert opt_figures.FIG13_ALGORITHMS[0] == "kmeans"
-    assert fig.ours_value == pytest.approx(0.9) and "(kmeans, local" in fig.ours
+    assert fig.ours_value == pytest.approx(0.9) and "; kmeans, local:" in fig.ours
 
 
 def test_fig13_goes_on_when_the_round_trip_times_out(tmp_path: Path,
@@ -189,7 +293,7 @@ def test_fig13_goes_on_when_the_round_trip_times_out(tmp_path: Path,
     ctx = FakeCtx(runs, tmp_path, ())
     fig = opt_figures.fig13(ctx)  # type: ignore[arg-type]
     assert asked and asked[0] <= 60
-    assert "(kmeans, cluster" in fig.ours and "round trip" not in fig.setting
+    assert "; kmeans, cluster:" in fig.ours and "round trip" not in fig.setting
 
 
 def test_fig13_runs_on_this_host_beside_the_cluster_only_in_full(
@@ -206,21 +310,24 @@ def test_fig13_runs_on_this_host_beside_the_cluster_only_in_full(
     quick = FakeCtx(runs, tmp_path, ())
     fig = opt_figures.fig13(quick)  # type: ignore[arg-type]
     assert not QUICK.local_beside_cluster and quick.asked == []
-    assert [row.split(" | ")[0] for row in fig.table[2:]] == ["| cluster"] * 3
-    assert fig.setting.endswith("; cluster (a small message's round trip h1-h2 150 µs); not "
-                                "on this host too (--quick: the cluster's runs decide)")
-    assert "(kmeans, cluster" in fig.ours and fig.ours_value == pytest.approx(0.9)
+    # the three algorithms, then the deciding one's two further pairs
+    assert [row.split(" | ")[0] for row in fig.table[2:]] == ["| cluster"] * 5
+    assert [row.split(" | ")[1] for row in fig.table[5:]] == ["kmeans (seed 1)",
+                                                              "kmeans (seed 2)"]
+    assert ("; cluster (a small message's round trip h1-h2 150 µs); not on this host too "
+            "(--quick: the cluster's runs decide); 3 pairs" in fig.setting)
+    assert "; kmeans, cluster:" in fig.ours and fig.ours_value == pytest.approx(0.9)
 
     full = FakeCtx(runs, tmp_path, (), FULL)
     fig = opt_figures.fig13(full)  # type: ignore[arg-type]
-    assert len(full.asked) == 6 and FULL.local_beside_cluster
-    assert [row.split(" | ")[0] for row in fig.table[2:]] == ["| local"] * 3 + ["| cluster"] * 3
-    assert fig.setting.endswith("; local and cluster (a small message's round trip h1-h2 "
-                                "150 µs)")
-    assert "(kmeans, cluster" in fig.ours
+    assert len(full.asked) == 6 and FULL.local_beside_cluster  # the cluster's pairs decide
+    assert [row.split(" | ")[0] for row in fig.table[2:]] == ["| local"] * 3 + ["| cluster"] * 5
+    assert "; local and cluster (a small message's round trip h1-h2 150 µs); 3 pairs" in (
+        fig.setting)
+    assert "; kmeans, cluster:" in fig.ours
 
 
-def test_fig13_judges_the_local_runs_where_no_cluster_run_decides(
+def test_fig13_judges_the_local_runs_where_every_cluster_run_fails(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``--quick`` with the cluster up leaves the local runs out; where every cluster run
     fails (no ratio) they run after all and decide, not a "failed" verdict."""
@@ -233,10 +340,106 @@ def test_fig13_judges_the_local_runs_where_no_cluster_run_decides(
                             f"{a}{sync}", tmp_path / "none", None, "ssh: no route", 1.0, 0.0))
     ctx = FakeCtx(runs, tmp_path, ())
     fig = opt_figures.fig13(ctx)  # type: ignore[arg-type]
-    assert len(ctx.asked) == 6
+    assert len(ctx.asked) == 6 + 2 * (opt_figures.FIG13_PAIRS - 1)
     assert [row.split(" | ")[0] for row in fig.table[2:8]] == ["| cluster"] * 3 + ["| local"] * 3
-    assert "(kmeans, local" in fig.ours and fig.ours_value == pytest.approx(0.9)
-    assert "cluster and local" in fig.setting and "no cluster run decided" in fig.setting
+    assert "; kmeans, local:" in fig.ours and fig.ours_value == pytest.approx(0.9)
+    assert "cluster and local" in fig.setting and "no cluster pair was judged" in fig.setting
+
+
+def test_fig13_judges_the_local_runs_where_no_cluster_pair_is_judged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every cluster run ran, its semi timers acted, but every one was cut by the horizon
+    before FIG13_MIN_ITERATIONS η iterations: no cluster pair is judged, so ``--quick`` runs
+    the local runs after all, and they decide (as with no cluster up), not the cluster's
+    further pairs."""
+    runs = _fig13_runs(tmp_path, {"kmeans": 0.9, "logreg": 1.1, "cnn": 1.5})
+    short = write_run(tmp_path / "short", [
+        {"barrier_s": 0.001, "spread_s": 0.001, "wait": [0.0, 0.0]}]
+        * (opt_figures.FIG13_MIN_ITERATIONS - 1), 4.0)
+    cluster_asked: list[str] = []
+
+    def paper_run(runner: Any, a: str, part: str, sync: str, slow: str,
+                  sets: tuple[str, ...] = ()) -> RunResult:
+        cluster_asked.append(a + sync + "".join(sets))
+        return short
+
+    monkeypatch.setattr(network, "find",
+                        lambda name=None: network.Cluster("t", ["h1", "h2", "h3"], "none"))
+    monkeypatch.setattr(network, "round_trip_us", lambda cluster, n=200, timeout=600: 150.0)
+    monkeypatch.setattr(network, "paper_run", paper_run)
+    ctx = FakeCtx(runs, tmp_path, ())
+    fig = opt_figures.fig13(ctx)  # type: ignore[arg-type]
+    assert len(cluster_asked) == 6
+    assert len(ctx.asked) == 6 + 2 * (opt_figures.FIG13_PAIRS - 1)
+    assert [row.split(" | ")[0] for row in fig.table[2:8]] == ["| cluster"] * 3 + ["| local"] * 3
+    assert all("| not judged |" in row for row in fig.table[2:5])
+    assert "; kmeans, local:" in fig.ours and fig.ours_value == pytest.approx(0.9)
+    assert "cluster and local" in fig.setting and "no cluster pair was judged" in fig.setting
+
+
+def test_fig13_prefers_a_run_whose_timers_acted_to_the_cluster(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--full`` runs both places.  The cluster's semi runs ended every η iteration on a
+    pass (0 % timers), this host's on timers: the verdict is this host's (semi's timers
+    acted there), not "no semi timer acted" for being on the cluster."""
+    local = _fig13_runs(tmp_path / "local", {"kmeans": 0.9, "logreg": 1.1, "cnn": 1.5})
+    on_cluster = _fig13_runs(tmp_path / "cluster", {"kmeans": 2.0, "logreg": 2.0, "cnn": 2.0},
+                             "pass")
+    monkeypatch.setattr(network, "find",
+                        lambda name=None: network.Cluster("t", ["h1", "h2", "h3"], "none"))
+    monkeypatch.setattr(network, "round_trip_us", lambda cluster, n=200, timeout=600: 150.0)
+    monkeypatch.setattr(network, "paper_run", lambda runner, a, part, sync, slow, sets=():
+                        on_cluster[a, sync + "".join(sets)])
+    fig = opt_figures.fig13(FakeCtx(local, tmp_path, (), FULL))  # type: ignore[arg-type]
+    assert "; kmeans, local:" in fig.ours and fig.ours_value == pytest.approx(0.9)
+    assert [row.split(" | ")[0] for row in fig.table[2:]] == (
+        ["| local"] * 3 + ["| cluster"] * 3 + ["| local"] * 2)
+
+
+def test_fig13_reads_the_timer_share_over_the_interval_iterations(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """K-means' semi run: its untimed barriers (the calibration's) timer-ended, its η
+    iterations all ended on passes -- 0 % over the η iterations, 50 % over every barrier;
+    the CNN's: 3 of its 10 η iterations timer-ended (30 %).  The CNN decides: a timer in an
+    iteration without an interval is no act of semi's coordination."""
+    monkeypatch.setattr(network, "find", lambda name=None: None)
+    runs = _fig13_runs(tmp_path, {"kmeans": 0.9, "logreg": 1.1, "cnn": 1.5}, "pass")
+    eta = {"barrier_s": 0.001, "spread_s": 0.001, "wait": [0.0, 0.0]}
+    runs["kmeans", "fspv-async"] = write_run(tmp_path / "ks", [
+        {**eta, "reason": ["timer"] * 2, "phase": "calibration"}] * 10
+        + [{**eta, "reason": ["pass"] * 2}] * 10, 1.0, time_to_target_s=0.5)
+    runs["cnn", "fspv-async"] = write_run(
+        tmp_path / "cs", [{**eta, "reason": ["timer"] * 2}] * 3
+        + [{**eta, "reason": ["pass"] * 2}] * 7, 1.0, time_to_target_s=0.5)
+    fig = opt_figures.fig13(FakeCtx(runs, tmp_path, ()))  # type: ignore[arg-type]
+    assert "; cnn, local:" in fig.ours and "most, 30 %)" in fig.ours
+    assert fig.ours_value == pytest.approx(1.5)
+    assert any(row.startswith("| local | kmeans |") and row.endswith("| 0 % |")
+               for row in fig.table)
+
+
+def test_fig13_judges_no_run_without_an_interval_iteration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A centralized run that reached its target in its calibration (no η iteration: a sum
+    of 0 s), and one that ran but wrote no ``events.jsonl`` (no barrier to sum), are not
+    judged -- not read as 0.00x."""
+    monkeypatch.setattr(network, "find", lambda name=None: None)
+    c = opt_figures.CENTRALIZED[0]
+    runs = _fig13_runs(tmp_path, {"kmeans": 0.9, "logreg": 1.1, "cnn": 1.5},
+                       pairs={"kmeans": [2.0, 4.0]})
+    runs["kmeans", "fspv-asyncseed=1" + c] = write_run(tmp_path / "calibrated", [
+        {"barrier_s": 0.5, "spread_s": 0.5, "wait": [0.0, 0.0], "reason": ["pass"] * 2,
+         "phase": "calibration"}], 1.0, time_to_target_s=0.5)
+    fig = opt_figures.fig13(FakeCtx(runs, tmp_path, ()))  # type: ignore[arg-type]
+    assert "(median of 2 pairs: 0.90x, not judged, 4.00x;" in fig.ours
+    assert any("kmeans (seed 1)" in row and "| not judged |" in row and "| 0 / 10 |" in row
+               for row in fig.table)
+
+    runs["kmeans", "fspv-asyncseed=2" + c].folder.joinpath("events.jsonl").unlink()
+    assert runs["kmeans", "fspv-asyncseed=2" + c].ok
+    fig = opt_figures.fig13(FakeCtx(runs, tmp_path, ()))  # type: ignore[arg-type]
+    assert "(median of 1 pair: 0.90x, not judged, not judged;" in fig.ours
+    assert fig.ours_value == pytest.approx(0.9)
 
 
 def test_fig13_runs_on_this_host_without_a_cluster(tmp_path: Path,
@@ -246,8 +449,9 @@ def test_fig13_runs_on_this_host_without_a_cluster(tmp_path: Path,
     ctx = FakeCtx(_fig13_runs(tmp_path, {"kmeans": 0.9, "logreg": 1.1, "cnn": 1.5}),
                   tmp_path, ())
     fig = opt_figures.fig13(ctx)  # type: ignore[arg-type]
-    assert len(ctx.asked) == 6 and fig.setting.endswith("; local")
-    assert "(kmeans, local" in fig.ours
+    assert len(ctx.asked) == 6 + 2 * (opt_figures.FIG13_PAIRS - 1)
+    assert "; local; 3 pairs of the deciding run" in fig.setting
+    assert "; kmeans, local:" in fig.ours
 
 
 def _bench() -> Any:
@@ -272,3 +476,18 @@ def test_idle_timer_barriers_need_an_eta(tmp_path: Path) -> None:
               {"t": 4, "barrier_s": 0.006, "workers": idle}]                  # no η
     tmp_path.joinpath("events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     assert _bench().idle_timer_barriers(tmp_path) == 1
+
+
+def test_the_bench_line_gives_the_timer_share_over_the_interval_iterations(
+        tmp_path: Path) -> None:
+    """bench/paper_barriers.py prints how iterations ended over every barrier and, as Fig. 13
+    reads it, over the iterations with an interval η (a timer-ended calibration apart)."""
+    write_run(tmp_path / "runs" / "r", [
+        {"barrier_s": 0.5, "spread_s": 0.5, "wait": [0.0, 0.0], "reason": ["timer"] * 2,
+         "phase": "calibration"},
+        {"barrier_s": 0.001, "spread_s": 0.001, "wait": [0.0, 0.0], "reason": ["pass"] * 2}],
+        1.0)
+    text = _bench().line(tmp_path / "runs" / "r")
+    assert "accumulated over the 1 with an interval 0.001 s" in text
+    assert ("ends: timer 50% pass 50% (over the 1 with an interval, as Fig. 13's timer "
+            "share: pass 100%)" in text)

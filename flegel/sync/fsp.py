@@ -131,6 +131,11 @@ COVER_PHASE = "coverage"
 #: The phase of FSPV's sampled first pass after the sampled calibration (an algorithm with
 #: ``sampled_first_pass``; see :class:`FSP`, "The sampled first pass").
 SAMPLED_PHASE = "sampled"
+#: The phases without an interval η (the calibration's and the three above): no timer and no
+#: pause signal at η ends them, under either coordination -- every worker finishes its pass
+#: (or share; a straggler is paused at :meth:`FSP._whole_bound`).  ``flegel paper``'s Fig. 13
+#: sums their barriers apart (:mod:`flegel.cli.paper.barriers`).
+UNTIMED_PHASES = ("calibration", WHOLE_PHASE, COVER_PHASE, SAMPLED_PHASE)
 #: The sampled first pass trains at most this share of every shard in sampled iterations,
 #: the calibration's included (:class:`FSP`, "The sampled first pass"): the stratum takes
 #: exact sums once an iteration trained half of its shard (``algorithms._stratum.COVERED``),
@@ -765,9 +770,8 @@ class FSP(BarrierPolicy):
         if kind == "binary":
             extra["factor"] = options["factor"]
         elif kind == "multistage":
-            extra.update(probe_s=options["probe_ms"] / 1e3,
+            extra.update(probe_s=options["probe_ms"] / 1e3, probes=options["probes"],
                          stage_tolerance=options["stage_tolerance"],
-                         probes=options["probes"],
                          per_update=server.progress_per_update)
         self.adjustor = make_adjustor(kind, **extra)
         self.semi = options["coordination"] == "semi"
@@ -881,7 +885,7 @@ class FSP(BarrierPolicy):
         # The calibration is a whole pass (a share of it, sampled) for every algorithm
         # (class notes); later ones
         # only for a full-batch algorithm without stragglers (_balanced).
-        self.whole = self.plan.phase in ("calibration", WHOLE_PHASE, COVER_PHASE, SAMPLED_PHASE)
+        self.whole = self.plan.phase in UNTIMED_PHASES
         # Iterations at a kept θ are counted apart (coverage.kept_barriers), not as whole
         # passes of the full-batch algorithm.
         self.whole_iterations += self.plan.phase in ("calibration", WHOLE_PHASE)
@@ -1311,7 +1315,7 @@ class FSP(BarrierPolicy):
             # Whole passes (WHOLE_PHASE); a mark left by rolled-back probes is dropped.
             self.plan = Plan(0.0, drop_mark=self.plan.phase in ("probe1", "probe2"),
                              phase=WHOLE_PHASE)
-        elif self.plan.phase in ("calibration", WHOLE_PHASE, COVER_PHASE, SAMPLED_PHASE):
+        elif self.plan.phase in UNTIMED_PHASES:
             # The adjustor (re)starts from this iteration's measurements.
             eta0 = (self.options["eta_ms"] / 1e3 if self.options["eta_ms"] is not None
                     else self._first_interval(commits, obs))

@@ -18,6 +18,17 @@ barrier at the end of an iteration, to the point where it leaves the barrier."  
   centralized coordination the pause signal's way to the workers is not in it: they compute
   until it arrives, so it costs no utilization (the paper's Fig. 6a puts the extra cost in
   the fast workers' wait for the slow ones' reports, which is in it).
+
+  Only over the iterations that a coordination ends: those with an interval η
+  (:func:`interval_barriers`).  FSP's iterations without one -- the calibration, whole
+  passes, coverage, the sampled first pass (:data:`~flegel.sync.fsp.UNTIMED_PHASES`) -- end
+  when every worker finished its pass (or share) under either coordination: their barrier is
+  the straggler's pass beyond the fastest worker's, the same wait whoever times η, and one
+  such barrier outweighed a run's η iterations.  Measured (``flegel paper --quick --only
+  13`` on this host, load 4-12, the CNN with a 2x *Natural* straggler): the calibration's
+  barrier was 0.98 s semi and 2.73 s centralized against 0.28 s and 0.12 s over the 28 and 8
+  η iterations, so Σ ``barrier_s`` over every barrier read 2.26x where the η iterations read
+  0.42x; logistic regression's semi runs had no η iteration at all (whole passes).
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ from typing import Any
 from flegel.cli.paper.runner import RunResult
 from flegel.rundir.files import EVENTS
 from flegel.rundir.reader import barrier_events, read_events
+from flegel.sync.fsp import UNTIMED_PHASES
 
 
 def _barriers(run: RunResult) -> list[dict[str, Any]]:
@@ -35,6 +47,23 @@ def _barriers(run: RunResult) -> list[dict[str, Any]]:
     if not run.ok or not (run.folder / EVENTS).exists():
         return []
     return [ev for ev in barrier_events(read_events(run.folder)) if "barrier_s" in ev]
+
+
+def interval_barriers(run: RunResult) -> list[dict[str, Any]]:
+    """The run's barrier events of iterations with an interval η (module notes): all but
+    FSP's :data:`~flegel.sync.fsp.UNTIMED_PHASES`; an event without a phase (another model)
+    counts."""
+    return [ev for ev in _barriers(run) if ev.get("phase") not in UNTIMED_PHASES]
+
+
+def untimed_s(run: RunResult) -> float:
+    """Σ ``barrier_s`` over the iterations without an interval
+    (:data:`~flegel.sync.fsp.UNTIMED_PHASES`): what :func:`accumulated_s` leaves out (NaN
+    if failed)."""
+    if not run.ok:
+        return float("nan")
+    return sum(float(ev["barrier_s"]) for ev in _barriers(run)
+               if ev.get("phase") in UNTIMED_PHASES)
 
 
 def worker_costs(run: RunResult) -> list[float]:
@@ -74,14 +103,15 @@ def mean_iteration_s(run: RunResult) -> float:
 
 
 def accumulated_s(run: RunResult) -> float:
-    """The accumulated synchronization cost (module notes): Σ ``barrier_s`` (NaN if failed)."""
-    s = run.summary or {}
-    if "mean_barrier_s" not in s:
+    """The accumulated synchronization cost (module notes): Σ ``barrier_s`` over the
+    iterations with an interval η (:func:`interval_barriers`; NaN if failed)."""
+    if not run.ok or "mean_barrier_s" not in (run.summary or {}):
         return float("nan")
-    return float(s["mean_barrier_s"]) * int(s.get("barriers", 0))
+    return sum(float(ev["barrier_s"]) for ev in interval_barriers(run))
 
 
-def reasons(run: RunResult) -> Counter[str]:
+def reasons(run: RunResult, interval_only: bool = False) -> Counter[str]:
     """How the workers' iterations ended (``timer``, ``signal``, ``pass``, ...), counted over
-    every commit of every barrier."""
-    return Counter(r for ev in _barriers(run) for r in ev["workers"]["reason"])
+    every commit of every barrier (``interval_only``: of :func:`interval_barriers`)."""
+    bars = interval_barriers(run) if interval_only else _barriers(run)
+    return Counter(r for ev in bars for r in ev["workers"]["reason"])
