@@ -12,7 +12,9 @@ fit that must fail on its parameters before anything is launched):
 ``check_param_validation``, ``check_estimators_unfitted``, ``check_fit2d_1sample``,
 ``check_estimators_empty_data_messages``.
 
-Run with a real fit (KMeans): ``check_n_features_in_after_fitting``.  Run by hand, not in the
+Run with a real fit (KMeans): ``check_n_features_in_after_fitting``.  The CNN passes the whole
+``check_estimator``, its ~50 fits in-process (tests/inprocess_fit.py) and the checks whose fits
+exercise the run itself (:data:`MPI_CHECKS`) under MPI.  Run by hand, not in the
 suite (each fits several times under MPI), and passing: for KMeans and LogisticRegression
 ``check_fit2d_predict1d``, ``check_fit_score_takes_y``, ``check_estimators_fit_returns_self``,
 ``check_estimators_dtypes``, ``check_fit_check_is_fitted``,
@@ -393,20 +395,30 @@ def test_cnn_fits_under_mpi_with_two_workers(tmp_path):
     np.testing.assert_array_equal(flegel.load(cnn.run_dir_).predict(x), cnn.predict(x))
 
 
-@pytest.mark.mpi
-@pytest.mark.slow
-def test_cnn_passes_sklearn_check_estimator():
-    """scikit-learn's whole check_estimator on the CNN with 5 iterations (a minute: every
-    fit is an MPI job, ~50 of them).  None fails; ``poor_score`` declares that 5 SGD steps do
-    not reach the accuracy check_classifiers_train asks of a converged classifier.  One
-    worker: the checks are of the estimator's API, and each fit then starts two ranks, not
-    three (a quarter less CPU on two cores); CNN's aggregation over several workers is
-    tests/test_models_inprocess.py's, and under MPI
-    test_cnn_fits_under_mpi_with_two_workers'."""
+def test_cnn_passes_sklearn_check_estimator(monkeypatch):
+    """scikit-learn's whole check_estimator on the CNN with 5 iterations.  None fails;
+    ``poor_score`` declares that 5 SGD steps do not reach the accuracy
+    check_classifiers_train asks of a converged classifier.  The checks are of the
+    estimator's API, and they fit ~50 times: each fit runs in this process
+    (tests/inprocess_fit.py: the job validated and loaded as under MPI, θ by
+    flegel.local.fit_local, what a one-worker full-batch BSP job computes), not as an MPI job
+    of 1-3 s.  The fits that exercise the run itself run under MPI in
+    test_cnn_sklearn_checks_that_fit_under_mpi; CNN's aggregation over several workers is
+    tests/test_models_inprocess.py's, and under MPI test_cnn_fits_under_mpi_with_two_workers'."""
     import warnings
 
     from sklearn.utils.estimator_checks import check_estimator
 
+    import flegel.estimators.base as base
+    from tests.inprocess_fit import run_job_in_process
+
+    fits = []
+
+    def in_process(*args, **kwargs):
+        fits.append(args[0])
+        return run_job_in_process(*args, **kwargs)
+
+    monkeypatch.setattr(base, "run_job", in_process)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         results = check_estimator(CNN(workers=1, max_iter=5), on_fail=None)
@@ -414,6 +426,25 @@ def test_cnn_passes_sklearn_check_estimator():
               if r["status"] == "failed"]
     assert failed == []
     assert sum(r["status"] == "passed" for r in results) >= 50
+    assert len(fits) >= 40  # the checks fitted, and every fit went through the stand-in
+
+
+#: check_estimator's checks whose fits exercise the MPI run itself, not the estimator's API
+#: alone: data of other dtypes (float32, int) and of one feature carried to a rank and
+#: trained there, and two launches from one seed giving the same model.
+MPI_CHECKS = ["check_estimators_dtypes", "check_fit2d_1feature", "check_fit_idempotent"]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("check", MPI_CHECKS)
+def test_cnn_sklearn_checks_that_fit_under_mpi(check):
+    """One worker: each fit then starts two ranks, not three (a quarter less CPU on two
+    cores)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        getattr(checks, check)("CNN", CNN(workers=1, max_iter=5))
 
 
 @pytest.mark.mpi

@@ -5,6 +5,8 @@ contiguous shard of sorted data no longer decides."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -231,6 +233,26 @@ def test_update_block_sends_the_pieces():
     np.testing.assert_allclose(b["stratum_counts"], expected)
 
 
+def _sorted_data(strided: bool) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """:func:`_fspv_off`'s data and θ⁰ (``strided``: the rows dealt round-robin)."""
+    x, theta0 = overlapping(n=20_000, k=8, d=8)
+    if strided:
+        x = np.concatenate([x[i::4] for i in range(4)])
+    return x, theta0
+
+
+@functools.cache
+def _lloyd_objective(strided: bool) -> float:
+    """Batch Lloyd's converged objective (BSPB's) on :func:`_sorted_data` from its θ⁰:
+    deterministic, so computed once for the runs that compare against it."""
+    x, theta0 = _sorted_data(strided)
+    c = theta0["centers"].copy()
+    for _ in range(200):  # batch Lloyd to its fixed point
+        lab = ((x[:, None, :] - c[None]) ** 2).sum(-1).argmin(1)
+        c = np.array([x[lab == j].mean(0) if np.any(lab == j) else c[j] for j in range(8)])
+    return float(((x[:, None, :] - c[None]) ** 2).sum(-1).min(1).sum())
+
+
 def _fspv_off(own: bool, barriers: int, sample_rows: int | None = None,
               model: str = "multistage", weights: list[np.ndarray] | None = None,
               strided: bool = False, theta0s: list[dict] | None = None) -> float:
@@ -241,16 +263,10 @@ def _fspv_off(own: bool, barriers: int, sample_rows: int | None = None,
     ``stratum_shards``, one array per barrier appended to ``weights``).  ``strided``: the
     rows dealt round-robin (every shard holds every cluster: shuffled shards).  The run's θ⁰
     is appended to ``theta0s``."""
-    x, theta0 = overlapping(n=20_000, k=8, d=8)
-    if strided:
-        x = np.concatenate([x[i::4] for i in range(4)])
+    x, theta0 = _sorted_data(strided)
     theta0.update(stratum_sums=np.zeros((8, 8)), stratum_counts=np.zeros(8),
                   stratum_active=np.zeros(1))
-    c = theta0["centers"].copy()
-    for _ in range(200):  # batch Lloyd to its fixed point: BSPB's converged objective
-        lab = ((x[:, None, :] - c[None]) ** 2).sum(-1).argmin(1)
-        c = np.array([x[lab == j].mean(0) if np.any(lab == j) else c[j] for j in range(8)])
-    ref = float(((x[:, None, :] - c[None]) ** 2).sum(-1).min(1).sum())
+    ref = _lloyd_objective(strided)
 
     def record(sim: Simulation, event: dict) -> None:
         if weights is not None:
