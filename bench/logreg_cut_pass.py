@@ -1,6 +1,7 @@
 """What one cut pass costs FSPV's logistic regression without stragglers (issue 19, Fig. 8):
 L-BFGS driven by ``LogisticRegression.update_parameter`` in one process on ``flegel paper``'s
-LR workload (110,000 x 28, 4 strided shards, the page's job parameters), every aggregate a
+LR workload (110,000 x 28, 4 shards, strided or contiguous of the label-sorted rows, the
+page's job parameters), every aggregate a
 full batch at θ (BSPV's and FSPV's whole passes) except the ones a pattern cuts: an
 aggregate at θ of a share of each worker's shard (a worker paused mid-pass, or cut by a
 timer), which takes the estimated L-BFGS step (``LogisticRegression._stratified_batch``).
@@ -8,10 +9,13 @@ Prints, per pattern, the exact objective of θ₀, θ₁, ... and the first θ a
 target (the exact path's θ₄, about the 0.2 s horizon's target of the page).
 
 No clock, no MPI: the θ sequences are the algorithm's, whatever the machine's load.  The
-aggregates are built as a worker's blocks send them on strided shards (every stratum off:
-the batch sums stand for all shards, ``unstrat_*``).  Usage::
+aggregates are the workers' ``update_block`` pieces, one block per worker and iteration,
+each worker's stratum armed (FSP without migration): on strided shards the skew test
+switches it off (the batch sums stand for every shard), on contiguous ones of the sorted
+rows it stays on.  Usage::
 
     python bench/logreg_cut_pass.py [--iterations 12] [--target-index 4]
+        [--partition strided]
 
 Measured: see ``algorithms/_quasinewton.py`` (``LBFGS``, "Estimated pairs").
 """
@@ -26,8 +30,10 @@ import numpy as np
 
 from flegel.algorithms.logreg import LogisticRegression
 from flegel.api import DataInfo
+from flegel.block import Block
 from flegel.cli.paper.workloads import QUICK, workloads, write_data
 from flegel.data import sample_shard
+from flegel.data.partition import partition_rows
 
 WORKERS = 4
 #: Cut iterations: {update t (θ_{t-1} -> θ_t): each worker's share of its shard at θ}.
@@ -43,16 +49,18 @@ PATTERNS: dict[str, dict[int, list[float]]] = {
 
 
 class Problem:
-    """The page's LR data, strided shards in a shuffled order, and the job's algorithm."""
+    """The page's LR data on 4 shards in a shuffled order, the job's algorithm on the master
+    and one instance per worker, each with its stratum armed as FSP's worker policy arms it
+    without migration (``LogisticRegression.stratify``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, partition: str) -> None:
         w = workloads(QUICK)["logreg"]
         with tempfile.TemporaryDirectory() as tmp:
             d = np.load(write_data(w, Path(tmp)))
-            self.x, self.y = d["X"].astype(np.float64), d["y"].astype(np.float64)
+            self.x, self.y = np.asarray(d["X"], dtype=np.float64), d["y"]
         self.params = w.params
         n = len(self.x)
-        shards = [np.arange(k, n, WORKERS) for k in range(WORKERS)]
+        shards = [np.asarray(partition_rows(n, k, WORKERS, partition)) for k in range(WORKERS)]
         rng = np.random.default_rng(0)
         self.orders = [rng.permutation(s) for s in shards]
         # the runtime's initialization sample (flegel.run: sample_size 10,000 over 4)
@@ -60,45 +68,31 @@ class Problem:
                  for k, s in enumerate(shards)]
         self.sample = np.concatenate([p[0] for p in parts])
         self.sample_y = np.concatenate([p[1] for p in parts])
-
-    def start(self) -> tuple[LogisticRegression, dict[str, np.ndarray]]:
-        alg = LogisticRegression(kernel="array", **self.params)
-        info = DataInfo(n_features=self.x.shape[1], n_points=len(self.x), n_workers=WORKERS,
-                        sample=self.sample, sample_y=self.sample_y, n_classes=2)
-        return alg, alg.init_parameter(info)
-
-    def sums(self, alg: LogisticRegression, theta: dict, rows: np.ndarray
-             ) -> tuple[np.ndarray, np.ndarray, float]:
-        """Gradient sums and the objective's sum (the per-point penalty in) over ``rows``."""
-        x, y = self.x[rows], self.y[rows]
-        z = x @ theta["coef"] + theta["intercept"][0]
-        e = np.exp(-np.abs(z))
-        loss = np.maximum(z, 0) - y * z + np.log1p(e)
-        r = np.where(z >= 0, 1 / (1 + e), e / (1 + e)) - y
-        penalty = 0.5 * alg.alpha * float(theta["coef"] @ theta["coef"])
-        return x.T @ r, np.array([r.sum()]), float(loss.sum() + len(rows) * penalty)
-
-    def aggregate(self, alg: LogisticRegression, theta: dict, shares: list[float]) -> dict:
-        """Every worker's first ``share`` of its shuffled shard, all at θ."""
-        agg = alg.zero_aggregator(theta)
-        rows = np.concatenate([o[:round(s * len(o))] for o, s in zip(self.orders, shares)])
-        gc, gi, loss = self.sums(alg, theta, rows)
-        c = float(len(rows))
-        agg.update(grad_coef=gc, grad_intercept=gi, count=c, loss=loss,
-                   at_step=float(theta["step"][0]) * c,
-                   unstrat_grad_coef=gc.copy(), unstrat_grad_intercept=gi.copy(),
-                   unstrat_count=np.array([c]), unstrat_loss=np.array([loss]))
-        return agg
+        self.whole = Block.from_arrays(self.x, self.y, {})
 
     def path(self, cuts: dict[int, list[float]], iterations: int) -> list[float]:
-        """Exact objectives of θ₀ .. θ_iterations."""
-        alg, theta = self.start()
-        every = np.arange(len(self.x))
-        out = [self.sums(alg, theta, every)[2]]
+        """Exact objectives of θ₀ .. θ_iterations; update t aggregates every worker's first
+        ``cuts[t]`` share of its shard (a whole pass where not named), all at θ_{t-1}."""
+        alg, *workers = (LogisticRegression(kernel="array", **self.params)
+                         for _ in range(WORKERS + 1))
+        info = DataInfo(n_features=self.x.shape[1], n_points=len(self.x), n_workers=WORKERS,
+                        sample=self.sample, sample_y=self.sample_y, n_classes=2)
+        theta = alg.init_parameter(info)
+        for worker, order in zip(workers, self.orders):
+            stratum = worker.stratify(len(order))
+            assert stratum is not None
+            stratum.arm()
+        out = [alg.evaluate(theta, self.whole)]
         for t in range(1, iterations + 1):
-            theta = alg.update_parameter(
-                self.aggregate(alg, theta, cuts.get(t, [1.0] * WORKERS)), theta)
-            out.append(self.sums(alg, theta, every)[2])
+            agg = alg.zero_aggregator(theta)
+            for worker, order, share in zip(workers, self.orders,
+                                            cuts.get(t, [1.0] * WORKERS)):
+                rows = order[:round(share * len(order))]
+                block = Block.from_arrays(self.x[rows], self.y[rows],
+                                          worker.init_state(len(rows), self.x.shape[1]))
+                agg = alg.aggregate(agg, worker.update_block(block, theta, t))
+            theta = alg.update_parameter(agg, theta)
+            out.append(alg.evaluate(theta, self.whole))
         return out
 
 
@@ -107,8 +101,9 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=12)
     ap.add_argument("--target-index", type=int, default=4,
                     help="the target: the exact path's objective at this θ")
+    ap.add_argument("--partition", default="strided", help="strided or contiguous")
     args = ap.parse_args()
-    problem = Problem()
+    problem = Problem(args.partition)
     paths = {name: problem.path(cuts, args.iterations) for name, cuts in PATTERNS.items()}
     target = paths["exact"][args.target_index]
     print(f"target: the exact path's θ{args.target_index}, {target:,.1f}")
