@@ -47,7 +47,7 @@ those estimates, marked as estimated (never ``tol``'s test): two estimates are o
 samples, so an estimate is never Armijo-tested nor the reference of an exact evaluation's
 test (a lucky-low one kept as the reference rejected every later exact point: a straggler
 until 0.03 s simulated, then 142 exact evaluations, none accepted), a pair with an estimated
-end is kept only with a plausible curvature (and stays when exact evaluations come back:
+end is kept only with a plausible curvature (and steers the first exact step after it:
 ``LBFGS``'s notes, "Estimated pairs"), and a step is at most twice the last move or the
 steepest-descent step ``|∇f|/L``, whichever is longer (``LBFGS.step``; the screen is what
 bounds it over many).  With one straggler FSP runs no whole passes, so before this every
