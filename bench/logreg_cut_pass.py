@@ -1,12 +1,12 @@
 """What one cut pass costs FSPV's logistic regression without stragglers (issue 19, Fig. 8):
-L-BFGS driven by ``LogisticRegression.update_parameter`` in one process on ``flegel paper``'s
-LR workload (110,000 x 28, 4 shards, strided or contiguous of the label-sorted rows, the
-page's job parameters), every aggregate a
-full batch at θ (BSPV's and FSPV's whole passes) except the ones a pattern cuts: an
-aggregate at θ of a share of each worker's shard (a worker paused mid-pass, or cut by a
-timer), which takes the estimated L-BFGS step (``LogisticRegression._stratified_batch``).
-Prints, per pattern, the exact objective of θ₀, θ₁, ... and the first θ at or below the
-target (the exact path's θ₄, about the 0.2 s horizon's target of the page).
+L-BFGS driven by ``LogisticRegression.update_parameter`` in one process on ``flegel
+paper``'s LR workload (110,000 x 28, 4 shards, strided or contiguous of the label-sorted
+rows, the page's job parameters), every aggregate a full batch at θ (BSPV's and FSPV's whole
+passes) except the ones a pattern cuts: an aggregate at θ of a share of each worker's shard
+(a worker paused mid-pass, or cut by a timer), which takes the estimated L-BFGS step
+(``LogisticRegression._stratified_batch``).  Prints, per pattern, the exact objective of
+θ₀, θ₁, ... and the first θ at or below the target (the exact path's θ₄, about the 0.2 s
+horizon's target of the page).
 
 No clock, no MPI: the θ sequences are the algorithm's, whatever the machine's load.  The
 aggregates are the workers' ``update_block`` pieces, one block per worker and iteration,
