@@ -224,7 +224,7 @@ class LBFGS:
         if self.steered:
             # the first rejection on a direction that estimated pairs built: drop them and
             # search again from the iterate (class notes, "Estimated pairs")
-            self.pairs = deque((p for p in self.pairs if p[3]), maxlen=self.pairs.maxlen)
+            self._drop_estimated()
             return self._direction(0.0)
         excess = f - self.f - self.slope * self.a
         a = 0.1 * self.a
@@ -285,18 +285,22 @@ class LBFGS:
             move = float(np.linalg.norm(s))
             both = exact and self.exact
             if both:  # they steered the first exact step after the estimate: enough
-                self.pairs = deque((p for p in self.pairs if p[3]), maxlen=self.pairs.maxlen)
+                self._drop_estimated()
             if self._keep(s, y, both):
                 self.pairs.append((s, y, 1.0 / float(s @ y), both))
         self.x, self.f, self.g, self.exact = u, float(f), g, exact
         self.accepted = True
         return self._direction(move)
 
+    def _drop_estimated(self) -> None:
+        """Forget the pairs with an estimated end (class notes, "Estimated pairs")."""
+        self.pairs = deque((p for p in self.pairs if p[3]), maxlen=self.pairs.maxlen)
+
     def _direction(self, move: float) -> np.ndarray:
         """Set the search direction at the iterate from the memory (steepest descent if it
-        is not a descent direction) and return the first point along it; an estimated
-        iterate's step is at most ``GROWTH`` times ``move`` (the last move) or ``|∇f| / L``.
-        """
+        is not a descent direction) and return the first point along it.  An estimated
+        iterate's step, or one that estimated pairs steer (``steered``), is at most
+        ``GROWTH`` times ``move`` (the last move) or ``|∇f| / L``."""
         assert self.x is not None and self.g is not None
         d = -self._two_loop(self.g)
         slope = float(self.g @ d)
