@@ -46,24 +46,23 @@ estimate (shuffled) by the batch mean of their blocks at θ.  It takes an L-BFGS
 those estimates, marked as estimated (never ``tol``'s test): two estimates are of different
 samples, so an estimate is never Armijo-tested nor the reference of an exact evaluation's
 test (a lucky-low one kept as the reference rejected every later exact point: a straggler
-until 0.03 s simulated, then 142 exact evaluations, none accepted), a pair with an
-estimated end is kept only with a plausible curvature and dropped at the next exact
-evaluation, and a step is at most twice the last move or the steepest-descent step
-``|∇f|/L``, whichever is longer (``LBFGS.step``; the screen is what bounds it over many).
-With one straggler FSP runs no whole passes, so before this every update was Eq. (1)'s
-gradient step, and at the paper's η = 0.5 the quick LR data needs ~347 of them to the +1 %
-target against 6-7 L-BFGS evaluations on full batches (one process, exact sums): at a
-barrier of 10-25 ms on the shared development machine FSPV needed 3.4-3.7 s or never got
-there in 4 s.  Offline
-(the straggler's shard one of four, the others exact; the project's L-BFGS): a window of
-160 / 400 / 1,000 points of the straggler's shard at each θ reaches the target in 9 / 7 / 6
-evaluations; one every fourth θ and gradient steps between in 21.  A window only at an
-older θ must not feed it: L-BFGS on the fast shards at θ plus the straggler's estimate
-from four θ ago never reached the target in 120 evaluations (it settles where the stale
-gradient balances).  Measured (``bench/logreg_straggler.py --runs 1 --syncs fspv-off``,
-``flegel paper``'s LR job, worker 1 at τ = 32 ms, 4 s, load 1.6-3.3, with the estimates made
-safe for L-BFGS as below): contiguous, the target at 0.17-0.34 s against gradient steps' 2.73
-s and never; strided 0.10 and 0.11 s against 2.89 and 3.06 s.
+until 0.03 s simulated, then 142 exact evaluations, none accepted), a pair with an estimated
+end is kept only with a plausible curvature (and steers the first exact step after it:
+``LBFGS``'s notes, "Estimated pairs"), and a step is at most twice the last move or the
+steepest-descent step ``|∇f|/L``, whichever is longer (``LBFGS.step``; the screen is what
+bounds it over many).  With one straggler FSP runs no whole passes, so before this every
+update was Eq. (1)'s gradient step, and at the paper's η = 0.5 the quick LR data needs ~347
+of them to the +1 % target against 6-7 L-BFGS evaluations on full batches (one process,
+exact sums): at a barrier of 10-25 ms on the shared development machine FSPV needed 3.4-3.7
+s or never got there in 4 s.  Offline (the straggler's shard one of four, the others exact;
+the project's L-BFGS): a window of 160 / 400 / 1,000 points of the straggler's shard at each
+θ reaches the target in 9 / 7 / 6 evaluations; one every fourth θ and gradient steps between
+in 21.  A window only at an older θ must not feed it: L-BFGS on the fast shards at θ plus
+the straggler's estimate from four θ ago never reached the target in 120 evaluations (it
+settles where the stale gradient balances).  Measured (``bench/logreg_straggler.py --runs 1
+--syncs fspv-off``, ``flegel paper``'s LR job, worker 1 at τ = 32 ms, 4 s, load 1.6-3.3,
+with the estimates made safe for L-BFGS as below): contiguous, the target at 0.17-0.34 s
+against gradient steps' 2.73 s and never; strided 0.10 and 0.11 s against 2.89 and 3.06 s.
 
 The model declares it (``full_batch_update``, unless ``solver="gd"``), so FSP ends an
 iteration when every worker has finished its pass at θ while no worker straggles
