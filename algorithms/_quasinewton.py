@@ -124,8 +124,15 @@ class LBFGS:
     the pair across the switch (an estimated end, an exact one) is screened as one: they
     steer that iterate's step only.  The step is bounded as an estimated one (``GROWTH``),
     at its first rejection it is searched again from the iterate without them
-    (``steered``: at worst one evaluation more than without them), and the next exact
-    iterate drops them.  The screen does not bound the steps: each kept pair has a
+    (``steered``: at most one rejected evaluation on the steered direction), and the next
+    exact iterate drops them.  The pair across the switch takes a memory slot, so after
+    the drop the memory may hold one exact pair fewer than had they been dropped at once.
+    Where no screened estimated pair is in the memory (none passed the screen, or all were
+    evicted) nothing is steered and the first exact step after an estimate is not
+    bounded, as before this rule: the line search alone guards it.  While estimates and
+    exact evaluations alternate one for one (a persistent straggler) the estimated pairs
+    are never dropped and every exact step is steered, hence bounded.  The screen does not
+    bound the steps: each kept pair has a
     curvature along s within [MU·L, CAP·L], so H stays positive definite and H₀ (the newest
     pair's ``sᵀy / yᵀy``) within [1/(CAP·L), 1/(MU·L)], but the bound on H of m such pairs
     grows with m; a step built on them relies on the length bound and the line search.
@@ -215,8 +222,10 @@ class LBFGS:
         """The next point after ``u``, whose value ``f`` is not taken (an Armijo rejection,
         or a non-finite value): shorter along the direction, or the direction without its
         estimated pairs (``steered``).  Without an iterate yet (a non-finite value at the
-        first point) ``u / 2``: the origin is the algorithms' start, where the objective
-        is finite."""
+        first point) ``u / 2``, towards the origin, where logistic regression's objective is
+        log K (finite) whatever the start (an init file may set it elsewhere); where the
+        data make the objective non-finite everywhere this makes no progress and the run
+        ends on its own limits."""
         if self.x is None or self.d is None or self.g is None:
             self.accepted = False
             return 0.5 * np.asarray(u, dtype=np.float64)
