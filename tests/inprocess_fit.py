@@ -8,6 +8,10 @@ is a one-worker full-batch BSP job minus the messaging (the same store, block lo
 criteria).  The run directory holds what the estimator reads back (``job.yaml``, ``model.npz``,
 ``model.json``, ``summary.json``), through :func:`flegel.rundir.model.read_model`.
 
+A failing fit raises the algorithm's own exception here, where under MPI the launcher turns
+it into a built-in type or a ``RuntimeError`` (no check's status differs: all 55 of the CNN's
+read the same both ways, issue 19's review).
+
 Only for scikit-learn's estimator checks (parameters, clone, pickle, dtypes, shapes, errors):
 each real fit is an MPI job of 1-3 s, ~50 of them in ``check_estimator``.  Every estimator
 keeps its real ``mpirun`` fits in tests/test_estimators.py.
@@ -29,6 +33,25 @@ from flegel.rundir.model import SavedModel, read_model
 from flegel.rundir.writer import save_npz_atomic, write_json_atomic
 
 
+def _refuse_what_fit_local_does_not_compute(job: Any, n_points: int) -> None:
+    """Raise where the job asks for what :func:`flegel.local.fit_local` would not compute as
+    a one-worker full-batch BSP run does: the fit would then not be the same fit."""
+    refused = {
+        "workers != 1": job.workers != 1,
+        "sync other than full-batch bsp": not (job.sync.model == "bsp"
+                                               and job.sync.options.get("batch") == "full"),
+        "stop.target_objective": job.stop.target_objective is not None,
+        "stop.max_time_s": job.stop.max_time_s is not None,
+        "stragglers": bool(job.stragglers),
+        "output.checkpoint": job.output.checkpoint is not None,
+        # the master's data sample (e.g. an "auto" input scale) differs beyond it
+        "more points than runtime.sample_size": n_points > job.runtime.sample_size,
+    }
+    asked = [k for k, v in refused.items() if v]
+    if asked:
+        raise ValueError(f"run_job_in_process: not a fit fit_local computes ({', '.join(asked)})")
+
+
 def run_job_in_process(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None = None,
                        out: Any = None, import_root: Any = None, job_dir: Any = None,
                        verbose: int = 0) -> SavedModel:
@@ -45,18 +68,20 @@ def run_job_in_process(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None 
     job_file = inputs / files.JOB
     job_file.write_text(yaml.safe_dump({**doc, "data": data}, sort_keys=False))
     job = load_job(job_file)
-    # fit_local is what a job of one worker under full-batch BSP computes; anything else
-    # would not be the same fit.
-    assert job.workers == 1 and job.sync.model == "bsp" \
-        and job.sync.options.get("batch") == "full", job.doc
     x, labels = job.load_shard(0, 1)
-    result = fit_local(job.make_algorithm(), x, labels, seed=job.seed,
+    _refuse_what_fit_local_does_not_compute(job, len(x))
+    algorithm = job.make_algorithm()
+    result = fit_local(algorithm, x, labels, seed=job.seed,
                        max_iterations=job.stop.max_iterations or 10**9,
                        tolerance=job.stop.tolerance)
-    save_npz_atomic(run_dir / files.MODEL, {k: np.asarray(v) for k, v in result.theta_.items()})
+    # As the run writer saves it (flegel.rundir.writer.RunWriter.save_model): the finalized
+    # θ and its arrays' shapes, so the fitted estimator is the one an MPI fit gives.
+    arrays = {k: np.asarray(v) for k, v in algorithm.finalize(result.theta_).items()}
+    save_npz_atomic(run_dir / files.MODEL, arrays)
     write_json_atomic(run_dir / files.MODEL_META, {
-        "algorithm": job.algorithm, "params": job.params, "theta_version": result.n_iter_,
-        "final_objective": result.objective_})
+        "algorithm": job.algorithm, "params": job.params,
+        "arrays": {k: {"shape": list(a.shape), "dtype": a.dtype.str} for k, a in arrays.items()},
+        "theta_version": result.n_iter_, "final_objective": result.objective_})
     write_json_atomic(run_dir / files.SUMMARY, {
         "algorithm": job.algorithm, "workers": 1, "n_points": len(x), "n_features": x.shape[1],
         "iterations": result.n_iter_, "final_objective": result.objective_,

@@ -32,7 +32,8 @@ def run(jitter: float = 0.0, block_points: int | None = None, seed: int = 0,
     ``replan=False``: the paper's single plan per superstep (``sync.replan``).
 
     Each run is deterministic and the tests only read it: one run serves every test that
-    asks for it (the ±30 % and ±60 % whole-iteration runs are read by two tests each)."""
+    asks for it (the ±30 % and ±60 % whole-iteration runs are read by two tests each).  A
+    test must not change the returned simulation: the others would read its change."""
     return Simulation("elastic", {"batch": BATCH, "r": 15, "replan": replan}, workers=4,
                       points=4000 * 4, cost_s=COSTS, jitter=jitter, block_points=block_points,
                       latency_s=LAT, seed=seed, stop={"max_iterations": iterations},

@@ -395,7 +395,7 @@ def test_cnn_fits_under_mpi_with_two_workers(tmp_path):
     np.testing.assert_array_equal(flegel.load(cnn.run_dir_).predict(x), cnn.predict(x))
 
 
-def test_cnn_passes_sklearn_check_estimator(monkeypatch):
+def test_cnn_passes_sklearn_check_estimator(monkeypatch, tmp_path):
     """scikit-learn's whole check_estimator on the CNN with 5 iterations.  None fails;
     ``poor_score`` declares that 5 SGD steps do not reach the accuracy
     check_classifiers_train asks of a converged classifier.  The checks are of the
@@ -418,10 +418,14 @@ def test_cnn_passes_sklearn_check_estimator(monkeypatch):
         fits.append(args[0])
         return run_job_in_process(*args, **kwargs)
 
+    def no_launch(*args, **kwargs):
+        raise AssertionError("a fit bypassed the in-process stand-in and launched mpirun")
+
     monkeypatch.setattr(base, "run_job", in_process)
+    monkeypatch.setattr("flegel.cli.launch.launch", no_launch)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        results = check_estimator(CNN(workers=1, max_iter=5), on_fail=None)
+        results = check_estimator(CNN(workers=1, max_iter=5, out=tmp_path), on_fail=None)
     failed = [(r["check_name"], repr(r["exception"])) for r in results
               if r["status"] == "failed"]
     assert failed == []
