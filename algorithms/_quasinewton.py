@@ -226,10 +226,9 @@ class LBFGS:
         log K (finite) whatever the start (an init file may set it elsewhere); where the
         data make the objective non-finite everywhere this makes no progress and the run
         ends on its own limits."""
-        if self.x is None or self.d is None or self.g is None:
-            self.accepted = False
-            return 0.5 * np.asarray(u, dtype=np.float64)
         self.accepted = False
+        if self.x is None or self.d is None or self.g is None:
+            return 0.5 * np.asarray(u, dtype=np.float64)
         if self.steered:
             # the first rejection on a direction that estimated pairs built: drop them and
             # search again from the iterate (class notes, "Estimated pairs")

@@ -49,12 +49,13 @@ test (a lucky-low one kept as the reference rejected every later exact point: a 
 until 0.03 s simulated, then 142 exact evaluations, none accepted), a pair with an estimated
 end is kept only with a plausible curvature (and steers the first exact step after it:
 ``LBFGS``'s notes, "Estimated pairs"), and a step is at most twice the last move or the
-steepest-descent step ``|∇f|/L``, whichever is longer (``LBFGS.step``; the screen is what
-bounds it over many).  With one straggler FSP runs no whole passes, so before this every
-update was Eq. (1)'s gradient step, and at the paper's η = 0.5 the quick LR data needs ~347
-of them to the +1 % target against 6-7 L-BFGS evaluations on full batches (one process,
-exact sums): at a barrier of 10-25 ms on the shared development machine FSPV needed 3.4-3.7
-s or never got there in 4 s.  Offline (the straggler's shard one of four, the others exact;
+steepest-descent step ``|∇f|/L``, whichever is longer (``LBFGS.step``; the screen keeps H
+positive definite, the bound and the line search bound the steps: ``LBFGS``'s notes).
+With one straggler FSP runs no whole passes, so before this every update was Eq. (1)'s
+gradient step, and at the paper's η = 0.5 the quick LR data needs ~347 of them to the +1 %
+target against 6-7 L-BFGS evaluations on full batches (one process, exact sums): at a
+barrier of 10-25 ms on the shared development machine FSPV needed 3.4-3.7 s or never got
+there in 4 s.  Offline (the straggler's shard one of four, the others exact;
 the project's L-BFGS): a window of 160 / 400 / 1,000 points of the straggler's shard at each
 θ reaches the target in 9 / 7 / 6 evaluations; one every fourth θ and gradient steps between
 in 21.  A window only at an older θ must not feed it: L-BFGS on the fast shards at θ plus

@@ -23,6 +23,7 @@ Measured: see ``algorithms/_quasinewton.py`` (``LBFGS``, "Estimated pairs").
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
 
@@ -30,10 +31,12 @@ import numpy as np
 
 from flegel.algorithms.logreg import LogisticRegression
 from flegel.api import DataInfo
-from flegel.block import Block
 from flegel.cli.paper.workloads import QUICK, workloads, write_data
 from flegel.data import sample_shard
 from flegel.data.partition import partition_rows
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.cut_passes import cut_path  # noqa: E402
 
 WORKERS = 4
 #: Cut iterations: {update t (θ_{t-1} -> θ_t): each worker's share of its shard at θ}.
@@ -68,32 +71,14 @@ class Problem:
                  for k, s in enumerate(shards)]
         self.sample = np.concatenate([p[0] for p in parts])
         self.sample_y = np.concatenate([p[1] for p in parts])
-        self.whole = Block.from_arrays(self.x, self.y, {})
 
     def path(self, cuts: dict[int, list[float]], iterations: int) -> list[float]:
         """Exact objectives of θ₀ .. θ_iterations; update t aggregates every worker's first
         ``cuts[t]`` share of its shard (a whole pass where not named), all at θ_{t-1}."""
-        alg, *workers = (LogisticRegression(kernel="array", **self.params)
-                         for _ in range(WORKERS + 1))
         info = DataInfo(n_features=self.x.shape[1], n_points=len(self.x), n_workers=WORKERS,
                         sample=self.sample, sample_y=self.sample_y, n_classes=2)
-        theta = alg.init_parameter(info)
-        for worker, order in zip(workers, self.orders):
-            stratum = worker.stratify(len(order))
-            assert stratum is not None
-            stratum.arm()
-        out = [alg.evaluate(theta, self.whole)]
-        for t in range(1, iterations + 1):
-            agg = alg.zero_aggregator(theta)
-            for worker, order, share in zip(workers, self.orders,
-                                            cuts.get(t, [1.0] * WORKERS)):
-                rows = order[:round(share * len(order))]
-                block = Block.from_arrays(self.x[rows], self.y[rows],
-                                          worker.init_state(len(rows), self.x.shape[1]))
-                agg = alg.aggregate(agg, worker.update_block(block, theta, t))
-            theta = alg.update_parameter(agg, theta)
-            out.append(alg.evaluate(theta, self.whole))
-        return out
+        return cut_path(lambda: LogisticRegression(kernel="array", **self.params), info,
+                        self.x, self.y, self.orders, cuts, iterations)
 
 
 def main() -> None:

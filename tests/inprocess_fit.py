@@ -30,7 +30,7 @@ from flegel.job.validate import load_job
 from flegel.local import fit_local
 from flegel.rundir import files
 from flegel.rundir.model import SavedModel, read_model
-from flegel.rundir.writer import save_npz_atomic, write_json_atomic
+from flegel.rundir.writer import write_json_atomic, write_model
 
 
 def _refuse_what_fit_local_does_not_compute(job: Any, n_points: int) -> None:
@@ -74,14 +74,9 @@ def run_job_in_process(doc: dict[str, Any], X: np.ndarray, y: np.ndarray | None 
     result = fit_local(algorithm, x, labels, seed=job.seed,
                        max_iterations=job.stop.max_iterations or 10**9,
                        tolerance=job.stop.tolerance)
-    # As the run writer saves it (flegel.rundir.writer.RunWriter.save_model): the finalized
-    # θ and its arrays' shapes, so the fitted estimator is the one an MPI fit gives.
-    arrays = {k: np.asarray(v) for k, v in algorithm.finalize(result.theta_).items()}
-    save_npz_atomic(run_dir / files.MODEL, arrays)
-    write_json_atomic(run_dir / files.MODEL_META, {
-        "algorithm": job.algorithm, "params": job.params,
-        "arrays": {k: {"shape": list(a.shape), "dtype": a.dtype.str} for k, a in arrays.items()},
-        "theta_version": result.n_iter_, "final_objective": result.objective_})
+    # As the run writer saves it: the finalized θ, so the fitted estimator is an MPI fit's.
+    write_model(run_dir, job, algorithm, result.theta_, result.n_iter_,
+                final_objective=result.objective_)
     write_json_atomic(run_dir / files.SUMMARY, {
         "algorithm": job.algorithm, "workers": 1, "n_points": len(x), "n_features": x.shape[1],
         "iterations": result.n_iter_, "final_objective": result.objective_,

@@ -2,8 +2,9 @@
 
 scikit-learn's own estimator checks run where they make sense.  Every ``fit`` launches a real
 MPI job (a few seconds on these machines), so the checks that fit run for ``KMeans`` only, and
-those that fit many times are skipped.  Run in-process for all six estimators (no fit, or a
-fit that must fail on its parameters before anything is launched):
+those that fit many times are skipped (the CNN: all of them, most fits in-process, below).
+Run in-process for all six estimators (no fit, or a fit that must fail on its parameters
+before anything is launched):
 
 ``check_no_attributes_set_in_init``, ``check_parameters_default_constructible``,
 ``check_get_params_invariance``, ``check_set_params``, ``check_estimator_cloneable``,

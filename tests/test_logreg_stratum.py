@@ -14,6 +14,7 @@ from flegel.algorithms._stratum import MIN_POINTS, GradientStratum
 from flegel.algorithms.logreg import LogisticRegression
 from flegel.api import DataInfo
 from flegel.block import Block
+from tests.cut_passes import cut_path
 from tests.fakes import Simulation, slow_then_fast
 
 D = 3
@@ -557,27 +558,10 @@ def _cut_path(cut: dict[int, list[float]], updates: int, n: int = 8_000, d: int 
     x = rng.normal(size=(n, d)) * rng.uniform(0.5, 3.0, size=d) + rng.normal(size=d)
     y = (x @ rng.normal(size=d) + rng.normal(size=n) > 0).astype(np.int64)
     orders = [rng.permutation(np.arange(k, n, 4)) for k in range(4)]
-    alg, *workers = (LogisticRegression(learning_rate=0.5, alpha=1e-4, kernel="array")
-                     for _ in range(5))
-    theta = alg.init_parameter(DataInfo(n_features=d, n_points=n, n_workers=4,
-                                        sample=x[:2000], sample_y=y[:2000], n_classes=2))
-    for worker in workers:  # FSP's without migration: the skew test switches each off
-        stratum = worker.stratify(n // 4)
-        assert stratum is not None
-        stratum.arm()
-    whole = Block.from_arrays(x, y, alg.init_state(n, d))
-    out = [alg.evaluate(theta, whole)]
-    for t in range(1, updates + 1):
-        agg = alg.zero_aggregator(theta)
-        for worker, order, share in zip(workers, orders, cut.get(t, [1.0] * 4)):
-            rows = order[:round(share * len(order))]
-            piece = worker.update_block(Block.from_arrays(x[rows], y[rows],
-                                                          alg.init_state(len(rows), d)),
-                                        theta, t)
-            agg = alg.aggregate(agg, piece)
-        theta = alg.update_parameter(agg, theta)
-        out.append(alg.evaluate(theta, whole))
-    return out
+    info = DataInfo(n_features=d, n_points=n, n_workers=4, sample=x[:2000],
+                    sample_y=y[:2000], n_classes=2)
+    return cut_path(lambda: LogisticRegression(learning_rate=0.5, alpha=1e-4, kernel="array"),
+                    info, x, y, orders, cut, updates)
 
 
 @pytest.mark.parametrize("shares", [[0.79, 1, 1, 1], [1, 0, 1, 0]])

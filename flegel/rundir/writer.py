@@ -156,6 +156,22 @@ def _jsonable(v: Any) -> Any:
     raise TypeError(f"cannot write {type(v).__name__} as JSON")
 
 
+
+def write_model(run_dir: Path, job: Any, algorithm: Any, theta: dict, version: int, *,
+                arrays: bool = True, **meta: Any) -> None:
+    """Write ``model.npz`` (the finalized θ, where ``arrays``) and ``model.json`` (the job's
+    algorithm and parameters, the arrays' shapes and dtypes, ``version`` and ``meta``) into
+    ``run_dir``: what :func:`flegel.rundir.model.read_model` reads back."""
+    finalized: dict[str, np.ndarray] = {
+        k: np.asarray(v) for k, v in algorithm.finalize(theta).items()}
+    if arrays:
+        save_npz_atomic(run_dir / files.MODEL, finalized)
+    write_json_atomic(run_dir / files.MODEL_META, {
+        "algorithm": job.algorithm, "params": job.params,
+        "arrays": {k: {"shape": list(a.shape), "dtype": a.dtype.str}
+                   for k, a in finalized.items()},
+        "theta_version": version, **meta})
+
 class RunWriter:
     """Writes one run's directory from the master.
 
@@ -209,16 +225,9 @@ class RunWriter:
         ends early, so a failure there leaves the last good θ (issue 13)."""
         if not self.job.output.save_model:
             return False
-        arrays: dict[str, np.ndarray] = {
-            k: np.asarray(v) for k, v in algorithm.finalize(theta).items()}
-        if getattr(self, "_saved_version", None) != version:
-            save_npz_atomic(self.dir / files.MODEL, arrays)
-            self._saved_version = version
-        write_json_atomic(self.dir / files.MODEL_META, {
-            "algorithm": self.job.algorithm, "params": self.job.params,
-            "arrays": {k: {"shape": list(a.shape), "dtype": a.dtype.str}
-                       for k, a in arrays.items()},
-            "theta_version": version, **meta})
+        arrays_too = getattr(self, "_saved_version", None) != version
+        write_model(self.dir, self.job, algorithm, theta, version, arrays=arrays_too, **meta)
+        self._saved_version = version
         return True
 
     def finish(self, server: Server, policy: SummarizingPolicy, algorithm: Algorithm,

@@ -336,7 +336,8 @@ def fig13(ctx: Ctx) -> Figure:
       target (a loaded host's CNN run may spend its 4 s in the calibration); the table gives
       every pair.  The further pairs cost 2 x (FIG13_PAIRS - 1) = 4 runs more, in
       ``--quick`` too, only where a timer acted: ``--quick --only 13`` on this host took
-      120-183 s against main's 89-148 s (load 10-23); on the cluster, about 4 CNN runs more;
+      120-183 s under the rule shipped (228 s under an earlier one) against main's 89-148 s
+      (load 10-23; docs/benchmarks.md); on the cluster, about 4 CNN runs more;
     * on the local cluster when it is up (``deploy/local/cluster.sh up 5``: one host per
       rank, TCP between them, the pause signal's round trip a real network's), the same runs
       there decide the verdict; the local ones are then run beside them only where
