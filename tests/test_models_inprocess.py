@@ -317,8 +317,11 @@ def test_nmf_bsp_matches_sklearn(batch):
 
 
 @lru_cache
-def _images(n_train=600, n_test=300):
-    """A tiny split of flegel's synthetic digit-like images (one seed: the same classes)."""
+def _images(n_train=300, n_test=300):
+    """A tiny split of flegel's synthetic digit-like images (one seed: the same classes).
+    300 training images, not 600: full batch is a pass of every image an iteration, and
+    reaches the target in 48 iterations on 300 (2.7 CPU-s, held-out accuracy 0.93) against
+    55 on 600 (6.6 CPU-s, 0.98); the mini-batches cost the same on both."""
     from flegel.data.synthetic import SyntheticSpec, generate_rows
 
     x, y = generate_rows(SyntheticSpec("images", n_train + n_test, 784, seed=5),
