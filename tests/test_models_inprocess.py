@@ -676,11 +676,12 @@ def test_fsp_reaches_bsp_objective(fsp_blobs, interval, eta, coordination):
 
 
 def test_em_objective_never_increases_under_fsp(fsp_blobs):
-    """Theorem 2: with consistent θ at every barrier, EM never makes f(θ) worse."""
+    """Theorem 2: with consistent θ at every barrier, EM never makes f(θ) worse.  (110
+    barriers, not 150: every θ's exact objective on 200,000 points is as dear as the run.)"""
     x, c0, _ = fsp_blobs
     sim = _fsp_run(x, c0, {"model": "fsp", "interval": "fixed", "eta_ms": 2,
                            "coordination": "semi"},
-                   stop={"max_iterations": 150, "tolerance": None}, trace_points=100_000)
+                   stop={"max_iterations": 110, "tolerance": None}, trace_points=100_000)
     trace = [sim.objective(th) for th in sim.server.trace.thetas] + [sim.objective()]
     assert len(trace) >= 100
     diffs = np.diff(trace)
