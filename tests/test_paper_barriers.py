@@ -143,6 +143,37 @@ def test_fig10_measures_each_workers_synchronization_cost(tmp_path: Path,
     assert verdict(fig) == MISSED and "100-100 % of an iteration under FSPV" in fig.ours
 
 
+def test_fig10_judges_only_where_the_straggler_straggled(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """An algorithm whose straggler was slowed for less than STRAGGLED_SHARE of BSPV's run
+    (the quick CNN: one or two 32 ms suspensions in 1.4 s) is shown, not judged: its BSPV
+    workers wait alike (a "miss" with no straggler to observe).  With no algorithm judged
+    the figure misses, saying so."""
+    monkeypatch.setattr(plots, "run_picture", lambda *a, **k: None)
+    ctx = _bsp_fsp(tmp_path / "a", 0.001)
+    even = [{"compute_s": 0.5, "wait_s": 0.4, "slowed_s": 0.05},
+            {"compute_s": 0.5, "wait_s": 0.4, "slowed_s": 0.0}]
+    bars = [{"barrier_s": 0.1, "spread_s": 0.05, "wait": [0.1, 0.1]}] * 10
+    ctx.runs["cnn", "bspv"] = write_run(tmp_path / "cnn-bspv", bars, 1.0, even)
+    ctx.runs["cnn", "fspv-off"] = write_run(
+        tmp_path / "cnn-fspv", [{"barrier_s": 0.1, "spread_s": 0.06, "wait": [0.05, 0.15]}]
+        * 10, 1.0, even)
+    ctx._algorithms = ("kmeans", "cnn")
+    fig = fsp_figures.fig10(ctx)  # type: ignore[arg-type]
+    assert verdict(fig) == MET, fig.ours
+    assert "not judged" in fig.ours and fig.ours.endswith(": cnn")
+    assert any(row.startswith("| cnn") and "slowed 5.0 % of BSPV's run" in row
+               for row in fig.table)
+    ctx._algorithms = ("cnn",)
+    fig = fsp_figures.fig10(ctx)  # type: ignore[arg-type]
+    assert verdict(fig) == MISSED and fig.ours.startswith("no algorithm judged"), fig.ours
+    # the same runs judged (the rule off) read as a miss: the rule is what spares the row
+    monkeypatch.setattr(fsp_figures, "STRAGGLED_SHARE", 0.0)
+    ctx._algorithms = ("kmeans", "cnn")
+    assert verdict(fsp_figures.fig10(ctx)) == MISSED  # type: ignore[arg-type]
+
+
 def test_fig13_compares_the_accumulated_cost_of_the_run_the_timers_end(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Semi runs more barriers, each cheaper, and less in all (the paper's Fig. 13b): the

@@ -328,6 +328,11 @@ def fig9b(ctx: Ctx) -> Figure:
                 f"{_LIKE}", table=table, pictures=[pic])
 
 
+#: Fig. 10 judges an algorithm only where BSPV's most slowed worker spent at least this share
+#: of the run in its injected delays (see fig10).
+STRAGGLED_SHARE = 0.1
+
+
 def fig10(ctx: Ctx) -> Figure:
     """Fig. 10: CPU utilisation -- how unevenly the workers wait at barriers (Fig. 7's runs).
 
@@ -347,8 +352,18 @@ def fig10(ctx: Ctx) -> Figure:
     is held against BSPV's, not against an absolute bound: an earlier version asked at most
     a quarter of an iteration, which 4 workers and the master on 2 shared cores cannot meet
     under either model -- a worker paused at once still waits for a core before it answers
-    (issue 19: 31-63 % on FSPV).  The claim holds when, on every algorithm, FSPV's
+    (issue 19: 31-63 % on FSPV).  The claim holds when, on every algorithm judged, FSPV's
     difference is below BSPV's and its reports' spread share is below BSPV's.
+
+    An algorithm is judged only where the straggler straggled: BSPV's most slowed worker
+    spent at least :data:`STRAGGLED_SHARE` of the run in its injected delays
+    (:func:`flegel.cli.paper.barriers.slowed_share`).  The paper's *Injected* suspends τ
+    every 1,000 points processed; the quick CNN's workers hold 500 images each and reach the
+    target within about two passes, so its straggler served one or two 32 ms suspensions
+    (0.064 s of a 1.37 s run, 4.7 %, on the page of 191d4fb, against 69-88 % for the other
+    five algorithms): no straggler, so nothing for the claim to observe, and BSPV's workers
+    waited alike (a difference of 0.13 against FSPV's 0.15 read as a miss).  Such a row is
+    shown and not judged.
     """
     inj = ctx.injected()
     head = ["algorithm", "BSPV: cost per worker (share of the run)",
@@ -357,6 +372,7 @@ def fig10(ctx: Ctx) -> Figure:
     table = [time_row(head), time_row(["---"] * len(head))]
     holds, ratios, spreads = True, [], []
     bsp_spreads: list[float] = []
+    unjudged: list[str] = []
     runs: list[RunResult] = []
     for a in ctx.algorithms():
         by = {s: ctx.run(a, "contiguous", s, inj) for s in ("bspv", "fspv-off")}
@@ -365,6 +381,14 @@ def fig10(ctx: Ctx) -> Figure:
         if not all(shares.values()):
             table.append(time_row([a, "failed", "failed", "-", "-", "-"]))
             holds = False
+            continue
+        slowed = barriers.slowed_share(by["bspv"])
+        if slowed < STRAGGLED_SHARE:
+            table.append(time_row(
+                [a] + [" ".join(f"{x:.2f}" for x in shares[s]) for s in ("bspv", "fspv-off")]
+                + [f"not judged: the straggler was slowed {100 * slowed:.1f} % of BSPV's run",
+                   "-", "-"]))
+            unjudged.append(a)
             continue
         diff = {s: max(v) - min(v) for s, v in shares.items()}
         ratio = diff["bspv"] / max(diff["fspv-off"], 1e-9)
@@ -389,14 +413,19 @@ def fig10(ctx: Ctx) -> Figure:
             f"over {100 * min(spreads):.0f}-{100 * max(spreads):.0f} % of an iteration "
             f"under FSPV, {100 * min(bsp_spreads):.0f}-{100 * max(bsp_spreads):.0f} % "
             "under BSPV (nearly together: narrower than BSPV's on every algorithm)"
-            if ratios else "failed")
+            if ratios else "no algorithm judged" if unjudged else "failed")
+    if unjudged:
+        ours += (f"; not judged (the straggler slowed for less than "
+                 f"{100 * STRAGGLED_SHARE:.0f} % of BSPV's run): {', '.join(unjudged)}")
     return Figure(
         "10", "utilisation: how unevenly workers wait at barriers",
         "under BSPV fast workers wait long for the stragglers; under FSPV all enter the "
         "barrier at nearly the same time (no number)", holds=holds and bool(ratios),
         ours=ours,
         setting=f"Fig. 7's runs (contiguous, {inj}); a worker's synchronization cost = its "
-                "waits for θ after its commits (Section 6.2), over the run's training time",
+                "waits for θ after its commits (Section 6.2), over the run's training time; "
+                f"an algorithm judged where BSPV's straggler was slowed for at least "
+                f"{100 * STRAGGLED_SHARE:.0f} % of its run",
         table=table + failures(runs), pictures=[pic] if pic else [])
 
 
