@@ -156,7 +156,6 @@ def _jsonable(v: Any) -> Any:
     raise TypeError(f"cannot write {type(v).__name__} as JSON")
 
 
-
 def write_model(run_dir: Path, job: Any, algorithm: Any, theta: dict, version: int, *,
                 arrays: bool = True, **meta: Any) -> None:
     """Write ``model.npz`` (the finalized θ, where ``arrays``) and ``model.json`` (the job's
@@ -171,6 +170,7 @@ def write_model(run_dir: Path, job: Any, algorithm: Any, theta: dict, version: i
         "arrays": {k: {"shape": list(a.shape), "dtype": a.dtype.str}
                    for k, a in finalized.items()},
         "theta_version": version, **meta})
+
 
 class RunWriter:
     """Writes one run's directory from the master.
