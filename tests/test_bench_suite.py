@@ -3,7 +3,6 @@ each figure is.  No benchmark runs here and nothing is timed (benchmarks are not
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -13,6 +12,7 @@ from types import ModuleType
 
 import pytest
 
+from tests.bench_scripts import load_bench
 from tests.conftest import ROOT
 
 SUITE = ROOT / "bench" / "suite.py"
@@ -25,12 +25,7 @@ ISSUE_14 = {"startup", "startup-higgs", "memory", "blocksize", "gpu", "kmeans", 
 @pytest.fixture(scope="module")
 def suite() -> ModuleType:
     """bench/suite.py as a module (bench/ is a folder of scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location("bench_suite", SUITE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_suite"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("suite")
 
 
 def test_the_list_names_scripts_that_exist_with_their_commands() -> None:

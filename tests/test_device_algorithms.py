@@ -31,6 +31,7 @@ from flegel.algorithms.gmm import GaussianMixture
 from flegel.algorithms.logreg import LogisticRegression
 from flegel.cli.commands import main
 from flegel.local import full_pass, make_info
+from tests.bench_scripts import load_bench
 from tests.conftest import write_job
 
 Arrays = dict[str, Any]
@@ -352,14 +353,8 @@ def test_gpu_bench_rows_through_the_stand_in(stand_in: Any,
     """The benchmark's GPU rows (first run for real on a GPU machine) work end to end on the
     stand-in: every variant timed, the ratios and the headline taken from them."""
     import argparse
-    import importlib.util
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "gpu_bench.py"
-    spec = importlib.util.spec_from_file_location("gpu_bench", path)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("gpu_bench")
     stand_in.cuda.Device = lambda: type("D", (), {"synchronize": lambda self: None})()
     args = argparse.Namespace(algorithms=[a for a in bench.ALGORITHMS if a != "cnn"],
                               points=3000, features=6, passes=1, block=1000, no_cnn=True)

@@ -55,6 +55,7 @@ from sklearn.utils._param_validation import InvalidParameterError
 
 import flegel
 from flegel import CNN, NMF, FuzzyCMeans, GaussianMixture, KMeans, LogisticRegression
+from tests.bench_scripts import load_bench
 
 ESTIMATORS = [KMeans(n_clusters=3), GaussianMixture(n_components=2), FuzzyCMeans(n_clusters=3),
               LogisticRegression(), NMF(n_components=2), CNN(image_shape=(4, 4))]
@@ -457,15 +458,9 @@ def test_cnn_sklearn_checks_that_fit_under_mpi(check):
 def test_raw_digits_logistic_regression_matches_sklearn():
     """The issue's done-when: raw digits, even vs odd, five stratified 70/30 splits: flegel's
     default LogisticRegression within 0.02 of scikit-learn's (bench/logreg_digits.py)."""
-    import importlib.util
 
-    from tests.conftest import ROOT
 
-    spec = importlib.util.spec_from_file_location("logreg_digits",
-                                                  ROOT / "bench" / "logreg_digits.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("logreg_digits")
     assert bench.main(["--splits", "5"]) == 0
 
 

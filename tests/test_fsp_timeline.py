@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -10,17 +9,12 @@ from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "fsp_timeline.py"
+from tests.bench_scripts import load_bench
 
 
 @pytest.fixture(scope="module")
 def timeline() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_fsp_timeline", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_fsp_timeline"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("fsp_timeline")
 
 
 def write_run(folder: Path, barriers: list[tuple[float, list[int], list[str]]],

@@ -16,6 +16,7 @@ from flegel.cli.paper import barriers, fsp_figures, network, opt_figures, plots
 from flegel.cli.paper.page import MET, MISSED, verdict
 from flegel.cli.paper.runner import RunResult
 from flegel.cli.paper.workloads import FULL, QUICK, Mode
+from tests.bench_scripts import load_bench
 
 
 def write_run(folder: Path, bars: list[dict[str, Any]], wall_s: float,
@@ -487,14 +488,7 @@ def test_fig13_runs_on_this_host_without_a_cluster(tmp_path: Path,
 
 def _bench() -> Any:
     """bench/paper_barriers.py as a module."""
-    import importlib.util
-
-    script = Path(__file__).resolve().parent.parent / "bench" / "paper_barriers.py"
-    spec = importlib.util.spec_from_file_location("bench_paper_barriers", script)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("paper_barriers")
 
 
 def test_idle_timer_barriers_need_an_eta(tmp_path: Path) -> None:

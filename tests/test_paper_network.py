@@ -6,7 +6,6 @@ migrator's."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -24,6 +23,7 @@ from flegel.cli.paper.network import (
     only_windows,
     table,
 )
+from tests.bench_scripts import load_bench
 from tests.test_migration_windows import _sending
 
 RATE = 25e6  # 200mbit in bytes per second
@@ -141,12 +141,7 @@ def test_only_sends_the_migrators_windows() -> None:
 
 
 def _bench() -> Any:
-    path = Path(__file__).resolve().parents[1] / "bench" / "table2_samples.py"
-    spec = importlib.util.spec_from_file_location("bench_table2_samples", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("table2_samples")
 
 
 def test_the_bench_prints_each_columns_samples_and_both_readings(

@@ -3,27 +3,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from flegel.cli.paper.runner import RunResult
-
-SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "paper_pairs.py"
+from tests.bench_scripts import load_bench
 
 
 @pytest.fixture(scope="module")
 def pairs() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_paper_pairs", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_paper_pairs"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("paper_pairs")
 
 
 def run(folder: Path, barriers: list[tuple[float, list[int], list[float], list[float],

@@ -6,26 +6,19 @@ one would, from its ``cwd``."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.bench_scripts import load_bench
 
 
 def load() -> ModuleType:
     """bench/sync_bench.py as a module (bench/ is a folder of scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location("sync_bench", ROOT / "bench" / "sync_bench.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sync_bench"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("sync_bench")
 
 
 def test_a_relative_out_names_the_job_where_it_was_written(
