@@ -458,8 +458,6 @@ def test_cnn_sklearn_checks_that_fit_under_mpi(check):
 def test_raw_digits_logistic_regression_matches_sklearn():
     """The issue's done-when: raw digits, even vs odd, five stratified 70/30 splits: flegel's
     default LogisticRegression within 0.02 of scikit-learn's (bench/logreg_digits.py)."""
-
-
     bench = load_bench("logreg_digits")
     assert bench.main(["--splits", "5"]) == 0
 
