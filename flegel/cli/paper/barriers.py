@@ -33,7 +33,9 @@ barrier at the end of an iteration, to the point where it leaves the barrier."  
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from flegel.cli.paper.runner import RunResult
@@ -46,7 +48,14 @@ def _barriers(run: RunResult) -> list[dict[str, Any]]:
     """The run's barrier events that carry a barrier's cost, in order ([] for a failed run)."""
     if not run.ok or not (run.folder / EVENTS).exists():
         return []
-    return [ev for ev in barrier_events(read_events(run.folder)) if "barrier_s" in ev]
+    return list(_read_barriers(run.folder, (run.folder / EVENTS).stat().st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=256)
+def _read_barriers(folder: Path, mtime_ns: int) -> tuple[dict[str, Any], ...]:
+    """:func:`_barriers` read once per events file (a figure's row asks for them several
+    times; ``mtime_ns`` keys a rewritten file anew).  The events are only read."""
+    return tuple(ev for ev in barrier_events(read_events(folder)) if "barrier_s" in ev)
 
 
 def interval_barriers(run: RunResult) -> list[dict[str, Any]]:

@@ -143,8 +143,8 @@ def render(figs: list[Figure], machine: str, command: str, wall_s: float,
            "(`flegel/cli/paper/horizons.py`).",
            "- times are to a target objective: the reference run's (BSPB, no stragglers, "
            "the same shards) best exact objective (its final, unless it rose at its end) plus a "
-           "small slack, as the paper's "
-           "Section 6.1 pre-sets one.  2 cores shared by every rank (and by other work): "
+           "small slack, as the paper's Section 6.1 pre-sets one.  2 cores shared by every "
+           "rank (and by other work): "
            "absolute times are noisy, ratios from one run.", "",
            *summary_table(figs), ""]
     for f in figs:
