@@ -296,11 +296,13 @@ class NMF(DeviceKernels, RowKernel, Algorithm):
     after a half or a quarter of every shard reached the whole-pass path's θ₁₁ (BSPV's 0.2 s
     horizon on the page) at θ₁₃ / θ₁₄ and its θ₂₇ (0.5 s) at θ₂₉ / θ₃₁, in 6.5 / 3.5 and
     14.5 / 7.75 passes against 11 and 27; the converged objective + 1 % after 27 / 19.5
-    passes, whole passes not within 40.  An update gains about what one after a whole pass
-    does (``progress_per_update``): FSPV's interval is the shortest its probes allow, at
-    least an iteration's cost φ (:mod:`flegel.interval.multistage`).  That pays where a
-    worker's pass takes longer than φ; the page's shards of 2,000 rows pass in ~4 ms of CPU,
-    under φ (10-13 ms there), so FSPV keeps a barrier per pass on them, as BSPV does.
+    passes, whole passes not within 40: an update gains about what one after a whole pass
+    does.  Cutting pays only where a worker's pass takes longer than an iteration's cost φ;
+    the page's shards of 2,000 rows pass in ~4 ms of CPU, under φ (7-30 ms there), so FSPV
+    keeps a barrier per pass on them, as BSPV does.  ``progress_per_update`` (FSPV's
+    shortest interval) was tried and is not declared: it never acted on the page's runs
+    without stragglers and FSPV with a straggler and migration read slower with it
+    (docs/benchmarks.md, "NMF's cut passes").
     """
 
     #: update_parameter returns new arrays: the master passes θ without a copy.
@@ -316,10 +318,6 @@ class NMF(DeviceKernels, RowKernel, Algorithm):
     #: first update of H waits until every row has one (``cover_before_update``).
     sampled_first_step = True
     cover_before_update = True
-    #: An update of H after part of a pass gains about what one after a whole pass does
-    #: (class notes, "Cut passes"): FSPV's interval is the shortest its probes allow.
-    #: Only FSPV's adjustor reads it: BSP's θ sequence is unchanged.
-    progress_per_update = True
 
     # The parameters, as set_params stores them from PARAMS.
     n_components: int

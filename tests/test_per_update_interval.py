@@ -56,13 +56,10 @@ def test_the_shortest_interval_is_never_below_the_iteration_cost():
     assert probed(MultiStage(per_update=True), eta0, 1.0) == pytest.approx(PHI)
 
 
-def test_the_cnn_and_nmf_alone_declare_progress_per_update():
-    """The CNN's mean-gradient step and NMF's H step on every row's latest statistics
-    (tests/test_nmf_cut_pass.py)."""
+def test_the_cnn_alone_declares_progress_per_update():
     assert CNN(n_filters=(2,), kernel_size=3).progress_per_update
-    assert NMF(n_components=2).progress_per_update
     for alg in (KMeans(n_clusters=2), GaussianMixture(n_components=2), FuzzyCMeans(),
-                LogisticRegression()):
+                NMF(n_components=2), LogisticRegression()):
         assert not alg.progress_per_update, alg.name
 
 
