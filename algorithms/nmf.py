@@ -283,6 +283,26 @@ class NMF(DeviceKernels, RowKernel, Algorithm):
     (the sum of the losses kept in state) is the error of each row's w_i at its last visit;
     :meth:`evaluate` gives the error of H with every row's w_i re-optimized (50 HALS sweeps
     from its state), ≤ the online value.  Use :meth:`transform` for the W of new rows.
+
+    **Cut passes** (FSP, Section 3.1: a barrier after part of every worker's pass; issue 19,
+    Fig. 8).  θ's ``wtw`` and ``wtx`` keep every row's latest contribution, so an update after
+    part of a pass is HALS's H step on *all* the rows, those not visited since the last
+    update one step stale -- nothing is estimated or rescaled -- and the cursor goes on where
+    the pass was cut: block coordinate descent on the exact objective (the paper names
+    coordinate descent among the strategies FSP applies to, Section 2), every update a
+    descent.  The FSP paper gives no NMF formula beyond Table 1 (trained "by GD").  Measured
+    in one process (``python bench/nmf_cut_pass.py``: ``flegel paper``'s NMF, 8,000 x 400,
+    rank 10, 4 strided shards each in a shuffled order, exact objective of each θ): updates
+    after a half or a quarter of every shard reached the whole-pass path's θ₁₁ (BSPV's 0.2 s
+    horizon on the page) at θ₁₃ / θ₁₄ and its θ₂₇ (0.5 s) at θ₂₉ / θ₃₁, in 6.5 / 3.5 and
+    14.5 / 7.75 passes against 11 and 27; the converged objective + 1 % after 27 / 19.5
+    passes, whole passes not within 40: an update gains about what one after a whole pass
+    does.  Cutting pays only where a worker's pass takes longer than an iteration's cost φ;
+    the page's shards of 2,000 rows pass in ~4 ms of CPU, under φ (7-30 ms there), so FSPV
+    keeps a barrier per pass on them, as BSPV does.  ``progress_per_update`` (FSPV's
+    shortest interval) was tried and is not declared: it never acted on the page's runs
+    without stragglers and FSPV with a straggler and migration read slower with it
+    (docs/benchmarks.md, "NMF's cut passes").
     """
 
     #: update_parameter returns new arrays: the master passes θ without a copy.
