@@ -44,8 +44,15 @@ def test_flexible_barrier_is_prompt_with_a_straggler(blob_job, tmp_path):
     the barriers over 75 ms rather than bounding the largest spread or the median: a rank
     descheduled for half a second on a loaded machine spreads one barrier whatever the
     runtime does, and messaging alone took the median past 10 ms at load 15-17 (the
-    median does not tell the two apart: 14-22 ms either way)."""
-    from flegel.sync.fsp import WHOLE_PASS_WAIT
+    median does not tell the two apart: 14-22 ms either way).
+
+    Only the barriers at the interval η are counted: FSP's migration is on by default, so
+    the calibration is followed by coverage iterations (θ kept until every point was
+    trained) and whole passes, which have no timer by design (``UNTIMED_PHASES``; their
+    spread is the straggler's block and sleep, 80-240 ms).  How many there are depends on
+    where the calibration paused the straggler: 6 to 16 of 80 in four runs at load 8-10,
+    where counting them failed the test 2 times in 4."""
+    from flegel.sync.fsp import UNTIMED_PHASES, WHOLE_PASS_WAIT
 
     out = tmp_path / "run"
     mpirun(blob_job, 3, out, "sync={model: fsp, interval: fixed, eta_ms: 20, "
@@ -57,10 +64,11 @@ def test_flexible_barrier_is_prompt_with_a_straggler(blob_job, tmp_path):
     assert calibration["workers"]["reason"][1] == "signal"
     first = calibration["time_s"] - calibration["barrier_s"]  # the first report's arrival
     assert calibration["spread_s"] < (WHOLE_PASS_WAIT - 1) * first + 0.05
-    spreads = np.array([e["spread_s"] for e in ev[1:]])
-    assert len(spreads) == 79
-    # At most 4 of 79 (5%): room for descheduled ranks, half what a late straggler causes.
-    assert (spreads > 0.075).sum() <= 4, sorted(spreads)[-10:]
+    assert len(ev) == 80
+    spreads = np.array([e["spread_s"] for e in ev[1:] if e["phase"] not in UNTIMED_PHASES])
+    assert len(spreads) >= 40, [e["phase"] for e in ev]
+    # At most 5%: room for descheduled ranks, half what a late straggler causes.
+    assert (spreads > 0.075).sum() <= 0.05 * len(spreads), sorted(spreads)[-10:]
     s = summary(out)
     assert s["stragglers"][0]["rank"] == 2
     # The straggler was suspended for longer than it computed (by its 150 ms per 1,000
