@@ -102,3 +102,18 @@ def test_fig11_and_the_migration_row_run_to_a_target_past_the_first_pass(
     assert gmm[0] is None  # the reference
     assert gmm[1:] == [pytest.approx(100.0 * (1 + work["gmm"].slack))] * 2
     assert "gmm slack" not in row.setting and "kmeans slack" in row.setting
+
+
+def test_without_a_straggler_the_page_target_stands(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fig. 12's runs without a straggler: no straggler's pass to wait for, so the page's
+    target and the run other figures share; with one, ``passes_slack``'s."""
+    launched, runner = _launched(monkeypatch, tmp_path)
+    ctx = Ctx(runner, tmp_path / "pictures", say=lambda _: None)
+    calm = opt_figures.migration_run(ctx, "kmeans", "fspv-off", "none")
+    assert calm is runner.run("kmeans", "contiguous", "fspv-off")
+    slow = opt_figures.migration_run(ctx, "kmeans", "fspv-off", "injected:tau=32,workers=1")
+    slack = runner.work["kmeans"]
+    assert calm.target == pytest.approx(100.0 * (1 + slack.slack))
+    assert slow.target == pytest.approx(100.0 * (1 + (slack.passes_slack or 0.0)))
+    assert len(launched) == 3  # the reference and the two runs
