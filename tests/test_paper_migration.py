@@ -1,5 +1,5 @@
 """Section 6.3's figures of ``flegel paper`` (:mod:`flegel.cli.paper.opt_figures`: Fig. 11,
-the migration row) run to a target that needs the straggler's points trained more than once
+the migration row) run to a target past the straggler's first pass
 (``Workload.passes_slack``), from the page's reference objective.  Scripted runs, no MPI:
 the launcher records each run's ``--set`` keys and returns a summary a run would write."""
 

@@ -147,8 +147,10 @@ class Workload:
     #: The slack of Section 6.3's figures (data migration: Figs. 11 and 12, the migration
     #: row; :mod:`flegel.cli.paper.opt_figures`) where ``slack``'s target comes within the
     #: straggler's first pass, before migration can matter (None: ``slack``): K-means and
-    #: LR, whose FSPV reached the page's target with the straggler at 0.9-1.0 passes (GMM
-    #: and FCM at 1.9, the CNN at 2.5, NMF at 9.5).
+    #: LR, whose FSPV reached the page's target with the straggler at 0.8-1.0 passes (GMM
+    #: and FCM at 1.9, the CNN at 2.5, NMF at 9.5); at these it reached K-means' at 1.2-1.35
+    #: and LR's at 0.87-1.38, LR's at the regime's edge (at 1e-4 not within 6 s, past the
+    #: page's 4 s).
     passes_slack: float | None = None
 
     def describe(self) -> str:
