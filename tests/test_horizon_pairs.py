@@ -29,10 +29,10 @@ class Scripted(Runner):
 
     def _run(self, algorithm: str, partition: str, sync: str, stragglers: str,
              sets: list[str], target: float | None, name: str | None, where: str = "",
-             launch: Any = None) -> RunResult:
+             launch: Any = None, tag: Any = ()) -> RunResult:
         self.asked.append(str(name))
-        tag = (name or "").rsplit("-", 1)[-1]
-        i = int(tag) - 1 if tag.isdigit() else 0
+        pair = (name or "").rsplit("-", 1)[-1]
+        i = int(pair) - 1 if pair.isdigit() else 0
         ratios = getattr(self, "by", {}).get(algorithm, self.ratios)
         assert i < len(ratios), f"pair {i + 1} asked for, past the script"
         length = float(sets[0].split("=")[1])

@@ -39,8 +39,8 @@ class Ctx:
         return f"injected:tau={tau:g},workers={workers or self.mode.slow}"
 
     def run(self, algorithm: str, partition: str, sync: str, stragglers: str = "none",
-            sets: tuple[str, ...] = ()) -> RunResult:
-        return self.runner.run(algorithm, partition, sync, stragglers, sets)
+            sets: tuple[str, ...] = (), slack: float | None = None) -> RunResult:
+        return self.runner.run(algorithm, partition, sync, stragglers, sets, slack=slack)
 
     def algorithms(self) -> tuple[str, ...]:
         return ALGORITHMS

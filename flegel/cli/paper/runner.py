@@ -298,6 +298,9 @@ class Runner:
     targets: dict[tuple[str, ...], float] = field(default_factory=dict)
     #: The reference run behind each target (its trace says how soon the target comes).
     references: dict[tuple[str, ...], RunResult] = field(default_factory=dict)
+    #: The reference objective behind each target run here (a target of another slack is
+    #: taken from it, :meth:`target`); none where ``targets`` was set by hand.
+    objectives: dict[tuple[str, ...], float] = field(default_factory=dict)
     work: dict[str, Workload] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -312,11 +315,14 @@ class Runner:
             write_job(w, self.mode, data, partition, path.parent)
         return path
 
-    def target(self, algorithm: str, partition: str, sets: tuple[str, ...] = ()
-               ) -> float | None:
+    def target(self, algorithm: str, partition: str, sets: tuple[str, ...] = (),
+               slack: float | None = None) -> float | None:
         """The target objective of ``algorithm`` on ``partition`` (module notes); None if
         its reference failed.  ``sets``: further ``--set`` keys of the reference run (e.g. a
-        warm start every run of a figure shares, :mod:`flegel.cli.paper.scaling`)."""
+        warm start every run of a figure shares, :mod:`flegel.cli.paper.scaling`).
+        ``slack``: another slack than the workload's, on the same reference objective
+        (Section 6.3's figures, ``Workload.passes_slack``); a target set by hand in
+        ``targets`` stands whatever the slack (there is no objective to take it from)."""
         key = self._ref_key(algorithm, partition, sets)
         if key not in self.targets:
             # Evaluated and kept to stand for BSPB (module notes) only where the mode reads
@@ -332,8 +338,11 @@ class Runner:
                 return None
             assert ref.summary is not None
             f = reference_objective(ref.summary)
+            self.objectives[key] = f
             self.targets[key] = f + self.work[algorithm].slack * abs(f)
-        return self.targets.get(key)
+        if slack is None or key not in self.objectives:
+            return self.targets.get(key)
+        return self.objectives[key] + slack * abs(self.objectives[key])
 
     def reference(self, algorithm: str, partition: str, sets: tuple[str, ...] = ()
                   ) -> RunResult | None:
@@ -347,7 +356,7 @@ class Runner:
 
     def run(self, algorithm: str, partition: str, sync: str, stragglers: str = "none",
             sets: tuple[str, ...] = (), where: str = "", launch: Launcher | None = None,
-            reference: tuple[str, ...] = ()) -> RunResult:
+            reference: tuple[str, ...] = (), slack: float | None = None) -> RunResult:
         """Run one setting to ``algorithm``'s target (once; later calls get the same result).
 
         Parameters
@@ -368,6 +377,9 @@ class Runner:
             run behind the target always runs here.
         reference : tuple of str
             Further ``--set`` keys of the reference run behind the target (:meth:`target`).
+        slack : float, optional
+            The target's slack where not the workload's (:meth:`target`): part of the run's
+            key, so a run to another target is not shared with the workload's.
 
         Returns
         -------
@@ -378,8 +390,9 @@ class Runner:
             setting where it does not, or where the target was given without a reference
             run (``targets`` set by hand, as ``bench/paper_pairs.py`` does).
         """
-        target = self.target(algorithm, partition, reference)
+        target = self.target(algorithm, partition, reference, slack)
         ref = self.reference(algorithm, partition, reference)
+        tag = [] if slack is None else [f"slack={slack!r}"]
         if (sync == "bspb" and stragglers == "none" and not where and launch is None
                 and tuple(sets) == tuple(reference) and ref is not None
                 and self.mode.fine_references
@@ -387,17 +400,19 @@ class Runner:
                     ref.summary, target, self.mode.max_time_s,
                     self.work[algorithm].trace_points))):
             return self._as_run_to_target(algorithm, partition, tuple(reference), ref,
-                                          target)
+                                          target, tag)
         return self._run(algorithm, partition, sync, stragglers, list(sets), target,
-                         name=None, where=where, launch=launch)
+                         name=None, where=where, launch=launch, tag=tag)
 
     def _as_run_to_target(self, algorithm: str, partition: str, sets: tuple[str, ...],
-                          ref: RunResult, target: float | None) -> RunResult:
+                          ref: RunResult, target: float | None, tag: list[str]
+                          ) -> RunResult:
         """The reference run ``ref`` behind :meth:`target`'s ``target`` (``sets``: its
-        further keys) as BSPB's run to that target without stragglers (:func:`to_target`);
-        failed where the reference failed."""
+        further keys; ``tag``: the target's slack where not the workload's) as BSPB's run to
+        that target without stragglers (:func:`to_target`); failed where the reference
+        failed."""
         key = json.dumps([algorithm, partition, "bspb", "none", list(sets),
-                          "reference-to-target"])
+                          "reference-to-target", *tag])
         if key in self.runs:
             return self.runs[key]
         summary = (to_target(ref.summary, target, self.mode.max_time_s)
@@ -420,9 +435,10 @@ class Runner:
 
     def _run(self, algorithm: str, partition: str, sync: str, stragglers: str,
              sets: list[str], target: float | None, name: str | None, where: str = "",
-             launch: Launcher | None = None) -> RunResult:
+             launch: Launcher | None = None, tag: tuple[str, ...] | list[str] = ()
+             ) -> RunResult:
         key = json.dumps([algorithm, partition, sync, stragglers, sets, name]
-                         + ([where] if where else []))
+                         + ([where] if where else []) + list(tag))
         if key in self.runs:
             return self.runs[key]
         digest = hashlib.sha1(key.encode()).hexdigest()[:6]
@@ -443,7 +459,8 @@ class Runner:
         res = RunResult(key, folder, summary, error, target, time.perf_counter() - t0)
         self.runs[key] = res
         what = " ".join([f"{algorithm}/{partition}/{name or sync}/{stragglers}",
-                         *(sets if name is None else [])]) + (f" ({where})" if where else "")
+                         *(sets if name is None else []), *tag]) + (
+                             f" ({where})" if where else "")
         self.say(f"  {what}: " + (f"{res.time.text()} s to target" if res.ok and name is None
                                   else f"{name} done" if res.ok else f"FAILED: {error}"))
         return res

@@ -1,0 +1,119 @@
+"""Section 6.3's figures of ``flegel paper`` (:mod:`flegel.cli.paper.opt_figures`: Fig. 11,
+the migration row) run to a target past the straggler's first pass
+(``Workload.passes_slack``), from the page's reference objective.  Scripted runs, no MPI:
+the launcher records each run's ``--set`` keys and returns a summary a run would write."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flegel.cli.paper import opt_figures
+from flegel.cli.paper import runner as runner_module
+from flegel.cli.paper.common import Ctx
+from flegel.cli.paper.runner import Runner
+from flegel.cli.paper.workloads import QUICK
+
+REFERENCE = {"final_objective": 100.0, "wall_time_s": 0.4, "iterations": 3,
+             "objective_trace": [[0.1, 130.0], [0.2, 100.05], [0.4, 100.0]],
+             "final_evaluation": {"snapshots": 3, "dropped": 0},
+             "time_to_target_s": 0.3}
+
+
+def _launched(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+              ) -> tuple[list[tuple[str, list[str]]], Runner]:
+    """A runner whose launches are recorded as (job name, --set keys), each answering
+    :data:`REFERENCE`'s summary."""
+    launched: list[tuple[str, list[str]]] = []
+
+    def launch(job: Path, folder: Path, sets: list[str], timeout: float) -> dict[str, Any]:
+        launched.append((job.stem, sets))
+        return copy.deepcopy(REFERENCE)
+
+    monkeypatch.setattr(runner_module, "run_one", launch)
+    monkeypatch.setattr(Runner, "job", lambda self, a, p: tmp_path / f"{a}-{p}.yaml")
+    return launched, Runner(QUICK, tmp_path, say=lambda _: None)
+
+
+def _target(sets: list[str]) -> float | None:
+    found = [float(x.split("=", 1)[1]) for x in sets if x.startswith("stop.target_objective=")]
+    return found[0] if found else None
+
+
+def test_a_slack_gives_its_own_target_and_run_from_the_same_reference(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One reference run; the run at another slack is launched to that slack's target under
+    a key and folder of its own, and the workload's run is still the one other figures
+    share."""
+    launched, runner = _launched(monkeypatch, tmp_path)
+    inj = "injected:tau=32,workers=1"
+    page = runner.run("kmeans", "contiguous", "fspv-off", inj)
+    tight = runner.run("kmeans", "contiguous", "fspv-off", inj, slack=1e-5)
+    assert [job for job, _ in launched] == ["kmeans-contiguous"] * 3  # reference + 2 runs
+    assert _target(launched[0][1]) is None
+    assert _target(launched[1][1]) == pytest.approx(100.0 * (1 + runner.work["kmeans"].slack))
+    assert _target(launched[2][1]) == pytest.approx(100.0 * (1 + 1e-5))
+    assert tight.folder != page.folder and tight.target == pytest.approx(100.001)
+    assert runner.run("kmeans", "contiguous", "fspv-off", inj) is page
+    assert runner.run("kmeans", "contiguous", "fspv-off", inj, slack=1e-5) is tight
+    assert len(launched) == 3
+
+
+def test_a_target_set_by_hand_stands_whatever_the_slack(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bench/paper_pairs.py`` sets targets by hand: there is no objective to take
+    another slack from, so the hand's target is the run's."""
+    launched, runner = _launched(monkeypatch, tmp_path)
+    runner.targets["kmeans", "contiguous"] = 1.5
+    runner.run("kmeans", "contiguous", "fspv-async", slack=1e-4)
+    ((_, sets),) = launched
+    assert _target(sets) == 1.5
+
+
+def test_fig11_and_the_migration_row_run_to_a_target_past_the_first_pass(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """K-means' and LR's page targets come within the straggler's first pass: Fig. 11 and
+    the migration row run them at ``passes_slack``; the workloads without one (GMM) run to
+    the page's target, the runs other figures share; the setting lines say which."""
+    launched, runner = _launched(monkeypatch, tmp_path)
+    work = runner.work
+    for a in ("kmeans", "logreg"):
+        tight = work[a].passes_slack
+        assert tight is not None and tight < work[a].slack
+    assert work["gmm"].passes_slack is None
+    ctx = Ctx(runner, tmp_path / "pictures", say=lambda _: None)
+    (tmp_path / "pictures").mkdir()
+    fig = opt_figures.fig11(ctx)
+    targets = {(job, _target(sets)) for job, sets in launched if _target(sets) is not None}
+    expected = {(f"{a}-contiguous", 100.0 * (1 + (work[a].passes_slack or 0.0)))
+                for a in ("kmeans", "logreg")}
+    assert {(j, round(t, 9)) for j, t in targets} == {(j, round(t, 9)) for j, t in expected}
+    for a in ("kmeans", "logreg"):
+        assert f"{a} slack {work[a].passes_slack:g}" in fig.setting
+    before = len(launched)
+    row = opt_figures.migration(ctx)
+    # K-means' and LR's FSPV and +asyn are Fig. 11's runs: only the other four launch
+    kinds = [job for job, _ in launched[before:]]
+    assert "kmeans-contiguous" not in kinds and "logreg-contiguous" not in kinds
+    gmm = [_target(sets) for job, sets in launched[before:] if job == "gmm-contiguous"]
+    assert gmm[0] is None  # the reference
+    assert gmm[1:] == [pytest.approx(100.0 * (1 + work["gmm"].slack))] * 2
+    assert "gmm slack" not in row.setting and "kmeans slack" in row.setting
+
+
+def test_without_a_straggler_the_page_target_stands(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fig. 12's runs without a straggler: no straggler's pass to wait for, so the page's
+    target and the run other figures share; with one, ``passes_slack``'s."""
+    launched, runner = _launched(monkeypatch, tmp_path)
+    ctx = Ctx(runner, tmp_path / "pictures", say=lambda _: None)
+    calm = opt_figures.migration_run(ctx, "kmeans", "fspv-off", "none")
+    assert calm is runner.run("kmeans", "contiguous", "fspv-off")
+    slow = opt_figures.migration_run(ctx, "kmeans", "fspv-off", "injected:tau=32,workers=1")
+    slack = runner.work["kmeans"]
+    assert calm.target == pytest.approx(100.0 * (1 + slack.slack))
+    assert slow.target == pytest.approx(100.0 * (1 + (slack.passes_slack or 0.0)))
+    assert len(launched) == 3  # the reference and the two runs
