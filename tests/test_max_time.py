@@ -58,14 +58,17 @@ def test_workers_that_answer_after_max_time_are_not_warned_about(capsys):
     assert _warnings(capsys.readouterr().err) == []
 
 
-@pytest.mark.parametrize("model,options", [("asp", {}), ("ssp", {"s": 1000})])
+@pytest.mark.parametrize("model,options", [("asp", {"batch": 20}),
+                                           ("ssp", {"s": 1000, "batch": 20})])
 def test_a_stall_is_warned_about_when_nobody_waits(model, options, capsys):
     # Under ASP (and SSP far from its bound) nobody waits for the silent worker; it is named
     # all the same once silent for stall_warning_s and over twice an iteration.
     # 0.2 s iterations (200 points at 1 ms) and a 10 ms tick: five iterations before the
     # first warning, a hundredth of the blocks and a tenth of the ticks of the defaults.
+    # Blocks and pushes of 20 points (20 ms; ``batch: auto`` pushes every ~3 points here):
+    # the same warnings, with a sixth of the pushes, each far under the 1 s warning.
     sim = Simulation(model, options, silent=[3], stall_warning_s=1.0, poll_s=1e-2,
-                     cost_s=1e-3, max_sim_s=2.5,
+                     cost_s=1e-3, block_points=20, max_sim_s=2.5,
                      stop={"max_iterations": None, "tolerance": None})
     sim.run(strict=False)
     lines = _warnings(capsys.readouterr().err)
