@@ -333,15 +333,19 @@ def test_an_owed_suspension_does_not_cut_the_hold_short(migration):
     receivers are loaded 25x from the calibration on (issue 19: load 12 on 2 cores).
     Before: the cap was the calibration's predicted pass, 0.162 s against 0.42 s; the hold
     was capped after one kept barrier with 40 (async) or 137 (sync) points untrained and θ
-    was updated on the rest.  Now the cap grows as the straggler serves what it owed, the
-    hold covers the data and the first update is Lloyd's on all of it."""
+    was updated on the rest.  Now the cap is the straggler's pass from the calibration on,
+    the hold covers the data and the first update is Lloyd's on all of it."""
     x, theta0 = sorted_blobs()
     watch = Watch()
     caps: list[float] = []
+    predicted: list[float] = []
+    headers: list[dict[str, float]] = []
 
     def on_barrier(sim: Simulation, event: dict[str, Any]) -> None:
         watch(sim, event)
         caps.append(sim.policy._hold_cap_s)
+        predicted.append(sim.policy.passes.pass_s[WORKERS])
+        headers.append(dict(sim.server.worker(WORKERS).header))
 
     sim = Simulation("fsp", {"migration": {"mode": migration, "window": 64}}, workers=WORKERS,
                      data=x, theta0=theta0, algorithm=KMeans(n_clusters=4),
@@ -355,10 +359,15 @@ def test_an_owed_suspension_does_not_cut_the_hold_short(migration):
     calibration = sim.barrier_events()[0]
     straggler = calibration["workers"]["rank"].index(WORKERS)
     assert calibration["workers"]["points"][straggler] == 500  # paused after its burst
+    # 5 suspensions charged, 30 ms of them served before the bound's signal: the rest owed
+    assert headers[0]["incurred_s"] == pytest.approx(0.160)
+    assert headers[0]["slowed_s"] < 0.05
     # Its calibration reads as a pass of under half its own -- on kernel time and delays
-    # served (the cap before, PassPredictor's) as on elapsed time extrapolated:
-    assert caps[0] < OWED_PASS / 2
+    # served (the cap before, PassPredictor's) as on elapsed time extrapolated -- and as
+    # its own with the delay its points incurred (COMMIT's incurred_s):
+    assert predicted[0] < OWED_PASS / 2
     assert N / WORKERS * calibration["workers"]["compute_s"][straggler] / 500 < OWED_PASS / 2
+    assert caps[0] == pytest.approx(OWED_PASS, rel=0.05)
     coverage = sim.policy.summary()["coverage"]
     assert not coverage["hold_capped"]
     assert coverage["hold_cap_s"] == pytest.approx(OWED_PASS, rel=0.05)

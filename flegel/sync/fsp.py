@@ -848,7 +848,7 @@ class FSP(BarrierPolicy):
         self._hold_start_s = 0.0
         self._hold_cap_s = float("inf")
         self.hold_capped = False
-        #: Rank -> [points, kernel seconds, injected delay served, points dealt] over the
+        #: Rank -> [points, kernel seconds, injected delay incurred, points dealt] over the
         #: hold's commits, the calibration's first: the pace the cap is taken at
         #: (:meth:`_dealt_pass`).
         self._hold_log: dict[int, list[float]] = {}
@@ -1144,10 +1144,9 @@ class FSP(BarrierPolicy):
             log = self._hold_log.setdefault(r, [0.0, 0.0, 0.0, float(h["n_active"])])
             log[0] += h["points"]
             log[1] += h["points"] / h["rate"] if h["rate"] > 0 else 0.0
-            log[2] += h.get("slowed_s", 0.0)
+            log[2] += h.get("incurred_s", 0.0)
         if self.kept_barriers:
-            # The suspension the calibration's points still owed shows as it is served
-            # (_dealt_pass): the cap only grows with it.
+            # More of the straggler's pace (_dealt_pass); the cap is never shortened.
             self._hold_cap_s = max(self._hold_cap_s, self._dealt_pass())
         now = self.server.now()
         self.unseen = self.server.unseen()
@@ -1247,34 +1246,37 @@ class FSP(BarrierPolicy):
         longer -- windows crawling on slow links -- buys nothing over BSPV's first step and
         only delays the first update (issue 19 review: on 20 kB/s links the hold lasted
         3.5 s against the straggler's 0.4 s pass).  Past the cap θ is updated on the points
-        trained so far (``hold_capped``).  Set at the calibration barrier; raised at each
-        kept barrier as the straggler serves the suspension it owed (:meth:`keeps_theta`)."""
+        trained so far (``hold_capped``).  Set at the calibration barrier; at each kept
+        barrier raised to what the hold's commits say since (:meth:`keeps_theta`)."""
         return max(self._dealt_pass(), self._cover_bound())
 
     def _dealt_pass(self) -> float:
         """The longest pass of a shard as dealt (``n_active`` at the calibration) at the pace
-        its worker showed over the hold's commits so far: kernel time plus injected delays
-        served, per point trained.  0 before a worker trained a point.
+        its worker showed over the hold's commits so far: kernel time plus the injected
+        delay its points incurred (the COMMIT header's ``incurred_s``: served at once or
+        owed), per point trained.  0 before a worker trained a point.
 
         Not :class:`~flegel.sync.passes.PassPredictor`'s pass at the calibration barrier
-        (the cap before): a straggler paused by the calibration's
-        bound answers at once, and the suspension its last block charged is *owed*, served
-        after the commit (the worker loop's "Overlap"), so its ``slowed_s`` leaves it out.
-        Seen (issue 19, ``flegel paper --quick --only 11``, K-means +sync, load 11.8): 3,785 points
-        in 28.5 ms of kernel and next to no delay read as a 0.205 s pass against the
-        injected 0.88 s (τ = 32 ms per 1,000 points), the hold was capped after one kept
-        barrier with 23,715 points untrained and θ settled +6.0 % off BSPB's basin
+        (the cap before), which counts the delays *served* in the commit (``slowed_s``): a
+        straggler paused by the calibration's bound answers at once, and the suspension its
+        last block charged is owed, served after the commit -- under FSP's overlap mostly
+        in the waits for θ, which no commit reports (the worker loop's "Overlap").  Seen
+        (issue 19, ``flegel paper --quick --only 11``, K-means +sync, load 11.8): 3,785
+        points in 28.5 ms of kernel and next to no delay read as a 0.205 s pass against
+        the injected 0.88 s (τ = 32 ms per 1,000 points), the hold was capped after one
+        kept barrier with 23,715 points untrained and θ settled +6.0 % off BSPB's basin
         (``tests/test_fsp_coverage.py``, "owed suspension", on the simulated clock).  The
-        calibration's elapsed time extrapolated misses the owed part just the same.  Hence
-        the pace over the hold: the worker serves what it owed in its next iterations, each
-        commit's ``slowed_s`` adds it, and the cap grows with it until it stands for the
-        pass as dealt -- no hold ends while its straggler still sleeps off the points it
-        trained.  What a wait for θ serves under FSP's overlap shows in no commit: the cap
-        may still fall short by the barriers' waits.  The mean kernel time, not the fastest
-        (PassPredictor's, for judging speed): the cap is a time on the clock, as BSPV's
-        first iteration is."""
-        return max((dealt * (kernel + slowed) / points
-                    for points, kernel, slowed, dealt in self._hold_log.values() if points > 0),
+        calibration's elapsed time extrapolated misses the owed part just the same, and
+        summing the ``slowed_s`` of the kept barriers' commits (the first form of this fix)
+        recovers only what is served within an iteration: on ``flegel paper --quick
+        --only 11`` (load 8-11) the caps read 0.33-0.85 s at the end of holds whose
+        straggler's pass is about 1 s (0.88 s of suspension alone).  The pace is the
+        suspension the points cost whenever it is served, the injected pattern's τ per
+        ``every`` points up to one block's rounding.  The mean kernel time, not the
+        fastest (PassPredictor's, for judging speed): the cap is a time on the clock, as
+        BSPV's first iteration is."""
+        return max((dealt * (kernel + incurred) / points
+                    for points, kernel, incurred, dealt in self._hold_log.values() if points > 0),
                    default=0.0)
 
     def _cover_bound(self) -> float:
