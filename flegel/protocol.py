@@ -156,6 +156,7 @@ COMMIT = Header((
     "seen",         # points held that were trained at least once
     "queued",       # points migrated in (or reactivated) not yet in the traversal
     "behind",       # ... of which still behind in passes: the catch-up left to train
+    "incurred_s",   # injected delay this commit's blocks incurred, served now or owed
 ))
 
 #: Master -> worker, in front of θ.

@@ -358,12 +358,16 @@ def iterate(host: LoopHost, version: float
         agg = host.agg_layout.zeros()
         dropped = min(host.debt_s, charged)
         host.debt_s -= dropped
+        charged -= dropped
         host.stragglers.forgive(dropped)  # the record keeps only the time served
     meta = {"points": points, "compute_s": elapsed, "reason": float(reason),
             "passes": store.passes, "block_s": host.sizer.block_s, "rate": rate,
             "slowed_s": slowed, "n_active": store.n_active, "aborted": totals.aborted,
             "n_held": store.n_held, "in_flight": policy.in_flight, "seen": store.n_seen,
-            "queued": store.n_queued, "behind": store.n_behind}
+            "queued": store.n_queued, "behind": store.n_behind,
+            # The delay these points cost, owed part included: ``slowed_s`` leaves out what
+            # a signal left owed (FSP's coverage cap, ``FSP._dealt_pass``).
+            "incurred_s": blocked_s + charged}
     return agg, meta, totals
 
 

@@ -668,13 +668,14 @@ class FSP(BarrierPolicy):
     -- it does not recompute at an unchanged θ -- unless untrained points are on their way
     to it, which it waits for without computing (``WorkerPolicy.idle``: the loop sleeps).
     Every such iteration is bounded from its start by :meth:`_cover_bound` (the whole-pass
-    bound), and the hold as a whole by :meth:`_hold_cap` (the straggler's predicted pass
-    as dealt, BSPV's first iteration, or the whole-pass bound if longer): past it θ is
-    updated on the points trained so far (``coverage.hold_capped`` in the summary), as
-    coverage then buys nothing over BSPV.  While θ is kept windows carry untrained points
-    only (``ShardStore.unseen_first``: a point in flight counts as untrained, so a trained
-    one would hold θ for nothing); ``stop.max_time_s`` ends the run (applying what was
-    carried).  So the first
+    bound), and the hold as a whole by :meth:`_hold_cap` (the straggler's pass of its
+    shard as dealt at its pace over the hold, the suspension it still owed at the
+    calibration's commit included -- BSPV's first iteration --, or the whole-pass bound if
+    longer): past it θ is updated on the points trained so far (``coverage.hold_capped``
+    and ``hold_cap_s`` in the summary), as coverage then buys nothing over BSPV.  While θ
+    is kept windows carry untrained points only (``ShardStore.unseen_first``: a point in
+    flight counts as untrained, so a trained one would hold θ for nothing);
+    ``stop.max_time_s`` ends the run (applying what was carried).  So the first
     update is Lloyd's (or EM's, or the full-batch L-BFGS step) on all the data from θ⁰,
     whichever worker is slow, a few fast passes after the calibration, and so are the
     next :data:`COVER_STEPS` − 1 where θ was kept: whole passes (:data:`WHOLE_PHASE`),
@@ -847,6 +848,10 @@ class FSP(BarrierPolicy):
         self._hold_start_s = 0.0
         self._hold_cap_s = float("inf")
         self.hold_capped = False
+        #: Rank -> [points, kernel seconds, injected delay incurred, points dealt] over the
+        #: hold's commits, the calibration's first: the pace the cap is taken at
+        #: (:meth:`_dealt_pass`).
+        self._hold_log: dict[int, list[float]] = {}
         #: Whole passes still to come after coverage (COVER_STEPS), those taken, and whether
         #: they were dropped for want of a straggler (:meth:`_straggler_hold`).
         self.cover_steps_left = 0
@@ -1135,6 +1140,14 @@ class FSP(BarrierPolicy):
             # Who a hold would wait for: the workers the calibration's bound paused with
             # points of their own shard untrained (no point has moved yet).
             self.held_for = sorted(r for r, h in commits.items() if _untrained(h))
+        for r, h in commits.items():
+            log = self._hold_log.setdefault(r, [0.0, 0.0, 0.0, float(h["n_active"])])
+            log[0] += h["points"]
+            log[1] += h["points"] / h["rate"] if h["rate"] > 0 else 0.0
+            log[2] += h.get("incurred_s", 0.0)
+        if self.kept_barriers:
+            # More of the straggler's pace (_dealt_pass); the cap is never shortened.
+            self._hold_cap_s = max(self._hold_cap_s, self._dealt_pass())
         now = self.server.now()
         self.unseen = self.server.unseen()
         capped = now - self._hold_start_s >= self._hold_cap_s
@@ -1226,15 +1239,45 @@ class FSP(BarrierPolicy):
         return out
 
     def _hold_cap(self) -> float:
-        """How long the hold may last from the calibration's start: the longest predicted
-        pass (:class:`~flegel.sync.passes.PassPredictor`, measured in the calibration on the
-        shards as dealt: the straggler's own pass, BSPV's first iteration) or the whole-pass
-        bound (:meth:`_cover_bound`), whichever is longer.  By then BSPV would have updated
-        θ on every point, so holding longer -- windows crawling on slow links -- buys
-        nothing over BSPV's first step and only delays the first update (issue 19 review:
-        on 20 kB/s links the hold lasted 3.5 s against the straggler's 0.4 s pass).  Past
-        the cap θ is updated on the points trained so far (``hold_capped``)."""
-        return max(max(self.passes.pass_s.values(), default=0.0), self._cover_bound())
+        """How long the hold may last from the calibration's start: the longest pass of a
+        shard as dealt (:meth:`_dealt_pass`: the straggler's own pass, suspensions
+        included -- BSPV's first iteration) or the whole-pass bound (:meth:`_cover_bound`),
+        whichever is longer.  By then BSPV would have updated θ on every point, so holding
+        longer -- windows crawling on slow links -- buys nothing over BSPV's first step and
+        only delays the first update (issue 19 review: on 20 kB/s links the hold lasted
+        3.5 s against the straggler's 0.4 s pass).  Past the cap θ is updated on the points
+        trained so far (``hold_capped``).  Set at the calibration barrier; at each kept
+        barrier raised to what the hold's commits say since (:meth:`keeps_theta`)."""
+        return max(self._dealt_pass(), self._cover_bound())
+
+    def _dealt_pass(self) -> float:
+        """The longest pass of a shard as dealt (``n_active`` at the calibration) at the pace
+        its worker showed over the hold's commits so far: kernel time plus the injected
+        delay its points incurred (the COMMIT header's ``incurred_s``: served at once or
+        owed), per point trained.  0 before a worker trained a point.
+
+        Not :class:`~flegel.sync.passes.PassPredictor`'s pass at the calibration barrier
+        (the cap before), which counts the delays *served* in the commit (``slowed_s``): a
+        straggler paused by the calibration's bound answers at once, and the suspension its
+        last block charged is owed, served after the commit -- under FSP's overlap mostly
+        in the waits for θ, which no commit reports (the worker loop's "Overlap").  Seen
+        (issue 19, ``flegel paper --quick --only 11``, K-means +sync, load 11.8): 3,785
+        points in 28.5 ms of kernel and next to no delay read as a 0.205 s pass against
+        the injected 0.88 s (τ = 32 ms per 1,000 points), the hold was capped after one
+        kept barrier with 23,715 points untrained and θ settled +6.0 % off BSPB's basin
+        (``tests/test_fsp_coverage.py``, "owed suspension", on the simulated clock).  The
+        calibration's elapsed time extrapolated misses the owed part just the same, and
+        summing the ``slowed_s`` of the kept barriers' commits (the first form of this fix)
+        recovers only what is served within an iteration: on ``flegel paper --quick
+        --only 11`` (load 8-11) the caps read 0.33-0.85 s at the end of holds whose
+        straggler's pass is about 1 s (0.88 s of suspension alone).  The pace is the
+        suspension the points cost whenever it is served, the injected pattern's τ per
+        ``every`` points up to one block's rounding.  The mean kernel time, not the
+        fastest (PassPredictor's, for judging speed): the cap is a time on the clock, as
+        BSPV's first iteration is."""
+        return max((dealt * (kernel + incurred) / points
+                    for points, kernel, incurred, dealt in self._hold_log.values() if points > 0),
+                   default=0.0)
 
     def _cover_bound(self) -> float:
         """How long an iteration at a kept θ may run before the workers still computing (or
@@ -1437,6 +1480,8 @@ class FSP(BarrierPolicy):
             out["coverage"] = {"kept_barriers": self.kept_barriers,
                                "first_update_s": self.covered_at_s,
                                "hold_capped": self.hold_capped,
+                               "hold_cap_s": (self._hold_cap_s if self.kept_barriers
+                                              else None),
                                "whole_passes": self.cover_steps_taken,
                                "whole_passes_dropped": self.cover_steps_dropped,
                                "held_for": self.held_for}
