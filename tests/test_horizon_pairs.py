@@ -29,7 +29,7 @@ class Scripted(Runner):
 
     def _run(self, algorithm: str, partition: str, sync: str, stragglers: str,
              sets: list[str], target: float | None, name: str | None, where: str = "",
-             launch: Any = None, tag: Any = ()) -> RunResult:
+             launch: Any = None, key_extra: tuple[str, ...] = ()) -> RunResult:
         self.asked.append(str(name))
         pair = (name or "").rsplit("-", 1)[-1]
         i = int(pair) - 1 if pair.isdigit() else 0

@@ -23,15 +23,32 @@ REFERENCE = {"final_objective": 100.0, "wall_time_s": 0.4, "iterations": 3,
              "time_to_target_s": 0.3}
 
 
-def _launched(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+#: The straggler's passes at the end of a run with one (worker 1, :func:`_launched`), by
+#: job and sync model; the others make 40.
+SLOW_PASSES = {("kmeans-contiguous", "fspv-off"): 1.2, ("logreg-contiguous", "fspv-off"): 0.9}
+
+
+def _launched(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+              unreached: frozenset[tuple[str, str]] = frozenset()
               ) -> tuple[list[tuple[str, list[str]]], Runner]:
     """A runner whose launches are recorded as (job name, --set keys), each answering
-    :data:`REFERENCE`'s summary."""
+    :data:`REFERENCE`'s summary; with a straggler, worker 1 as the summary's straggler
+    with :data:`SLOW_PASSES`' passes (0.5 elsewhere); the (job, sync model) runs in
+    ``unreached`` do not reach their target."""
     launched: list[tuple[str, list[str]]] = []
 
     def launch(job: Path, folder: Path, sets: list[str], timeout: float) -> dict[str, Any]:
         launched.append((job.stem, sets))
-        return copy.deepcopy(REFERENCE)
+        out = copy.deepcopy(REFERENCE)
+        model = next((x.split("=", 1)[1] for x in sets if x.startswith("sync.model=")), "")
+        if any(x.startswith("stragglers=") and x != "stragglers=[]" for x in sets):
+            out["stragglers"] = [{"rank": 1, "pattern": "injected", "tau_ms": 32}]
+            out["per_worker"] = [{"rank": 1, "passes": SLOW_PASSES.get((job.stem, model),
+                                                                        0.5)},
+                                 *({"rank": r, "passes": 40.0} for r in (2, 3, 4))]
+        if (job.stem, model) in unreached:
+            out["time_to_target_s"] = None
+        return out
 
     monkeypatch.setattr(runner_module, "run_one", launch)
     monkeypatch.setattr(Runner, "job", lambda self, a, p: tmp_path / f"{a}-{p}.yaml")
@@ -117,3 +134,59 @@ def test_without_a_straggler_the_page_target_stands(
     assert calm.target == pytest.approx(100.0 * (1 + slack.slack))
     assert slow.target == pytest.approx(100.0 * (1 + (slack.passes_slack or 0.0)))
     assert len(launched) == 3  # the reference and the two runs
+
+
+def test_a_slack_keeps_bspb_read_from_the_reference_apart(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BSPB without stragglers is the reference read to its target: read to another slack's
+    target it is a run of its own (the slack in its key), reaching later, not the page's."""
+    launched, runner = _launched(monkeypatch, tmp_path)
+    said: list[str] = []
+    runner.say = said.append
+    page = runner.run("kmeans", "contiguous", "bspb")
+    tight = runner.run("kmeans", "contiguous", "bspb", slack=1e-5)
+    assert len(launched) == 1  # the reference only: both read from it
+    assert tight is not page and tight.key != page.key
+    assert page.summary is not None and page.summary["read_from_reference"]
+    assert (page.time.s, tight.time.s) == (0.2, 0.4)  # 100.05 <= 100.1; 100.0 <= 100.001
+    assert runner.run("kmeans", "contiguous", "bspb", slack=1e-5) is tight
+    assert runner.run("kmeans", "contiguous", "bspb") is page
+    assert said[-1].startswith("  kmeans/contiguous/bspb/none slack=1e-05: 0.40 s")
+
+
+def test_the_workloads_own_slack_is_the_workloads_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slack equal to the workload's is its target: the run other figures share, not a
+    second run to the same target."""
+    launched, runner = _launched(monkeypatch, tmp_path)
+    inj = "injected:tau=32,workers=1"
+    page = runner.run("kmeans", "contiguous", "fspv-off", inj)
+    same = runner.run("kmeans", "contiguous", "fspv-off", inj,
+                      slack=runner.work["kmeans"].slack)
+    assert same is page and len(launched) == 2  # the reference and the one run
+
+
+def _column(fig: Any, algorithm: str) -> str:
+    """The last cell of ``algorithm``'s row of ``fig``'s table."""
+    (row,) = [r for r in fig.table if r.startswith(f"| {algorithm} |")]
+    return row.strip(" |").split(" | ")[-1]
+
+
+def test_fig11_and_the_migration_row_show_the_stragglers_passes_at_fspvs_target(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The regime is measured on the page: the straggler's passes when FSPV, without
+    migration, reached the figure's target (worker 1's, the summary's straggler, not +asyn's
+    nor the fast workers'); a bound where FSPV did not reach it."""
+    launched, runner = _launched(monkeypatch, tmp_path,
+                                 frozenset({("logreg-contiguous", "fspv-off")}))
+    ctx = Ctx(runner, tmp_path / "pictures", say=lambda _: None)
+    (tmp_path / "pictures").mkdir()
+    fig = opt_figures.fig11(ctx)
+    assert opt_figures.STRAGGLER_PASSES in fig.table[0]
+    assert (_column(fig, "kmeans"), _column(fig, "logreg")) == ("1.20", ">0.90")
+    assert "tightened where the page's target came within the straggler's first pass at " \
+           "--quick" in fig.setting
+    row = opt_figures.migration(ctx)
+    assert row.table[0].rstrip(" |").endswith(opt_figures.STRAGGLER_PASSES)
+    assert [_column(row, a) for a in ("kmeans", "gmm", "logreg")] == ["1.20", "0.50",
+                                                                     ">0.90"]

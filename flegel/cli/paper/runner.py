@@ -15,7 +15,10 @@ unless the run rose at its end) plus the workload's slack times its magnitude.  
 partition, because the start depends on it (K-means' random centres are
 drawn from the workers' samples): on contiguous shards BSPB may settle in another basin than
 on shuffled ones, and a target from the other partition would measure the start, not the
-synchronization (issue 19 compares FSPV with BSPB "from the same start").  Every
+synchronization (issue 19 compares FSPV with BSPB "from the same start").  A ``slack``
+given to :meth:`Runner.run` sets another target on the same reference objective (Section
+6.3's figures, ``Workload.passes_slack``): the run has a key and folder of its own, and a
+slack equal to the workload's is the workload's run.  Every
 other run stops at the target or after ``max_time_s``; its time to target is
 ``summary.json``'s ``time_to_target_s`` (exact objectives of θ snapshots).  A run that does not
 reach the target within its time counts as *at least* its training time: ratios with it are
@@ -379,7 +382,8 @@ class Runner:
             Further ``--set`` keys of the reference run behind the target (:meth:`target`).
         slack : float, optional
             The target's slack where not the workload's (:meth:`target`): part of the run's
-            key, so a run to another target is not shared with the workload's.
+            key, so a run to another target is not shared with the workload's; the
+            workload's own ``slack`` is its target, the run shared (no second run to it).
 
         Returns
         -------
@@ -390,9 +394,11 @@ class Runner:
             setting where it does not, or where the target was given without a reference
             run (``targets`` set by hand, as ``bench/paper_pairs.py`` does).
         """
+        if slack == self.work[algorithm].slack:
+            slack = None  # the workload's target: the run every other figure shares
         target = self.target(algorithm, partition, reference, slack)
         ref = self.reference(algorithm, partition, reference)
-        tag = [] if slack is None else [f"slack={slack!r}"]
+        key_extra = () if slack is None else (f"slack={slack!r}",)
         if (sync == "bspb" and stragglers == "none" and not where and launch is None
                 and tuple(sets) == tuple(reference) and ref is not None
                 and self.mode.fine_references
@@ -400,19 +406,19 @@ class Runner:
                     ref.summary, target, self.mode.max_time_s,
                     self.work[algorithm].trace_points))):
             return self._as_run_to_target(algorithm, partition, tuple(reference), ref,
-                                          target, tag)
+                                          target, key_extra)
         return self._run(algorithm, partition, sync, stragglers, list(sets), target,
-                         name=None, where=where, launch=launch, tag=tag)
+                         name=None, where=where, launch=launch, key_extra=key_extra)
 
     def _as_run_to_target(self, algorithm: str, partition: str, sets: tuple[str, ...],
-                          ref: RunResult, target: float | None, tag: list[str]
-                          ) -> RunResult:
+                          ref: RunResult, target: float | None,
+                          key_extra: tuple[str, ...] = ()) -> RunResult:
         """The reference run ``ref`` behind :meth:`target`'s ``target`` (``sets``: its
-        further keys; ``tag``: the target's slack where not the workload's) as BSPB's run to
-        that target without stragglers (:func:`to_target`); failed where the reference
-        failed."""
+        further keys; ``key_extra``: the target's slack where not the workload's, part of the
+        key) as BSPB's run to that target without stragglers (:func:`to_target`); failed
+        where the reference failed."""
         key = json.dumps([algorithm, partition, "bspb", "none", list(sets),
-                          "reference-to-target", *tag])
+                          "reference-to-target", *key_extra])
         if key in self.runs:
             return self.runs[key]
         summary = (to_target(ref.summary, target, self.mode.max_time_s)
@@ -420,7 +426,7 @@ class Runner:
         res = RunResult(key, ref.folder, summary, None if summary else ref.error, target,
                         0.0)
         self.runs[key] = res
-        self.say(f"  {algorithm}/{partition}/bspb/none: "
+        self.say(" ".join([f"  {algorithm}/{partition}/bspb/none", *key_extra]) + ": "
                  + (f"{res.time.text()} s to target (the reference run)" if res.ok
                     else f"FAILED: {res.error}"))
         return res
@@ -435,10 +441,12 @@ class Runner:
 
     def _run(self, algorithm: str, partition: str, sync: str, stragglers: str,
              sets: list[str], target: float | None, name: str | None, where: str = "",
-             launch: Launcher | None = None, tag: tuple[str, ...] | list[str] = ()
+             launch: Launcher | None = None, key_extra: tuple[str, ...] = ()
              ) -> RunResult:
+        """Run one setting once (``key_extra``: further words of its key, e.g. the target's
+        slack, :meth:`run`; not ``--set`` keys)."""
         key = json.dumps([algorithm, partition, sync, stragglers, sets, name]
-                         + ([where] if where else []) + list(tag))
+                         + ([where] if where else []) + list(key_extra))
         if key in self.runs:
             return self.runs[key]
         digest = hashlib.sha1(key.encode()).hexdigest()[:6]
@@ -459,7 +467,7 @@ class Runner:
         res = RunResult(key, folder, summary, error, target, time.perf_counter() - t0)
         self.runs[key] = res
         what = " ".join([f"{algorithm}/{partition}/{name or sync}/{stragglers}",
-                         *(sets if name is None else []), *tag]) + (
+                         *(sets if name is None else []), *key_extra]) + (
                              f" ({where})" if where else "")
         self.say(f"  {what}: " + (f"{res.time.text()} s to target" if res.ok and name is None
                                   else f"{name} done" if res.ok else f"FAILED: {error}"))
