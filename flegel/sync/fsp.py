@@ -1267,11 +1267,9 @@ class FSP(BarrierPolicy):
         kept barrier with 23,715 points untrained and θ settled +6.0 % off BSPB's basin
         (``tests/test_fsp_coverage.py``, "owed suspension", on the simulated clock).  The
         calibration's elapsed time extrapolated misses the owed part just the same, and
-        summing the ``slowed_s`` of the kept barriers' commits (the first form of this fix)
-        recovers only what is served within an iteration: on ``flegel paper --quick
-        --only 11`` (load 8-11) the caps read 0.33-0.85 s at the end of holds whose
-        straggler's pass is about 1 s (0.88 s of suspension alone).  The pace is the
-        suspension the points cost whenever it is served.  The injected pattern charges τ
+        the kept barriers' ``slowed_s`` recover only what is served within an iteration
+        (CHANGELOG).  The pace is the suspension the points cost whenever it is served.
+        The injected pattern charges τ
         at each multiple of ``every`` points of the run, so the pace taken on fewer
         points falls short by up to one τ not yet due, times dealt / points (a straggler
         paused before its first ``every`` points reads as kernel time only): the raise at
