@@ -343,7 +343,7 @@ def test_an_owed_suspension_does_not_cut_the_hold_short(migration):
 
     def on_barrier(sim: Simulation, event: dict[str, Any]) -> None:
         watch(sim, event)
-        caps.append(sim.policy._hold_cap_s)
+        caps.append(sim.policy.summary()["coverage"]["hold_cap_s"] or float("inf"))
         predicted.append(sim.policy.passes.pass_s[WORKERS])
         headers.append(dict(sim.server.worker(WORKERS).header))
 
@@ -373,5 +373,47 @@ def test_an_owed_suspension_does_not_cut_the_hold_short(migration):
     assert coverage["hold_cap_s"] == pytest.approx(OWED_PASS, rel=0.05)
     covered = _covered(watch.rows)
     assert watch.rows[covered][0] == 1 and coverage["first_update_s"] < OWED_PASS
+    np.testing.assert_allclose(watch.first_update, lloyd_step(x, sim.theta0["centers"]),
+                               rtol=1e-9, atol=1e-9)
+
+
+def test_a_suspension_not_yet_due_raises_the_cap():
+    """The cap is raised at each kept barrier to the pace the hold's commits show
+    (``FSP.keeps_theta``).  The injected pattern charges τ at each multiple of ``every``
+    points of the run: a straggler (200 µs a point, τ = 400 ms every 700 points, blocks of
+    200) paused at 600 points by the calibration's bound reads as kernel time only, a
+    0.2 s pass against its 0.6 s.  Its next commit crosses 700 points and reports the
+    suspension: the cap is raised above the hold's length, which the receivers (loaded
+    100x from the calibration on) stretch past 0.2 s.  Without the raise the hold was
+    capped at its first kept barrier with 105 points untrained."""
+    x, theta0 = sorted_blobs()
+    watch = Watch()
+    caps: list[float] = []
+
+    def on_barrier(sim: Simulation, event: dict[str, Any]) -> None:
+        watch(sim, event)
+        caps.append(sim.policy.summary()["coverage"]["hold_cap_s"] or float("inf"))
+
+    kernel = 10 * COST
+    sim = Simulation("fsp", {"migration": {"mode": "async", "window": 64}}, workers=WORKERS,
+                     data=x, theta0=theta0, algorithm=KMeans(n_clusters=4),
+                     cost_s=[COST] * (WORKERS - 1) + [kernel],
+                     slowdown={r: _loaded_after(0.08, 100.0) for r in range(1, WORKERS)},
+                     stragglers=[{"pattern": "injected", "workers": [WORKERS], "tau_ms": 400.0,
+                                  "every": 700}],
+                     on_barrier=on_barrier, stop={"max_iterations": 4})
+    sim.workers[WORKERS].block_points = 200
+    sim.run()
+    calibration = sim.barrier_events()[0]
+    straggler = calibration["workers"]["rank"].index(WORKERS)
+    assert calibration["workers"]["points"][straggler] < 700  # no suspension due yet
+    assert caps[0] == pytest.approx(N / WORKERS * kernel)  # kernel time only
+    # Untrained points at the first kept barrier, past the calibration's cap:
+    assert watch.rows[1][1] > 0 and sim.barrier_events()[1]["time_s"] > caps[0]
+    coverage = sim.policy.summary()["coverage"]
+    assert not coverage["hold_capped"]
+    covered = _covered(watch.rows)
+    assert coverage["hold_cap_s"] > N / WORKERS * kernel + 0.4  # the suspension counted
+    assert watch.rows[covered][0] == 1
     np.testing.assert_allclose(watch.first_update, lloyd_step(x, sim.theta0["centers"]),
                                rtol=1e-9, atol=1e-9)

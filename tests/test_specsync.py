@@ -213,6 +213,8 @@ def test_an_aborted_iteration_does_not_leave_its_suspension_to_the_restart():
     assert len(restarts) >= 3
     for it in restarts:
         assert it.ended - it.began < 1.2 * tau, it
+    # An aborted commit paces no points (FSP's coverage cap reads incurred_s per point):
+    assert all(it.header["incurred_s"] == 0.0 for it in its if it.reason == Reason.ABORT)
     # What the straggler served is its committed iterations' τ and the aborted ones' part.
     served = sum(it.header["slowed_s"] for it in its if it.reason is not None)
     pushes = sum(it.reason != Reason.ABORT for it in its if it.reason is not None)

@@ -348,6 +348,9 @@ def iterate(host: LoopHost, version: float
     elapsed = host.now() - start - idle
     totals = Totals(points=points, compute_s=compute, slowed_s=blocked_s)
     rate = points / compute if compute > 0 else 0.0
+    # The delay these points cost, owed part included: ``slowed_s`` leaves out what a
+    # signal left owed (FSP's coverage cap, ``FSP._dealt_pass``).
+    incurred = blocked_s + charged
     if not policy.finish(host, reason):
         # The policy threw the work away (SpecSync's abort): nothing to apply, and the
         # suspension its blocks still owe is not served -- a slow machine that drops a
@@ -358,16 +361,14 @@ def iterate(host: LoopHost, version: float
         agg = host.agg_layout.zeros()
         dropped = min(host.debt_s, charged)
         host.debt_s -= dropped
-        charged -= dropped
         host.stragglers.forgive(dropped)  # the record keeps only the time served
+        # No points to pace: the restart recomputes them and incurs their delay again.
+        incurred = 0.0
     meta = {"points": points, "compute_s": elapsed, "reason": float(reason),
             "passes": store.passes, "block_s": host.sizer.block_s, "rate": rate,
             "slowed_s": slowed, "n_active": store.n_active, "aborted": totals.aborted,
             "n_held": store.n_held, "in_flight": policy.in_flight, "seen": store.n_seen,
-            "queued": store.n_queued, "behind": store.n_behind,
-            # The delay these points cost, owed part included: ``slowed_s`` leaves out what
-            # a signal left owed (FSP's coverage cap, ``FSP._dealt_pass``).
-            "incurred_s": blocked_s + charged}
+            "queued": store.n_queued, "behind": store.n_behind, "incurred_s": incurred}
     return agg, meta, totals
 
 

@@ -1267,14 +1267,20 @@ class FSP(BarrierPolicy):
         kept barrier with 23,715 points untrained and θ settled +6.0 % off BSPB's basin
         (``tests/test_fsp_coverage.py``, "owed suspension", on the simulated clock).  The
         calibration's elapsed time extrapolated misses the owed part just the same, and
-        summing the ``slowed_s`` of the kept barriers' commits (the first form of this fix)
-        recovers only what is served within an iteration: on ``flegel paper --quick
-        --only 11`` (load 8-11) the caps read 0.33-0.85 s at the end of holds whose
-        straggler's pass is about 1 s (0.88 s of suspension alone).  The pace is the
-        suspension the points cost whenever it is served, the injected pattern's τ per
-        ``every`` points up to one block's rounding.  The mean kernel time, not the
-        fastest (PassPredictor's, for judging speed): the cap is a time on the clock, as
-        BSPV's first iteration is."""
+        the kept barriers' ``slowed_s`` recover only what is served within an iteration
+        (CHANGELOG).  The pace is the suspension the points cost whenever it is served.
+        The injected pattern charges τ
+        at each multiple of ``every`` points of the run, so the pace taken on fewer
+        points falls short by up to one τ not yet due, times dealt / points (a straggler
+        paused before its first ``every`` points reads as kernel time only): the raise at
+        each kept barrier (:meth:`keeps_theta`) corrects it as the commits that reach the
+        next multiple report it (``tests/test_fsp_coverage.py``, "suspension not yet
+        due").  A one-off delay (the ``pause`` pattern) is spread over the points of its
+        commit the same way, and so over the pass as dealt: an over-estimate (pausing a
+        receiver 1 s raised the cap 0.42 -> 0.98 s), which costs a longer hold only where
+        coverage cannot complete -- the cap ends a hold that still has points untrained.
+        The mean kernel time, not the fastest (PassPredictor's, for judging speed): the
+        cap is a time on the clock, as BSPV's first iteration is."""
         return max((dealt * (kernel + incurred) / points
                     for points, kernel, incurred, dealt in self._hold_log.values() if points > 0),
                    default=0.0)
