@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SERIAL_MARKERS, child_env
+from tests.conftest import ROOT, SERIAL_MARKERS, SERIAL_TESTS, child_env
 
 pytest.importorskip("xdist")
 
@@ -77,3 +77,10 @@ def test_one_core_runs_the_suite_in_this_process(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads((tmp_path / "record" / "one").read_text()) is None
+
+
+def test_every_listed_serial_test_exists() -> None:
+    """A renamed test would silently leave :data:`SERIAL_TESTS` and run beside a job."""
+    for entry in SERIAL_TESTS:
+        file, name = entry.split("::")
+        assert f"\ndef {name.split('[')[0]}(" in (ROOT / file).read_text(), entry
