@@ -32,6 +32,13 @@ def _record(name):
 '''
 
 
+def _env(record: Path) -> dict[str, str]:
+    """The child pytest's environment: none of xdist's variables of the worker running this
+    test (``PYTEST_XDIST_WORKER`` would read as the child's own)."""
+    env = {k: v for k, v in child_env().items() if not k.startswith("PYTEST_XDIST_")}
+    return {**env, "RECORD": str(record)}
+
+
 def test_marked_tests_share_one_worker_and_the_rest_run_beside_them(tmp_path: Path) -> None:
     record = tmp_path / "record"
     record.mkdir()
@@ -44,7 +51,7 @@ def test_marked_tests_share_one_worker_and_the_rest_run_beside_them(tmp_path: Pa
         body.append(f"def test_free_{i}():\n    _record('free_{i}')\n")
         serial.append(f"serial_{i}")
     (tmp_path / "test_sample.py").write_text("\n\n".join(body))
-    env = {**child_env(), "RECORD": str(record)}
+    env = _env(record)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest",
                            "-p", "no:cacheprovider", "-o", "addopts=", "-n", "2",
                            "--dist", "loadgroup", "-W", "ignore::pytest.PytestUnknownMarkWarning",
@@ -70,8 +77,7 @@ def test_one_core_runs_the_suite_in_this_process(tmp_path: Path) -> None:
             "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
             "import pytest\n"
             "sys.exit(pytest.main(sys.argv[1:]))\n")
-    env = {**child_env(), "RECORD": str(tmp_path / "record")}
-    env.pop("PYTEST_XDIST_AUTO_NUM_WORKERS", None)
+    env = _env(tmp_path / "record")
     proc = subprocess.run([sys.executable, "-c", code, "-q", "-p", "tests.conftest", "-p",
                            "no:cacheprovider", "-o", "addopts=", "-n", "auto", "test_one.py"],
                           capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
