@@ -39,9 +39,10 @@ SERIAL_TESTS: tuple[str, ...] = (
     "tests/test_startup.py::test_a_lone_rank_says_so_before_it_touches_the_run_directory",
 )
 
-#: At most this many workers: one for the serial group, one for the rest.  The in-process
-#: tests take about as long as the serial group, so a third worker could not shorten the
-#: run, only take cores from the jobs' ranks.
+#: At most this many workers: one for the serial group, one for the rest.  The serial group
+#: alone takes as long as the whole run (524 s of its tests in a 544 s run on 2 cores, the
+#: in-process tests 489 s beside them), so a third worker could not shorten the run, only
+#: take cores from the jobs' ranks.
 MAX_WORKERS = 2
 
 #: ``workerinput`` key: the folder where each worker writes the node ids of its serial tests.
