@@ -324,6 +324,24 @@ def _loaded_after(start_s: float, factor: float) -> Any:
     return lambda t: factor if t >= start_s else 1.0
 
 
+def _held_by_a_straggler(x: np.ndarray, theta0: dict[str, np.ndarray], migration: str,
+                         on_barrier: Any, *, kernel: float, load: float, tau_ms: float,
+                         every: int, block: int) -> Simulation:
+    """Run FSP with ``migration`` over 4 barriers: the last worker a straggler (``kernel``
+    seconds a point, τ = ``tau_ms`` every ``every`` points, blocks of ``block``), the
+    others -- the receivers -- loaded ``load`` times from 0.08 s (after the calibration)."""
+    sim = Simulation("fsp", {"migration": {"mode": migration, "window": 64}}, workers=WORKERS,
+                     data=x, theta0=theta0, algorithm=KMeans(n_clusters=4),
+                     cost_s=[COST] * (WORKERS - 1) + [kernel],
+                     slowdown={r: _loaded_after(0.08, load) for r in range(1, WORKERS)},
+                     stragglers=[{"pattern": "injected", "workers": [WORKERS],
+                                  "tau_ms": tau_ms, "every": every}],
+                     on_barrier=on_barrier, stop={"max_iterations": 4})
+    sim.workers[WORKERS].block_points = block
+    sim.run()
+    return sim
+
+
 @pytest.mark.parametrize("migration", ["async", "sync"])
 def test_an_owed_suspension_does_not_cut_the_hold_short(migration):
     """The hold's cap stands for the straggler's pass as dealt, suspensions included
@@ -347,15 +365,8 @@ def test_an_owed_suspension_does_not_cut_the_hold_short(migration):
         predicted.append(sim.policy.passes.pass_s[WORKERS])
         headers.append(dict(sim.server.worker(WORKERS).header))
 
-    sim = Simulation("fsp", {"migration": {"mode": migration, "window": 64}}, workers=WORKERS,
-                     data=x, theta0=theta0, algorithm=KMeans(n_clusters=4),
-                     cost_s=[COST] * (WORKERS - 1) + [OWED_KERNEL],
-                     slowdown={r: _loaded_after(0.08, 25.0) for r in range(1, WORKERS)},
-                     stragglers=[{"pattern": "injected", "workers": [WORKERS], "tau_ms": 32.0,
-                                  "every": 100}],
-                     on_barrier=on_barrier, stop={"max_iterations": 4})
-    sim.workers[WORKERS].block_points = 500
-    sim.run()
+    sim = _held_by_a_straggler(x, theta0, migration, on_barrier, kernel=OWED_KERNEL,
+                               load=25.0, tau_ms=32.0, every=100, block=500)
     calibration = sim.barrier_events()[0]
     straggler = calibration["workers"]["rank"].index(WORKERS)
     assert calibration["workers"]["points"][straggler] == 500  # paused after its burst
@@ -395,15 +406,8 @@ def test_a_suspension_not_yet_due_raises_the_cap():
         caps.append(sim.policy.summary()["coverage"]["hold_cap_s"] or float("inf"))
 
     kernel = 10 * COST
-    sim = Simulation("fsp", {"migration": {"mode": "async", "window": 64}}, workers=WORKERS,
-                     data=x, theta0=theta0, algorithm=KMeans(n_clusters=4),
-                     cost_s=[COST] * (WORKERS - 1) + [kernel],
-                     slowdown={r: _loaded_after(0.08, 100.0) for r in range(1, WORKERS)},
-                     stragglers=[{"pattern": "injected", "workers": [WORKERS], "tau_ms": 400.0,
-                                  "every": 700}],
-                     on_barrier=on_barrier, stop={"max_iterations": 4})
-    sim.workers[WORKERS].block_points = 200
-    sim.run()
+    sim = _held_by_a_straggler(x, theta0, "async", on_barrier, kernel=kernel, load=100.0,
+                               tau_ms=400.0, every=700, block=200)
     calibration = sim.barrier_events()[0]
     straggler = calibration["workers"]["rank"].index(WORKERS)
     assert calibration["workers"]["points"][straggler] < 700  # no suspension due yet
