@@ -15,7 +15,8 @@ from flegel.interval.multistage import (
     best_interval,
     eq7_gain,
 )
-from flegel.sync.fsp import OFFSET_BOUND, center_offsets
+from flegel.sync.fsp import OFFSET_BOUND
+from flegel.sync.offsets import center_offsets
 
 
 def _obs(eta, progress_rate, phi=0.01, eta_max=10.0):
