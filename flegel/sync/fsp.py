@@ -1112,7 +1112,7 @@ class FSP(BarrierPolicy):
             log = self._hold_log.setdefault(r, [0.0, 0.0, 0.0, float(h["n_active"])])
             log[0] += h["points"]
             log[1] += h["points"] / h["rate"] if h["rate"] > 0 else 0.0
-            log[2] += h.get("incurred_s", 0.0)
+            log[2] += h["incurred_s"]
         if self.kept_barriers:
             # More of the straggler's pace (_dealt_pass); the cap is never shortened.
             self._hold_cap_s = max(self._hold_cap_s, self._dealt_pass())
