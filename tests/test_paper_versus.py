@@ -323,7 +323,7 @@ def test_fig9b_whose_bspv_never_reached_the_target_is_decided_at_a_common_target
 
 def test_fig9a_keeps_the_papers_target_where_its_rows_decide(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """9a on the page of 187f01c: 11.79x at τ = 8 ms (both reached the target), >19.14x at
+    """9a on the page of 187f01c, in shape: 6.93x at τ = 8 ms (both reached the target), >18.04x at
     τ = 128 ms (BSPV did not): the lower bound is certainly above, met to the paper's target
     -- the common target's columns are shown, and decide nothing."""
     traces = {("bspv", "1"): [[0.5, 1.5], [2.5, 1.0]], ("fspv-off", "1"): [[0.2, 0.99]],

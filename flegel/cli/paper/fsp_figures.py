@@ -353,7 +353,7 @@ def fig9a(ctx: Ctx) -> Figure:
     common.not_above`, holds for every value they may stand for), the two rows to the
     figure's common target decide (:func:`flegel.cli.paper.horizons.decide`, module notes
     of :mod:`flegel.cli.paper.horizons`).  On the page of 187f01c the rows decided
-    (">19.14x at τ = 128 ms" is certainly above 11.79x at τ = 8 ms): a lower bound on the
+    (">18.04x at τ = 128 ms" is certainly above 6.93x at τ = 8 ms): a lower bound on the
     side of the claim.  (Before issue 19's review the verdict compared each side's growth
     of time to target, which for two capped times read 1.0x; before the common target a
     row to the paper's target against one at the horizon was undecided, missed.)

@@ -104,7 +104,7 @@ run's first reach of it (:func:`first_reach`) -- exact for every run, from the s
 traces, no run of its own.  The claim is decided on the rows' own ratios (to the paper's
 target, or at the horizon, †) where they decide it either way, bounds and all -- the claim
 or its refutation holds for every value the bounds may stand for (Fig. 9a on that page:
-">19.14x at τ = 128 ms" is certainly above 11.79x at τ = 8 ms) -- and else at the common
+">18.04x at τ = 128 ms" is certainly above 6.93x at τ = 8 ms) -- and else at the common
 target: like is compared with like, and the paper's measure keeps the say wherever it has
 one.  The common target is looser than the paper's (the page says by how much): it measures
 the way to where the slowest run got, not to the converged objective.  Where the loosest run
