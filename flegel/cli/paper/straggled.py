@@ -4,13 +4,15 @@
 The paper's *Injected* suspends a worker τ ms every 1,000 data points it processes.  A
 worker that processes few points in a run is barely slowed: the quick CNN's workers hold
 500 images each and reach the target within about two passes, so its straggler served one
-or two 32 ms suspensions -- 4.3 % of BSPV's 1.4 s run on the page of 187f01c, 4.7 % on
-191d4fb's, against 69-88 % for the other five algorithms.  A claim about stragglers has
-nothing to observe there: under BSPV the workers waited alike (Fig. 10 read a difference of
-0.13 against FSPV's 0.15 as a miss), and data migration has no slow worker to relieve (the
-migration row read 0.91x, FSPV+asyn "slower than without", within a run's noise, having
-moved nothing).  Such a row is shown and not judged (:func:`unslowed`), and the verdict
-names it (:func:`clause`).  A failed run is judged: its failure counts.
+or two 32 ms suspensions -- 4.3 % of BSPV's run on the page of 187f01c, 4.7 % (0.064 s of
+1.37 s) on 191d4fb's, against 69-88 % for the other five algorithms -- and FSPV's straggler
+without migration none (0.0 % of its 1.8 s run, in a sitting of 11c7635: it never
+processed 1,000 images).  A claim about stragglers has nothing to observe there: under BSPV
+the workers waited alike (Fig. 10 read a difference of 0.13 against FSPV's 0.15 as a miss),
+and data migration had no slow worker to relieve and moved nothing (the migration row read
+0.91x on 187f01c's page, "slower than without", a miss; 1.01x in that sitting).  Such a row
+is shown and not judged (:func:`unslowed`), and the verdict names it (:func:`clause`).  A
+failed run is judged: its failure counts.
 """
 
 from __future__ import annotations
