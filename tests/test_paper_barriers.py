@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from flegel.cli.paper import barriers, fsp_figures, network, opt_figures, plots
+from flegel.cli.paper import barriers, fsp_figures, network, opt_figures, plots, straggled
 from flegel.cli.paper.page import MET, MISSED, verdict
 from flegel.cli.paper.runner import RunResult
 from flegel.cli.paper.workloads import FULL, QUICK, Mode
@@ -170,7 +170,7 @@ def test_fig10_judges_only_where_the_straggler_straggled(tmp_path: Path,
     fig = fsp_figures.fig10(ctx)  # type: ignore[arg-type]
     assert verdict(fig) == MISSED and fig.ours.startswith("no algorithm judged"), fig.ours
     # the same runs judged (the rule off) read as a miss: the rule is what spares the row
-    monkeypatch.setattr(fsp_figures, "STRAGGLED_SHARE", 0.0)
+    monkeypatch.setattr(straggled, "STRAGGLED_SHARE", 0.0)
     ctx._algorithms = ("kmeans", "cnn")
     assert verdict(fsp_figures.fig10(ctx)) == MISSED  # type: ignore[arg-type]
 

@@ -311,3 +311,42 @@ def test_a_reference_that_rose_at_its_end_sets_the_target_from_its_best() -> Non
     nan = {"final_objective": 3.0, "objective_trace": [[1.0, float("nan")]]}
     assert reference_objective(nan) == 3.0
     assert reference_objective({"final_objective": 3.0}) == 3.0
+
+
+def test_a_second_paper_on_the_same_folder_rereads_its_finished_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``flegel paper --out DIR`` again: a setting whose run finished in DIR (its
+    ``summary.json``, as ``flegel run`` writes it) is re-read, not launched -- the same
+    summary, the reference's and the run's.  A run to another target is launched."""
+    launched: list[list[str]] = []
+    ref = {"final_objective": 100.0, "wall_time_s": 0.4, "iterations": 3,
+           "objective_trace": [[0.1, 130.0], [0.4, 100.0]]}
+
+    def launch(job: Path, folder: Path, sets: list[str], timeout: float) -> dict[str, Any]:
+        launched.append(sets)
+        target = next((float(x.split("=", 1)[1]) for x in sets
+                       if x.startswith("stop.target_objective=")), None)
+        out = {**ref, **({} if target is None else {"target_objective": target,
+                                                    "time_to_target_s": 0.3})}
+        folder.mkdir(parents=True)
+        (folder / "summary.json").write_text(json.dumps(out))
+        return out
+
+    monkeypatch.setattr(runner_module, "run_one", launch)
+    monkeypatch.setattr(Runner, "job", lambda self, a, p: tmp_path / f"{a}-{p}.yaml")
+    inj = "injected:tau=32,workers=1"
+    first = Runner(QUICK, tmp_path, say=lambda _: None)
+    run = first.run("kmeans", "contiguous", "bspv", inj)
+    assert len(launched) == 2 and run.ok and run.time.s == 0.3  # the reference, the run
+    said: list[str] = []
+    again = Runner(QUICK, tmp_path, say=said.append)
+    same = again.run("kmeans", "contiguous", "bspv", inj)
+    assert len(launched) == 2 and same.summary == run.summary and same.folder == run.folder
+    assert said[-1] == f"  kmeans/contiguous/bspv/{inj}: re-read {run.folder.name}"
+    assert again.target("kmeans", "contiguous") == first.target("kmeans", "contiguous")
+    # Another target (set by hand): the run in the folder is not to it, so it is launched
+    # (and, as ``flegel run`` refuses an existing run folder, fails: not a wrong run).
+    other = Runner(QUICK, tmp_path, say=lambda _: None)
+    other.targets["kmeans", "contiguous"] = 150.0
+    res = other.run("kmeans", "contiguous", "bspv", inj)
+    assert len(launched) == 3 and not res.ok and "exists" in (res.error or "")

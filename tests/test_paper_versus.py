@@ -14,7 +14,15 @@ from typing import Any
 import pytest
 
 from flegel.cli.paper import fsp_figures, horizons, opt_figures, other_figures, plots
-from flegel.cli.paper.common import Ctx, above, interval, lowest, narrower
+from flegel.cli.paper.common import (
+    Ctx,
+    above,
+    interval,
+    lowest,
+    narrower,
+    not_above,
+    not_narrower,
+)
 from flegel.cli.paper.horizons import end_above, versus
 from flegel.cli.paper.page import MET, MISSED, verdict
 from flegel.cli.paper.runner import Ratio, Runner, RunResult, Time
@@ -140,6 +148,19 @@ def test_bounds_decide_lowest_above_and_narrower() -> None:
     assert not narrower(Ratio(1.0), Ratio(1.0))  # level both times: no gap narrowed
 
 
+def test_refutations_are_certain_too() -> None:
+    """A claim refuted for every value the bounds may stand for; two lower bounds refute no
+    narrowing, however far apart (9b on the page of 187f01c: >19.46x and >2.44x)."""
+    assert not_above(Ratio(2.0), Ratio(2.0)) and not_above(Ratio(1.5, "<"), Ratio(1.5, ">"))
+    assert not not_above(Ratio(18.0, ">"), Ratio(6.9))
+    assert not not_above(Ratio(1.0), Ratio(2.0, "<"))
+    assert not_narrower(Ratio(3.0, ">"), Ratio(2.0)) and not_narrower(Ratio(0.5), Ratio(2.0))
+    assert not_narrower(Ratio(0.4, "<"), Ratio(2.0))
+    far, near = Ratio(19.46, ">"), Ratio(2.44, ">")
+    assert not narrower(near, far) and not not_narrower(near, far)
+    assert not not_narrower(Ratio(1.1, ">"), Ratio(3.0))  # 1.1 to inf: nearer or not
+
+
 def test_fig15_best_fixed_interval_ignores_failed_runs() -> None:
     fspv = run([[1.0, 0.9]], 1.0, reached=1.0)
     failed = RunResult("failed", Path("f"), None, "timed out", 1.0, 1.0)
@@ -217,19 +238,111 @@ def test_headline_marks_only_what_is_at_the_horizon() -> None:
 def test_fig9a_and_9b_on_the_page(page_ctx: Ctx) -> None:
     """9a: FSPV vs BSPV <0.33x at τ = 8 (BSPV reached the target), >2.30x† at τ = 128
     (neither did: BSPV at +18 % after 4 s, FSPV on its plateau from 1.7 s, ahead at the
-    horizon): a time to the target against who is ahead at 4 s, two measures: undecided,
-    missed.  9b: <1.00x, <0.83x, <0.81x -- FSPV behind with 1, 2 and 3 slow workers; two
-    upper bounds do not say whether the gap narrows: missed."""
+    horizon): a time to the target against who is ahead at 4 s, two measures -- the common
+    target decides, the loosest best objective (BSPV's at τ = 128, +18.01 %) plus the slack:
+    FSPV there in 0.09-0.10 s on every row, BSPV in 0.24, 0.99 and 3.89 s: the speedup
+    grows, met.  9b: <1.00x†, <0.83x†, <0.81x†, two upper bounds leave the narrowing open;
+    to the common target (FSPV's plateau, +5.99 %) 3.67x and 5.40x: wider, missed."""
     a = fsp_figures.fig9a(page_ctx)
-    assert verdict(a) == MISSED
-    assert a.ours.startswith("FSPV vs BSPV <0.33x at τ=8 ms, >2.30x† at τ=128 ms")
-    assert a.ours.endswith(f"; {horizons.MIXED})") and "like with like" in a.setting
+    assert verdict(a) == MET
+    assert a.ours.startswith("FSPV vs BSPV <0.33x at τ=8 ms, >2.30x† at τ=128 ms; to the "
+                             "common target (+18.13 %) 2.77x and 39.74x")
+    assert a.ours.endswith(f"; {horizons.MIXED}{horizons.AT_COMMON})")
+    assert "like with like" in a.setting
     assert "by the shorter run's end, plus the workload's slack (†)" in a.setting
+    assert "| 128 | >4.0 | >4.0 | >2.30x† | 3.89 | 0.10 | 39.74x | +18.01 % / +5.92 % |" \
+        in a.table
     b = fsp_figures.fig9b(page_ctx)
     assert verdict(b) == MISSED
-    assert b.ours.startswith("FSPV vs BSPV <1.00x† with 1 slow worker, <0.81x† with 3")
-    assert "| 2 | >4.0 | >4.0 | <0.83x† | +2.24 % / +4.65 % |" in b.table
-    assert horizons.MIXED not in b.ours  # both rows at the horizon: like with like
+    assert b.ours.startswith("FSPV vs BSPV <1.00x† with 1 slow worker, <0.81x† with 3; to "
+                             "the common target (+5.99 %) 3.67x and 5.40x")
+    assert b.ours.endswith(f"; {horizons.OPEN}{horizons.AT_COMMON})")
+    assert "| 2 | >4.0 | >4.0 | <0.83x† | 1.80 | 0.34 | 5.21x | +2.24 % / +4.65 % |" in b.table
+
+
+#: Fig. 9b's rows on the page of 187f01c, in shape: BSPV never reaches the paper's target
+#: (1.0) in 4 s, ending 2-4 % above it; FSPV reaches it in 0.2, 0.4 and 2.0 s.
+SWEEP_9B = {
+    ("bspv", "1"): [[0.5, 1.5], [1.0, 1.05], [4.0, 1.02]],
+    ("bspv", "1-2"): [[0.5, 1.5], [2.0, 1.05], [4.0, 1.03]],
+    ("bspv", "1-3"): [[1.0, 1.5], [3.0, 1.06], [4.0, 1.04]],
+    ("fspv-off", "1"): [[0.1, 1.2], [0.2, 0.99]],
+    ("fspv-off", "1-2"): [[0.2, 1.2], [0.4, 0.99]],
+    ("fspv-off", "1-3"): [[0.5, 1.3], [1.0, 1.05], [2.0, 0.99]],
+}
+
+
+def sweep_ctx(tmp_path: Path, traces: dict[tuple[str, str], list[list[float]]],
+              monkeypatch: pytest.MonkeyPatch) -> Ctx:
+    """A Ctx holding K-means' runs on contiguous shards to the target 1.0, one per (sync,
+    slow workers) of ``traces`` (τ = 32 ms): each reaches the target at its first snapshot
+    at or below it, else runs 4 s."""
+    monkeypatch.setattr(plots, "lines", lambda path, *a, **k: path.name)
+    runner = Held(QUICK, tmp_path, say=lambda _: None)
+    runner.targets["kmeans", "contiguous"] = 1.0
+    for (sync, slow), trace in traces.items():
+        reached = next((t for t, f in trace if f <= 1.0), None)
+        inj = f"injected:tau=32,workers={slow}"
+        key = json.dumps(["kmeans", "contiguous", sync, inj, [], None])
+        runner.runs[key] = replace(run(trace, 4.0 if reached is None else reached,
+                                       reached=reached), key=key)
+    (tmp_path / "pictures").mkdir(parents=True)
+    return Ctx(runner, tmp_path / "pictures", say=lambda _: None)
+
+
+def test_fig9b_whose_bspv_never_reached_the_target_is_decided_at_a_common_target(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every BSPV row a lower bound (>20.00x, >2.00x): "nearer 1" can never be decided
+    there (the page of 187f01c: missed whatever the runs did).  Every row is timed to one
+    common target every run reached, the loosest best objective (BSPV's with 3 slow
+    workers, 1.04) plus K-means' slack: exact times, 10.8x and 3.44x, the gap narrowed."""
+    ctx = sweep_ctx(tmp_path, SWEEP_9B, monkeypatch)
+    fig = fsp_figures.fig9b(ctx)
+    common = 1.04 * (1 + ctx.runner.work["kmeans"].slack)
+    assert verdict(fig) == MET, fig.ours
+    tb1 = 1.0 + 3.0 * (1.05 - common) / 0.03
+    tf1 = 0.1 + 0.1 * (1.2 - common) / 0.21
+    tb3, tf3 = 3.0 + (1.06 - common) / 0.02, 1.0 + (1.05 - common) / 0.06
+    rel = f"{100 * (common - 1.0):+.2f} %"
+    assert fig.ours == (f"FSPV vs BSPV >20.00x with 1 slow worker, >2.00x with 3; to the "
+                        f"common target ({rel}) {tb1 / tf1:.2f}x and {tb3 / tf3:.2f}x (the "
+                        "claim holds when the second is certainly nearer 1; "
+                        f"{horizons.OPEN}{horizons.AT_COMMON})")
+    assert fig.table[0].startswith(f"| slow workers | BSPV | FSPV | FSPV vs BSPV | BSPV to "
+                                   f"{rel} | FSPV to {rel} | FSPV vs BSPV to {rel} |")
+    assert fig.table[2].startswith(f"| 1 | >4.0 | 0.20 | >20.00x | {tb1:.2f} | {tf1:.2f} | "
+                                   f"{tb1 / tf1:.2f}x |")
+    assert any(line.startswith("Some run did not reach the paper's target") for line in
+               fig.table)
+    # The gap widening at the common target is a miss, decided there too.
+    wider = {**SWEEP_9B, ("bspv", "1-3"): [[1.0, 1.5], [3.9, 1.06], [4.0, 1.04]],
+             ("fspv-off", "1-3"): [[0.1, 1.3], [0.2, 1.0]]}
+    fig = fsp_figures.fig9b(sweep_ctx(tmp_path / "w", wider, monkeypatch))
+    assert verdict(fig) == MISSED and fig.ours.endswith(f"{horizons.AT_COMMON})")
+
+
+def test_fig9a_keeps_the_papers_target_where_its_rows_decide(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """9a on the page of 187f01c, in shape: 6.93x at τ = 8 ms (both reached the target), >18.04x at
+    τ = 128 ms (BSPV did not): the lower bound is certainly above, met to the paper's target
+    -- the common target's columns are shown, and decide nothing."""
+    traces = {("bspv", "1"): [[0.5, 1.5], [2.5, 1.0]], ("fspv-off", "1"): [[0.2, 0.99]],
+              ("bspv", "1-2"): [[0.5, 1.5], [4.0, 1.1]], ("fspv-off", "1-2"): [[0.2, 0.99]],
+              ("bspv", "1-3"): [[0.5, 1.5], [4.0, 1.2]], ("fspv-off", "1-3"): [[0.2, 0.99]]}
+    ctx = sweep_ctx(tmp_path, traces, monkeypatch)
+    # 9a's rows are τ's, one slow worker: re-key the runs by τ.
+    for tau, slow in zip(QUICK.sweep, ("1", "1-2", "1-3")):
+        for sync in ("bspv", "fspv-off"):
+            old = json.dumps(["kmeans", "contiguous", sync, f"injected:tau=32,workers={slow}",
+                              [], None])
+            new = json.dumps(["kmeans", "contiguous", sync, f"injected:tau={tau:g},workers=1",
+                              [], None])
+            ctx.runner.runs[new] = replace(ctx.runner.runs.pop(old), key=new)
+    fig = fsp_figures.fig9a(ctx)
+    assert verdict(fig) == MET, fig.ours
+    assert fig.ours.startswith(f"FSPV vs BSPV 12.50x at τ={QUICK.sweep[0]:g} ms, >20.00x at "
+                               f"τ={QUICK.sweep[-1]:g} ms; to the common target (+20.12 %)")
+    assert fig.ours.endswith("(the claim holds when it certainly grows with τ)")
 
 
 def test_fig8_ranks_bounds_as_intervals() -> None:
@@ -242,7 +355,8 @@ def test_fig8_ranks_bounds_as_intervals() -> None:
 
 def test_a_claim_over_two_measures_is_undecided() -> None:
     """9b's narrowing, 1.2x to the paper's target against 3.0x† at the horizon: it would
-    read narrowed; over two measures it is undecided.  Two rows at the horizon compare."""
+    read narrowed; over two measures it is undecided, unless a common target decides.  Two
+    rows at the horizon compare."""
     paper = versus(run([[0.6, 0.9]], 0.6, reached=0.6), run([[0.5, 0.9]], 0.5, reached=0.5),
                    slack=0.0)
     far = versus(run([[3.0, 2.0], [4.0, 1.5]], 4.0), run([[1.0, 1.5], [4.0, 1.5]], 4.0),
@@ -251,9 +365,13 @@ def test_a_claim_over_two_measures_is_undecided() -> None:
                   slack=0.0)
     assert paper.ratio == Ratio(1.2) and far.text() == "4.00x†" and near.text() == "1.00x†"
     assert narrower(paper.ratio, far.ratio)
-    assert horizons.decide(far, paper, narrower) == (False, horizons.MIXED)
-    assert horizons.decide(far, near, narrower) == (True, "")
-    assert horizons.decide(paper, paper, above) == (False, "")
+    assert horizons.decide(far, paper, narrower, not_narrower) == (
+        False, horizons.UNDECIDED + horizons.MIXED, False)
+    assert horizons.decide(far, near, narrower, not_narrower) == (True, "", False)
+    assert horizons.decide(paper, paper, above, not_above) == (False, "", False)
+    # With a common target (the same rows timed to one objective), it decides.
+    assert horizons.decide(far, paper, narrower, not_narrower, (far, near)) == (
+        True, horizons.MIXED + horizons.AT_COMMON, True)
 
 
 def test_fig15_on_the_page(page_ctx: Ctx) -> None:

@@ -94,13 +94,6 @@ def training_s(run: RunResult) -> float:
     return max(float((run.summary or {}).get("wall_time_s", 0.0)), 1e-9)
 
 
-def slowed_share(run: RunResult) -> float:
-    """The share of the run's training time its most slowed worker spent in injected delays
-    (``per_worker``'s ``slowed_s``; 0 without a straggler that acted)."""
-    workers = (run.summary or {}).get("per_worker") or []
-    return max((float(w.get("slowed_s", 0.0)) for w in workers), default=0.0) / training_s(run)
-
-
 def cost_shares(run: RunResult) -> list[float]:
     """:func:`worker_costs` as shares of the run's training time."""
     t = training_s(run)

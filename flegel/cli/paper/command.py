@@ -90,7 +90,8 @@ def add_parser(sub: Any, name: str) -> None:
                    help="train each run for at most S seconds (default: the mode's, 4 s in "
                         "--quick; runs that reach their target stop sooner)")
     p.add_argument("--out", default=None,
-                   help="run folder (default: runs/paper-<mode>-<time>)")
+                   help="run folder (default: runs/paper-<mode>-<time>); its finished runs are "
+                        "re-read, not run again")
 
 
 def main(args: argparse.Namespace) -> int:

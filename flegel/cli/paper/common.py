@@ -102,16 +102,31 @@ def above(a: Ratio, b: Ratio) -> bool:
     return interval(a)[0] > interval(b)[1]
 
 
+def not_above(a: Ratio, b: Ratio) -> bool:
+    """Whether ``a`` is certainly *not* above ``b``: at most ``b`` for every value each may
+    stand for (:func:`interval`) -- :func:`above`'s claim refuted, bounds and all."""
+    return interval(a)[1] <= interval(b)[0]
+
+
+def _gap(r: Ratio) -> tuple[float, float]:
+    """The least and the greatest ``|log|`` of the values ``r`` may stand for: how far
+    from 1 (level) it lies (0 where its interval holds 1)."""
+    lo, hi = interval(r)
+    ends = [abs(math.log(x)) if 0 < x < math.inf else math.inf for x in (lo, hi)]
+    return (0.0 if lo <= 1.0 <= hi else min(ends)), max(ends)
+
+
 def narrower(a: Ratio, b: Ratio) -> bool:
     """Whether ``a`` is certainly nearer 1 than ``b`` (``|log a| < |log b|`` for every value
     each may stand for): "the gap between the two frameworks narrows".  An equal gap (2.0x
     and 2.0x, or 0.5x and 2.0x) has not narrowed."""
-    def logs(r: Ratio) -> tuple[float, float]:
-        lo, hi = interval(r)
-        ends = [abs(math.log(x)) if 0 < x < math.inf else math.inf for x in (lo, hi)]
-        return (0.0 if lo <= 1.0 <= hi else min(ends)), max(ends)
+    return _gap(a)[1] < _gap(b)[0]
 
-    return logs(a)[1] < logs(b)[0]
+
+def not_narrower(a: Ratio, b: Ratio) -> bool:
+    """Whether ``a`` is certainly *not* nearer 1 than ``b`` (``|log a| >= |log b|`` for
+    every value each may stand for) -- :func:`narrower`'s claim refuted, bounds and all."""
+    return _gap(a)[0] >= _gap(b)[1]
 
 
 def time_row(cells: list[str]) -> str:

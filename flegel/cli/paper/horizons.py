@@ -89,6 +89,31 @@ the converged objective: a side still descending at the horizon may overtake a s
 plateau later (``docs/benchmarks.md``, "flegel paper where no side reaches the target").
 Where either side reaches the paper's target the comparison is the paper's, unchanged
 (:meth:`Ratio.of` on the times to it).
+
+**A common target for a claim over rows** (:func:`common_target`, :func:`decide`; Figs. 9a
+and 9b, issue 19).  A comparative claim (the speedup grows with τ, the gap narrows with the
+stragglers) compares two rows' ratios; where a row's side never reached the paper's target
+its ratio is a bound, and two lower bounds never say which is nearer 1: on the page of
+187f01c Fig. 9b read ">19.46x with 1 slow worker, >2.44x with 3" -- BSPV within +2.24 % to
++2.63 % of the target after 4 s on every row, FSPV there in 0.21-1.64 s -- and could read
+nothing else, whatever the runs did.  So where some run of the figure did not reach the
+paper's target, every row is also timed to one common target that every run reached: the
+loosest (highest) of the runs' best exact objectives plus the workload's slack times its
+magnitude (as the paper's target is its reference objective plus the slack), each time the
+run's first reach of it (:func:`first_reach`) -- exact for every run, from the same
+traces, no run of its own.  The claim is decided on the rows' own ratios (to the paper's
+target, or at the horizon, †) where they decide it either way, bounds and all -- the claim
+or its refutation holds for every value the bounds may stand for (Fig. 9a on that page:
+">18.04x at τ = 128 ms" is certainly above 6.93x at τ = 8 ms) -- and else at the common
+target: like is compared with like, and the paper's measure keeps the say wherever it has
+one.  The common target is looser than the paper's (the page says by how much): it measures
+the way to where the slowest run got, not to the converged objective.  Where the loosest run
+is a side settled early on a plateau, the common target is its plateau, and that side reads
+fast to it (the laggard's objective, above): on the page of d56784f FSPV without migration
+sat at +5.89 % on every row of Fig. 9b, the common target was +5.99 %, and the rows read
+3.67x and 5.40x where at the horizon they read <1.00x† and <0.81x†.  Every row is measured
+alike, so the claim still compares like with like, but a ratio then says who got to that
+level first, not who is ahead.
 """
 
 from __future__ import annotations
@@ -98,7 +123,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -404,7 +429,8 @@ class Versus:
         None: the target is the paper's (one side reached it, or a run failed); else the
         horizon whose better objective is the target (module notes).
     target : float or None
-        The objective both times are to (None: the paper's target).
+        The objective both times are to (None: the paper's target); with ``horizon_s`` None,
+        a figure's common target (:func:`versus_to`).
     ends : tuple of (float or None)
         Each side's best exact objective by the horizon (at the horizon only).
     """
@@ -473,37 +499,93 @@ def setting(max_time_s: float) -> str:
             f"slack ({Versus.MARK})")
 
 
-#: Why a comparative claim over two rows of different measures is not decided.
-MIXED = ("undecided: one row is to the paper's target, the other at the horizon "
-         f"({Versus.MARK}), two different measures")
+#: Why two rows of different measures do not decide a comparative claim.
+MIXED = (f"one row is to the paper's target, the other at the horizon ({Versus.MARK}), two "
+         "different measures")
+#: Why two rows whose bounds leave a comparative claim open do not decide it.
+OPEN = "the rows' bounds (`>` / `<`) leave it open either way"
+#: How :func:`decide` says the claim was undecided (no common target).
+UNDECIDED = "undecided: "
+#: How :func:`decide` says the common target decided.
+AT_COMMON = ": decided at the common target"
 
 
-def decide(first: Versus, last: Versus, test: Callable[[Ratio, Ratio], bool]
-           ) -> tuple[bool, str]:
+class Decision(NamedTuple):
+    """What :func:`decide` returns."""
+
+    #: Whether the claim holds (False where it is not decided).
+    holds: bool
+    #: Why the rows' own ratios did not decide (:data:`MIXED`, :data:`OPEN`) and whether the
+    #: common target did (:data:`UNDECIDED`, :data:`AT_COMMON`); "" where they decided.
+    why: str = ""
+    #: Whether the common target decided (:func:`common_target`).
+    common: bool = False
+
+
+def decide(first: Versus, last: Versus, test: Callable[[Ratio, Ratio], bool],
+           refute: Callable[[Ratio, Ratio], bool],
+           common: tuple[Versus, Versus] | None = None) -> Decision:
     """Whether a comparative claim holds, ``test(last, first)`` on the two rows' ratios
     (Figs. 9a and 9b: :func:`~flegel.cli.paper.common.above`,
-    :func:`~flegel.cli.paper.common.narrower`), and why not where it is not decided.
+    :func:`~flegel.cli.paper.common.narrower`), and why where the rows did not decide it
+    (module notes, "A common target for a claim over rows").
 
-    Only like is compared with like: where one row is to the paper's target and the other
-    at the horizon, the two ratios measure different things (a time to the converged
-    objective against who is ahead by the shorter run's end) and the claim is undecided,
-    counted as not holding with :data:`MIXED` as the reason.  Two rows at the horizon
-    compare: each is who is ahead, and by how much time, in runs of the same length."""
-    if first.at_horizon != last.at_horizon:
-        return False, MIXED
-    return test(last.ratio, first.ratio), ""
+    The rows decide where they are of one measure (both to the paper's target, or both at
+    the horizon: who is ahead, and by how much time, in runs of the same length) and either
+    ``test`` or ``refute`` (the claim certainly false: :func:`~flegel.cli.paper.common.
+    not_above`, :func:`~flegel.cli.paper.common.not_narrower`) holds for every value their
+    bounds may stand for.  Else ``common``, the same two rows to the figure's common target
+    (:func:`common_target`, :func:`versus_to`), decides; without one the claim is undecided
+    and counts as not holding, with :data:`MIXED` (a time to the converged objective against
+    who is ahead by the shorter run's end) or :data:`OPEN` as the reason
+    (:data:`UNDECIDED`; where the common target decided, the reason and :data:`AT_COMMON`)."""
+    mixed = first.at_horizon != last.at_horizon
+    if not mixed and (test(last.ratio, first.ratio) or refute(last.ratio, first.ratio)):
+        return Decision(test(last.ratio, first.ratio))
+    why = MIXED if mixed else OPEN
+    if common is None:
+        return Decision(False, UNDECIDED + why)
+    return Decision(test(common[1].ratio, common[0].ratio), why + AT_COMMON, True)
+
+
+def common_target(runs: Sequence[RunResult], slack: float) -> float | None:
+    """One objective every run of a figure reached (module notes, "A common target for a
+    claim over rows"): the loosest of the runs' best exact objectives plus ``slack`` times
+    its magnitude.  None where every run reached the paper's target (that target is common
+    already), or where a run failed or has no exact objective (no target is known to be
+    reached by all)."""
+    if all(r.time.reached for r in runs) or not all(r.ok for r in runs):
+        return None
+    bests = [best_by(_points(r), math.inf) for r in runs]
+    if any(b is None for b in bests):
+        return None
+    loosest = max(b for b in bests if b is not None)
+    return loosest + slack * abs(loosest)
+
+
+def versus_to(a: RunResult, b: RunResult, target: float) -> Versus:
+    """``a``'s time over ``b``'s to ``target`` (a :func:`common_target`), each its first
+    reach in its exact trace (:func:`first_reach`), a bound where one never reached it."""
+    times = [Time.first(first_reach(_points(r), target),
+                        float((r.summary or {}).get("wall_time_s", 0.0))) for r in (a, b)]
+    return Versus(Ratio.of(times[0], times[1]), times[0], times[1], target=target)
+
+
+def relative(f: float, target: float) -> str:
+    """``f`` relative to ``target``: ``"+0.58 %"``, positive above it whatever the target's
+    sign (the distance over ``|target|``); a target of 0 gives the distance, ``"+0.012"``."""
+    if target == 0:
+        return f"{f:+.3g}"
+    return f"{100 * (f - target) / abs(target):+.2f} %"
 
 
 def end_above(r: RunResult) -> str:
-    """``r``'s best exact objective over its run relative to its target: ``"+0.58 %"``,
-    positive above it whatever the target's sign (the distance over ``|target|``); a
-    target of 0 gives the distance itself, ``"+0.012"`` (``"-"`` without either)."""
+    """``r``'s best exact objective over its run relative to its target (:func:`relative`;
+    ``"-"`` without either)."""
     f = best_by(_points(r), math.inf)
     if f is None or r.target is None:
         return "-"
-    if r.target == 0:
-        return f"{f:+.3g}"
-    return f"{100 * (f - r.target) / abs(r.target):+.2f} %"
+    return relative(f, r.target)
 
 
 def versus(a: RunResult, b: RunResult, slack: float) -> Versus:

@@ -22,7 +22,10 @@ slack equal to the workload's is the workload's run.  Every
 other run stops at the target or after ``max_time_s``; its time to target is
 ``summary.json``'s ``time_to_target_s`` (exact objectives of θ snapshots).  A run that does not
 reach the target within its time counts as *at least* its training time: ratios with it are
-bounds (:class:`Time`).
+bounds (:class:`Time`).  Runs are shared across invocations too: ``flegel paper`` on a run
+folder (``--out``) that holds a setting's finished run re-reads its ``summary.json``
+(:func:`reread`; its folder's name carries the digest of the setting's key) instead of
+running it again, so a figure rerun on its page's folder measures the same runs.
 
 BSPB without stragglers on the same shards is the reference's setting (the same job, the
 same start), so :meth:`Runner.run` reads it from the reference run instead of running it
@@ -64,6 +67,7 @@ from typing import Any
 
 from flegel.cli.compare import RunFailedError, model_sets, parse_stragglers, run_one
 from flegel.cli.paper.workloads import Mode, Workload, workloads, write_data, write_job
+from flegel.rundir.files import SUMMARY
 
 #: How a run is launched (:func:`flegel.cli.compare.run_one`'s signature): job file, run
 #: folder, ``--set`` keys, timeout in seconds -> its ``summary.json``; raises
@@ -253,6 +257,20 @@ def stands_for_run_to_target(summary: dict[str, Any], target: float, max_time_s:
     upto = (sum(t < float(stop["time_s"]) for t in times) if stop is not None
             else sum(t <= max_time_s for t in times))
     return upto < 2 * trace_points
+
+
+def reread(folder: Path, target: float | None) -> dict[str, Any] | None:
+    """The summary of a finished run in ``folder`` to ``target`` (None: without one), where
+    an earlier ``flegel paper`` on the same run folder made it (module notes): the folder's
+    name carries the digest of the run's key (algorithm, partition, sync, stragglers,
+    ``--set`` keys, name, slack), and the target, which comes from the reference run, must
+    be the same.  None where there is none (or its target differs: the run is launched,
+    and ``flegel run`` refuses the existing folder -- a failed run, not a wrong one)."""
+    path = folder / SUMMARY
+    if not path.exists():
+        return None
+    summary: dict[str, Any] = json.loads(path.read_text())
+    return summary if summary.get("target_objective") == target else None
 
 
 @dataclass
@@ -456,6 +474,14 @@ class Runner:
                     + [f"stragglers={json.dumps(parse_stragglers(stragglers))}"] + sets)
         if target is not None:
             all_sets.append(f"stop.target_objective={target!r}")
+        what = " ".join([f"{algorithm}/{partition}/{name or sync}/{stragglers}",
+                         *(sets if name is None else []), *key_extra]) + (
+                             f" ({where})" if where else "")
+        done = reread(folder, target)
+        if done is not None:
+            self.runs[key] = RunResult(key, folder, done, None, target, 0.0)
+            self.say(f"  {what}: re-read {folder.name}")
+            return self.runs[key]
         t0 = time.perf_counter()
         summary, error = None, None
         try:
@@ -466,9 +492,6 @@ class Runner:
             error = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else repr(exc)
         res = RunResult(key, folder, summary, error, target, time.perf_counter() - t0)
         self.runs[key] = res
-        what = " ".join([f"{algorithm}/{partition}/{name or sync}/{stragglers}",
-                         *(sets if name is None else []), *key_extra]) + (
-                             f" ({where})" if where else "")
         self.say(f"  {what}: " + (f"{res.time.text()} s to target" if res.ok and name is None
                                   else f"{name} done" if res.ok else f"FAILED: {error}"))
         return res
