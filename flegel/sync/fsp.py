@@ -828,6 +828,10 @@ class FSP(BarrierPolicy):
         #: The workers the calibration's bound paused with untrained points of their own
         #: shard: those a hold waits for (:meth:`_straggler_hold`).
         self.held_for: list[int] = []
+        #: Barriers until the migration plan on the whole passes of a hold beside a fast
+        #: minority (``Balancer.at_barrier``'s ``peers``): 2 at the barrier that ends it
+        #: (:meth:`keeps_theta`), the plan at 1 (:meth:`before_broadcast`), 0: none.
+        self._peer_round = 0
 
     # ---------------------------------------------------------------- sending
     def instructions(self, rank: int) -> Instructions:
@@ -893,6 +897,12 @@ class FSP(BarrierPolicy):
         # probe that marks or rolls back θ, which orders nothing (last barrier's receivers
         # paused in it would skew g(η)).
         self._receivers = set()
+        # Once, at the barrier after the one that ended a hold beside a fast minority
+        # (keeps_theta): the orders of that one reach workers that still take windows of
+        # untrained points only (ShardStore.unseen_first, cleared when their next iteration
+        # begins) and, finding none, would give the order up (a shortfall).
+        peers = self._peer_round == 1
+        self._peer_round = max(self._peer_round - 1, 0)
         if (self.balancer is None or self.order_port is None or self.plan.mark
                 or self.plan.rollback):
             return
@@ -900,7 +910,8 @@ class FSP(BarrierPolicy):
         orders = self.balancer.at_barrier(srv.now(), commits, srv.estimated_objective(),
                                           srv.target_objective, srv.time_left_s,
                                           probing=self.plan.phase in PROBE_PHASES,
-                                          whole_passes=not self.covered)
+                                          whole_passes=not self.covered,
+                                          peers=peers)
         for rank, messages in orders.items():
             for order in messages:
                 self.order_port.order(rank, order)
@@ -1139,6 +1150,10 @@ class FSP(BarrierPolicy):
         # beside a fast minority every whole pass would be a slow worker's.
         self.cover_steps_dropped = whole and not self._straggler_hold()
         self.cover_steps_left = COVER_STEPS - 1 if whole and not self.cover_steps_dropped else 0
+        # Beside a fast minority the slow majority's points move to the fast workers now,
+        # on the hold's whole passes (Balancer.at_barrier's ``peers``); after a straggler's
+        # hold migration goes on as before (its points left at the calibration barrier).
+        self._peer_round = 2 if self.kept_barriers and not self._straggler_hold() else 0
         return False
 
     def _straggler_hold(self) -> bool:
