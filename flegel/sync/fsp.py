@@ -828,10 +828,6 @@ class FSP(BarrierPolicy):
         #: The workers the calibration's bound paused with untrained points of their own
         #: shard: those a hold waits for (:meth:`_straggler_hold`).
         self.held_for: list[int] = []
-        #: Barriers until the migration plan on the whole passes of a hold beside a fast
-        #: minority (``Balancer.at_barrier``'s ``peers``): 2 at the barrier that ends it
-        #: (:meth:`keeps_theta`), the plan at 1 (:meth:`before_broadcast`), 0: none.
-        self._peer_round = 0
 
     # ---------------------------------------------------------------- sending
     def instructions(self, rank: int) -> Instructions:
@@ -897,21 +893,23 @@ class FSP(BarrierPolicy):
         # probe that marks or rolls back θ, which orders nothing (last barrier's receivers
         # paused in it would skew g(η)).
         self._receivers = set()
-        # Once, at the barrier after the one that ended a hold beside a fast minority
-        # (keeps_theta): the orders of that one reach workers that still take windows of
-        # untrained points only (ShardStore.unseen_first, cleared when their next iteration
-        # begins) and, finding none, would give the order up (a shortfall).
-        peers = self._peer_round == 1
-        self._peer_round = max(self._peer_round - 1, 0)
         if (self.balancer is None or self.order_port is None or self.plan.mark
                 or self.plan.rollback):
             return
         srv = self.server
+        # ``peers``: migration planned on the whole passes of a hold beside a fast minority
+        # (Balancer.at_barrier), where the hold dropped coverage's whole passes
+        # (_straggler_hold false, not capped), at the barrier after the one that ended it
+        # (θ's second version: the first update came with the hold's end).  Not at the hold's
+        # own barrier: its orders reach workers whose windows still take untrained points only
+        # (ShardStore.unseen_first, cleared when their next iteration begins), which find none
+        # and give the order up (a shortfall).  After a straggler's hold migration goes on as
+        # before (its points left at the calibration barrier).
         orders = self.balancer.at_barrier(srv.now(), commits, srv.estimated_objective(),
                                           srv.target_objective, srv.time_left_s,
                                           probing=self.plan.phase in PROBE_PHASES,
                                           whole_passes=not self.covered,
-                                          peers=peers)
+                                          peers=self.cover_steps_dropped and srv.version == 2)
         for rank, messages in orders.items():
             for order in messages:
                 self.order_port.order(rank, order)
@@ -1150,10 +1148,6 @@ class FSP(BarrierPolicy):
         # beside a fast minority every whole pass would be a slow worker's.
         self.cover_steps_dropped = whole and not self._straggler_hold()
         self.cover_steps_left = COVER_STEPS - 1 if whole and not self.cover_steps_dropped else 0
-        # Beside a fast minority the slow majority's points move to the fast workers now,
-        # on the hold's whole passes (Balancer.at_barrier's ``peers``); after a straggler's
-        # hold migration goes on as before (its points left at the calibration barrier).
-        self._peer_round = 2 if self.kept_barriers and not self._straggler_hold() else 0
         return False
 
     def _straggler_hold(self) -> bool:
@@ -1169,7 +1163,11 @@ class FSP(BarrierPolicy):
         did not pass within the calibration's bound (:data:`WHOLE_PASS_WAIT` times the first
         arrival) is why θ was held, it is a count of workers and not a speed, and the first
         arrival itself always passed, so with two workers the hold waited for one at most
-        and the whole passes are always taken.  Workers of ordinary speed that waited for
+        and the whole passes are always taken.  Where it is false the barrier after the
+        hold also plans a migration round on the hold's whole passes (``Balancer.at_barrier``'s
+        ``peers``): the slow majority are the fast minority's peers, not stragglers, and
+        their points would wait for 0.25 s of every worker's compute and FSPV's probes
+        (docs/sync/fsp.md, fig16b).  Workers of ordinary speed that waited for
         a core past the bound seldom turn a case: beside one straggler of three it takes
         one more such worker for 3 of 3 held, of four two more (3 of 4), of eight five
         more; in Fig. 16b (four CPU workers 8x slower than the first arrival, twice the
