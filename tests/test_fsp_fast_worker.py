@@ -96,8 +96,8 @@ def test_a_hold_for_a_minority_takes_the_whole_passes(migration, workers, slowdo
 def test_the_slow_majority_sends_points_to_the_fast_worker_after_the_hold(migration):
     """Beside a fast worker the slow majority are no stragglers (the median worker is one of
     them), so their points waited for every speed to have 0.25 s of compute behind it
-    (``Balancer.peers_measured``) and for FSPV's probes to end: on the cluster 1.7-2.4 s
-    into Fig. 16b's runs, against a first update at 0.9-1.2 s; here no round at all in 16
+    (``Balancer.peers_measured``) and for FSPV's probes to end: on the cluster 1.1-1.8 s
+    into Fig. 16b's runs, against a first update at 0.8-1.2 s; here no round at all in 16
     barriers.  Now the barrier after the hold's end plans a round on the hold's whole
     passes (``peers``), each slow worker sending the fast one its share of a round
     (``PEER_SHARE``; Eq. 9 asked 65 %), and the points land within two barriers.  Not at

@@ -427,8 +427,8 @@ class Balancer:
         next -- and the round is not kept back by a quiet spell.  Each source still sends
         at most :data:`PEER_SHARE` of its points.  Beside a fast minority the slow majority
         are no stragglers (the median worker is one of them), so their points otherwise
-        waited for the fast worker's 0.25 s of compute and the probes' end: 1.7-2.4 s into
-        Fig. 16b's runs, against a first update at 0.9-1.2 s (issue 19, fig16b).
+        waited for the fast worker's 0.25 s of compute and the probes' end: 1.1-1.8 s into
+        Fig. 16b's runs, against a first update at 0.8-1.2 s (issue 19, fig16b).
         """
         self.evidence = 1 if whole_passes or peers else MIN_HISTORY
         opts = self.options
