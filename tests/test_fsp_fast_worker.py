@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from flegel.balance.migration import PEER_SHARE
 from flegel.sync.fsp import COVER_PHASE, COVER_STEPS, WHOLE_PHASE
 from tests.fakes import lloyd_step
 from tests.test_fsp_coverage import _covered, _run
@@ -84,3 +85,32 @@ def test_a_hold_for_a_minority_takes_the_whole_passes(migration, workers, slowdo
     for v in range(1, COVER_STEPS):
         np.testing.assert_allclose(watch.thetas[v + 1], lloyd_step(x, watch.thetas[v]),
                                    rtol=1e-9, atol=1e-9)
+    # A straggler's hold plans no round on its own whole passes between peers: every move
+    # has a worker the hold waited for at one end (Balancer.at_barrier's ``peers`` only
+    # beside a fast minority).
+    assert all(source in slowdown or target in slowdown
+               for r in sim.policy.balancer.log for source, target, _ in r["moves"])
+
+
+@pytest.mark.parametrize("migration", ["async", "sync"])
+def test_the_slow_majority_sends_points_to_the_fast_worker_after_the_hold(migration):
+    """Beside a fast worker the slow majority are no stragglers (the median worker is one of
+    them), so their points waited for every speed to have 0.25 s of compute behind it
+    (``Balancer.peers_measured``) and for FSPV's probes to end: on the cluster 1.1-1.8 s
+    into Fig. 16b's runs, against a first update at 0.8-1.2 s; here no round at all in 16
+    barriers.  Now the barrier after the hold's end plans a round on the hold's whole
+    passes (``peers``), each slow worker sending the fast one its share of a round
+    (``PEER_SHARE``; Eq. 9 asked 65 %), and the points land within two barriers.  Not at
+    the hold's own barrier: its orders reach workers still sending untrained points only,
+    which find none and give the order up."""
+    sim, watch = _run(migration, slowdown=FAST, stop={"max_iterations": 16})
+    bars = sim.barrier_events()
+    covered = _covered(watch.rows)
+    rounds = sim.policy.balancer.log
+    assert rounds and rounds[0]["time_s"] == pytest.approx(bars[covered + 1]["time_s"])
+    assert sorted(s for s, t, _ in rounds[0]["moves"] if t == 1) == sorted(FAST)
+    held = bars[covered + 3]["workers"]["held"]
+    dealt = bars[covered]["workers"]["held"]
+    assert held[0] > 1.5 * dealt[0]
+    assert all(h == d - int(PEER_SHARE * d) for h, d in zip(held[1:], dealt[1:]))
+    assert sum(held) == sum(dealt)

@@ -407,7 +407,8 @@ class Balancer:
 
     def at_barrier(self, now: float, commits: dict[int, dict[str, float]], objective: float,
                    target: float | None, time_left: float | None, probing: bool = False,
-                   whole_passes: bool = False) -> dict[int, list[MigrationOrder]]:
+                   whole_passes: bool = False,
+                   peers: bool = False) -> dict[int, list[MigrationOrder]]:
         """Plan at a barrier; return the orders for each rank (empty: nothing to do).
 
         ``probing``: the next iteration measures FSPV's g(η) (Section 3.3); only a
@@ -417,22 +418,33 @@ class Balancer:
         milliseconds apart, so one barrier is evidence enough -- of speed history
         (:data:`MIN_HISTORY`, :data:`MIN_SPEED_S`) and of slowness (:meth:`straggler`) --
         and the points no worker has trained wait for this round (issue 19).
+
+        ``peers``: the barrier that ends a coverage hold beside a fast minority (FSP's
+        ``FSP._straggler_hold`` false: Fig. 16b's one fast worker of five): every worker's
+        speed comes from a whole pass of its own shard (the calibration's and the hold's),
+        so points may move between peers on this one barrier -- without
+        :meth:`peers_measured`'s :data:`SPEED_WINDOW_S` of compute and though FSPV probes
+        next -- and the round is not kept back by a quiet spell.  Each source still sends
+        at most :data:`PEER_SHARE` of its points.  Beside a fast minority the slow majority
+        are no stragglers (the median worker is one of them), so their points otherwise
+        waited for the fast worker's 0.25 s of compute and the probes' end: 1.1-1.8 s into
+        Fig. 16b's runs, against a first update at 0.8-1.2 s (issue 19, fig16b).
         """
-        self.evidence = 1 if whole_passes else MIN_HISTORY
+        self.evidence = 1 if whole_passes or peers else MIN_HISTORY
         opts = self.options
         T = self.remaining_time(now, objective, target, time_left)
         stats = self.stats(commits, now)
         self.note_stragglers(stats)
-        if probing and not any(self.straggler(s.rank) for s in stats):
+        if probing and not peers and not any(self.straggler(s.rank) for s in stats):
             return {}
         if self.round_end is not None and now < self.round_end:
             return {}
-        if (self.quiet_until is not None and now < self.quiet_until
+        if (not peers and self.quiet_until is not None and now < self.quiet_until
                 and {s.rank for s in stats if self.straggler(s.rank)} <= self.quiet_for):
             return {}
         if min(len(h) for h in self.speed.values()) < self.evidence:
             return {}
-        if (not whole_passes
+        if (not (whole_passes or peers)
                 and min(sum(c for c, _ in h) for h in self.speed.values()) < MIN_SPEED_S):
             return {}
         if any(h["in_flight"] > 0 or h["queued"] > 0 for h in commits.values()):
@@ -449,8 +461,8 @@ class Balancer:
         if self.round_k >= opts.rounds:
             self.round_k = 0  # a new cycle
         moves = self.keep_some(plan_round(self.supers(stats), T,
-                                          opts.rounds), stats, T)
-        if probing:
+                                          opts.rounds), stats, T, peers=peers)
+        if probing and not peers:
             moves = self.while_probing(moves)
         self.plans += 1
         # Re-plan after a split of the time so far when that is shorter than T's: a long T
@@ -665,8 +677,10 @@ class Balancer:
         room = (1.0 + RELATIVE_EPSILON) * others[(len(others) - 1) // 2] - worker.a
         return min(math.floor(max(room, 0.0) / worker.v), 2**62)
 
-    def keep_some(self, moves: list[Move], stats: list[WorkerStat], T: float) -> list[Move]:
-        """The moves worth making.
+    def keep_some(self, moves: list[Move], stats: list[WorkerStat], T: float,
+                  peers: bool = False) -> list[Move]:
+        """The moves worth making (``peers``: every speed measured on a whole pass,
+        :meth:`at_barrier`).
 
         * Every source keeps at least :attr:`kept` points: Eq. 9 may hand nearly all of a
           straggler's points away, and a worker with none has no measurable speed and could
@@ -717,7 +731,7 @@ class Balancer:
         held = dict(left)
         speeds = {s.rank: s.v for s in stats}
         passes = {s.rank: s.p for s in stats}
-        measured = self.peers_measured()
+        measured = peers or self.peers_measured()
         # The moves that pass the rules independent of the points left (the pair's
         # threshold, measured speeds, no reversal, no target behind its source), first: a
         # source's share is split over these only.

@@ -897,10 +897,19 @@ class FSP(BarrierPolicy):
                 or self.plan.rollback):
             return
         srv = self.server
+        # ``peers``: migration planned on the whole passes of a hold beside a fast minority
+        # (Balancer.at_barrier), where the hold dropped coverage's whole passes
+        # (_straggler_hold false, not capped), at the barrier after the one that ended it
+        # (θ's second version: the first update came with the hold's end).  Not at the hold's
+        # own barrier: its orders reach workers whose windows still take untrained points only
+        # (ShardStore.unseen_first, cleared when their next iteration begins), which find none
+        # and give the order up (a shortfall).  After a straggler's hold migration goes on as
+        # before (its points left at the calibration barrier).
         orders = self.balancer.at_barrier(srv.now(), commits, srv.estimated_objective(),
                                           srv.target_objective, srv.time_left_s,
                                           probing=self.plan.phase in PROBE_PHASES,
-                                          whole_passes=not self.covered)
+                                          whole_passes=not self.covered,
+                                          peers=self.cover_steps_dropped and srv.version == 2)
         for rank, messages in orders.items():
             for order in messages:
                 self.order_port.order(rank, order)
@@ -1154,7 +1163,11 @@ class FSP(BarrierPolicy):
         did not pass within the calibration's bound (:data:`WHOLE_PASS_WAIT` times the first
         arrival) is why θ was held, it is a count of workers and not a speed, and the first
         arrival itself always passed, so with two workers the hold waited for one at most
-        and the whole passes are always taken.  Workers of ordinary speed that waited for
+        and the whole passes are always taken.  Where it is false the barrier after the
+        hold also plans a migration round on the hold's whole passes (``Balancer.at_barrier``'s
+        ``peers``): the slow majority are the fast minority's peers, not stragglers, and
+        their points would wait for 0.25 s of every worker's compute and FSPV's probes
+        (docs/sync/fsp.md, fig16b).  Workers of ordinary speed that waited for
         a core past the bound seldom turn a case: beside one straggler of three it takes
         one more such worker for 3 of 3 held, of four two more (3 of 4), of eight five
         more; in Fig. 16b (four CPU workers 8x slower than the first arrival, twice the
