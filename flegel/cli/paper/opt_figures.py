@@ -174,7 +174,11 @@ def migration(ctx: Ctx) -> Figure:
     An algorithm whose *Injected* straggler cannot straggle at the page's scale (the quick
     CNN) runs both sides with the *Natural* one instead (:func:`straggler`; column
     "straggler"), decided from its workload before the runs, not from their result; the
-    straggled rule stays the guard."""
+    straggled rule stays the guard.  Measured (``docs/benchmarks.md``, "The CNN's migration
+    row"): judged then (its straggler slowed 26-34 % of FSPV's run), the CNN read 0.81x and
+    2.10x in two sittings -- the calibration's whole pass was 65-85 % of each run and the
+    target came 0.3-0.8 s after it, before migration's first round, which a straggler 2x
+    slower does not get while FSPV probes: the ratio there is the first pass's load."""
     inj = ctx.injected()
     slow = {a: straggler(ctx, a) for a in ctx.algorithms()}
     head = ["algorithm", "data", "straggler", "FSPV", "FSPV+asyn", "speedup", "moved (bytes)",
