@@ -118,6 +118,10 @@ def _passes(r: RunResult | None) -> list[float]:
 NATURAL_FACTOR = 2.0
 
 
+#: The points *Injected* processes between two suspensions (Section 6.1: 1,000).
+INJECTED_EVERY = int(DEFAULTS["injected"]["every"])
+
+
 def natural(ctx: Ctx) -> str:
     """The paper's *Natural* straggler (Section 6.1: a worker on a congested machine, slow
     the whole run) on the mode's straggling workers: ``persistent`` at
@@ -135,10 +139,6 @@ def injected_cannot_straggle(ctx: Ctx, algorithm: str) -> bool:
     the run (:mod:`flegel.cli.paper.straggled`), and nothing was migrated.
     Every other quick workload holds 2,000 (NMF) to 27,500 points a worker."""
     return _points_per_worker(ctx, algorithm) < INJECTED_EVERY
-
-
-#: The points *Injected* processes between two suspensions (Section 6.1: 1,000).
-INJECTED_EVERY = int(DEFAULTS["injected"]["every"])
 
 
 def _points_per_worker(ctx: Ctx, algorithm: str) -> int:
