@@ -6,6 +6,8 @@ the launcher records each run's ``--set`` keys and returns a summary a run would
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ from flegel.cli.paper import runner as runner_module
 from flegel.cli.paper.common import Ctx
 from flegel.cli.paper.page import MET, MISSED, verdict
 from flegel.cli.paper.runner import Runner
-from flegel.cli.paper.workloads import QUICK
+from flegel.cli.paper.workloads import FULL, QUICK
 
 REFERENCE = {"final_objective": 100.0, "wall_time_s": 0.4, "iterations": 3,
              "objective_trace": [[0.1, 130.0], [0.2, 100.05], [0.4, 100.0]],
@@ -208,7 +210,8 @@ def test_an_algorithm_whose_straggler_barely_slowed_is_shown_not_judged(
     was slowed 0.0 % of its 1.8 s run in a sitting of this branch), nothing was migrated,
     and +asyn's 0.91x read "slower than without": missed.  Fig. 10's rule, shared: an
     algorithm whose straggler was slowed for less than STRAGGLED_SHARE of FSPV's run is
-    shown and not judged; judged, the same slowdown misses.  In Fig. 11 an unslowed
+    shown and not judged; judged, the same slowdown misses.  The rule stays the guard on
+    the *Natural* straggler the row now gives the quick CNN.  In Fig. 11 an unslowed
     algorithm's gain is not the best one compared."""
     slow_cnn = {("cnn-contiguous", "fspv-async"): 0.36}  # 0.3 / 0.36: 0.83x
     _, runner = _launched(monkeypatch, tmp_path, slowed={"cnn-contiguous": 0.04},
@@ -239,3 +242,62 @@ def test_an_algorithm_whose_straggler_barely_slowed_is_shown_not_judged(
     assert fig.ours_value == pytest.approx(50.0), fig.ours
     assert fig.ours.startswith("asyn cuts FSPV's runtime by 50.0 % (kmeans;")
     assert fig.ours.endswith("of FSPV's run): logreg")
+
+
+def _stragglers(sets: list[str]) -> list[dict[str, Any]]:
+    """The straggler patterns a launch's ``--set stragglers=`` gives."""
+    (found,) = [x.split("=", 1)[1] for x in sets if x.startswith("stragglers=")]
+    return list(json.loads(found))
+
+
+def test_the_quick_cnn_runs_the_migration_row_with_the_natural_straggler(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The quick CNN's workers hold 500 images, fewer than *Injected*'s 1,000 points per
+    suspension: its *Injected* straggler could not straggle (0.0 % of FSPV's run), so the
+    migration row gives it the paper's *Natural* straggler on both sides, FSPV and
+    FSPV+asyn, decided from the workload before any run; the five others keep *Injected*
+    (27,500 points a worker for K-means and LR, 8,750 for GMM and FCM, 2,000 for NMF).
+    The column "straggler" and the setting line say which."""
+    launched, runner = _launched(monkeypatch, tmp_path)
+    ctx = Ctx(runner, tmp_path / "pictures", say=lambda _: None)
+    (tmp_path / "pictures").mkdir()
+    row = opt_figures.migration(ctx)
+    natural = {"pattern": "persistent", "factor": opt_figures.NATURAL_FACTOR, "workers": 1}
+    injected = {"pattern": "injected", "tau_ms": 32, "workers": 1}
+    runs = [(job, sets) for job, sets in launched if _stragglers(sets)]
+    assert {job for job, _ in runs} == {f"{a}-contiguous" for a in ctx.algorithms()}
+    for job, sets in runs:
+        assert _stragglers(sets) == [natural if job == "cnn-contiguous" else injected], job
+    assert sorted(x for job, sets in runs if job == "cnn-contiguous" for x in sets
+                  if x.startswith("sync.model=")) == ["sync.model=fspv-async",
+                                                      "sync.model=fspv-off"]
+    assert "straggler" in row.table[0].split(" | ")
+    (cnn,) = [r for r in row.table if r.startswith("| cnn |")]
+    assert f"| {opt_figures.natural(ctx)} |" in cnn
+    assert "persistent:factor=2,workers=1" == opt_figures.natural(ctx)
+    (gmm,) = [r for r in row.table if r.startswith("| gmm |")]
+    assert "| injected:tau=32,workers=1 |" in gmm
+    assert ("cnn: persistent:factor=2,workers=1 (the paper's *Natural*, both sides): a worker "
+            "holds 500 points, fewer than *Injected*'s 1,000 per suspension") in row.setting
+    assert "gmm: persistent" not in row.setting
+
+
+def test_the_natural_straggler_follows_the_points_a_worker_holds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule reads the workload and the mode, not a run: the CNN at ``--full`` (40,000
+    images on 16 workers, 2,500 each) keeps *Injected*, where the straggled rule is the
+    guard; a quick CNN of 4,000 images (1,000 a worker) too.  No run is launched to
+    decide."""
+    launched, runner = _launched(monkeypatch, tmp_path)
+    ctx = Ctx(runner, tmp_path / "pictures", say=lambda _: None)
+    assert [a for a in ctx.algorithms() if opt_figures.injected_cannot_straggle(ctx, a)] \
+        == ["cnn"]
+    assert opt_figures.straggler(ctx, "cnn") == opt_figures.natural(ctx)
+    assert opt_figures.straggler(ctx, "kmeans") == ctx.injected()
+    full = Ctx(Runner(FULL, tmp_path / "full", say=lambda _: None), tmp_path / "p2")
+    assert not any(opt_figures.injected_cannot_straggle(full, a) for a in full.algorithms())
+    assert opt_figures.straggler(full, "cnn") == full.injected()
+    runner.work["cnn"] = dataclasses.replace(runner.work["cnn"], n_points=4000)
+    assert opt_figures.straggler(ctx, "cnn") == ctx.injected()
+    assert launched == []
+

@@ -12,7 +12,10 @@ the workers waited alike (Fig. 10 read a difference of 0.13 against FSPV's 0.15 
 and data migration had no slow worker to relieve and moved nothing (the migration row read
 0.91x on 187f01c's page, "slower than without", a miss; 1.01x in that sitting).  Such a row
 is shown and not judged (:func:`unslowed`), and the verdict names it (:func:`clause`).  A
-failed run is judged: its failure counts.
+failed run is judged: its failure counts.  The migration row now gives such an algorithm the
+paper's *Natural* straggler instead, decided from its workload before the runs
+(:func:`flegel.cli.paper.opt_figures.straggler`); the rule stays its guard (``slowed_s``
+counts the *Natural* straggler's blocking delays too).
 """
 
 from __future__ import annotations
