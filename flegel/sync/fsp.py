@@ -232,7 +232,11 @@ class FSPWorker(WorkerPolicy):
     slower answered that pause 4 times later, on the simulated clock) -- except a whole pass
     (any algorithm's calibration, a full-batch algorithm's every one) by a worker whose blocks
     carry no straggler delays (:mod:`flegel.sync.whole_blocks`: such passes ran in 2 to 67
-    blocks against BSPV's one or two).
+    blocks against BSPV's one or two).  A *steady* worker on course for its timer
+    (``Instructions.steady``: the master plans no pause for it at the first pass,
+    :meth:`FSP._steady`) takes blocks of at least BSP's block, so a pass of more than four
+    sizer blocks (``flegel paper``'s NMF) is one block, as BSPV's (issue 19, nmfgap;
+    :mod:`flegel.sync.whole_blocks`, "Steady workers").
 
     Data migration (Section 4.3) acts on the worker through its
     :class:`~flegel.balance.ports.MigrationPort`, which :meth:`attach` takes from it.
@@ -843,7 +847,9 @@ class FSP(BarrierPolicy):
         """Whether no pause at the first pass is planned for ``rank`` (``Instructions.steady``:
         it may take BSPV's blocks, :mod:`flegel.sync.whole_blocks`): its predicted pass is
         within :data:`PASS_GRACE` times the fastest worker's (:meth:`_on_pass`'s grace is no
-        shorter), and no data migration is configured (windows move between blocks)."""
+        shorter, but for an η under it, which a worker on course outlasts: its rest fits
+        twice before its timer), and no data migration is configured (windows move between
+        blocks)."""
         p = self.passes.pass_s.get(rank)
         return self.balancer is None and p is not None and p <= PASS_GRACE * self.passes.fastest()
 
