@@ -175,6 +175,7 @@ PARAMS = Header((
     "cover",        # θ is held until every point was trained once: 1 train only those, 2 ...
                     # and points are on their way to you: wait for them (Instructions.cover)
     "sampled",      # 1: the batch is a step of FSPV's sampled first pass (Instructions.sampled)
+    "steady",       # 1: no pause at the first pass is planned for you (Instructions.steady)
 ))
 
 #: Master -> worker control signal.
@@ -211,6 +212,11 @@ class Instructions:
         The batch is the master's sampled share of every shard in FSPV's sampled first pass
         (:data:`flegel.sync.fsp.SAMPLED_PHASE`): a stratum takes its estimate whatever the
         window's class shares (no skew test).  Not set for the sampled calibration.
+    steady : bool
+        FSP without data migration: the master predicts this worker's pass within the grace
+        of the fastest worker's, so it plans no pause for it at the first pass
+        (``FSP._on_pass``); on course for its pass, the worker may take it in blocks as
+        large as BSP's (:mod:`flegel.sync.whole_blocks`, "Steady workers").
     """
 
     batch: int = 0
@@ -222,6 +228,7 @@ class Instructions:
     orders: int = 0
     cover: int = 0
     sampled: bool = False
+    steady: bool = False
 
     @property
     def calibration(self) -> bool:
@@ -244,7 +251,8 @@ class Instructions:
                    offset_s=header["offset_s"], mark=int(header["mark"]),
                    rollback=bool(header["rollback"]), stop=bool(header["stop"]),
                    orders=int(header["orders"]), cover=int(header.get("cover", 0.0)),
-                   sampled=bool(header.get("sampled", 0.0)))
+                   sampled=bool(header.get("sampled", 0.0)),
+                   steady=bool(header.get("steady", 0.0)))
 
 
 #: The fields of :class:`Instructions`, in order (:meth:`Instructions.fields`).

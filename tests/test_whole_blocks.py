@@ -102,3 +102,46 @@ def test_any_algorithms_calibration_takes_larger_blocks():
     assert first["workers"]["points"] == [shard] * workers
     assert first["workers"]["reason"] == ["pass"] * workers
     assert len(alg.calls) <= 4 * workers, alg.calls  # 64, then 4x the sizer's (~220)
+
+
+def _nmf_passes(cost_s: list[float], iterations: int) -> Simulation:
+    """FSP at a fixed η of 100 ms on NMF, 4 workers with their own algorithm: shards of 2,000
+    points at ``cost_s`` a point (5 µs: a 10 ms pass, ``flegel paper``'s NMF pass is 4.8
+    ms), 1 ms blocks (the sizer's ~200 points, four times that a pass of 800)."""
+    rng = np.random.default_rng(0)
+    workers, shard = 4, 2_000
+    x = rng.random((workers * shard, 6)) @ rng.random((6, 12))
+    return Simulation("fsp", {"interval": "fixed", "eta_ms": 100, "coordination": "semi"},
+                      workers=workers, data=x, algorithm=counting(NMF)(n_components=3,
+                                                                       kernel="array"),
+                      own_algorithms=True, cost_s=cost_s, block_ms=1.0, latency_s=50e-6,
+                      stop={"max_iterations": iterations},
+                      theta0={"components": rng.random((3, 12)) + 0.1,
+                              "wtw": np.zeros((3, 3)), "wtx": np.zeros((3, 12))}).run()
+
+
+def test_a_steady_worker_on_course_takes_its_pass_in_bsps_block():
+    """Issue 19, Fig. 8 (whole_blocks, "Steady workers"): a worker on course for its timer
+    took blocks of BLOCK_GROWTH times the sizer's, so a pass of more than four sizer blocks
+    (NMF's) ran in two or more where BSPV takes one, each paying NMF's per-call set-up.  Now
+    the master says which workers it plans no pause for (``Instructions.steady``: predicted
+    within PASS_GRACE of the fastest) and those take BSP's block: every whole pass after the
+    calibration (nothing predicted yet: not steady) in one block (before: 3 a pass)."""
+    sim = _nmf_passes([5e-6] * 4, 8)
+    assert all(e["workers"]["reason"] == ["pass"] * 4 for e in sim.barrier_events())
+    for r in sim.ranks:
+        calls = sim.workers[r].algorithm.calls
+        assert calls[-7:] == [2_000] * 7, calls
+        sent = [p.header for p in sim.transport.params_to(r)[1:] if not p.header["stop"]]
+        # the calibration's instructions: not steady (nothing predicted yet)
+        assert [bool(h.get("steady")) for h in sent] == [False] + [True] * 7
+
+
+def test_a_worker_predicted_slow_keeps_the_sizer_s_blocks():
+    """... but a worker the master may pause at the first pass (worker 4, 3x slower: its
+    predicted pass is beyond PASS_GRACE times the fastest) is not steady: it keeps blocks of
+    BLOCK_GROWTH times the sizer's, so it answers that pause within one of them."""
+    sim = _nmf_passes([5e-6, 5e-6, 5e-6, 15e-6], 8)
+    assert not any(p.header.get("steady") for p in sim.transport.params_to(4))
+    assert max(sim.workers[4].algorithm.calls) <= 4 * 1.1 * 1e-3 / 15e-6 + 1
+    assert sim.workers[1].algorithm.calls[-7:] == [2_000] * 7

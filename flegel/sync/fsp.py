@@ -67,18 +67,11 @@ from flegel.interval.multistage import (
 from flegel.ports import ServerPort, WorkerPolicy, WorkerPort
 from flegel.protocol import POLL_MAX_S, Instructions, OrderKind, Reason, Signal
 from flegel.sync.base import BarrierPolicy, round_trip_s
-from flegel.sync.offsets import center_offsets
+from flegel.sync.offsets import OFFSET_BOUND, learn_offsets
 from flegel.sync.passes import PassPredictor
-from flegel.sync.whole_blocks import whole_on_course
+from flegel.sync.whole_blocks import course_block, whole_on_course
 from flegel.validation import Key, boolean, choice, mapping, number
 
-#: Weight of the newest measurement when smoothing the semi-centralized offsets δᵢ.
-OFFSET_SMOOTHING = 0.5
-#: Bound on a semi-centralized offset, as a fraction of η: |δᵢ| ≤ OFFSET_BOUND · η, so each
-#: worker's interval η − δᵢ lies in [0.75 η, 1.25 η].  The spread of intervals it allows
-#: (η/2) is what one-sided offsets in [0, η/2] allowed; beyond it a wrong estimate (one
-#: straggler's suspension) would hold the barrier back or waste most of an iteration.
-OFFSET_BOUND = 0.25
 #: A timer anchored at the master's send time only when the measured lag is in [0, this):
 #: a lag outside means the clocks of the two hosts disagree.
 MAX_CLOCK_LAG_S = 0.05
@@ -239,7 +232,11 @@ class FSPWorker(WorkerPolicy):
     slower answered that pause 4 times later, on the simulated clock) -- except a whole pass
     (any algorithm's calibration, a full-batch algorithm's every one) by a worker whose blocks
     carry no straggler delays (:mod:`flegel.sync.whole_blocks`: such passes ran in 2 to 67
-    blocks against BSPV's one or two).
+    blocks against BSPV's one or two).  A *steady* worker on course for its timer
+    (``Instructions.steady``: the master plans no pause for it at the first pass,
+    :meth:`FSP._steady`) takes blocks of at least BSP's block, so a pass of more than four
+    sizer blocks (``flegel paper``'s NMF) is one block, as BSPV's (issue 19, nmfgap;
+    :mod:`flegel.sync.whole_blocks`, "Steady workers").
 
     Data migration (Section 4.3) acts on the worker through its
     :class:`~flegel.balance.ports.MigrationPort`, which :meth:`attach` takes from it.
@@ -381,8 +378,10 @@ class FSPWorker(WorkerPolicy):
                 and self.shard.n_unseen == 0)
 
     def block_size(self, port: WorkerPort, sized: int) -> int:
-        self._block = sized
-        return BLOCK_GROWTH * sized if self._on_course(port) else sized
+        self._block = sized  # steady on course for a timer: BSPV's block at least
+        if not self._on_course(port):
+            return sized
+        return course_block(BLOCK_GROWTH * sized, self.instructions, port, self._deadline)
 
     def _on_course(self, port: WorkerPort) -> bool:
         """Whether nothing but the master's pause of a straggler can end this iteration
@@ -842,7 +841,17 @@ class FSP(BarrierPolicy):
         return Instructions(batch=batch, cover=cover, sampled=self.plan.phase == SAMPLED_PHASE,
                             eta_s=eta if self.semi else 0.0, offset_s=offset if self.semi else 0.0,
                             mark=mark, rollback=self.plan.rollback,
-                            orders=self._orders.get(rank, 0))
+                            orders=self._orders.get(rank, 0), steady=self._steady(rank))
+
+    def _steady(self, rank: int) -> bool:
+        """Whether no pause at the first pass is planned for ``rank`` (``Instructions.steady``:
+        it may take BSPV's blocks, :mod:`flegel.sync.whole_blocks`): its predicted pass is
+        within :data:`PASS_GRACE` times the fastest worker's (:meth:`_on_pass`'s grace is no
+        shorter, but for an η under it, which a worker on course outlasts: its rest fits
+        twice before its timer), and no data migration is configured (windows move between
+        blocks)."""
+        p = self.passes.pass_s.get(rank)
+        return self.balancer is None and p is not None and p <= PASS_GRACE * self.passes.fastest()
 
     def broadcast(self) -> None:
         srv = self.server
@@ -1294,7 +1303,9 @@ class FSP(BarrierPolicy):
         self.passes.observe({r: h for r, h in commits.items()
                              if h["points"] > 0 or self.plan.phase != COVER_PHASE})
         if self.semi and self.plan.eta_s > 0:
-            self._update_offsets(commits, arrivals)
+            # Signed δᵢ from each worker's response delay after its own timer (Section 5.2).
+            self.offsets = learn_offsets(self.offsets, commits, arrivals, self.iter_start,
+                                         self.plan.eta_s)
         # Progress on the estimated objective: a first visit of a point adds its whole loss
         # to the online objective, which is not a step backwards (Server.estimated_objective).
         progress = self._start_estimate - srv.estimated_objective()
@@ -1413,25 +1424,6 @@ class FSP(BarrierPolicy):
             # typical (after the sampled calibration, see after_barrier): the lower median,
             # PassPredictor.typical's rule -- with half the workers slow, the fast half's
             self.eta_max_s = float(passes[(len(passes) - 1) // 2] if typical else passes[0])
-
-    def _update_offsets(self, commits: dict[int, dict[str, float]],
-                        arrivals: dict[int, float]) -> None:
-        """Signed δᵢ from each worker's response delay after its own timer (Section 5.2).
-
-        Worker i's delay is ``eᵢ = arrival − start − (η − δᵢ)``; among the workers that
-        committed on their timer δᵢ moves (by :data:`OFFSET_SMOOTHING`) towards
-        ``eᵢ − mean(e)``, then all offsets are centred and bounded by :func:`center_offsets`.
-        """
-        timed = sorted(r for r, h in commits.items() if int(h["reason"]) == Reason.TIMER)
-        if len(timed) < 2:
-            return
-        eta = self.plan.eta_s
-        delay = {r: arrivals[r] - self.iter_start - (eta - self.offsets[r]) for r in timed}
-        mean = float(np.mean(list(delay.values())))
-        a = OFFSET_SMOOTHING
-        for r, e in delay.items():
-            self.offsets[r] = (1 - a) * self.offsets[r] + a * (e - mean)
-        self.offsets = center_offsets(self.offsets, OFFSET_BOUND * eta)
 
     def event(self, commits: dict[int, dict[str, float]], cost: float,
               spread: float) -> dict[str, Any]:

@@ -45,12 +45,43 @@ signal would look like a whole pass (FSPWorker._on_course).  A worker slow on it
 alone has blocks of the sizer's *time* anyway, 4x of which is a few ms.  Not for coverage (θ
 kept: a worker trains only its untrained points), a sampled calibration (a batch, no pass),
 nor with data migration (its windows move between blocks).
+
+**Steady workers: BSPV's block at least** (issue 19, Fig. 8, NMF).  A worker on course for
+its timer (``FSPWorker._on_course``: the rest of its pass fits ``COURSE_MARGIN`` times before
+it) took blocks of ``BLOCK_GROWTH`` times the sizer's, and the sizer aims at
+``runtime.block_ms`` (1 ms) of *wall* time: ``flegel paper``'s NMF pass (2,000 x 400, 4.8 ms
+of kernel on a quiet core) is more than four such blocks, and where ranks share cores the
+sizer's blocks shrink further.  So FSPV took its whole passes in two blocks or more where
+BSPV takes one (BSP's fixed block, :data:`flegel.sync.bsp.BLOCK`: 16,384 points at least),
+and NMF's kernel has a large per-call cost (its HALS set-up: 0.09-0.25 ms measured at
+warm-up).  Measured (``bench/fsp_claims.py``'s NMF job, 200 iterations each, every one a
+whole pass, 4 workers on 2 shared cores at a load of 3.6, cProfile on CPU time): FSPV's
+workers made 307 and 371 kernel calls against BSPV's 200, and their iterations cost 5.8-6.5
+ms of CPU against 5.6-5.7 ms (docs/benchmarks.md, "FSPV's whole passes on NMF").
+
+A block is how promptly a worker answers the master's pause, and the master pauses a worker
+at the first pass of an iteration only when its predicted pass is beyond ``PASS_GRACE`` times
+the fastest worker's (``FSP._on_pass``).  So the master tells each worker whether it plans
+no such pause -- its predicted pass is within that grace of the fastest, and no data
+migration is configured (an asynchronous migrator moves its windows between blocks, and a
+catch-up is paused at its own bound): ``Instructions.steady`` -- and a steady worker on
+course for its timer, with no straggler patterns, takes blocks of at least BSP's block
+(:func:`course_block`), as BSPV, which answers nothing within an iteration at all; a
+``max_time`` stop or an exact evaluation waits for a block at most as long as BSPV's do.
+Not in the calibration (nothing is predicted yet), nor for a worker predicted slow
+(``tests/test_policy_fsp.py``: a worker 4x slower than the first, under a fixed η of 100
+s, is paused when the first pass arrives, as before), nor for a worker whose patterns may
+slow it later (``straggling``, as above), nor in a whole pass without a timer: there only
+the master's bound ends a pass held up by a worker slowed since it was predicted -- a
+straggler nobody predicted (``tests/test_fsp_whole_pass.py``, a worker slowed 20x in the
+middle of logistic regression's whole passes).
 """
 
 from __future__ import annotations
 
 from flegel.ports import WorkerPort
 from flegel.protocol import Instructions
+from flegel.sync.bsp import BLOCK as BSP_BLOCK
 
 #: A worker whose per-point cost with straggler delays is at most this many times its
 #: kernel's is not slowed: its delays are at most its compute (:func:`whole_on_course`).
@@ -81,3 +112,14 @@ def whole_on_course(port: WorkerPort, instructions: Instructions, migrator: obje
     per, slowed = port.per_point_s, port.slowed_point_s
     return (per is not None and slowed is not None and per > 0
             and slowed <= SLOWED_FACTOR * per)
+
+
+def course_block(grown: int, instructions: Instructions, port: WorkerPort,
+                 deadline: float | None) -> int:
+    """The block of a worker on course (``FSPWorker._on_course``): ``grown``, the sizer's
+    block times ``BLOCK_GROWTH``; for a steady worker (``instructions.steady``: the master
+    plans no pause for it) on course for its timer (``deadline``) and without straggler
+    patterns, at least BSP's block (module notes, "Steady workers")."""
+    steady = (instructions.steady and deadline is not None
+              and not getattr(port, "straggling", False))
+    return max(grown, BSP_BLOCK) if steady else grown
