@@ -15,7 +15,7 @@ import pytest
 
 from flegel.balance.migration import PEER_SHARE
 from flegel.sync.fsp import COVER_PHASE, COVER_STEPS, WHOLE_PHASE
-from tests.fakes import lloyd_step
+from tests.fakes import lloyd_step, slow_then_fast
 from tests.test_fsp_coverage import _covered, _run
 from tests.test_migration_inprocess import WORKERS
 
@@ -114,3 +114,21 @@ def test_the_slow_majority_sends_points_to_the_fast_worker_after_the_hold(migrat
     assert held[0] > 1.5 * dealt[0]
     assert all(h == d - int(PEER_SHARE * d) for h, d in zip(held[1:], dealt[1:]))
     assert sum(held) == sum(dealt)
+
+
+@pytest.mark.parametrize("migration", ["async", "sync"])
+def test_no_peers_round_where_the_fast_minority_was_a_moment_of_load(migration):
+    """A peers' round needs the fast minority still ahead on the barrier it is planned at
+    (``fast_minority_now``): here three of four workers were slowed 8x only through the
+    calibration (a core another rank held), so the hold waited for three of four and
+    dropped its whole passes as beside Fig. 16b's GPU-like worker, but a barrier later every
+    worker was as fast as the others.  Without the check the round moved a quarter of the
+    three peers' points to the first (held 1,750 / 750 / 750 / 750) and the moves back waited
+    0.3 s for the ordinary gates, its passes 13.6 against the others' 24.8 by 0.52 s."""
+    slow = {r: slow_then_fast(8.0, 0.10) for r in (2, 3, 4)}
+    sim, watch = _run(migration, slowdown=slow, stop={"max_iterations": 20})
+    assert sim.policy.cover_steps_dropped
+    covered = _covered(watch.rows)
+    bars = sim.barrier_events()
+    assert not sim.policy.balancer.log
+    assert bars[covered]["workers"]["held"] == bars[-1]["workers"]["held"]

@@ -187,7 +187,24 @@ STRAGGLER_BARRIERS = MIN_HISTORY
 #: Speeds and point counts of one super worker's members are within this factor (1 + it) of
 #: each other (:meth:`Balancer.supers`).
 GROUP_SPREAD = 0.5
+#: A peers' round right after a coverage hold (:meth:`Balancer.at_barrier`'s ``peers``) needs
+#: the fast minority still ahead on the barrier it is planned at: the median worker's seconds
+#: per point (``compute_s / points``, injected delays included) at least this many times the
+#: fastest worker's (:func:`fast_minority_now`).  The hold's evidence is one calibration pass,
+#: and on shared cores a worker that had a core to itself then passed 5x faster than the
+#: others and was equal a barrier later: the round moved a quarter of three peers' points to
+#: it, and the moves back waited 0.3 s for the ordinary gates (issue 19, fig16b's review).
+#: Fig. 16b's GPU-like worker is 8x ahead throughout.
+PEERS_LEAD = 2.0
 
+
+
+def fast_minority_now(commits: dict[int, dict[str, float]]) -> bool:
+    """Whether this barrier's commits still show a fast minority (:data:`PEERS_LEAD`): the
+    median worker's seconds per point, its lower median, at least ``PEERS_LEAD`` times the
+    fastest's, over the workers that processed points."""
+    per = sorted(h["compute_s"] / h["points"] for h in commits.values() if h["points"] > 0)
+    return len(per) >= 2 and per[(len(per) - 1) // 2] >= PEERS_LEAD * per[0]
 
 @dataclass
 class MigrationOptions:
@@ -424,12 +441,15 @@ class Balancer:
         speed comes from a whole pass of its own shard (the calibration's and the hold's),
         so points may move between peers on this one barrier -- without
         :meth:`peers_measured`'s :data:`SPEED_WINDOW_S` of compute and though FSPV probes
-        next -- and the round is not kept back by a quiet spell.  Each source still sends
-        at most :data:`PEER_SHARE` of its points.  Beside a fast minority the slow majority
+        next -- and the round is not kept back by a quiet spell; where this barrier's
+        commits still show the fast minority ahead (:func:`fast_minority_now`), else the
+        ordinary gates apply.  Each source still sends at most :data:`PEER_SHARE` of its
+        points.  Beside a fast minority the slow majority
         are no stragglers (the median worker is one of them), so their points otherwise
         waited for the fast worker's 0.25 s of compute and the probes' end: 1.1-1.8 s into
         Fig. 16b's runs, against a first update at 0.8-1.2 s (issue 19, fig16b).
         """
+        peers = peers and fast_minority_now(commits)
         self.evidence = 1 if whole_passes or peers else MIN_HISTORY
         opts = self.options
         T = self.remaining_time(now, objective, target, time_left)

@@ -27,7 +27,7 @@ Coordination (Section 5.2, Fig. 6):
   It is estimated from worker i's measured response delay eᵢ: how late, after its own timer,
   its report reaches the master (the block it finishes, a suspension it serves, messaging).
   Reports reach the master together when δᵢ − eᵢ is the same for every worker, so δᵢ
-  follows eᵢ − mean(e) (smoothed, :data:`OFFSET_SMOOTHING`); the offsets are then centred
+  follows eᵢ − mean(e) (smoothed, ``offsets.OFFSET_SMOOTHING``); the offsets are then centred
   so that their mean over the workers is 0 and bounded to ±:data:`OFFSET_BOUND` · η.  A
   worker whose reports arrive early (δᵢ < 0) thus computes longer than η, one whose reports
   arrive late (δᵢ > 0) shorter, and the workers' mean interval is η, the η the adjustor
