@@ -615,3 +615,18 @@ def test_elastic_where_neither_reaches_the_target_reads_who_is_ahead(
     fig = other_figures.elastic(Ctx(held, tmp_path / "pictures", say=lambda _: None))
     assert fig.ours.startswith("elastic >1.00x† faster than bspv"), fig.ours
     assert fig.holds and horizons.NOTE in fig.table
+
+
+def test_a_comparative_claim_needs_more_than_the_pages_five_percent() -> None:
+    """Figs. 9a and 9b compare two rows' ratios: a difference within the page's 5 % (``LEVEL``)
+    is level, neither the claim nor its refutation -- the page of 77c6c0b read Fig. 9b's gap
+    "narrowed" from 17.96x to 17.26x (4 %) at the common target."""
+    assert not narrower(Ratio(17.26), Ratio(17.96))
+    assert not_narrower(Ratio(17.26), Ratio(17.96))
+    assert narrower(Ratio(2.02), Ratio(22.64)) and not not_narrower(Ratio(2.02), Ratio(22.64))
+    assert narrower(Ratio(1.5), Ratio(1.0 / 1.7))  # |log| 0.41 against 0.53
+    assert not above(Ratio(10.3), Ratio(10.0)) and not_above(Ratio(10.3), Ratio(10.0))
+    assert above(Ratio(10.6), Ratio(10.0)) and not not_above(Ratio(10.6), Ratio(10.0))
+    # bounds: a lower bound 5 % up is not certainly above an exact ratio
+    assert not above(Ratio(10.4, ">"), Ratio(10.0)) and not not_above(Ratio(10.4, ">"),
+                                                                       Ratio(10.0))

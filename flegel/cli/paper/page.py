@@ -140,10 +140,11 @@ def render(figs: list[Figure], machine: str, command: str, wall_s: float,
            "whether it held.  `>x` / `<x`: a bound (a run did not reach the target in its "
            "time); `x†`: neither side reached it, the times are to the better objective "
            "either reached by the shorter run's end, plus the workload's slack "
-           "(`flegel/cli/paper/horizons.py`); a claim over two rows that their bounds leave "
-           "open is decided at a common target every run of the figure reached (Figs. 9a, "
-           "9b).  A row whose straggler was barely slowed is shown, not judged (Figs. 10, "
-           "11, migration: `flegel/cli/paper/straggled.py`).",
+           "(`flegel/cli/paper/horizons.py`); a claim over two rows (Figs. 9a, 9b) holds "
+           "where their ratios differ by more than 5 %, and where their bounds leave it "
+           "open is decided at a common target every run of the figure reached.  A row "
+           "whose straggler was barely slowed is shown, not judged (Figs. 10, 11, "
+           "migration: `flegel/cli/paper/straggled.py`).",
            "- times are to a target objective: the reference run's (BSPB, no stragglers, "
            "the same shards) best exact objective (its final, unless it rose at its end) plus a "
            "small slack, as the paper's Section 6.1 pre-sets one.  2 cores shared by every "
