@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import numpy as np
-
 from flegel.protocol import Reason
 
 #: Weight of the newest measurement when smoothing the semi-centralized offsets δᵢ.
@@ -67,7 +65,7 @@ def learn_offsets(offsets: dict[int, float], commits: Mapping[int, Mapping[str, 
     if len(timed) < 2:
         return offsets
     delay = {r: arrivals[r] - start - (eta - offsets[r]) for r in timed}
-    mean = float(np.mean(list(delay.values())))
+    mean = sum(delay.values()) / len(delay)  # plain floats, as center_offsets (its notes)
     a = OFFSET_SMOOTHING
     learnt = dict(offsets)
     for r, e in delay.items():

@@ -45,6 +45,10 @@ class Ctx:
     def algorithms(self) -> tuple[str, ...]:
         return ALGORITHMS
 
+    def points_per_worker(self, algorithm: str) -> int:
+        """The points a worker holds: ``algorithm``'s workload rows over the mode's workers."""
+        return self.runner.work[algorithm].n_points // self.mode.workers
+
     def data(self, algorithm: str) -> str:
         return self.runner.work[algorithm].describe()
 

@@ -494,7 +494,7 @@ def fig14(ctx: Ctx) -> Figure:
     runs: list[tuple[str, RunResult]] = []
     holds, notes = True, []
     for a in ("kmeans", "fcm"):
-        n_local = ctx.runner.work[a].n_points // ctx.mode.workers
+        n_local = ctx.points_per_worker(a)
         for label, sync, sets in [("BSPV", "bspv", ()), ("FSPV", "fspv-off", ()),
                                   ("ASP-01", "asp", ("sync.batch=full",)),
                                   ("ASP-32", "asp", (f"sync.batch={max(n_local // 32, 1)}",))]:

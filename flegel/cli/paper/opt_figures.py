@@ -138,12 +138,7 @@ def injected_cannot_straggle(ctx: Ctx, algorithm: str) -> bool:
     ``Workload.passes_slack``), so its straggler served 0-1 32 ms suspensions, 0.0-4.7 % of
     the run (:mod:`flegel.cli.paper.straggled`), and nothing was migrated.
     Every other quick workload holds 2,000 (NMF) to 27,500 points a worker."""
-    return _points_per_worker(ctx, algorithm) < INJECTED_EVERY
-
-
-def _points_per_worker(ctx: Ctx, algorithm: str) -> int:
-    """The points a worker holds: the workload's rows over the mode's workers."""
-    return ctx.runner.work[algorithm].n_points // ctx.mode.workers
+    return ctx.points_per_worker(algorithm) < INJECTED_EVERY
 
 
 def straggler(ctx: Ctx, algorithm: str) -> str:
@@ -226,7 +221,7 @@ def migration(ctx: Ctx) -> Figure:
                 f"contiguous shards of sorted data, {inj}"
                 + (" (the paper's *Injected*); " + "; ".join(
                     f"{a}: {natural(ctx)} (the paper's *Natural*, both sides): a worker holds "
-                    f"{_points_per_worker(ctx, a):,} points, fewer than *Injected*'s "
+                    f"{ctx.points_per_worker(a):,} points, fewer than *Injected*'s "
                     f"{INJECTED_EVERY:,} per suspension, so that straggler could not straggle"
                     for a in natural_for) if natural_for else "")
                 + f"{regime(ctx, ctx.algorithms())}; "
