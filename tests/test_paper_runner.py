@@ -350,3 +350,50 @@ def test_a_second_paper_on_the_same_folder_rereads_its_finished_runs(
     other.targets["kmeans", "contiguous"] = 150.0
     res = other.run("kmeans", "contiguous", "bspv", inj)
     assert len(launched) == 3 and not res.ok and "exists" in (res.error or "")
+
+
+def test_a_run_made_by_other_code_is_launched_afresh_not_reread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``flegel paper --out DIR`` after a change of flegel's code: the runs DIR holds were made
+    by the old code, so each setting runs again, in a folder of its own beside the old one,
+    and the page judges the new code's runs.  A change of a judging module only
+    (``PAGE_ONLY``) re-reads them."""
+    launched: list[Path] = []
+    ref = {"final_objective": 100.0, "wall_time_s": 0.4, "iterations": 3,
+           "objective_trace": [[0.1, 130.0], [0.4, 100.0]]}
+
+    def launch(job: Path, folder: Path, sets: list[str], timeout: float) -> dict[str, Any]:
+        launched.append(folder)
+        folder.mkdir(parents=True)
+        (folder / "summary.json").write_text(json.dumps(ref))
+        return ref
+
+    monkeypatch.setattr(runner_module, "run_one", launch)
+    monkeypatch.setattr(Runner, "job", lambda self, a, p: tmp_path / f"{a}-{p}.yaml")
+    monkeypatch.setattr(runner_module, "code_digest", lambda: "old code")
+    old = Runner(QUICK, tmp_path, say=lambda _: None).trace_run(
+        "kmeans", "strided", "fspv", "none", ("stop.max_time_s=1",))
+    monkeypatch.setattr(runner_module, "code_digest", lambda: "new code")
+    new = Runner(QUICK, tmp_path, say=lambda _: None).trace_run(
+        "kmeans", "strided", "fspv", "none", ("stop.max_time_s=1",))
+    assert launched == [old.folder, new.folder] and old.folder != new.folder
+    assert new.ok and old.folder.exists()
+
+
+def test_the_code_digest_reads_the_installed_code_and_skips_the_judging_modules(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The digest changes with a runtime module's bytes, not with a judging module's."""
+    import flegel
+
+    fake = tmp_path / "flegel"
+    (fake / "cli" / "paper").mkdir(parents=True)
+    (fake / "run.py").write_text("a = 1\n")
+    (fake / "cli" / "paper" / "common.py").write_text("LEVEL = 1.05\n")
+    monkeypatch.setattr(flegel, "__path__", [str(fake)])
+    digest = runner_module.code_digest.__wrapped__
+    first = digest()
+    (fake / "cli" / "paper" / "common.py").write_text("LEVEL = 1.10\n")
+    assert digest() == first
+    (fake / "run.py").write_text("a = 2\n")
+    assert digest() != first
+    assert runner_module.code_digest() == runner_module.code_digest()

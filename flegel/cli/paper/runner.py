@@ -24,8 +24,10 @@ other run stops at the target or after ``max_time_s``; its time to target is
 reach the target within its time counts as *at least* its training time: ratios with it are
 bounds (:class:`Time`).  Runs are shared across invocations too: ``flegel paper`` on a run
 folder (``--out``) that holds a setting's finished run re-reads its ``summary.json``
-(:func:`reread`; its folder's name carries the digest of the setting's key) instead of
-running it again, so a figure rerun on its page's folder measures the same runs.
+(:func:`reread`; its folder's name carries the digest of the setting's key and of the code
+that ran it, :func:`code_digest`) instead of running it again, so a figure rerun on its page's
+folder measures the same runs -- and after a change of flegel's or the algorithms' code
+launches them afresh, beside the old ones, rather than judge the new code on the old runs.
 
 BSPB without stragglers on the same shards is the reference's setting (the same job, the
 same start), so :meth:`Runner.run` reads it from the reference run instead of running it
@@ -56,7 +58,9 @@ anyway.  A failed reference fails BSPB without stragglers too (its times read ``
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib
 import json
 import math
 import time
@@ -259,13 +263,39 @@ def stands_for_run_to_target(summary: dict[str, Any], target: float, max_time_s:
     return upto < 2 * trace_points
 
 
+#: Modules of ``flegel paper`` that only judge and draw finished runs: left out of
+#: :func:`code_digest`, so a page's verdicts can change and be re-read on the same runs.
+PAGE_ONLY = frozenset({"page.py", "plots.py", "common.py", "horizons.py", "straggled.py"})
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """A digest of the code a run executes: every ``.py`` file of the installed ``flegel``
+    and ``flegel.algorithms`` packages (path and bytes), but the page's judging modules
+    (:data:`PAGE_ONLY`).  It goes into each run folder's name (:meth:`Runner._run`): a run
+    folder re-read by :func:`reread` was made by the same code.  (The version string is no
+    guide: it does not change between commits.)"""
+    h = hashlib.sha1()
+    # flegel.algorithms is installed from algorithms/ (pyproject's package-dir).
+    for package in map(importlib.import_module, ("flegel", "flegel.algorithms")):
+        root = Path(next(iter(package.__path__)))
+        for path in sorted(root.rglob("*.py")):
+            rel = path.relative_to(root)
+            if rel.parts[:2] == ("cli", "paper") and rel.name in PAGE_ONLY:
+                continue
+            h.update(f"{package.__name__}/{rel.as_posix()}\0".encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
 def reread(folder: Path, target: float | None) -> dict[str, Any] | None:
     """The summary of a finished run in ``folder`` to ``target`` (None: without one), where
     an earlier ``flegel paper`` on the same run folder made it (module notes): the folder's
     name carries the digest of the run's key (algorithm, partition, sync, stragglers,
-    ``--set`` keys, name, slack), and the target, which comes from the reference run, must
-    be the same.  None where there is none (or its target differs: the run is launched,
-    and ``flegel run`` refuses the existing folder -- a failed run, not a wrong one)."""
+    ``--set`` keys, name, slack) and of the code (:func:`code_digest`), and the target,
+    which comes from the reference run, must be the same.  None where there is none (or
+    its target differs: the run is launched, and ``flegel run`` refuses the existing folder
+    -- a failed run, not a wrong one)."""
     path = folder / SUMMARY
     if not path.exists():
         return None
@@ -467,7 +497,8 @@ class Runner:
                          + ([where] if where else []) + list(key_extra))
         if key in self.runs:
             return self.runs[key]
-        digest = hashlib.sha1(key.encode()).hexdigest()[:6]
+        # The code's digest too: a folder made by other code is not re-read (reread).
+        digest = hashlib.sha1((key + code_digest()).encode()).hexdigest()[:6]
         folder = self.out / "runs" / "-".join(
             [algorithm, partition, name or sync] + ([where] if where else []) + [digest])
         all_sets = (model_sets(sync)
