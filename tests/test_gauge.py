@@ -48,7 +48,7 @@ def test_estimate_is_the_stratified_exact_objective_of_its_points() -> None:
     losses = rng.random(1280)
     sizes, shards = [640, 640], [1000, 3000]
     g = Gauge(sizes, shards, floor=4 * CHUNK, clock=lambda: 0.0)
-    assert g.evaluate(_Rows(losses).evaluate_sample)
+    assert g.evaluate(_Rows(losses).evaluate_sample, wall_s=0.1)
     assert g.values is not None and len(g.values) == 4
     by = {0: [], 1: []}
     for w, r in g.chunks[:4]:
@@ -62,7 +62,7 @@ def test_progress_is_the_paired_difference_on_the_common_chunks_and_rolls_back()
     before, after = rng.random(640), rng.random(640)
     g = Gauge([640], [6400], floor=2 * CHUNK)
     port = _Rows(before)
-    g.prime(port, needed=True)  # G(θ_t) on 2 chunks
+    g.prime(port, needed=True, wall_s=0.1)  # G(θ_t) on 2 chunks
     port.losses = after
     # No wall time measured but no cost either: the next subset may double (GROWTH).
     progress = g.progress(port, 0.1, timed=True, online=123.0)
@@ -86,20 +86,27 @@ def test_budget_bounds_the_subset_and_the_floor_gives_up_when_too_dear() -> None
     losses = np.ones(10_000)
     port = _Rows(losses, cost_s=1e-6)  # 1 µs per point
     g = Gauge([10_000], [100_000], floor=256, clock=port.now)
-    g.prime(port, needed=True)
+    g.prime(port, needed=True, wall_s=0.1)
     for _ in range(12):
         g.progress(port, 0.1, timed=True, online=0.0)
     # SHARE of a 100 ms iteration at 1 µs per point: 5,000 points (whole chunks).
     points = sum(len(r) for _, r in g.chunks[:g.n])
     assert SHARE * 0.1 / 1e-6 <= points < SHARE * 0.1 / 1e-6 + CHUNK
     assert g.active and g.summary()["progress_measure"] == "gauge"
-    # A floor dearer than DEAR of the iteration: the online estimate instead.
-    port.cost_s = 2 * DEAR * 1e-3 / 256  # 256 points cost twice DEAR of a 1 ms iteration
+    # Iterations grown short: the subset shrinks to the floor, never below, never off (one
+    # measure of progress for the run).
     for _ in range(12):
-        g.progress(port, 1e-3, timed=True, online=5.0)
-    assert not g.active
+        g.progress(port, 1e-3, timed=True, online=0.0)
+    assert g.n == 256 // CHUNK and g.active
+    # A floor dearer than DEAR of the first iteration: the online estimate, from the start,
+    # after one chunk evaluated.
+    port = _Rows(losses, cost_s=2 * DEAR * 1e-3 / 256)  # twice DEAR of a 1 ms iteration
+    g = Gauge([10_000], [100_000], floor=256, clock=port.now)
+    g.prime(port, needed=True, wall_s=1e-3)
+    assert not g.active and g.values is None
     assert g.progress(port, 1e-3, timed=True, online=5.0) == 5.0
     assert g.summary()["progress_measure"] == "online"
+    assert g.seconds == pytest.approx(CHUNK * port.cost_s)
 
 
 def test_no_evaluate_falls_back_to_the_online_estimate() -> None:
@@ -109,7 +116,7 @@ def test_no_evaluate_falls_back_to_the_online_estimate() -> None:
 
     g = Gauge([640], [6400])
     port = _None(np.zeros(640))
-    g.prime(port, needed=True)
+    g.prime(port, needed=True, wall_s=0.1)
     assert g.progress(port, 0.1, timed=True, online=3.0) == 3.0
     assert g.summary()["gauge_gave_up"] == "no evaluate"
 

@@ -23,10 +23,11 @@ iterations, at least :data:`FLOOR` points (below that the estimate's noise, not 
 iteration, decides) and at most the sample; the subset grows at most :data:`GROWTH` times
 per barrier, and a difference is taken on the points both evaluations share (a prefix of
 one fixed order of chunks, interleaved across the shards in proportion to their sizes).
-Where the floor alone would cost more than :data:`DEAR` of the iteration, or the master holds
-no sample, or the algorithm has no ``evaluate`` (a user's algorithm), the gauge gives up and
-the adjustor reads the online estimate, as before (``progress_measure`` in ``summary.json``
-says which).
+Where the floor alone would cost more than :data:`DEAR` of the first iteration it measures
+(timed on its first chunk, before any observation read it: one measure for the whole run),
+or the master holds no sample, or the algorithm has no ``evaluate`` (a user's algorithm), the
+gauge gives up and the adjustor reads the online estimate, as before (``progress_measure``
+in ``summary.json`` says which).
 """
 
 from __future__ import annotations
@@ -158,8 +159,18 @@ class Gauge(AttributeState):
         """Whether the gauge measures (else the online estimate stands)."""
         return self.gave_up is None
 
-    def evaluate(self, evaluate: Evaluate) -> bool:
-        """Evaluate θ in force on the subset; False (and give up) where it cannot be."""
+    def evaluate(self, evaluate: Evaluate, wall_s: float) -> bool:
+        """Evaluate θ in force on the subset; False where the gauge does not measure.
+
+        The first evaluation decides whether it measures at all: its first chunk is timed,
+        and where the floor would cost more than :data:`DEAR` of ``wall_s`` (the coming
+        iteration's wall time, as far as it is known) at that pace, the gauge gives up
+        before any observation read it -- one measure of progress for the whole run (a
+        stage's windows compared against a rate taken on the other measure left their line:
+        NMF, 1-3 re-fits in each of two runs where the gauge gave up after three barriers).
+        """
+        if not self.active:
+            return False
         t0 = self.clock()
         values: list[float] = []
         for _, rows in self.chunks[:self.n]:
@@ -168,6 +179,9 @@ class Gauge(AttributeState):
                 self.gave_up = "no evaluate"
                 return False
             values.append(float(v))
+            if self.evaluations == 0 and len(values) == 1 and self._dear(
+                    self.clock() - t0, len(rows), wall_s):
+                return False
         spent = self.clock() - t0
         points = sum(len(rows) for _, rows in self.chunks[:self.n])
         self.seconds += spent
@@ -198,7 +212,7 @@ class Gauge(AttributeState):
         if not (timed and self.active):
             return online
         before = self.values
-        if not self.evaluate(server.evaluate_sample):
+        if not self.evaluate(server.evaluate_sample, wall_s):
             return online
         self._resize(wall_s)
         if before is None or self.values is None:
@@ -206,13 +220,14 @@ class Gauge(AttributeState):
         k = min(len(before), len(self.values))
         return self.estimate(before[:k]) - self.estimate(self.values[:k])
 
-    def prime(self, server: ServerPort, needed: bool) -> None:
+    def prime(self, server: ServerPort, needed: bool, wall_s: float) -> None:
         """Hold G of the θ in force where the next iteration is ``needed`` (its progress is
-        read) and none is held; otherwise forget G (θ moves on unmeasured)."""
+        read; ``wall_s``: its expected wall time) and none is held; otherwise forget G (θ
+        moves on unmeasured)."""
         if not needed:
             self.values = None
-        elif self.active and self.values is None:
-            self.evaluate(server.evaluate_sample)
+        elif self.values is None:
+            self.evaluate(server.evaluate_sample, wall_s)
 
     def follow(self, mark: bool, rollback: bool) -> None:
         """θ marked, or rolled back to the mark (FSPV's rolled-back probes): G with it."""
@@ -221,21 +236,26 @@ class Gauge(AttributeState):
         if rollback and self.marked is not None:
             self.values = self.marked
 
+    def _dear(self, spent: float, points: int, wall_s: float) -> bool:
+        """Give up where the floor, at ``spent`` seconds for ``points``, costs more than
+        :data:`DEAR` of ``wall_s`` (the first evaluation's first chunk: :meth:`evaluate`)."""
+        floor_points = sum(len(r) for _, r in self.chunks[:self._chunks_for(self.floor)])
+        cost = spent / max(points, 1) * floor_points
+        if cost <= DEAR * wall_s:
+            return False
+        self.seconds += spent
+        self.gave_up = (f"too dear: {cost * 1e3:.2f} ms for {floor_points} points, "
+                        f"iterations of {wall_s * 1e3:.2f} ms")
+        return True
+
     def _resize(self, wall_s: float) -> None:
-        """Size the next subset to :data:`SHARE` of the median recent iteration (module
-        docstring); give up where the floor costs more than :data:`DEAR` of it."""
+        """Size the next subset to :data:`SHARE` of the median recent iteration, never below
+        the floor (module docstring)."""
         self.walls = (self.walls + [wall_s])[-RECENT:]
         wall = sorted(self.walls)[len(self.walls) // 2]
         per_point = sorted(self.per_point)[len(self.per_point) // 2]
-        floor = self._chunks_for(self.floor)
-        floor_points = sum(len(r) for _, r in self.chunks[:floor])
-        if len(self.walls) >= 3 and per_point * floor_points > DEAR * wall:
-            self.gave_up = (f"too dear: {per_point * floor_points * 1e3:.2f} ms for "
-                            f"{floor_points} points, iterations of {wall * 1e3:.2f} ms")
-            self.values = None
-            return
         want = self._chunks_for(self.share * wall / max(per_point, 1e-12))
-        self.n = max(floor, min(want, max(int(GROWTH * self.n), 1)))
+        self.n = max(self._chunks_for(self.floor), min(want, max(int(GROWTH * self.n), 1)))
 
     def summary(self) -> dict[str, object]:
         """What the gauge adds to ``summary.json``."""

@@ -1370,7 +1370,9 @@ class FSP(BarrierPolicy):
             self.plan = self.adjustor.start(eta0, self.eta_max_s)
         else:
             self.plan = self.adjustor.observe(obs)
-        self.gauge.prime(srv, self.plan.phase not in UNTIMED_PHASES)  # G(θ) for the next one
+        # G(θ) for the next iteration, whose wall time is at least its η or a pass
+        self.gauge.prime(srv, self.plan.phase not in UNTIMED_PHASES,
+                         min(self.plan.eta_s, self.eta_max_s))
 
     def _whole_shares(self, commits: dict[int, dict[str, float]]) -> bool:
         """Whether every worker trained its whole sampled share this iteration (none paused
