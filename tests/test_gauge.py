@@ -99,14 +99,33 @@ def test_budget_bounds_the_subset_and_the_floor_gives_up_when_too_dear() -> None
         g.progress(port, 1e-3, timed=True, online=0.0)
     assert g.n == 256 // CHUNK and g.active
     # A floor dearer than DEAR of the first iteration: the online estimate, from the start,
-    # after one chunk evaluated.
+    # after two chunks evaluated (the second timed).
     port = _Rows(losses, cost_s=2 * DEAR * 1e-3 / 256)  # twice DEAR of a 1 ms iteration
     g = Gauge([10_000], [100_000], floor=256, clock=port.now)
     g.prime(port, needed=True, wall_s=1e-3)
     assert not g.active and g.values is None
     assert g.progress(port, 1e-3, timed=True, online=5.0) == 5.0
     assert g.summary()["progress_measure"] == "online"
-    assert g.seconds == pytest.approx(CHUNK * port.cost_s)
+    assert g.seconds == pytest.approx(2 * CHUNK * port.cost_s)
+
+
+def test_the_first_call_s_one_off_cost_does_not_decide() -> None:
+    # The kernel's first call on the master (compile, cache, imports) costs 50 ms once; its
+    # chunks then 64 µs: the gauge measures.
+    port = _Rows(np.ones(1280), cost_s=1e-6)
+    evaluate = port.evaluate_sample
+    calls = []
+
+    def first_dear(rows: np.ndarray) -> float | None:
+        if not calls:
+            port.t += 0.05
+        calls.append(len(rows))
+        return evaluate(rows)
+
+    port.evaluate_sample = first_dear  # type: ignore[method-assign]
+    g = Gauge([1280], [12_800], clock=port.now)
+    g.prime(port, needed=True, wall_s=0.01)
+    assert g.active and g.values is not None
 
 
 def test_no_evaluate_falls_back_to_the_online_estimate() -> None:

@@ -24,7 +24,7 @@ iteration, decides) and at most the sample; the subset grows at most :data:`GROW
 per barrier, and a difference is taken on the points both evaluations share (a prefix of
 one fixed order of chunks, interleaved across the shards in proportion to their sizes).
 Where the floor alone would cost more than :data:`DEAR` of the first iteration it measures
-(timed on its first chunk, before any observation read it: one measure for the whole run),
+(timed on its second chunk, before any observation read it: one measure for the whole run),
 or the master holds no sample, or the algorithm has no ``evaluate`` (a user's algorithm), the
 gauge gives up and the adjustor reads the online estimate, as before (``progress_measure``
 in ``summary.json`` says which).
@@ -162,25 +162,29 @@ class Gauge(AttributeState):
     def evaluate(self, evaluate: Evaluate, wall_s: float) -> bool:
         """Evaluate θ in force on the subset; False where the gauge does not measure.
 
-        The first evaluation decides whether it measures at all: its first chunk is timed,
-        and where the floor would cost more than :data:`DEAR` of ``wall_s`` (the coming
-        iteration's wall time, as far as it is known) at that pace, the gauge gives up
-        before any observation read it -- one measure of progress for the whole run (a
-        stage's windows compared against a rate taken on the other measure left their line:
-        NMF, 1-3 re-fits in each of two runs where the gauge gave up after three barriers).
+        The first evaluation decides whether it measures at all: its second chunk is timed
+        (the first may carry the kernel's first call on the master), and where the floor
+        would cost more than :data:`DEAR` of ``wall_s`` (the coming iteration's wall time,
+        as far as it is known) at that pace, the gauge gives up before any observation read
+        it -- one measure of progress for the whole run (a stage's windows compared against
+        a rate taken on the other measure left their line: NMF, 1-3 re-fits in each of two
+        runs where the gauge gave up after three barriers).
         """
         if not self.active:
             return False
+        chunks = self.chunks[:self.n]
+        decide = min(2, len(chunks)) if self.evaluations == 0 else 0
         t0 = self.clock()
         values: list[float] = []
-        for _, rows in self.chunks[:self.n]:
+        for _, rows in chunks:
+            t = self.clock()
             v = evaluate(rows)
             if v is None:
                 self.gave_up = "no evaluate"
                 return False
             values.append(float(v))
-            if self.evaluations == 0 and len(values) == 1 and self._dear(
-                    self.clock() - t0, len(rows), wall_s):
+            if len(values) == decide and self._dear(self.clock() - t, len(rows), wall_s):
+                self.seconds += self.clock() - t0
                 return False
         spent = self.clock() - t0
         points = sum(len(rows) for _, rows in self.chunks[:self.n])
@@ -238,12 +242,11 @@ class Gauge(AttributeState):
 
     def _dear(self, spent: float, points: int, wall_s: float) -> bool:
         """Give up where the floor, at ``spent`` seconds for ``points``, costs more than
-        :data:`DEAR` of ``wall_s`` (the first evaluation's first chunk: :meth:`evaluate`)."""
+        :data:`DEAR` of ``wall_s`` (the first evaluation's second chunk: :meth:`evaluate`)."""
         floor_points = sum(len(r) for _, r in self.chunks[:self._chunks_for(self.floor)])
         cost = spent / max(points, 1) * floor_points
         if cost <= DEAR * wall_s:
             return False
-        self.seconds += spent
         self.gave_up = (f"too dear: {cost * 1e3:.2f} ms for {floor_points} points, "
                         f"iterations of {wall_s * 1e3:.2f} ms")
         return True
