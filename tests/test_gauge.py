@@ -139,6 +139,27 @@ def test_no_evaluate_falls_back_to_the_online_estimate() -> None:
     assert g.progress(port, 0.1, timed=True, online=3.0) == 3.0
     assert g.summary()["gauge_gave_up"] == "no evaluate"
 
+    # An evaluate that fails on the sample's rows (a user's, needing per-point state) at the
+    # first evaluation: the online estimate; one that fails later is the algorithm's fault.
+    class _Fails(_Rows):
+        fail = True
+
+        def evaluate_sample(self, rows: np.ndarray) -> float | None:
+            if self.fail:
+                raise KeyError("w")
+            return super().evaluate_sample(rows)
+
+    g = Gauge([640], [6400])
+    port = _Fails(np.zeros(640))
+    assert g.progress(port, 0.1, timed=True, online=3.0) == 3.0
+    assert g.gave_up == "evaluate failed: KeyError('w')"
+    g = Gauge([640], [6400])
+    port.fail = False
+    g.prime(port, needed=True, wall_s=0.1)
+    port.fail = True
+    with pytest.raises(KeyError):
+        g.progress(port, 0.1, timed=True, online=3.0)
+
 
 def _fspv(n_clusters: int, sample_rows: int, iterations: int):
     """FSPV on blobs with the master's sample; every observation with θ at its start and
@@ -194,3 +215,21 @@ def test_gauge_sees_no_progress_where_the_online_sum_credits_the_last_pass() -> 
     assert max(abs(t) for t in true) < 1e-6
     assert all(abs(obs.progress) < 1e-6 for _, obs, _, _, _ in probes)
     assert max(online for *_, online in probes) > 1.0
+
+
+def test_shard_sizes_unknown_weigh_the_strata_by_their_sample_rows() -> None:
+    class _Server:
+        ranks = [1, 2]
+        sample_sizes = (192, 64)
+        shard_sizes = {1: 3000}  # rank 2's not known
+
+        def now(self) -> float:
+            return 0.0
+
+    g = Gauge.of(_Server())  # type: ignore[arg-type]
+    assert g.weights == [192.0, 64.0]
+    losses = np.arange(256.0)
+    assert g.evaluate(_Rows(losses).evaluate_sample, wall_s=1.0)
+    g.n = len(g.chunks)
+    assert g.evaluate(_Rows(losses).evaluate_sample, wall_s=1.0)
+    assert g.estimate(g.values) == pytest.approx(losses.sum())

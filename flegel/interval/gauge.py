@@ -51,7 +51,7 @@ CHUNK = 64
 #: difference is taken, keeps at least 1/GROWTH of the new subset).
 GROWTH = 2.0
 #: The gauge gives up (online estimate) where its floor costs more than this share of the
-#: median iteration.
+#: first iteration it measures.
 DEAR = 0.25
 #: Iterations whose wall time sizes the subset (their median).
 RECENT = 9
@@ -142,8 +142,9 @@ class Gauge(AttributeState):
     @classmethod
     def of(cls, server: ServerPort, off: str | None = None) -> Gauge:
         """The gauge of ``server``'s sample and shards (``off``: why it does not measure)."""
-        return cls(server.sample_sizes, [server.shard_sizes.get(r, 0) for r in server.ranks],
-                   off=off, clock=server.now)
+        shards = [server.shard_sizes.get(r, 0) for r in server.ranks]
+        return cls(server.sample_sizes, shards if all(shards) else (), off=off,
+                   clock=server.now)
 
     def _chunks_for(self, points: float) -> int:
         """Chunks of the order that hold at least ``points`` rows (all, if fewer)."""
@@ -162,7 +163,9 @@ class Gauge(AttributeState):
     def evaluate(self, evaluate: Evaluate, wall_s: float) -> bool:
         """Evaluate θ in force on the subset; False where the gauge does not measure.
 
-        The first evaluation decides whether it measures at all: its second chunk is timed
+        The first evaluation decides whether it measures at all: an ``evaluate`` that fails
+        on the sample's rows (a user's algorithm may need per-point state) gives it up; its
+        second chunk is timed
         (the first may carry the kernel's first call on the master), and where the floor
         would cost more than :data:`DEAR` of ``wall_s`` (the coming iteration's wall time,
         as far as it is known) at that pace, the gauge gives up before any observation read
@@ -178,9 +181,14 @@ class Gauge(AttributeState):
         values: list[float] = []
         for _, rows in chunks:
             t = self.clock()
-            v = evaluate(rows)
+            try:
+                v = evaluate(rows)
+            except Exception as exc:  # noqa: BLE001 -- a user's evaluate on rows without state
+                if not decide:
+                    raise  # it worked before: a fault of the algorithm, not the gauge's
+                v, self.gave_up = None, f"evaluate failed: {exc!r}"
             if v is None:
-                self.gave_up = "no evaluate"
+                self.gave_up = self.gave_up or "no evaluate"
                 return False
             values.append(float(v))
             if len(values) == decide and self._dear(self.clock() - t, len(rows), wall_s):
