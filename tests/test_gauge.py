@@ -43,18 +43,27 @@ def test_chunks_interleave_the_strata_in_proportion_to_their_shards() -> None:
     assert strata.count(1) == 6 and strata.count(0) == 2
 
 
-def test_estimate_is_the_stratified_exact_objective_of_its_points() -> None:
+def test_estimate_is_n_over_m_times_the_exact_objective_of_its_points_in_one_call() -> None:
     rng = np.random.default_rng(1)
     losses = rng.random(1280)
     sizes, shards = [640, 640], [1000, 3000]
     g = Gauge(sizes, shards, floor=4 * CHUNK, clock=lambda: 0.0)
-    assert g.evaluate(_Rows(losses).evaluate_sample, wall_s=0.1)
-    assert g.values is not None and len(g.values) == 4
-    by = {0: [], 1: []}
-    for w, r in g.chunks[:4]:
-        by[w].extend(losses[r])
-    expected = 1000 * np.mean(by[0]) + 3000 * np.mean(by[1])
-    assert g.estimate(g.values) == pytest.approx(expected)
+    calls: list[int] = []
+    port = _Rows(losses)
+
+    def counted(rows: np.ndarray) -> float | None:
+        calls.append(len(rows))
+        return port.evaluate_sample(rows)
+
+    assert g.evaluate(counted, wall_s=0.1)
+    # A chunk to warm the kernel's first call, then the subset in one call.
+    assert calls == [CHUNK, 4 * CHUNK]
+    rows = np.concatenate([r for _, r in g.chunks[:4]])
+    assert g.estimate() == pytest.approx(4000 / len(rows) * losses[rows].sum())
+    # The prefix holds the shards' rows in proportion to their points (1 : 3).
+    assert [w for w, _ in g.chunks[:4]].count(1) == 3
+    # Later evaluations of the same subset: one call each.
+    assert g.evaluate(counted, wall_s=0.1) and calls[2:] == [4 * CHUNK]
 
 
 def test_progress_is_the_paired_difference_on_the_common_chunks_and_rolls_back() -> None:
@@ -69,12 +78,17 @@ def test_progress_is_the_paired_difference_on_the_common_chunks_and_rolls_back()
     rows = np.concatenate([r for _, r in g.chunks[:2]])
     assert progress == pytest.approx(6400 / len(rows) * (before[rows].sum() - after[rows].sum()))
     assert g.n == 4
+    # The subset grew: the next difference is taken on the 2 chunks both evaluations share.
+    port.losses = before
+    progress = g.progress(port, 0.1, timed=True, online=123.0)
+    assert progress == pytest.approx(6400 / len(rows) * (after[rows].sum() - before[rows].sum()))
+    assert g.valued == 4
     # A rolled-back probe returns G with θ: the next progress is taken from the mark.
     g.follow(mark=True, rollback=False)
-    port.losses = before
+    port.losses = after
     g.progress(port, 0.1, timed=True, online=0.0)
     g.follow(mark=False, rollback=True)
-    port.losses = after
+    port.losses = before
     assert g.progress(port, 0.1, timed=True, online=1.0) == pytest.approx(0.0, abs=1e-9)
     # An iteration the adjustor does not judge reads the online estimate, evaluating nothing.
     evaluations = g.evaluations
@@ -99,14 +113,14 @@ def test_budget_bounds_the_subset_and_the_floor_gives_up_when_too_dear() -> None
         g.progress(port, 1e-3, timed=True, online=0.0)
     assert g.n == 256 // CHUNK and g.active
     # A floor dearer than DEAR of the first iteration: the online estimate, from the start,
-    # after two chunks evaluated (the second timed).
+    # after a chunk (warming the kernel) and the floor's subset (timed) evaluated.
     port = _Rows(losses, cost_s=2 * DEAR * 1e-3 / 256)  # twice DEAR of a 1 ms iteration
     g = Gauge([10_000], [100_000], floor=256, clock=port.now)
     g.prime(port, needed=True, wall_s=1e-3)
-    assert not g.active and g.values is None
+    assert not g.active and g.value is None
     assert g.progress(port, 1e-3, timed=True, online=5.0) == 5.0
     assert g.summary()["progress_measure"] == "online"
-    assert g.seconds == pytest.approx(2 * CHUNK * port.cost_s)
+    assert g.seconds == pytest.approx((CHUNK + 256) * port.cost_s)
 
 
 def test_the_first_call_s_one_off_cost_does_not_decide() -> None:
@@ -125,7 +139,7 @@ def test_the_first_call_s_one_off_cost_does_not_decide() -> None:
     port.evaluate_sample = first_dear  # type: ignore[method-assign]
     g = Gauge([1280], [12_800], clock=port.now)
     g.prime(port, needed=True, wall_s=0.01)
-    assert g.active and g.values is not None
+    assert g.active and g.value is not None
 
 
 def test_no_evaluate_falls_back_to_the_online_estimate() -> None:
@@ -227,9 +241,11 @@ def test_shard_sizes_unknown_weigh_the_strata_by_their_sample_rows() -> None:
             return 0.0
 
     g = Gauge.of(_Server())  # type: ignore[arg-type]
-    assert g.weights == [192.0, 64.0]
+    assert g.total == 256.0
+    # Any prefix holds the strata as the sample does (3 : 1).
+    assert [w for w, _ in g.chunks] == [0, 0, 1, 0]
     losses = np.arange(256.0)
     assert g.evaluate(_Rows(losses).evaluate_sample, wall_s=1.0)
     g.n = len(g.chunks)
     assert g.evaluate(_Rows(losses).evaluate_sample, wall_s=1.0)
-    assert g.estimate(g.values) == pytest.approx(losses.sum())
+    assert g.estimate() == pytest.approx(losses.sum())

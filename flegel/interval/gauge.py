@@ -9,25 +9,28 @@ than a pass is credited with the steps of the previous pass (:mod:`flegel.interv
 the per-update notes).  The gauge measures what iteration t did on the exact objective
 instead: at its barrier θ_{t+1} is applied, and
 
-    progress_t = G(θ_t) − G(θ_{t+1}),    G(θ) = Σ_w (n_w / m_w) Σ_{i ∈ S_w} f_i(θ)
+    progress_t = G(θ_t) − G(θ_{t+1}),    G(θ) = (N / m) Σ_{i ∈ S} f_i(θ)
 
-with ``S_w`` a fixed subset of the master's seeded sample of worker w's shard
-(``DataInfo.sample``, ``sample_sizes``), ``m_w = |S_w|`` in proportion to the shard's
-``n_w`` points: an unbiased, stratified estimate of f(θ) -- and the same points for every θ,
-so the difference is paired (the points' own spread of losses cancels).
+with ``S`` a fixed subset of m rows of the master's seeded sample (``DataInfo.sample``,
+``sample_sizes``): a prefix of one fixed order of chunks of :data:`CHUNK` rows, interleaved
+across the shards so that any prefix holds each shard's rows in proportion to its points
+(within a chunk; :func:`chunk_order`) -- a stratified sample with proportional allocation,
+so one sum weighted N / m stands for f(θ), and the same points for every θ, so the
+difference is paired (the points' own spread of losses cancels).  One ``evaluate`` call
+over the prefix (a call per chunk cost 3-6 of them at 64 rows: 35 µs a call for K-means on
+the master against 71 µs for 370 rows in one), two where the subset's size changed since
+the θ held, and the difference is taken on the points both share.
 
 **Its cost.**  The evaluation runs on the master between the update and the next broadcast,
 while every worker waits.  The gauge times itself (seconds per point evaluated) and sizes
 its subset so that an evaluation costs :data:`SHARE` of the median wall time of the recent
 iterations, at least :data:`FLOOR` points (below that the estimate's noise, not the
 iteration, decides) and at most the sample; the subset grows at most :data:`GROWTH` times
-per barrier, and a difference is taken on the points both evaluations share (a prefix of
-one fixed order of chunks, interleaved across the shards in proportion to their sizes).
-Where the floor alone would cost more than :data:`DEAR` of the first iteration it measures
-(timed on its second chunk, before any observation read it: one measure for the whole run),
-or the master holds no sample, or the algorithm has no ``evaluate`` (a user's algorithm), the
-gauge gives up and the adjustor reads the online estimate, as before (``progress_measure``
-in ``summary.json`` says which).
+per barrier.  Where the floor alone would cost more than :data:`DEAR` of the first iteration
+it measures (timed after a chunk that warms the kernel's first call on the master, before
+any observation read it: one measure for the whole run), or the master holds no sample, or
+the algorithm has no ``evaluate`` (a user's algorithm), the gauge gives up and the adjustor
+reads the online estimate, as before (``progress_measure`` in ``summary.json`` says which).
 """
 
 from __future__ import annotations
@@ -41,8 +44,10 @@ import numpy as np
 from flegel.ports import ServerPort
 from flegel.state import AttributeState
 
-#: The gauge's evaluation takes at most this share of the median iteration's wall time.
-SHARE = 0.05
+#: The gauge's evaluation takes at most this share of the median iteration's wall time
+#: (issue 19: at 5 % FSPV's Fig. 8 pairs read 1.26-1.31x against main's 1.37-1.38x, about
+#: the gauge's own cost, with a call per chunk).
+SHARE = 0.02
 #: ... but at least this many points of the sample (fewer where the sample is smaller).
 FLOOR = 256
 #: Rows per chunk: one ``evaluate`` call, the unit the subset grows by.
@@ -85,8 +90,8 @@ def chunk_order(sample_sizes: Sequence[int], shard_sizes: Sequence[int], seed: i
 
 
 class Gauge(AttributeState):
-    """The exact objective of θ on a fixed stratified subset of the master's sample (module
-    docstring), and the paired progress of an iteration from it.
+    """The exact objective of θ on a fixed subset of the master's sample (module docstring),
+    and the paired progress of an iteration from it.
 
     Parameters
     ----------
@@ -107,6 +112,11 @@ class Gauge(AttributeState):
 
     Attributes
     ----------
+    n : int
+        Chunks of :func:`chunk_order` in the subset the next evaluation takes.
+    value : float or None
+        The sum of the losses of the θ in force over the first ``valued`` chunks (None: no
+        θ held, the next progress reads the online estimate).
     seconds : float
         Seconds spent evaluating, in all.
     evaluations, points : int
@@ -116,7 +126,7 @@ class Gauge(AttributeState):
     """
 
     #: Rebuilt from the job (the sample and the seed) on a resume.
-    NOT_STATE: ClassVar[tuple[str, ...]] = ("chunks", "weights", "clock")
+    NOT_STATE: ClassVar[tuple[str, ...]] = ("chunks", "clock", "_prefix", "_cuts")
 
     def __init__(self, sample_sizes: Sequence[int], shard_sizes: Sequence[int] = (),
                  seed: int = 0, share: float = SHARE, floor: int = FLOOR,
@@ -124,14 +134,16 @@ class Gauge(AttributeState):
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.clock = clock
         self.chunks = chunk_order(sample_sizes, shard_sizes, seed)
-        total = float(sum(shard_sizes)) or float(sum(sample_sizes))
-        self.weights = [total * ((shard_sizes[w] if shard_sizes else s) / max(total, 1.0))
-                        for w, s in enumerate(sample_sizes)]  # n_w per stratum
+        self.total = float(sum(shard_sizes)) or float(sum(sample_sizes))  # N
+        self._cuts = np.cumsum([0] + [len(r) for _, r in self.chunks])
+        self._prefix: dict[tuple[int, int], np.ndarray] = {}
         self.share = share
         self.floor = floor
         self.n = self._chunks_for(floor)
-        self.values: list[float] | None = None  # per chunk, of the θ in force
-        self.marked: list[float] | None = None
+        self.value: float | None = None
+        self.valued = 0
+        self.marked: tuple[float | None, int] | None = None
+        self.diff: float | None = None
         self.walls: list[float] = []
         self.per_point: list[float] = []
         self.seconds = 0.0
@@ -155,6 +167,16 @@ class Gauge(AttributeState):
                 return i + 1
         return len(self.chunks)
 
+    def rows(self, a: int, b: int) -> np.ndarray:
+        """The sample's rows of chunks ``a`` to ``b`` (kept: one gather per subset size)."""
+        if (a, b) not in self._prefix:
+            self._prefix[a, b] = np.concatenate([r for _, r in self.chunks[a:b]])
+        return self._prefix[a, b]
+
+    def scale(self, chunks: int) -> float:
+        """N / m for the first ``chunks`` chunks: their sum of losses times this is G."""
+        return self.total / max(int(self._cuts[chunks]), 1)
+
     @property
     def active(self) -> bool:
         """Whether the gauge measures (else the online estimate stands)."""
@@ -163,59 +185,69 @@ class Gauge(AttributeState):
     def evaluate(self, evaluate: Evaluate, wall_s: float) -> bool:
         """Evaluate θ in force on the subset; False where the gauge does not measure.
 
+        One ``evaluate`` call on the subset's rows, or two where its size changed since the
+        θ held: the part both share and the rest, so that :attr:`diff` (G of the θ held
+        minus G of this one) is taken on the same points.
+
         The first evaluation decides whether it measures at all: an ``evaluate`` that fails
-        on the sample's rows (a user's algorithm may need per-point state) gives it up; its
-        second chunk is timed
-        (the first may carry the kernel's first call on the master), and where the floor
-        would cost more than :data:`DEAR` of ``wall_s`` (the coming iteration's wall time,
-        as far as it is known) at that pace, the gauge gives up before any observation read
-        it -- one measure of progress for the whole run (a stage's windows compared against
-        a rate taken on the other measure left their line: NMF, 1-3 re-fits in each of two
-        runs where the gauge gave up after three barriers).
+        on the sample's rows (a user's algorithm may need per-point state) gives it up; a
+        first chunk warms the kernel's first call on the master, the subset's call after it
+        is timed, and where the floor would cost more than :data:`DEAR` of ``wall_s`` (the
+        coming iteration's wall time, as far as it is known) at that pace, the gauge gives
+        up before any observation read it -- one measure of progress for the whole run (a
+        stage's windows compared against a rate taken on the other measure left their line:
+        NMF, 1-3 re-fits in each of two runs where the gauge gave up after three barriers).
         """
         if not self.active:
             return False
-        chunks = self.chunks[:self.n]
-        decide = min(2, len(chunks)) if self.evaluations == 0 else 0
+        first = self.evaluations == 0
+        n, held, old = self.n, self.value, self.valued
         t0 = self.clock()
-        values: list[float] = []
-        for _, rows in chunks:
-            t = self.clock()
-            try:
-                v = evaluate(rows)
-            except Exception as exc:  # noqa: BLE001 -- a user's evaluate on rows without state
-                if not decide:
-                    raise  # it worked before: a fault of the algorithm, not the gauge's
-                v, self.gave_up = None, f"evaluate failed: {exc!r}"
-            if v is None:
-                self.gave_up = self.gave_up or "no evaluate"
+        try:
+            if first and evaluate(self.rows(0, 1)) is None:
+                self.gave_up = "no evaluate"
                 return False
-            values.append(float(v))
-            if len(values) == decide and self._dear(self.clock() - t, len(rows), wall_s):
-                self.seconds += self.clock() - t0
-                return False
+            if held is None or old == n:
+                t = self.clock()
+                total = common = evaluate(self.rows(0, n))
+                if first and total is not None and self._dear(self.clock() - t, wall_s):
+                    self.seconds += self.clock() - t0
+                    return False
+            elif old < n:
+                common = evaluate(self.rows(0, old))
+                rest = evaluate(self.rows(old, n))
+                total = None if common is None or rest is None else common + rest
+            else:
+                total = evaluate(self.rows(0, n))
+                rest = evaluate(self.rows(n, old))
+                common = None if total is None or rest is None else total + rest
+        except Exception as exc:  # noqa: BLE001 -- a user's evaluate on rows without state
+            if not first:
+                raise  # it worked before: a fault of the algorithm, not the gauge's
+            self.gave_up = f"evaluate failed: {exc!r}"
+            return False
+        if total is None or common is None:
+            self.gave_up = self.gave_up or "no evaluate"
+            return False
         spent = self.clock() - t0
-        points = sum(len(rows) for _, rows in self.chunks[:self.n])
+        points = int(self._cuts[max(n, old)]) + (int(self._cuts[1]) if first else 0)
         self.seconds += spent
         self.evaluations += 1
         self.points += points
         self.per_point = (self.per_point + [spent / max(points, 1)])[-RECENT:]
-        self.values = values
+        self.diff = (None if held is None
+                     else self.scale(max(old, 1)) * (held - float(common)))
+        self.value, self.valued = float(total), n
         return True
 
-    def estimate(self, values: Sequence[float]) -> float:
-        """G on the first ``len(values)`` chunks: Σ_w n_w · (mean loss of stratum w's rows)."""
-        sums = [0.0] * len(self.weights)
-        rows = [0] * len(self.weights)
-        for (w, r), v in zip(self.chunks, values):
-            sums[w] += v
-            rows[w] += len(r)
-        return sum(self.weights[w] * sums[w] / rows[w] for w in range(len(sums)) if rows[w])
+    def estimate(self) -> float | None:
+        """G of the θ held: N / m times its losses' sum on the subset (None: none held)."""
+        return None if self.value is None else self.scale(self.valued) * self.value
 
     def progress(self, server: ServerPort, wall_s: float, timed: bool,
                  online: float) -> float:
         """Iteration t's progress G(θ_t) − G(θ_{t+1}), θ_{t+1} being in force (its barrier),
-        on the chunks both evaluations share.
+        on the points both evaluations share.
 
         ``online`` (the online estimate's change) where the gauge does not measure, held no
         G(θ_t), or the iteration was not ``timed`` (an iteration the adjustor does not
@@ -223,36 +255,32 @@ class Gauge(AttributeState):
         subset."""
         if not (timed and self.active):
             return online
-        before = self.values
         if not self.evaluate(server.evaluate_sample, wall_s):
             return online
         self._resize(wall_s)
-        if before is None or self.values is None:
-            return online
-        k = min(len(before), len(self.values))
-        return self.estimate(before[:k]) - self.estimate(self.values[:k])
+        return online if self.diff is None else self.diff
 
     def prime(self, server: ServerPort, needed: bool, wall_s: float) -> None:
         """Hold G of the θ in force where the next iteration is ``needed`` (its progress is
         read; ``wall_s``: its expected wall time) and none is held; otherwise forget G (θ
         moves on unmeasured)."""
         if not needed:
-            self.values = None
-        elif self.values is None:
+            self.value = None
+        elif self.value is None:
             self.evaluate(server.evaluate_sample, wall_s)
 
     def follow(self, mark: bool, rollback: bool) -> None:
         """θ marked, or rolled back to the mark (FSPV's rolled-back probes): G with it."""
         if mark:
-            self.marked = self.values
+            self.marked = (self.value, self.valued)
         if rollback and self.marked is not None:
-            self.values = self.marked
+            self.value, self.valued = self.marked
 
-    def _dear(self, spent: float, points: int, wall_s: float) -> bool:
-        """Give up where the floor, at ``spent`` seconds for ``points``, costs more than
-        :data:`DEAR` of ``wall_s`` (the first evaluation's second chunk: :meth:`evaluate`)."""
-        floor_points = sum(len(r) for _, r in self.chunks[:self._chunks_for(self.floor)])
-        cost = spent / max(points, 1) * floor_points
+    def _dear(self, spent: float, wall_s: float) -> bool:
+        """Give up where the floor, at ``spent`` seconds for the subset, costs more than
+        :data:`DEAR` of ``wall_s`` (the first evaluation: :meth:`evaluate`)."""
+        floor_points = int(self._cuts[self._chunks_for(self.floor)])
+        cost = spent / max(int(self._cuts[self.n]), 1) * floor_points
         if cost <= DEAR * wall_s:
             return False
         self.gave_up = (f"too dear: {cost * 1e3:.2f} ms for {floor_points} points, "
