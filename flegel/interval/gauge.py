@@ -191,12 +191,13 @@ class Gauge(AttributeState):
 
         The first evaluation decides whether it measures at all: an ``evaluate`` that fails
         on the sample's rows (a user's algorithm may need per-point state) gives it up; a
-        first chunk warms the kernel's first call on the master, the subset's call after it
-        is timed, and where the floor would cost more than :data:`DEAR` of ``wall_s`` (the
-        coming iteration's wall time, as far as it is known) at that pace, the gauge gives
-        up before any observation read it -- one measure of progress for the whole run (a
-        stage's windows compared against a rate taken on the other measure left their line:
-        NMF, 1-3 re-fits in each of two runs where the gauge gave up after three barriers).
+        first chunk warms the kernel's first call on the master, the second chunk is timed,
+        and where the floor would cost more than :data:`DEAR` of ``wall_s`` (the coming
+        iteration's wall time, as far as it is known) at that pace, the gauge gives up
+        before any observation read it (:meth:`_first`) -- one measure of progress for the
+        whole run (a stage's windows compared against a rate taken on the other measure left
+        their line: NMF, 1-3 re-fits in each of two runs where the gauge gave up after three
+        barriers).
         """
         if not self.active:
             return False
@@ -204,15 +205,13 @@ class Gauge(AttributeState):
         n, held, old = self.n, self.value, self.valued
         t0 = self.clock()
         try:
-            if first and evaluate(self.rows(0, 1)) is None:
-                self.gave_up = "no evaluate"
-                return False
-            if held is None or old == n:
-                t = self.clock()
-                total = common = evaluate(self.rows(0, n))
-                if first and total is not None and self._dear(self.clock() - t, wall_s):
+            if first:
+                total = common = self._first(evaluate, wall_s)
+                if total is None:
                     self.seconds += self.clock() - t0
                     return False
+            elif held is None or old == n:
+                total = common = evaluate(self.rows(0, n))
             elif old < n:
                 common = evaluate(self.rows(0, old))
                 rest = evaluate(self.rows(old, n))
@@ -230,7 +229,7 @@ class Gauge(AttributeState):
             self.gave_up = self.gave_up or "no evaluate"
             return False
         spent = self.clock() - t0
-        points = int(self._cuts[max(n, old)]) + (int(self._cuts[1]) if first else 0)
+        points = int(self._cuts[max(n, old)])
         self.seconds += spent
         self.evaluations += 1
         self.points += points
@@ -239,6 +238,28 @@ class Gauge(AttributeState):
                      else self.scale(max(old, 1)) * (held - float(common)))
         self.value, self.valued = float(total), n
         return True
+
+    def _first(self, evaluate: Evaluate, wall_s: float) -> float | None:
+        """The first evaluation, in three calls that add up to the subset's sum: its first
+        chunk (which may carry the kernel's first call on the master), its second, timed --
+        where the floor would cost more than :data:`DEAR` of ``wall_s`` at that pace the
+        gauge gives up here, after two chunks -- and the rest.  None: given up."""
+        n = self.n
+        head = evaluate(self.rows(0, 1))
+        if head is None:
+            self.gave_up = "no evaluate"
+            return None
+        if n < 2:
+            return head
+        t = self.clock()
+        second = evaluate(self.rows(1, 2))
+        if second is None:
+            self.gave_up = "no evaluate"
+            return None
+        if self._dear((self.clock() - t) / len(self.chunks[1][1]), wall_s):
+            return None
+        rest = evaluate(self.rows(2, n)) if n > 2 else 0.0
+        return None if rest is None else head + second + rest
 
     def estimate(self) -> float | None:
         """G of the θ held: N / m times its losses' sum on the subset (None: none held)."""
@@ -276,11 +297,11 @@ class Gauge(AttributeState):
         if rollback and self.marked is not None:
             self.value, self.valued = self.marked
 
-    def _dear(self, spent: float, wall_s: float) -> bool:
-        """Give up where the floor, at ``spent`` seconds for the subset, costs more than
-        :data:`DEAR` of ``wall_s`` (the first evaluation: :meth:`evaluate`)."""
+    def _dear(self, per_point: float, wall_s: float) -> bool:
+        """Give up where the floor, at ``per_point`` seconds a point, costs more than
+        :data:`DEAR` of ``wall_s`` (the first evaluation: :meth:`_first`)."""
         floor_points = int(self._cuts[self._chunks_for(self.floor)])
-        cost = spent / max(int(self._cuts[self.n]), 1) * floor_points
+        cost = per_point * floor_points
         if cost <= DEAR * wall_s:
             return False
         self.gave_up = (f"too dear: {cost * 1e3:.2f} ms for {floor_points} points, "
