@@ -87,6 +87,9 @@ class ServerPort(Protocol):
     objective: float
     #: Points of each worker's shard as loaded, by rank.
     shard_sizes: dict[int, int]
+    #: Rows of the master's sample of the data from each worker's shard, in rank order
+    #: (``DataInfo.sample_sizes``; empty: no sample).
+    sample_sizes: tuple[int, ...]
 
     def now(self) -> float:
         """Seconds since training began (the time base of every record)."""
@@ -118,6 +121,11 @@ class ServerPort(Protocol):
 
     def rollback(self, token: object) -> None:
         """Return θ and the online objective to what :meth:`mark` saw."""
+        ...
+
+    def evaluate_sample(self, rows: Any) -> float | None:
+        """The exact objective of θ on ``rows`` of the master's sample, as a sum; None
+        where there is no sample or the algorithm has no ``evaluate``."""
         ...
 
     def estimated_objective(self) -> float:

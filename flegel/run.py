@@ -506,6 +506,7 @@ def _run_master(comm: MPI.Comm, job: Job, out_dir: Path, saver: _Saver,
                     stall_warning_s=job.runtime.stall_warning_s,
                     stall_timeout_s=timeout)
     server.shard_sizes = {r: infos[r]["n"] for r in ranks}
+    server.sample, server.sample_sizes = (sample, sample_y), info.sample_sizes  # FSPV's gauge
     server.where = peers.where()  # host and pid of each worker, for the messages
     budget = job.runtime.exact_budget
     if budget > 0:

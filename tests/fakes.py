@@ -958,6 +958,8 @@ class Simulation:
                              trace_points=trace_points, stall_warning_s=stall_warning_s,
                              clock=self.clock)
         self.server.shard_sizes = {r: len(s) for r, s in zip(self.ranks, self.shards)}
+        if sample_rows is not None and self.labels is None:  # the master's sample (the gauge)
+            self.server.sample, self.server.sample_sizes = (info.sample, None), info.sample_sizes
         cls = policy_class(model)
         costs = ([float(cost_s)] * workers if isinstance(cost_s, (int, float))
                  else [float(c) for c in cost_s])

@@ -133,6 +133,11 @@ def test_fsp_resumed_with_a_larger_limit_continues_to_the_same_optimum(tmp_path)
                                atol=1e-2)
     # The interval adjustor went on from its state: its history is the first run's, extended.
     assert len(sb["eta_history_ms"]) >= 1
+    # The master's sample reached FSPV's gauge (flegel.run), before and after the resume; it
+    # measures unless its floor was too dear on this host's timing of it.
+    for s in (sa, sb):
+        assert s["gauge_gave_up"] is None or s["gauge_gave_up"].startswith("too dear"), s
+        assert (s["progress_measure"] == "gauge") == (s["gauge_gave_up"] is None)
 
     # Another number of workers is refused by every rank with one line, before any work.
     mpiexec = find_mpiexec()

@@ -17,7 +17,10 @@ class Observation:
     eta_s : float
         The interval the iteration was run with.
     progress : float
-        Decrease of the online objective during the iteration (positive is progress).
+        Decrease of the objective during the iteration (positive is progress): under FSPV
+        the gauge's exact objective of θ before and after it on a fixed sample
+        (:mod:`flegel.interval.gauge`), else -- FSPB, or where the gauge does not measure --
+        the online objective's.
     valid_s : float
         Time workers computed: from the broadcast of θ to the first report.
     wall_s : float

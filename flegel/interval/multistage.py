@@ -68,7 +68,11 @@ Choices where the paper is vague, all documented here:
   calibration pass the middle probes (η₂) looked best every time.  Measured (issue 19,
   ``python bench/paper_pairs.py``, ``flegel paper``'s CNN on sorted shards, 2 shared cores)
   fixed intervals of 10, 20, 40 and 80 ms reached the target in 0.78, 1.01, 0.99 and 1.49 s
-  (medians of 2), while the fitted η ranged over 15-301 ms from run to run (0.66-1.56 s);
+  (medians of 2), while the fitted η ranged over 15-301 ms from run to run (0.66-1.56 s).
+  (The progress FSPV observes is now the gauge's, the exact objective of θ before and after
+  the iteration on a fixed sample, :mod:`flegel.interval.gauge`, where it is cheap enough;
+  the CNN's evaluation is not -- 256 points cost about an iteration -- so it reads the
+  online objective still, and takes the shortest trusted interval as before);
 * **when a new stage opens.**  Within a stage f falls linearly in t (the paper's premise);
   the stage's line is fitted on the stage itself: its rate (:attr:`MultiStage.stage_rate`)
   is the progress over wall time of its iterations so far.  (The probes' extrapolation

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from flegel.api import Algorithm
+from flegel.block import Block
 from flegel.ports import Arrays, WorkerRecord
 from flegel.protocol import ExitCode, Instructions, MigrationOrder, Signal, StopReason
 from flegel.runtime import Backoff, watchdog
@@ -229,6 +230,10 @@ class Server:
         self.theta_layout = Layout.of(theta)
         self.agg_layout = Layout.of(zero())
         self.shard_sizes: dict[int, int] = {}  # points of each worker's shard
+        # The master's seeded sample of the data (DataInfo.sample, sample_y; run.py sets
+        # it), and its rows per worker: what FSPV's gauge evaluates θ on.
+        self.sample: tuple[np.ndarray, np.ndarray | None] | None = None
+        self.sample_sizes: tuple[int, ...] = ()
         self.workers = {r: WorkerRecord(r) for r in self.ranks}
         self.version = 0
         self._theta_lock = threading.Lock()
@@ -341,6 +346,19 @@ class Server:
 
     def mark(self) -> object:
         return (self.theta, self.objective)
+
+    def evaluate_sample(self, rows: np.ndarray) -> float | None:
+        """The exact objective of θ on ``rows`` of the master's sample, as a sum
+        (``Algorithm.evaluate``); None where there is no sample or the algorithm has no
+        ``evaluate`` (FSPV's gauge, :mod:`flegel.interval.gauge`)."""
+        if self.sample is None:
+            return None
+        x, y = self.sample
+        try:
+            return float(self.algorithm.evaluate(
+                self.theta, Block.from_arrays(x[rows], None if y is None else y[rows])))
+        except NotImplementedError:
+            return None
 
     def rollback(self, token: object) -> None:
         self.theta, self.objective = token  # type: ignore[misc]

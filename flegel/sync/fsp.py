@@ -54,6 +54,7 @@ from flegel.balance.migration import KEYS as MIGRATION_KEYS
 from flegel.balance.migration import Balancer, MigrationOptions, Migrator
 from flegel.balance.ports import MigratingShard, MigrationPort, OrderPort
 from flegel.interval import Observation, Plan, make_adjustor
+from flegel.interval.gauge import Gauge
 from flegel.interval.multistage import (
     PASS_REACH,
     PROBE_MODES,
@@ -727,7 +728,7 @@ class FSP(BarrierPolicy):
 
     WORKER = FSPWorker
     #: The interval adjustor is checkpointed through its own ``checkpoint_state()``.
-    NESTED: ClassVar[tuple[str, ...]] = ("adjustor", "passes")
+    NESTED: ClassVar[tuple[str, ...]] = ("adjustor", "passes", "gauge")
     #: The server, under its migration port too, is no state of the policy.
     NOT_STATE: ClassVar[tuple[str, ...]] = ("server", "options", "order_port")
 
@@ -742,6 +743,8 @@ class FSP(BarrierPolicy):
                          stage_tolerance=options["stage_tolerance"],
                          per_update=server.progress_per_update)
         self.adjustor = make_adjustor(kind, **extra)
+        #: FSPV's progress on the exact objective of θ (flegel.interval.gauge), not FSPB's.
+        self.gauge = Gauge.of(server, off=None if kind == "multistage" else kind)
         self.semi = options["coordination"] == "semi"
         # no timer: a whole pass (a share, sampled) of every worker, a straggler paused at
         # _whole_bound
@@ -860,6 +863,7 @@ class FSP(BarrierPolicy):
         if self.plan.rollback and self._mark_theta is not None:
             # FSPV's second probe restarts from the same θ as the first (Section 3.3).
             srv.rollback(self._mark_theta)
+        self.gauge.follow(self.plan.mark, self.plan.rollback)  # G with θ
         self.signalled = False
         self.pause_at = None
         self.paused = set()
@@ -1306,9 +1310,12 @@ class FSP(BarrierPolicy):
             # Signed δᵢ from each worker's response delay after its own timer (Section 5.2).
             self.offsets = learn_offsets(self.offsets, commits, arrivals, self.iter_start,
                                          self.plan.eta_s)
-        # Progress on the estimated objective: a first visit of a point adds its whole loss
-        # to the online objective, which is not a step backwards (Server.estimated_objective).
-        progress = self._start_estimate - srv.estimated_objective()
+        # Progress on the gauge's exact objective of θ (FSPV); else on the estimated objective:
+        # a first visit of a point adds its whole loss to the online objective, which is not a
+        # step backwards (Server.estimated_objective).
+        progress = self.gauge.progress(srv, now - self.iter_start,
+                                       self.plan.phase not in UNTIMED_PHASES,
+                                       self._start_estimate - srv.estimated_objective())
         obs = Observation(eta_s=self.plan.eta_s, progress=progress,
                           valid_s=first - self.iter_start, wall_s=now - self.iter_start,
                           barrier_s=now - first, eta_max_s=self.eta_max_s)
@@ -1363,6 +1370,9 @@ class FSP(BarrierPolicy):
             self.plan = self.adjustor.start(eta0, self.eta_max_s)
         else:
             self.plan = self.adjustor.observe(obs)
+        # G(θ) for the next iteration, whose wall time is at least its η or a pass
+        self.gauge.prime(srv, self.plan.phase not in UNTIMED_PHASES,
+                         min(self.plan.eta_s, self.eta_max_s))
 
     def _whole_shares(self, commits: dict[int, dict[str, float]]) -> bool:
         """Whether every worker trained its whole sampled share this iteration (none paused
@@ -1465,6 +1475,7 @@ class FSP(BarrierPolicy):
                                "whole_passes_dropped": self.cover_steps_dropped,
                                "held_for": self.held_for}
         out.update(self.adjustor.summary())  # FSPV: stages, stage_refits; FSPB: search_rounds
+        out.update(self.gauge.summary())
         if self.balancer is not None:
             out["migration"] = {"mode": self.balancer.options.mode,
                                 "virtual": self.balancer.options.virtual,
