@@ -27,10 +27,11 @@ its subset so that an evaluation costs :data:`SHARE` of the median wall time of 
 iterations, at least :data:`FLOOR` points (below that the estimate's noise, not the
 iteration, decides) and at most the sample; the subset grows at most :data:`GROWTH` times
 per barrier.  Where the floor alone would cost more than :data:`DEAR` of the first iteration
-it measures (timed after a chunk that warms the kernel's first call on the master, before
-any observation read it: one measure for the whole run), or the master holds no sample, or
-the algorithm has no ``evaluate`` (a user's algorithm), the gauge gives up and the adjustor
-reads the online estimate, as before (``progress_measure`` in ``summary.json`` says which).
+it measures (timed on :data:`TRIAL` rows after a call that warms the kernel's first call
+on the master, before any observation read it: one measure for the whole run), or the master
+holds no sample, or the algorithm has no ``evaluate`` (a user's algorithm), the gauge gives
+up and the adjustor reads the online estimate, as before (``progress_measure`` in
+``summary.json`` says which).
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ GROWTH = 2.0
 DEAR = 0.25
 #: Iterations whose wall time sizes the subset (their median).
 RECENT = 9
+#: Rows of the first evaluation's warm-up call and of its timed call, which decides whether
+#: the gauge measures (:meth:`Gauge._first`): few, so that an algorithm whose evaluation is
+#: too dear (NMF's 50 HALS sweeps a row, the CNN's forward pass) pays little to find out --
+#: two chunks of 64 rows cost NMF 5.4-7.8 ms and the CNN 14.5-18.1 ms once a run, on the
+#: master's critical path, at a load of 3-4.
+TRIAL = 16
 
 #: ``evaluate(rows)``: the exact objective of the current θ on rows of the master's sample,
 #: as a sum (None: the algorithm has no ``evaluate``; ``ServerPort.evaluate_sample``).
@@ -191,8 +198,8 @@ class Gauge(AttributeState):
 
         The first evaluation decides whether it measures at all: an ``evaluate`` that fails
         on the sample's rows (a user's algorithm may need per-point state) gives it up; a
-        first chunk warms the kernel's first call on the master, the second chunk is timed,
-        and where the floor would cost more than :data:`DEAR` of ``wall_s`` (the coming
+        first call on a few rows warms the kernel's first call on the master, two more are
+        timed, and where the floor would cost more than :data:`DEAR` of ``wall_s`` (the coming
         iteration's wall time, as far as it is known) at that pace, the gauge gives up
         before any observation read it (:meth:`_first`) -- one measure of progress for the
         whole run (a stage's windows compared against a rate taken on the other measure left
@@ -240,26 +247,28 @@ class Gauge(AttributeState):
         return True
 
     def _first(self, evaluate: Evaluate, wall_s: float) -> float | None:
-        """The first evaluation, in three calls that add up to the subset's sum: its first
-        chunk (which may carry the kernel's first call on the master), its second, timed --
-        where the floor would cost more than :data:`DEAR` of ``wall_s`` at that pace the
-        gauge gives up here, after two chunks -- and the rest.  None: given up."""
-        n = self.n
-        head = evaluate(self.rows(0, 1))
-        if head is None:
-            self.gave_up = "no evaluate"
+        """The first evaluation, in calls that add up to the subset's sum: its first
+        :data:`TRIAL` rows (which may carry the kernel's first call on the master), the next
+        two runs of :data:`TRIAL`, each timed -- where the floor would cost more than
+        :data:`DEAR` of ``wall_s`` at the faster one's pace (one call descheduled on a loaded
+        host does not decide; a call's own cost on so few rows counts against the gauge) it
+        gives up here -- and the rest.  None: given up."""
+        rows = self.rows(0, self.n)
+        total, fastest = 0.0, float("inf")
+        for k, start in enumerate(range(0, min(len(rows), 3 * TRIAL), TRIAL)):
+            part = rows[start:start + TRIAL]
+            t = self.clock()
+            value = evaluate(part)
+            if value is None:
+                self.gave_up = "no evaluate"
+                return None
+            if k:
+                fastest = min(fastest, (self.clock() - t) / len(part))
+            total += value
+        if fastest < float("inf") and self._dear(fastest, wall_s):
             return None
-        if n < 2:
-            return head
-        t = self.clock()
-        second = evaluate(self.rows(1, 2))
-        if second is None:
-            self.gave_up = "no evaluate"
-            return None
-        if self._dear((self.clock() - t) / len(self.chunks[1][1]), wall_s):
-            return None
-        rest = evaluate(self.rows(2, n)) if n > 2 else 0.0
-        return None if rest is None else head + second + rest
+        rest = evaluate(rows[3 * TRIAL:]) if len(rows) > 3 * TRIAL else 0.0
+        return None if rest is None else total + rest
 
     def estimate(self) -> float | None:
         """G of the θ held: N / m times its losses' sum on the subset (None: none held)."""
