@@ -249,3 +249,19 @@ def test_shard_sizes_unknown_weigh_the_strata_by_their_sample_rows() -> None:
     g.n = len(g.chunks)
     assert g.evaluate(_Rows(losses).evaluate_sample, wall_s=1.0)
     assert g.estimate() == pytest.approx(losses.sum())
+
+
+def test_the_points_counted_are_the_rows_evaluated() -> None:
+    """A θ forgotten (an iteration not judged) with a larger subset held before: the next
+    evaluation takes the current subset only, and its cost per point is counted on it."""
+    port = _Rows(np.ones(1280), cost_s=1e-6)
+    g = Gauge([1280], [12_800], floor=2 * CHUNK, clock=port.now)
+    g.prime(port, needed=True, wall_s=1.0)
+    g.n = 8
+    g.progress(port, 1.0, timed=True, online=0.0)  # grows: the shared 2 chunks and 6 more
+    assert g.valued == 8 and g.points == 2 * CHUNK + 8 * CHUNK
+    g.prime(port, needed=False, wall_s=1.0)  # θ moves on unmeasured
+    g.n = 2
+    g.prime(port, needed=True, wall_s=1.0)
+    assert g.points == 2 * CHUNK + 8 * CHUNK + 2 * CHUNK
+    assert g.per_point[-1] == pytest.approx(1e-6)

@@ -236,7 +236,8 @@ class Gauge(AttributeState):
             self.gave_up = self.gave_up or "no evaluate"
             return False
         spent = self.clock() - t0
-        points = int(self._cuts[max(n, old)])
+        # The rows evaluated: the subset's, and where its size changed the held θ's too.
+        points = int(self._cuts[n if held is None or old == n else max(n, old)])
         self.seconds += spent
         self.evaluations += 1
         self.points += points
