@@ -265,3 +265,14 @@ def test_the_points_counted_are_the_rows_evaluated() -> None:
     g.prime(port, needed=True, wall_s=1.0)
     assert g.points == 2 * CHUNK + 8 * CHUNK + 2 * CHUNK
     assert g.per_point[-1] == pytest.approx(1e-6)
+
+
+def test_fspb_reads_the_online_objective_and_says_why() -> None:
+    x, _ = blobs(n=3000, seed=1)
+    sim = Simulation("fsp", {"interval": "binary"}, workers=3, data=x,
+                     algorithm=KMeans(n_clusters=4), sample_rows=300,
+                     stop={"max_iterations": 4})
+    sim.run()
+    summary = sim.policy.summary()
+    assert summary["progress_measure"] == "online"
+    assert summary["gauge_gave_up"] == "the binary adjustor" and summary["gauge_evaluations"] == 0

@@ -744,7 +744,7 @@ class FSP(BarrierPolicy):
                          per_update=server.progress_per_update)
         self.adjustor = make_adjustor(kind, **extra)
         #: FSPV's progress on the exact objective of θ (flegel.interval.gauge), not FSPB's.
-        self.gauge = Gauge.of(server, off=None if kind == "multistage" else kind)
+        self.gauge = Gauge.of(server, off=None if kind == "multistage" else f"the {kind} adjustor")
         self.semi = options["coordination"] == "semi"
         # no timer: a whole pass (a share, sampled) of every worker, a straggler paused at
         # _whole_bound
