@@ -16,9 +16,13 @@ share of observations whose sign is the truth's, and the median relative error
 ``|m − exact| / |exact|``.  No times: the simulated clock makes every number reproducible.
 
 Run: ``python bench/gauge_fidelity.py [--algorithms kmeans,gmm,fcm,nmf] [--points N]
-[--iterations T] [--gauge-points M]`` (the data are ``flegel paper``'s quick workloads,
-made afresh, strided shards over 4 workers; ``--points`` keeps the first N rows; M: the
-gauge's subset, fixed -- a real run's budget gave 256-470 points on these, 2 shared cores).
+[--iterations T] [--gauge-points M] [--rows] [--cost]`` (the data are ``flegel paper``'s
+quick workloads, made afresh, strided shards over 4 workers; ``--points`` keeps the first N
+rows; M: the gauge's subset, fixed -- a real run's budget gave 256-470 points on these, 2
+shared cores; ``--rows``: every observation's three measures, e.g. GMM's first probes;
+``--cost``: the wall time of one ``evaluate`` call on the master's side for 16, 64, 370 and
+2,048 rows at θ⁰, the median of 50 calls -- what one call over the gauge's subset saves
+against a call per 64-row chunk; this one has a clock, so it moves with the load).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import argparse
 import copy
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +95,27 @@ def run(name: str, x: np.ndarray, params: dict[str, Any], iterations: int,
     return rows
 
 
+def call_cost(name: str, x: np.ndarray, params: dict[str, Any]) -> None:
+    """The median seconds of one ``evaluate`` call at θ⁰ on the first 16-2,048 rows."""
+    from flegel.api import DataInfo
+
+    alg = resolve_algorithm(name)(**params)
+    info = DataInfo(n_features=x.shape[1], n_points=len(x), n_workers=WORKERS,
+                    sample=x[:2500])
+    theta = alg.init_parameter(info)
+    cells = []
+    for m in (16, 64, 370, 2048):
+        block = Block.from_arrays(np.ascontiguousarray(x[:m]))
+        alg.evaluate(theta, block)  # the kernel's first call
+        times = []
+        for _ in range(50):
+            t = time.perf_counter()
+            alg.evaluate(theta, block)
+            times.append(time.perf_counter() - t)
+        cells.append(f"{m} rows {np.median(times) * 1e3:.3f} ms")
+    print(f"    one evaluate call: {', '.join(cells)}")
+
+
 def fidelity(rows: list[tuple[str, float, float, float]]) -> None:
     exact = np.array([r[1] for r in rows])
     for k, label in ((2, "gauge"), (3, "online")):
@@ -111,10 +137,20 @@ def main(argv: list[str] | None = None) -> None:
                     help="rows of each shard in the master's sample (flegel.run: 10,000 / 4)")
     ap.add_argument("--gauge-points", type=int, default=256,
                     help="the gauge's subset (0: the budget's, the whole sample here)")
+    ap.add_argument("--rows", action="store_true",
+                    help="print every observation's exact, gauge and online progress")
+    ap.add_argument("--cost", action="store_true",
+                    help="time one evaluate call for 16-2,048 rows (a clock: load-dependent)")
     args = ap.parse_args(argv)
     for name in args.algorithms.split(","):
         x, params = workload(name, args.points)
         rows = run(name, x, params, args.iterations, args.sample, args.gauge_points)
+        if args.rows:
+            for k, (phase, exact, gauge, online) in enumerate(rows):
+                print(f"    {k:3d} {phase:12s} exact {exact:12.6g}  gauge {gauge:12.6g}  "
+                      f"online {online:12.6g}")
+        if args.cost:
+            call_cost(name, x, params)
         fidelity(rows)
         probes = [r for r in rows if r[0] != "run"]
         if probes:

@@ -276,3 +276,19 @@ def test_fspb_reads_the_online_objective_and_says_why() -> None:
     summary = sim.policy.summary()
     assert summary["progress_measure"] == "online"
     assert summary["gauge_gave_up"] == "the binary adjustor" and summary["gauge_evaluations"] == 0
+
+
+def test_the_fidelity_bench_prints_each_observation_and_the_call_cost(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``bench/gauge_fidelity.py --rows --cost``, the command behind the figures of the
+    gauge against the online objective, on a slice of the quick K-means data."""
+    from tests.bench_scripts import load_bench
+
+    bench = load_bench("gauge_fidelity")
+    bench.main(["--algorithms", "kmeans", "--points", "4000", "--iterations", "6",
+                "--sample", "300", "--rows", "--cost"])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if " exact " in line and " gauge " in line]
+    assert len(rows) >= 3 and all(" online " in r for r in rows)
+    assert "one evaluate call: 16 rows" in out and "2048 rows" in out
+    assert out.count("median |error|/|exact|") >= 2
