@@ -17,9 +17,10 @@ across the shards so that any prefix holds each shard's rows in proportion to it
 (within a chunk; :func:`chunk_order`) -- a stratified sample with proportional allocation,
 so one sum weighted N / m stands for f(θ), and the same points for every θ, so the
 difference is paired (the points' own spread of losses cancels).  One ``evaluate`` call
-over the prefix (a call per chunk cost 3-6 of them at 64 rows: 35 µs a call for K-means on
-the master against 71 µs for 370 rows in one), two where the subset's size changed since
-the θ held, and the difference is taken on the points both share.
+over the prefix (a call per chunk cost 3-6 of them at 64 rows: 27 µs a call for K-means
+against 59 µs for 370 rows in one, ``python bench/gauge_fidelity.py --cost``), two where the
+subset's size changed since the θ held, and the difference is taken on the points both
+share.
 
 **Its cost.**  The evaluation runs on the master between the update and the next broadcast,
 while every worker waits.  The gauge times itself (seconds per point evaluated) and sizes
