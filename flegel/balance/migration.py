@@ -597,11 +597,50 @@ class Balancer:
         # an even split gave a 3.5x slower peer as many points as the fast ones, and it
         # passed them on at the next plans at unchanged speeds (points moving twice).
         peers = Tolerance(v_rel=PEER_SPEED - 1.0, n_rel=GROUP_SPREAD, p_abs=p_abs)
-        v = {s.rank: s.v for s in stats}
+        v = self.peer_speeds([s for s in stats if not self.straggler(s.rank)])
         out = [replace(w, speeds=tuple(v[r] for r in w.ranks)) if w.size > 1 else w
                for w in group([s for s in stats if not self.straggler(s.rank)], peers)]
         out += group(slow, tol)
         return sorted(out, key=lambda w: w.ranks[0])
+
+    def peer_speeds(self, peers: list[WorkerStat]) -> dict[int, float]:
+        """Each peer's V for splitting what its super worker receives (``SuperWorker.speeds``,
+        :meth:`supers`): a peer measured faster than the peers' (lower) median V counts as
+        faster only in proportion to the evidence, the share of :data:`SPEED_WINDOW_S` its
+        speed history's compute covers (all of it: its own V; none: the median's); a peer
+        measured slower keeps its own V.
+
+        A straggler's first round may come after one whole pass (``at_barrier``'s
+        ``whole_passes``), and one pass of a few ms on shared cores measures which rank had
+        a core, not its speed.  Measured (issue 19, ``flegel paper --quick --only
+        migration``'s NMF, 4 workers on 2 shared cores): on the calibration pass's speeds
+        the first round gave 1,307 of the straggler's 1,575 points to worker 4, 268 to
+        worker 2 and none to worker 3, equally fast peers; worker 4 then held 3,254 points
+        against 2,268 and 2,330, every later iteration waited for its pass, and no later
+        round moved any of it (their passes were equal, one a barrier), so FSPV with async
+        migration reached the target 0.80-0.94x as fast as FSPV without it.
+
+        Asymmetric on purpose: a peer given too many points holds up every barrier after
+        (its pass is the iteration's), and, as a receiver, may not pass them on without a
+        speed change (:meth:`reversal`); a peer given too few passes sooner and waits a
+        little.  A peer measured slower on one pass may be slow indeed (a 3.5x slower peer
+        on the simulated clock, ``tests/test_migration_churn.py``: shrunk toward the mean,
+        it received 411 of 1,957 points and sent 1,332 on in the four rounds after), so its
+        own V stands.  The median, not the mean: the split fills every peer up to counts in
+        proportion to its speed, so from equal shards a peer counted 30 % faster than the
+        others receives nearly three times their share, and a mean pulled up by one
+        slow-looking peer counted the others that much faster.
+        """
+        if not peers:
+            return {}
+        v = sorted(s.v for s in peers)
+        median = v[(len(v) - 1) // 2]
+        out = {}
+        for s in peers:
+            seen = sum(c for c, _ in self.speed.get(s.rank, ()))
+            w = min(1.0, seen / SPEED_WINDOW_S)
+            out[s.rank] = max(s.v, w * s.v + (1.0 - w) * median)
+        return out
 
     def predicted_end(self, stats: list[WorkerStat], T: float) -> tuple[dict[int, float],
                                                                         float]:
