@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from flegel.cli.paper import other_figures, plots, runner
-from flegel.cli.paper.common import Ctx
-from flegel.cli.paper.other_figures import MINI_BATCH, SPECSYNC_ROUNDS, _median_time
+from flegel.cli.paper.common import Ctx, median_time
+from flegel.cli.paper.other_figures import MINI_BATCH, SPECSYNC_ROUNDS
 from flegel.cli.paper.page import MISSED, Figure, verdict
 from flegel.cli.paper.runner import Runner, Time
 from flegel.cli.paper.workloads import FULL, QUICK, Mode
@@ -124,11 +124,11 @@ def test_the_median_of_the_rounds_is_a_bound_when_its_run_did_not_reach() -> Non
     an unreached one counts as more than its training time, a failed one (0 s, unreached)
     first of those."""
     reached = [Time(2.0, True), Time(0.5, True), Time(1.0, True)]
-    assert _median_time(reached) == Time(1.0, True)
-    assert _median_time([Time(4.0, False), Time(0.5, True), Time(4.0, False)]) == \
+    assert median_time(reached) == Time(1.0, True)
+    assert median_time([Time(4.0, False), Time(0.5, True), Time(4.0, False)]) == \
         Time(4.0, False)
-    assert _median_time([Time(4.0, False), Time(0.5, True), Time(0.0, False)]) == \
+    assert median_time([Time(4.0, False), Time(0.5, True), Time(0.0, False)]) == \
         Time(0.0, False)
-    assert _median_time([Time(4.0, False), Time(0.5, True), Time(0.7, True)]) == \
+    assert median_time([Time(4.0, False), Time(0.5, True), Time(0.7, True)]) == \
         Time(0.7, True)
-    assert _median_time([]) == Time(0.0, False)
+    assert median_time([]) == Time(0.0, False)

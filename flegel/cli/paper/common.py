@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from flegel.cli.paper import network
-from flegel.cli.paper.runner import Ratio, Runner, RunResult
+from flegel.cli.paper.runner import Ratio, Runner, RunResult, Time
 from flegel.cli.paper.workloads import ALGORITHMS, Mode
 
 #: How the paper's frameworks are named on the page, and the sync preset each runs: FSPB and
@@ -67,6 +67,16 @@ def geo_mean(ratios: list[Ratio]) -> Ratio:
         return Ratio(float("nan"), "?")
     v = math.exp(sum(math.log(max(r.value, 1e-12)) for r in ratios) / len(ratios))
     return Ratio(v, combine([r.qualifier for r in ratios]))
+
+
+def median_time(times: list[Time]) -> Time:
+    """The median of times to target, a run that did not reach the target counting as at
+    least its training time (so the median is a bound when it is such a run).
+
+    Reached runs sort first, by time; then the unreached by training time, a failed run (no
+    summary: unreached at 0.0 s) first of those."""
+    ordered = sorted(times, key=lambda t: (not t.reached, t.s))
+    return ordered[(len(ordered) - 1) // 2] if ordered else Time(0.0, False)
 
 
 def interval(r: Ratio) -> tuple[float, float]:

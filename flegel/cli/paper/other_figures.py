@@ -39,9 +39,16 @@ from __future__ import annotations
 from typing import Any
 
 from flegel.cli.paper import horizons, plots
-from flegel.cli.paper.common import Ctx, cluster_place, failures, per_worker, time_row
+from flegel.cli.paper.common import (
+    Ctx,
+    cluster_place,
+    failures,
+    median_time,
+    per_worker,
+    time_row,
+)
 from flegel.cli.paper.page import NOT_RUN, Figure
-from flegel.cli.paper.runner import Ratio, Time
+from flegel.cli.paper.runner import Ratio
 
 #: Why Table 2 is not run when no local cluster is up.
 NO_CLUSTER = ("runs on the local cluster: as root, `deploy/local/cluster.sh up 5` (4 workers, "
@@ -133,16 +140,6 @@ def dssp(ctx: Ctx) -> Figure:
 SPECSYNC_ROUNDS = 3
 
 
-def _median_time(times: list[Time]) -> Time:
-    """The median of times to target, a run that did not reach the target counting as at
-    least its training time (so the median is a bound when it is such a run).
-
-    Reached runs sort first, by time; then the unreached by training time, a failed run (no
-    summary: unreached at 0.0 s) first of those."""
-    ordered = sorted(times, key=lambda t: (not t.reached, t.s))
-    return ordered[(len(ordered) - 1) // 2] if ordered else Time(0.0, False)
-
-
 def _rates(summary: dict[str, Any] | None) -> str:
     """``"worker 1 / fastest"`` passes per second of training (worker 1 is the Injected
     straggler where there is one): work done, whatever time the run stopped at (one reaching
@@ -174,7 +171,7 @@ def specsync(ctx: Ctx) -> Figure:
     runs = {(st, k, s): ctx.run(a, "contiguous", s, st,
                                 (f"sync.batch={MINI_BATCH}", f"seed={k}"))
             for st in settings for k in range(rounds_of[st]) for s in syncs}
-    med = {(st, s): _median_time([runs[st, k, s].time for k in range(rounds_of[st])])
+    med = {(st, s): median_time([runs[st, k, s].time for k in range(rounds_of[st])])
            for st in settings for s in syncs}
     ratio = {st: Ratio.of(med[st, "asp"], med[st, "specsync"]) for st in settings}
     pairs = {st: [Ratio.of(runs[st, k, "asp"].time, runs[st, k, "specsync"].time)
