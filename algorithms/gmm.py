@@ -190,6 +190,12 @@ class GaussianMixture(DeviceKernels, RowKernel, Algorithm):
     ``covariances``.  As in scikit-learn, ``10·eps`` is added to ``nk`` in the M-step; a
     component whose ``nk`` falls below 1e-9 of the total keeps its previous mean and covariance.
     Per-point state is ``resp`` (K floats) and ``loss``, i.e. 8(K+1) bytes per point.
+
+    Under FSP without data migration the M-step weighs each shard up to its size while its
+    first pass runs (:meth:`stratify`; issue 19, Fig. 7): θ's ``stratum_nk``,
+    ``stratum_sx``, ``stratum_sxx`` hold the workers' corrections, added to the exact
+    statistics for the M-step only, and ``stratum_active`` the count of shards weighed up;
+    all zeros once every first pass is done, and always outside FSP.
     """
 
     #: update_parameter returns new arrays: the master passes θ without a copy.
@@ -381,7 +387,8 @@ class GaussianMixture(DeviceKernels, RowKernel, Algorithm):
             stratum = None  # nothing to send: the zero aggregator's stratum keys
         # the first block decides whether E is the shard's sums (PassStratum): every
         # point of it untrained (responsibilities all zero before their first E-step)
-        first_visits = (int(np.count_nonzero(~block.state["resp"].any(axis=1)))
+        # (a sum of the mask, not np.count_nonzero: the state may live on a GPU)
+        first_visits = (int((~block.state["resp"].any(axis=1)).sum())
                         if stratum is not None and stratum.valid is None else 0)
         compiled = self.use_compiled(self.work_units(b, d))
         xp = self.xp  # NumPy whenever the compiled kernel runs
