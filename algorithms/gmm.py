@@ -53,12 +53,18 @@ from ._common import (
     set_params,
     validate_init_file,
 )
+from ._stratum import PassStratum
 
 _INITS = ("kmeans++",)
 _COVARIANCE_TYPES = ("diag", "full")
 _EPS = 10.0 * np.finfo(np.float64).eps  # added to nk, as scikit-learn does
 _DEGENERATE = 1e-9  # a component with nk below this fraction of the total keeps its shape
 _EXP_FLOOR = -708.0  # exp(x) of x below this is subnormal or 0: the E-step takes it as 0
+#: The sufficient statistics (Eq. 3), summed in θ over every point's latest responsibilities.
+_STATS = ("nk", "sx", "sxx")
+#: θ's and the aggregate's keys of the stratified M-step (GaussianMixture.stratify): the
+#: workers' current corrections of each statistic and the count of strata on.
+_STRATUM_KEYS = ("stratum_nk", "stratum_sx", "stratum_sxx", "stratum_active")
 
 
 @njit(cache=True, nogil=True)
@@ -140,6 +146,12 @@ def _host(a: Any) -> np.ndarray:
     return np.ascontiguousarray(to_host(a), dtype=np.float64)
 
 
+def _stratified(theta: dict[str, np.ndarray]) -> bool:
+    """Whether θ carries the stratified M-step's statistics (init_parameter's θ; a θ made by
+    hand or by an older flegel may not)."""
+    return all(k in theta for k in _STRATUM_KEYS)
+
+
 class GaussianMixture(DeviceKernels, RowKernel, Algorithm):
     """Gaussian mixture model fitted by incremental EM.
 
@@ -178,6 +190,12 @@ class GaussianMixture(DeviceKernels, RowKernel, Algorithm):
     ``covariances``.  As in scikit-learn, ``10·eps`` is added to ``nk`` in the M-step; a
     component whose ``nk`` falls below 1e-9 of the total keeps its previous mean and covariance.
     Per-point state is ``resp`` (K floats) and ``loss``, i.e. 8(K+1) bytes per point.
+
+    Under FSP without data migration the M-step weighs each shard up to its size while its
+    first pass runs (:meth:`stratify`; issue 19, Fig. 7): θ's ``stratum_nk``,
+    ``stratum_sx``, ``stratum_sxx`` hold the workers' corrections, added to the exact
+    statistics for the M-step only, and ``stratum_active`` the count of shards weighed up;
+    all zeros once every first pass is done, and always outside FSP.
     """
 
     #: update_parameter returns new arrays: the master passes θ without a copy.
@@ -208,6 +226,8 @@ class GaussianMixture(DeviceKernels, RowKernel, Algorithm):
         set_params(self, locals())
         self._set_device(device, kernel)
         self._operands: ThetaCache[tuple[Any, ...]] = ThetaCache()
+        self._stratum: PassStratum | None = None
+        self._shared = False  # stratify was called by several workers (stratify's notes)
 
     # ------------------------------------------------------------------ set-up
     def validate(self, base_dir: Path) -> None:
@@ -252,14 +272,35 @@ class GaussianMixture(DeviceKernels, RowKernel, Algorithm):
             pchol = 1.0 / np.sqrt(cov)
             sxx = np.zeros((k, d))
         return {"weights": weights, "means": means, "precisions_cholesky": pchol,
-                "nk": np.zeros(k), "sx": np.zeros((k, d)), "sxx": sxx}
+                "nk": np.zeros(k), "sx": np.zeros((k, d)), "sxx": sxx,
+                "stratum_nk": np.zeros(k), "stratum_sx": np.zeros((k, d)),
+                "stratum_sxx": np.zeros_like(sxx), "stratum_active": np.zeros(1)}
+
+    def stratify(self, n_points: int, shard: int | None = None) -> PassStratum | None:
+        """Take the M-step on this worker's shard weighed up to its size while its first
+        pass runs (:class:`algorithms._stratum.PassStratum`): FSP calls it on every worker
+        without data migration (issue 19, Fig. 7).  θ keeps the exact sums; the correction
+        ``(n/m − 1) · E`` travels in the aggregate and θ (``stratum_nk``, ``stratum_sx``,
+        ``stratum_sxx``).  Returns the stratum, which FSP's worker policy checkpoints.
+
+        One instance per worker (a worker process): an instance that several workers share
+        in one process (an in-process simulation) cannot tell their blocks apart, so the
+        second call switches the estimate off for all of them (None), as K-means' does."""
+        if self._stratum is not None or self._shared:
+            self._stratum, self._shared = None, True
+            return None
+        self._stratum = PassStratum(n_points)
+        return self._stratum
 
     def init_state(self, n: int, n_features: int) -> dict[str, np.ndarray]:
         return {"resp": np.zeros((n, self.n_components)), "loss": np.zeros(n)}
 
     def zero_aggregator(self, theta: dict[str, np.ndarray]) -> dict:
-        return {"nk": np.zeros_like(theta["nk"]), "sx": np.zeros_like(theta["sx"]),
-                "sxx": np.zeros_like(theta["sxx"]), "objective": 0.0}
+        agg: dict[str, Any] = {k: np.zeros_like(theta[k]) for k in _STATS}
+        agg["objective"] = 0.0
+        if _stratified(theta):  # θ made by init_parameter (not by hand)
+            agg.update({k: np.zeros_like(theta[k]) for k in _STRATUM_KEYS})
+        return agg
 
     # ------------------------------------------------------------------ kernels
     @staticmethod
@@ -340,6 +381,15 @@ class GaussianMixture(DeviceKernels, RowKernel, Algorithm):
         """
         b, d = block.x.shape
         full = self.covariance_type == "full"
+        stratum = self._stratum
+        if stratum is not None and (not stratum.armed or stratum.done
+                                    or not _stratified(theta)):
+            stratum = None  # nothing to send: the zero aggregator's stratum keys
+        # the first block decides whether E is the shard's sums (PassStratum): every
+        # point of it untrained (responsibilities all zero before their first E-step)
+        # (a sum of the mask, not np.count_nonzero: the state may live on a GPU)
+        first_visits = (int((~block.state["resp"].any(axis=1)).sum())
+                        if stratum is not None and stratum.valid is None else 0)
         compiled = self.use_compiled(self.work_units(b, d))
         xp = self.xp  # NumPy whenever the compiled kernel runs
         ops = self._operands.get(theta, lambda th: self._operands_on(xp, th))
@@ -357,16 +407,38 @@ class GaussianMixture(DeviceKernels, RowKernel, Algorithm):
                                 for j in range(self.n_components)])
             else:
                 sx, sxx = stats[:, d:], stats[:, :d]
-        return {"nk": _host(nk), "sx": _host(sx), "sxx": _host(sxx), "objective": float(dobj)}
+        out: dict[str, Any] = {"nk": _host(nk), "sx": _host(sx), "sxx": _host(sxx),
+                               "objective": float(dobj)}
+        if stratum is not None:
+            piece = stratum.observe(t, b, {k: out[k] for k in _STATS},
+                                    first_visits=first_visits)
+            out.update({f"stratum_{k}": piece[k] for k in _STATS},
+                       stratum_active=piece["active"])
+        elif _stratified(theta):  # no piece: the zero aggregator's keys
+            out.update({k: np.zeros_like(theta[k]) for k in _STRATUM_KEYS})
+        return out
 
     def update_parameter(self, agg: dict, theta: dict[str, np.ndarray]) -> dict:
         nk = theta["nk"] + agg["nk"]
         sx = theta["sx"] + agg["sx"]
         sxx = theta["sxx"] + agg["sxx"]
-        total = float(np.maximum(nk, 0.0).sum())
         new = {"weights": theta["weights"], "means": theta["means"],
                "precisions_cholesky": theta["precisions_cholesky"],
                "nk": nk, "sx": sx, "sxx": sxx}
+        if _stratified(theta):
+            # the M-step's statistics: the exact sums plus the workers' current corrections
+            # (PassStratum; zeros unless FSP runs without migration)
+            active = theta["stratum_active"] + agg.get("stratum_active", 0.0)
+            if abs(float(active[0])) < 0.5:
+                # no stratum on: every correction was taken back, so their sum is 0 -- exactly,
+                # not up to the rounding of the pieces (exact incremental EM's θ, bit for bit)
+                new.update({f"stratum_{k}": np.zeros_like(theta[k]) for k in _STATS},
+                           stratum_active=np.zeros(1))
+            else:
+                new.update({f"stratum_{k}": theta[f"stratum_{k}"] + agg[f"stratum_{k}"]
+                            for k in _STATS}, stratum_active=active)
+                nk, sx, sxx = (new[k] + new[f"stratum_{k}"] for k in _STATS)
+        total = float(np.maximum(nk, 0.0).sum())
         if total <= 0.0:
             return new
         nkc = np.maximum(nk, 0.0) + _EPS
