@@ -56,8 +56,8 @@ def test_estimate_is_n_over_m_times_the_exact_objective_of_its_points_in_one_cal
         return port.evaluate_sample(rows)
 
     assert g.evaluate(counted, wall_s=0.1)
-    # The first evaluation: a few rows to warm the kernel's first call, a few timed, the rest.
-    assert calls == [TRIAL, TRIAL, TRIAL, 4 * CHUNK - 3 * TRIAL]
+    # The first evaluation: one row to warm the kernel's first call, a few timed, the rest.
+    assert calls == [1, TRIAL, TRIAL, 4 * CHUNK - 1 - 2 * TRIAL]
     rows = np.concatenate([r for _, r in g.chunks[:4]])
     assert g.estimate() == pytest.approx(4000 / len(rows) * losses[rows].sum())
     # The prefix holds the shards' rows in proportion to their points (1 : 3).
@@ -113,14 +113,21 @@ def test_budget_bounds_the_subset_and_the_floor_gives_up_when_too_dear() -> None
         g.progress(port, 1e-3, timed=True, online=0.0)
     assert g.n == 256 // CHUNK and g.active
     # A floor dearer than DEAR of the first iteration: the online estimate, from the start,
-    # after 3 x TRIAL rows evaluated (the first warming the kernel, two timed).
+    # after 1 + 2 x TRIAL rows evaluated (one warming the kernel, two timed).
     port = _Rows(losses, cost_s=2 * DEAR * 1e-3 / 256)  # twice DEAR of a 1 ms iteration
     g = Gauge([10_000], [100_000], floor=256, clock=port.now)
     g.prime(port, needed=True, wall_s=1e-3)
     assert not g.active and g.value is None
     assert g.progress(port, 1e-3, timed=True, online=5.0) == 5.0
     assert g.summary()["progress_measure"] == "online"
-    assert g.seconds == pytest.approx(3 * TRIAL * port.cost_s)
+    assert g.seconds == pytest.approx((1 + 2 * TRIAL) * port.cost_s)
+    # So dear that one timed call alone costs more than DEAR of the iteration (NMF's 50
+    # HALS sweeps a row): given up after it, 1 + TRIAL rows evaluated.
+    port = _Rows(losses, cost_s=2 * DEAR * 1e-3 / TRIAL)
+    g = Gauge([10_000], [100_000], floor=256, clock=port.now)
+    g.prime(port, needed=True, wall_s=1e-3)
+    assert not g.active and g.summary()["progress_measure"] == "online"
+    assert g.seconds == pytest.approx((1 + TRIAL) * port.cost_s)
 
 
 def test_the_first_call_s_one_off_cost_does_not_decide() -> None:

@@ -28,8 +28,8 @@ its subset so that an evaluation costs :data:`SHARE` of the median wall time of 
 iterations, at least :data:`FLOOR` points (below that the estimate's noise, not the
 iteration, decides) and at most the sample; the subset grows at most :data:`GROWTH` times
 per barrier.  Where the floor alone would cost more than :data:`DEAR` of the first iteration
-it measures (timed on :data:`TRIAL` rows after a call that warms the kernel's first call
-on the master, before any observation read it: one measure for the whole run), or the master
+it measures (timed on :data:`TRIAL` rows after a one-row call that warms the kernel's first
+call on the master, before any observation read it: one measure for the whole run), or the master
 holds no sample, or the algorithm has no ``evaluate`` (a user's algorithm), the gauge gives
 up and the adjustor reads the online estimate, as before (``progress_measure`` in
 ``summary.json`` says which).
@@ -62,11 +62,11 @@ GROWTH = 2.0
 DEAR = 0.25
 #: Iterations whose wall time sizes the subset (their median).
 RECENT = 9
-#: Rows of the first evaluation's warm-up call and of its timed call, which decides whether
-#: the gauge measures (:meth:`Gauge._first`): few, so that an algorithm whose evaluation is
-#: too dear (NMF's 50 HALS sweeps a row, the CNN's forward pass) pays little to find out --
-#: two chunks of 64 rows cost NMF 5.4-7.8 ms and the CNN 14.5-18.1 ms once a run, on the
-#: master's critical path, at a load of 3-4.
+#: Rows of each of the first evaluation's two timed calls, which decide whether the gauge
+#: measures (:meth:`Gauge._first`; a one-row call warms the kernel before them): few, so
+#: that an algorithm whose evaluation is too dear (NMF's 50 HALS sweeps a row, the CNN's
+#: forward pass) pays little to find out -- two chunks of 64 rows cost NMF 5.4-7.8 ms and
+#: the CNN 14.5-18.1 ms once a run, on the master's critical path, at a load of 3-4.
 TRIAL = 16
 
 #: ``evaluate(rows)``: the exact objective of the current θ on rows of the master's sample,
@@ -249,27 +249,39 @@ class Gauge(AttributeState):
         return True
 
     def _first(self, evaluate: Evaluate, wall_s: float) -> float | None:
-        """The first evaluation, in calls that add up to the subset's sum: its first
-        :data:`TRIAL` rows (which may carry the kernel's first call on the master), the next
-        two runs of :data:`TRIAL`, each timed -- where the floor would cost more than
-        :data:`DEAR` of ``wall_s`` at the faster one's pace (one call descheduled on a loaded
-        host does not decide; a call's own cost on so few rows counts against the gauge) it
-        gives up here -- and the rest.  None: given up."""
+        """The first evaluation, in calls that add up to the subset's sum: its first row
+        (the kernel's first call on the master: compilation, caches), the next two runs of
+        :data:`TRIAL` rows, each timed -- where the floor would cost more than :data:`DEAR`
+        of ``wall_s`` at the faster one's pace (one call descheduled on a loaded host does
+        not decide; a call's own cost on so few rows counts against the gauge) it gives up
+        here, and after the first of them already where that call alone cost more (the
+        floor's rows cost no less) -- and the rest.  None: given up.
+
+        One row warms as well as :data:`TRIAL` and costs NMF a sixteenth: its trial (16
+        rows warm, two timed calls of 16) was 7.7 ms on the master's critical path before
+        the first θ, and FSPV's first θ came 9 ms after BSPV's in ``flegel paper``'s Fig. 8
+        pairs (26-28 ms against 17-19 ms, the same θ sequence after it)."""
         rows = self.rows(0, self.n)
         total, fastest = 0.0, float("inf")
-        for k, start in enumerate(range(0, min(len(rows), 3 * TRIAL), TRIAL)):
-            part = rows[start:start + TRIAL]
+        cuts = [0, 1, 1 + TRIAL, 1 + 2 * TRIAL]
+        for k, (a, b) in enumerate(zip(cuts, cuts[1:])):
+            part = rows[a:b]
+            if not len(part):
+                break
             t = self.clock()
             value = evaluate(part)
             if value is None:
                 self.gave_up = "no evaluate"
                 return None
-            if k:
-                fastest = min(fastest, (self.clock() - t) / len(part))
             total += value
+            if k:
+                took = self.clock() - t
+                fastest = min(fastest, took / len(part))
+                if took > DEAR * wall_s and self._dear(fastest, wall_s):
+                    return None
         if fastest < float("inf") and self._dear(fastest, wall_s):
             return None
-        rest = evaluate(rows[3 * TRIAL:]) if len(rows) > 3 * TRIAL else 0.0
+        rest = evaluate(rows[cuts[-1]:]) if len(rows) > cuts[-1] else 0.0
         return None if rest is None else total + rest
 
     def estimate(self) -> float | None:
