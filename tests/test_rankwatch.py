@@ -325,3 +325,34 @@ def test_a_signal_after_the_job_was_ending_keeps_the_first_cause(tmp_path: Path)
     finally:
         mpiexec.kill()
         mpiexec.wait()
+
+
+def test_the_relay_holds_a_workers_word_that_its_master_died() -> None:
+    """A worker's "the master died" line is a consequence: the relay holds it back (the
+    launcher prints it only where it names no cause itself), and passes everything else as
+    it comes (tests/test_cluster.py: where a host with two workers went, that line came
+    before the launcher's naming the host's two ranks)."""
+    read, write = os.pipe()
+    orphan = b"flegel: worker 3: the master (rank 0, pid 4863) died; exiting\n"
+    os.write(write, b"progress 1\n" + orphan + b"flegel: something else\n")
+    os.close(write)
+    sink = _Sink()
+    held: list[bytes] = []
+    with os.fdopen(read, "rb") as source:
+        launch._relay(source, sink, lambda: False, held)
+    assert held == [orphan]
+    assert sink.data == b"progress 1\nflegel: something else\n"
+
+
+class _Sink:
+    """A byte sink that keeps what it was given."""
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, chunk: bytes) -> int:
+        self.data += chunk
+        return len(chunk)
+
+    def flush(self) -> None:
+        pass

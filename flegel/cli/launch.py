@@ -108,6 +108,15 @@ _BANNER = re.compile(
     rb"debugging suggestions)\r?\n", re.MULTILINE)
 
 
+#: A worker's line when its master died (:func:`flegel.runtime.peers.watch`): a consequence.
+#: The relay holds it back, and the launcher prints it only where it names no cause itself:
+#: where a host with two workers went, the master, ended by hydra, was seen dead by the
+#: worker beside it, whose line came before the launcher's naming the host's two ranks
+#: (tests/test_cluster.py, a killed host with two workers: the first line is the cause).
+_ORPHAN = re.compile(rb"^flegel: worker \d+: the master \(rank 0, pid \d+\) died; exiting"
+                     rb"\r?\n", re.MULTILINE)
+
+
 def under_mpi() -> bool:
     """True when this process was started by an MPI launcher.
 
@@ -149,16 +158,21 @@ def _mpi4py_in(prefix: Path) -> bool:
     return origin is not None and Path(origin).resolve().is_relative_to(prefix.resolve())
 
 
-def _relay(source: IO[bytes], sink: IO[bytes], quiet: Callable[[], bool]) -> None:
+def _relay(source: IO[bytes], sink: IO[bytes], quiet: Callable[[], bool],
+           held: list[bytes] | None = None) -> None:
     """Copy ``source`` to ``sink`` as it comes, without MPI's redundant lines.
 
     A thread blocked in ``read`` (it costs nothing while nothing comes); chunks pass at once,
     so a progress line redrawn with ``\\r`` still shows live.  hydra's banner about a dead
-    rank goes too when ``quiet()`` says flegel names the rank itself.
+    rank goes too when ``quiet()`` says flegel names the rank itself.  A worker's line that
+    its master died goes to ``held`` (where given) instead: :data:`_ORPHAN`.
     """
     fd = source.fileno()
     while chunk := os.read(fd, 1 << 16):
         chunk = _NOISE.sub(b"", chunk)
+        if held is not None and _ORPHAN.search(chunk):
+            held.extend(m.group(0) for m in _ORPHAN.finditer(chunk))
+            chunk = _ORPHAN.sub(b"", chunk)
         if chunk and _BANNER.search(chunk) and quiet():
             chunk = _BANNER.sub(b"", chunk)
         if chunk:
@@ -533,7 +547,8 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
     assert proc.stdout is not None and proc.stderr is not None
     # The caller's sinks (an estimator's captured output) are its own to close.
     outs = [given or _binary(std) for given, std in zip(sinks, (sys.stdout, sys.stderr))]
-    relays = [threading.Thread(target=_relay, args=(src, out, quiet), daemon=True)
+    held: list[bytes] = []  # the workers' lines that their master died (_ORPHAN)
+    relays = [threading.Thread(target=_relay, args=(src, out, quiet, held), daemon=True)
               for src, out in zip((proc.stdout, proc.stderr), outs)]
     for relay in relays:
         relay.start()
@@ -573,6 +588,9 @@ def _run(mpiexec: str, n_ranks: int, args: list[str], env: dict[str, str],
         sys.stderr.write(f"flegel: ranks {ranks} died at once; the job ended before the "
                          "master could save θ\n")
         code = ExitCode.WORKER_DIED
+    else:  # no cause named here: the workers' word that their master died is all there is
+        for line in held:
+            sys.stderr.write(line.decode(errors="replace"))
     return code
 
 
