@@ -295,9 +295,6 @@ class Balancer:
     lateness: Lateness | None = None
     #: Points ordered away from stragglers that held the barriers up (:meth:`shed_late`).
     shed_points: int = 0
-    #: Per rank, (kernel and injected delay seconds, points) of the commits its speed history
-    #: holds (:meth:`pace`).  None (immutable) for the same reason as :attr:`stragglers_seen`.
-    paces: dict[int, list[tuple[float, float]]] | None = None
 
     def stats(self, commits: dict[int, dict[str, float]],
               now: float | None = None) -> list[WorkerStat]:
@@ -315,7 +312,6 @@ class Balancer:
             del hist[:-SPEED_BARRIERS]
             while len(hist) > MIN_HISTORY and sum(c for c, _ in hist[1:]) >= SPEED_WINDOW_S:
                 del hist[0]
-            self.note_pace(r, h, len(hist))
             seconds = sum(c for c, _ in hist)
             points = sum(p for _, p in hist)
             v = max(seconds, 1e-9) / max(points, 1.0)  # no points yet: as slow as it gets
@@ -603,39 +599,9 @@ class Balancer:
         """
         return [m for m in moves if self.straggler(m.source)]
 
-    def note_pace(self, rank: int, head: dict[str, float], keep: int) -> None:
-        """Record a commit's *pace* sample of ``rank`` (:meth:`pace`): its kernel time
-        (points over the commit's ``rate``; its compute less its injected delays where the
-        commit has no rate) plus its injected delays, and its points; ``keep`` samples, as
-        many as its speed history holds."""
-        if self.paces is None:
-            self.paces = {}
-        log = self.paces.setdefault(rank, [])
-        rate, slowed = head.get("rate", 0.0), head.get("slowed_s", 0.0)
-        kernel = (head["points"] / rate if rate > 0
-                  else max(head["compute_s"] - slowed, 0.0))
-        log.append((kernel + slowed, head["points"]))
-        del log[:-keep]
-
-    def pace(self, s: WorkerStat) -> float:
-        """Seconds per point of ``s.rank`` by its kernel and injected delays over its speed
-        history (:meth:`note_pace`); its V where that history holds no point.
-
-        What makes a straggler (:meth:`note_stragglers`), not V: V is wall time, and on
-        shared cores the peers' V counts their waits for a core.  Measured (issue 19,
-        ``flegel paper --quick``'s NMF under async migration): on the calibration pass an
-        injected straggler (one 32 ms suspension in its 1,534 points) read 22 µs a point
-        against the peers' 3.4-6.8 µs, 3.3x the median, no straggler (4x); so the round the
-        calibration barrier plans for a straggler waited five whole-pass iterations of 35
-        ms for its first pass, and the first round came at 0.23 s instead of 0.04-0.12 s."""
-        seconds = sum(c for c, _ in (self.paces or {}).get(s.rank, ()))
-        points = sum(p for _, p in (self.paces or {}).get(s.rank, ()))
-        return seconds / points if points > 0 and seconds > 0 else s.v
-
     def note_stragglers(self, stats: list[WorkerStat]) -> None:
-        """Count, per rank, the barriers in a row at which its pace (:meth:`pace`: kernel
-        and injected delays per point) was :data:`PEER_SPEED` times slower than the median
-        worker's (:attr:`slow_streak`).
+        """Count, per rank, the barriers in a row at which its speed V was
+        :data:`PEER_SPEED` times slower than the median worker's (:attr:`slow_streak`).
 
         Counted at every barrier, not at every planned round: counting rounds left the
         straggler unrecognised at the first round, which then moved at most
@@ -644,22 +610,20 @@ class Balancer:
         """
         # Not np.median: its first call imports numpy.ma (13-70 ms of the master's time at
         # the first round, every worker waiting for θ; issue 19).
-        pace = {s.rank: self.pace(s) for s in stats}
-        v = sorted(pace.values())
+        v = sorted(s.v for s in stats)
         if not v:
             return
         median = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
         self.slow_streak = {s.rank: (self.slow_streak.get(s.rank, 0) + 1
-                                     if pace[s.rank] >= PEER_SPEED * median else 0)
-                            for s in stats}
+                                     if s.v >= PEER_SPEED * median else 0) for s in stats}
         now_slow = {r for r in self.slow_streak if self.straggler(r)}
         if not now_slow <= self.stragglers_seen:
             self.stragglers_seen = self.stragglers_seen | now_slow
 
     def straggler(self, rank: int) -> bool:
         """Whether ``rank`` is a straggler: :data:`PEER_SPEED` times slower than the median
-        worker at the last :data:`STRAGGLER_BARRIERS` barriers, by pace (:meth:`pace`, over
-        the speed history: :data:`SPEED_WINDOW_S` of compute)."""
+        worker at the last :data:`STRAGGLER_BARRIERS` barriers (each speed itself smoothed
+        over :data:`SPEED_WINDOW_S` of compute)."""
         return self.slow_streak.get(rank, 0) >= min(STRAGGLER_BARRIERS, self.evidence)
 
     def supers(self, stats: list[WorkerStat]) -> list[SuperWorker]:
@@ -821,9 +785,8 @@ class Balancer:
         is over :attr:`kept` but :attr:`kept` points still show a recovery (``need`` up to
         twice :attr:`kept`), the floor stays :attr:`kept`, as before the rule.  0 only where
         :attr:`kept` points cannot show a recovery at all: keeping them would not make it
-        recognisable either, and would only cost Eq. 8 (FSP paper §4.2).  (Such a straggler
-        was never recognised as recovered, nor given work back, until stragglers were judged
-        on their pace, which the loop's overhead does not inflate: :meth:`pace`.)  Measured (issue
+        recognisable either, and would only cost Eq. 8 (FSP paper §4.2).  Known limit: such a
+        straggler is never recognised as recovered, nor given work back.  Measured (issue
         19, Fig. 12's K-means, 4 s): the fast workers' V was ~20 ns a point (Hamerly bounds),
         the straggler's loop ~0.4 ms a commit, so recognising a recovery took ~12,000 points;
         the floor held it at 64, whose injected delays (32 µs a point) cost it one barrier in
