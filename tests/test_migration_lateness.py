@@ -99,12 +99,11 @@ def run(shed: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Simulation, list]:
 
 
 def test_simulated_straggler_holding_barriers_up_is_cut(monkeypatch):
-    """Without the rule the straggler kept 208 points and its commits came 5.58 ms after
-    the others' on average over the second half (iterations of 10.9 ms, as before the
-    rule); with it, it keeps 17, comes 0.40 ms after them (8 % of their compute, within
-    Eq. 8's relative threshold), the iterations are 0.53x as long (5.82 ms), and every
-    worker still passes about once an iteration (its short pass ends no iteration: the
-    others are not paused at twice it)."""
+    """Without the rule the straggler kept 113 points and its commits came 2.97 ms after
+    the others' on average over the second half (iterations of 8.3 ms); with it, it keeps
+    20, comes 0.53 ms after them (10 % of their compute, Eq. 8's relative threshold), the
+    iterations are 0.71x as long (5.96 ms), and every worker still passes about once an
+    iteration (its short pass opens no grace: the others are not paused at twice it)."""
     stats = {}
     for shed in (False, True):
         sim, bars = run(shed, monkeypatch)
@@ -119,7 +118,7 @@ def test_simulated_straggler_holding_barriers_up_is_cut(monkeypatch):
     (dt0, late0, typ0, held0, _, _), (dt1, late1, typ1, held1, passes1, mig1) = (
         stats[False], stats[True])
     assert late0 > 0.1 * typ0, stats[False]  # the case: it held the barriers up
-    assert late1 <= 0.12 * typ1, stats[True]  # the rule aims at 10 %: it read 8 %
+    assert late1 <= 0.12 * typ1, stats[True]  # the rule aims at 10 %: it read 10.0 %
     assert held1 < held0 / 2 and mig1["points_shed"] > 0
     assert any(r.get("shed") for r in mig1["round_log"])
     assert dt1 < 0.85 * dt0
