@@ -534,22 +534,6 @@ class Balancer:
             self.lateness = Lateness()
         return self.lateness
 
-    def cut_stragglers(self) -> frozenset[int]:
-        """The stragglers :meth:`shed_late` cut and that have not recovered since
-        (:meth:`flegel.balance.lateness.Lateness.capped`).
-
-        FSP's first-pass grace (``FSP._on_pass``) does not open on their passes, nor
-        measures the others against their predicted passes: left with a few points, such
-        a straggler passes first, and its pass says nothing of how long the others' take.
-        Measured on the simulated clock (issue 19, K-means 8,000 x 2, 2 µs a point, an
-        injected straggler, fixed η = 50 ms): left with 11 points it passed first at nearly
-        every barrier, and the others, paused at twice its pass, passed 215 times in 400
-        iterations against its 398.  Once it recovered its pass opens the grace again: it
-        then leads in passes, and that lead is what gives it points back (Eq. 8 reads
-        workers that pass once a barrier each as balanced, whatever their points).
-        """
-        return self.late().capped()
-
     def shed_late(self, stats: list[WorkerStat]) -> list[Move]:
         """The moves that cut a straggler which holds the barriers up down to the points
         its lateness allows (:mod:`flegel.balance.lateness`): within Eq. 8's relative

@@ -67,7 +67,7 @@ docstrings contradicted each other.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Mapping
 
 from flegel.state import AttributeState
 
@@ -83,15 +83,7 @@ class PassPredictor(AttributeState):
     pass_s : dict of int to float
         Rank -> predicted seconds of a full pass of its shard; a rank without a prediction
         (nothing measured yet, or forgotten) is absent.
-    ignored : frozenset of int
-        Ranks whose passes say nothing of the others': stragglers that data migration cut
-        for holding the barriers up (``Balancer.cut_stragglers``, set by FSP at each
-        barrier).  Their passes end no iteration (``FSP.on_commit``), and :meth:`fastest`
-        leaves them out.
     """
-
-    #: (A class default, so that a predictor checkpointed before it existed resumes.)
-    ignored: frozenset[int] = frozenset()
 
     def __init__(self, history: int = PASS_HISTORY) -> None:
         self.history = history
@@ -151,10 +143,10 @@ class PassPredictor(AttributeState):
         log = self._log.get(rank)
         return len(log[1]) if log is not None and rank in self.pass_s else 0
 
-    def fastest(self) -> float:
-        """The shortest predicted pass (0 when none is known), of the ranks not
-        :attr:`ignored`."""
-        return min((p for r, p in self.pass_s.items() if r not in self.ignored), default=0.0)
+    def fastest(self, exclude: Collection[int] = ()) -> float:
+        """The shortest predicted pass (0 when none is known), of the ranks not in
+        ``exclude``."""
+        return min((p for r, p in self.pass_s.items() if r not in exclude), default=0.0)
 
     def typical(self) -> float:
         """The lower median of the predicted passes (0 when none is known): with half the
@@ -165,10 +157,6 @@ class PassPredictor(AttributeState):
     def stragglers(self, factor: float, evidence: int) -> list[int]:
         """Ranks whose predicted pass, resting on at least ``evidence`` commits, is beyond
         ``factor`` times the typical worker's (:meth:`typical`)."""
-        return self.beyond(factor * self.typical(), evidence, sorted(self.pass_s))
-
-    def beyond(self, bound: float, evidence: int, ranks: Iterable[int]) -> list[int]:
-        """Those of ``ranks`` (in their order) whose predicted pass, resting on at least
-        ``evidence`` commits, is beyond ``bound`` seconds."""
-        return [r for r in ranks
-                if self.pass_s.get(r, 0.0) > bound and self.evidence(r) >= evidence]
+        bound = factor * self.typical()
+        return sorted(r for r, p in self.pass_s.items()
+                      if p > bound and self.evidence(r) >= evidence)
