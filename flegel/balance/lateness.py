@@ -54,33 +54,15 @@ class Lateness:
     log : dict
         Rank -> (the point count the log is for, [(lateness s, typical s), ...]).
     cap : dict
-        Rank -> the most points it may be given back while it stays a straggler and
-        has not recovered (:meth:`note`).
-    since : dict
-        Rank -> (its seconds per point when it was cut, its compute seconds and points
-        since).
+        Rank -> the most points it may be given back while it stays a straggler.
     """
 
     log: dict[int, tuple[int, list[tuple[float, float]]]] = field(default_factory=dict)
     cap: dict[int, int] = field(default_factory=dict)
-    #: Rank -> (its seconds per point when cut, compute seconds and points since).
-    since: dict[int, tuple[float, float, float]] = field(default_factory=dict)
 
     def note(self, commits: dict[int, dict[str, float]], stragglers: Iterable[int],
-             counts: dict[int, int], tolerance: float, recovered: float = 1.5,
-             window_s: float = 0.25) -> None:
+             counts: dict[int, int], tolerance: float) -> None:
         """Record one barrier's lateness of each straggler.
-
-        A cut straggler whose seconds per point over its commits since the cut (compute
-        over points: injected delays count, a wait for a core too) came to ``recovered``
-        times faster than when it was cut is given back its room, once it trained points
-        that would have taken it ``window_s`` at its old speed: a straggler that recovered
-        is measured as one for a long while yet (its V is smoothed over its compute), and
-        the cap kept it at its few points (``python bench/migration_sim.py --recovery``: 21
-        points to the end of the run).  The window is the old speed's, not a number of
-        passes: an injected straggler's suspensions come every 1,000 points, so its first
-        few dozen points after a cut to 3 look fast (on the simulated clock two passes'
-        worth lifted the cap, and it held the barriers up again, 1.39 ms a barrier).
 
         Parameters
         ----------
@@ -93,26 +75,12 @@ class Lateness:
             Each rank's active point count now.
         tolerance : float
             A change of the count by more than this fraction starts a new log.
-        recovered : float
-            The speed-up since the cut that lifts the cap (the balancer's hysteresis,
-            ``1 + SPEED_CHANGE``).
-        window_s : float
-            Seconds the points trained since the cut would have taken at the speed of the
-            cut, before the speed-up counts (the balancer's ``SPEED_WINDOW_S``).
         """
         slow = set(stragglers)
         for r in [r for r in self.log if r not in slow]:
             del self.log[r]
-        for r in [r for r in self.since if r in commits]:
-            v_cut, seconds, points = self.since[r]
-            seconds += commits[r]["compute_s"]
-            points += commits[r].get("points", 0.0)
-            self.since[r] = (v_cut, seconds, points)
-            if v_cut * points >= window_s and seconds * recovered <= v_cut * points:
-                slow.discard(r)  # recovered: the cap goes
         for r in [r for r in self.cap if r not in slow]:
             del self.cap[r]
-            self.since.pop(r, None)
         for r in slow:
             others = sorted(h["compute_s"] for q, h in commits.items() if q != r)
             if r not in commits or not others:
@@ -150,17 +118,11 @@ class Lateness:
             return None
         return math.floor(n * threshold * typical / late)
 
-    def cut(self, rank: int, kept: int, v: float) -> None:
-        """Note that ``rank``, at ``v`` seconds per point, was cut to ``kept`` points: its
-        log starts again at the new count, and it is given no more than ``kept`` back while
-        it stays a straggler and has not recovered (:meth:`note`)."""
+    def cut(self, rank: int, kept: int) -> None:
+        """Note that ``rank`` was cut to ``kept`` points: its log starts again at the new
+        count, and it is given no more than ``kept`` back while it stays a straggler."""
         self.cap[rank] = min(kept, self.cap.get(rank, kept))
-        self.since[rank] = (v, 0.0, 0.0)
         self.log.pop(rank, None)
-
-    def capped(self) -> frozenset[int]:
-        """The ranks cut and not yet recovered (:meth:`cut`, :meth:`note`)."""
-        return frozenset(self.cap)
 
     def room(self, rank: int) -> int:
         """The most points ``rank`` may hold after being given some (2**62: no cap, as

@@ -462,8 +462,7 @@ class Balancer:
         stats = self.stats(commits, now)
         self.note_stragglers(stats)
         self.late().note(commits, [s.rank for s in stats if self.straggler(s.rank)],
-                         {s.rank: s.n for s in stats}, MIN_MOVE_FRACTION, 1.0 + SPEED_CHANGE,
-                         SPEED_WINDOW_S)
+                         {s.rank: s.n for s in stats}, MIN_MOVE_FRACTION)
         if probing and not peers and not any(self.straggler(s.rank) for s in stats):
             return {}
         if self.round_end is not None and now < self.round_end:
@@ -564,7 +563,7 @@ class Balancer:
             source = SuperWorker(ranks=(s.rank,), n=s.n, v=s.v, p=s.p, sizes=(s.n,), a=s.a)
             cut = split_moves(source, target, s.n - keep)
             if cut:
-                late.cut(s.rank, s.n - sum(m.points for m in cut), s.v)
+                late.cut(s.rank, s.n - sum(m.points for m in cut))
                 moves.extend(cut)
         return moves
 

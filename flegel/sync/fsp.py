@@ -1048,18 +1048,15 @@ class FSP(BarrierPolicy):
                 if r in self._receivers or self.server.worker(r).header.get("behind", 0.0) > 0]
 
     def _shed_stragglers(self) -> frozenset[int]:
-        """The stragglers data migration cut for holding the barriers up (``Balancer.
-        shed_late``; none without migration), until they recover: left with a few points,
-        such a straggler passes first, and its pass says nothing of how long the others'
-        take.  Measured on the simulated clock (issue 19, K-means 8,000 x 2, 2 µs a point,
-        an injected straggler, fixed η = 50 ms): left with 11 points it passed first at
-        nearly every barrier and the others, paused at twice its pass, passed 215 times in
-        400 iterations against its 398.  Once it recovered its pass opens the grace again:
-        it then leads in passes, and that lead is what gives it points back (Eq. 8 reads
-        workers that pass once a barrier each as balanced, whatever their points)."""
+        """The stragglers data migration knows (``Balancer.straggler``; none without
+        migration): left with a few points, a straggler passes first, and its pass says
+        nothing of how long the others' take.  Measured on the simulated clock (issue 19,
+        K-means 8,000 x 2, 2 µs a point, an injected straggler, fixed η = 50 ms): left with
+        11 points it passed first at nearly every barrier and the others, paused at twice
+        its pass, passed 215 times in 400 iterations against its 398."""
         if self.balancer is None:
             return frozenset()
-        return self.balancer.late().capped()
+        return frozenset(r for r in self.server.ranks if self.balancer.straggler(r))
 
     def _running(self) -> list[int]:
         """The workers still computing: neither committed nor paused."""
