@@ -59,7 +59,6 @@ from typing import Any
 import numpy as np
 
 from flegel import validation
-from flegel.balance.lateness import Lateness
 from flegel.balance.monitor import (
     DEFAULT_EPSILON,
     SuperWorker,
@@ -68,7 +67,7 @@ from flegel.balance.monitor import (
     group,
     imbalanced,
 )
-from flegel.balance.planner import DEFAULT_ROUNDS, Move, pass_time, plan_round, split_moves
+from flegel.balance.planner import DEFAULT_ROUNDS, Move, pass_time, plan_round
 from flegel.balance.ports import MigrationPort
 from flegel.protocol import (
     Fin,
@@ -290,11 +289,6 @@ class Balancer:
     #: Per rank, the seconds of its last commit besides its kernel and injected delays (the
     #: loop's overhead per iteration; :meth:`floor`).
     loop_s: dict[int, float] | None = None
-    #: Each straggler's lateness at the barriers (:meth:`shed_late`).  None (immutable) for
-    #: the same reason as :attr:`stragglers_seen`.
-    lateness: Lateness | None = None
-    #: Points ordered away from stragglers that held the barriers up (:meth:`shed_late`).
-    shed_points: int = 0
 
     def stats(self, commits: dict[int, dict[str, float]],
               now: float | None = None) -> list[WorkerStat]:
@@ -461,11 +455,12 @@ class Balancer:
         T = self.remaining_time(now, objective, target, time_left)
         stats = self.stats(commits, now)
         self.note_stragglers(stats)
-        self.late().note(commits, [s.rank for s in stats if self.straggler(s.rank)],
-                         {s.rank: s.n for s in stats}, MIN_MOVE_FRACTION)
         if probing and not peers and not any(self.straggler(s.rank) for s in stats):
             return {}
         if self.round_end is not None and now < self.round_end:
+            return {}
+        if (not peers and self.quiet_until is not None and now < self.quiet_until
+                and {s.rank for s in stats if self.straggler(s.rank)} <= self.quiet_for):
             return {}
         if min(len(h) for h in self.speed.values()) < self.evidence:
             return {}
@@ -476,34 +471,24 @@ class Balancer:
             # The last round's points are still moving or catching up: a worker's passes
             # say little until they settle, and planning on them moves data back and forth.
             return {}
-        # A straggler that holds the barrier up sheds points whatever Eq. 8 says (its
-        # passes are the others', one a barrier) and whatever the pass clocks: its
-        # lateness is measured at its own point count (flegel.balance.lateness).
-        moves = self.shed_late(stats)
-        shed = bool(moves)
-        if not shed:
-            if (not peers and self.quiet_until is not None and now < self.quiet_until
-                    and {s.rank for s in stats if self.straggler(s.rank)} <= self.quiet_for):
-                return {}
-            if not self.clocks_settled(commits):
-                return {}  # a pass time not yet measured at the worker's new point count
-            if T <= 0 or not math.isfinite(T):
-                return {}
-            if not self.imbalanced_at_end(stats, T):
-                self.round_end, self.round_k = None, 0  # balanced (Eq. 8): the cycle ends
-                return {}
-            if self.round_k >= opts.rounds:
-                self.round_k = 0  # a new cycle
-            moves = self.keep_some(plan_round(self.supers(stats), T,
-                                              opts.rounds), stats, T, peers=peers)
-            if probing and not peers:
-                moves = self.while_probing(moves)
+        if not self.clocks_settled(commits):
+            return {}  # a pass time not yet measured at the worker's new point count
+        if T <= 0 or not math.isfinite(T):
+            return {}
+        if not self.imbalanced_at_end(stats, T):
+            self.round_end, self.round_k = None, 0  # balanced (Eq. 8): the cycle ends
+            return {}
+        if self.round_k >= opts.rounds:
+            self.round_k = 0  # a new cycle
+        moves = self.keep_some(plan_round(self.supers(stats), T,
+                                          opts.rounds), stats, T, peers=peers)
+        if probing and not peers:
+            moves = self.while_probing(moves)
         self.plans += 1
         # Re-plan after a split of the time so far when that is shorter than T's: a long T
         # keeps Eq. 9 from over-reacting to early pass gaps, and the early rounds still
         # come soon enough to spread a straggler's data and correct the first plans.
-        # (T may be infinite or 0 for a shed: the time so far splits then.)
-        wait_until = now + (min(T, now) if T > 0 else now) / opts.rounds
+        wait_until = now + min(T, now) / opts.rounds
         if not moves:
             # No round: nothing counted or logged, and no round_end: a straggler found
             # meanwhile does not wait for it (peers do, as after a round).
@@ -521,51 +506,8 @@ class Balancer:
         self.log.append({"time_s": round(now, 6), "round": self.rounds, "plan": self.plans,
                          "T_s": round(T, 6),
                          "moves": [[m.source, m.target, m.points] for m in moves],
-                         "passes": [round(s.p, 4) for s in stats]}
-                        | ({"shed": True} if shed else {}))
-        if shed:
-            self.shed_points += sum(m.points for m in moves)
+                         "passes": [round(s.p, 4) for s in stats]})
         return orders
-
-    def late(self) -> Lateness:
-        """The stragglers' lateness (:attr:`lateness`), made on first use."""
-        if self.lateness is None:
-            self.lateness = Lateness()
-        return self.lateness
-
-    def shed_late(self, stats: list[WorkerStat]) -> list[Move]:
-        """The moves that cut a straggler which holds the barriers up down to the points
-        its lateness allows (:mod:`flegel.balance.lateness`): within Eq. 8's relative
-        threshold (:data:`RELATIVE_EPSILON`) of the typical iteration, but no fewer than
-        :meth:`floor`'s smallest (:data:`LAST_KEPT`, or what shows a recovery,
-        :meth:`overhead`).  The points go to the peers -- the workers that are no
-        stragglers -- split by their speeds as a round splits a straggler's points
-        (:meth:`peer_speeds`, :func:`~flegel.balance.planner.split_moves`).  Eq. 8 cannot
-        ask for this: the straggler passes at every barrier, as the others do.
-        """
-        late = self.late()
-        moves: list[Move] = []
-        peers = [s for s in stats if not self.straggler(s.rank) and s.n > 0]
-        for s in stats:
-            if not peers or not self.straggler(s.rank):
-                continue
-            allowed = late.keep(s.rank, s.n, RELATIVE_EPSILON)
-            if allowed is None:
-                continue
-            keep = max(allowed, LAST_KEPT, self.overhead(s, stats))
-            if s.n - keep < max(1.0, MIN_MOVE_FRACTION * s.n):
-                continue
-            speeds = self.peer_speeds(peers)
-            target = SuperWorker(
-                ranks=tuple(p.rank for p in peers), n=sum(p.n for p in peers) / len(peers),
-                v=sum(p.v for p in peers) / len(peers), p=sum(p.p for p in peers) / len(peers),
-                sizes=tuple(p.n for p in peers), speeds=tuple(speeds[p.rank] for p in peers))
-            source = SuperWorker(ranks=(s.rank,), n=s.n, v=s.v, p=s.p, sizes=(s.n,), a=s.a)
-            cut = split_moves(source, target, s.n - keep)
-            if cut:
-                late.cut(s.rank, s.n - sum(m.points for m in cut))
-                moves.extend(cut)
-        return moves
 
     def while_probing(self, moves: list[Move]) -> list[Move]:
         """The moves made while FSPV probes the interval: a straggler's only.
@@ -843,8 +785,7 @@ class Balancer:
         """
         pred, threshold = self.predicted_end(stats, T)
         floors = {s.rank: self.floor(s, stats) for s in stats}
-        room = {s.rank: min(self.fits(s, stats), self.late().room(s.rank)) - s.n
-                for s in stats if self.straggler(s.rank)}
+        room = {s.rank: self.fits(s, stats) - s.n for s in stats if self.straggler(s.rank)}
         left = {s.rank: s.n for s in stats}
         held = dict(left)
         speeds = {s.rank: s.v for s in stats}
@@ -975,7 +916,6 @@ class Balancer:
     def summary(self) -> dict[str, Any]:
         return {"rounds": self.rounds, "points_ordered": self.ordered,
                 "points_returned": self.returned, "moves_held_back": self.held_back,
-                "points_shed": self.shed_points,
                 "round_log": self.log[-200:]}
 
 

@@ -490,27 +490,6 @@ def _pair_moves(i: SuperWorker, j: SuperWorker, delta: float) -> list[Move]:
     return moves
 
 
-def split_moves(source: SuperWorker, target: SuperWorker, points: int) -> list[Move]:
-    """The moves that send ``points`` from ``source``'s members to ``target``'s, split as a
-    round splits a pair's Δ ("Integers and super workers": evenly among the sources, by
-    speed among the targets where ``target.speeds`` says, rounded down, so up to
-    ``|target| - 1`` points fewer may go); for moves a pair's Eq. 9 does not size
-    (:meth:`flegel.balance.migration.Balancer.shed_late`).
-
-    Parameters
-    ----------
-    source, target : SuperWorker
-        Who sends and who receives.
-    points : int
-        Points to send in all, at most the source's less one per member.
-
-    Returns
-    -------
-    list of Move
-    """
-    return _pair_moves(source, target, points / source.size)
-
-
 def plan_round(supers: Sequence[SuperWorker], T: float, d: int = DEFAULT_ROUNDS) -> list[Move]:
     """The moves of one balancing round (FSP paper §4.2, Eq. 9).  Pure.
 

@@ -977,19 +977,13 @@ class FSP(BarrierPolicy):
         pass)`` after the broadcast, when that comes before its timer: only the catch-up
         beyond its own pass is cut, which a timer does not cut (issue 19).
         """
-        # A straggler that migration left with a few points passes first, in a fraction of
-        # the others' pass: its pass opens no grace, or every worker was paused at once.
-        shed = self._shed_stragglers()
-        if rank in shed:
-            self.paused.add(rank)
-            return
         now = self.server.now()
         t_pass = max(now - self.iter_start, 0.0)
         # On the scale of the predictions too: under load every kernel time is inflated
         # alike, and a worker whose pass came in undisturbed (t_p at its kernel time) made
         # its peers' inflated predictions look like stragglers' (issue 19, FCM at a load of
         # 12: two of four workers paused at once with nothing done).
-        grace = PASS_GRACE * max(t_pass, self.passes.fastest(exclude=shed))
+        grace = PASS_GRACE * max(t_pass, self.passes.fastest())
         eta = self.plan.eta_s
         if eta > 0:
             grace = min(grace, eta)
@@ -1046,17 +1040,6 @@ class FSP(BarrierPolicy):
             return []
         return [r for r in self._running()
                 if r in self._receivers or self.server.worker(r).header.get("behind", 0.0) > 0]
-
-    def _shed_stragglers(self) -> frozenset[int]:
-        """The stragglers data migration knows (``Balancer.straggler``; none without
-        migration): left with a few points, a straggler passes first, and its pass says
-        nothing of how long the others' take.  Measured on the simulated clock (issue 19,
-        K-means 8,000 x 2, 2 µs a point, an injected straggler, fixed η = 50 ms): left with
-        11 points it passed first at nearly every barrier and the others, paused at twice
-        its pass, passed 215 times in 400 iterations against its 398."""
-        if self.balancer is None:
-            return frozenset()
-        return frozenset(r for r in self.server.ranks if self.balancer.straggler(r))
 
     def _running(self) -> list[int]:
         """The workers still computing: neither committed nor paused."""

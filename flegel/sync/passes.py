@@ -67,7 +67,7 @@ docstrings contradicted each other.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 
 from flegel.state import AttributeState
 
@@ -143,10 +143,9 @@ class PassPredictor(AttributeState):
         log = self._log.get(rank)
         return len(log[1]) if log is not None and rank in self.pass_s else 0
 
-    def fastest(self, exclude: Collection[int] = ()) -> float:
-        """The shortest predicted pass (0 when none is known), of the ranks not in
-        ``exclude``."""
-        return min((p for r, p in self.pass_s.items() if r not in exclude), default=0.0)
+    def fastest(self) -> float:
+        """The shortest predicted pass (0 when none is known)."""
+        return min(self.pass_s.values(), default=0.0)
 
     def typical(self) -> float:
         """The lower median of the predicted passes (0 when none is known): with half the
