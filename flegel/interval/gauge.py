@@ -270,12 +270,12 @@ class Gauge(AttributeState):
                 break
             t = self.clock()
             value = evaluate(part)
+            took = self.clock() - t
             if value is None:
                 self.gave_up = "no evaluate"
                 return None
             total += value
             if k:
-                took = self.clock() - t
                 fastest = min(fastest, took / len(part))
                 if took > DEAR * wall_s and self._dear(fastest, wall_s):
                     return None
