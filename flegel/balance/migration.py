@@ -597,9 +597,10 @@ class Balancer:
         # an even split gave a 3.5x slower peer as many points as the fast ones, and it
         # passed them on at the next plans at unchanged speeds (points moving twice).
         peers = Tolerance(v_rel=PEER_SPEED - 1.0, n_rel=GROUP_SPREAD, p_abs=p_abs)
-        v = self.peer_speeds([s for s in stats if not self.straggler(s.rank)])
+        others = [s for s in stats if not self.straggler(s.rank)]
+        v = self.peer_speeds(others)
         out = [replace(w, speeds=tuple(v[r] for r in w.ranks)) if w.size > 1 else w
-               for w in group([s for s in stats if not self.straggler(s.rank)], peers)]
+               for w in group(others, peers)]
         out += group(slow, tol)
         return sorted(out, key=lambda w: w.ranks[0])
 

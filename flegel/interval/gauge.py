@@ -199,9 +199,9 @@ class Gauge(AttributeState):
 
         The first evaluation decides whether it measures at all: an ``evaluate`` that fails
         on the sample's rows (a user's algorithm may need per-point state) gives it up; a
-        first call on a few rows warms the kernel's first call on the master, two more are
-        timed, and where the floor would cost more than :data:`DEAR` of ``wall_s`` (the coming
-        iteration's wall time, as far as it is known) at that pace, the gauge gives up
+        one-row call warms the kernel's first call on the master, two of :data:`TRIAL` rows
+        are timed, and where the floor would cost more than :data:`DEAR` of ``wall_s`` (the
+        coming iteration's wall time, as far as it is known) at that pace, the gauge gives up
         before any observation read it (:meth:`_first`) -- one measure of progress for the
         whole run (a stage's windows compared against a rate taken on the other measure left
         their line: NMF, 1-3 re-fits in each of two runs where the gauge gave up after three
