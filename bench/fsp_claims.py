@@ -360,6 +360,8 @@ def main() -> None:
                          "flegel.cli.paper.horizons.run_length)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS),
                     help=f"ratio: {', '.join(WORKLOADS)} (comma-separated)")
+    ap.add_argument("--slow", type=lambda v: [int(w) for w in v.split(",")], default=[1, 3],
+                    help="gap: the workers slowed, one run each (default 1,3)")
     ap.add_argument("--keep", type=Path, default=None, help="keep the runs under this folder")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args()
@@ -404,7 +406,7 @@ def main() -> None:
     if "gap" in only:
         print(f"FSPV + async migration after {seconds:g} s, overlapping workload "
               f"(BSPB converged: {ref_overlap:.6g}):")
-        for slow in (1, 3):
+        for slow in args.slow:
             g = slow_worker_gap(root / "gap", overlap, ref_overlap, slow, seconds)
             figures[f"gap_slow{slow}"] = g
             print(f"  worker {slow} slow: gap {100 * g['gap']:+.3f}%  bytes moved "

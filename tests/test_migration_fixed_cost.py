@@ -18,6 +18,7 @@ from typing import Any
 
 from flegel.balance.migration import MIN_KEPT, MIN_MOVE_FRACTION, Balancer, MigrationOptions
 from flegel.balance.monitor import WorkerStat
+from flegel.balance.planner import pass_time, plan_round
 from flegel.protocol import OrderKind
 from tests.fakes import Simulation, overlapping
 
@@ -277,3 +278,45 @@ def test_a_straggler_keeps_no_floor_that_cannot_show_its_recovery():
     limit: it is never seen recovered."""
     floor, recovered = floor_and_recovery(4e-4)
     assert floor < MIN_KEPT and not recovered
+
+
+def long_passes_beside_a_straggler(n_slow: int = 1_467) -> list[WorkerStat]:
+    """Issue 19's overlapping workload at 15 s (``python bench/fsp_claims.py --only gap
+    --slow 1``): the straggler (32 µs a point, an iteration's wait a pass) holds
+    ``n_slow`` points and is 50 passes behind; the others' pass of 130,000 points spans
+    several barriers (10 ms + 0.3 µs a point: 49 ms)."""
+    slow = WorkerStat(1, n_slow, SLOW_V, 362.0, a=0.014)
+    return [slow] + [WorkerStat(r, 130_000, 0.3e-6, 414.0, a=0.01) for r in (2, 3, 4)]
+
+
+def test_a_straggler_keeps_the_points_whose_pass_is_level_with_the_others():
+    """Where the others' pass spans several barriers, a straggler left with MIN_KEPT points
+    passes at every barrier, several times as often as they do: issue 19's overlapping
+    workload, worker 1 slow, ended at max/min point passes 1.62-1.67 in two sittings of
+    six, its 64 points trained 800 times against the others' 479.  It keeps the points whose
+    pass is within Eq. 8's threshold of theirs (:meth:`Balancer.level`), between those
+    bounds of :meth:`Balancer.fits`."""
+    b = Balancer(MigrationOptions.of({"mode": "async"}))
+    stats = long_passes_beside_a_straggler()
+    b.slow_streak, b.stragglers_seen = {1: 10**6}, frozenset({1})
+    typical = pass_time(stats[1])
+    level = b.floor(stats[0], stats)
+    assert MIN_KEPT < level <= b.fits(stats[0], stats)
+    assert typical / 1.1 <= pass_time(stats[0], level) <= typical / 1.1 + SLOW_V
+
+    # Behind in passes, Eq. 9 asks it for nearly all its points; it sends down to its level.
+    moves = b.keep_some(plan_round(b.supers(stats), 8.0), stats, 8.0)
+    assert moves and all(m.source == 1 for m in moves), moves
+    assert stats[0].n - sum(m.points for m in moves) == level
+
+
+def test_a_straggler_beside_workers_passing_about_once_a_barrier_keeps_min_kept():
+    """Where the others pass about once a barrier (their pass a little over the
+    straggler's wait), the level is a few points: the floor stays MIN_KEPT, as before the
+    rule."""
+    b = Balancer(MigrationOptions.of({"mode": "async"}))
+    slow = WorkerStat(1, 1_000, SLOW_V, 10.0, a=ITERATION)
+    stats = [slow] + [WorkerStat(r, FAST_N, 1e-8, 12.0, a=ITERATION) for r in (2, 3, 4)]
+    b.slow_streak = {1: 10**6}
+    assert 0 < b.level(slow, stats) < MIN_KEPT
+    assert b.floor(slow, stats) == MIN_KEPT

@@ -691,11 +691,45 @@ class Balancer:
 
         Only a straggler (:meth:`straggler`) keeps fewer: a peer slowed for a moment by a
         burst of load keeps :attr:`kept`, enough to be measured and given work back.
+
+        Where the others' pass spans several barriers, a straggler keeps more than
+        :attr:`kept`: its :meth:`level`, the points whose pass is no shorter than theirs over
+        ``1 +`` :data:`RELATIVE_EPSILON`.  Left with :attr:`kept`, it passed at every barrier
+        and its points raced ahead of everyone else's, which Eq. 9 then could not undo:
+        points given back to it arrived hundreds of passes behind, their catch-up at its
+        speed (seconds) held every plan (issue 19, overlapping workload, worker 1 slow: its
+        64 points trained 800 times against the others' 479, max/min point passes 1.62-1.67
+        in two sittings of six, ``python bench/fsp_claims.py --only gap --slow 1``).  Eq. 9
+        asks a straggler behind in passes for its points to catch up by the split's end;
+        kept at its level it stops losing passes instead (the module's rule for a
+        straggler: the passes lost stay lost, the rules bound the rate at which more are).
         """
         if not self.straggler(source.rank):
             return self.kept
         fit = self.fits(source, stats)
-        return self.kept if fit >= self.kept else max(LAST_KEPT, fit, self.overhead(source, stats))
+        if fit < self.kept:
+            return max(LAST_KEPT, fit, self.overhead(source, stats))
+        return max(self.kept, self.level(source, stats))
+
+    def level(self, worker: WorkerStat, stats: list[WorkerStat]) -> int:
+        """The fewest points ``worker`` can hold with its pass (``A + V·n``,
+        :meth:`fixed_cost`) no shorter than the typical worker's (the lower median of the
+        others' passes) over ``1 +`` :data:`RELATIVE_EPSILON`: with fewer it passes more
+        often than Eq. 8's threshold allows and its points race ahead; 0 where its fixed
+        cost alone is that long.  The lower end of the band whose upper end is
+        :meth:`fits`."""
+        typical = self.typical_pass(worker, stats)
+        if typical is None or worker.v <= 0:
+            return 0
+        short = typical / (1.0 + RELATIVE_EPSILON) - worker.a
+        return math.ceil(short / worker.v) if short > 0 else 0
+
+    @staticmethod
+    def typical_pass(worker: WorkerStat, stats: list[WorkerStat]) -> float | None:
+        """The typical pass of the workers other than ``worker`` that hold points: the
+        lower median of their ``A + V·N`` (None where there are none)."""
+        others = sorted(pass_time(s) for s in stats if s.rank != worker.rank and s.n > 0)
+        return others[(len(others) - 1) // 2] if others else None
 
     def overhead(self, source: WorkerStat, stats: list[WorkerStat]) -> int:
         """Points over which ``source``'s loop overhead per iteration (:attr:`loop_s`) adds
@@ -731,10 +765,10 @@ class Balancer:
         :meth:`fixed_cost`) within ``1 +`` :data:`RELATIVE_EPSILON` times the typical
         worker's (the lower median of the others' passes); a large number when no other
         worker holds points."""
-        others = sorted(pass_time(s) for s in stats if s.rank != worker.rank and s.n > 0)
-        if not others:
+        typical = self.typical_pass(worker, stats)
+        if typical is None:
             return 2**62
-        room = (1.0 + RELATIVE_EPSILON) * others[(len(others) - 1) // 2] - worker.a
+        room = (1.0 + RELATIVE_EPSILON) * typical - worker.a
         return min(math.floor(max(room, 0.0) / worker.v), 2**62)
 
     def keep_some(self, moves: list[Move], stats: list[WorkerStat], T: float,
