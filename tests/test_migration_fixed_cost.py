@@ -333,3 +333,28 @@ def test_a_straggler_beside_workers_passing_about_once_a_barrier_keeps_min_kept(
     b.slow_streak = {1: 10**6}
     assert 0 < b.level(slow, stats) < MIN_KEPT
     assert b.floor(slow, stats) == MIN_KEPT
+
+
+def test_a_straggler_at_its_floor_and_behind_is_left_out_of_the_pairing():
+    """The plan log's barrier at 11.5 s (overlapping workload, worker 1 slow): the
+    straggler at its floor, behind in passes, was the minimum that Eq. 9 paired with worker
+    4, the worker furthest ahead, and keep_some dropped the pair (nothing to send); workers
+    2 and 3, paired together, were balanced.  No round came from 9 s to 28 s while worker 4
+    passed twice as often as 2 and 3 (max/min point passes 1.75).  Left out, worker 4 is
+    paired with the worker furthest behind and receives its points."""
+    b = Balancer(MigrationOptions.of({"mode": "async"}))
+    stats = [WorkerStat(1, 906, 28.1e-6, 202.0, a=0.029),
+             WorkerStat(2, 140_639, 0.273e-6, 233.1, a=0.026),
+             WorkerStat(3, 139_953, 0.217e-6, 239.2, a=0.032),
+             WorkerStat(4, 118_502, 0.150e-6, 375.3, a=0.008)]
+    b.slow_streak, b.stragglers_seen = {1: 10**6}, frozenset({1})
+    b.speed = {s.rank: [(1.0, 1)] for s in stats}  # every speed measured (peers_measured)
+    T = 18.5
+    assert b.floor(stats[0], stats) >= stats[0].n and b.idle(stats[0], stats)
+    assert not b.keep_some(plan_round(b.supers(stats), T), stats, T)
+    paired = [s for s in stats if not b.idle(s, stats)]
+    moves = b.keep_some(plan_round(b.supers(paired), T), stats, T)
+    assert moves and {m.target for m in moves} == {4} and 1 not in {m.source for m in moves}
+    # Not idle: a straggler with points above its floor, or ahead of the others.
+    assert not b.idle(WorkerStat(1, 5_000, 28.1e-6, 202.0, a=0.029), stats)
+    assert not b.idle(WorkerStat(1, 906, 28.1e-6, 400.0, a=0.029), stats)

@@ -480,7 +480,8 @@ class Balancer:
             return {}
         if self.round_k >= opts.rounds:
             self.round_k = 0  # a new cycle
-        moves = self.keep_some(plan_round(self.supers(stats), T,
+        paired = [s for s in stats if not self.idle(s, stats)]
+        moves = self.keep_some(plan_round(self.supers(paired), T,
                                           opts.rounds), stats, T, peers=peers)
         if probing and not peers:
             moves = self.while_probing(moves)
@@ -676,6 +677,22 @@ class Balancer:
         """Points a source keeps whatever the orders (:data:`MIN_KEPT`, or a window if
         smaller)."""
         return min(MIN_KEPT, self.options.window)
+
+    def idle(self, worker: WorkerStat, stats: list[WorkerStat]) -> bool:
+        """Whether ``worker`` is a straggler that can take no part in a round: at or under
+        its :meth:`floor` (nothing to send) and behind the others' lower median in passes so
+        far (nothing to receive, :meth:`keep_some`).  Such a straggler is left out of the
+        pairing (§4.2's minimum with maximum): it is the minimum, so Eq. 9 paired it with
+        the worker furthest ahead and :meth:`keep_some` then dropped the pair's moves, and
+        that worker went unpaired however far the peers drifted apart.  Measured (issue 19,
+        overlapping workload, worker 1 slow, a plan log): from 9 s to 28 s no round was
+        planned while one peer, holding 118,502 points against 140,000, passed twice as
+        often as the other two (988 passes at the end against 576-586: max/min 1.75).
+        """
+        if not self.straggler(worker.rank) or worker.n > self.floor(worker, stats):
+            return False
+        others = sorted(s.p for s in stats if s.rank != worker.rank)
+        return bool(others) and worker.p < others[(len(others) - 1) // 2]
 
     def floor(self, source: WorkerStat, stats: list[WorkerStat]) -> int:
         """Points ``source`` keeps whatever the orders: :attr:`kept`, or, for a straggler,
