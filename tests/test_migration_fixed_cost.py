@@ -18,7 +18,7 @@ from typing import Any
 
 from flegel.balance.migration import MIN_KEPT, MIN_MOVE_FRACTION, Balancer, MigrationOptions
 from flegel.balance.monitor import WorkerStat
-from flegel.balance.planner import plan_round
+from flegel.balance.planner import pass_time, plan_round
 from flegel.protocol import OrderKind
 from tests.fakes import Simulation, overlapping
 
@@ -289,19 +289,22 @@ def long_passes_beside_a_straggler(n_slow: int = 1_467) -> list[WorkerStat]:
     return [slow] + [WorkerStat(r, 130_000, 0.3e-6, 414.0, a=0.01) for r in (2, 3, 4)]
 
 
-def test_a_straggler_keeps_the_points_whose_compute_is_level_with_the_others():
+def test_a_straggler_keeps_the_points_whose_pass_is_level_with_the_others():
     """Where the others' pass spans several barriers, a straggler left with MIN_KEPT points
     passes at every barrier, several times as often as they do: issue 19's overlapping
     workload, worker 1 slow, ended at max/min point passes 1.62-1.67 in two sittings of
     six, its 64 points trained 800 times against the others' 479.  It keeps the points whose
-    compute per pass is within Eq. 8's threshold of theirs (:meth:`Balancer.level`)."""
+    pass, at its pace per point, is within Eq. 8's threshold of theirs
+    (:meth:`Balancer.level`)."""
     b = Balancer(MigrationOptions.of({"mode": "async"}))
     stats = long_passes_beside_a_straggler()
     b.slow_streak, b.stragglers_seen = {1: 10**6}, frozenset({1})
-    typical = stats[1].v * stats[1].n
+    typical, own = pass_time(stats[1]), pass_time(stats[0])
     level = b.floor(stats[0], stats)
-    assert level > MIN_KEPT
-    assert typical / 1.1 <= SLOW_V * level <= typical / 1.1 + SLOW_V
+    assert MIN_KEPT < level < stats[0].n
+    # Its pace per point holds its waits too; its compute per pass alone would keep more.
+    assert typical / 1.1 <= level * own / stats[0].n <= typical / 1.1 + own / stats[0].n
+    assert SLOW_V * level < stats[1].v * stats[1].n / 1.1
 
     # Behind in passes, Eq. 9 asks it for nearly all its points; it sends down to its level.
     moves = b.keep_some(plan_round(b.supers(stats), 8.0), stats, 8.0)
@@ -309,18 +312,33 @@ def test_a_straggler_keeps_the_points_whose_compute_is_level_with_the_others():
     assert stats[0].n - sum(m.points for m in moves) == level
 
 
-def test_the_level_does_not_read_the_fixed_cost_at_another_count():
+def test_the_level_scales_the_fixed_cost_with_the_points():
     """A, measured at the straggler's count, holds its waits at the barriers its pass spans:
-    the plan log's 37 ms at 1,627 points (16 ms at 322).  The level is on compute alone, so
-    that A does not shrink it (on ``A + V·n``: 259 points here)."""
+    the plan log's 37 ms at 1,627 points (16 ms at 322).  Taken as fixed, the level read
+    322 there (259 here), and with 322 it raced; scaled with the points it is 897 (its
+    compute per pass against theirs: 944)."""
     b = Balancer(MigrationOptions.of({"mode": "async"}))
     slow = WorkerStat(1, 1_627, 26e-6, 394.0, a=0.037)
     stats = [slow] + [WorkerStat(r, n, v, p, a=a) for r, n, v, p, a in
                       ((2, 123_205, 0.22e-6, 416.3, 0.021), (3, 140_230, 0.193e-6, 421.4, 0.023),
                        (4, 134_938, 0.238e-6, 401.5, 0.024))]
     b.slow_streak = {1: 10**6}
-    typical = sorted(s.v * s.n for s in stats[1:])[1]
-    assert b.level(slow, stats) == math.ceil(typical / 1.1 / slow.v) > 900
+    fixed = (pass_time(stats[1]) / 1.1 - slow.a) / slow.v
+    assert fixed < 300 < 850 < b.level(slow, stats) < 950
+
+
+def test_a_straggler_slower_than_its_compute_says_may_give_points_away():
+    """Holding 233 points the slowed worker passed 10-28 % slower than the others though its
+    compute per pass was 60 % of theirs (bursts of injected delay cost it whole barriers:
+    A 13.8 ms against their 7.5); a level on compute alone (334-401) kept them all and the
+    run ended at max/min point passes 1.21.  At its pace its level (192) is under its
+    points."""
+    b = Balancer(MigrationOptions.of({"mode": "async"}))
+    slow = WorkerStat(3, 233, 32.1e-6, 1348.0, a=0.0138)
+    stats = [slow] + [WorkerStat(r, n, 0.086e-6, p, a=0.0079) for r, n, p in
+                      ((1, 127_859, 1640.1), (2, 136_830, 1562.7), (4, 135_078, 1587.1))]
+    b.slow_streak = {3: 10**6}
+    assert b.level(slow, stats) < slow.n
 
 
 def test_a_straggler_beside_workers_passing_about_once_a_barrier_keeps_min_kept():

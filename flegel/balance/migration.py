@@ -710,16 +710,17 @@ class Balancer:
         burst of load keeps :attr:`kept`, enough to be measured and given work back.
 
         Where the others' pass spans several barriers, a straggler keeps more than
-        :attr:`kept`: its :meth:`level`, the points whose compute per pass is no less than
-        theirs over ``1 +`` :data:`RELATIVE_EPSILON`.  Left with :attr:`kept`, it passed at
-        every barrier and its points raced ahead of everyone else's, which Eq. 9 then could
-        not undo: points given back to it arrived hundreds of passes behind, their catch-up
-        at its speed (seconds) held every plan (issue 19, overlapping workload, worker 1
-        slow: its 64 points trained 800 times against the others' 479, max/min point passes
-        1.62-1.67 in two sittings of six, ``python bench/fsp_claims.py --only gap --slow
-        1``).  Eq. 9 asks a straggler behind in passes for its points to catch up by the
-        split's end; kept at its level it stops losing passes instead (the module's rule for
-        a straggler: the passes lost stay lost, the rules bound the rate at which more are).
+        :attr:`kept`: its :meth:`level`, the points whose pass, at its pace per point, is
+        no shorter than theirs over ``1 +`` :data:`RELATIVE_EPSILON`.  Left with
+        :attr:`kept`, it passed at every barrier and its points raced ahead of everyone
+        else's, which Eq. 9 then could not undo: points given back to it arrived hundreds of
+        passes behind, their catch-up at its speed (seconds) held every plan (issue 19,
+        overlapping workload, worker 1 slow: its 64 points trained 800 times against the
+        others' 479, max/min point passes 1.62-1.67 in two sittings of six, ``python
+        bench/fsp_claims.py --only gap --slow 1``).  Eq. 9 asks a straggler behind in passes
+        for its points to catch up by the split's end; kept at its level it stops losing
+        passes instead (the module's rule for a straggler: the passes lost stay lost, the
+        rules bound the rate at which more are).
         """
         if not self.straggler(source.rank):
             return self.kept
@@ -729,29 +730,39 @@ class Balancer:
         return max(self.kept, self.level(source, stats))
 
     def level(self, worker: WorkerStat, stats: list[WorkerStat]) -> int:
-        """The fewest points ``worker`` can hold with its compute per pass (``V·n``, injected
-        delays included) no less than the typical worker's (the lower median of the others'
-        ``V·N``) over ``1 +`` :data:`RELATIVE_EPSILON`: with fewer it passes more often
-        than Eq. 8's threshold allows and its points race ahead.
+        """The fewest points with which ``worker`` keeps pace with the typical worker (the
+        lower median of the others) within ``1 +`` :data:`RELATIVE_EPSILON`: with fewer it
+        passes more often than Eq. 8's threshold allows and its points race ahead.
 
-        Compute, not the pass time ``A + V·n`` of :meth:`fits`: under FSP every worker
-        computes through the same barriers (each its η), so where passes span several
-        barriers they take as many barriers as their compute fills, and A, the waits at
-        those barriers, grows with the points: measured at the straggler's count it does not
-        hold at another.  A plan log of the overlapping workload (worker 1 slow, 17.9 s):
-        holding 1,627 points the straggler's A read 37 ms (a pass of three barriers), and a
-        level on ``A + V·n`` kept it 322 points, with which its A read 16 ms (one barrier):
-        it passed at 1.7x the others' rate until the next plan (509 passes at 20.9 s against
-        453-478).  Its ``V·n`` against theirs (27 ms) keeps it 944 -- more than :meth:`fits`
-        on that A (615): the level is not capped by it, and the straggler then receives
-        nothing (its room is negative) until its A is measured at its new count.  Where the
-        others pass about once a barrier their ``V·N`` is short and the level under
-        :attr:`kept`: the floor is as before."""
-        others = sorted(s.v * s.n for s in stats if s.rank != worker.rank and s.n > 0)
-        if not others or worker.v <= 0:
+        Two readings of its pass at another count n', each wrong in one regime, and the
+        fewer points of the two (so that a straggler is never held at a count where it
+        lags):
+
+        * its compute per pass ``V·n'`` (injected delays included) against the others'
+          ``V·N``: under FSP every worker computes through the same barriers, so equal
+          compute spans as many barriers.  It misses the barriers bursts of injected delay
+          cost: holding 233 points worker 3 (slowed) passed 10-28 % slower than the others
+          though its compute per pass was 60 % of theirs (A 13.8 ms against their 7.5), and
+          on compute alone (334-401 points) it kept them all (max/min point passes 1.21).
+        * its measured pass scaled with the points, ``(A + V·n)·n'/n``, against the
+          others' ``A + V·N``: where passes span several barriers A, the waits at those
+          barriers, grows with the points.  Taken as fixed it is wrong: holding 1,627 points
+          the straggler's A read 37 ms (three barriers a pass) and ``A + V·n'`` gave 322
+          points, with which its A read 16 ms (one barrier) and it passed at 1.7x the
+          others' rate (509 passes at 20.9 s against 453-478).  Scaled, it misses the one
+          barrier a pass costs however few its points, which the compute reading does not
+          need: where the others pass about once a barrier their ``V·N`` is short and the
+          level under :attr:`kept`, the floor as before.
+
+        Plan logs of the overlapping workload (``python bench/fsp_claims.py --only gap``)."""
+        typical = self.typical_pass(worker, stats)
+        own = pass_time(worker)
+        compute = sorted(s.v * s.n for s in stats if s.rank != worker.rank and s.n > 0)
+        if typical is None or own <= 0 or worker.n <= 0 or worker.v <= 0:
             return 0
-        typical = others[(len(others) - 1) // 2]
-        return math.ceil(typical / (1.0 + RELATIVE_EPSILON) / worker.v)
+        scaled = typical * worker.n / own
+        by_compute = compute[(len(compute) - 1) // 2] / worker.v
+        return math.ceil(min(scaled, by_compute) / (1.0 + RELATIVE_EPSILON))
 
     @staticmethod
     def typical_pass(worker: WorkerStat, stats: list[WorkerStat]) -> float | None:
