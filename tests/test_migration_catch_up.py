@@ -71,14 +71,15 @@ def catching(e: dict) -> list[int]:
 
 def bound_s(e: dict) -> float:
     """How long the iteration of barrier event ``e`` may last under the rule: PASS_GRACE x
-    its first arrival (the first pass, ``compute_s`` after θ arrived), or PASS_GRACE x a
-    catching-up worker's own pass at its own point count if longer; plus a tick, a block
-    and the messages' latency for the pause to be seen."""
+    its first arrival (the first pass, ``compute_s`` after θ arrived, and the tick, block
+    and messages' latency with which the master sees it: the grace doubles those too), or
+    PASS_GRACE x a catching-up worker's own pass at its own point count if longer; plus a
+    tick, a block and the messages' latency for the pause to be seen."""
     w = e["workers"]
-    first = min(w["compute_s"])
+    seen = POLL_S + BLOCK_S + 3 * LATENCY_S
+    first = min(w["compute_s"]) + seen
     own = [w["held"][k] * COST_S * SLOWDOWN.get(w["rank"][k], 1.0) for k in catching(e)]
-    return min(fsp.PASS_GRACE * max([first, *own]), 1e-3 * ETA_MS) + POLL_S + BLOCK_S \
-        + 3 * LATENCY_S
+    return min(fsp.PASS_GRACE * max([first, *own]), 1e-3 * ETA_MS) + seen
 
 
 def test_a_catching_up_target_holds_no_barrier(with_pause, without_pause):

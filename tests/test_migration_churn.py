@@ -19,11 +19,13 @@ import pytest
 from flegel.balance.migration import (
     LOCK_ROUNDS,
     MIN_HISTORY,
+    MIN_MOVE_FRACTION,
     SPEED_CHANGE,
     Balancer,
     MigrationOptions,
 )
-from flegel.balance.planner import Move
+from flegel.balance.monitor import SuperWorker, WorkerStat
+from flegel.balance.planner import Move, eq9_delta, plan_round
 from flegel.protocol import OrderKind
 from tests.fakes import Simulation, kmeans_theta0, overlapping
 
@@ -224,3 +226,21 @@ def test_peers_measured_on_one_pass_split_a_stragglers_points_nearly_evenly():
     got = {o.peer: o.points for o in orders.get(1, []) if o.kind == OrderKind.SEND}
     assert sum(got.values()) > 1000, got
     assert max(got.values()) < 1.2 * min(got.values()), got
+
+
+def test_a_peer_behind_in_passes_at_equal_speed_closes_its_gap_over_the_run():
+    """Two peers of equal speed and points, one 14 passes behind at ~130 (the worker-3-slow
+    gap run at 3.1 s, 27 s left).  Eq. 9 over a split (T/4) moves what closes the gap in
+    6.75 s, which leaves the source passing faster than the target and the next plan moves
+    points back (142,000 points moved more than once in that run).  Over the whole T the
+    move is under MIN_MOVE_FRACTION: nothing moves, and the lag is 1 % of the run's passes."""
+    b = Balancer(MigrationOptions.of({"mode": "async"}))
+    b.speed = {r: [(1.0, 1)] for r in (2, 4)}  # every speed measured
+    stats = [WorkerStat(2, 140_000, 0.2e-6, 116.8, a=0.01),
+             WorkerStat(4, 140_000, 0.2e-6, 131.0, a=0.01)]
+    T = 27.0
+    split = eq9_delta(SuperWorker((2,), 140_000, 0.2e-6, 116.8, a=0.01),
+                      SuperWorker((4,), 140_000, 0.2e-6, 131.0, a=0.01), T)
+    assert split > MIN_MOVE_FRACTION * 140_000  # what Eq. 9 asks over a split
+    assert b.over_the_run(stats[0], 140_000, stats[1], 140_000, T) < MIN_MOVE_FRACTION * 140_000
+    assert not b.keep_some(plan_round(b.supers(stats), T), stats, T)

@@ -294,20 +294,51 @@ def test_a_straggler_keeps_the_points_whose_pass_is_level_with_the_others():
     passes at every barrier, several times as often as they do: issue 19's overlapping
     workload, worker 1 slow, ended at max/min point passes 1.62-1.67 in two sittings of
     six, its 64 points trained 800 times against the others' 479.  It keeps the points whose
-    pass is within Eq. 8's threshold of theirs (:meth:`Balancer.level`), between those
-    bounds of :meth:`Balancer.fits`."""
+    pass, at its pace per point, is within Eq. 8's threshold of theirs
+    (:meth:`Balancer.level`)."""
     b = Balancer(MigrationOptions.of({"mode": "async"}))
     stats = long_passes_beside_a_straggler()
     b.slow_streak, b.stragglers_seen = {1: 10**6}, frozenset({1})
-    typical = pass_time(stats[1])
+    typical, own = pass_time(stats[1]), pass_time(stats[0])
     level = b.floor(stats[0], stats)
-    assert MIN_KEPT < level <= b.fits(stats[0], stats)
-    assert typical / 1.1 <= pass_time(stats[0], level) <= typical / 1.1 + SLOW_V
+    assert MIN_KEPT < level < stats[0].n
+    # Its pace per point holds its waits too; its compute per pass alone would keep more.
+    assert typical / 1.1 <= level * own / stats[0].n <= typical / 1.1 + own / stats[0].n
+    assert SLOW_V * level < stats[1].v * stats[1].n / 1.1
 
     # Behind in passes, Eq. 9 asks it for nearly all its points; it sends down to its level.
     moves = b.keep_some(plan_round(b.supers(stats), 8.0), stats, 8.0)
     assert moves and all(m.source == 1 for m in moves), moves
     assert stats[0].n - sum(m.points for m in moves) == level
+
+
+def test_the_level_scales_the_fixed_cost_with_the_points():
+    """A, measured at the straggler's count, holds its waits at the barriers its pass spans:
+    the plan log's 37 ms at 1,627 points (16 ms at 322).  Taken as fixed, the level read
+    322 there (259 here), and with 322 it raced; scaled with the points it is 897 (its
+    compute per pass against theirs: 944)."""
+    b = Balancer(MigrationOptions.of({"mode": "async"}))
+    slow = WorkerStat(1, 1_627, 26e-6, 394.0, a=0.037)
+    stats = [slow] + [WorkerStat(r, n, v, p, a=a) for r, n, v, p, a in
+                      ((2, 123_205, 0.22e-6, 416.3, 0.021), (3, 140_230, 0.193e-6, 421.4, 0.023),
+                       (4, 134_938, 0.238e-6, 401.5, 0.024))]
+    b.slow_streak = {1: 10**6}
+    fixed = (pass_time(stats[1]) / 1.1 - slow.a) / slow.v
+    assert fixed < 300 < 850 < b.level(slow, stats) < 950
+
+
+def test_a_straggler_slower_than_its_compute_says_may_give_points_away():
+    """Holding 233 points the slowed worker passed 10-28 % slower than the others though its
+    compute per pass was 60 % of theirs (bursts of injected delay cost it whole barriers:
+    A 13.8 ms against their 7.5); a level on compute alone (334-401) kept them all and the
+    run ended at max/min point passes 1.21.  At its pace its level (192) is under its
+    points."""
+    b = Balancer(MigrationOptions.of({"mode": "async"}))
+    slow = WorkerStat(3, 233, 32.1e-6, 1348.0, a=0.0138)
+    stats = [slow] + [WorkerStat(r, n, 0.086e-6, p, a=0.0079) for r, n, p in
+                      ((1, 127_859, 1640.1), (2, 136_830, 1562.7), (4, 135_078, 1587.1))]
+    b.slow_streak = {3: 10**6}
+    assert b.level(slow, stats) < slow.n
 
 
 def test_a_straggler_beside_workers_passing_about_once_a_barrier_keeps_min_kept():
@@ -320,3 +351,28 @@ def test_a_straggler_beside_workers_passing_about_once_a_barrier_keeps_min_kept(
     b.slow_streak = {1: 10**6}
     assert 0 < b.level(slow, stats) < MIN_KEPT
     assert b.floor(slow, stats) == MIN_KEPT
+
+
+def test_a_straggler_at_its_floor_and_behind_is_left_out_of_the_pairing():
+    """The plan log's barrier at 11.5 s (overlapping workload, worker 1 slow): the
+    straggler at its floor, behind in passes, was the minimum that Eq. 9 paired with worker
+    4, the worker furthest ahead, and keep_some dropped the pair (nothing to send); workers
+    2 and 3, paired together, were balanced.  No round came from 9 s to 28 s while worker 4
+    passed twice as often as 2 and 3 (max/min point passes 1.75).  Left out, worker 4 is
+    paired with the worker furthest behind and receives its points."""
+    b = Balancer(MigrationOptions.of({"mode": "async"}))
+    stats = [WorkerStat(1, 906, 28.1e-6, 202.0, a=0.029),
+             WorkerStat(2, 140_639, 0.273e-6, 233.1, a=0.026),
+             WorkerStat(3, 139_953, 0.217e-6, 239.2, a=0.032),
+             WorkerStat(4, 118_502, 0.150e-6, 375.3, a=0.008)]
+    b.slow_streak, b.stragglers_seen = {1: 10**6}, frozenset({1})
+    b.speed = {s.rank: [(1.0, 1)] for s in stats}  # every speed measured (peers_measured)
+    T = 18.5
+    assert b.floor(stats[0], stats) >= stats[0].n and b.idle(stats[0], stats)
+    assert not b.keep_some(plan_round(b.supers(stats), T), stats, T)
+    paired = [s for s in stats if not b.idle(s, stats)]
+    moves = b.keep_some(plan_round(b.supers(paired), T), stats, T)
+    assert moves and {m.target for m in moves} == {4} and 1 not in {m.source for m in moves}
+    # Not idle: a straggler with points above its floor, or ahead of the others.
+    assert not b.idle(WorkerStat(1, 5_000, 28.1e-6, 202.0, a=0.029), stats)
+    assert not b.idle(WorkerStat(1, 906, 28.1e-6, 400.0, a=0.029), stats)

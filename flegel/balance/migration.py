@@ -67,7 +67,7 @@ from flegel.balance.monitor import (
     group,
     imbalanced,
 )
-from flegel.balance.planner import DEFAULT_ROUNDS, Move, pass_time, plan_round
+from flegel.balance.planner import DEFAULT_ROUNDS, Move, eq9_delta, pass_time, plan_round
 from flegel.balance.ports import MigrationPort
 from flegel.protocol import (
     Fin,
@@ -480,7 +480,8 @@ class Balancer:
             return {}
         if self.round_k >= opts.rounds:
             self.round_k = 0  # a new cycle
-        moves = self.keep_some(plan_round(self.supers(stats), T,
+        paired = [s for s in stats if not self.idle(s, stats)]
+        moves = self.keep_some(plan_round(self.supers(paired), T,
                                           opts.rounds), stats, T, peers=peers)
         if probing and not peers:
             moves = self.while_probing(moves)
@@ -677,6 +678,22 @@ class Balancer:
         smaller)."""
         return min(MIN_KEPT, self.options.window)
 
+    def idle(self, worker: WorkerStat, stats: list[WorkerStat]) -> bool:
+        """Whether ``worker`` is a straggler that can take no part in a round: at or under
+        its :meth:`floor` (nothing to send) and behind the others' lower median in passes so
+        far (nothing to receive, :meth:`keep_some`).  Such a straggler is left out of the
+        pairing (§4.2's minimum with maximum): it is the minimum, so Eq. 9 paired it with
+        the worker furthest ahead and :meth:`keep_some` then dropped the pair's moves, and
+        that worker went unpaired however far the peers drifted apart.  Measured (issue 19,
+        overlapping workload, worker 1 slow, a plan log): from 9 s to 28 s no round was
+        planned while one peer, holding 118,502 points against 140,000, passed twice as
+        often as the other two (988 passes at the end against 576-586: max/min 1.75).
+        """
+        if not self.straggler(worker.rank) or worker.n > self.floor(worker, stats):
+            return False
+        others = sorted(s.p for s in stats if s.rank != worker.rank)
+        return bool(others) and worker.p < others[(len(others) - 1) // 2]
+
     def floor(self, source: WorkerStat, stats: list[WorkerStat]) -> int:
         """Points ``source`` keeps whatever the orders: :attr:`kept`, or, for a straggler,
         fewer -- at least :data:`LAST_KEPT` -- where with those its pass (``A + V·kept``,
@@ -693,16 +710,17 @@ class Balancer:
         burst of load keeps :attr:`kept`, enough to be measured and given work back.
 
         Where the others' pass spans several barriers, a straggler keeps more than
-        :attr:`kept`: its :meth:`level`, the points whose pass is no shorter than theirs over
-        ``1 +`` :data:`RELATIVE_EPSILON`.  Left with :attr:`kept`, it passed at every barrier
-        and its points raced ahead of everyone else's, which Eq. 9 then could not undo:
-        points given back to it arrived hundreds of passes behind, their catch-up at its
-        speed (seconds) held every plan (issue 19, overlapping workload, worker 1 slow: its
-        64 points trained 800 times against the others' 479, max/min point passes 1.62-1.67
-        in two sittings of six, ``python bench/fsp_claims.py --only gap --slow 1``).  Eq. 9
-        asks a straggler behind in passes for its points to catch up by the split's end;
-        kept at its level it stops losing passes instead (the module's rule for a
-        straggler: the passes lost stay lost, the rules bound the rate at which more are).
+        :attr:`kept`: its :meth:`level`, the points whose pass, at its pace per point, is
+        no shorter than theirs over ``1 +`` :data:`RELATIVE_EPSILON`.  Left with
+        :attr:`kept`, it passed at every barrier and its points raced ahead of everyone
+        else's, which Eq. 9 then could not undo: points given back to it arrived hundreds of
+        passes behind, their catch-up at its speed (seconds) held every plan (issue 19,
+        overlapping workload, worker 1 slow: its 64 points trained 800 times against the
+        others' 479, max/min point passes 1.62-1.67 in two sittings of six, ``python
+        bench/fsp_claims.py --only gap --slow 1``).  Eq. 9 asks a straggler behind in passes
+        for its points to catch up by the split's end; kept at its level it stops losing
+        passes instead (the module's rule for a straggler: the passes lost stay lost, the
+        rules bound the rate at which more are).
         """
         if not self.straggler(source.rank):
             return self.kept
@@ -712,17 +730,39 @@ class Balancer:
         return max(self.kept, self.level(source, stats))
 
     def level(self, worker: WorkerStat, stats: list[WorkerStat]) -> int:
-        """The fewest points ``worker`` can hold with its pass (``A + V·n``,
-        :meth:`fixed_cost`) no shorter than the typical worker's (the lower median of the
-        others' passes) over ``1 +`` :data:`RELATIVE_EPSILON`: with fewer it passes more
-        often than Eq. 8's threshold allows and its points race ahead; 0 where its fixed
-        cost alone is that long.  The lower end of the band whose upper end is
-        :meth:`fits`."""
+        """The fewest points with which ``worker`` keeps pace with the typical worker (the
+        lower median of the others) within ``1 +`` :data:`RELATIVE_EPSILON`: with fewer it
+        passes more often than Eq. 8's threshold allows and its points race ahead.
+
+        Two readings of its pass at another count n', each wrong in one regime, and the
+        fewer points of the two (so that a straggler is never held at a count where it
+        lags):
+
+        * its compute per pass ``V·n'`` (injected delays included) against the others'
+          ``V·N``: under FSP every worker computes through the same barriers, so equal
+          compute spans as many barriers.  It misses the barriers bursts of injected delay
+          cost: holding 233 points worker 3 (slowed) passed 10-28 % slower than the others
+          though its compute per pass was 60 % of theirs (A 13.8 ms against their 7.5), and
+          on compute alone (334-401 points) it kept them all (max/min point passes 1.21).
+        * its measured pass scaled with the points, ``(A + V·n)·n'/n``, against the
+          others' ``A + V·N``: where passes span several barriers A, the waits at those
+          barriers, grows with the points.  Taken as fixed it is wrong: holding 1,627 points
+          the straggler's A read 37 ms (three barriers a pass) and ``A + V·n'`` gave 322
+          points, with which its A read 16 ms (one barrier) and it passed at 1.7x the
+          others' rate (509 passes at 20.9 s against 453-478).  Scaled, it misses the one
+          barrier a pass costs however few its points, which the compute reading does not
+          need: where the others pass about once a barrier their ``V·N`` is short and the
+          level under :attr:`kept`, the floor as before.
+
+        Plan logs of the overlapping workload (``python bench/fsp_claims.py --only gap``)."""
         typical = self.typical_pass(worker, stats)
-        if typical is None or worker.v <= 0:
+        own = pass_time(worker)
+        compute = sorted(s.v * s.n for s in stats if s.rank != worker.rank and s.n > 0)
+        if typical is None or own <= 0 or worker.n <= 0 or worker.v <= 0:
             return 0
-        short = typical / (1.0 + RELATIVE_EPSILON) - worker.a
-        return math.ceil(short / worker.v) if short > 0 else 0
+        scaled = typical * worker.n / own
+        by_compute = compute[(len(compute) - 1) // 2] / worker.v
+        return math.ceil(min(scaled, by_compute) / (1.0 + RELATIVE_EPSILON))
 
     @staticmethod
     def typical_pass(worker: WorkerStat, stats: list[WorkerStat]) -> float | None:
@@ -791,6 +831,16 @@ class Balancer:
         * A move under :data:`MIN_MOVE_FRACTION` of the smaller side is dropped.
         * A move that reverses a worker's last role without a change of its speed that
           justifies it is dropped (:meth:`reversal`).
+        * A move between two workers neither of which is or was a straggler moves at most
+          what Eq. 9 asks over the whole remaining time T, not over its split T/d
+          (:meth:`over_the_run`): over a split the source is left passing faster than the
+          target to close the gap in passes so far by the split's end, and the next plan,
+          the gap closed, moves points back.  Measured (issue 19, overlapping workload,
+          worker 3 slow, once the idle straggler no longer took the pairing,
+          :meth:`idle`): peers sent 11,000-39,000 points to one worker and back again at
+          each of six plans (142,000 points moved more than once, bytes 0.73x the data,
+          max/min point passes 1.18).  Over T a peer's lag closes by the run's end, at a
+          pace that leaves the pair's speeds within Eq. 8's threshold.
         * A straggler (:meth:`straggler`) receives at most what brings it to the points
           whose pass fits Eq. 8's threshold of the typical worker's (:meth:`fits`).  Left
           with its :meth:`floor`, it passes once an iteration while the others, holding its
@@ -851,6 +901,8 @@ class Balancer:
         for m in kept:
             asked[m.source] = asked.get(m.source, 0) + m.points
         out = []
+        after = dict(left)  # each worker's points after the moves kept so far
+        by_rank = {s.rank: s for s in stats}
         for m in kept:
             points = min(m.points, left[m.source] - floors[m.source])
             if not self.straggler(m.source):  # the share of all its moves this round
@@ -859,13 +911,28 @@ class Balancer:
                              share - (held[m.source] - left[m.source]))
             if m.target in room:
                 points = min(points, room[m.target])
+            if not {m.source, m.target} & self.stragglers_seen:
+                points = min(points, self.over_the_run(by_rank[m.source], after[m.source],
+                                                       by_rank[m.target], after[m.target], T))
             smaller = min(held[m.source], held[m.target])
             if points >= max(1.0, MIN_MOVE_FRACTION * smaller):
                 left[m.source] -= points
+                after[m.source] -= points
+                after[m.target] += points
                 if m.target in room:
                     room[m.target] -= points
                 out.append(Move(m.source, m.target, points))
         return out
+
+    @staticmethod
+    def over_the_run(source: WorkerStat, n_source: int, target: WorkerStat, n_target: int,
+                     T: float) -> int:
+        """Points Eq. 9 moves from ``source`` (holding ``n_source`` now) to ``target``
+        (``n_target``) with one split, the whole remaining time T (:meth:`keep_some`: the cap
+        on a move between peers)."""
+        i = SuperWorker((source.rank,), n_source, source.v, source.p, a=source.a)
+        j = SuperWorker((target.rank,), n_target, target.v, target.p, a=target.a)
+        return math.floor(eq9_delta(i, j, T, 1)) if T > 0 else 0
 
     def peers_measured(self) -> bool:
         """Whether every worker's speed has been measured over a whole
