@@ -710,17 +710,16 @@ class Balancer:
         burst of load keeps :attr:`kept`, enough to be measured and given work back.
 
         Where the others' pass spans several barriers, a straggler keeps more than
-        :attr:`kept`: its :meth:`level`, the points whose pass, at its pace per point, is
-        no shorter than theirs over ``1 +`` :data:`RELATIVE_EPSILON`.  Left with
-        :attr:`kept`, it passed at every barrier and its points raced ahead of everyone
-        else's, which Eq. 9 then could not undo: points given back to it arrived hundreds of
-        passes behind, their catch-up at its speed (seconds) held every plan (issue 19,
-        overlapping workload, worker 1 slow: its 64 points trained 800 times against the
-        others' 479, max/min point passes 1.62-1.67 in two sittings of six, ``python
-        bench/fsp_claims.py --only gap --slow 1``).  Eq. 9 asks a straggler behind in passes
-        for its points to catch up by the split's end; kept at its level it stops losing
-        passes instead (the module's rule for a straggler: the passes lost stay lost, the
-        rules bound the rate at which more are).
+        :attr:`kept`: its :meth:`level`, the points with which it keeps pace with them.
+        Left with :attr:`kept`, it passed at every barrier and its points raced ahead of
+        everyone else's, which Eq. 9 then could not undo: points given back to it arrived
+        hundreds of passes behind, their catch-up at its speed (seconds) held every plan
+        (issue 19, overlapping workload, worker 1 slow: its 64 points trained 800 times
+        against the others' 479; max/min point passes 1.62 and 1.32 in two sittings of
+        nine, ``python bench/fsp_claims.py --only gap --slow 1``).  Eq. 9 asks a straggler
+        behind in passes for its points to catch up by the split's end; kept at its level
+        it stops losing passes instead (the module's rule for a straggler: the passes lost
+        stay lost, the rules bound the rate at which more are).
         """
         if not self.straggler(source.rank):
             return self.kept
