@@ -109,7 +109,8 @@ M-step").
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -201,6 +202,29 @@ def class_sums(x: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
         return out
     onehot = (labels[None, :] == np.arange(k)[:, None]).astype(np.float64)
     return onehot @ np.asarray(x, dtype=np.float64)
+
+
+S = TypeVar("S", bound="Stratum")
+
+
+class OneStratumPerWorker:
+    """What an algorithm's ``stratify`` shares (K-means, GMM, logistic regression): one
+    stratum per worker.  An instance that several workers share in one process (an
+    in-process simulation) cannot tell their blocks apart, so the second call switches the
+    estimate off for all of them (None).  The algorithm sets ``_stratum = None`` and
+    ``_shared = False`` in its ``__init__``."""
+
+    _stratum: Any
+    _shared: bool
+
+    def _claim_stratum(self, make: Callable[[], S]) -> S | None:
+        """``make()``'s stratum, held as this worker's; None from the second call on."""
+        if self._stratum is not None or self._shared:
+            self._stratum, self._shared = None, True
+            return None
+        stratum = make()
+        self._stratum = stratum
+        return stratum
 
 
 class Stratum(AttributeState):

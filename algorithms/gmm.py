@@ -53,7 +53,7 @@ from ._common import (
     set_params,
     validate_init_file,
 )
-from ._stratum import PassStratum
+from ._stratum import OneStratumPerWorker, PassStratum
 
 _INITS = ("kmeans++",)
 _COVARIANCE_TYPES = ("diag", "full")
@@ -152,7 +152,7 @@ def _stratified(theta: dict[str, np.ndarray]) -> bool:
     return all(k in theta for k in _STRATUM_KEYS)
 
 
-class GaussianMixture(DeviceKernels, RowKernel, Algorithm):
+class GaussianMixture(OneStratumPerWorker, DeviceKernels, RowKernel, Algorithm):
     """Gaussian mixture model fitted by incremental EM.
 
     FSP paper Section 2.2 (Eq. 3) and Table 1 (GMM).  The objective is the negative
@@ -283,14 +283,9 @@ class GaussianMixture(DeviceKernels, RowKernel, Algorithm):
         ``(n/m − 1) · E`` travels in the aggregate and θ (``stratum_nk``, ``stratum_sx``,
         ``stratum_sxx``).  Returns the stratum, which FSP's worker policy checkpoints.
 
-        One instance per worker (a worker process): an instance that several workers share
-        in one process (an in-process simulation) cannot tell their blocks apart, so the
-        second call switches the estimate off for all of them (None), as K-means' does."""
-        if self._stratum is not None or self._shared:
-            self._stratum, self._shared = None, True
-            return None
-        self._stratum = PassStratum(n_points)
-        return self._stratum
+        One per worker: None from a second call on the same instance
+        (:class:`~._stratum.OneStratumPerWorker`)."""
+        return self._claim_stratum(lambda: PassStratum(n_points))
 
     def init_state(self, n: int, n_features: int) -> dict[str, np.ndarray]:
         return {"resp": np.zeros((n, self.n_components)), "loss": np.zeros(n)}

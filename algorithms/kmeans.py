@@ -45,7 +45,15 @@ from ._common import (
     squared_distances,
     validate_init_file,
 )
-from ._stratum import BALANCED, MIN_POINTS, Stratum, class_sums, load_class_sums, skew
+from ._stratum import (
+    BALANCED,
+    MIN_POINTS,
+    OneStratumPerWorker,
+    Stratum,
+    class_sums,
+    load_class_sums,
+    skew,
+)
 
 _INITS = ("kmeans++", "random")
 
@@ -488,7 +496,7 @@ def _stratified(theta: dict[str, np.ndarray]) -> bool:
     return all(k in theta for k in _STRATUM_KEYS)
 
 
-class KMeans(DeviceKernels, Algorithm):
+class KMeans(OneStratumPerWorker, DeviceKernels, Algorithm):
     """K-means clustering by incremental EM.
 
     Parameters
@@ -572,14 +580,9 @@ class KMeans(DeviceKernels, Algorithm):
         M-step (:meth:`_resampled`): a straggler asleep for many barriers leaves no stale
         estimate behind (algorithms._stratum, "The master's sample").
 
-        One instance per worker (a worker process): an instance that several workers share
-        in one process (an in-process simulation) cannot tell their blocks apart, so the
-        second call switches the estimate off for all of them (None)."""
-        if self._stratum is not None or self._shared:
-            self._stratum, self._shared = None, True
-            return None
-        self._stratum = Stratum(n_points, shares="counts", shard=shard)
-        return self._stratum
+        One per worker: None from a second call on the same instance
+        (:class:`~._stratum.OneStratumPerWorker`)."""
+        return self._claim_stratum(lambda: Stratum(n_points, shares="counts", shard=shard))
 
     def validate(self, base_dir: Path) -> None:
         self.check_device()

@@ -117,7 +117,7 @@ from ._common import (
     validate_init_file,
 )
 from ._quasinewton import LBFGS, Preconditioner
-from ._stratum import GradientStratum
+from ._stratum import GradientStratum, OneStratumPerWorker
 
 _SCHEDULES = ("constant", "invscaling")
 _INITS = ("zeros",)
@@ -246,7 +246,7 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * z))
 
 
-class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
+class LogisticRegression(OneStratumPerWorker, DeviceKernels, RowKernel, Algorithm):
     """L2-regularized logistic regression (binary or multinomial): L-BFGS or gradient steps.
 
     FSP paper Section 2.1 (Eq. 1) and Table 1 (LR); the module docstring says which optimiser
@@ -378,16 +378,10 @@ class LogisticRegression(DeviceKernels, RowKernel, Algorithm):
         blocks (:meth:`_stratified_mean`).  Returns the stratum,
         which FSP's worker policy checkpoints.
 
-        One instance per worker (a worker process): an instance that several workers share
-        in one process (an in-process simulation) cannot tell their blocks apart, so the
-        second call switches the estimate off for all of them (None), as
-        ``KMeans.stratify`` does.  ``shard`` (the worker's index) is not read: the estimate
-        is the worker's own, not a master's sample of its shard."""
-        if self._stratum is not None or self._shared:
-            self._stratum, self._shared = None, True
-            return None
-        self._stratum = GradientStratum(n_points, shares=_CLASSES)
-        return self._stratum
+        One per worker: None from a second call on the same instance
+        (:class:`~._stratum.OneStratumPerWorker`).  ``shard`` (the worker's index) is not
+        read: the estimate is the worker's own, not a master's sample of its shard."""
+        return self._claim_stratum(lambda: GradientStratum(n_points, shares=_CLASSES))
 
     # ------------------------------------------------------------------ set-up
     def validate(self, base_dir: Path) -> None:

@@ -52,7 +52,7 @@ waiting for θ, and at stop):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -199,12 +199,20 @@ PEERS_LEAD = 2.0
 
 
 
+def lower_median(values: Iterable[float]) -> float | None:
+    """The lower median of ``values`` (None for none): of an even count the smaller middle
+    value, a worker's own figure and never an average of two -- the balancer's typical
+    worker."""
+    v = sorted(values)
+    return v[(len(v) - 1) // 2] if v else None
+
+
 def fast_minority_now(commits: dict[int, dict[str, float]]) -> bool:
     """Whether this barrier's commits still show a fast minority (:data:`PEERS_LEAD`): the
     median worker's seconds per point, its lower median, at least ``PEERS_LEAD`` times the
     fastest's, over the workers that processed points."""
-    per = sorted(h["compute_s"] / h["points"] for h in commits.values() if h["points"] > 0)
-    return len(per) >= 2 and per[(len(per) - 1) // 2] >= PEERS_LEAD * per[0]
+    per = [h["compute_s"] / h["points"] for h in commits.values() if h["points"] > 0]
+    return len(per) >= 2 and (lower_median(per) or 0.0) >= PEERS_LEAD * min(per)
 
 @dataclass
 class MigrationOptions:
@@ -635,8 +643,7 @@ class Balancer:
         """
         if not peers:
             return {}
-        v = sorted(s.v for s in peers)
-        median = v[(len(v) - 1) // 2]
+        median = lower_median(s.v for s in peers) or 0.0
         out = {}
         for s in peers:
             seen = sum(c for c, _ in self.speed.get(s.rank, ()))
@@ -691,8 +698,8 @@ class Balancer:
         """
         if not self.straggler(worker.rank) or worker.n > self.floor(worker, stats):
             return False
-        others = sorted(s.p for s in stats if s.rank != worker.rank)
-        return bool(others) and worker.p < others[(len(others) - 1) // 2]
+        passes = self.typical(worker, stats, lambda s: s.p, holding=False)
+        return passes is not None and worker.p < passes
 
     def floor(self, source: WorkerStat, stats: list[WorkerStat]) -> int:
         """Points ``source`` keeps whatever the orders: :attr:`kept`, or, for a straggler,
@@ -754,21 +761,21 @@ class Balancer:
           level under :attr:`kept`, the floor as before.
 
         Plan logs of the overlapping workload (``python bench/fsp_claims.py --only gap``)."""
-        typical = self.typical_pass(worker, stats)
+        typical = self.typical(worker, stats, pass_time)
+        compute = self.typical(worker, stats, lambda s: s.v * s.n)
         own = pass_time(worker)
-        compute = sorted(s.v * s.n for s in stats if s.rank != worker.rank and s.n > 0)
-        if typical is None or own <= 0 or worker.n <= 0 or worker.v <= 0:
+        if typical is None or compute is None or own <= 0 or worker.n <= 0 or worker.v <= 0:
             return 0
         scaled = typical * worker.n / own
-        by_compute = compute[(len(compute) - 1) // 2] / worker.v
-        return math.ceil(min(scaled, by_compute) / (1.0 + RELATIVE_EPSILON))
+        return math.ceil(min(scaled, compute / worker.v) / (1.0 + RELATIVE_EPSILON))
 
     @staticmethod
-    def typical_pass(worker: WorkerStat, stats: list[WorkerStat]) -> float | None:
-        """The typical pass of the workers other than ``worker`` that hold points: the
-        lower median of their ``A + V·N`` (None where there are none)."""
-        others = sorted(pass_time(s) for s in stats if s.rank != worker.rank and s.n > 0)
-        return others[(len(others) - 1) // 2] if others else None
+    def typical(worker: WorkerStat, stats: list[WorkerStat],
+                of: Callable[[WorkerStat], float], holding: bool = True) -> float | None:
+        """The typical worker's figure ``of``, beside ``worker``: the lower median over the
+        others (:func:`lower_median`; ``holding``: those that hold points), None for none."""
+        return lower_median(of(s) for s in stats
+                            if s.rank != worker.rank and (s.n > 0 or not holding))
 
     def overhead(self, source: WorkerStat, stats: list[WorkerStat]) -> int:
         """Points over which ``source``'s loop overhead per iteration (:attr:`loop_s`) adds
@@ -790,13 +797,12 @@ class Balancer:
         the straggler's loop ~0.4 ms a commit, so recognising a recovery took ~12,000 points;
         the floor held it at 64, whose injected delays (32 µs a point) cost it one barrier in
         5-6 -- passes 1.2-1.5x apart, and no round planned after the first second."""
-        others = sorted(s.v for s in stats if s.rank != source.rank and s.n > 0)
+        v = self.typical(source, stats, lambda s: s.v)
         loop = (self.loop_s or {}).get(source.rank, 0.0)
-        if not others or loop <= 0:
+        if v is None or loop <= 0:
             return 0
-        per_point = 0.5 * (PEER_SPEED - 1.0) * others[(len(others) - 1) // 2]
-        need = math.ceil(loop / per_point)
-        visible = loop / self.kept < (PEER_SPEED - 1.0) * others[(len(others) - 1) // 2]
+        need = math.ceil(loop / (0.5 * (PEER_SPEED - 1.0) * v))
+        visible = loop / self.kept < (PEER_SPEED - 1.0) * v
         return min(self.kept, need) if visible else 0
 
     def fits(self, worker: WorkerStat, stats: list[WorkerStat]) -> int:
@@ -804,7 +810,7 @@ class Balancer:
         :meth:`fixed_cost`) within ``1 +`` :data:`RELATIVE_EPSILON` times the typical
         worker's (the lower median of the others' passes); a large number when no other
         worker holds points."""
-        typical = self.typical_pass(worker, stats)
+        typical = self.typical(worker, stats, pass_time)
         if typical is None:
             return 2**62
         room = (1.0 + RELATIVE_EPSILON) * typical - worker.a

@@ -170,8 +170,8 @@ def _relay(source: IO[bytes], sink: IO[bytes], quiet: Callable[[], bool],
     fd = source.fileno()
     while chunk := os.read(fd, 1 << 16):
         chunk = _NOISE.sub(b"", chunk)
-        if held is not None and _ORPHAN.search(chunk):
-            held.extend(m.group(0) for m in _ORPHAN.finditer(chunk))
+        if held is not None and (orphans := _ORPHAN.findall(chunk)):
+            held.extend(orphans)
             chunk = _ORPHAN.sub(b"", chunk)
         if chunk and _BANNER.search(chunk) and quiet():
             chunk = _BANNER.sub(b"", chunk)
